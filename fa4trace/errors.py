@@ -1,0 +1,13 @@
+"""Errors a user can meet; the CLI turns each into one line and a non-zero exit."""
+
+
+class Fa4traceError(Exception):
+    """Base of every error fa4trace raises on purpose."""
+
+
+class TraceFormatError(Fa4traceError, ValueError):
+    """A buffer or bundle is not what fa4trace wrote (wrong magic, truncated, corrupted...)."""
+
+
+class DeviceUnavailable(Fa4traceError, RuntimeError):
+    """The operation needs a CUDA GPU (or a built kernel) that this machine does not have."""
