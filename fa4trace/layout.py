@@ -1,0 +1,168 @@
+"""Binary layout of a trace buffer: the contract between the device recorder and the decoder.
+
+Everything is little-endian 64-bit words, so a buffer is one ``int64``/``uint64`` array.
+
+    buffer  = global header (8 words) + n_cta_slots * warps_per_cta warp slots
+    slot    = warp header (8 words) + capacity records (1 word each)
+
+Global header (written by the host before the launch, read by every recording warp):
+    g0  BUF_MAGIC | version << 32
+    g1  slot_words | warps_per_cta << 32
+    g2  cta_first  | cta_stride << 32      which CTAs record: first, first+stride, ...
+    g3  n_cta_slots                        how many of them
+A warp records iff its CTA is one of those and its warp index < warps_per_cta; its slot is
+fixed by (CTA, warp), so no atomics are needed and a launch writes each slot at most once.
+
+Warp header (written by lane 0 of the warp: words 0-4 at start, 5-7 at finish):
+    w0  WARP_MAGIC | version << 32 | timebase << 40 | role << 48
+    w1  smid | cta_linear << 32
+    w2  warp index in CTA
+    w3  %globaltimer at start     w4  %clock64 at start
+    w5  %globaltimer at finish    w6  %clock64 at finish
+    w7  records written | records dropped << 32
+
+Record (one word, one per event):
+    bits  0..31  low 32 bits of the timer (clock64 cycles, or globaltimer ns)
+    bits 32..39  event id (vocabulary)
+    bits 40..41  kind: 0 begin, 1 end, 2 instant
+    bits 42..43  zero (a non-zero value marks foreign bytes)
+    bits 44..63  payload (KV block / iteration); PAYLOAD_NONE means "no payload"
+
+Why 8-byte records with 32-bit times: the recorder is store-bound when markers are dense
+(DESIGN §2), so the smallest record wins; the 64-bit anchors in the warp header let the
+decoder unwrap the 32-bit times (clock64 wraps 32 bits every ~2.2 s at 1.98 GHz).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import TraceFormatError
+
+FORMAT_VERSION = 1
+BUF_MAGIC = 0x42543446  # b"F4TB" little-endian
+WARP_MAGIC = 0x57543446  # b"F4TW" little-endian
+GLOBAL_HEADER_WORDS = 8
+WARP_HEADER_WORDS = 8
+
+KIND_BEGIN, KIND_END, KIND_INSTANT = 0, 1, 2
+KIND_NAMES = ("begin", "end", "instant")
+
+TIMER_BITS = 32
+EVENT_SHIFT, EVENT_BITS = 32, 8
+KIND_SHIFT, KIND_BITS = 40, 2
+RESERVED_SHIFT, RESERVED_BITS = 42, 2
+PAYLOAD_SHIFT, PAYLOAD_BITS = 44, 20
+PAYLOAD_NONE = (1 << PAYLOAD_BITS) - 1  # decodes to iter = -1
+PAYLOAD_MAX = PAYLOAD_NONE - 1
+
+TIMEBASE_CLOCK64 = 0  # per-event %clock64 (0.5 ns at 1.98 GHz), anchored per warp
+TIMEBASE_GLOBALTIMER = 1  # per-event %globaltimer (the IKET way: 32 ns ticks on H200)
+TIMEBASE_NAMES = {TIMEBASE_CLOCK64: "clock64", TIMEBASE_GLOBALTIMER: "globaltimer"}
+
+# Warp header word indices
+W_MAGIC, W_IDS, W_WARP, W_GT0, W_CLK0, W_GT1, W_CLK1, W_COUNTS = range(WARP_HEADER_WORDS)
+
+
+def record_tag(event_id: int, kind: int) -> int:
+    """The constant upper bits of a record without payload (folded at compile time)."""
+    if not 0 <= event_id < (1 << EVENT_BITS):
+        raise ValueError(f"event id {event_id} does not fit in {EVENT_BITS} bits")
+    if kind not in (KIND_BEGIN, KIND_END, KIND_INSTANT):
+        raise ValueError(f"bad record kind {kind}")
+    return (event_id << EVENT_SHIFT) | (kind << KIND_SHIFT)
+
+
+def pack_record(timer_lo: int, event_id: int, kind: int, payload: int | None) -> int:
+    """Host-side twin of the device encoder (used by tests and synthetic traces)."""
+    p = PAYLOAD_NONE if payload is None or payload < 0 else min(int(payload), PAYLOAD_MAX)
+    return (int(timer_lo) & 0xFFFFFFFF) | record_tag(event_id, kind) | (p << PAYLOAD_SHIFT)
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """Shape of a trace buffer: which CTAs record and how many events each warp may keep."""
+
+    warps_per_cta: int
+    n_cta_slots: int
+    capacity: int  # records per warp
+    cta_first: int = 0
+    cta_stride: int = 1
+
+    def __post_init__(self):
+        for name in ("warps_per_cta", "n_cta_slots", "capacity", "cta_stride"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cta_first < 0:
+            raise ValueError(f"cta_first must be >= 0, got {self.cta_first}")
+        if self.slot_words >= 1 << 32 or self.n_cta_slots >= 1 << 32:
+            raise ValueError("trace buffer too large")
+
+    @classmethod
+    def for_grid(cls, n_ctas: int, warps_per_cta: int, capacity: int, *,
+                 cta_first: int = 0, cta_stride: int = 1, max_ctas: int | None = None) -> "BufferSpec":
+        """Slots for CTAs first, first+stride, ... < n_ctas (at most max_ctas of them)."""
+        n = max(0, (n_ctas - cta_first + cta_stride - 1) // cta_stride)
+        if max_ctas is not None:
+            n = min(n, max_ctas)
+        if n < 1:
+            raise ValueError(f"no CTA of the {n_ctas}-CTA grid is selected (first={cta_first}, stride={cta_stride})")
+        return cls(warps_per_cta, n, capacity, cta_first, cta_stride)
+
+    @property
+    def slot_words(self) -> int:
+        return WARP_HEADER_WORDS + self.capacity
+
+    @property
+    def n_slots(self) -> int:
+        return self.n_cta_slots * self.warps_per_cta
+
+    @property
+    def words(self) -> int:
+        return GLOBAL_HEADER_WORDS + self.n_slots * self.slot_words
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * self.words
+
+    def header(self) -> np.ndarray:
+        h = np.zeros(GLOBAL_HEADER_WORDS, dtype=np.uint64)
+        h[0] = BUF_MAGIC | (FORMAT_VERSION << 32)
+        h[1] = self.slot_words | (self.warps_per_cta << 32)
+        h[2] = self.cta_first | (self.cta_stride << 32)
+        h[3] = self.n_cta_slots
+        return h
+
+    def new_buffer(self) -> np.ndarray:
+        """A zeroed buffer with its header: copy it to the device before the launch."""
+        buf = np.zeros(self.words, dtype=np.uint64)
+        buf[:GLOBAL_HEADER_WORDS] = self.header()
+        return buf
+
+    def cta_of_slot(self, cta_slot: np.ndarray | int):
+        return self.cta_first + np.asarray(cta_slot) * self.cta_stride
+
+    @classmethod
+    def from_header(cls, words: np.ndarray) -> "BufferSpec":
+        if words.size < GLOBAL_HEADER_WORDS:
+            raise TraceFormatError(f"trace buffer has {words.size} words, fewer than its {GLOBAL_HEADER_WORDS}-word header")
+        g = words[:GLOBAL_HEADER_WORDS].astype(np.uint64)
+        magic, version = int(g[0]) & 0xFFFFFFFF, int(g[0]) >> 32
+        if magic != BUF_MAGIC:
+            raise TraceFormatError(f"not an fa4trace buffer: header magic 0x{magic:08x}, expected 0x{BUF_MAGIC:08x}")
+        if version != FORMAT_VERSION:
+            raise TraceFormatError(f"trace buffer format version {version}, this fa4trace reads version {FORMAT_VERSION}")
+        slot_words, warps = int(g[1]) & 0xFFFFFFFF, int(g[1]) >> 32
+        first, stride = int(g[2]) & 0xFFFFFFFF, int(g[2]) >> 32
+        n_cta = int(g[3]) & 0xFFFFFFFF
+        if slot_words <= WARP_HEADER_WORDS or warps < 1 or stride < 1 or n_cta < 1:
+            raise TraceFormatError(
+                f"trace buffer header is corrupt (slot_words={slot_words}, warps_per_cta={warps}, "
+                f"cta_stride={stride}, n_cta_slots={n_cta})")
+        spec = cls(warps, n_cta, slot_words - WARP_HEADER_WORDS, first, stride)
+        if words.size < spec.words:
+            raise TraceFormatError(
+                f"trace buffer is truncated: {words.size} words, its header needs {spec.words}")
+        return spec
