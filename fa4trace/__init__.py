@@ -1,1 +1,15 @@
-X=1
+"""fa4trace: per-warp event traces of GPU attention kernels, and the tools to read them.
+
+Data path, one module per arrow:
+    kernel (fa4trace.device.Recorder) -> buffer (layout) -> decode -> bundle -> {perfetto, chrome, analysis, app}
+
+Host modules import without cutlass, torch or a GPU.
+"""
+
+__version__ = "0.1.0"
+
+from .errors import DeviceUnavailable, Fa4traceError, TraceFormatError  # noqa: E402
+from .vocab import EV, ROLE, VOCAB, Vocabulary  # noqa: E402
+
+__all__ = ["__version__", "EV", "ROLE", "VOCAB", "Vocabulary", "Fa4traceError", "TraceFormatError",
+           "DeviceUnavailable"]

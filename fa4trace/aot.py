@@ -1,0 +1,117 @@
+"""Ahead-of-time kernels: compile with the CuTe DSL here, run anywhere tvm-ffi loads them.
+
+``build`` side (needs nvidia-cutlass-dsl, no GPU): each compiled function is exported to an
+object file with ``export_to_c`` and all of them are linked into one shared library beside a
+``manifest.json`` that says what each function is (kind, config, arch, signature notes).
+
+``load`` side (needs apache-tvm-ffi and the CuTe DSL runtime library, never cutlass):
+``BuildDir(path).function(name)`` returns a callable that takes torch CUDA tensors.
+This is how kernels compiled on a CPU-only machine run on the H200 (see the devkit README).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import DeviceUnavailable, Fa4traceError
+
+MANIFEST = "manifest.json"
+LIBRARY = "fa4trace_kernels.so"
+
+
+@dataclass
+class Entry:
+    name: str  # exported symbol name (also the key in the manifest)
+    kind: str  # e.g. "calibration", "markers", "attention", "combine"
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _link_flags() -> list[str]:
+    import tvm_ffi  # noqa: F401  (build machine only)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", *args], check=True, capture_output=True,
+                              text=True).stdout.split()
+
+    libdir = os.path.dirname(tvm_ffi.libinfo.find_libtvm_ffi())
+    return [*run("cutlass.cute.export.aot_config", "--ldflags"), "-lcute_dsl_runtime",
+            f"-L{libdir}", "-ltvm_ffi"]
+
+
+def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.PathLike, *,
+                  arch: str, overwrite: bool = False) -> Path:
+    """Export every compiled function, link one .so, write the manifest. Returns out_dir."""
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise Fa4traceError(f"{out} exists and is not empty; pass --force to replace it")
+        if not (out / MANIFEST).exists():
+            raise Fa4traceError(f"{out} is not an fa4trace build folder (no {MANIFEST}); refusing to replace it")
+        shutil.rmtree(out)
+    obj_dir = out / "obj"
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    objs = []
+    for name, (fn, _entry) in compiled.items():
+        obj = obj_dir / f"{name}.o"
+        fn.export_to_c(str(obj), function_name=name)
+        objs.append(str(obj))
+    so = out / LIBRARY
+    cmd = [os.environ.get("CXX", "g++"), "-shared", "-o", str(so), *objs, *_link_flags()]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise Fa4traceError(f"linking {so} failed: {res.stderr.strip().splitlines()[-1:]}")
+    shutil.rmtree(obj_dir)
+    from . import __version__
+
+    manifest = {
+        "fa4trace_version": __version__,
+        "arch": arch,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "library": LIBRARY,
+        "functions": {name: {"kind": e.kind, "config": e.config} for name, (_, e) in compiled.items()},
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    return out
+
+
+class BuildDir:
+    """A folder written by ``build_library``; loads functions without importing cutlass."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        mf = self.path / MANIFEST
+        if not mf.is_file():
+            raise Fa4traceError(f"{self.path} has no {MANIFEST}: build kernels first with `fa4trace build -o {self.path}`")
+        try:
+            self.manifest = json.loads(mf.read_text())
+            self.functions: dict[str, dict] = self.manifest["functions"]
+        except (ValueError, KeyError) as exc:
+            raise Fa4traceError(f"{mf} is not a valid build manifest: {exc}") from None
+        self._module = None
+
+    def find(self, kind: str, **config) -> str:
+        """Name of the function of this kind whose config holds every given key=value."""
+        for name, info in sorted(self.functions.items()):
+            if info["kind"] == kind and all(info["config"].get(k) == v for k, v in config.items()):
+                return name
+        want = ", ".join(f"{k}={v}" for k, v in config.items())
+        raise Fa4traceError(f"no built {kind} kernel with {want} in {self.path}; rebuild with `fa4trace build`")
+
+    def function(self, name: str) -> Callable:
+        if name not in self.functions:
+            raise Fa4traceError(f"{name!r} is not in {self.path / MANIFEST}")
+        if self._module is None:
+            try:
+                import tvm_ffi
+            except ImportError:
+                raise DeviceUnavailable("loading built kernels needs apache-tvm-ffi (see .devkit/device-env.sh)") from None
+            self._module = tvm_ffi.load_module(str(self.path / self.manifest.get("library", LIBRARY)))
+        return getattr(self._module, name)
