@@ -1,0 +1,179 @@
+"""A trace bundle: one Parquet file (zstd) = the events table + JSON metadata in its schema.
+
+pandas, polars and duckdb read the file as is; fa4trace reads it with :func:`load`.
+Metadata (key ``fa4trace`` in the Parquet schema metadata) holds: fa4trace version, kernel
+name and config (shape, dtype, schedule), GPU name, SM count, driver, clock facts,
+grid/block per launch, total dropped records, recording date, which CTAs were recorded,
+and the event vocabulary the bundle was decoded with.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__
+from .decode import SCHEMA, DecodedLaunch
+from .errors import Fa4traceError, TraceFormatError
+from .vocab import VOCAB, Vocabulary
+
+META_KEY = b"fa4trace"
+BUNDLE_FORMAT = "fa4trace-bundle"
+BUNDLE_VERSION = 1
+
+
+class Trace:
+    """Events (pyarrow.Table with decode.SCHEMA) and metadata (dict)."""
+
+    def __init__(self, events: pa.Table, meta: dict):
+        self.events = events
+        self.meta = meta
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_launches(cls, launches: Iterable[DecodedLaunch], meta: dict | None = None, *,
+                      vocab: Vocabulary = VOCAB) -> "Trace":
+        """Join decoded launches on one time axis: ns from the earliest warp start of all."""
+        launches = list(launches)
+        if not launches:
+            raise ValueError("a trace needs at least one launch")
+        t0 = min(d.t0_globaltimer_ns for d in launches)
+        tables, launch_meta = [], []
+        extra = (meta or {}).get("launches", [])
+        for i, d in enumerate(launches):
+            shift = d.t0_globaltimer_ns - t0
+            t = d.table
+            if shift:
+                t = t.set_column(t.schema.get_field_index("start_ns"), "start_ns",
+                                 pa.compute.add(t["start_ns"], shift))
+                t = t.set_column(t.schema.get_field_index("end_ns"), "end_ns",
+                                 pa.compute.add(t["end_ns"], shift))
+            tables.append(t)
+            lm = dict(extra[i]) if i < len(extra) else {}
+            lm.update(d.summary)
+            lm["t0_offset_ns"] = int(shift)
+            launch_meta.append(lm)
+        events = pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+        events = events.cast(SCHEMA) if events.schema != SCHEMA else events
+        m = dict(meta or {})
+        m["launches"] = launch_meta
+        m["t0_globaltimer_ns"] = int(t0)
+        m["total_dropped"] = int(sum(d.summary.get("dropped", 0) for d in launches))
+        m.setdefault("vocabulary", vocab.to_json())
+        return cls(events, _complete_meta(m))
+
+    # ---- persistence --------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write the bundle; refuses to replace an existing file unless overwrite=True."""
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise Fa4traceError(f"{path} exists; refusing to overwrite it (use --force / overwrite=True)")
+        if path.is_dir():
+            raise Fa4traceError(f"{path} is a directory")
+        meta = json.dumps(_complete_meta(self.meta), sort_keys=True, default=_json_default).encode()
+        schema = self.events.schema.with_metadata({META_KEY: meta})
+        table = self.events.replace_schema_metadata(schema.metadata)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write next to the target and rename: an interrupted save never leaves half a bundle.
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            pq.write_table(table, tmp, compression="zstd", compression_level=6,
+                           use_dictionary=["role", "name", "kind"], write_statistics=True,
+                           row_group_size=1 << 20)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    # ---- convenience --------------------------------------------------------------------
+    @property
+    def vocab(self) -> Vocabulary:
+        return Vocabulary.from_json(self.meta["vocabulary"])
+
+    @property
+    def name(self) -> str:
+        cfg = self.meta.get("config", {})
+        sched = cfg.get("schedule")
+        return f"{self.meta.get('kernel', 'trace')}" + (f" [{sched}]" if sched else "")
+
+    def __len__(self) -> int:
+        return self.events.num_rows
+
+    def __repr__(self) -> str:
+        return f"Trace({self.name!r}, {len(self)} rows, {len(self.meta.get('launches', []))} launch(es))"
+
+
+def _complete_meta(m: dict) -> dict:
+    m = dict(m)
+    m.setdefault("format", BUNDLE_FORMAT)
+    m.setdefault("bundle_version", BUNDLE_VERSION)
+    m.setdefault("fa4trace_version", __version__)
+    m.setdefault("recorded_at", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    m.setdefault("kernel", "unknown")
+    m.setdefault("config", {})
+    m.setdefault("gpu", {})
+    m.setdefault("synthetic", False)
+    return m
+
+
+def _json_default(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:  # pragma: no cover
+        pass
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
+def load(path: str | os.PathLike) -> Trace:
+    """Read a bundle. Anything that is not one raises TraceFormatError with one clear line."""
+    path = Path(path)
+    if not path.exists():
+        raise Fa4traceError(f"{path}: no such file")
+    if path.is_dir():
+        raise Fa4traceError(f"{path} is a directory, not a trace bundle")
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceFormatError(f"{path} is not a Parquet trace bundle ({first})") from None
+    raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise TraceFormatError(f"{path} is a Parquet file without fa4trace metadata: not a trace bundle")
+    try:
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError("metadata is not an object")
+    except ValueError as exc:
+        raise TraceFormatError(f"{path}: fa4trace metadata is not valid JSON ({exc})") from None
+    if meta.get("format") != BUNDLE_FORMAT:
+        raise TraceFormatError(f"{path}: metadata format {meta.get('format')!r} is not {BUNDLE_FORMAT!r}")
+    if int(meta.get("bundle_version", 0)) > BUNDLE_VERSION:
+        raise TraceFormatError(f"{path}: bundle version {meta.get('bundle_version')} is newer than this fa4trace reads ({BUNDLE_VERSION}); upgrade fa4trace")
+    missing = [f.name for f in SCHEMA if f.name not in pf.schema_arrow.names]
+    if missing:
+        raise TraceFormatError(f"{path}: bundle lacks column(s) {', '.join(missing)}")
+    try:
+        table = pf.read(columns=SCHEMA.names)
+        table = table.replace_schema_metadata(None)
+        if table.schema != SCHEMA:
+            table = table.cast(SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceFormatError(f"{path}: bundle data is unreadable ({first})") from None
+    if "vocabulary" in meta:
+        Vocabulary.from_json(meta["vocabulary"])  # validate early, one clear error
+    else:
+        meta["vocabulary"] = VOCAB.to_json()
+    return Trace(table, meta)

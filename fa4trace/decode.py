@@ -1,0 +1,347 @@
+"""Raw trace buffer -> Arrow events table (vectorized: no Python loop per event).
+
+One launch's buffer decodes to rows of
+
+    launch  cta  sm  warp  role  name  kind  iter  start_ns  end_ns  start_cycles  end_cycles  dropped
+
+where ``kind`` is "span", "instant" or "warp" (one WARP row per warp lifetime), ``iter`` is
+the payload (-1 if none), times are ns from the launch's earliest warp start and cycles are
+the raw timer values unwrapped to 64 bits (globaltimer ns in the globaltimer timebase).
+
+Cycles become ns per warp with that warp's own Δglobaltimer/Δclock64 (clock64 differs per
+SM; the warp's two anchors tie it to the global timer). A warp that lived too few globaltimer
+ticks for a precise ratio borrows the median ratio of its SM's long-lived warps (else the
+launch's), and the row of that warp says so in the launch summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from . import layout as L
+from .errors import TraceFormatError
+from .vocab import VOCAB, WARP_EVENT_ID, Vocabulary
+
+U32 = np.uint64(0xFFFFFFFF)
+# A warp whose anchors are closer than this many ns (~62 globaltimer ticks on H200) takes a
+# borrowed cycles->ns ratio: its own would be off by more than ~3%.
+MIN_RATIO_SPAN_NS = 2000
+
+KINDS = ("span", "instant", "warp")
+
+SCHEMA = pa.schema([
+    ("launch", pa.int16()),
+    ("cta", pa.int32()),
+    ("sm", pa.int16()),
+    ("warp", pa.int16()),
+    ("role", pa.dictionary(pa.int16(), pa.string())),
+    ("name", pa.dictionary(pa.int16(), pa.string())),
+    ("kind", pa.dictionary(pa.int8(), pa.string())),
+    ("iter", pa.int32()),
+    ("start_ns", pa.int64()),
+    ("end_ns", pa.int64()),
+    ("start_cycles", pa.int64()),
+    ("end_cycles", pa.int64()),
+    ("dropped", pa.int32()),
+])
+
+
+@dataclass
+class DecodedLaunch:
+    """One launch's events plus what the decoder learned about it."""
+
+    table: pa.Table
+    t0_globaltimer_ns: int  # absolute %globaltimer of the earliest warp start (rebase point)
+    summary: dict = field(default_factory=dict)
+
+
+def _warp_name(slot: int, spec: L.BufferSpec) -> str:
+    cta = int(spec.cta_of_slot(slot // spec.warps_per_cta))
+    return f"warp slot {slot} (CTA {cta}, warp {slot % spec.warps_per_cta})"
+
+
+def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
+                  grid_ctas: int | None = None) -> DecodedLaunch:
+    """Decode one launch's buffer (numpy array or bytes, 64-bit words).
+
+    Raises TraceFormatError naming the warp and record when the bytes are not a consistent
+    fa4trace buffer (wrong magic or version, truncated, unmatched begin/end, foreign bytes).
+    """
+    words = _as_words(buffer)
+    spec = L.BufferSpec.from_header(words)
+    slots = words[L.GLOBAL_HEADER_WORDS:spec.words].reshape(spec.n_slots, spec.slot_words)
+    hdr = slots[:, :L.WARP_HEADER_WORDS]
+
+    # ---- warp headers ------------------------------------------------------------------
+    w0 = hdr[:, L.W_MAGIC]
+    magic = w0 & U32
+    present = magic == L.WARP_MAGIC
+    empty = w0 == 0
+    bad = ~(present | empty)
+    if bad.any():
+        s = int(np.flatnonzero(bad)[0])
+        raise TraceFormatError(f"{_warp_name(s, spec)}: header magic 0x{int(magic[s]):08x} is not an fa4trace warp header")
+    idx = np.flatnonzero(present)
+    if idx.size == 0:
+        raise TraceFormatError("trace buffer holds no recorded warp (was the kernel launched with this buffer?)")
+    h = hdr[idx]
+    version = (h[:, L.W_MAGIC] >> np.uint64(32)) & np.uint64(0xFF)
+    timebase = (h[:, L.W_MAGIC] >> np.uint64(40)) & np.uint64(0xFF)
+    role_id = (h[:, L.W_MAGIC] >> np.uint64(48)).astype(np.int64)
+    for arr, what, ok in ((version, "format version", version == L.FORMAT_VERSION),
+                          (timebase, "timebase", np.isin(timebase, list(L.TIMEBASE_NAMES)))):
+        if not ok.all():
+            j = int(np.flatnonzero(~ok)[0])
+            raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: unsupported {what} {int(arr[j])}")
+    if np.unique(timebase).size != 1:
+        raise TraceFormatError("warps of one launch use different timebases")
+    tb = int(timebase[0])
+
+    sm = (h[:, L.W_IDS] & U32).astype(np.int64)
+    cta = (h[:, L.W_IDS] >> np.uint64(32)).astype(np.int64)
+    warp = (h[:, L.W_WARP] & U32).astype(np.int64)
+    exp_cta = spec.cta_of_slot(idx // spec.warps_per_cta)
+    exp_warp = idx % spec.warps_per_cta
+    wrong = (cta != exp_cta) | (warp != exp_warp)
+    if grid_ctas is not None:
+        wrong |= cta >= grid_ctas
+    if wrong.any():
+        j = int(np.flatnonzero(wrong)[0])
+        raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: header says CTA {cta[j]}, warp {warp[j]}: foreign or corrupted bytes")
+
+    gt0, clk0 = h[:, L.W_GT0].astype(np.int64), h[:, L.W_CLK0].astype(np.int64)
+    gt1, clk1 = h[:, L.W_GT1].astype(np.int64), h[:, L.W_CLK1].astype(np.int64)
+    unfinished = (gt1 == 0) & (clk1 == 0) & (h[:, L.W_COUNTS] == 0)
+    if unfinished.any():
+        j = int(np.flatnonzero(unfinished)[0])
+        raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: started but never finished "
+                               "(the kernel did not reach Recorder.finish(), or the buffer was read too early)")
+    if ((gt1 < gt0) | (clk1 < clk0)).any():
+        j = int(np.flatnonzero((gt1 < gt0) | (clk1 < clk0))[0])
+        raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: end anchors precede start anchors")
+    written = (h[:, L.W_COUNTS] & U32).astype(np.int64)
+    dropped = (h[:, L.W_COUNTS] >> np.uint64(32)).astype(np.int64)
+    if (written > spec.capacity).any() or (dropped >= 1 << 31).any():
+        j = int(np.flatnonzero((written > spec.capacity) | (dropped >= 1 << 31))[0])
+        raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: {written[j]} records written, slot holds {spec.capacity}")
+
+    # ---- records: gather the written part of every present slot --------------------------
+    n_w = idx.size
+    counts = written
+    total = int(counts.sum())
+    first = np.cumsum(counts) - counts  # first record (global index) of each warp
+    owner = np.repeat(np.arange(n_w, dtype=np.int64), counts)  # index into the present-warp arrays
+    slot_base = L.GLOBAL_HEADER_WORDS + idx.astype(np.int64) * spec.slot_words + L.WARP_HEADER_WORDS
+    lin = np.arange(total, dtype=np.int64) + np.repeat(slot_base - first, counts)
+    pos = lin - np.repeat(slot_base, counts)  # record index within its warp (for messages)
+    rec = words.take(lin)
+
+    halves = rec.view(np.uint32).reshape(-1, 2)  # little-endian: [timer lo, tag word]
+    lo = halves[:, 0].astype(np.int64)
+    hi = halves[:, 1]
+    ev = (hi & 0xFF).astype(np.int64)
+    kind = ((hi >> 8) & 3).astype(np.int8)
+    reserved = (hi >> 10) & 3
+    payload = (hi >> 12).astype(np.int64)
+    names = vocab.event_names()
+    known = np.array([bool(n) for n in names])
+    badrec = (reserved != 0) | (kind == 3) | ~known[ev] | (ev == WARP_EVENT_ID)
+    if badrec.any():
+        r = int(np.flatnonzero(badrec)[0])
+        why = ("reserved bits set" if reserved[r] else "bad kind" if kind[r] == 3
+               else f"unknown event id {ev[r]}")
+        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: {why} (word 0x{int(rec[r]):016x})")
+
+    # ---- unwrap 32-bit times against the warp's 64-bit start anchor ----------------------
+    anchor0 = clk0 if tb == L.TIMEBASE_CLOCK64 else gt0
+    anchor1 = clk1 if tb == L.TIMEBASE_CLOCK64 else gt1
+    prev = np.empty(total, np.int64)
+    if total:
+        prev[1:] = lo[:-1]
+        starts = first[counts > 0]
+        prev[starts] = anchor0[counts > 0] & 0xFFFFFFFF
+    step = (lo - prev) & 0xFFFFFFFF
+    csum = np.cumsum(step)
+    nz = counts > 0
+    seg_base = np.repeat(csum[first[nz]] - step[first[nz]], counts[nz])
+    full = np.repeat(anchor0, counts) + (csum - seg_base)
+    late = full > np.repeat(anchor1, counts)
+    if late.any():
+        r = int(np.flatnonzero(late)[0])
+        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: time lies after the warp finished (foreign bytes or a wrapped timer)")
+
+    # ---- cycles -> ns, per warp ----------------------------------------------------------
+    if tb == L.TIMEBASE_CLOCK64:
+        ratio, borrowed = _ns_per_cycle(gt0, gt1, clk0, clk1, sm)
+        ns_abs = np.repeat(gt0, counts) + np.rint((full - np.repeat(clk0, counts)) * np.repeat(ratio, counts)).astype(np.int64)
+    else:
+        ratio, borrowed = np.full(n_w, np.nan), np.zeros(n_w, bool)
+        ns_abs = full
+    t0 = int(gt0.min())
+    ns = ns_abs - t0
+
+    # ---- pair begin/end by (warp, event, payload), in record order -----------------------
+    key = (owner.astype(np.int64) << 28) | (ev << 20) | payload
+    is_b, is_e, is_i = kind == L.KIND_BEGIN, kind == L.KIND_END, kind == L.KIND_INSTANT
+    bi, ei = np.flatnonzero(is_b), np.flatnonzero(is_e)
+    bi = bi[np.argsort(key[bi], kind="stable")]
+    ei = ei[np.argsort(key[ei], kind="stable")]
+    truncated = 0
+    if bi.size != ei.size or not np.array_equal(key[bi], key[ei]):
+        bi, ei, truncated = _match_with_overflow(bi, ei, key, owner, pos, dropped, idx, spec)
+    backwards = ei < bi
+    if backwards.any():
+        j = int(np.flatnonzero(backwards)[0])
+        r = int(ei[j])
+        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: end of {names[ev[r]]} before its begin")
+    ii = np.flatnonzero(is_i)
+
+    # ---- assemble rows: spans, instants, one WARP row per warp ---------------------------
+    # Rows are ordered by (warp, begin record): records of a warp are in time order, so this
+    # is (cta, warp, start) order with outer spans before the spans they contain. A WARP row
+    # goes before its warp's events. Positions are unique, so a scatter replaces a sort.
+    bi_or_i = np.concatenate([bi, ii])
+    n_rows = bi_or_i.size + n_w
+    out_pos = np.empty(n_rows, np.int64)
+    out_pos[:bi_or_i.size] = bi_or_i + owner[bi_or_i] + 1
+    out_pos[bi_or_i.size:] = first + np.arange(n_w)
+    slots_used = np.full(total + n_w, -1, np.int64)
+    slots_used[out_pos] = np.arange(n_rows)
+    order = slots_used[slots_used >= 0]
+
+    end_idx = np.concatenate([ei, ii])
+    row_owner = np.concatenate([owner[bi_or_i], np.arange(n_w)])[order]
+    r_start_ns = np.concatenate([ns[bi_or_i], gt0 - t0])[order]
+    r_end_ns = np.concatenate([ns[end_idx], gt1 - t0])[order]
+    r_start_c = np.concatenate([full[bi_or_i], clk0])[order]
+    r_end_c = np.concatenate([full[end_idx], clk1])[order]
+    r_ev = np.concatenate([ev[bi_or_i], np.full(n_w, WARP_EVENT_ID)])[order]
+    r_iter = np.concatenate([payload[bi_or_i], np.full(n_w, L.PAYLOAD_NONE)])[order]
+    r_iter = np.where(r_iter == L.PAYLOAD_NONE, -1, r_iter).astype(np.int32)
+    r_kind = np.concatenate([np.zeros(bi.size, np.int8), np.ones(ii.size, np.int8),
+                             np.full(n_w, 2, np.int8)])[order]
+    r_dropped = np.concatenate([np.zeros(bi_or_i.size, np.int32), dropped.astype(np.int32)])[order]
+
+    role_names = vocab.role_names()
+    uniq_roles, role_codes = np.unique(role_id, return_inverse=True)
+    role_dict = [role_names.get(int(r), f"role{int(r)}") for r in uniq_roles]
+    used_ev = np.flatnonzero(np.bincount(r_ev, minlength=256))
+    ev_code_of = np.zeros(256, np.int16)
+    ev_code_of[used_ev] = np.arange(used_ev.size)
+
+    table = pa.table({
+        "launch": pa.array(np.full(n_rows, launch_index, np.int16)),
+        "cta": pa.array(cta[row_owner].astype(np.int32)),
+        "sm": pa.array(sm[row_owner].astype(np.int16)),
+        "warp": pa.array(warp[row_owner].astype(np.int16)),
+        "role": pa.DictionaryArray.from_arrays(pa.array(role_codes[row_owner].astype(np.int16)), pa.array(role_dict)),
+        "name": pa.DictionaryArray.from_arrays(pa.array(ev_code_of[r_ev]), pa.array([names[e] for e in used_ev])),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(r_kind), pa.array(list(KINDS))),
+        "iter": pa.array(r_iter),
+        "start_ns": pa.array(r_start_ns),
+        "end_ns": pa.array(r_end_ns),
+        "start_cycles": pa.array(r_start_c),
+        "end_cycles": pa.array(r_end_c),
+        "dropped": pa.array(r_dropped),
+    }, schema=SCHEMA)
+
+    valid = ~np.isnan(ratio)
+    summary = {
+        "launch": launch_index,
+        "timebase": L.TIMEBASE_NAMES[tb],
+        "warps_recorded": int(n_w),
+        "ctas_recorded": int(np.unique(cta).size),
+        "warps_per_cta": spec.warps_per_cta,
+        "capacity": spec.capacity,
+        "cta_first": spec.cta_first,
+        "cta_stride": spec.cta_stride,
+        "records": total,
+        "dropped": int(dropped.sum()),
+        "overflowed_warps": int((dropped > 0).sum()),
+        "truncated_spans": int(truncated),
+        "borrowed_clock_ratio_warps": int(borrowed.sum()),
+        "clock_ghz_median": float(1.0 / np.median(ratio[valid])) if valid.any() else None,
+        "span_ns": int(gt1.max() - t0),
+    }
+    return DecodedLaunch(table, t0, summary)
+
+
+def _as_words(buffer) -> np.ndarray:
+    if isinstance(buffer, (bytes, bytearray, memoryview)):
+        b = bytes(buffer)
+        if len(b) % 8:
+            raise TraceFormatError(f"trace buffer is {len(b)} bytes, not a whole number of 64-bit words")
+        return np.frombuffer(b, dtype="<u8")
+    arr = np.asarray(buffer)
+    if arr.dtype.itemsize != 8 or arr.dtype.kind not in "iu":
+        raise TraceFormatError(f"trace buffer must hold 64-bit integers, got {arr.dtype}")
+    return arr.reshape(-1).view(np.uint64)
+
+
+def _ns_per_cycle(gt0, gt1, clk0, clk1, sm):
+    """Per-warp ns/cycle; short-lived warps borrow their SM's (else the launch's) median."""
+    dgt = (gt1 - gt0).astype(np.float64)
+    dclk = (clk1 - clk0).astype(np.float64)
+    good = (dgt >= MIN_RATIO_SPAN_NS) & (dclk > 0)
+    ratio = np.full(dgt.size, np.nan)
+    ratio[good] = dgt[good] / dclk[good]
+    borrowed = ~good
+    if borrowed.any():
+        if good.any():
+            launch_median = float(np.median(ratio[good]))
+        else:
+            # No warp lived long enough: the best estimate left is the whole launch's span.
+            tot_clk = float(dclk.sum())
+            launch_median = float(dgt.sum() / tot_clk) if tot_clk > 0 else 0.5
+        for s in np.unique(sm[borrowed]):
+            on_sm = sm == s
+            ref = ratio[on_sm & good]
+            ratio[on_sm & borrowed] = float(np.median(ref)) if ref.size else launch_median
+    return ratio, borrowed
+
+
+def _match_with_overflow(bi, ei, key, owner, pos, dropped, idx, spec):
+    """Slow path: some (warp, event, payload) has unequal begins and ends.
+
+    Allowed only where the warp overflowed (its last begins lost their ends to the full
+    slot): those begins are dropped and counted. Anything else is a format error.
+    """
+    kb, cb = np.unique(key[bi], return_counts=True)
+    ke, ce = np.unique(key[ei], return_counts=True)
+    allk = np.union1d(kb, ke)
+    nb = np.zeros(allk.size, np.int64)
+    ne = np.zeros(allk.size, np.int64)
+    nb[np.searchsorted(allk, kb)] = cb
+    ne[np.searchsorted(allk, ke)] = ce
+    mism = np.flatnonzero(nb != ne)
+    warp_of_key = (allk >> 28)
+    for j in mism:
+        w = int(warp_of_key[j])
+        if nb[j] > ne[j] and dropped[w] > 0:
+            continue
+        members = bi[key[bi] == allk[j]] if nb[j] > ne[j] else ei[key[ei] == allk[j]]
+        r = int(members[-1] if nb[j] > ne[j] else members[0])
+        what = "begin without end" if nb[j] > ne[j] else "end without begin"
+        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: {what}")
+    # Keep, per key, only the first min(nb, ne) begins and ends (record order is preserved).
+    keep_n = np.minimum(nb, ne)
+    rank_b = _rank_in_group(key[bi])
+    rank_e = _rank_in_group(key[ei])
+    kb_all = np.searchsorted(allk, key[bi])
+    ke_all = np.searchsorted(allk, key[ei])
+    bi2 = bi[rank_b < keep_n[kb_all]]
+    ei2 = ei[rank_e < keep_n[ke_all]]
+    return bi2, ei2, int(bi.size - bi2.size)
+
+
+def _rank_in_group(sorted_keys: np.ndarray) -> np.ndarray:
+    """0,1,2.. within runs of equal keys (input sorted by key)."""
+    n = sorted_keys.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    starts = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]
+    first = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    return np.arange(n) - first
