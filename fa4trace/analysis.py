@@ -1,0 +1,396 @@
+"""What a trace says about overlap: the numbers behind `summary`, `compare` and the app.
+
+Definitions (all per CTA, then aggregated over CTAs weighted by time):
+
+* QK∥SOFTMAX overlap = |∪SOFTMAX ∩ ∪QK| / |∪SOFTMAX|, unions over the CTA's warps; the same
+  for PV. 1.0 means every nanosecond of softmax ran while a QK MMA was in flight.
+* hidden softmax per iteration = per warp and KV block, the ns of SOFTMAX(i) during which
+  any QK or PV of that warp was in flight (median over warps and blocks).
+* period = median gap between the starts of consecutive SOFTMAX blocks of one warp.
+* tensor-core busy = |∪(QK ∪ PV)| / CTA lifetime.
+* kernel span = last warp end − first warp start of a launch (recorded warps only; a
+  bundle recorded for a CTA subset says so in its metadata). If the bundle carries a
+  measured kernel time (meta["timing"]["kernel_us"]), bandwidth uses that.
+
+Everything is vectorized over groups (sweeps over sorted boundaries), so a 1 M-event bundle
+summarizes in well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .bundle import Trace
+
+OVERLAP_PAIRS = (("QK", "SOFTMAX"), ("PV", "SOFTMAX"))
+ITER_EVENTS = ("LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV")
+DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4, "fp8": 1}
+
+
+# ---- columns as numpy ----------------------------------------------------------------------
+class _Cols:
+    """The columns analysis needs, as numpy arrays (names decoded once)."""
+
+    def __init__(self, t: pa.Table):
+        self.n = t.num_rows
+        self.launch = t["launch"].to_numpy().astype(np.int64)
+        self.cta = t["cta"].to_numpy().astype(np.int64)
+        self.warp = t["warp"].to_numpy().astype(np.int64)
+        self.sm = t["sm"].to_numpy().astype(np.int64)
+        self.iter = t["iter"].to_numpy().astype(np.int64)
+        self.start = t["start_ns"].to_numpy()
+        self.end = t["end_ns"].to_numpy()
+        name = t["name"].combine_chunks() if t.num_rows else pa.array([], pa.dictionary(pa.int16(), pa.string()))
+        self.name_codes = name.indices.to_numpy(zero_copy_only=False).astype(np.int64) if t.num_rows else np.zeros(0, np.int64)
+        self.name_dict = name.dictionary.to_pylist() if t.num_rows else []
+        role = t["role"].combine_chunks() if t.num_rows else None
+        self.role_codes = role.indices.to_numpy(zero_copy_only=False).astype(np.int64) if t.num_rows else np.zeros(0, np.int64)
+        self.role_dict = role.dictionary.to_pylist() if t.num_rows else []
+        self.dropped = t["dropped"].to_numpy().astype(np.int64)
+
+    def mask(self, name: str) -> np.ndarray:
+        if name not in self.name_dict:
+            return np.zeros(self.n, bool)
+        return self.name_codes == self.name_dict.index(name)
+
+
+def _columns(trace_or_table) -> _Cols:
+    t = trace_or_table.events if isinstance(trace_or_table, Trace) else trace_or_table
+    return _Cols(t)
+
+
+# ---- interval algebra, vectorized over groups ---------------------------------------------
+def union_length(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
+    """|∪ intervals| per group id in [0, n_groups)."""
+    return overlap_length(group, start, end, group[:0], start[:0], end[:0], n_groups)[0]
+
+
+def overlap_length(ga, sa, ea, gb, sb, eb, n_groups):
+    """Per group: (|∪A|, |∪B|, |∪A ∩ ∪B|) by one sweep over all boundaries.
+
+    Boundaries are sorted by (group, time); running counts of open A and B intervals reset
+    naturally at group edges because each group's +1/-1 sum to zero.
+    """
+    g = np.concatenate([ga, ga, gb, gb]).astype(np.int64)
+    t = np.concatenate([sa, ea, sb, eb]).astype(np.int64)
+    da = np.concatenate([np.ones(ga.size, np.int64), -np.ones(ga.size, np.int64),
+                         np.zeros(2 * gb.size, np.int64)])
+    db = np.concatenate([np.zeros(2 * ga.size, np.int64), np.ones(gb.size, np.int64),
+                         -np.ones(gb.size, np.int64)])
+    out = np.zeros((3, n_groups), np.float64)
+    if g.size == 0:
+        return out
+    order = _argsort_by(g, t)
+    g, t, da, db = g[order], t[order], da[order], db[order]
+    ca = np.cumsum(da)
+    cb = np.cumsum(db)
+    seg = np.diff(t).astype(np.float64)
+    same = g[1:] == g[:-1]
+    seg = np.where(same, seg, 0.0)
+    in_a = ca[:-1] > 0
+    in_b = cb[:-1] > 0
+    gg = g[:-1]
+    out[0] = np.bincount(gg, weights=seg * in_a, minlength=n_groups)
+    out[1] = np.bincount(gg, weights=seg * in_b, minlength=n_groups)
+    out[2] = np.bincount(gg, weights=seg * (in_a & in_b), minlength=n_groups)
+    return out
+
+
+_TIME_BITS = 41  # ns offsets below 2**41 (~36 min) pack beside a group id in one int64
+
+
+def _argsort_by(g: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Order by (group, time) with one int64 sort instead of a lexsort."""
+    t = t.astype(np.int64)
+    lo = int(t.min()) if t.size else 0
+    if t.size and int(t.max()) - lo < (1 << _TIME_BITS) and int(g.max()) < (1 << (62 - _TIME_BITS)):
+        return np.argsort((g.astype(np.int64) << _TIME_BITS) | (t - lo), kind="stable")
+    return np.lexsort((t, g))
+
+
+# Bits per key field when packing a tuple of small ints into one int64 sort key.
+_KEY_BITS = (15, 31, 16)
+
+
+def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """Dense ids for rows by a tuple of int keys; returns (ids, n, unique key rows).
+
+    Keys are packed into one int64 (launch, cta, warp... fit easily); already-sorted input
+    (the decoder writes rows in (launch, cta, warp) order) takes an O(n) path.
+    """
+    if keys[0].size == 0:
+        return np.zeros(0, np.int64), 0, np.zeros((0, len(keys)), np.int64)
+    bits = _KEY_BITS[-len(keys):] if len(keys) <= len(_KEY_BITS) else None
+    if bits is not None and all(int(k.min()) >= 0 and int(k.max()) < (1 << b) for k, b in zip(keys, bits)):
+        packed = np.zeros(keys[0].size, np.int64)
+        for k, b in zip(keys, bits):
+            packed = (packed << b) | k.astype(np.int64)
+        if packed.size < 2 or bool(np.all(packed[1:] >= packed[:-1])):
+            change = np.r_[True, packed[1:] != packed[:-1]]
+            ids = np.cumsum(change) - 1
+            uniq_packed = packed[change]
+        else:
+            uniq_packed, ids = np.unique(packed, return_inverse=True)
+        uniq = np.zeros((uniq_packed.size, len(keys)), np.int64)
+        rest = uniq_packed.copy()
+        for j in range(len(keys) - 1, -1, -1):
+            uniq[:, j] = rest & ((1 << bits[j]) - 1)
+            rest >>= bits[j]
+        return ids.reshape(-1), uniq.shape[0], uniq
+    stacked = np.stack(keys, axis=1)
+    uniq, ids = np.unique(stacked, axis=0, return_inverse=True)
+    return ids.reshape(-1), uniq.shape[0], uniq
+
+
+# ---- per-CTA table ------------------------------------------------------------------------
+def per_cta(trace: Trace) -> pa.Table:
+    """One row per (launch, CTA): span, overlaps, tensor-core busy, blocks, dropped."""
+    c = _columns(trace)
+    warp_rows = c.mask("WARP")
+    gid_all, n, keys = _group_ids(c.launch, c.cta)
+    if n == 0:
+        return pa.table({"launch": pa.array([], pa.int16()), "cta": pa.array([], pa.int32())})
+    first = np.full(n, np.iinfo(np.int64).max)
+    last = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first, gid_all[warp_rows], c.start[warp_rows])
+    np.maximum.at(last, gid_all[warp_rows], c.end[warp_rows])
+    sm = np.zeros(n, np.int64)
+    sm[gid_all] = c.sm
+    cols = {"launch": keys[:, 0].astype(np.int16), "cta": keys[:, 1].astype(np.int32),
+            "sm": sm.astype(np.int16), "span_ns": (last - first).astype(np.int64),
+            "start_ns": first, "end_ns": last}
+    for a, b in OVERLAP_PAIRS:
+        ma, mb = c.mask(a), c.mask(b)
+        la, lb, inter = overlap_length(gid_all[ma], c.start[ma], c.end[ma],
+                                       gid_all[mb], c.start[mb], c.end[mb], n)
+        cols[f"{b.lower()}_ns"] = lb
+        cols[f"{a.lower()}_ns"] = la
+        cols[f"{a.lower()}_{b.lower()}_overlap"] = np.where(lb > 0, inter / np.maximum(lb, 1), np.nan)
+    mqk, mpv = c.mask("QK"), c.mask("PV")
+    mtc = mqk | mpv
+    tc = union_length(gid_all[mtc], c.start[mtc], c.end[mtc], n)
+    cols["tensor_core_busy"] = np.where(cols["span_ns"] > 0, tc / np.maximum(cols["span_ns"], 1), np.nan)
+    msm = c.mask("SOFTMAX")
+    blocks = np.zeros(n, np.int64)
+    if msm.any():
+        # KV blocks a CTA processed = distinct softmax iterations.
+        gk, _, uk = _group_ids(gid_all[msm], c.iter[msm])
+        blocks = np.bincount(uk[:, 0], minlength=n)
+    cols["kv_blocks"] = blocks
+    cols["dropped"] = np.bincount(gid_all, weights=c.dropped, minlength=n).astype(np.int64)
+    return pa.table(cols)
+
+
+# ---- per-iteration table ------------------------------------------------------------------
+def per_iteration(trace: Trace, *, events=ITER_EVENTS) -> pa.Table:
+    """Median duration per (KV block, event) over warps and CTAs, plus hidden softmax."""
+    c = _columns(trace)
+    rows = {"iter": [], "name": [], "median_ns": [], "count": []}
+    for name in events:
+        m = c.mask(name) & (c.iter >= 0)
+        if not m.any():
+            continue
+        it = c.iter[m]
+        dur = (c.end[m] - c.start[m]).astype(np.float64)
+        order = np.lexsort((dur, it))
+        it, dur = it[order], dur[order]
+        uniq, first, counts = np.unique(it, return_index=True, return_counts=True)
+        # median of each sorted run
+        lo = first + (counts - 1) // 2
+        hi = first + counts // 2
+        med = (dur[lo] + dur[hi]) / 2
+        rows["iter"] += uniq.tolist()
+        rows["name"] += [name] * uniq.size
+        rows["median_ns"] += med.tolist()
+        rows["count"] += counts.tolist()
+    hidden = _hidden_softmax(c)
+    if hidden is not None:
+        it, med, cnt = hidden
+        rows["iter"] += it.tolist()
+        rows["name"] += ["SOFTMAX_HIDDEN"] * it.size
+        rows["median_ns"] += med.tolist()
+        rows["count"] += cnt.tolist()
+    return pa.table({"iter": pa.array(rows["iter"], pa.int32()), "name": pa.array(rows["name"]),
+                     "median_ns": pa.array(rows["median_ns"], pa.float64()),
+                     "count": pa.array(rows["count"], pa.int64())})
+
+
+def _hidden_softmax(c: _Cols):
+    """Per (warp, SOFTMAX block): ns of it covered by that warp's own QK/PV in flight."""
+    msm = c.mask("SOFTMAX") & (c.iter >= 0)
+    mtc = c.mask("QK") | c.mask("PV")
+    if not msm.any() or not mtc.any():
+        return None
+    # One group per softmax row, intersected with the union of its warp's MMA spans.
+    sm_idx = np.flatnonzero(msm)
+    wid, nw, _ = _group_ids(c.launch, c.cta, c.warp)
+    # Expand each MMA span to the softmax rows of its warp it touches: do it by sweeping
+    # per warp with softmax rows as group A and the warp's MMA spans as group B.
+    ga = wid[sm_idx]
+    tc_idx = np.flatnonzero(mtc)
+    gb = wid[tc_idx]
+    # Softmax spans of one warp are disjoint, so per-warp intersection can be split per
+    # softmax row by sweeping once with the row id carried on A boundaries.
+    g = np.concatenate([ga, ga, gb, gb])
+    t = np.concatenate([c.start[sm_idx], c.end[sm_idx], c.start[tc_idx], c.end[tc_idx]])
+    da = np.concatenate([np.ones(ga.size, np.int64), -np.ones(ga.size, np.int64), np.zeros(2 * gb.size, np.int64)])
+    db = np.concatenate([np.zeros(2 * ga.size, np.int64), np.ones(gb.size, np.int64), -np.ones(gb.size, np.int64)])
+    rid = np.concatenate([np.arange(ga.size), np.arange(ga.size), np.full(2 * gb.size, -1)])
+    order = _argsort_by(g, t)
+    g, t, da, db, rid = g[order], t[order], da[order], db[order], rid[order]
+    ca, cb = np.cumsum(da), np.cumsum(db)
+    # The softmax row open in each segment: forward-fill row ids from A starts.
+    open_row = np.where(da == 1, rid, -1)
+    idx = np.where(open_row >= 0, np.arange(open_row.size), 0)
+    np.maximum.accumulate(idx, out=idx)
+    cur = open_row[idx]
+    seg = np.diff(t).astype(np.float64)
+    active = (g[1:] == g[:-1]) & (ca[:-1] > 0) & (cb[:-1] > 0) & (cur[:-1] >= 0)
+    hidden = np.bincount(cur[:-1][active], weights=seg[active], minlength=ga.size)
+    it = c.iter[sm_idx]
+    order = np.lexsort((hidden, it))
+    it, hidden = it[order], hidden[order]
+    uniq, first, counts = np.unique(it, return_index=True, return_counts=True)
+    med = (hidden[first + (counts - 1) // 2] + hidden[first + counts // 2]) / 2
+    return uniq, med, counts
+
+
+def _median_period(c: _Cols) -> float | None:
+    m = c.mask("SOFTMAX") & (c.iter >= 0)
+    if m.sum() < 2:
+        return None
+    wid, _, _ = _group_ids(c.launch[m], c.cta[m], c.warp[m])
+    st = c.start[m]
+    order = _argsort_by(wid, st)
+    wid, st = wid[order], st[order]
+    d = np.diff(st)
+    same = wid[1:] == wid[:-1]
+    return float(np.median(d[same])) if same.any() else None
+
+
+def _median_dur(c: _Cols, name: str) -> float | None:
+    m = c.mask(name)
+    return float(np.median(c.end[m] - c.start[m])) if m.any() else None
+
+
+# ---- summary and comparison ---------------------------------------------------------------
+def attention_bytes(config: dict) -> int | None:
+    """Bytes a decode-attention call must move: Q + K + V + O, from the bundle's config."""
+    try:
+        b, sq, sk = int(config["b"]), int(config.get("sq", 1)), int(config["sk"])
+        hq, hkv, d = int(config["hq"]), int(config["hkv"]), int(config["d"])
+        eb = DTYPE_BYTES[str(config.get("dtype", "bf16"))]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return eb * (2 * b * sq * hq * d + 2 * b * sk * hkv * d)
+
+
+def summarize(trace: Trace) -> dict:
+    """Everything `fa4trace summary --json` prints; the app shows the same numbers."""
+    c = _columns(trace)
+    ctas = per_cta(trace)
+    out: dict = {
+        "name": trace.name,
+        "kernel": trace.meta.get("kernel"),
+        "config": trace.meta.get("config", {}),
+        "synthetic": bool(trace.meta.get("synthetic", False)),
+        "gpu": trace.meta.get("gpu", {}).get("name"),
+        "rows": int(c.n),
+        "launches": len(trace.meta.get("launches", [])) or int(np.unique(c.launch).size),
+        "ctas": int(ctas.num_rows),
+        "warps": int(c.mask("WARP").sum()),
+        "dropped": int(c.dropped.sum()),
+        "overflowed_warps": int(((c.dropped > 0) & c.mask("WARP")).sum()),
+        "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))
+                   if c.name_dict[k] != "WARP" and v},
+    }
+    warp_rows = c.mask("WARP")
+    span = {}
+    for L in np.unique(c.launch[warp_rows]):
+        m = warp_rows & (c.launch == L)
+        span[int(L)] = int(c.end[m].max() - c.start[m].min())
+    out["kernel_span_ns"] = span.get(0) if len(span) == 1 else span
+    out["total_span_ns"] = int(c.end[warp_rows].max() - c.start[warp_rows].min()) if warp_rows.any() else None
+    timing = trace.meta.get("timing", {})
+    kernel_ns = timing.get("kernel_us") * 1e3 if timing.get("kernel_us") else out["total_span_ns"]
+    out["kernel_time_ns"] = kernel_ns
+    out["kernel_time_source"] = "measured (CUDA events)" if timing.get("kernel_us") else "trace span of recorded warps"
+    nbytes = attention_bytes(out["config"])
+    out["bytes"] = nbytes
+    out["bandwidth_tbps"] = (nbytes / kernel_ns / 1e3) if nbytes and kernel_ns else None
+
+    for a, b in OVERLAP_PAIRS:
+        key = f"{a.lower()}_{b.lower()}"
+        la = np.asarray(ctas[f"{a.lower()}_ns"]) if f"{a.lower()}_ns" in ctas.column_names else np.zeros(0)
+        frac = np.asarray(ctas[f"{key}_overlap"]) if f"{key}_overlap" in ctas.column_names else np.zeros(0)
+        lb = np.asarray(ctas[f"{b.lower()}_ns"]) if f"{b.lower()}_ns" in ctas.column_names else np.zeros(0)
+        valid = ~np.isnan(frac)
+        out[f"{key}_overlap"] = float(np.sum(frac[valid] * lb[valid]) / np.sum(lb[valid])) if valid.any() and lb[valid].sum() > 0 else None
+        out[f"{key}_overlap_cta_median"] = float(np.median(frac[valid])) if valid.any() else None
+        del la
+    tc = np.asarray(ctas["tensor_core_busy"]) if "tensor_core_busy" in ctas.column_names else np.zeros(0)
+    out["tensor_core_busy"] = float(np.nanmean(tc)) if tc.size and not np.isnan(tc).all() else None
+    med = {n.lower(): _median_dur(c, n) for n in ("QK", "SOFTMAX", "CORRECTION", "PV", "LOAD_K", "LOAD_V")}
+    out["median_ns"] = {k: v for k, v in med.items() if v is not None}
+    out["period_ns"] = _median_period(c)
+    hid = _hidden_softmax(c)
+    out["hidden_softmax_ns"] = float(np.median(hid[1])) if hid is not None else None
+    blocks = np.asarray(ctas["kv_blocks"]) if "kv_blocks" in ctas.column_names else np.zeros(0)
+    out["kv_blocks_per_cta"] = {"min": int(blocks.min()), "median": float(np.median(blocks)), "max": int(blocks.max())} if blocks.size and blocks.max() > 0 else None
+    spans = np.asarray(ctas["span_ns"]) if ctas.num_rows else np.zeros(0)
+    out["cta_span_ns"] = ({"min": int(spans.min()), "median": float(np.median(spans)), "max": int(spans.max())}
+                          if spans.size else None)
+    out["typical_cta"] = typical_cta(trace, ctas)
+    return _clean(out)
+
+
+def typical_cta(trace: Trace, ctas: pa.Table | None = None) -> int | None:
+    """The CTA whose span is closest to the median span (ties: lowest id) — a fair example."""
+    ctas = per_cta(trace) if ctas is None else ctas
+    if ctas.num_rows == 0:
+        return None
+    spans = np.asarray(ctas["span_ns"], dtype=np.float64)
+    i = int(np.argmin(np.abs(spans - np.median(spans))))
+    return int(ctas["cta"][i].as_py())
+
+
+def compare(a: Trace, b: Trace) -> dict:
+    """Side by side summaries and what changed from a to b (b is usually the ping-pong)."""
+    sa, sb = summarize(a), summarize(b)
+    diff: dict = {}
+    for key in ("kernel_time_ns", "bandwidth_tbps", "period_ns", "hidden_softmax_ns", "qk_softmax_overlap",
+                "pv_softmax_overlap", "tensor_core_busy", "dropped"):
+        va, vb = sa.get(key), sb.get(key)
+        if va is None or vb is None:
+            continue
+        diff[key] = {"a": va, "b": vb, "delta": vb - va,
+                     "ratio": (vb / va) if isinstance(va, (int, float)) and va else None}
+    hid_a, hid_b = sa.get("hidden_softmax_ns"), sb.get("hidden_softmax_ns")
+    per_b = sb.get("period_ns")
+    headline = None
+    if hid_a is not None and hid_b is not None and per_b:
+        extra = hid_b - hid_a
+        headline = (f"{b.name} hides {extra:.0f} ns more softmax per iteration than {a.name} "
+                    f"({100 * extra / per_b:.1f}% of its {per_b:.0f} ns period)")
+    ka, kb = sa.get("kernel_time_ns"), sb.get("kernel_time_ns")
+    speed = None
+    if ka and kb:
+        speed = f"kernel time {ka / 1e3:.2f} µs → {kb / 1e3:.2f} µs ({100 * (ka - kb) / ka:+.1f}% faster)"
+    return _clean({"a": sa, "b": sb, "diff": diff, "headline": headline, "speed": speed})
+
+
+def _clean(o):
+    """JSON-safe: numpy scalars to Python, NaN to None."""
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, np.generic):
+        o = o.item()
+    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
+        return None
+    return o

@@ -1,0 +1,142 @@
+"""Run instrumented kernels on the GPU and turn their buffers into bundles.
+
+kernel (launch with a trace buffer) -> buffer (torch tensor) -> decode -> Trace
+The launch itself is the caller's (a closure taking the trace tensor): this module owns the
+buffer's life, the decode and the metadata, for every kernel alike.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import layout as L
+from .bundle import Trace
+from .decode import decode_buffer
+from .gpu import gpu_facts, require_cuda
+
+
+@dataclass
+class TracedLaunch:
+    """One kernel launch to record: how to run it given a trace tensor, and what it is."""
+
+    kernel: str
+    grid_ctas: int
+    warps_per_cta: int
+    run: Callable  # run(trace_tensor) launches the kernel once (asynchronously is fine)
+    grid: tuple = (1, 1, 1)
+    block: tuple = (1, 1, 1)
+    capacity: int = 1024
+    cta_first: int = 0
+    cta_stride: int = 1
+    max_ctas: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def spec(self) -> L.BufferSpec:
+        return L.BufferSpec.for_grid(self.grid_ctas, self.warps_per_cta, self.capacity,
+                                     cta_first=self.cta_first, cta_stride=self.cta_stride,
+                                     max_ctas=self.max_ctas)
+
+
+def new_trace_tensor(spec: L.BufferSpec, device="cuda"):
+    torch = require_cuda()
+    return torch.from_numpy(spec.new_buffer().view(np.int64)).to(device)
+
+
+def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: dict | None = None,
+           notes: str | None = None) -> Trace:
+    """Launch each (in order, one buffer each), wait, decode, and join into one Trace."""
+    torch = require_cuda()
+    bufs = []
+    for ln in launches:
+        buf = new_trace_tensor(ln.spec())
+        ln.run(buf)
+        bufs.append(buf)
+    torch.cuda.synchronize()
+    decoded = [decode_buffer(b.cpu().numpy(), launch_index=i, grid_ctas=ln.grid_ctas)
+               for i, (ln, b) in enumerate(zip(launches, bufs))]
+    launch_meta = []
+    for ln in launches:
+        spec = ln.spec()
+        subset = spec.n_cta_slots < ln.grid_ctas
+        launch_meta.append({
+            "kernel": ln.kernel, "grid": list(ln.grid), "block": list(ln.block),
+            "grid_ctas": ln.grid_ctas, "recorded_ctas": f"{spec.cta_first}:{spec.cta_first + spec.n_cta_slots * spec.cta_stride}:{spec.cta_stride}",
+            "cta_subset": subset, **ln.extra,
+        })
+    meta = {
+        "kernel": kernel,
+        "config": config,
+        "gpu": gpu_facts(),
+        "launches": launch_meta,
+        "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "clock": {"globaltimer_tick_ns_expected": 32},
+        "cta_subset": any(m["cta_subset"] for m in launch_meta),
+    }
+    if timing:
+        meta["timing"] = timing
+    if notes:
+        meta["notes"] = notes
+    return Trace.from_launches(decoded, meta)
+
+
+# ---- the calibration kernel ------------------------------------------------------------------
+def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples: int = 48,
+                       n_ticks: int = 64, spin: int = 4000, build=None) -> tuple[Trace, dict]:
+    """Run the calibration kernel; return its trace and the timer checks (tick, agreement)."""
+    torch = require_cuda()
+    from .kernel_loader import get_kernel
+
+    fn, how = get_kernel("calibration", build=build, timebase=timebase)
+    warps = 4
+    n_warps = n_ctas * warps
+    truth = torch.zeros(n_warps * samples, dtype=torch.int64, device="cuda")
+    ticks = torch.zeros(n_warps * n_ticks, dtype=torch.int64, device="cuda")
+    launch = TracedLaunch(
+        kernel=f"calibration_{timebase}", grid_ctas=n_ctas, warps_per_cta=warps,
+        run=lambda tr: fn(truth, ticks, tr, n_ctas, samples, n_ticks, spin),
+        grid=(n_ctas, 1, 1), block=(32 * warps, 1, 1), capacity=samples + 8, extra={"how": how})
+    trace = record([launch], kernel=f"calibration_{timebase}",
+                   config={"timebase": timebase, "n_ctas": n_ctas, "samples": samples, "spin_cycles": spin})
+    checks = calibration_checks(trace, truth.cpu().numpy().reshape(n_warps, samples),
+                                ticks.cpu().numpy().reshape(n_warps, n_ticks), warps)
+    trace.meta["clock"].update({"globaltimer_tick_ns": checks["tick_ns"],
+                                "clock_ghz_median": trace.meta["launches"][0].get("clock_ghz_median")})
+    trace.meta["calibration"] = checks
+    return trace, checks
+
+
+def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps_per_cta: int) -> dict:
+    """Tick of %globaltimer, and |decoded ns − globaltimer| per sample (max per warp)."""
+    steps = np.diff(ticks, axis=1)
+    pos = steps[steps > 0]
+    tick = int(pos.min()) if pos.size else None
+    ev = trace.events
+    names = ev["name"].to_pylist()
+    import pyarrow.compute as pc
+
+    m = pc.equal(ev["name"].cast("string"), "CALIB")
+    cal = ev.filter(m)
+    del names
+    cta = cal["cta"].to_numpy()
+    warp = cal["warp"].to_numpy()
+    k = cal["iter"].to_numpy()
+    t_abs = cal["start_ns"].to_numpy() + trace.meta["t0_globaltimer_ns"]
+    g = truth[cta * warps_per_cta + warp, k]
+    err = g - t_abs  # globaltimer read just after the event minus our estimate of the event time
+    gw = cta * warps_per_cta + warp
+    per_warp_max = np.zeros(truth.shape[0])
+    np.maximum.at(per_warp_max, gw, np.abs(err))
+    return {
+        "tick_ns": tick,
+        "repeat_fraction": float((steps == 0).mean()) if steps.size else None,
+        "samples": int(err.size),
+        "err_ns_median": float(np.median(err)) if err.size else None,
+        "err_ns_p99_abs": float(np.percentile(np.abs(err), 99)) if err.size else None,
+        "err_ns_max_abs": float(np.abs(err).max()) if err.size else None,
+        "warps_within_one_tick": int((per_warp_max <= (tick or 32)).sum()),
+        "warps": int(truth.shape[0]),
+    }

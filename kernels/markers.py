@@ -1,0 +1,102 @@
+"""Marker-dense microbenchmark: what does recording cost when markers are dense?
+
+Each warp repeats ``iters`` times: begin(BENCH, i) · a dependent chain of ``chain``
+shared-memory loads (latency-bound work, the way attention warps mostly wait on loads and
+MMAs) · end(BENCH, i). With 8 warps per CTA and 8 CTAs per SM that is 64 warps per SM, and
+with chain ≈ 10 a begin + end per warp about every 360 cycles — the shape DESIGN §2 used to
+measure IKET (+19%).
+
+Variants (compile-time): ``plain`` (no markers), ``fa4trace`` (our recorder, staged),
+``fa4trace_lane`` (lane-0 direct stores), ``fa4trace_gt`` (globaltimer per event), and
+``iket`` (NVIDIA's IKET markers; compile with options including ``iket`` and run under
+``run-iket``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+
+from fa4trace import layout as L
+from fa4trace.device import Recorder
+from fa4trace.vocab import EV, ROLE
+
+VARIANTS = ("plain", "fa4trace", "fa4trace_lane", "fa4trace_gt", "iket")
+WARPS_PER_CTA = 8
+TABLE = 256  # words in the shared-memory pointer-chase table
+
+
+class MarkerBench:
+    def __init__(self, variant: str = "fa4trace"):
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        self.variant = variant
+        self.threads = 32 * WARPS_PER_CTA
+
+    @cute.jit
+    def __call__(self, out: cute.Tensor, trace: Optional[cute.Tensor], n_ctas: Int32, iters: Int32,
+                 chain: Int32):
+        self.kernel(out, trace, iters, chain).launch(grid=(n_ctas, 1, 1), block=(self.threads, 1, 1))
+
+    @cute.kernel
+    def kernel(self, out: cute.Tensor, trace: Optional[cute.Tensor], iters: Int32, chain: Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        smem = cutlass.utils.SmemAllocator()
+        nxt = smem.allocate_tensor(Int32, cute.make_layout(TABLE), byte_alignment=16)
+        # A permutation with stride 33: consecutive lanes chase through different banks.
+        for i in range(tid, TABLE, self.threads):
+            nxt[i] = (i * 33 + 1) % TABLE
+        cute.arch.sync_threads()
+
+        if const_expr(self.variant == "fa4trace_lane"):
+            rec = Recorder.start(trace, ROLE.BENCH, staged=False)
+        elif const_expr(self.variant == "fa4trace_gt"):
+            rec = Recorder.start(trace, ROLE.BENCH, timebase=L.TIMEBASE_GLOBALTIMER)
+        elif const_expr(self.variant in ("fa4trace",)):
+            rec = Recorder.start(trace, ROLE.BENCH)
+        else:
+            rec = Recorder.start(None)
+
+        x = tid % TABLE
+        acc = Float32(0.0)
+        for it in cutlass.range(iters, unroll=1):
+            if const_expr(self.variant == "iket"):
+                from cutlass.cute.experimental import iket
+
+                tok = iket.range_start("BENCH", it)
+            rec.begin(EV.BENCH, it)
+            for _ in cutlass.range(chain, unroll=1):
+                x = nxt[x]
+            acc = acc * Float32(0.999) + Float32(x)
+            rec.end(EV.BENCH, it)
+            if const_expr(self.variant == "iket"):
+                iket.range_end(tok, it)
+        rec.finish()
+        out[bid * self.threads + tid] = acc
+
+
+def compile_variant(variant: str, *, tvm_ffi: bool = True, keep_ptx: bool = False):
+    opts = []
+    if tvm_ffi:
+        opts.append("--enable-tvm-ffi")
+    if keep_ptx:
+        opts.append("--keep-ptx")
+    if variant == "iket":
+        opts.append("iket")
+    out = cute.runtime.make_fake_compact_tensor(Float32, (cute.sym_int(),))
+    traced = variant.startswith("fa4trace")
+    trace = cute.runtime.make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),)) if traced else None
+    return cute.compile(MarkerBench(variant), out, trace, Int32(1), Int32(1), Int32(1), options=" ".join(opts))
+
+
+def aot_variants(arch: str):
+    from fa4trace.aot import Entry
+
+    return [(f"markers_{v}", (lambda v=v: compile_variant(v)),
+             Entry(f"markers_{v}", "markers", {"variant": v, "traced": v.startswith("fa4trace"),
+                                               "warps_per_cta": WARPS_PER_CTA, "arch": arch}))
+            for v in VARIANTS]
