@@ -140,3 +140,27 @@ def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps
         "warps_within_one_tick": int((per_warp_max <= (tick or 32)).sum()),
         "warps": int(truth.shape[0]),
     }
+
+
+# ---- the marker microbenchmark ---------------------------------------------------------------
+MARKER_WARPS = 8
+
+
+def record_markers(*, variant: str = "fa4trace", n_ctas: int = 1056, iters: int = 200, chain: int = 10,
+                   capacity: int | None = None, cta_first: int = 0, cta_stride: int = 1,
+                   max_ctas: int | None = None, build=None) -> Trace:
+    """One traced launch of the marker-dense microbenchmark (2 events per iteration per warp)."""
+    torch = require_cuda()
+    from .kernel_loader import get_kernel
+
+    if not variant.startswith("fa4trace"):
+        raise ValueError(f"--variant {variant!r} records nothing; use fa4trace, fa4trace_lane or fa4trace_gt")
+    fn, how = get_kernel("markers", build=build, variant=variant)
+    out = torch.empty(n_ctas * 32 * MARKER_WARPS, dtype=torch.float32, device="cuda")
+    cap = capacity or 2 * iters + 8
+    launch = TracedLaunch(
+        kernel=f"markers_{variant}", grid_ctas=n_ctas, warps_per_cta=MARKER_WARPS,
+        run=lambda tr: fn(out, tr, n_ctas, iters, chain), grid=(n_ctas, 1, 1), block=(32 * MARKER_WARPS, 1, 1),
+        capacity=cap, cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, extra={"how": how})
+    return record([launch], kernel=f"markers_{variant}",
+                  config={"variant": variant, "n_ctas": n_ctas, "iters": iters, "chain": chain})

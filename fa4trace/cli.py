@@ -1,0 +1,305 @@
+"""`fa4trace` command line: record | convert | summary | compare | view | build | bench.
+
+Every failure prints one line (``fa4trace: error: ...``) and exits non-zero; nothing a user
+recorded is overwritten without --force.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import Fa4traceError
+
+EXIT_USAGE = 2
+EXIT_FAIL = 1
+
+
+class _OneLineErrors(click.Group):
+    """Turn usage errors and fa4trace errors into one line on stderr."""
+
+    def main(self, args=None, prog_name=None, **kw):
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "fa4trace", standalone_mode=False, **kw)
+            return rv if isinstance(rv, int) else 0
+        except click.exceptions.Exit as e:
+            return e.exit_code
+        except click.Abort:
+            _fail("aborted", EXIT_FAIL)
+        except click.UsageError as e:
+            hint = f" (see: {e.ctx.command_path} --help)" if e.ctx else ""
+            _fail(f"{e.format_message()}{hint}", EXIT_USAGE)
+        except click.ClickException as e:
+            _fail(e.format_message(), e.exit_code or EXIT_FAIL)
+        except (Fa4traceError, ValueError, OSError, KeyError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            _fail(msg, EXIT_FAIL)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+
+
+def _fail(msg: str, code: int):
+    click.echo(f"fa4trace: error: {msg}", err=True)
+    sys.exit(code)
+
+
+def _check_out(path: str, force: bool) -> Path:
+    p = Path(path)
+    if p.exists() and not force:
+        raise Fa4traceError(f"{p} exists; refusing to overwrite it (add --force)")
+    if p.is_dir():
+        raise Fa4traceError(f"{p} is a directory")
+    return p
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fa4trace", prog_name="fa4trace")
+def main():
+    """Per-warp timelines of GPU attention kernels: record, inspect, compare, view."""
+
+
+# ---- summary / compare ---------------------------------------------------------------------
+@main.command()
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def summary(bundle, as_json):
+    """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events."""
+    from .analysis import summarize
+    from .bundle import load
+
+    s = summarize(load(bundle))
+    if as_json:
+        click.echo(json.dumps(s, indent=1, sort_keys=True))
+        return
+    click.echo(_format_summary(s))
+
+
+def _pct(x):
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _ns(x):
+    return "n/a" if x is None else (f"{x / 1e3:.2f} µs" if x >= 1e4 else f"{x:.0f} ns")
+
+
+def _tbps(x):
+    return "n/a" if x is None else f"{x:.2f} TB/s"
+
+
+def _format_summary(s: dict) -> str:
+    cfg = s.get("config") or {}
+    shape = " ".join(f"{k}={v}" for k, v in cfg.items())
+    lines = [
+        f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
+        f"  gpu            {s.get('gpu') or 'n/a'}",
+        f"  config         {shape or 'n/a'}",
+        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))",
+        f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
+        f"  bandwidth      {_tbps(s.get('bandwidth_tbps'))}",
+        f"  QK ∥ SOFTMAX   {_pct(s.get('qk_softmax_overlap'))}",
+        f"  PV ∥ SOFTMAX   {_pct(s.get('pv_softmax_overlap'))}",
+        f"  hidden softmax {_ns(s.get('hidden_softmax_ns'))} per iteration (median)",
+        f"  period         {_ns(s.get('period_ns'))} per KV block (median)",
+        f"  tensor cores   {_pct(s.get('tensor_core_busy'))} busy",
+        f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
+    ]
+    med = s.get("median_ns") or {}
+    if med:
+        lines.append("  median ns      " + "  ".join(f"{k}={v:.0f}" for k, v in med.items()))
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("a", type=click.Path(dir_okay=False))
+@click.argument("b", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare(a, b, as_json):
+    """Compare two bundles (A usually base, B ping-pong): overlap, period, kernel time."""
+    from .analysis import compare as cmp
+    from .bundle import load
+
+    c = cmp(load(a), load(b))
+    if as_json:
+        click.echo(json.dumps(c, indent=1, sort_keys=True))
+        return
+    rows = [("kernel time", "kernel_time_ns", _ns), ("bandwidth", "bandwidth_tbps", _tbps),
+            ("QK ∥ SOFTMAX", "qk_softmax_overlap", _pct), ("PV ∥ SOFTMAX", "pv_softmax_overlap", _pct),
+            ("hidden softmax", "hidden_softmax_ns", _ns), ("period", "period_ns", _ns),
+            ("tensor cores busy", "tensor_core_busy", _pct), ("dropped", "dropped", str)]
+    click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
+    for label, key, fmt in rows:
+        click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")
+    for line in (c.get("headline"), c.get("speed")):
+        if line:
+            click.echo(line)
+
+
+# ---- convert -------------------------------------------------------------------------------
+@main.command()
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.option("--to", "fmt", type=click.Choice(["perfetto", "chrome"]), required=True, help="Output format.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output file.")
+@click.option("--compress", is_flag=True, help="Perfetto: zlib-compressed packets (smaller file).")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+def convert(bundle, fmt, output, compress, force):
+    """Export a bundle to Perfetto (.pftrace, TrackEvent protobuf) or Chrome JSON."""
+    from .bundle import load
+
+    out = _check_out(output, force)
+    trace = load(bundle)
+    if fmt == "perfetto":
+        from .perfetto import to_perfetto
+
+        stats = to_perfetto(trace, out, compress=compress)
+    else:
+        if compress:
+            raise click.UsageError("--compress applies to --to perfetto only")
+        from .chrome import to_chrome
+
+        stats = to_chrome(trace, out)
+    click.echo(f"wrote {out} ({out.stat().st_size} bytes){_stats_suffix(stats)}")
+
+
+def _stats_suffix(stats) -> str:
+    if isinstance(stats, dict):
+        bits = [f"{k}={v}" for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "path"]
+        return (": " + ", ".join(bits[:6])) if bits else ""
+    return ""
+
+
+# ---- build ---------------------------------------------------------------------------------
+@main.command()
+@click.option("--arch", default="sm_90a", type=click.Choice(["sm_90a", "sm_100a"]), show_default=True,
+              help="GPU target (no GPU needed to build).")
+@click.option("-o", "--output", default="build/kernels", show_default=True, type=click.Path(file_okay=False),
+              help="Build folder (shared library + manifest.json).")
+@click.option("--only", default=None, help="Comma-separated kernel kinds (calibration,markers,attention,combine).")
+@click.option("--force", is_flag=True, help="Replace an existing build folder.")
+def build(arch, output, only, force):
+    """AOT-compile the instrumented kernels (tvm-ffi export + link) into a folder with a manifest."""
+    os.environ["CUTE_DSL_ARCH"] = arch
+    try:
+        import cutlass  # noqa: F401
+    except ImportError:
+        raise Fa4traceError("building kernels needs the CuTe DSL: pip install 'fa4trace[dsl]'") from None
+    from . import kernels
+    from .aot import build_library
+
+    kinds = tuple(k.strip() for k in only.split(",")) if only else None
+    variants = list(kernels.aot_variants(arch, only=kinds))
+    if not variants:
+        raise Fa4traceError(f"no kernel variants selected (--only {only})")
+    compiled = {}
+    for name, thunk, entry in variants:
+        click.echo(f"compiling {name} ...", err=True)
+        compiled[name] = (thunk(), entry)
+    out = build_library(compiled, output, arch=arch, overwrite=force)
+    click.echo(f"built {len(compiled)} kernels for {arch} into {out}")
+
+
+# ---- record --------------------------------------------------------------------------------
+@main.command()
+@click.option("--kernel", "kind", default="attention", type=click.Choice(["attention", "calibration", "markers"]),
+              show_default=True, help="What to run.")
+@click.option("--impl", default="ours", type=click.Choice(["ours", "fa4"]), show_default=True,
+              help="Attention implementation: our CuTe DSL kernels or upstream FlashAttention-4.")
+@click.option("--schedule", default="pingpong", type=click.Choice(["base", "pingpong", "fa3"]), show_default=True)
+@click.option("--d", "d", default=128, type=int, show_default=True, help="Head dim.")
+@click.option("--hq", default=16, type=int, show_default=True, help="Query heads.")
+@click.option("--hkv", default=1, type=int, show_default=True, help="KV heads.")
+@click.option("--sk", default=32768, type=int, show_default=True, help="KV length.")
+@click.option("--b", "b", default=1, type=int, show_default=True, help="Batch.")
+@click.option("--sq", default=1, type=int, show_default=True, help="Query tokens per sequence (multi-token decode).")
+@click.option("--dtype", default="bf16", type=click.Choice(["bf16", "fp16"]), show_default=True)
+@click.option("--num-splits", default=None, type=int, help="Split-KV count (default: heuristic).")
+@click.option("--timebase", default="clock64", type=click.Choice(["clock64", "globaltimer"]), show_default=True,
+              help="Calibration kernel: per-event timer.")
+@click.option("--variant", default="fa4trace", help="Markers kernel variant.")
+@click.option("--ctas", default=None, help="Record a subset of CTAs: FIRST:COUNT[:STRIDE].")
+@click.option("--capacity", default=None, type=int, help="Records per warp slot (default: sized from the shape).")
+@click.option("--build", "build_dir", default=None, type=click.Path(file_okay=False),
+              help="AOT build folder (default $FA4TRACE_BUILD or build/kernels) when the DSL cannot JIT here.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
+@click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
+def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timebase, variant, ctas, capacity,
+           build_dir, output, force):
+    """Run a kernel on this machine's GPU with tracing on and write a bundle."""
+    out = _check_out(output, force)
+    subset = _parse_ctas(ctas)
+    if kind == "calibration":
+        from .record import record_calibration
+
+        trace, checks = record_calibration(timebase=timebase, build=build_dir)
+        click.echo(f"tick {checks['tick_ns']} ns; |decoded - globaltimer| max {checks['err_ns_max_abs']} ns; "
+                   f"{checks['warps_within_one_tick']}/{checks['warps']} warps within one tick")
+    elif kind == "markers":
+        from .record import record_markers
+
+        trace = record_markers(variant=variant, build=build_dir, capacity=capacity, **subset)
+    elif impl == "fa4":
+        from . import fa4
+
+        trace = fa4.record(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
+                           **subset)
+    else:
+        from . import attention
+
+        trace = attention.record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq,
+                                           dtype=dtype, num_splits=num_splits, capacity=capacity,
+                                           build=build_dir, **subset)
+    trace.save(out, overwrite=force)
+    click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
+
+
+def _parse_ctas(spec: str | None) -> dict:
+    if not spec:
+        return {}
+    try:
+        parts = [int(x) for x in spec.split(":")]
+    except ValueError:
+        raise click.BadParameter(f"--ctas must be FIRST:COUNT[:STRIDE], got {spec!r}") from None
+    if len(parts) not in (2, 3) or parts[0] < 0 or parts[1] < 1 or (len(parts) == 3 and parts[2] < 1):
+        raise click.BadParameter(f"--ctas must be FIRST:COUNT[:STRIDE] with COUNT, STRIDE >= 1, got {spec!r}")
+    return {"cta_first": parts[0], "max_ctas": parts[1], "cta_stride": parts[2] if len(parts) == 3 else 1}
+
+
+# ---- view / bench --------------------------------------------------------------------------
+@main.command()
+@click.argument("bundles", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--port", default=8501, type=int, show_default=True)
+@click.option("--headless", is_flag=True, help="Do not open a browser.")
+def view(bundles, port, headless):
+    """Open the Streamlit viewer (default: the bundled traces in traces/)."""
+    import subprocess
+
+    app = Path(__file__).resolve().parent.parent / "app" / "main.py"
+    if not app.exists():
+        raise Fa4traceError(f"the viewer app is not installed here ({app} is missing); use a source checkout")
+    for bnd in bundles:
+        if not Path(bnd).is_file():
+            raise Fa4traceError(f"{bnd}: no such file")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+           "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false"]
+    if headless:
+        cmd += ["--server.headless", "true"]
+    cmd += ["--", *[str(Path(b).resolve()) for b in bundles]]
+    return subprocess.call(cmd)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def bench(ctx):
+    """Decode-attention benchmark on this GPU (ours base/pingpong vs cuDNN, FLASH, FA4); see --help of the script."""
+    try:
+        from .bench import main as bench_main
+    except ImportError:
+        raise Fa4traceError("the attention benchmark is not available in this install") from None
+    return bench_main(list(ctx.args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

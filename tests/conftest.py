@@ -1,0 +1,48 @@
+"""Shared test setup: GPU tests skip cleanly where no CUDA GPU (or no built kernel) exists."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+HAS_CUDA = _cuda_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200 through the device tool)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def kernels_available():
+    """Skip unless kernels can run here: JIT (cutlass + GPU) or an AOT build folder."""
+    from fa4trace.kernel_loader import build_dir, can_jit
+
+    if can_jit():
+        return "jit"
+    bd = build_dir()
+    if (bd / "manifest.json").is_file():
+        return str(bd)
+    pytest.skip(f"no kernels to run: build them with `fa4trace build -o {bd}` (or set FA4TRACE_BUILD)")
+
+
+@pytest.fixture
+def tmp_bundle(tmp_path):
+    return tmp_path / "t.parquet"
+
+
+os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
