@@ -49,7 +49,7 @@ class Recorder:
         self.role = role
         self.timebase = timebase
         self.staged = staged
-        # Loop-carried DSL values: [cursor, stash] (empty when tracing is off).
+        # Loop-carried DSL values: [cursor, staged low word, staged high word] (empty when off).
         self._state = state
         # DSL values fixed at start (defined before any loop, so they dominate its body):
         # slot index of the warp header, capacity (0 = this warp does not record), lane.
@@ -63,7 +63,7 @@ class Recorder:
         return vals
 
     def __new_from_mlir_values__(self, values):
-        state = [Int32(values[0]), Int64(values[1])] if self._state else []
+        state = [Int32(v) for v in values[:3]] if self._state else []
         return Recorder(self.trace, self.role, self.timebase, self.staged, state, self._inv)
 
     @property
@@ -106,8 +106,7 @@ class Recorder:
         header = cutlass.select_(active, header, Int32(0))
         cap = cutlass.select_(active, slot_words - L.WARP_HEADER_WORDS, Int32(0))
 
-        gt0 = cute.arch.globaltimer()
-        clk0 = cute.arch.clock64()
+        gt0, clk0 = _edge_anchor()
         if active & (lane == 0):
             w0 = L.WARP_MAGIC | (L.FORMAT_VERSION << 32) | (timebase << 40)
             trace[header + L.W_MAGIC] = Int64(w0) | (Int64(role) << 48)
@@ -115,7 +114,7 @@ class Recorder:
             trace[header + L.W_WARP] = Int64(warp)
             trace[header + L.W_GT0] = gt0
             trace[header + L.W_CLK0] = clk0
-        return Recorder(trace, role, timebase, staged, [Int32(0), Int64(0)], (header, cap, lane))
+        return Recorder(trace, role, timebase, staged, [Int32(0), Int32(0), Int32(0)], (header, cap, lane))
 
     # ---- events -------------------------------------------------------------------------
     def begin(self, event: int, payload=None):
@@ -140,24 +139,28 @@ class Recorder:
     @cute.jit
     def _emit(self, tag: cutlass.Constexpr, payload: Int32):
         header, cap, lane = self._inv
-        cursor, stash = self._state
+        cursor, st_lo, st_hi = self._state
+        # Per event the SASS is about: CS2R.32 (timer), LOP3->P (is this lane the stager),
+        # predicated moves into the staging pair, one compare + branch for the flush and the
+        # cursor add (merged across events by ptxas). 32-bit halves avoid 64-bit selects.
         if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
-            t = cute.arch.globaltimer()
+            t = Int32(cute.arch.globaltimer_lo())
         else:
-            t = cute.arch.clock64()
-        word = (t & _LO32) | (Int64(payload & _PAYLOAD_MASK) << L.PAYLOAD_SHIFT) | Int64(tag)
+            t = Int32(cute.arch.clock64())
+        hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
         records = header + L.WARP_HEADER_WORDS
         if const_expr(self.staged):
-            pos = cursor & 31
-            stash = cutlass.select_(lane == pos, word, stash)
-            if pos == 31:
+            mine = ((cursor ^ lane) & 31) == 0
+            st_lo = cutlass.select_(mine, t, st_lo)
+            st_hi = cutlass.select_(mine, hi, st_hi)
+            if (cursor & 31) == 31:
                 idx = cursor - 31 + lane
                 if idx < cap:
-                    self.trace[records + idx] = stash
+                    self.trace[records + idx] = _pack(st_lo, st_hi)
         else:
             if (lane == 0) & (cursor < cap):
-                self.trace[records + cursor] = word
-        self._state = [cursor + 1, Int64(stash)]
+                self.trace[records + cursor] = _pack(t, hi)
+        self._state = [cursor + 1, Int32(st_lo), Int32(st_hi)]
 
     # ---- end of the warp's work ---------------------------------------------------------
     def finish(self):
@@ -168,17 +171,222 @@ class Recorder:
     @cute.jit
     def _finish(self):
         header, cap, lane = self._inv
-        cursor, stash = self._state
+        cursor, st_lo, st_hi = self._state
         if const_expr(self.staged):
             pos = cursor & 31
             idx = cursor - pos + lane
             if (lane < pos) & (idx < cap):
-                self.trace[header + L.WARP_HEADER_WORDS + idx] = stash
-        gt1 = cute.arch.globaltimer()
-        clk1 = cute.arch.clock64()
+                self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
+        gt1, clk1 = _edge_anchor()
         written = cutlass.min(cursor, cap)
         if (cap > 0) & (lane == 0):
             trace = self.trace
             trace[header + L.W_GT1] = gt1
             trace[header + L.W_CLK1] = clk1
             trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
+
+
+# ---- segment mode: recording from code the recorder cannot be carried through ------------------
+def _current_block():
+    """The MLIR block ops are being inserted into right now (None outside a trace)."""
+    from cutlass._mlir import ir
+
+    try:
+        return ir.InsertionPoint.current.block
+    except (ValueError, AttributeError):
+        return None
+
+
+class SegmentRecorder:
+    """Per-warp recorder whose cursor lives in the warp's header in global memory.
+
+    ``Recorder`` keeps its cursor in registers and must be carried through every loop and
+    dynamic ``if`` between its events. That is impossible where the events come from hooks
+    placed in someone else's code (upstream FlashAttention-4: its loops carry only their own
+    state). ``SegmentRecorder`` needs no carrying:
+
+        rec = SegmentRecorder.start(trace, role=ROLE.MMA)   # once per warp, at the warp's entry
+        ...                                                 # anywhere below, inside any loop:
+        seg = rec.open()            # loads the warp's cursor (latency hidden until close)
+        seg.begin(EV.QK, n_block)   # a timer read; the record stays in registers
+        ...                         # (more events, in the same region as open)
+        seg.end(EV.QK, n_block)
+        seg.close()                 # stores the segment's records, then the new cursor
+        ...
+        rec.finish()                # end anchors and written/dropped counts, as Recorder
+
+    Only values defined at ``start`` (slot index, capacity, lane) are used across segments, and
+    they dominate everything below the warp's entry. The cursor travels through memory: word
+    ``W_COUNTS`` of the warp header holds the number of events so far while the warp runs and
+    the usual ``written | dropped << 32`` after ``finish``, so the buffer layout and the decoder
+    are unchanged. Every active lane loads and stores the same words (same address, same value:
+    one transaction), so a segment may run on the whole warp or on one elected lane.
+
+    Rules, checked while tracing: a segment's events must be recorded in the region (MLIR block)
+    where it was opened, since its records are stored at ``close`` there; segments of one warp
+    must not overlap in time (the second would read a stale cursor). Both are properties of where
+    the hooks sit, so a violation fails the compile, never the trace.
+
+    Cost per segment: one global load (its result is needed only at ``close``), one store per
+    record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
+    """
+
+    def __init__(self, trace, role, timebase, invariants):
+        self.trace = trace
+        self.role = role
+        self.timebase = timebase
+        self._inv = invariants
+        self._open: Optional["Segment"] = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.trace is not None
+
+    @staticmethod
+    def start(trace: Optional[cute.Tensor], role: int = 0, *,
+              timebase: int = L.TIMEBASE_CLOCK64) -> "SegmentRecorder":
+        """Claim this warp's slot, write the start of its header and zero its cursor."""
+        if const_expr(trace is None):
+            return SegmentRecorder(None, role, timebase, None)
+        if timebase not in L.TIMEBASE_NAMES:
+            raise ValueError(f"unknown timebase {timebase}")
+        base = Recorder._start(trace, role, timebase, False)
+        rec = SegmentRecorder(trace, role, timebase, base._inv)
+        rec._store_cursor(Int32(0))
+        return rec
+
+    @cute.jit
+    def _store_cursor(self, cursor: Int32):
+        header, cap, _lane = self._inv
+        trace = self.trace
+        if cap > 0:
+            trace[header + L.W_COUNTS] = Int64(cursor)
+
+    def open(self) -> "Segment":
+        if self._open is not None:
+            raise RuntimeError("fa4trace: a segment of this warp is already open (segments must not overlap)")
+        seg = Segment(self)
+        if self.enabled:
+            header, _cap, _lane = self._inv
+            seg._cursor = Int32(self.trace[header + L.W_COUNTS])
+            seg._block = _current_block()
+        self._open = seg
+        return seg
+
+    @property
+    def current(self) -> Optional["Segment"]:
+        """The open segment, if any (hooks nested in a hooked call join it)."""
+        return self._open
+
+    def timer(self):
+        """Read this recorder's timer now (for events whose record is written later)."""
+        if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
+            return cute.arch.globaltimer()
+        return cute.arch.clock64()
+
+    def finish(self):
+        """Close the header: end anchors and written/dropped counts (as ``Recorder.finish``)."""
+        if self._open is not None:
+            raise RuntimeError("fa4trace: finish() with a segment still open")
+        if const_expr(self.trace is not None):
+            header, _cap, _lane = self._inv
+            self._finish(Int32(self.trace[header + L.W_COUNTS]))
+
+    @cute.jit
+    def _finish(self, cursor: Int32):
+        header, cap, _lane = self._inv
+        gt1 = cute.arch.globaltimer()
+        clk1 = cute.arch.clock64()
+        written = cutlass.min(cursor, cap)
+        trace = self.trace
+        if cap > 0:
+            trace[header + L.W_GT1] = gt1
+            trace[header + L.W_CLK1] = clk1
+            trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
+
+    @cute.jit
+    def _store_record(self, pos: Int32, word: Int64):
+        header, cap, _lane = self._inv
+        trace = self.trace
+        if pos < cap:
+            trace[header + L.WARP_HEADER_WORDS + pos] = word
+
+
+class Segment:
+    """Events of one ``SegmentRecorder`` between ``open`` and ``close`` (see there)."""
+
+    def __init__(self, rec: SegmentRecorder):
+        self._rec = rec
+        self._words = []
+        self._cursor = None
+        self._block = None
+
+    def begin(self, event: int, payload=None, t=None):
+        """Start of a span. ``t``: a timer value read earlier (``rec.timer()``), else now."""
+        self._record(event, L.KIND_BEGIN, payload, t)
+
+    def end(self, event: int, payload=None, t=None):
+        self._record(event, L.KIND_END, payload, t)
+
+    def instant(self, event: int, payload=None, t=None):
+        self._record(event, L.KIND_INSTANT, payload, t)
+
+    def __len__(self) -> int:
+        return len(self._words)
+
+    def _record(self, event: int, kind: int, payload, t):
+        rec = self._rec
+        if rec._open is not self:
+            raise RuntimeError("fa4trace: event recorded on a closed segment")
+        if const_expr(rec.trace is None):
+            return
+        if _current_block() != self._block:
+            raise RuntimeError(
+                f"fa4trace: event {event} recorded in another region than its segment was opened in "
+                "(a hook inside a loop or dynamic if of a hooked call): open a segment there instead")
+        tag = L.record_tag(int(event), kind)
+        if t is None:
+            t = rec.timer()
+        if payload is None:
+            tag |= L.PAYLOAD_NONE << L.PAYLOAD_SHIFT
+            word = (Int64(t) & _LO32) | Int64(tag)
+        else:
+            word = (Int64(t) & _LO32) | (Int64(Int32(payload) & _PAYLOAD_MASK) << L.PAYLOAD_SHIFT) | Int64(tag)
+        self._words.append(word)
+
+    def close(self):
+        rec = self._rec
+        if rec._open is not self:
+            raise RuntimeError("fa4trace: segment closed twice")
+        if const_expr(rec.trace is not None):
+            if _current_block() != self._block:
+                raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
+            for j, word in enumerate(self._words):
+                rec._store_record(self._cursor + j, word)
+            if self._words:
+                rec._store_cursor(self._cursor + len(self._words))
+        rec._open = None
+
+
+@cute.jit
+def _pack(lo: Int32, hi: Int32) -> Int64:
+    return (Int64(hi) << 32) | (Int64(lo) & _LO32)
+
+
+@cute.jit
+def _edge_anchor():
+    """(%globaltimer, %clock64) read together right after the global timer ticks.
+
+    %globaltimer advances in 32 ns steps (H200), so a plain read can be up to a tick stale,
+    and the first read a warp makes can be staler still (seen on the H200: decoded times
+    36 ns early on median). Spinning until the value changes pins the pair to a tick edge:
+    the anchor is then as precise as one loop trip (a few ns). Costs ≤ one tick per warp,
+    at start and at finish only.
+    """
+    g0 = cute.arch.globaltimer()
+    g = cute.arch.globaltimer()
+    c = cute.arch.clock64()
+    while g == g0:
+        g = cute.arch.globaltimer()
+        c = cute.arch.clock64()
+    return g, c

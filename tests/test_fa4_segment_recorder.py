@@ -1,0 +1,122 @@
+"""SegmentRecorder (the recorder the FA4 adapter uses): compiles on the CPU, places its stores
+and timer reads, compiles to nothing without a buffer, and refuses events outside its region."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+cutlass = pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (pip install 'fa4trace[dsl]')")
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Int32  # noqa: E402
+from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
+
+from fa4trace import layout as L  # noqa: E402
+from fa4trace.device.recorder import SegmentRecorder  # noqa: E402
+from fa4trace.vocab import EV, ROLE  # noqa: E402
+
+
+class _Hooked:
+    """Stands in for library code: a loop the recorder is not carried through, and a method
+    that a hook wraps with a segment (state kept on the object, as the FA4 adapter does)."""
+
+    def __init__(self, nested: bool = False):
+        self.rec = None
+        self.nested = nested
+
+    def step(self, out: cute.Tensor, i):
+        seg = self.rec.open()
+        seg.begin(EV.SOFTMAX, i)
+        out[i] = out[i] * 2.0 + 1.0
+        seg.end(EV.SOFTMAX, i)
+        seg.close()
+
+    def mark(self, i):  # a hook called from inside the library's dynamic if
+        self.rec.current.instant(EV.MARK, i)
+
+    @cute.jit
+    def bad_step(self, out: cute.Tensor, i: Int32):
+        rec = self.rec
+        rec.open()
+        if i > 3:  # a dynamic if: an event inside it cannot join the open segment
+            self.mark(i)
+        rec.current.close()
+
+
+def _build(hooked: _Hooked):
+    @cute.kernel
+    def k(out: cute.Tensor, trace: cute.Tensor, n: Int32):
+        hooked.rec = SegmentRecorder.start(trace, role=ROLE.SOFTMAX)
+        for i in cutlass.range(n, unroll=1):
+            if cutlass.const_expr(hooked.nested):
+                hooked.bad_step(out, i)
+            else:
+                hooked.step(out, i)
+        hooked.rec.finish()
+
+    @cute.jit
+    def launch(out: cute.Tensor, trace: cute.Tensor, n: Int32):
+        k(out, trace, n).launch(grid=[2, 1, 1], block=[64, 1, 1])
+
+    return launch
+
+
+def _fake(dtype):
+    return make_fake_compact_tensor(dtype, (cute.sym_int(),), assumed_align=16)
+
+
+def _ptx(fn, *args):
+    return cute.compile(fn, *args, options="--keep-ptx").__ptx__
+
+
+def test_segment_recorder_compiles_and_stores_in_a_loop():
+    ptx = _ptx(_build(_Hooked()), _fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+    # start + finish read both timers; each segment reads clock64 twice (begin and end)
+    assert ptx.count("%clock64") >= 4
+    assert ptx.count("%globaltimer") >= 2  # start and finish anchors (NVVM may duplicate one)
+    # the cursor is reloaded from the header word W_COUNTS inside the loop (no register
+    # carries it) and stored back there; finish reads it once more
+    counts = f"+{8 * L.W_COUNTS}]"
+    loads = [ln for ln in ptx.splitlines() if "ld.global" in ln and counts in ln]
+    stores = [ln for ln in ptx.splitlines() if "st.global" in ln and counts in ln]
+    assert len(loads) == 2 and len(stores) == 3, (loads, stores)  # start, per segment, finish
+    # two records per segment, each with its own bounds-checked store
+    assert ptx.count("st.global.b64") >= 5 + 2 + 1 + 3
+
+
+def test_segment_recorder_off_compiles_to_nothing():
+    h = _Hooked()
+
+    @cute.kernel
+    def k(out: cute.Tensor, n: Int32):
+        h.rec = SegmentRecorder.start(None, role=ROLE.SOFTMAX)
+        for i in cutlass.range(n, unroll=1):
+            h.step(out, i)
+        h.rec.finish()
+
+    @cute.kernel
+    def plain(out: cute.Tensor, n: Int32):
+        for i in cutlass.range(n, unroll=1):
+            out[i] = out[i] * 2.0 + 1.0
+
+    @cute.jit
+    def la(out: cute.Tensor, n: Int32):
+        k(out, n).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+    @cute.jit
+    def lb(out: cute.Tensor, n: Int32):
+        plain(out, n).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+    pa = _ptx(la, _fake(cutlass.Float32), Int32(8))
+    pb = _ptx(lb, _fake(cutlass.Float32), Int32(8))
+    body = lambda p: [ln for ln in p.splitlines() if ln.startswith("\t") and "kernel" not in ln]  # noqa: E731
+    assert "%clock64" not in pa and "%globaltimer" not in pa
+    assert body(pa) == body(pb)
+
+
+def test_event_outside_the_segment_region_fails_the_compile():
+    with pytest.raises(Exception, match="another region"):
+        _ptx(_build(_Hooked(nested=True)), _fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
