@@ -1,7 +1,7 @@
 """The marker microbenchmark's IKET variant, to run under NVIDIA's run-iket:
 
     python3 -m iket.cli.main --output-dir /tmp/iket profile --postprocess none -- \
-        python3 benchmarks/iket_workload.py --iters 1600 --chain 10
+        python3 benchmarks/iket_workload.py --work l2 --chain 1 --iters 1600
 
 Prints one line per timed launch (µs); run-iket runs the workload twice (sizing, then real).
 """
@@ -17,28 +17,30 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-ctas", type=int, default=1056)
     ap.add_argument("--iters", type=int, default=1600)
-    ap.add_argument("--chain", type=int, default=10)
+    ap.add_argument("--chain", type=int, default=1)
+    ap.add_argument("--work", default="l2", choices=["l2", "smem"])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--variant", default="iket")
     args = ap.parse_args()
     import torch
 
     from fa4trace.kernel_loader import get_kernel
+    from fa4trace.record import marker_inputs
 
-    fn, _ = get_kernel("markers", variant=args.variant)
-    out = torch.empty(args.n_ctas * 256, device="cuda")
-    fn(out, None, args.n_ctas, args.iters, args.chain)
+    fn, _ = get_kernel("markers", variant=args.variant, work=args.work)
+    out, table = marker_inputs(args.n_ctas)
+    fn(out, table, None, args.n_ctas, args.iters, args.chain)
     torch.cuda.synchronize()
     times = []
     for _ in range(args.reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn(out, None, args.n_ctas, args.iters, args.chain)
+        fn(out, table, None, args.n_ctas, args.iters, args.chain)
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3)
     print(f"IKET_WORKLOAD variant={args.variant} median_us={statistics.median(times):.2f} min_us={min(times):.2f} "
-          f"chain={args.chain} iters={args.iters}", flush=True)
+          f"work={args.work} chain={args.chain} iters={args.iters}", flush=True)
     return 0
 
 

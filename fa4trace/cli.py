@@ -234,7 +234,7 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
         from .record import record_calibration
 
         trace, checks = record_calibration(timebase=timebase, build=build_dir)
-        click.echo(f"tick {checks['tick_ns']} ns; |decoded - globaltimer| max {checks['err_ns_max_abs']} ns; "
+        click.echo(f"tick {checks['tick_ns']} ns; decoded vs globaltimer bracket: median {checks['err_vs_bracket_mid_ns_median']} ns, worst {checks['outside_ns_max']} ns outside; "
                    f"{checks['warps_within_one_tick']}/{checks['warps']} warps within one tick")
     elif kind == "markers":
         from .record import record_markers

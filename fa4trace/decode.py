@@ -263,7 +263,7 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
         "overflowed_warps": int((dropped > 0).sum()),
         "truncated_spans": int(truncated),
         "borrowed_clock_ratio_warps": int(borrowed.sum()),
-        "clock_ghz_median": float(1.0 / np.median(ratio[valid])) if valid.any() else None,
+        "clock_ghz_median": float(np.median(1.0 / ratio[valid])) if valid.any() else None,
         "span_ns": int(gt1.max() - t0),
     }
     return DecodedLaunch(table, t0, summary)

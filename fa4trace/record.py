@@ -93,7 +93,7 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
     fn, how = get_kernel("calibration", build=build, timebase=timebase)
     warps = 4
     n_warps = n_ctas * warps
-    truth = torch.zeros(n_warps * samples, dtype=torch.int64, device="cuda")
+    truth = torch.zeros(n_warps * samples * 2, dtype=torch.int64, device="cuda")
     ticks = torch.zeros(n_warps * n_ticks, dtype=torch.int64, device="cuda")
     launch = TracedLaunch(
         kernel=f"calibration_{timebase}", grid_ctas=n_ctas, warps_per_cta=warps,
@@ -101,7 +101,7 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
         grid=(n_ctas, 1, 1), block=(32 * warps, 1, 1), capacity=samples + 8, extra={"how": how})
     trace = record([launch], kernel=f"calibration_{timebase}",
                    config={"timebase": timebase, "n_ctas": n_ctas, "samples": samples, "spin_cycles": spin})
-    checks = calibration_checks(trace, truth.cpu().numpy().reshape(n_warps, samples),
+    checks = calibration_checks(trace, truth.cpu().numpy().reshape(n_warps, samples, 2),
                                 ticks.cpu().numpy().reshape(n_warps, n_ticks), warps)
     trace.meta["clock"].update({"globaltimer_tick_ns": checks["tick_ns"],
                                 "clock_ghz_median": trace.meta["launches"][0].get("clock_ghz_median")})
@@ -110,57 +110,77 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
 
 
 def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps_per_cta: int) -> dict:
-    """Tick of %globaltimer, and |decoded ns − globaltimer| per sample (max per warp)."""
-    steps = np.diff(ticks, axis=1)
-    pos = steps[steps > 0]
-    tick = int(pos.min()) if pos.size else None
-    ev = trace.events
-    names = ev["name"].to_pylist()
+    """Tick of %globaltimer; where each decoded sample time lies against its bracket.
+
+    truth[w, k] = (globaltimer read just before the event, just after). The event happened
+    in [before, after + tick); ``outside_ns`` is how far a decoded time falls outside that
+    interval widened by one tick on each side (0 = within one tick).
+    """
     import pyarrow.compute as pc
 
-    m = pc.equal(ev["name"].cast("string"), "CALIB")
-    cal = ev.filter(m)
-    del names
-    cta = cal["cta"].to_numpy()
-    warp = cal["warp"].to_numpy()
+    steps = np.diff(ticks, axis=1)
+    pos = steps[steps > 0]
+    tick = int(pos.min()) if pos.size else 32
+    cal = trace.events.filter(pc.equal(trace.events["name"].cast("string"), "CALIB"))
+    gw = cal["cta"].to_numpy().astype(np.int64) * warps_per_cta + cal["warp"].to_numpy()
     k = cal["iter"].to_numpy()
-    t_abs = cal["start_ns"].to_numpy() + trace.meta["t0_globaltimer_ns"]
-    g = truth[cta * warps_per_cta + warp, k]
-    err = g - t_abs  # globaltimer read just after the event minus our estimate of the event time
-    gw = cta * warps_per_cta + warp
-    per_warp_max = np.zeros(truth.shape[0])
-    np.maximum.at(per_warp_max, gw, np.abs(err))
+    t_abs = cal["start_ns"].to_numpy() + trace.meta["t0_globaltimer_ns"] + trace.meta["launches"][0]["t0_offset_ns"]
+    before, after = truth[gw, k, 0], truth[gw, k, 1]
+    lo, hi = before - tick, after + 2 * tick
+    outside = np.maximum(lo - t_abs, 0) + np.maximum(t_abs - hi, 0)
+    per_warp = np.zeros(truth.shape[0])
+    np.maximum.at(per_warp, gw, outside)
+    mid = (before + after + tick) / 2  # centre of the interval the event lies in
+    err = t_abs - mid
     return {
         "tick_ns": tick,
         "repeat_fraction": float((steps == 0).mean()) if steps.size else None,
-        "samples": int(err.size),
-        "err_ns_median": float(np.median(err)) if err.size else None,
-        "err_ns_p99_abs": float(np.percentile(np.abs(err), 99)) if err.size else None,
-        "err_ns_max_abs": float(np.abs(err).max()) if err.size else None,
-        "warps_within_one_tick": int((per_warp_max <= (tick or 32)).sum()),
+        "samples": int(t_abs.size),
+        "bracket_ns_median": float(np.median(after - before)) if t_abs.size else None,
+        "err_vs_bracket_mid_ns_median": float(np.median(err)) if err.size else None,
+        "err_vs_bracket_mid_ns_p99_abs": float(np.percentile(np.abs(err), 99)) if err.size else None,
+        "outside_ns_max": float(outside.max()) if outside.size else None,
+        "warps_within_one_tick": int((per_warp == 0).sum()),
         "warps": int(truth.shape[0]),
     }
 
 
 # ---- the marker microbenchmark ---------------------------------------------------------------
 MARKER_WARPS = 8
+MARKER_L2_TABLE = 1 << 16  # words in the global (L2-resident, 256 KiB) pointer-chase table
 
 
-def record_markers(*, variant: str = "fa4trace", n_ctas: int = 1056, iters: int = 200, chain: int = 10,
-                   capacity: int | None = None, cta_first: int = 0, cta_stride: int = 1,
+def chase_table(n: int = MARKER_L2_TABLE, seed: int = 0) -> np.ndarray:
+    """A random single-cycle permutation for the marker kernel's L2 pointer chase."""
+    order = np.random.default_rng(seed).permutation(n)
+    nxt = np.empty(n, np.int32)
+    nxt[order] = np.roll(order, -1)
+    return nxt
+
+
+def marker_inputs(n_ctas: int):
+    """(out, table) device tensors for the marker kernel: output poisoned with NaN."""
+    torch = require_cuda()
+    out = torch.full((n_ctas * 32 * MARKER_WARPS,), float("nan"), dtype=torch.float32, device="cuda")
+    table = torch.from_numpy(chase_table()).cuda()
+    return out, table
+
+
+def record_markers(*, variant: str = "fa4trace", work: str = "l2", n_ctas: int = 1056, iters: int = 200,
+                   chain: int = 1, capacity: int | None = None, cta_first: int = 0, cta_stride: int = 1,
                    max_ctas: int | None = None, build=None) -> Trace:
     """One traced launch of the marker-dense microbenchmark (2 events per iteration per warp)."""
-    torch = require_cuda()
     from .kernel_loader import get_kernel
 
     if not variant.startswith("fa4trace"):
         raise ValueError(f"--variant {variant!r} records nothing; use fa4trace, fa4trace_lane or fa4trace_gt")
-    fn, how = get_kernel("markers", build=build, variant=variant)
-    out = torch.empty(n_ctas * 32 * MARKER_WARPS, dtype=torch.float32, device="cuda")
+    fn, how = get_kernel("markers", build=build, variant=variant, work=work)
+    out, table = marker_inputs(n_ctas)
     cap = capacity or 2 * iters + 8
     launch = TracedLaunch(
-        kernel=f"markers_{variant}", grid_ctas=n_ctas, warps_per_cta=MARKER_WARPS,
-        run=lambda tr: fn(out, tr, n_ctas, iters, chain), grid=(n_ctas, 1, 1), block=(32 * MARKER_WARPS, 1, 1),
-        capacity=cap, cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, extra={"how": how})
-    return record([launch], kernel=f"markers_{variant}",
-                  config={"variant": variant, "n_ctas": n_ctas, "iters": iters, "chain": chain})
+        kernel=f"markers_{work}_{variant}", grid_ctas=n_ctas, warps_per_cta=MARKER_WARPS,
+        run=lambda tr: fn(out, table, tr, n_ctas, iters, chain), grid=(n_ctas, 1, 1),
+        block=(32 * MARKER_WARPS, 1, 1), capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
+        max_ctas=max_ctas, extra={"how": how})
+    return record([launch], kernel=f"markers_{work}_{variant}",
+                  config={"variant": variant, "work": work, "n_ctas": n_ctas, "iters": iters, "chain": chain})

@@ -3,9 +3,9 @@
 Per warp:
 1. ``ticks``: ``n_ticks`` back-to-back %globaltimer reads (lane 0 stores them) — the host
    reads the timer's tick (32 ns on H200) as the smallest positive step.
-2. ``samples`` times: spin ``spin`` cycles, record ``instant(CALIB, k)`` through the
-   recorder, and store the %globaltimer read right after it in ``truth`` — the host checks
-   that the decoder's clock64-derived ns for sample k agree with truth[k] within one tick.
+2. ``samples`` times: spin ``spin`` cycles, read %globaltimer, record ``instant(CALIB, k)``
+   through the recorder, read %globaltimer again; both reads go to ``truth`` — the host
+   checks that the decoder's time for sample k lies within one tick of that bracket.
 
 Compiled in both recorder timebases (clock64 per event, globaltimer per event) so the GPU
 test compares them on the same kernel.
@@ -57,10 +57,12 @@ class Calibration:
             t_end = cute.arch.clock64() + Int64(spin)
             while cute.arch.clock64() < t_end:
                 pass
+            g_before = cute.arch.globaltimer()
             rec.instant(EV.CALIB, k)
-            g = cute.arch.globaltimer()
+            g_after = cute.arch.globaltimer()
             if lane == 0:
-                truth[gwarp * samples + k] = g
+                truth[(gwarp * samples + k) * 2] = g_before
+                truth[(gwarp * samples + k) * 2 + 1] = g_after
         rec.finish()
 
 

@@ -1,10 +1,15 @@
 """Marker-dense microbenchmark: what does recording cost when markers are dense?
 
-Each warp repeats ``iters`` times: begin(BENCH, i) · a dependent chain of ``chain``
-shared-memory loads (latency-bound work, the way attention warps mostly wait on loads and
-MMAs) · end(BENCH, i). With 8 warps per CTA and 8 CTAs per SM that is 64 warps per SM, and
-with chain ≈ 10 a begin + end per warp about every 360 cycles — the shape DESIGN §2 used to
-measure IKET (+19%).
+Each warp repeats ``iters`` times: begin(BENCH, i) · a dependent chain of ``chain`` loads
+· end(BENCH, i). With 8 warps per CTA and 8 CTAs per SM that is 64 warps per SM.
+
+Two kinds of work (compile-time ``work``):
+* ``l2``: loads that miss L1 and hit L2 (``ld.global.cg`` through a small table): the warp
+  mostly waits, as attention warps wait on loads and MMAs; with chain=1 a begin + end per
+  warp comes about every 360 cycles with few instructions in between — the shape DESIGN §2
+  used to measure IKET (+19%).
+* ``smem``: shared-memory loads: many instructions per cycle of latency, so the SM's issue
+  slots are the bottleneck and every added instruction shows (a worst case for recorders).
 
 Variants (compile-time): ``plain`` (no markers), ``fa4trace`` (our recorder, staged),
 ``fa4trace_lane`` (lane-0 direct stores), ``fa4trace_gt`` (globaltimer per event), and
@@ -25,24 +30,30 @@ from fa4trace.device import Recorder
 from fa4trace.vocab import EV, ROLE
 
 VARIANTS = ("plain", "fa4trace", "fa4trace_lane", "fa4trace_gt", "iket")
+WORKS = ("l2", "smem")
 WARPS_PER_CTA = 8
 TABLE = 256  # words in the shared-memory pointer-chase table
+from fa4trace.record import MARKER_L2_TABLE as L2_TABLE  # noqa: E402  (host-side constant)
 
 
 class MarkerBench:
-    def __init__(self, variant: str = "fa4trace"):
+    def __init__(self, variant: str = "fa4trace", work: str = "l2"):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if work not in WORKS:
+            raise ValueError(f"work must be one of {WORKS}, got {work!r}")
         self.variant = variant
+        self.work = work
         self.threads = 32 * WARPS_PER_CTA
 
     @cute.jit
-    def __call__(self, out: cute.Tensor, trace: Optional[cute.Tensor], n_ctas: Int32, iters: Int32,
-                 chain: Int32):
-        self.kernel(out, trace, iters, chain).launch(grid=(n_ctas, 1, 1), block=(self.threads, 1, 1))
+    def __call__(self, out: cute.Tensor, table: cute.Tensor, trace: Optional[cute.Tensor], n_ctas: Int32,
+                 iters: Int32, chain: Int32):
+        self.kernel(out, table, trace, iters, chain).launch(grid=(n_ctas, 1, 1), block=(self.threads, 1, 1))
 
     @cute.kernel
-    def kernel(self, out: cute.Tensor, trace: Optional[cute.Tensor], iters: Int32, chain: Int32):
+    def kernel(self, out: cute.Tensor, table: cute.Tensor, trace: Optional[cute.Tensor], iters: Int32,
+               chain: Int32):
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         smem = cutlass.utils.SmemAllocator()
@@ -62,6 +73,8 @@ class MarkerBench:
             rec = Recorder.start(None)
 
         x = tid % TABLE
+        if const_expr(self.work == "l2"):
+            x = (bid * self.threads + tid) * 97 % L2_TABLE
         acc = Float32(0.0)
         for it in cutlass.range(iters, unroll=1):
             if const_expr(self.variant == "iket"):
@@ -70,7 +83,10 @@ class MarkerBench:
                 tok = iket.range_start("BENCH", it)
             rec.begin(EV.BENCH, it)
             for _ in cutlass.range(chain, unroll=1):
-                x = nxt[x]
+                if const_expr(self.work == "smem"):
+                    x = nxt[x]
+                else:
+                    x = cute.arch.load(table.iterator + x, Int32, cop="cg")
             acc = acc * Float32(0.999) + Float32(x)
             rec.end(EV.BENCH, it)
             if const_expr(self.variant == "iket"):
@@ -79,7 +95,7 @@ class MarkerBench:
         out[bid * self.threads + tid] = acc
 
 
-def compile_variant(variant: str, *, tvm_ffi: bool = True, keep_ptx: bool = False):
+def compile_variant(variant: str, work: str = "l2", *, tvm_ffi: bool = True, keep_ptx: bool = False):
     opts = []
     if tvm_ffi:
         opts.append("--enable-tvm-ffi")
@@ -90,13 +106,16 @@ def compile_variant(variant: str, *, tvm_ffi: bool = True, keep_ptx: bool = Fals
     out = cute.runtime.make_fake_compact_tensor(Float32, (cute.sym_int(),))
     traced = variant.startswith("fa4trace")
     trace = cute.runtime.make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),)) if traced else None
-    return cute.compile(MarkerBench(variant), out, trace, Int32(1), Int32(1), Int32(1), options=" ".join(opts))
+    table = cute.runtime.make_fake_compact_tensor(Int32, (cute.sym_int(),))
+    return cute.compile(MarkerBench(variant, work), out, table, trace, Int32(1), Int32(1), Int32(1),
+                        options=" ".join(opts))
 
 
 def aot_variants(arch: str):
     from fa4trace.aot import Entry
 
-    return [(f"markers_{v}", (lambda v=v: compile_variant(v)),
-             Entry(f"markers_{v}", "markers", {"variant": v, "traced": v.startswith("fa4trace"),
-                                               "warps_per_cta": WARPS_PER_CTA, "arch": arch}))
-            for v in VARIANTS]
+    return [(f"markers_{w}_{v}", (lambda v=v, w=w: compile_variant(v, w)),
+             Entry(f"markers_{w}_{v}", "markers", {"variant": v, "work": w, "traced": v.startswith("fa4trace"),
+                                                   "warps_per_cta": WARPS_PER_CTA, "arch": arch}))
+            for w in WORKS for v in VARIANTS]
+

@@ -1,0 +1,99 @@
+"""Build the decode-attention variants for an H200 run (CPU machine, nvidia-cutlass-dsl 4.8.1).
+
+    CUTE_DSL_ARCH=sm_90a python benchmarks/attn_build.py -o build/attn [--tiles 64,128] [--jobs 2]
+
+Writes one .so + manifest.json (fa4trace.aot.build_library). Besides the default variants of
+``fa4trace build`` (every head dim, schedule, dtype, traced or not) it adds the other KV tile
+size untraced in bf16, so that one device run can compare tile sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def _specs(tiles):
+    from fa4trace.attention import DEFAULT_TILE_N, HEAD_DIMS, SCHEDULES
+
+    specs = []
+    for d in HEAD_DIMS:
+        for sched in SCHEDULES:
+            for dtype in ("bf16", "fp16"):
+                for traced in (False, True):
+                    specs.append((d, sched, dtype, traced, DEFAULT_TILE_N[(d, sched)]))
+            for tn in tiles:
+                if tn != DEFAULT_TILE_N[(d, sched)]:
+                    specs.append((d, sched, "bf16", False, tn))
+                    specs.append((d, sched, "bf16", True, tn))
+    return specs
+
+
+def _name(spec):
+    d, sched, dtype, traced, tn = spec
+    from fa4trace.attention import DEFAULT_TILE_N
+
+    base = f"decode_attn_sm90_d{d}_{sched}_{dtype}"
+    if tn != DEFAULT_TILE_N[(d, sched)]:
+        base += f"_n{tn}"
+    return base + ("_traced" if traced else "")
+
+
+def _compile_export(spec, obj_dir):
+    """Compile one variant in a worker and export its object file (compiled objects do not pickle)."""
+    from fa4trace.kernels.attention_sm90 import compile_variant
+
+    d, sched, dtype, traced, tn = spec
+    t = time.time()
+    fn, kern = compile_variant(d, sched, dtype, traced, tile_n=tn)
+    name = _name(spec)
+    fn.export_to_c(os.path.join(obj_dir, name + ".o"), function_name=name)
+    cfg = {**kern.config(), "dtype": dtype, "traced": traced}
+    return name, cfg, time.time() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-o", "--out", default="build/attn")
+    ap.add_argument("--tiles", default="64,128")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    import json
+    import shutil
+    import subprocess
+
+    from fa4trace import aot
+
+    specs = _specs([int(x) for x in args.tiles.split(",") if x])
+    out = os.path.abspath(args.out)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    obj_dir = os.path.join(out, "obj")
+    os.makedirs(obj_dir)
+    with ProcessPoolExecutor(args.jobs) as ex:
+        results = list(ex.map(_compile_export, specs, [obj_dir] * len(specs)))
+    funcs = {}
+    for name, cfg, dt in results:
+        print(f"{name:48s} {dt:5.1f} s  tile_n={cfg['tile_n']} stages={cfg['num_stages']}")
+        funcs[name] = {"kind": "attention", "config": {**cfg, "arch": "sm_90a"}}
+    so = os.path.join(out, aot.LIBRARY)
+    objs = sorted(os.path.join(obj_dir, f) for f in os.listdir(obj_dir))
+    subprocess.run([os.environ.get("CXX", "g++"), "-shared", "-o", so, *objs, *aot._link_flags()], check=True)
+    shutil.rmtree(obj_dir)
+    from fa4trace import __version__
+
+    manifest = {"fa4trace_version": __version__, "arch": "sm_90a", "library": aot.LIBRARY,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "functions": funcs}
+    with open(os.path.join(out, aot.MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    print(f"{len(funcs)} functions -> {so} ({os.path.getsize(so) / 2**20:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

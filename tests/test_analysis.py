@@ -1,0 +1,108 @@
+"""Overlap metrics on traces with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fa4trace import analysis as A
+from fa4trace import layout as L
+from fa4trace.bundle import Trace
+from fa4trace.decode import decode_buffer
+from fa4trace.synthetic import WarpEvents, attention_like, write_buffer
+from fa4trace.vocab import EV, ROLE
+
+B, E = L.KIND_BEGIN, L.KIND_END
+
+
+def trace_of(warps, spec, meta=None):
+    return Trace.from_launches([decode_buffer(write_buffer(spec, warps))], meta or {"kernel": "t"})
+
+
+def w(cta, warp, events, span=1_000):
+    ev = sorted(events, key=lambda e: e[3])
+    return WarpEvents(cta, warp, cta, ROLE.CONSUMER, 0, span, 10**12, 10**12 + span,
+                      np.array([e[0] for e in ev]), np.array([e[1] for e in ev]), np.array([e[2] for e in ev]),
+                      np.array([e[3] for e in ev], np.int64))
+
+
+def spans(*triples):
+    out = []
+    for ev, it, (a, b) in triples:
+        out += [(B, ev, it, a), (E, ev, it, b)]
+    return out
+
+
+def test_overlap_fractions_and_hidden_softmax():
+    ev = spans((EV.QK, 0, (0, 200)), (EV.SOFTMAX, 0, (100, 300)), (EV.PV, 0, (250, 400)))
+    t = trace_of([w(0, 0, ev)], L.BufferSpec(1, 1, 16))
+    s = A.summarize(t)
+    assert s["qk_softmax_overlap"] == pytest.approx(0.5)
+    assert s["pv_softmax_overlap"] == pytest.approx(0.25)
+    assert s["hidden_softmax_ns"] == pytest.approx(150)
+    assert s["tensor_core_busy"] == pytest.approx(350 / 1000)
+    assert s["kernel_span_ns"] == 1000
+    assert s["median_ns"] == {"qk": 200, "softmax": 200, "pv": 150}
+
+
+def test_unions_across_warps_of_a_cta_and_weighting_across_ctas():
+    # CTA 0: two warps' softmax [0,100] and [50,150] -> union 150; QK [100,200] -> overlap 50
+    c0 = [w(0, 0, spans((EV.SOFTMAX, 0, (0, 100)))), w(0, 1, spans((EV.SOFTMAX, 0, (50, 150)), (EV.QK, 1, (100, 200))))]
+    # CTA 1: softmax [0, 50] fully under QK [0, 60]
+    c1 = [w(1, 0, spans((EV.SOFTMAX, 0, (0, 50)), (EV.QK, 1, (0, 60))))]
+    t = trace_of(c0 + c1, L.BufferSpec(2, 2, 16))
+    per = A.per_cta(t).to_pydict()
+    assert per["qk_softmax_overlap"] == pytest.approx([50 / 150, 1.0])
+    s = A.summarize(t)
+    assert s["qk_softmax_overlap"] == pytest.approx((50 + 50) / (150 + 50))  # time-weighted
+    assert s["qk_softmax_overlap_cta_median"] == pytest.approx((1 / 3 + 1) / 2)
+
+
+def test_period_per_iteration_and_typical_cta():
+    ev = []
+    for i in range(5):
+        ev += spans((EV.SOFTMAX, i, (100 * i, 100 * i + 40)))
+    t = trace_of([w(0, 0, ev), w(1, 0, ev, span=2_000), w(2, 0, ev, span=3_000)], L.BufferSpec(1, 3, 16))
+    s = A.summarize(t)
+    assert s["period_ns"] == 100
+    assert s["typical_cta"] == 1
+    pi = A.per_iteration(t).to_pydict()
+    assert set(pi["iter"]) == set(range(5)) and all(m == 40 for n, m in zip(pi["name"], pi["median_ns"]) if n == "SOFTMAX")
+
+
+def test_pingpong_beats_base_in_compare():
+    tr = {}
+    for sched in ("base", "pingpong"):
+        buf, meta = attention_like(sched, n_ctas=8, n_blocks=20)
+        meta["config"].update({"b": 1, "sk": 2560, "hq": 16, "hkv": 1, "d": 128, "dtype": "bf16"})
+        tr[sched] = Trace.from_launches([decode_buffer(buf)], meta)
+    c = A.compare(tr["base"], tr["pingpong"])
+    assert c["b"]["qk_softmax_overlap"] > 0.5 > c["a"]["qk_softmax_overlap"]
+    assert c["diff"]["period_ns"]["delta"] < 0
+    assert "hides" in c["headline"] and "faster" in c["speed"]
+    assert c["a"]["bandwidth_tbps"] > 0 and c["a"]["bytes"] == 2 * (2 * 16 * 128 + 2 * 2560 * 128)
+
+
+def test_attention_bytes_needs_the_shape():
+    assert A.attention_bytes({}) is None
+    assert A.attention_bytes({"b": 2, "sq": 1, "sk": 10, "hq": 4, "hkv": 2, "d": 64, "dtype": "fp16"}) == \
+        2 * (2 * 2 * 4 * 64 + 2 * 2 * 10 * 2 * 64)
+
+
+def test_union_sweep_matches_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        n = 40
+        g = rng.integers(0, 3, n)
+        s = rng.integers(0, 1000, n)
+        e = s + rng.integers(0, 200, n)
+        m = rng.random(n) < 0.5
+        la, lb, inter = A.overlap_length(g[m], s[m], e[m], g[~m], s[~m], e[~m], 3)
+        for k in range(3):
+            a = np.zeros(1300, bool)
+            b = np.zeros(1300, bool)
+            for i in np.flatnonzero(m & (g == k)):
+                a[s[i]:e[i]] = True
+            for i in np.flatnonzero(~m & (g == k)):
+                b[s[i]:e[i]] = True
+            assert (la[k], lb[k], inter[k]) == (a.sum(), b.sum(), (a & b).sum())

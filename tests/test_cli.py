@@ -1,0 +1,100 @@
+"""CLI: success paths and one-line failures with non-zero exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fa4trace.bundle import Trace
+from fa4trace.decode import decode_buffer
+from fa4trace.synthetic import attention_like
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "fa4trace", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    out = {}
+    for sched in ("base", "pingpong"):
+        buf, meta = attention_like(sched, n_ctas=4, n_blocks=12)
+        out[sched] = Trace.from_launches([decode_buffer(buf)], meta).save(d / f"{sched}.parquet")
+    return out
+
+
+def test_summary_text_and_json(bundles):
+    r = run("summary", str(bundles["pingpong"]))
+    assert r.returncode == 0 and "QK ∥ SOFTMAX" in r.stdout and "SYNTHETIC" in r.stdout
+    r = run("summary", str(bundles["pingpong"]), "--json")
+    s = json.loads(r.stdout)
+    assert s["qk_softmax_overlap"] > 0.5 and s["rows"] > 0
+
+
+def test_compare_json_matches_the_library(bundles):
+    from fa4trace.analysis import compare
+    from fa4trace.bundle import load
+
+    r = run("compare", str(bundles["base"]), str(bundles["pingpong"]), "--json")
+    assert r.returncode == 0
+    assert json.loads(r.stdout) == json.loads(json.dumps(compare(load(bundles["base"]), load(bundles["pingpong"]))))
+    r = run("compare", str(bundles["base"]), str(bundles["pingpong"]))
+    assert "hides" in r.stdout
+
+
+def test_convert_refuses_to_overwrite(bundles, tmp_path):
+    out = tmp_path / "x.json"
+    out.write_text("precious")
+    r = run("convert", str(bundles["base"]), "--to", "chrome", "-o", str(out))
+    assert r.returncode != 0 and "refusing to overwrite" in r.stderr and out.read_text() == "precious"
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["summary", "missing.parquet"], "no such file"),
+    (["summary"], "Missing argument"),
+    (["summary", "--nope", "x"], "No such option"),
+    (["convert", "x.parquet", "--to", "svg", "-o", "y"], "Invalid value"),
+    (["record", "--kernel", "markers", "--ctas", "1:0", "-o", "z.parquet"], "--ctas"),
+    (["frobnicate"], "No such command"),
+])
+def test_errors_are_one_line_and_nonzero(args, message, tmp_path):
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fa4trace: error:") and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_not_a_bundle_is_one_line(tmp_path):
+    p = tmp_path / "x.parquet"
+    p.write_bytes(os.urandom(100))
+    r = run("summary", str(p))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "not a Parquet trace bundle" in r.stderr
+
+
+def test_record_without_gpu_says_so(tmp_path):
+    r = run("record", "--kernel", "calibration", "-o", str(tmp_path / "c.parquet"))
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if has_gpu:
+        pytest.skip("this machine has a GPU")
+    assert r.returncode != 0 and r.stderr.count("\n") == 1
+    assert "GPU" in r.stderr or "PyTorch" in r.stderr
+    assert not (tmp_path / "c.parquet").exists()
+
+
+def test_help_for_every_command():
+    for cmd in ("record", "convert", "summary", "compare", "view", "build", "bench"):
+        r = run(cmd, "--help")
+        assert r.returncode == 0 and "Usage" in r.stdout, cmd

@@ -1,0 +1,177 @@
+"""Golden decodes of hand-built buffers (the host twin of the recorder writes them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fa4trace import layout as L
+from fa4trace.decode import SCHEMA, decode_buffer
+from fa4trace.errors import TraceFormatError
+from fa4trace.synthetic import WarpEvents, pack_records, write_buffer
+from fa4trace.vocab import EV, ROLE
+
+B, E, I = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT
+GT0 = 1_000_000_000_000
+
+
+def warp(cta=0, w=0, sm=3, role=ROLE.CONSUMER, clk0=10_000, cycles=20_000, ns=10_000, events=(), **kw):
+    """A warp living `cycles` cycles == `ns` ns; events are (kind, event, payload, cycle offset)."""
+    ev = list(events)
+    return WarpEvents(cta=cta, warp=w, sm=sm, role=role, clk0=clk0, clk1=clk0 + cycles, gt0=GT0 + kw.pop("gt_off", 0),
+                      gt1=GT0 + kw.pop("gt_off1", 0) + ns,
+                      kind=np.array([e[0] for e in ev], np.int64), event=np.array([e[1] for e in ev], np.int64),
+                      payload=np.array([e[2] for e in ev], np.int64), t=np.array([clk0 + e[3] for e in ev], np.int64),
+                      **kw)
+
+
+def rows(table):
+    return table.to_pylist()
+
+
+def test_cycles_to_ns_uses_each_warps_own_ratio():
+    spec = L.BufferSpec(2, 1, 16)
+    # warp 0 runs at 2 cycles/ns, warp 1 at 1 cycle/ns (a different SM clock), both 10 µs long.
+    w0 = warp(w=0, cycles=20_000, events=[(B, EV.QK, 0, 2_000), (E, EV.QK, 0, 6_000)])
+    w1 = warp(w=1, sm=7, clk0=555_555, cycles=10_000, events=[(I, EV.MARK, -1, 5_000)])
+    d = decode_buffer(write_buffer(spec, [w0, w1]))
+    assert d.table.schema == SCHEMA
+    r = rows(d.table)
+    qk = [x for x in r if x["name"] == "QK"][0]
+    assert (qk["start_ns"], qk["end_ns"]) == (1_000, 3_000)
+    assert (qk["start_cycles"], qk["end_cycles"]) == (12_000, 16_000)
+    assert qk["kind"] == "span" and qk["iter"] == 0 and qk["role"] == "consumer"
+    mark = [x for x in r if x["name"] == "MARK"][0]
+    assert mark["start_ns"] == mark["end_ns"] == 5_000 and mark["iter"] == -1 and mark["kind"] == "instant"
+    warps = [x for x in r if x["name"] == "WARP"]
+    assert [(x["warp"], x["sm"], x["start_ns"], x["end_ns"]) for x in warps] == [(0, 3, 0, 10_000), (1, 7, 0, 10_000)]
+    assert d.summary["clock_ghz_median"] == pytest.approx(1.5)
+    assert d.t0_globaltimer_ns == GT0
+
+
+def test_rows_are_ordered_by_cta_warp_start_with_outer_spans_first():
+    spec = L.BufferSpec(1, 2, 16)
+    w = warp(events=[(B, EV.SOFTMAX, 1, 100), (B, EV.CORRECTION, 1, 100), (E, EV.CORRECTION, 1, 200),
+                     (E, EV.SOFTMAX, 1, 300), (B, EV.PV, 1, 400), (E, EV.PV, 1, 500)])
+    w2 = warp(cta=1, events=[(B, EV.QK, 0, 50), (E, EV.QK, 0, 60)])
+    r = rows(decode_buffer(write_buffer(spec, [w2, w])).table)
+    assert [(x["cta"], x["name"]) for x in r] == [(0, "WARP"), (0, "SOFTMAX"), (0, "CORRECTION"), (0, "PV"),
+                                                   (1, "WARP"), (1, "QK")]
+
+
+def test_async_spans_overlapping_a_sync_span_pair_by_event_and_payload():
+    # ping-pong: QK(1) issued before SOFTMAX(0), waited after PV(0)
+    spec = L.BufferSpec(1, 1, 32)
+    w = warp(events=[(B, EV.QK, 0, 10), (E, EV.QK, 0, 100), (B, EV.QK, 1, 110), (B, EV.SOFTMAX, 0, 120),
+                     (E, EV.SOFTMAX, 0, 300), (B, EV.PV, 0, 310), (E, EV.QK, 1, 320), (E, EV.PV, 0, 400)])
+    r = rows(decode_buffer(write_buffer(spec, [w])).table)
+    got = {(x["name"], x["iter"]): (x["start_cycles"] - 10_000, x["end_cycles"] - 10_000) for x in r if x["name"] != "WARP"}
+    assert got == {("QK", 0): (10, 100), ("QK", 1): (110, 320), ("SOFTMAX", 0): (120, 300), ("PV", 0): (310, 400)}
+
+
+def test_32bit_timer_wraps_are_unwrapped():
+    spec = L.BufferSpec(1, 1, 8)
+    clk0 = (1 << 32) - 1_000  # low word wraps during the warp
+    w = warp(clk0=clk0, cycles=10_000, events=[(B, EV.QK, 3, 500), (E, EV.QK, 3, 5_000)])
+    r = [x for x in rows(decode_buffer(write_buffer(spec, [w])).table) if x["name"] == "QK"][0]
+    assert (r["start_cycles"], r["end_cycles"]) == (clk0 + 500, clk0 + 5_000)
+    assert r["end_ns"] - r["start_ns"] == 4_500
+
+
+def test_overflowed_warp_is_flagged_and_its_cut_span_dropped():
+    spec = L.BufferSpec(1, 1, 3)
+    w = warp(events=[(B, EV.QK, 0, 1), (E, EV.QK, 0, 2), (B, EV.QK, 1, 3), (E, EV.QK, 1, 4)], attempted=6)
+    d = decode_buffer(write_buffer(spec, [w]))
+    assert d.summary["dropped"] == 3 and d.summary["overflowed_warps"] == 1 and d.summary["truncated_spans"] == 1
+    r = rows(d.table)
+    assert [x["name"] for x in r] == ["WARP", "QK"]
+    assert r[0]["dropped"] == 3
+
+
+def test_unmatched_begin_in_a_complete_warp_is_an_error_naming_the_record():
+    spec = L.BufferSpec(2, 1, 8)
+    w = warp(w=1, events=[(B, EV.QK, 0, 1), (B, EV.SOFTMAX, 0, 2), (E, EV.SOFTMAX, 0, 3)])
+    with pytest.raises(TraceFormatError, match=r"CTA 0, warp 1\), record 0: begin without end"):
+        decode_buffer(write_buffer(spec, [w]))
+
+
+def test_end_without_begin_is_an_error():
+    spec = L.BufferSpec(1, 1, 8)
+    w = warp(events=[(E, EV.PV, 2, 1)])
+    with pytest.raises(TraceFormatError, match="record 0: end without begin"):
+        decode_buffer(write_buffer(spec, [w]))
+
+
+def test_short_lived_warp_borrows_its_sms_clock_ratio():
+    spec = L.BufferSpec(2, 1, 8)
+    long = warp(w=0, cycles=40_000, ns=20_000)
+    short = warp(w=1, cycles=200, ns=0, events=[(I, EV.MARK, 1, 100)])  # anchors in the same 32 ns tick
+    d = decode_buffer(write_buffer(spec, [long, short]))
+    assert d.summary["borrowed_clock_ratio_warps"] == 1
+    mark = [x for x in rows(d.table) if x["name"] == "MARK"][0]
+    assert mark["start_ns"] == 50  # 100 cycles at the SM's 2 cycles/ns
+
+
+def test_globaltimer_timebase_records_are_ns():
+    spec = L.BufferSpec(1, 1, 8)
+    w = warp(clk0=GT0, cycles=10_000, ns=10_000, events=[(B, EV.LOAD_K, 4, 320), (E, EV.LOAD_K, 4, 640)])
+    d = decode_buffer(write_buffer(spec, [w], timebase=L.TIMEBASE_GLOBALTIMER))
+    r = [x for x in rows(d.table) if x["name"] == "LOAD_K"][0]
+    assert (r["start_ns"], r["end_ns"]) == (320, 640)
+    assert d.summary["timebase"] == "globaltimer"
+
+
+def test_cta_subset_slots_map_back_to_real_cta_ids():
+    spec = L.BufferSpec.for_grid(100, 1, 4, cta_first=5, cta_stride=10)
+    assert spec.n_cta_slots == 10
+    ws = [warp(cta=c, events=[(I, EV.MARK, c, 1)]) for c in range(100)]
+    d = decode_buffer(write_buffer(spec, ws))
+    assert sorted(set(d.table["cta"].to_pylist())) == list(range(5, 100, 10))
+
+
+def test_empty_slots_are_absent_warps_not_errors():
+    spec = L.BufferSpec(4, 2, 4)
+    d = decode_buffer(write_buffer(spec, [warp(cta=1, w=2)]))
+    assert d.summary["warps_recorded"] == 1
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda b: b.__setitem__(0, 0), "not an fa4trace buffer"),
+    (lambda b: b.__setitem__(0, L.BUF_MAGIC | (99 << 32)), "format version 99"),
+    (lambda b: b.__setitem__(L.GLOBAL_HEADER_WORDS, 0x1234), "header magic 0x00001234"),
+    (lambda b: b.__setitem__(L.GLOBAL_HEADER_WORDS + L.W_GT1, 0) or b.__setitem__(L.GLOBAL_HEADER_WORDS + L.W_CLK1, 0)
+     or b.__setitem__(L.GLOBAL_HEADER_WORDS + L.W_COUNTS, 0), "never finished"),
+    (lambda b: b.__setitem__(L.GLOBAL_HEADER_WORDS + L.WARP_HEADER_WORDS, int(b[L.GLOBAL_HEADER_WORDS + L.WARP_HEADER_WORDS]) | (1 << 42)),
+     "record 0: reserved bits"),
+    (lambda b: b.__setitem__(L.GLOBAL_HEADER_WORDS + L.WARP_HEADER_WORDS, int(pack_records([10_001], [200], [I], [0])[0])),
+     "unknown event id 200"),
+    (lambda b: b.__setitem__(L.GLOBAL_HEADER_WORDS + L.W_IDS, 3 | (77 << 32)), "header says CTA 77"),
+])
+def test_corruptions_raise_trace_format_error(mutate, message):
+    spec = L.BufferSpec(1, 1, 4)
+    buf = write_buffer(spec, [warp(events=[(I, EV.MARK, 0, 1)])])
+    mutate(buf)
+    with pytest.raises(TraceFormatError, match=message):
+        decode_buffer(buf)
+
+
+def test_truncated_buffer():
+    spec = L.BufferSpec(1, 4, 4)
+    buf = write_buffer(spec, [warp()])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        decode_buffer(buf[:-3])
+    with pytest.raises(TraceFormatError, match="whole number of 64-bit words"):
+        decode_buffer(buf.tobytes()[:-3])
+
+
+def test_bytes_input_and_layout_round_trip():
+    spec = L.BufferSpec(3, 5, 7, cta_first=2, cta_stride=3)
+    assert L.BufferSpec.from_header(spec.new_buffer()) == spec
+    buf = write_buffer(spec, [warp(cta=5, w=2, events=[(I, EV.MARK, 9, 3)])])
+    d = decode_buffer(buf.tobytes())
+    assert d.table.num_rows == 2
+
+
+def test_pack_record_matches_vectorized_packer():
+    for t, ev, k, p in [(0, 1, 0, None), (2**32 - 1, 255, 2, 5), (123, 7, 1, L.PAYLOAD_MAX)]:
+        assert L.pack_record(t, ev, k, p) == int(pack_records([t], [ev], [k], [-1 if p is None else p])[0])

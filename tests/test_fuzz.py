@@ -1,0 +1,123 @@
+"""Random, truncated and corrupted buffers and bundles: TraceFormatError or a valid decode, nothing else."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fa4trace import layout as L
+from fa4trace.bundle import Trace, load
+from fa4trace.decode import SCHEMA, decode_buffer
+from fa4trace.errors import Fa4traceError, TraceFormatError
+from fa4trace.synthetic import WarpEvents, write_buffer
+from fa4trace.vocab import EV, ROLE
+
+settings.register_profile("ci", max_examples=150, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile("ci")
+
+EVENTS = [EV.QK, EV.SOFTMAX, EV.PV, EV.LOAD_K, EV.MARK]
+
+
+@st.composite
+def valid_buffers(draw):
+    warps_per_cta = draw(st.integers(1, 4))
+    n_cta = draw(st.integers(1, 4))
+    cap = draw(st.integers(1, 24))
+    spec = L.BufferSpec(warps_per_cta, n_cta, cap)
+    ws = []
+    for c in range(n_cta):
+        for w in range(warps_per_cta):
+            if draw(st.booleans()):
+                continue
+            n_spans = draw(st.integers(0, 8))
+            kinds, evs, pays, ts = [], [], [], []
+            t = 0
+            for i in range(n_spans):
+                ev = draw(st.sampled_from(EVENTS))
+                gap, dur = draw(st.integers(0, 50)), draw(st.integers(0, 500))
+                kinds += [L.KIND_BEGIN, L.KIND_END]
+                evs += [ev, ev]
+                pays += [i, i]
+                ts += [t + gap, t + gap + dur]
+                t += gap + dur
+            clk0 = draw(st.integers(0, 2**40))
+            ws.append(WarpEvents(c, w, draw(st.integers(0, 131)), ROLE.CONSUMER, clk0, clk0 + t + 10,
+                                 10**12, 10**12 + (t + 10) // 2,
+                                 np.array(kinds, np.int64), np.array(evs, np.int64), np.array(pays, np.int64),
+                                 clk0 + np.array(ts, np.int64)))
+    return spec, ws
+
+
+@given(valid_buffers())
+def test_valid_buffers_decode_consistently(sb):
+    spec, ws = sb
+    buf = write_buffer(spec, ws)
+    try:
+        d = decode_buffer(buf)
+    except TraceFormatError as e:
+        assert "no recorded warp" in str(e) and not ws
+        return
+    t = d.table
+    assert t.schema == SCHEMA
+    starts, ends = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
+    assert (ends >= starts).all()
+    assert (t.filter(pa.compute.equal(t["kind"].cast("string"), "warp")).num_rows) == len(ws)
+    expect_spans = sum(min(len(w.kind), spec.capacity) // 2 for w in ws)
+    assert t.num_rows - len(ws) == expect_spans
+    assert d.summary["dropped"] == sum(max(0, len(w.kind) - spec.capacity) for w in ws)
+
+
+@given(valid_buffers(), st.data())
+def test_corrupted_buffers_raise_only_trace_format_error(sb, data):
+    spec, ws = sb
+    buf = write_buffer(spec, ws).copy()
+    n = data.draw(st.integers(1, 6))
+    for _ in range(n):
+        i = data.draw(st.integers(0, buf.size - 1))
+        buf[i] = np.uint64(data.draw(st.integers(0, 2**64 - 1)))
+    cut = data.draw(st.integers(0, buf.size))
+    try:
+        decode_buffer(buf[:cut])
+    except TraceFormatError:
+        pass
+
+
+@given(st.binary(max_size=4096))
+def test_random_bytes_raise_only_trace_format_error(blob):
+    try:
+        decode_buffer(blob)
+    except TraceFormatError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def good_bundle(tmp_path_factory):
+    from fa4trace.synthetic import attention_like
+
+    buf, meta = attention_like("pingpong", n_ctas=4, n_blocks=6)
+    p = tmp_path_factory.mktemp("b") / "good.parquet"
+    Trace.from_launches([decode_buffer(buf)], meta).save(p)
+    return p.read_bytes()
+
+
+@given(st.data())
+def test_corrupted_or_truncated_bundles_fail_cleanly(good_bundle, tmp_path_factory, data):
+    blob = bytearray(good_bundle)
+    mode = data.draw(st.sampled_from(["truncate", "flip", "both"]))
+    if mode in ("flip", "both"):
+        for _ in range(data.draw(st.integers(1, 8))):
+            i = data.draw(st.integers(0, len(blob) - 1))
+            blob[i] = data.draw(st.integers(0, 255))
+    if mode in ("truncate", "both"):
+        blob = blob[:data.draw(st.integers(0, len(blob)))]
+    p = tmp_path_factory.mktemp("c") / "bad.parquet"
+    p.write_bytes(bytes(blob))
+    try:
+        t = load(p)
+    except Fa4traceError:
+        return
+    assert t.events.schema == SCHEMA
