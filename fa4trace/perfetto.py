@@ -213,6 +213,14 @@ class TrackLayout:
     def n_tracks(self) -> int:
         return int(self.track_warp.size)
 
+    def child_rank(self, t: int) -> int:
+        """Order of a track under its warp: 0 = the warp's own track, then the async tracks
+        in vocabulary order, then the extra lanes of the warp's own spans."""
+        c, lane = int(self.track_class[t]), int(self.track_lane[t])
+        if c == 0 and lane == 0:
+            return 0
+        return (c if c else len(self.async_names) + 1) * 1024 + lane
+
     def track_label(self, t: int) -> str:
         w, c, lane = int(self.track_warp[t]), int(self.track_class[t]), int(self.track_lane[t])
         base = f"warp {int(self.warp_index[w])} · {self.warp_role[w]}"
@@ -431,51 +439,65 @@ def _counter_points(key: np.ndarray, ts: np.ndarray, delta: np.ndarray):
 # ---- vectorized protobuf encoding ------------------------------------------------------------
 
 def _vlen(v: np.ndarray) -> np.ndarray:
-    """Varint length of each uint64 value."""
-    n = np.ones(v.size, np.int64)
+    """Varint length of each (unsigned) value."""
+    n = np.ones(v.size, np.int8)
     if v.size:
         vmax = int(v.max())
         k = 7
         while k < 64 and vmax >> k:
-            n += v >= np.uint64(1 << k)
+            n += v >= (1 << k)
             k += 7
     return n
 
 
 class _Encoder:
-    """Writes fields of many packets at once into one byte buffer (cursor per packet)."""
+    """Writes the fields of many packets at once into one byte buffer (a cursor per packet).
+
+    Values are unsigned arrays (uint32 where they fit, else uint64); a field is a tag (bytes)
+    followed by an optional varint. The cursor of the selected packets is read once per
+    :meth:`fields` call, so each byte of output costs one scatter store.
+    """
 
     def __init__(self, lengths: np.ndarray):
-        self.off = np.cumsum(lengths) - lengths
-        self.buf = np.zeros(int(lengths.sum()), np.uint8)
+        total = int(lengths.sum())
+        it = np.int32 if total < 2**31 - 64 else np.int64
+        self.end = np.cumsum(lengths, dtype=it)
+        self.off = self.end - lengths.astype(it)
+        self.buf = np.empty(total, np.uint8)
         self.cur = self.off.copy()
 
-    def const(self, bs: bytes, sel: np.ndarray | None = None):
-        cur = self.cur if sel is None else self.cur[sel]
-        for j, b in enumerate(bs):
-            self.buf[cur + j] = b
-        if sel is None:
-            self.cur += len(bs)
-        else:
-            self.cur[sel] += len(bs)
-
-    def varint(self, v: np.ndarray, vl: np.ndarray, sel: np.ndarray | None = None):
-        cur = self.cur if sel is None else self.cur[sel]
-        if v.size == 0:
-            return
-        for j in range(int(vl.max())):
-            if j == 0:
-                vv, cc, ll = v, cur, vl
-            else:
+    def fields(self, items, sel: np.ndarray | None = None):
+        buf = self.buf
+        pos = self.cur if sel is None else self.cur[sel]
+        for tag, v, vl in items:
+            for j, b in enumerate(tag):
+                buf[pos + j if j else pos] = b
+            pos = pos + len(tag)
+            if v is None or v.size == 0:
+                continue
+            vmax = int(v.max())
+            if vmax < 0x80:
+                buf[pos] = v
+                pos = pos + 1
+                continue
+            one = np.asarray(1, v.dtype)
+            buf[pos] = (v & 0x7F) | ((v >= 0x80).astype(v.dtype) << 7)
+            for j in range(1, int(vl.max())):
                 m = np.flatnonzero(vl > j)
-                vv, cc, ll = v[m], cur[m], vl[m]
-            byte = (vv >> np.uint64(7 * j)) & np.uint64(0x7F)
-            byte |= np.where(ll > j + 1, np.uint64(0x80), np.uint64(0))
-            self.buf[cc + j] = byte.astype(np.uint8)
+                vv = v[m] >> (7 * j)
+                buf[pos[m] + j] = (vv & 0x7F) | ((vv >= 0x80).astype(v.dtype) * (one << 7))
+            pos = pos + vl
         if sel is None:
-            self.cur += vl
+            self.cur = pos
         else:
-            self.cur[sel] += vl
+            self.cur[sel] = pos
+
+
+def _uarr(x: np.ndarray) -> np.ndarray:
+    """int64 -> the narrowest of uint32/uint64 that holds it (negatives as 64-bit two's complement)."""
+    if x.size and (x.min() < 0 or x.max() >= 2**32):
+        return x.astype(np.int64).view(np.uint64)
+    return x.astype(np.uint32)
 
 
 def _encode_hot(seq, dts, typ, name_iid, iters, flow_out, flow_in, cval) -> tuple[np.ndarray, np.ndarray]:
@@ -484,68 +506,50 @@ def _encode_hot(seq, dts, typ, name_iid, iters, flow_out, flow_in, cval) -> tupl
     All inputs are per packet (int64). name_iid 0 = none, iters < 0 = none, flow 0 = none,
     cval used only where typ == COUNTER.
     """
-    u = lambda x: x.astype(np.uint64)  # noqa: E731
-    seq_u, dts_u, typ_u = u(seq), u(dts), u(typ)
     has_name = np.flatnonzero(name_iid > 0)
     has_iter = np.flatnonzero(iters >= 0)
     has_fo = np.flatnonzero(flow_out > 0)
     has_fi = np.flatnonzero(flow_in > 0)
     has_cv = np.flatnonzero(typ == TYPE_COUNTER)
-    name_u, iter_u = u(name_iid[has_name]), u(iters[has_iter])
-    fo_u, fi_u, cv_u = u(flow_out[has_fo]), u(flow_in[has_fi]), cval[has_cv].astype(np.int64).view(np.uint64)
+    seq_u, dts_u, typ_u = _uarr(seq), _uarr(dts), _uarr(typ)
+    name_u, iter_u = _uarr(name_iid[has_name]), _uarr(iters[has_iter])
+    fo_u, fi_u, cv_u = _uarr(flow_out[has_fo]), _uarr(flow_in[has_fi]), _uarr(cval[has_cv])
+    l_seq, l_dts, l_typ = _vlen(seq_u), _vlen(dts_u), _vlen(typ_u)
     l_name, l_iter, l_fo, l_fi, l_cv = _vlen(name_u), _vlen(iter_u), _vlen(fo_u), _vlen(fi_u), _vlen(cv_u)
-    iid_u = np.full(has_iter.size, ITER_IID, np.uint64)
+    iid_u = np.full(has_iter.size, ITER_IID, np.uint32)
     l_iid = _vlen(iid_u)
-    ann_body = len(_T_DA_NAME_IID) + l_iid + len(_T_DA_INT) + l_iter
-    ann_body_u = u(ann_body)
-    l_ann_body = _vlen(ann_body_u)
+    ann_u = (len(_T_DA_NAME_IID) + l_iid + len(_T_DA_INT) + l_iter).astype(np.uint32)
+    l_ann = _vlen(ann_u)
 
-    te = len(_T_TYPE) + _vlen(typ_u)
+    te = (len(_T_TYPE) + l_typ).astype(np.int32)
     te[has_name] += len(_T_NAME_IID) + l_name
-    te[has_iter] += len(_T_DEBUG) + l_ann_body + ann_body
+    te[has_iter] += len(_T_DEBUG) + l_ann + ann_u.astype(np.int32)
     te[has_fo] += len(_T_FLOW) + l_fo
     te[has_fi] += len(_T_TERM_FLOW) + l_fi
     te[has_cv] += len(_T_COUNTER) + l_cv
-    te_u = u(te)
+    te_u = te.astype(np.uint32)
     l_te = _vlen(te_u)
-    l_seq, l_dts = _vlen(seq_u), _vlen(dts_u)
     body = len(_T_TS) + l_dts + len(_T_SEQ) + l_seq + len(_T_TE) + l_te + te
-    body_u = u(body)
+    body_u = body.astype(np.uint32)
     l_body = _vlen(body_u)
     total = len(_T_PACKET) + l_body + body
 
     enc = _Encoder(total)
-    enc.const(_T_PACKET)
-    enc.varint(body_u, l_body)
-    enc.const(_T_TS)
-    enc.varint(dts_u, l_dts)
-    enc.const(_T_SEQ)
-    enc.varint(seq_u, l_seq)
-    enc.const(_T_TE)
-    enc.varint(te_u, l_te)
-    enc.const(_T_TYPE)
-    enc.varint(typ_u, _vlen(typ_u))
+    enc.fields([(_T_PACKET, body_u, l_body), (_T_TS, dts_u, l_dts), (_T_SEQ, seq_u, l_seq),
+                (_T_TE, te_u, l_te), (_T_TYPE, typ_u, l_typ)])
     if has_name.size:
-        enc.const(_T_NAME_IID, has_name)
-        enc.varint(name_u, l_name, has_name)
+        enc.fields([(_T_NAME_IID, name_u, l_name)], has_name)
     if has_iter.size:
-        enc.const(_T_DEBUG, has_iter)
-        enc.varint(ann_body_u, l_ann_body, has_iter)
-        enc.const(_T_DA_NAME_IID, has_iter)
-        enc.varint(iid_u, l_iid, has_iter)
-        enc.const(_T_DA_INT, has_iter)
-        enc.varint(iter_u, l_iter, has_iter)
+        enc.fields([(_T_DEBUG, ann_u, l_ann), (_T_DA_NAME_IID, iid_u, l_iid), (_T_DA_INT, iter_u, l_iter)], has_iter)
     if has_fo.size:
-        enc.const(_T_FLOW, has_fo)
-        enc.varint(fo_u, l_fo, has_fo)
+        enc.fields([(_T_FLOW, fo_u, l_fo)], has_fo)
     if has_fi.size:
-        enc.const(_T_TERM_FLOW, has_fi)
-        enc.varint(fi_u, l_fi, has_fi)
+        enc.fields([(_T_TERM_FLOW, fi_u, l_fi)], has_fi)
     if has_cv.size:
-        enc.const(_T_COUNTER, has_cv)
-        enc.varint(cv_u, l_cv, has_cv)
-    assert (enc.cur == enc.off + total).all(), "packet encoder length mismatch"
-    return enc.buf, enc.off + total
+        enc.fields([(_T_COUNTER, cv_u, l_cv)], has_cv)
+    if not np.array_equal(enc.cur, enc.end):
+        raise AssertionError("perfetto packet encoder: field lengths and bytes written disagree")
+    return enc.buf, enc.end.astype(np.int64)
 
 
 def _packet_bytes(pkt: pb.TracePacket) -> bytes:
@@ -759,7 +763,6 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
             descriptor(u_, sm_uuid[(li, sm)], f"CTA {cta}", rank=cta)
     track_uuid = np.zeros(n_hot_tracks, np.int64)
     warp_track_uuid = {}
-    n_cls = len(lay.async_names) + 1
     for tix in range(n_slice_tracks):
         w, c, lane = int(lay.track_warp[tix]), int(lay.track_class[tix]), int(lay.track_lane[tix])
         u_ = new_uuid()
@@ -770,7 +773,7 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
             rank = int(lay.warp_index[w])
         else:
             parent = warp_track_uuid[w]  # tracks are in (warp, class, lane) order: lane 0 of class 0 first
-            rank = (c if c else n_cls) * 1024 + lane
+            rank = lay.child_rank(tix)
         descriptor(u_, parent, lay.track_label(tix), rank=rank)
     for ci, (kind, li, cta) in enumerate(ctr_specs):
         u_ = new_uuid()
