@@ -14,7 +14,7 @@ Pass ``None`` and every call compiles to nothing: the PTX equals that of the ker
 the calls (tested). Event ids and the timebase are compile-time constants.
 
 How a record gets to memory (``staged=True``, the default): all lanes compute the 8-byte
-record, lane ``cursor % 32`` keeps it in a register, and every 32nd event the whole warp
+record, lane ``n % 32`` keeps the n-th in a register, and every 32nd event the whole warp
 writes the 32 staged records with one coalesced 256-byte store. Dense markers then cost a
 timer read and a few ALU ops each, not a lone 8-byte store each (which is what makes naive
 recorders store-bound, DESIGN §2). ``staged=False`` writes each record from lane 0 at once:
@@ -24,7 +24,7 @@ Every store is bounds-checked against the warp's slot: a full slot keeps countin
 header tells how many records were dropped, and never writes past its slot.
 
 The recorder is carried through ``cutlass.range`` loops and dynamic ``if``s as a DSL value
-(``__extract_mlir_values__``): its cursor and staging register are loop-carried, nothing
+(``__extract_mlir_values__``): its counters and staging registers are loop-carried, nothing
 else changes after ``start``.
 """
 
@@ -49,7 +49,9 @@ class Recorder:
         self.role = role
         self.timebase = timebase
         self.staged = staged
-        # Loop-carried DSL values: [cursor, staged low word, staged high word] (empty when off).
+        # Loop-carried DSL values (empty when off): [pos, base, staged low word, staged high word]
+        # where pos = events staged in lanes (0..31) and base = events already flushed, so the
+        # warp has recorded base + pos events. (Lane mode: pos stays 0, base counts.)
         self._state = state
         # DSL values fixed at start (defined before any loop, so they dominate its body):
         # slot index of the warp header, capacity (0 = this warp does not record), lane.
@@ -63,7 +65,7 @@ class Recorder:
         return vals
 
     def __new_from_mlir_values__(self, values):
-        state = [Int32(v) for v in values[:3]] if self._state else []
+        state = [Int32(v) for v in values[:4]] if self._state else []
         return Recorder(self.trace, self.role, self.timebase, self.staged, state, self._inv)
 
     @property
@@ -114,7 +116,8 @@ class Recorder:
             trace[header + L.W_WARP] = Int64(warp)
             trace[header + L.W_GT0] = gt0
             trace[header + L.W_CLK0] = clk0
-        return Recorder(trace, role, timebase, staged, [Int32(0), Int32(0), Int32(0)], (header, cap, lane))
+        return Recorder(trace, role, timebase, staged, [Int32(0), Int32(0), Int32(0), Int32(0)],
+                        (header, cap, lane))
 
     # ---- events -------------------------------------------------------------------------
     def begin(self, event: int, payload=None):
@@ -139,10 +142,11 @@ class Recorder:
     @cute.jit
     def _emit(self, tag: cutlass.Constexpr, payload: Int32):
         header, cap, lane = self._inv
-        cursor, st_lo, st_hi = self._state
-        # Per event the SASS is about: CS2R.32 (timer), LOP3->P (is this lane the stager),
-        # predicated moves into the staging pair, one compare + branch for the flush and the
-        # cursor add (merged across events by ptxas). 32-bit halves avoid 64-bit selects.
+        pos, base, st_lo, st_hi = self._state
+        # Per event the SASS is about: CS2R.32 (timer, often predicated straight into the
+        # staging register), ISETP (is this lane the stager), a predicated move of the high
+        # word, the pos add, and a compare + branch for the flush. Keeping pos (0..31) apart
+        # from base avoids the masks and extra induction variables a single cursor costs.
         if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
             t = Int32(cute.arch.globaltimer_lo())
         else:
@@ -150,17 +154,20 @@ class Recorder:
         hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
         records = header + L.WARP_HEADER_WORDS
         if const_expr(self.staged):
-            mine = ((cursor ^ lane) & 31) == 0
+            mine = pos == lane
             st_lo = cutlass.select_(mine, t, st_lo)
             st_hi = cutlass.select_(mine, hi, st_hi)
-            if (cursor & 31) == 31:
-                idx = cursor - 31 + lane
+            if pos == 31:
+                idx = base + lane
                 if idx < cap:
                     self.trace[records + idx] = _pack(st_lo, st_hi)
+                base = base + 32
+            pos = (pos + 1) & 31
         else:
-            if (lane == 0) & (cursor < cap):
-                self.trace[records + cursor] = _pack(t, hi)
-        self._state = [cursor + 1, Int32(st_lo), Int32(st_hi)]
+            if (lane == 0) & (base < cap):
+                self.trace[records + base] = _pack(t, hi)
+            base = base + 1
+        self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
 
     # ---- end of the warp's work ---------------------------------------------------------
     def finish(self):
@@ -171,10 +178,10 @@ class Recorder:
     @cute.jit
     def _finish(self):
         header, cap, lane = self._inv
-        cursor, st_lo, st_hi = self._state
+        pos, base, st_lo, st_hi = self._state
+        cursor = base + pos
         if const_expr(self.staged):
-            pos = cursor & 31
-            idx = cursor - pos + lane
+            idx = base + lane
             if (lane < pos) & (idx < cap):
                 self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
         gt1, clk1 = _edge_anchor()
