@@ -54,8 +54,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-ctas", type=int, default=1056)
     ap.add_argument("--iters", type=int, default=1600)
-    ap.add_argument("--chain", type=int, nargs="+", default=[1])
-    ap.add_argument("--work", nargs="+", default=["l2", "smem"], choices=["l2", "smem"])
+    ap.add_argument("--config", nargs="+", default=["l2:1", "l2:2", "smem:3", "smem:10"],
+                    help="work:chain pairs (work l2 = latency-bound, smem = issue-bound)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", default=None)
     ap.add_argument("--clock-ghz", type=float, default=None, help="SM clock for cycle counts (default: measured by the calibration kernel if available, else 1.98)")
@@ -64,8 +64,8 @@ def main(argv=None):
 
     ghz = args.clock_ghz or 1.98
     rows = []
-    for work in args.work:
-      for chain in args.chain:
+    for cfg in args.config:
+        work, chain = cfg.split(":")[0], int(cfg.split(":")[1])
         base = None
         for v in ("plain", "fa4trace", "fa4trace_lane", "fa4trace_gt", "iket"):
             med, lo, hi, how = time_variant(v, work, args.n_ctas, args.iters, chain, args.reps)

@@ -8,12 +8,12 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python3 -m pytest tests/gpu/test_recorder_gpu.py -v -s -p no:cacheprovider 2>&1 | tee "$OUT/pytest_recorder.log" | tail -40
 python3 -m fa4trace record --kernel calibration --timebase clock64 -o "$OUT/calibration_h200.parquet" --force 2>&1 | tee "$OUT/calibration.txt"
-python3 benchmarks/bench_recorder.py --json "$OUT/recorder_bench.json" --chain 10 3 40 2>&1 | tee "$OUT/recorder_bench.txt"
-rm -rf /tmp/iket
-timeout 240 python3 -m iket.cli.main --output-dir /tmp/iket profile --postprocess none -- \
-    python3 benchmarks/iket_workload.py --chain 10 --iters 1600 2>&1 | tail -30 | tee "$OUT/iket.txt"
-timeout 120 python3 -m iket.cli.main --output-dir /tmp/iket3 profile --postprocess none -- \
-    python3 benchmarks/iket_workload.py --chain 3 --iters 1600 2>&1 | grep IKET_WORKLOAD | tee -a "$OUT/iket.txt"
-timeout 120 python3 -m iket.cli.main --output-dir /tmp/iket40 profile --postprocess none -- \
-    python3 benchmarks/iket_workload.py --chain 40 --iters 1600 2>&1 | grep IKET_WORKLOAD | tee -a "$OUT/iket.txt"
-echo "=== summary"; cat "$OUT/recorder_bench.txt" | tail -20; grep IKET_WORKLOAD "$OUT/iket.txt"; grep -E "passed|failed" "$OUT/pytest_recorder.log" | tail -3
+python3 -m fa4trace record --kernel markers --variant fa4trace --ctas 0:66:16 -o "$OUT/markers_h200.parquet" --force 2>&1 | tee -a "$OUT/calibration.txt"
+python3 benchmarks/bench_recorder.py --json "$OUT/recorder_bench.json" 2>&1 | tee "$OUT/recorder_bench.txt"
+for cfg in l2:1 l2:2 smem:3 smem:10; do
+  rm -rf /tmp/iket
+  timeout 150 python3 -m iket.cli.main --output-dir /tmp/iket profile --postprocess none -- \
+      python3 benchmarks/iket_workload.py --work "${cfg%%:*}" --chain "${cfg##*:}" --iters 1600 2>&1 \
+      | grep -E "IKET_WORKLOAD|rror" | tail -1 | tee -a "$OUT/iket.txt"
+done
+echo "=== summary"; tail -24 "$OUT/recorder_bench.txt"; cat "$OUT/iket.txt"; grep -E "passed|failed" "$OUT/pytest_recorder.log" | tail -3
