@@ -1,0 +1,321 @@
+"""Compile upstream FA4's forward kernel with fa4trace markers (or without), here or for AOT.
+
+How the trace buffer reaches the kernel without changing FA4's public API:
+FA4's own ``interface._flash_attn_fwd`` chooses the kernel and its configuration (tile sizes,
+pack-GQA, S/P ping-pong...) and ends in ``cute.compile(kernel_object, *args)``. We run it in
+``FakeTensorMode`` with that one call intercepted, which hands us FA4's exact kernel object and
+arguments. We then compile a thin entry whose signature is FA4's ``__call__`` plus one tensor,
+``fa4trace_buf``, placed just before the stream (FA4 keeps the stream last), and the kernel
+launched inside gets the same extra parameter: ``FlashAttentionForwardSm*.kernel`` is swapped,
+for this compile only, for a ``@cute.kernel`` with FA4's parameters plus ``fa4trace_buf`` whose
+body stores the tensor for the hooks and inlines FA4's kernel body. The buffer is therefore a
+real kernel argument (one compile serves every buffer; AOT works), and callers of FA4's API
+never see it. Uninstrumented builds go through FA4's own ``__call__`` unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import types
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import Fa4traceError
+from . import hooks
+
+FA4_VERSIONS = ("4.0.0b36",)
+SM_COUNT = {"sm100": 148, "sm90": 132}  # B200, H100/H200: the SKUs FA4's scheduler is built for
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def fa4_version() -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version("flash-attn-4")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def require_fa4() -> str:
+    """The installed flash-attn-4 version, or one clear line on why it cannot be used."""
+    v = fa4_version()
+    if v is None:
+        raise Fa4traceError(f"--impl fa4 needs flash-attn-4 {' or '.join(FA4_VERSIONS)}: "
+                            f"pip install 'flash-attn-4=={FA4_VERSIONS[-1]}' --no-deps (see docs/fa4-on-b200.md)")
+    if v not in FA4_VERSIONS:
+        raise Fa4traceError(f"flash-attn-4 {v} is not supported by fa4trace --impl fa4 (hooks are pinned to "
+                            f"{', '.join(FA4_VERSIONS)}): pip install 'flash-attn-4=={FA4_VERSIONS[-1]}' --no-deps")
+    return v
+
+
+# ---- target selection -----------------------------------------------------------------------
+class _HardwareInfoStandIn:
+    """``cutlass.utils.HardwareInfo`` without a driver: the target SKU's SM count."""
+
+    sm_count = 132
+
+    def __init__(self, device_id: int = 0):
+        pass
+
+    def get_device_multiprocessor_count(self) -> int:
+        return self.sm_count
+
+    def get_max_active_clusters(self, cluster_size: int) -> int:
+        return self.sm_count // cluster_size
+
+
+def _cuda_visible() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@contextlib.contextmanager
+def target(arch: str, num_sms: Optional[int] = None):
+    """Compile for ``arch`` ("sm100" or "sm90"). Where no GPU is visible, FA4's SM-count queries
+    get the target SKU's count (148 on B200, 132 on H100/H200) instead of a driver call."""
+    if arch not in SM_COUNT:
+        raise ValueError(f"arch must be one of {sorted(SM_COUNT)}, got {arch!r}")
+    want = "sm_100a" if arch == "sm100" else "sm_90a"
+    have = os.environ.get("CUTE_DSL_ARCH")
+    import sys
+
+    if have and have != want and "cutlass" in sys.modules:
+        raise Fa4traceError(f"the CuTe DSL in this process targets {have}; compile {arch} in a fresh process "
+                            f"(CUTE_DSL_ARCH={want})")
+    os.environ["CUTE_DSL_ARCH"] = want
+    n = num_sms or SM_COUNT[arch]
+    saved_env = {k: os.environ.get(k) for k in ("FLASH_ATTENTION_NUM_SMS",)}
+    os.environ["FLASH_ATTENTION_NUM_SMS"] = str(n)
+    patched = []
+    if not _cuda_visible():
+        import cutlass.utils  # after CUTE_DSL_ARCH is set: the DSL reads it once
+        import flash_attn.cute.tile_scheduler as ts
+
+        stand_in = type("HardwareInfo", (_HardwareInfoStandIn,), {"sm_count": n})
+        for owner in (cutlass.utils, ts):
+            patched.append((owner, "HardwareInfo", getattr(owner, "HardwareInfo")))
+            setattr(owner, "HardwareInfo", stand_in)
+    try:
+        yield
+    finally:
+        for owner, name, old in reversed(patched):
+            setattr(owner, name, old)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# ---- capturing FA4's compile ----------------------------------------------------------------
+@dataclass
+class Captured:
+    """FA4's kernel object and compile arguments for one configuration."""
+
+    kernel: Any
+    args: tuple  # positional compile arguments after the kernel object (stream last)
+    options: str
+    config: dict = field(default_factory=dict)
+
+
+class _Capture(Exception):
+    pass
+
+
+class _CuteProxy:
+    def __init__(self, real, sink):
+        self._real, self._sink = real, sink
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def compile(self, fn, *args, **kwargs):
+        self._sink.append((fn, args, kwargs))
+        raise _Capture()
+
+
+def capture(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int = 1, sk: int, b: int = 1,
+            dtype: str = "bf16", num_splits: int = 1) -> Captured:
+    """Run FA4's interface on fake tensors and stop at its ``cute.compile`` call."""
+    version = require_fa4()
+    if schedule not in ("base", "pingpong"):
+        raise ValueError(f"schedule must be base or pingpong, got {schedule!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from flash_attn.cute import interface
+    from flash_attn.cute import utils as fa_utils
+
+    tdt = getattr(torch, DTYPES[dtype])
+    sink: list = []
+    real_cute = interface.cute
+    saved_pp = fa_utils._fa_disable_s_ping_pong_enabled
+    interface.cute = _CuteProxy(real_cute, sink)
+    fa_utils._fa_disable_s_ping_pong_enabled = schedule == "base"
+    hooks.clear_fa4_compile_cache()
+    try:
+        with FakeTensorMode():
+            q = torch.empty(b, sq, hq, d, dtype=tdt, device="cuda")
+            k = torch.empty(b, sk, hkv, d, dtype=tdt, device="cuda")
+            v = torch.empty(b, sk, hkv, d, dtype=tdt, device="cuda")
+            try:
+                interface._flash_attn_fwd(q, k, v, num_splits=num_splits, _arch=100 if arch == "sm100" else 90)
+            except _Capture:
+                pass
+    finally:
+        interface.cute = real_cute
+        fa_utils._fa_disable_s_ping_pong_enabled = saved_pp
+    if not sink:
+        raise Fa4traceError("FA4 did not reach its compile step for this shape (nothing to instrument)")
+    fn, args, kwargs = sink[-1]
+    kobj = fn
+    pingpong = bool(getattr(kobj, "use_s_ping_pong", False))
+    if arch == "sm100" and (schedule == "pingpong") != pingpong:
+        raise Fa4traceError(f"FA4 {version} does not use the S/P ping-pong for this shape "
+                            f"(d={d}, hq={hq}, hkv={hkv}, sq={sq}); --schedule {schedule} cannot be honored")
+    config = {
+        "impl": "fa4", "fa4_version": version, "arch": arch, "schedule": schedule if arch == "sm100" else "fa3",
+        "kernel_class": type(kobj).__name__, "d": d, "hq": hq, "hkv": hkv, "sq": sq, "dtype": dtype,
+        "s_ping_pong": pingpong,
+        "intra_wg_overlap": bool(getattr(kobj, "intra_wg_overlap", False)),
+        "tile": [int(x) for x in _tile(kobj)],
+        "pack_gqa": bool(getattr(kobj, "pack_gqa", False)),
+        "warps_per_cta": int(getattr(kobj, "threads_per_cta", None) or kobj.num_threads) // 32,
+    }
+    return Captured(kobj, tuple(args), kwargs.get("options", ""), config)
+
+
+def _tile(kobj):
+    if hasattr(kobj, "m_block_size"):
+        return kobj.m_block_size, kobj.n_block_size
+    return kobj.tile_m, kobj.tile_n
+
+
+# ---- the traced entry and kernel ------------------------------------------------------------
+def _params_source(params, ns: dict, prefix: str) -> list[str]:
+    out = []
+    for p in params:
+        s = p.name
+        if p.annotation is not inspect.Parameter.empty:
+            ns[f"{prefix}ann_{p.name}"] = p.annotation
+            s += f": {prefix}ann_{p.name}"
+        if p.default is not inspect.Parameter.empty:
+            ns[f"{prefix}def_{p.name}"] = p.default
+            s += f" = {prefix}def_{p.name}"
+        out.append(s)
+    return out
+
+
+def _traced_entry(cls):
+    """``__call__(self, <FA4's parameters>, fa4trace_buf, stream)`` -> FA4's ``__call__``."""
+    import cutlass.cute as cute
+
+    raw = cls.__call__.__wrapped__
+    params = list(inspect.signature(raw).parameters.values())
+    if params[-1].name != "stream":
+        raise Fa4traceError(f"{cls.__name__}.__call__ no longer ends with `stream`: FA4 changed, update fa4trace.fa4")
+    ns = {"_fa4_call": cls.__call__, "_Tensor": cute.Tensor}
+    src = _params_source(params, ns, "_")
+    src.insert(len(src) - 1, "fa4trace_buf: _Tensor = None")
+    names = [p.name for p in params]
+    code = (f"def __call__({', '.join(src)}):\n"
+            f"    self._fa4trace_host_buf = fa4trace_buf\n"
+            f"    return _fa4_call({', '.join(names)})\n")
+    exec(compile(code, f"<fa4trace entry for {cls.__name__}>", "exec"), ns)
+    return cute.jit(preprocess=False)(ns["__call__"])
+
+
+def _traced_kernel(cls, kernel_jit):
+    """A ``@cute.kernel`` with FA4's kernel parameters plus ``fa4trace_buf``; its body hands the
+    buffer to the hooks and inlines FA4's kernel body (a fresh function object over FA4's code)."""
+    import cutlass.cute as cute
+
+    raw = kernel_jit.__wrapped__
+    code0 = getattr(raw, "_original_code", raw.__code__)
+    body = types.FunctionType(code0, raw.__globals__, raw.__name__, raw.__defaults__, raw.__closure__)
+    body.__kwdefaults__ = raw.__kwdefaults__
+    body.__annotations__ = dict(raw.__annotations__)
+    body.__qualname__, body.__module__ = raw.__qualname__, raw.__module__
+    body_jit = cute.jit(body)
+    params = list(inspect.signature(raw).parameters.values())
+    ns = {"_fa4_body": body_jit, "_Tensor": cute.Tensor, "_set_buf": _set_kernel_buf}
+    src = _params_source(params, ns, "_")
+    names = [p.name for p in params]
+    code = (f"def kernel({', '.join(src)}, fa4trace_buf: _Tensor = None):\n"
+            f"    _set_buf(fa4trace_buf)\n"
+            f"    _fa4_body({', '.join(names)})\n"
+            f"    _set_buf(None)\n")
+    exec(compile(code, f"<fa4trace kernel for {cls.__name__}>", "exec"), ns)
+    traced = cute.kernel(preprocess=False)(ns["kernel"])
+
+    def kernel_entry(self, *args, **kwargs):
+        return traced(self, *args, fa4trace_buf=self._fa4trace_host_buf, **kwargs)
+
+    return kernel_entry
+
+
+def _set_kernel_buf(buf):
+    hooks.STATE.buf = buf
+
+
+@dataclass
+class Compiled:
+    fn: Any  # the compiled function (JitCompiledFunction; tvm-ffi callable, export_to_c)
+    traced: bool
+    config: dict
+    params: list  # runtime parameters in order (FA4's __call__ names, fa4trace_buf if traced)
+    counts: dict = field(default_factory=dict)  # events placed per role while tracing
+
+    @property
+    def ptx(self) -> Optional[str]:
+        return self.fn.__ptx__
+
+
+def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1,
+                sq: int = 1, sk: int = 32768, b: int = 1, dtype: str = "bf16", traced: bool = True,
+                events=None, keep_ptx: bool = False, num_sms: Optional[int] = None) -> Compiled:
+    """Compile FA4's forward kernel for this decode shape, with markers (``traced``) or as FA4
+    itself compiles it. Shapes other than d/hq/hkv/sq/dtype are dynamic in the result.
+
+    ``events``: which roles' event hooks record (default all; see hooks.SM100_ROLES/SM90_ROLES).
+    """
+    with target(arch, num_sms):
+        import cutlass.cute as cute
+        from cutlass.cute.runtime import make_fake_compact_tensor
+
+        cap = capture(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, sk=sk, b=b, dtype=dtype)
+        cls = type(cap.kernel)
+        options = cap.options + (" --keep-ptx" if keep_ptx else "")
+        names = [p.name for p in inspect.signature(cls.__call__.__wrapped__).parameters.values()][1:]
+        if not traced:
+            hooks.clear_fa4_compile_cache()
+            fn = cute.compile(cap.kernel, *cap.args, options=options)
+            return Compiled(fn, False, dict(cap.config, traced=False), names[:-1])
+        import cutlass
+
+        hooks.install(arch, events=events)
+        saved_kernel = cls.__dict__["kernel"]
+        try:
+            cls.kernel = _traced_kernel(cls, saved_kernel)
+            entry = _traced_entry(cls)
+            buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
+            args = (*cap.args[:-1], buf, cap.args[-1])
+            fn = cute.compile(entry, cap.kernel, *args, options=options)
+            counts = dict(hooks.STATE.counts)
+        finally:
+            cls.kernel = saved_kernel
+            if hasattr(cap.kernel, "_fa4trace_host_buf"):
+                del cap.kernel._fa4trace_host_buf
+            hooks.uninstall()
+        params = names[:-1] + ["fa4trace_buf"]
+        return Compiled(fn, True, dict(cap.config, traced=True), params, counts)
+

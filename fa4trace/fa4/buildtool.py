@@ -1,0 +1,39 @@
+"""Build FA4 kernels ahead of time for a GPU machine without the CuTe DSL (e.g. the H200 here).
+
+    python -m fa4trace.fa4.buildtool -o build/fa4_sm90            # SM90: traced + plain decode kernels
+
+Runs on any machine with nvidia-cutlass-dsl and flash-attn-4 (no GPU needed); the folder it
+writes is loaded by ``fa4trace record --impl fa4 --build DIR`` and the bench hook with tvm-ffi only.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+# (d, hq, hkv): the decode shapes of `fa4trace bench` (DESIGN §1) ...
+BENCH_SHAPES = [(128, 16, 1), (128, 16, 2), (64, 16, 1), (64, 16, 2)]
+# ... and the shapes traced by default
+TRACED_SHAPES = [(128, 16, 1)]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m fa4trace.fa4.buildtool", description=__doc__.splitlines()[0])
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--arch", default="sm90", choices=["sm90", "sm100"])
+    ap.add_argument("--schedule", default="pingpong", choices=["base", "pingpong"], help="SM100 only")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--sq", type=int, default=1)
+    ap.add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    from .run import build_aot
+
+    shapes = [dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=False)
+              for d, hq, hkv in BENCH_SHAPES]
+    shapes += [dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True)
+               for d, hq, hkv in TRACED_SHAPES]
+    out = build_aot(a.output, shapes, arch=a.arch, overwrite=a.force)
+    print(f"built {len(shapes)} FA4 {a.arch} kernels into {out}")
+
+
+if __name__ == "__main__":
+    main()

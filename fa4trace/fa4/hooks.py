@@ -1,0 +1,417 @@
+"""Markers in upstream FlashAttention-4 without editing it: Python hooks placed at compile time.
+
+The CuTe DSL traces Python, so replacing a method of FA4's kernel class (or a helper FA4 looks
+up in a module) with a wrapper that records and then calls the original puts the markers into
+the compiled kernel. Nothing of FA4 is edited or copied: ``install()`` swaps attributes,
+``uninstall()`` puts the originals back, and both clear FA4's in-memory compile cache (its key
+ignores patches).
+
+Where the events come from (flash-attn-4 4.0.0b36):
+
+SM100 (B200), warp roles from ``FlashAttentionForwardSm100.kernel``:
+  load warp        ``load``                LOAD_Q (``load_Q``: acquire + TMA issue, iter = Q stage),
+                                           LOAD_K / LOAD_V (``load_KV``: wait for a free stage +
+                                           TMA issue, iter = KV block)
+  MMA warp         ``mma``                 QK / PV: S/P ping-pong path ``mma_ping_pong_qk`` /
+                                           ``mma_ping_pong_pv`` (issue + commit; PV includes the
+                                           wait for P; iter = FA4's block counter); base path the
+                                           tcgen05 issue helpers ``gemm_ptx_precomputed_varname``
+                                           (QK) / ``gemm_ptx_partial`` (PV) (no block index there:
+                                           iter -1). One level only: the helpers record nothing
+                                           while a ping-pong segment is open.
+  softmax warps    ``softmax_loop``        SOFTMAX (``softmax_step``: wait for S, softmax, P
+                                           store; iter = KV block)
+  correction warps ``correction_loop``     CORRECTION (``correction_rescale``, only when a rescale
+                                           happens), EPILOGUE (``correction_epilogue``)
+  epilogue warp    ``epilogue_s2g``        warp lifetime only
+SM90 (H100/H200):
+  producer WG      ``load``                LOAD_Q (the Q TMA copy), LOAD_K / LOAD_V (``load_KV``:
+                                           TMA issue + commit; the wait for a free stage is the
+                                           gap before it)
+  consumer WGs     ``mma``                 per KV block one segment (``first_half_block_overlap``,
+                                           ``mma_one_n_block_intrawg_overlap``, ``mma_one_n_block``,
+                                           ``last_half_block_overlap``): QK and PV from wgmma issue
+                                           to the ``wait_group`` that retires them (async: they
+                                           overlap SOFTMAX), SOFTMAX (``online_softmax``),
+                                           CORRECTION (``rescale_O``); EPILOGUE (``epilogue``)
+
+Every hooked call is one ``SegmentRecorder`` segment (see fa4trace.device.recorder): FA4's loops
+carry only their own state, so the per-warp cursor travels through the warp header in memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..vocab import EV, ROLE
+
+# Role names (for ``events=``) and the hooks that record events in each.
+SM100_ROLES = ("load", "mma", "softmax", "correction", "epilogue")
+SM90_ROLES = ("producer", "consumer")
+
+
+@dataclass
+class _State:
+    """Python-side state while one kernel is traced (the DSL traces on one thread)."""
+
+    installed: bool = False
+    buf: Any = None  # the kernel's trace tensor (set by the traced kernel entry)
+    rec: Any = None  # SegmentRecorder of the warp role being traced
+    role: Optional[str] = None
+    events: frozenset = frozenset()  # roles whose event hooks record (role lifetimes always do)
+    n_block: Any = None  # SM90: KV block of the open consumer segment
+    n_block_is_first: bool = False
+    inflight: list = field(default_factory=list)  # SM90: async spans (event, payload) in issue order
+    counts: dict = field(default_factory=dict)  # events placed per role (trace time), for tests
+
+    def recording(self) -> bool:
+        return self.rec is not None and self.rec.enabled and self.role in self.events
+
+    def count(self, n=1):
+        self.counts[self.role] = self.counts.get(self.role, 0) + n
+
+
+STATE = _State()
+
+
+def _bind(fn: Callable, self, args, kwargs) -> dict:
+    sig = _signature(fn)
+    b = sig.bind_partial(self, *args, **kwargs)
+    return b.arguments
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn):
+    return inspect.signature(getattr(fn, "__wrapped__", fn))
+
+
+# ---- wrappers -------------------------------------------------------------------------------
+def role_wrapper(orig: Callable, role: str, role_id: int) -> Callable:
+    """Warp-role entry: start this warp's recorder, run the role, finish the recorder."""
+    from ..device.recorder import SegmentRecorder
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        st = STATE
+        if st.buf is None:
+            return orig(self, *args, **kwargs)
+        outer = (st.rec, st.role)
+        st.rec = SegmentRecorder.start(st.buf, role=role_id)
+        st.role = role
+        st.inflight = []
+        ret = orig(self, *args, **kwargs)
+        st.rec.finish()
+        st.rec, st.role = outer
+        return ret
+
+    wrapper.__fa4trace_hook__ = True
+    return wrapper
+
+
+def span_wrapper(orig: Callable, event: Callable | int, payload: Callable | None = None, *,
+                 nested: str = "join") -> Callable:
+    """One span around each call. ``event`` / ``payload``: constants or f(arguments) -> value.
+
+    ``nested``: what to do when a segment is already open (a hook inside a hooked call):
+    "join" records into it, "skip" records nothing (the outer hook instruments this level).
+    """
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        st = STATE
+        if not st.recording():
+            return orig(self, *args, **kwargs)
+        seg = st.rec.current
+        if seg is not None and nested == "skip":
+            return orig(self, *args, **kwargs)
+        a = _bind(orig, self, args, kwargs) if callable(event) or callable(payload) else {}
+        ev = event(a) if callable(event) else event
+        p = payload(a) if callable(payload) else payload
+        own = seg is None
+        if own:
+            seg = st.rec.open()
+        seg.begin(ev, p)
+        ret = orig(self, *args, **kwargs)
+        seg.end(ev, p)
+        st.count(2)
+        if own:
+            seg.close()
+        return ret
+
+    wrapper.__fa4trace_hook__ = True
+    return wrapper
+
+
+def func_span_wrapper(orig: Callable, event: int, *, nested: str = "skip") -> Callable:
+    """``span_wrapper`` for a module-level function (no ``self``)."""
+    inner = span_wrapper(lambda _self, *a, **k: orig(*a, **k), event, nested=nested)
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        return inner(None, *args, **kwargs)
+
+    wrapper.__fa4trace_hook__ = True
+    return wrapper
+
+
+# ---- SM90 consumer: one segment per KV block, async wgmma spans ------------------------------
+def _close_inflight(keep: int):
+    """wgmma wait_group(keep): every span but the newest ``keep`` has retired."""
+    st = STATE
+    seg = st.rec.current if st.rec is not None else None
+    if seg is None:
+        return
+    while len(st.inflight) > keep:
+        ev, p = st.inflight.pop(0)
+        seg.end(ev, p)
+        st.count(1)
+
+
+def _wrap_mma_fn(fn: Callable, event: int, payload) -> Callable:
+    """mma_qk_fn / mma_pv_fn (``functools.partial`` of quack's wgmma helpers): QK/PV begin at
+    issue; with ``wg_wait=k >= 0`` the helper waits itself, which retires all but k."""
+    default_wait = _signature(getattr(fn, "func", fn)).parameters["wg_wait"].default
+
+    def wrapped(*args, **kwargs):
+        st = STATE
+        seg = st.rec.current
+        seg.begin(event, payload)
+        st.count(1)
+        st.inflight.append((event, payload))
+        ret = fn(*args, **kwargs)
+        wait = kwargs.get("wg_wait", default_wait)
+        if isinstance(wait, int) and wait >= 0:
+            _close_inflight(wait)
+        return ret
+
+    return wrapped
+
+
+class _WarpgroupProxy:
+    """Stands in for ``cutlass.cute.nvgpu.warpgroup`` inside flash_fwd_sm90: ``wait_group(k)``
+    ends the async spans it retires; everything else is the real module's."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def wait_group(self, group, *args, **kwargs):
+        ret = self._real.wait_group(group, *args, **kwargs)
+        st = STATE
+        if st.recording() and st.rec.current is not None and isinstance(group, int):
+            _close_inflight(group)
+        return ret
+
+
+def sm90_block_wrapper(orig: Callable, kind: str, is_local: Callable[[Any], bool]) -> Callable:
+    """A consumer call that processes one KV block: a segment; its QK/PV issue, softmax and
+    rescale are recorded inside. ``kind``: "first" | "overlap" | "plain" | "last"."""
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        st = STATE
+        if not st.recording():
+            return orig(self, *args, **kwargs)
+        a = _bind(orig, self, args, kwargs)
+        if kind == "last":
+            # the final PV is of the lowest KV block; that is block 0 unless a local window
+            # moves it (SM90 has no split-KV), and then it is not known here
+            n_block = None
+            pv_block = None if is_local(self) else 0
+        else:
+            n_block = a["n_block"]
+            pv_block = n_block + 1 if kind == "overlap" else n_block
+        seg = st.rec.open()
+        st.n_block = n_block
+        st.inflight = []
+        if "mma_qk_fn" in a and kind != "last":
+            kwargs = dict(kwargs, mma_qk_fn=_wrap_mma_fn(a["mma_qk_fn"], EV.QK, n_block))
+        if "mma_pv_fn" in a and kind != "first":
+            kwargs = dict(kwargs, mma_pv_fn=_wrap_mma_fn(a["mma_pv_fn"], EV.PV, pv_block))
+        # mma_qk_fn / mma_pv_fn may have come positionally: pass them by name only
+        args = _drop_positional(orig, args, ("mma_qk_fn", "mma_pv_fn"), kwargs)
+        ret = orig(self, *args, **kwargs)
+        _close_inflight(0)  # nothing is left in flight after a block's call returns
+        st.n_block = None
+        seg.close()
+        return ret
+
+    wrapper.__fa4trace_hook__ = True
+    return wrapper
+
+
+def _drop_positional(fn, args, names, kwargs):
+    params = [p.name for p in _signature(fn).parameters.values()][1:]  # without self
+    for i, name in enumerate(params[:len(args)]):
+        if name in names and name in kwargs:
+            # re-pass everything from here on by name
+            rest = dict(zip(params[i:len(args)], args[i:]))
+            rest.update(kwargs)
+            kwargs.clear()
+            kwargs.update(rest)
+            return args[:i]
+    return args
+
+
+def softmax_method_wrapper(orig: Callable, event: int) -> Callable:
+    """Softmax.online_softmax / rescale_O: recorded only inside an open consumer segment."""
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        st = STATE
+        if not st.recording() or st.rec.current is None:
+            return orig(self, *args, **kwargs)
+        seg = st.rec.current
+        p = st.n_block
+        seg.begin(event, p)
+        ret = orig(self, *args, **kwargs)
+        seg.end(event, p)
+        st.count(2)
+        return ret
+
+    wrapper.__fa4trace_hook__ = True
+    return wrapper
+
+
+class _CopyUtilsProxy:
+    """Stands in for ``quack.copy_utils`` inside flash_fwd_sm90: the Q copy function
+    (``tma_get_copy_fn(..., single_stage=True)``) records LOAD_Q around its TMA issue."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def tma_get_copy_fn(self, *args, **kwargs):
+        ret = self._real.tma_get_copy_fn(*args, **kwargs)
+        if not kwargs.get("single_stage", False):
+            return ret
+        fn, *rest = ret
+
+        def load_q(*a, **k):
+            st = STATE
+            if not st.recording():
+                return fn(*a, **k)
+            seg = st.rec.open()
+            seg.begin(EV.LOAD_Q)
+            r = fn(*a, **k)
+            seg.end(EV.LOAD_Q)
+            st.count(2)
+            seg.close()
+            return r
+
+        return (load_q, *rest)
+
+
+# ---- the hook tables ------------------------------------------------------------------------
+def _kv_event(a):
+    return EV.LOAD_K if a["K_or_V"] == "K" else EV.LOAD_V
+
+
+def _patches_sm100():
+    from flash_attn.cute import blackwell_helpers as bw
+    from flash_attn.cute.flash_fwd_sm100 import FlashAttentionForwardSm100 as K
+
+    d = K.__dict__
+    return [
+        (K, "load", role_wrapper(d["load"], "load", ROLE.PRODUCER)),
+        (K, "mma", role_wrapper(d["mma"], "mma", ROLE.MMA)),
+        (K, "softmax_loop", role_wrapper(d["softmax_loop"], "softmax", ROLE.SOFTMAX)),
+        (K, "correction_loop", role_wrapper(d["correction_loop"], "correction", ROLE.CORRECTION)),
+        (K, "epilogue_s2g", role_wrapper(d["epilogue_s2g"], "epilogue", ROLE.EPILOGUE)),
+        (K, "load_KV", span_wrapper(d["load_KV"], _kv_event, lambda a: a["block"])),
+        (K, "load_Q", span_wrapper(d["load_Q"], EV.LOAD_Q, lambda a: a["block"])),
+        (K, "load_Q_non_tma", span_wrapper(d["load_Q_non_tma"], EV.LOAD_Q, lambda a: a["block"])),
+        (K, "mma_ping_pong_qk", span_wrapper(d["mma_ping_pong_qk"], EV.QK, lambda a: a["block_count"])),
+        (K, "mma_ping_pong_pv", span_wrapper(d["mma_ping_pong_pv"], EV.PV, lambda a: a["pv_count"])),
+        (bw, "gemm_ptx_precomputed_varname", func_span_wrapper(bw.gemm_ptx_precomputed_varname, EV.QK)),
+        (bw, "gemm_ptx_partial", func_span_wrapper(bw.gemm_ptx_partial, EV.PV)),
+        (K, "softmax_step", span_wrapper(d["softmax_step"], EV.SOFTMAX, lambda a: a["n_block"])),
+        (K, "correction_rescale", span_wrapper(d["correction_rescale"], EV.CORRECTION)),
+        (K, "correction_epilogue", span_wrapper(d["correction_epilogue"], EV.EPILOGUE)),
+    ]
+
+
+def _patches_sm90():
+    from flash_attn.cute import flash_fwd_sm90 as m90
+    from flash_attn.cute.softmax import Softmax
+
+    K = m90.FlashAttentionForwardSm90
+    d = K.__dict__
+
+    def local(self):
+        return bool(self.is_local)
+
+    return [
+        (K, "load", role_wrapper(d["load"], "producer", ROLE.PRODUCER)),
+        (K, "mma", role_wrapper(d["mma"], "consumer", ROLE.CONSUMER)),
+        (K, "load_KV", span_wrapper(d["load_KV"], _kv_event, lambda a: a["block"])),
+        (m90, "copy_utils", _CopyUtilsProxy(m90.copy_utils)),
+        (m90, "warpgroup", _WarpgroupProxy(m90.warpgroup)),
+        (K, "first_half_block_overlap", sm90_block_wrapper(d["first_half_block_overlap"], "first", local)),
+        (K, "mma_one_n_block_intrawg_overlap",
+         sm90_block_wrapper(d["mma_one_n_block_intrawg_overlap"], "overlap", local)),
+        (K, "mma_one_n_block", sm90_block_wrapper(d["mma_one_n_block"], "plain", local)),
+        (K, "last_half_block_overlap", sm90_block_wrapper(d["last_half_block_overlap"], "last", local)),
+        (Softmax, "online_softmax", softmax_method_wrapper(Softmax.__dict__["online_softmax"], EV.SOFTMAX)),
+        (Softmax, "rescale_O", softmax_method_wrapper(Softmax.__dict__["rescale_O"], EV.CORRECTION)),
+        (K, "epilogue", span_wrapper(inspect.getattr_static(K, "epilogue"), EV.EPILOGUE)),
+    ]
+
+
+_saved: list = []
+
+
+def clear_fa4_compile_cache():
+    """FA4's in-memory compile cache is keyed without our patches: empty it on every change."""
+    from flash_attn.cute import interface
+
+    for obj in vars(interface).values():
+        cache = getattr(obj, "compile_cache", None)
+        if cache is not None and hasattr(cache, "clear"):
+            cache.clear()
+
+
+def install(arch: str, events=None):
+    """Patch FA4 for ``arch`` ("sm100" | "sm90"). ``events``: roles whose event hooks record
+    (default all; role lifetimes are always recorded). Idempotent per arch: reinstalling first
+    uninstalls."""
+    if _saved:
+        uninstall()
+    patches = _patches_sm100() if arch == "sm100" else _patches_sm90()
+    roles = SM100_ROLES if arch == "sm100" else SM90_ROLES
+    ev = frozenset(roles if events is None else events)
+    unknown = ev - set(roles)
+    if unknown:
+        raise ValueError(f"unknown {arch} role(s) {sorted(unknown)}; roles are {list(roles)}")
+    for owner, name, new in patches:
+        had = name in vars(owner)
+        _saved.append((owner, name, vars(owner)[name] if had else None, had))
+        setattr(owner, name, new)
+    STATE.installed = True
+    STATE.events = ev
+    STATE.counts = {}
+    clear_fa4_compile_cache()
+
+
+def uninstall():
+    """Put every original back (in reverse order) and clear FA4's compile cache."""
+    while _saved:
+        owner, name, old, had = _saved.pop()
+        if had:
+            setattr(owner, name, old)
+        else:
+            delattr(owner, name)
+    STATE.installed = False
+    STATE.buf = STATE.rec = STATE.role = None
+    clear_fa4_compile_cache()
+
+
+def installed() -> bool:
+    return bool(_saved)

@@ -1,0 +1,205 @@
+"""Run FA4's forward kernel (traced or not) on this machine's GPU: `record` and the bench hook.
+
+Two ways to get the compiled kernel:
+- JIT (a GPU and nvidia-cutlass-dsl + flash-attn-4 here, e.g. a B200): ``compile_fa4`` in process.
+- AOT (an H200/H100 without the DSL): a build folder written on any machine by ``build_aot``
+  (``fa4trace.aot`` format, kind "fa4"), loaded with tvm-ffi alone.
+
+The compiled function takes FA4's ``__call__`` arguments (plus the trace tensor when traced) in
+the order stored with it (``params``): q, k, v, out, softmax_scale and the trace buffer are
+runtime values; every other parameter is what FA4 passes for a plain decode call (None, and
+``(None, None)`` for its AuxData).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+from .. import layout as L
+from ..errors import DeviceUnavailable, Fa4traceError
+
+KIND = "fa4"
+DEFAULT_BUILD = Path("build") / "fa4_sm90"
+
+
+# ---- building (any machine with the DSL; no GPU needed) ---------------------------------------
+def build_aot(out_dir, shapes, *, arch: str = "sm90", overwrite: bool = False):
+    """Compile and export FA4 kernels into one fa4trace AOT build folder.
+
+    ``shapes``: iterable of dicts with d, hq, hkv (and optional sq, dtype, schedule) and
+    ``traced`` (bool). Batch and KV length stay dynamic.
+    """
+    from ..aot import Entry, build_library
+    from .build import compile_fa4
+
+    compiled = {}
+    for s in shapes:
+        s = dict(s)
+        traced = bool(s.pop("traced", False))
+        c = compile_fa4(arch, traced=traced, **s)
+        cfg = dict(c.config, params=c.params)
+        name = _entry_name(cfg)
+        compiled[name] = (c.fn, Entry(name, KIND, cfg))
+    return build_library(compiled, out_dir, arch=arch, overwrite=overwrite)
+
+
+def _entry_name(cfg: dict) -> str:
+    return (f"fa4_{cfg['arch']}_{cfg['schedule']}_d{cfg['d']}_h{cfg['hq']}kv{cfg['hkv']}_sq{cfg['sq']}_"
+            f"{cfg['dtype']}_{'traced' if cfg['traced'] else 'plain'}")
+
+
+# ---- loading ---------------------------------------------------------------------------------
+def _gpu_arch(torch) -> str:
+    major, _minor = torch.cuda.get_device_capability()
+    if major in (10, 11):
+        return "sm100"
+    if major == 9:
+        return "sm90"
+    raise DeviceUnavailable(f"FA4 tracing supports SM100 (B200) and SM90 (H100/H200); this GPU is sm_{major}x")
+
+
+def _dtype_name(t) -> str:
+    import torch
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+    if t.dtype not in names:
+        raise Fa4traceError(f"FA4 decode takes bf16 or fp16, got {t.dtype}")
+    return names[t.dtype]
+
+
+def _can_jit() -> bool:
+    try:
+        import cutlass  # noqa: F401
+        import flash_attn.cute  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dtype: str, traced: bool,
+            build=None):
+    """(callable, params, config, how) for this configuration: from an AOT build folder if one is
+    given or found, else compiled here (needs the DSL and flash-attn-4)."""
+    sched = schedule if arch == "sm100" else "fa3"
+    bdir = Path(build or os.environ.get("FA4TRACE_FA4_BUILD", DEFAULT_BUILD))
+    if (bdir / "manifest.json").is_file():
+        from ..aot import BuildDir
+
+        bd = BuildDir(bdir)
+        name = bd.find(KIND, arch=arch, schedule=sched, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
+        cfg = bd.functions[name]["config"]
+        return bd.function(name), cfg["params"], cfg, f"aot:{bdir}"
+    if build is not None:
+        raise Fa4traceError(f"{bdir} is not an fa4trace build folder (no manifest.json)")
+    if not _can_jit():
+        raise Fa4traceError(f"no FA4 build at {bdir} and no CuTe DSL here to compile one: build it with "
+                            f"`python -m fa4trace.fa4.buildtool -o {bdir}` on any machine (see docs/fa4-on-b200.md)")
+    from .build import compile_fa4
+
+    c = compile_fa4(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
+    return c.fn, c.params, c.config, "jit"
+
+
+def call_args(params, **kw):
+    """Runtime arguments in the compiled function's order (see module doc)."""
+    known = {"mQ": kw["q"], "mK": kw["k"], "mV": kw["v"], "mO": kw["out"],
+             "softmax_scale": kw["softmax_scale"], "fa4trace_buf": kw.get("trace"), "aux_data": (None, None)}
+    if "fa4trace_buf" in params and kw.get("trace") is None:
+        raise Fa4traceError("this FA4 build is traced: pass a trace buffer")
+    return [known.get(p) for p in params]
+
+
+# ---- the bench hook --------------------------------------------------------------------------
+def sm90_runner(q, k, v, *, build=None, out=None, traced: bool = False, trace=None) -> Callable[[], object]:
+    """FA4's SM90 forward as a peer for ``fa4trace bench``: returns ``run()`` that computes
+    softmax(q kᵀ/√d) v into ``out`` (allocated if not given) and returns it.
+
+    q ``[b, sq, hq, d]``, k/v ``[b, sk, hkv, d]`` (FA4's layout), bf16/fp16, on the GPU.
+    FA4's SM90 kernel has no split-KV: it launches b × hkv × ⌈sq·hq/hkv / 128⌉ CTAs.
+    """
+    import torch
+
+    if not q.is_cuda:
+        raise DeviceUnavailable("sm90_runner needs CUDA tensors")
+    if _gpu_arch(torch) != "sm90":
+        raise DeviceUnavailable("sm90_runner runs FA4's SM90 kernel: it needs an H100/H200")
+    b, sq, hq, d = q.shape
+    hkv = k.shape[2]
+    fn, params, _cfg, _how = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=sq,
+                                     dtype=_dtype_name(q), traced=traced, build=build)
+    if out is None:
+        out = torch.empty_like(q)
+    args = call_args(params, q=q, k=k, v=v, out=out, softmax_scale=1.0 / math.sqrt(d), trace=trace)
+
+    def run():
+        fn(*args)
+        return out
+
+    return run
+
+
+# ---- record ----------------------------------------------------------------------------------
+def capacity_for(arch: str, sk: int, tile_n: int = 128, tiles_per_cta: int = 1) -> int:
+    """Records per warp slot: the busiest warp records ≤ 8 per KV block (SM90 consumer: QK, PV,
+    SOFTMAX, CORRECTION begin+end), plus a margin for per-tile events."""
+    n_blocks = -(-sk // tile_n)
+    per_block = 8 if arch == "sm90" else 4
+    return tiles_per_cta * (per_block * n_blocks + 32)
+
+
+def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
+           b: int = 1, sq: int = 1, dtype: str = "bf16", cta_first: int = 0, max_ctas: Optional[int] = None,
+           cta_stride: int = 1, capacity: Optional[int] = None, build=None, check: bool = True, seed: int = 0):
+    """One traced launch of FA4's forward on this GPU (SM100 on B200, SM90 on H100/H200).
+
+    Returns a ``Trace`` whose metadata holds the FA4 version, kernel path and configuration.
+    With ``check`` the traced output is compared with an untraced launch of the same kernel
+    (bitwise: the markers must not change results) and the result stored in the metadata.
+    """
+    import torch
+
+    from ..gpu import require_cuda
+    from ..record import TracedLaunch
+    from ..record import record as record_launches
+
+    require_cuda()
+    arch = _gpu_arch(torch)
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    fn, params, cfg, how = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
+                                   traced=True, build=build)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=tdt, generator=g)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=tdt, generator=g)
+    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=tdt, generator=g)
+    out = torch.full_like(q, float("nan"))
+    scale = 1.0 / math.sqrt(d)
+    tile_m, tile_n = cfg["tile"]
+    rows = sq * (hq // hkv) if cfg["pack_gqa"] else sq
+    heads = hkv if cfg["pack_gqa"] else hq
+    tiles = b * heads * -(-rows // tile_m)
+    grid = tiles if arch == "sm90" else min(tiles, torch.cuda.get_device_properties(0).multi_processor_count)
+    cap = capacity or capacity_for(arch, sk, tile_n, -(-tiles // grid))
+    launch = TracedLaunch(
+        kernel=f"fa4_{arch}", grid_ctas=grid, warps_per_cta=cfg["warps_per_cta"],
+        run=lambda tr: fn(*call_args(params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=tr)),
+        grid=(grid, 1, 1), block=(32 * cfg["warps_per_cta"], 1, 1), capacity=cap,
+        cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, extra={"how": how})
+    config = {k2: cfg[k2] for k2 in cfg if k2 != "params"}
+    config.update({"b": b, "sk": sk, "schedule_requested": schedule})
+    notes = ("FlashAttention-4 forward, instrumented at compile time by fa4trace.fa4 hooks "
+             "(FA4 source unchanged); no split-KV on SM90")
+    trace = record_launches([launch], kernel=f"fa4_{arch}_{cfg['schedule']}", config=config, notes=notes)
+    if check:
+        plain_fn, plain_params, _c, _h = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq,
+                                                 dtype=dtype, traced=False, build=build)
+        ref = torch.full_like(q, float("nan"))
+        plain_fn(*call_args(plain_params, q=q, k=k, v=v, out=ref, softmax_scale=scale))
+        torch.cuda.synchronize()
+        trace.meta["check"] = {"bitwise_equal_to_untraced": bool(torch.equal(out, ref)),
+                               "nan_free": bool(not torch.isnan(out).any())}
+    trace.meta["fa4"] = {"version": cfg["fa4_version"], "arch": arch, "path": cfg["kernel_class"],
+                         "schedule": cfg["schedule"], "how": how}
+    return trace
