@@ -341,7 +341,33 @@ def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     if not bad.any():
         return np.zeros(0, np.int64)
     j = isb[bad]
-    return np.unique(np.maximum(sp[j], sp[j + 1]))
+    return _choose_moves(np.minimum(sp[j], sp[j + 1]), np.maximum(sp[j], sp[j + 1]))
+
+
+def _choose_moves(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which spans of the crossing pairs (lo < hi, by rank) move up a lane.
+
+    Moving every ``hi`` would empty a chain of spans that each cross the next (deep async
+    pipelines: A1 x A2 x A3 ...) one span per round. Instead each candidate ``hi`` points to its
+    nearest lower-ranked partner; along such chains (list ranking by pointer jumping) only every
+    other span moves, so a chain splits over two lanes at once. What this misses, later rounds
+    (and at worst the exact greedy) fix.
+    """
+    cand, inv = np.unique(hi, return_inverse=True)
+    pred = np.full(cand.size, -1, np.int64)
+    np.maximum.at(pred, inv.reshape(-1), lo)
+    k = np.searchsorted(cand, pred)
+    k = np.minimum(k, cand.size - 1)
+    par = np.where((pred >= 0) & (cand[k] == pred), k, -1)  # parent = the partner when it is a candidate too
+    dist = (par >= 0).astype(np.int64)
+    p = par.copy()
+    while (p >= 0).any():
+        m = np.flatnonzero(p >= 0)
+        dist_new, p_new = dist.copy(), p.copy()
+        dist_new[m] += dist[p[m]]
+        p_new[m] = p[p[m]]
+        dist, p = dist_new, p_new
+    return cand[dist % 2 == 0]
 
 
 def _greedy_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
