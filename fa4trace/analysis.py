@@ -173,7 +173,8 @@ def per_cta(trace: Trace) -> pa.Table:
     mqk, mpv = c.mask("QK"), c.mask("PV")
     mtc = mqk | mpv
     tc = union_length(gid_all[mtc], c.start[mtc], c.end[mtc], n)
-    cols["tensor_core_busy"] = np.where(cols["span_ns"] > 0, tc / np.maximum(cols["span_ns"], 1), np.nan)
+    has_tc = np.bincount(gid_all[mtc], minlength=n) > 0  # no MMA events: not an attention CTA
+    cols["tensor_core_busy"] = np.where((cols["span_ns"] > 0) & has_tc, tc / np.maximum(cols["span_ns"], 1), np.nan)
     msm = c.mask("SOFTMAX")
     blocks = np.zeros(n, np.int64)
     if msm.any():
