@@ -1,0 +1,131 @@
+"""One H200 session for decode attention: smoke-check every built variant, benchmark, record traces.
+
+    source .devkit/device-env.sh && FA4TRACE_BUILD=build/attn PYTHONPATH=. \
+        python3 benchmarks/attn_device_run.py --phases smoke,bench,traces --out $OUT
+
+Everything goes to --out (<= 8 files: the trace bundles are packed into one tar).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tarfile
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+TRACE_SHAPES = [  # (d, hq, hkv, sk, b): the issue's three shapes
+    (128, 16, 1, 131072, 1),
+    (64, 16, 1, 131072, 1),
+    (128, 16, 2, 32768, 8),
+]
+
+
+def smoke(log):
+    import torch
+
+    from fa4trace import attention as A
+    from fa4trace.aot import BuildDir
+
+    bd = BuildDir(A._build_dir())
+    rows = []
+    for name, info in sorted(bd.functions.items()):
+        c = info["config"]
+        d, sched, dtype, traced, tn = c["head_dim"], c["schedule"], c["dtype"], c["traced"], c["tile_n"]
+        for (b, sq, hq, hkv, sk, splits) in ((1, 1, 16, 1, 5000, None), (2, 3, 8, 2, 333, 1)):
+            g = torch.Generator(device="cuda").manual_seed(len(rows))
+            tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+            q = torch.randn(b, sq, hq, d, dtype=tdt, device="cuda", generator=g)
+            k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+            v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+            o = torch.full_like(q, float("nan"))
+            t = time.time()
+            try:
+                trace = A.trace_buffer(q, k, v, schedule=sched, num_splits=splits, tile_n=tn)[0] if traced else None
+                A.decode_attention(q, k, v, schedule=sched, num_splits=splits, out=o, tile_n=tn, trace=trace)
+                torch.cuda.synchronize()
+                ref = A.reference(q, k, v)[0]
+                err = A.rel_error(o, ref)
+                status = "ok" if err <= 1e-2 else "WRONG"
+            except Exception as exc:  # noqa: BLE001
+                err, status = float("nan"), f"ERROR {type(exc).__name__}: {str(exc)[:160]}"
+            rows.append((name, (b, sq, hq, hkv, sk, splits), err, status))
+            log(f"smoke {name:48s} {str((b, sq, hq, hkv, sk, splits)):28s} err={err:.2e} {status} ({time.time() - t:.1f}s)")
+    return rows
+
+
+def traces(out, log, max_ctas=None):
+    from fa4trace import attention as A
+
+    tdir = os.path.join(out, "traces")
+    os.makedirs(tdir, exist_ok=True)
+    summary = []
+    for (d, hq, hkv, sk, b) in TRACE_SHAPES:
+        for sched in ("base", "pingpong"):
+            name = f"decode_d{d}_{hq}to{hkv}_sk{sk}_b{b}_{sched}.parquet"
+            path = os.path.join(tdir, name)
+            t = time.time()
+            tr = A.record_attention(sched, d, hq, hkv, sk, b, 1, "bf16", path, max_ctas=max_ctas, overwrite=True)
+            size = os.path.getsize(path)
+            lm = tr.meta["launches"][0]
+            summary.append({"file": name, "rows": len(tr), "bytes": size,
+                            "untraced_ms": lm.get("kernel_ms_untraced"), "traced_ms": lm.get("kernel_ms_traced"),
+                            "dropped": tr.meta.get("total_dropped"), "recorded": tr.meta.get("recorded_ctas")})
+            log(f"trace {name}: {len(tr)} rows, {size / 1e6:.2f} MB, untraced {lm.get('kernel_ms_untraced', 0) * 1e3:.1f} us, "
+                f"traced {lm.get('kernel_ms_traced', 0) * 1e3:.1f} us ({time.time() - t:.1f}s)")
+    with tarfile.open(os.path.join(out, "traces.tar"), "w") as tf:
+        tf.add(tdir, arcname="traces")
+    import shutil
+
+    shutil.rmtree(tdir)
+    return summary
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phases", default="smoke,bench,traces")
+    ap.add_argument("--out", default=os.environ.get("OUT", "artifacts/device"))
+    ap.add_argument("--bench-args", default="--quick")
+    ap.add_argument("--max-ctas", type=int, default=None)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    logf = open(os.path.join(args.out, "run.log"), "a")
+
+    def log(msg):
+        print(msg, flush=True)
+        logf.write(msg + "\n")
+        logf.flush()
+
+    from fa4trace import attention as A
+
+    log(json.dumps(A.gpu_facts(0)))
+    result = {}
+    phases = args.phases.split(",")
+    if "smoke" in phases:
+        rows = smoke(log)
+        result["smoke"] = rows
+        bad = [r for r in rows if r[3] != "ok"]
+        log(f"smoke: {len(rows) - len(bad)}/{len(rows)} ok")
+    if "bench" in phases:
+        import bench_decode
+
+        try:
+            bench_decode.main(args.bench_args.split() + ["--out", args.out])
+        except Exception:  # noqa: BLE001
+            log(traceback.format_exc())
+    if "traces" in phases:
+        try:
+            result["traces"] = traces(args.out, log, args.max_ctas)
+        except Exception:  # noqa: BLE001
+            log(traceback.format_exc())
+    with open(os.path.join(args.out, "result.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()

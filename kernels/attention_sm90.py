@@ -1,0 +1,852 @@
+"""Decode attention for Hopper (sm_90a) in the CuTe DSL, instrumented with the fa4trace recorder.
+
+Problem: q [b, sq, hq, d], k/v [b, sk, hkv, d] (FA layout, contiguous), o [b, sq, hq, d],
+lse [b, hq, sq] (natural log, fp32). sq 1..8, hq/hkv = 1..16, d in {64, 128}, any sk >= 1.
+
+One CTA = one (split, m-block, kv head, batch):
+  * the sq x (hq/hkv) query rows of one KV head are packed into the 64 rows of one wgmma
+    M-tile (row m <-> token m // ratio, query head h*ratio + m % ratio), so the KV stream is
+    read once per KV head, not once per query head;
+  * warp 4 is the producer: TMA loads of K and V blocks on two mbarrier pipelines, and the
+    (tiny, non-affine) packed Q tile with 16-byte loads into the swizzled smem tile;
+  * warps 0-3 are one consumer warpgroup: S = Q K^T with wgmma from shared memory, online
+    softmax in registers, O += P V with P taken from registers (wgmma RS);
+  * split-KV: the grid's x dimension splits the KV blocks of a (batch, kv head) into
+    `n_splits` contiguous ranges so that every SM streams KV (decode is memory-bound, and at
+    batch 1 there is only one (batch, kv head) pair per KV head).  Each split writes an fp32
+    partial O and its LSE; the LSE-weighted combine runs inside the same launch: the last
+    `n_comb` CTAs of a (batch, kv head, m-block) to finish (a ticket from an atomic counter)
+    wait for the rest and combine one share each.  No second launch, and the counter is
+    reset by the last combiner, so graph replays need no memset.
+
+Schedules (compile time):
+  * ``base``: QK(i) -> wait -> softmax(i) -> rescale O -> PV(i) -> wait -> next.
+  * ``pingpong``: two S register buffers.  QK(i+1) is issued before softmax(i) and waited
+    after PV(i) is issued, so the tensor core works on QK(i+1) (and PV(i-1)) while the
+    warpgroup runs softmax(i).  The producer loads K0, K1, V0, K2, V1, ... to match.
+
+Tracing: ``trace=None`` compiles every recorder call away (the uninstrumented kernel).
+Events (payload = global KV block index): producer LOAD_Q, LOAD_K(i), LOAD_V(i);
+consumer WAIT_K(i), WAIT_V(i), QK(i) and PV(i) in flight (issue -> wait done), SOFTMAX(i),
+CORRECTION(i), EPILOGUE, COMBINE (payload = ticket, i.e. finishing order of the split).
+
+Deadlock freedom of the in-launch combine: only combiners wait, and the host keeps
+``groups * (n_comb - 1) < SM count`` (see ``fa4trace.attention.plan_splits``), so at least
+one SM is never held by a waiting CTA and every pending CTA eventually runs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Boolean, Float16, Float32, Int32, const_expr, pipeline
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from fa4trace.device import Recorder
+from fa4trace.vocab import EV, ROLE
+
+SCHEDULES = ("base", "pingpong")
+ARCH = "sm_90a"
+TILE_M = 64  # one wgmma M tile: all packed query rows of a KV head (sq * ratio <= 64 per m-block)
+NUM_CONSUMER_THREADS = 128  # one warpgroup
+PRODUCER_WARP = 4
+NUM_THREADS = NUM_CONSUMER_THREADS + 32
+WARPS_PER_CTA = NUM_THREADS // 32
+SMEM_BUDGET = 227 * 1024  # sm_90 max dynamic shared memory per block
+# Named barrier ids (0 is __syncthreads).
+_BAR_CONSUMER = 1
+
+
+def default_tile_n(head_dim: int, schedule: str) -> int:
+    """Keys per KV block. The ping-pong holds two S tiles in registers: at 128 keys that is 128
+    fp32 registers and ptxas spills (d64); 64 keys keep it at 172 (d64) / 201 (d128)."""
+    from fa4trace.attention import DEFAULT_TILE_N
+
+    return DEFAULT_TILE_N[(head_dim, schedule)]
+
+
+def default_stages(head_dim: int, tile_n: int) -> int:
+    """As many K+V stages as shared memory holds: decode streams KV, so bytes in flight matter."""
+    q_bytes = TILE_M * head_dim * 2
+    stage_bytes = 2 * tile_n * head_dim * 2
+    reserve = 8 * 1024  # mbarriers, combine scratch, alignment
+    return max(2, min(8, (SMEM_BUDGET - q_bytes - reserve) // stage_bytes))
+
+
+class DecodeAttentionSm90:
+    """One compiled variant: head dim and schedule are compile-time; shapes are runtime."""
+
+    def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
+                 num_stages: Optional[int] = None):
+        if head_dim not in (64, 128):
+            raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        self.d = head_dim
+        self.schedule = schedule
+        self.tile_n = tile_n or default_tile_n(head_dim, schedule)
+        if self.tile_n % 16 or not 16 <= self.tile_n <= 256:
+            raise ValueError(f"tile_n must be a multiple of 16 in 16..256, got {self.tile_n}")
+        self.num_stages = num_stages or default_stages(head_dim, self.tile_n)
+        self._ablate = frozenset()  # development only: parts left out to read their register cost
+
+    def config(self) -> dict:
+        return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
+                "tile_n": self.tile_n, "num_stages": self.num_stages, "threads": NUM_THREADS,
+                "warps_per_cta": WARPS_PER_CTA}
+
+    # ------------------------------------------------------------------------------------
+    # host side
+    # ------------------------------------------------------------------------------------
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (b, sq, hq, d)
+        mK: cute.Tensor,  # (b, sk, hkv, d)
+        mV: cute.Tensor,  # (b, sk, hkv, d)
+        mO: cute.Tensor,  # (b, sq, hq, d)
+        mLSE: cute.Tensor,  # (b, hq, sq) fp32
+        mOpart: cute.Tensor,  # (>= groups * n_splits * 64 * d,) fp32 workspace
+        mLSEpart: cute.Tensor,  # (>= groups * n_splits * 64,) fp32 workspace
+        mCount: cute.Tensor,  # (>= groups,) int32, zero before the first launch, left zero
+        softmax_scale: Float32,
+        n_splits: Int32,
+        n_comb: Int32,  # combiner CTAs per group (1..n_splits)
+        comb_cs: Int32,  # combine: column chunks per row (power of 2, d/4 % cs == 0)
+        comb_parts: Int32,  # combine: threads per output float4 (split partitions, power of 2)
+        trace: Optional[cute.Tensor],
+        stream,
+    ):
+        dtype = mQ.element_type
+        if const_expr(dtype not in (BFloat16, Float16)):
+            raise TypeError(f"q must be bf16 or fp16, got {dtype}")
+        if const_expr(mK.element_type != dtype or mV.element_type != dtype or mO.element_type != dtype):
+            raise TypeError("q, k, v, o must have the same dtype")
+        self.dtype = dtype
+        d, tile_n, stages = self.d, self.tile_n, self.num_stages
+
+        # K as (sk, d, hkv, b): K-major B operand of S = Q K^T.
+        mKt = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
+        # V as (d, sk, hkv, b): the B operand of O = P V is V^T (N = d, K = keys), MN-major.
+        mVt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[3, 1, 2, 0]))
+
+        tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
+            dtype, dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
+            (1, 1, 1), (TILE_M, tile_n))
+        tiled_mma_pv = sm90_utils.make_trivial_tiled_mma(
+            dtype, dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN, Float32,
+            (1, 1, 1), (TILE_M, d), warpgroup.OperandSource.RMEM)
+
+        sQ_layout = cute.slice_(
+            sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (TILE_M, tile_n, d), dtype, 1),
+            (None, None, 0))
+        sK_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (TILE_M, tile_n, d), dtype, stages)
+        sV_layout = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, (TILE_M, d, tile_n), dtype, stages)
+
+        g2s = cpasync.CopyBulkTensorTileG2SOp()
+        tma_atom_k, tma_k = cpasync.make_tiled_tma_atom(
+            g2s, mKt, cute.slice_(sK_layout, (None, None, 0)), (tile_n, d))
+        tma_atom_v, tma_v = cpasync.make_tiled_tma_atom(
+            g2s, mVt, cute.slice_(sV_layout, (None, None, 0)), (d, tile_n))
+        self.k_bytes = cute.size_in_bytes(dtype, cute.slice_(sK_layout, (None, None, 0)))
+        self.v_bytes = cute.size_in_bytes(dtype, cute.slice_(sV_layout, (None, None, 0)))
+
+        @cute.struct
+        class SharedStorage:
+            mbar_k: cute.struct.MemRange[cutlass.Int64, stages * 2]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, stages * 2]
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 1]
+            ticket: cute.struct.MemRange[Int32, 4]
+            # combine scratch: per-thread (max, sum) and per-thread float4 partial sums
+            comb_ms: cute.struct.MemRange[Float32, NUM_CONSUMER_THREADS * 2]
+            comb_acc: cute.struct.Align[cute.struct.MemRange[Float32, NUM_CONSUMER_THREADS * 4], 16]
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
+
+        self.shared_storage = SharedStorage
+
+        b, sq, hq = mQ.shape[0], mQ.shape[1], mQ.shape[2]
+        hkv = mK.shape[2]
+        ratio = hq // hkv
+        m_blocks = (sq * ratio + TILE_M - 1) // TILE_M
+        scale_log2 = softmax_scale * Float32(math.log2(math.e))
+
+        self.kernel(
+            mQ, tma_k, tma_v, mO, mLSE, mOpart, mLSEpart, mCount,
+            tma_atom_k, tma_atom_v, tiled_mma_qk, tiled_mma_pv,
+            sQ_layout, sK_layout, sV_layout,
+            softmax_scale, scale_log2, n_splits, n_comb, comb_cs, comb_parts, trace,
+        ).launch(
+            grid=[n_splits, m_blocks * hkv, b],
+            block=[NUM_THREADS, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+            min_blocks_per_mp=1,
+        )
+
+    # ------------------------------------------------------------------------------------
+    # device side
+    # ------------------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        tma_k: cute.Tensor,
+        tma_v: cute.Tensor,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        mOpart: cute.Tensor,
+        mLSEpart: cute.Tensor,
+        mCount: cute.Tensor,
+        tma_atom_k: cute.CopyAtom,
+        tma_atom_v: cute.CopyAtom,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        n_splits: Int32,
+        n_comb: Int32,
+        comb_cs: Int32,
+        comb_parts: Int32,
+        trace: Optional[cute.Tensor],
+    ):
+        d, tile_n = self.d, self.tile_n
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        split_idx, y, b_idx = cute.arch.block_idx()
+
+        sq, hq, sk, hkv = mQ.shape[1], mQ.shape[2], tma_k.shape[0], tma_k.shape[2]
+        ratio = hq // hkv
+        rows_total = sq * ratio
+        m_blocks = (rows_total + TILE_M - 1) // TILE_M
+        h_idx = y // m_blocks
+        m_block = y - h_idx * m_blocks
+        group = (b_idx * hkv + h_idx) * m_blocks + m_block
+
+        if warp_idx == PRODUCER_WARP:
+            cpasync.prefetch_descriptor(tma_atom_k)
+            cpasync.prefetch_descriptor(tma_atom_v)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_CONSUMER_THREADS // 32)
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.num_stages,
+            producer_group=producer_group, consumer_group=consumer_group,
+            tx_count=self.k_bytes, defer_sync=True)
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.num_stages,
+            producer_group=producer_group, consumer_group=consumer_group,
+            tx_count=self.v_bytes, defer_sync=True)
+        mbar_q = storage.mbar_q.data_ptr()
+        if warp_idx == 0:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_init(mbar_q, 32)  # every producer lane arrives after its Q stores
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+
+        # This split's KV blocks [n_begin, n_end): contiguous, sizes differ by at most one.
+        n_blocks = (sk + tile_n - 1) // tile_n
+        n_begin = split_idx * n_blocks // n_splits
+        n_end = (split_idx + 1) * n_blocks // n_splits
+        count = n_end - n_begin  # >= 1: the host keeps n_splits <= n_blocks
+
+        if warp_idx == PRODUCER_WARP:
+            self.produce(trace, mQ, sQ, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
+                         mbar_q, b_idx, h_idx, m_block, ratio, rows_total, n_begin, count)
+        if warp_idx < PRODUCER_WARP:
+            self.consume(trace, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+                         tiled_mma_pv, pipe_k, pipe_v, mbar_q, storage, tidx, softmax_scale,
+                         scale_log2, b_idx, h_idx, m_block, group, ratio, rows_total, sk,
+                         split_idx, n_splits, n_comb, comb_cs, comb_parts, n_begin, count, n_blocks)
+
+    # ---- producer warp ------------------------------------------------------------------
+    @cute.jit
+    def produce(self, trace, mQ, sQ, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v,
+                pipe_k, pipe_v, mbar_q, b_idx, h_idx, m_block, ratio, rows_total, n_begin, count):
+        tile_n, d = self.tile_n, self.d
+        rec = Recorder.start(trace, role=ROLE.PRODUCER)
+        gK = cute.local_tile(tma_k[None, None, h_idx, b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
+        gV = cute.local_tile(tma_v[None, None, h_idx, b_idx], (d, tile_n), (0, None))  # (d, n, blocks)
+        tKsK, tKgK = cpasync.tma_partition(tma_atom_k, 0, cute.make_layout(1),
+                                           cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+        tVsV, tVgV = cpasync.tma_partition(tma_atom_v, 0, cute.make_layout(1),
+                                           cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+
+        # First K (and for the ping-pong K1 before V0) go out before the Q tile so that the
+        # KV stream starts as early as possible; Q is small and its loads overlap them.
+        rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
+        if const_expr(self.schedule == "pingpong"):
+            if count > 1:
+                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
+        rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
+
+        rec.begin(EV.LOAD_Q, m_block)
+        if const_expr("load_q" not in self._ablate):
+            self.load_q(mQ, sQ, b_idx, h_idx, m_block, ratio, rows_total)
+        cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores -> wgmma reads
+        cute.arch.mbarrier_arrive(mbar_q)
+        rec.end(EV.LOAD_Q, m_block)
+
+        if const_expr(self.schedule == "pingpong"):
+            # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
+            for j in cutlass.range(2, count, unroll=1):
+                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
+                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
+            if count > 1:
+                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
+        else:
+            for j in cutlass.range(1, count, unroll=1):
+                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
+                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j)
+        rec.finish()
+
+    @cute.jit
+    def load_k(self, rec: Recorder, pipe_k, state, atom, tKgK, tKsK, n_block):
+        rec.begin(EV.LOAD_K, n_block)
+        pipe_k.producer_acquire(state)
+        cute.copy(atom, tKgK[None, n_block], tKsK[None, state.index],
+                  tma_bar_ptr=pipe_k.producer_get_barrier(state))
+        state.advance()
+        rec.end(EV.LOAD_K, n_block)
+        return rec, state
+
+    @cute.jit
+    def load_v(self, rec: Recorder, pipe_v, state, atom, tVgV, tVsV, n_block):
+        rec.begin(EV.LOAD_V, n_block)
+        pipe_v.producer_acquire(state)
+        cute.copy(atom, tVgV[None, n_block], tVsV[None, state.index],
+                  tma_bar_ptr=pipe_v.producer_get_barrier(state))
+        state.advance()
+        rec.end(EV.LOAD_V, n_block)
+        return rec, state
+
+    @cute.jit
+    def load_q(self, mQ, sQ, b_idx, h_idx, m_block, ratio, rows_total):
+        """Packed GQA rows -> swizzled smem, 16 B per lane and step; rows past the end are zeros.
+
+        Row r of the tile is token m // ratio, query head h*ratio + m % ratio (m = 64*m_block + r):
+        not an affine map of r when ratio does not divide 64, hence no TMA for Q.
+        """
+        d = self.d
+        chunks = d // 8  # 16-byte chunks per row
+        lane = cute.arch.lane_idx()
+        dtype = mQ.element_type
+        frag = cute.make_rmem_tensor((8,), dtype)
+        for it in cutlass.range_constexpr(TILE_M * chunks // 32):
+            idx = it * 32 + lane
+            r = idx // chunks
+            c = idx - r * chunks
+            m = m_block * TILE_M + r
+            frag.fill(0.0)
+            if m < rows_total:
+                tok = m // ratio
+                qh = h_idx * ratio + (m - tok * ratio)
+                src = cute.make_tensor(mQ[b_idx, tok, qh, None].iterator + c * 8, cute.make_layout(8))
+                src = cute.make_tensor(
+                    cute.make_ptr(dtype, src.iterator.toint(), cute.AddressSpace.gmem, assumed_align=16),
+                    cute.make_layout(8))
+                cute.autovec_copy(src, frag)
+            dst = cute.local_tile(sQ, (1, 8), (r, c))
+            cute.autovec_copy(frag, dst[0, None])
+
+    # ---- consumer warpgroup ---------------------------------------------------------------
+    @cute.jit
+    def consume(self, trace, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+                tiled_mma_pv, pipe_k, pipe_v, mbar_q, storage, tidx, softmax_scale, scale_log2,
+                b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_comb,
+                comb_cs, comb_parts, n_begin, count, n_blocks):
+        d, tile_n = self.d, self.tile_n
+        rec = Recorder.start(trace, role=ROLE.CONSUMER)
+        thr_qk = tiled_mma_qk.get_slice(tidx)
+        thr_pv = tiled_mma_pv.get_slice(tidx)
+        tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ))  # (MMA, 1, d/16)
+        tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK))  # (MMA, 1, d/16, stages)
+        tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sV))  # (MMA, 1, tile_n/16, stages)
+        acc_O = cute.make_rmem_tensor(thr_pv.partition_shape_C((TILE_M, d)), Float32)
+        acc_O.fill(0.0)
+        tOrP = cute.make_rmem_tensor(thr_pv.partition_shape_A((TILE_M, tile_n)), self.dtype)
+        s_shape = thr_qk.partition_shape_C((TILE_M, tile_n))
+        acc_S0 = cute.make_rmem_tensor(s_shape, Float32)
+        # Column of every S element (for the masked last block) and row of every O element.
+        tScS = _acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((TILE_M, tile_n))))
+        row_max = cute.make_rmem_tensor((2,), Float32)
+        row_sum = cute.make_rmem_tensor((2,), Float32)
+        row_max.fill(-Float32.inf)
+        row_sum.fill(0.0)
+        # Keys in the last global block: it alone needs the -inf mask.
+        last_valid = sk - (n_blocks - 1) * tile_n
+
+        k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        cute.arch.mbarrier_wait(mbar_q, 0)
+
+        ctx = _Ctx(tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max,
+                   row_sum, scale_log2, n_blocks, last_valid, pipe_k, pipe_v)
+        if const_expr(self.schedule == "base"):
+            for j in cutlass.range(count - 1, unroll=1):
+                rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state, n_begin + j, False)
+            # The split's last block is the only one that can hold keys past sk.
+            rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state,
+                                                   n_begin + count - 1, True)
+        else:
+            acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
+            # Prologue: QK(first) issued and waited.
+            rec = self.issue_qk(rec, ctx, acc_S0, k_state, n_begin)
+            warpgroup.wait_group(0)
+            rec, k_state = self.retire_qk(rec, ctx, k_state, n_begin)
+            # Step j works on S[j % 2] and issues QK(j+1) into the other buffer.  The loop is
+            # unrolled by two so that both buffers stay in registers (no dynamic indexing).
+            if count == 1:
+                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, n_begin,
+                                                           False, False)
+            else:
+                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, n_begin,
+                                                           True, False)
+                for jj in cutlass.range((count - 2) // 2, unroll=1):
+                    j = n_begin + 1 + 2 * jj
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state, j,
+                                                               True, True)
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, j + 1,
+                                                               True, True)
+                if (count - 2) % 2 == 1:
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
+                                                               n_begin + count - 2, True, True)
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state,
+                                                               n_begin + count - 1, False, True)
+                else:
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
+                                                               n_begin + count - 1, False, True)
+            warpgroup.wait_group(0)
+            rec.end(EV.PV, n_begin + count - 1)
+            pipe_v.consumer_release(v_state)
+            v_state.advance()
+
+        # Finish the row sums across the 4 threads of a row (quad), then normalize.
+        rec.begin(EV.EPILOGUE, split_idx)
+        for r in cutlass.range_constexpr(2):
+            row_sum[r] = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
+        lse = cute.make_rmem_tensor((2,), Float32)
+        inv = cute.make_rmem_tensor((2,), Float32)
+        for r in cutlass.range_constexpr(2):
+            s = row_sum[r]
+            inv[r] = 1.0 / s
+            lse[r] = row_max[r] * softmax_scale + cute.math.log(s, fastmath=True)
+        acc_O_mn = _acc_mn_view(acc_O)
+        tOcO = _acc_mn_view(thr_pv.partition_C(cute.make_identity_tensor((TILE_M, d))))
+        lane4 = cute.arch.lane_idx() % 4
+        if n_splits == 1:
+            for r in cutlass.range_constexpr(2):
+                row = tOcO[r, 0][0]
+                m = m_block * TILE_M + row
+                if m < rows_total:
+                    tok = m // ratio
+                    qh = h_idx * ratio + (m - tok * ratio)
+                    gO = mO[b_idx, tok, qh, None]
+                    for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                        gO[tOcO[r, c][1]] = (acc_O_mn[r, c] * inv[r]).to(self.dtype)
+                    if lane4 == 0:
+                        mLSE[b_idx, qh, tok] = lse[r]
+            rec = _end(rec, EV.EPILOGUE, split_idx)
+        else:
+            base = group * n_splits + split_idx
+            for r in cutlass.range_constexpr(2):
+                row = tOcO[r, 0][0]
+                m = m_block * TILE_M + row
+                if m < rows_total:
+                    off = (base * TILE_M + row) * d
+                    for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                        mOpart[off + tOcO[r, c][1]] = acc_O_mn[r, c] * inv[r]
+                    if lane4 == 0:
+                        mLSEpart[base * TILE_M + row] = lse[r]
+            rec = _end(rec, EV.EPILOGUE, split_idx)
+            if const_expr("combine" not in self._ablate):
+                rec = self.combine(rec, storage, tidx, mO, mLSE, mOpart, mLSEpart, mCount, b_idx, h_idx,
+                             m_block, group, ratio, rows_total, n_splits, n_comb, comb_cs, comb_parts)
+        rec.finish()
+
+    # ---- mainloop pieces --------------------------------------------------------------------
+    @cute.jit
+    def issue_qk(self, rec: Recorder, ctx, acc_S, k_state, n_block):
+        rec.begin(EV.WAIT_K, n_block)
+        ctx.pipe_k.consumer_wait(k_state)
+        rec.end(EV.WAIT_K, n_block)
+        rec.begin(EV.QK, n_block)
+        warpgroup.fence()
+        atom = cute.make_mma_atom(ctx.mma_qk.op)
+        for kk in cutlass.range_constexpr(cute.size(ctx.tSrQ, mode=[2])):
+            atom.set(warpgroup.Field.ACCUMULATE, kk != 0)
+            cute.gemm(atom, acc_S, ctx.tSrQ[None, None, kk], ctx.tSrK[None, None, kk, k_state.index], acc_S)
+        warpgroup.commit_group()
+        return rec
+
+    @cute.jit
+    def retire_qk(self, rec: Recorder, ctx, k_state, n_block):
+        """After the wait that covers QK(n_block): close its span, free the K stage."""
+        rec.end(EV.QK, n_block)
+        ctx.pipe_k.consumer_release(k_state)
+        k_state.advance()
+        return rec, k_state
+
+    @cute.jit
+    def issue_pv(self, rec: Recorder, ctx, v_state, n_block):
+        rec.begin(EV.WAIT_V, n_block)
+        ctx.pipe_v.consumer_wait(v_state)
+        rec.end(EV.WAIT_V, n_block)
+        rec.begin(EV.PV, n_block)
+        warpgroup.fence()
+        atom = cute.make_mma_atom(ctx.mma_pv.op)
+        atom.set(warpgroup.Field.ACCUMULATE, True)  # O starts at zero
+        for kk in cutlass.range_constexpr(cute.size(ctx.tOrP, mode=[2])):
+            cute.gemm(atom, ctx.acc_O, ctx.tOrP[None, None, kk], ctx.tOrV[None, None, kk, v_state.index],
+                      ctx.acc_O)
+        warpgroup.commit_group()
+        return rec
+
+    @cute.jit
+    def softmax(self, rec: Recorder, ctx, acc_S, n_block, may_mask: cutlass.Constexpr):
+        """Online softmax of one S block in place (S -> exp), returns the O correction factors.
+
+        ``may_mask``: this is the split's last block, which may be the global last one.  Only
+        there are keys past sk (TMA zero-filled them); masking nowhere else keeps the per-column
+        compares out of the mainloop (hoisted, they would pin registers for the whole loop).
+        """
+        rec.begin(EV.SOFTMAX, n_block)
+        s_mn = _acc_mn_view(acc_S)
+        ncol = cute.size(s_mn, mode=[1])
+        if const_expr(may_mask):
+            if n_block == ctx.n_blocks - 1:
+                for r in cutlass.range_constexpr(2):
+                    for c in cutlass.range_constexpr(ncol):
+                        if ctx.tScS[r, c][1] >= ctx.last_valid:
+                            s_mn[r, c] = -Float32.inf
+        corr = cute.make_rmem_tensor((2,), Float32)
+        for r in cutlass.range_constexpr(2):
+            m_old = ctx.row_max[r]
+            m = m_old
+            for c in cutlass.range_constexpr(ncol):
+                m = cute.arch.fmax(m, s_mn[r, c])
+            m = cute.arch.warp_reduction_max(m, threads_in_group=4)
+            ctx.row_max[r] = m
+            m_scaled = m * ctx.scale_log2
+            corr[r] = cute.math.exp2(m_old * ctx.scale_log2 - m_scaled, fastmath=True)
+            rs = Float32(0.0)
+            for c in cutlass.range_constexpr(ncol):
+                p = cute.math.exp2(s_mn[r, c] * ctx.scale_log2 - m_scaled, fastmath=True)
+                s_mn[r, c] = p
+                rs = rs + p
+            # Per-thread partial sums; the quad reduction happens once, in the epilogue.
+            ctx.row_sum[r] = ctx.row_sum[r] * corr[r] + rs
+        rec.end(EV.SOFTMAX, n_block)
+        return rec, corr
+
+    @cute.jit
+    def correct_and_convert(self, rec: Recorder, ctx, acc_S, corr, n_block):
+        rec.begin(EV.CORRECTION, n_block)
+        o_mn = _acc_mn_view(ctx.acc_O)
+        for r in cutlass.range_constexpr(2):
+            for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                o_mn[r, c] = o_mn[r, c] * corr[r]
+        rec.end(EV.CORRECTION, n_block)
+        # P (fp32 accumulator layout) -> A-operand registers of the PV wgmma.
+        ctx.tOrP.store(_acc_as_frg_a(acc_S).load().to(self.dtype))
+        return rec
+
+    @cute.jit
+    def base_step(self, rec: Recorder, ctx, acc_S, k_state, v_state, n_block, is_last: cutlass.Constexpr):
+        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
+        warpgroup.wait_group(0)
+        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
+        rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        rec = self.correct_and_convert(rec, ctx, acc_S, corr, n_block)
+        rec = self.issue_pv(rec, ctx, v_state, n_block)
+        warpgroup.wait_group(0)
+        rec.end(EV.PV, n_block)
+        ctx.pipe_v.consumer_release(v_state)
+        v_state.advance()
+        return rec, k_state, v_state
+
+    @cute.jit
+    def pingpong_step(self, rec: Recorder, ctx, acc_cur, acc_nxt, k_state, v_state, n_block,
+                      has_next: cutlass.Constexpr, has_prev_pv: cutlass.Constexpr):
+        """QK(n_block) is done (in acc_cur); PV(n_block-1) may still run (has_prev_pv)."""
+        if const_expr(has_next):
+            rec = self.issue_qk(rec, ctx, acc_nxt, k_state, n_block + 1)
+        rec, corr = self.softmax(rec, ctx, acc_cur, n_block, not has_next)
+        # O and P are operands of PV(n_block-1): wait for it (the oldest pending group) first.
+        if const_expr(has_next):
+            warpgroup.wait_group(1)
+        else:
+            warpgroup.wait_group(0)
+        if const_expr(has_prev_pv):
+            rec.end(EV.PV, n_block - 1)
+            ctx.pipe_v.consumer_release(v_state)
+            v_state.advance()
+        rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block)
+        rec = self.issue_pv(rec, ctx, v_state, n_block)
+        if const_expr(has_next):
+            warpgroup.wait_group(1)  # QK(n_block+1) is older than PV(n_block): it is done now
+            rec, k_state = self.retire_qk(rec, ctx, k_state, n_block + 1)
+        return rec, k_state, v_state
+
+    # ---- split-KV combine inside the launch ---------------------------------------------
+    @cute.jit
+    def combine(self, rec: Recorder, storage, tidx, mO, mLSE, mOpart, mLSEpart, mCount, b_idx,
+                h_idx, m_block, group, ratio, rows_total, n_splits, n_comb, comb_cs, comb_parts):
+        d = self.d
+        ticket_s = storage.ticket.get_tensor(cute.make_layout(4))
+        # Publish this split's partial (all 128 threads' stores) before taking a ticket.
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+        counter = mCount.iterator + group
+        if tidx == 0:
+            ticket_s[0] = cute.arch.atomic_add(counter.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu")
+        cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+        ticket = ticket_s[0]
+        first = n_splits - n_comb
+        if ticket >= first:
+            rec = _begin(rec, EV.COMBINE, ticket)
+            if tidx == 0:
+                seen = cute.arch.load(counter.llvm_ptr, Int32, sem="acquire", scope="gpu")
+                while seen < n_splits:
+                    seen = cute.arch.load(counter.llvm_ptr, Int32, sem="acquire", scope="gpu")
+            cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+            cute.arch.fence_acq_rel_gpu()
+
+            rows_here = cutlass.min(rows_total - m_block * TILE_M, TILE_M)
+            nc4 = d // 4 // comb_cs  # float4 columns per item
+            rows_par = NUM_CONSUMER_THREADS // (nc4 * comb_parts)
+            n_items = (rows_here + rows_par - 1) // rows_par * comb_cs
+            # thread -> (row slot rr, split partition p, float4 column c4)
+            c4 = tidx % nc4
+            p = (tidx // nc4) % comb_parts
+            rr = tidx // (nc4 * comb_parts)
+            ms = storage.comb_ms.get_tensor(cute.make_layout((2, NUM_CONSUMER_THREADS)))
+            accs = storage.comb_acc.get_tensor(cute.make_layout((4, NUM_CONSUMER_THREADS)))
+            gbase = group * n_splits
+            for item in cutlass.range(ticket - first, n_items, n_comb, unroll=1):
+                cs = item % comb_cs
+                row = (item // comb_cs) * rows_par + rr
+                valid = row < rows_here
+                # Phase A: max and sum of exp over this thread's splits, then over partitions.
+                mx = -Float32.inf
+                sm = Float32(0.0)
+                if valid:
+                    for s in cutlass.range(p, n_splits, comb_parts, unroll=4):
+                        l = cute.arch.load((mLSEpart.iterator + (gbase + s) * TILE_M + row).llvm_ptr,
+                                           Float32, cop="cg")
+                        m_new = cute.arch.fmax(mx, l)
+                        sm = sm * cute.math.exp(mx - m_new, fastmath=True) + cute.math.exp(l - m_new, fastmath=True)
+                        mx = m_new
+                ms[0, tidx] = mx
+                ms[1, tidx] = sm
+                cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+                gmx = -Float32.inf
+                for q in cutlass.range(comb_parts, unroll=1):
+                    gmx = cute.arch.fmax(gmx, ms[0, (rr * comb_parts + q) * nc4 + c4])
+                gsm = Float32(0.0)
+                for q in cutlass.range(comb_parts, unroll=1):
+                    t = (rr * comb_parts + q) * nc4 + c4
+                    gsm = gsm + ms[1, t] * cute.math.exp(ms[0, t] - gmx, fastmath=True)
+                lse_tot = gmx + cute.math.log(gsm, fastmath=True)
+                # Phase B: this thread's splits, weighted by exp(lse_s - lse_tot).
+                a0 = Float32(0.0)
+                a1 = Float32(0.0)
+                a2 = Float32(0.0)
+                a3 = Float32(0.0)
+                col = cs * (nc4 * 4) + c4 * 4
+                if valid:
+                    for s in cutlass.range(p, n_splits, comb_parts, unroll=4):
+                        l = cute.arch.load((mLSEpart.iterator + (gbase + s) * TILE_M + row).llvm_ptr,
+                                           Float32, cop="cg")
+                        w = cute.math.exp(l - lse_tot, fastmath=True)
+                        optr = mOpart.iterator + ((gbase + s) * TILE_M + row) * d + col
+                        a0 = a0 + w * cute.arch.load(optr.llvm_ptr, Float32, cop="cg")
+                        a1 = a1 + w * cute.arch.load((optr + 1).llvm_ptr, Float32, cop="cg")
+                        a2 = a2 + w * cute.arch.load((optr + 2).llvm_ptr, Float32, cop="cg")
+                        a3 = a3 + w * cute.arch.load((optr + 3).llvm_ptr, Float32, cop="cg")
+                accs[0, tidx] = a0
+                accs[1, tidx] = a1
+                accs[2, tidx] = a2
+                accs[3, tidx] = a3
+                cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+                if p == 0:
+                    if valid:
+                        for q in cutlass.range(1, comb_parts, unroll=1):
+                            t = (rr * comb_parts + q) * nc4 + c4
+                            a0 = a0 + accs[0, t]
+                            a1 = a1 + accs[1, t]
+                            a2 = a2 + accs[2, t]
+                            a3 = a3 + accs[3, t]
+                        m = m_block * TILE_M + row
+                        tok = m // ratio
+                        qh = h_idx * ratio + (m - tok * ratio)
+                        gO = mO[b_idx, tok, qh, None]
+                        gO[col] = a0.to(self.dtype)
+                        gO[col + 1] = a1.to(self.dtype)
+                        gO[col + 2] = a2.to(self.dtype)
+                        gO[col + 3] = a3.to(self.dtype)
+                        if cs == 0 and c4 == 0:
+                            mLSE[b_idx, qh, tok] = lse_tot
+                # The scratch is reused by the next item.
+                cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+            # The last combiner to finish resets the counter for the next launch.
+            if tidx == 0:
+                old = cute.arch.atomic_add(counter.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu")
+                if old == n_splits + n_comb - 1:
+                    cute.arch.store(counter.llvm_ptr, Int32(0), sem="relaxed", scope="gpu")
+            rec = _end(rec, EV.COMBINE, ticket)
+        return rec
+
+
+def _begin(rec, event, payload):
+    """``rec.begin`` as an expression: inside a dynamic if, the DSL tracer carries only locals
+    that are rebound in the branch, so write ``rec = _begin(rec, ...)`` there."""
+    rec.begin(event, payload)
+    return rec
+
+
+def _end(rec, event, payload):
+    rec.end(event, payload)
+    return rec
+
+
+class _Ctx:
+    """Loop-invariant handles of the consumer mainloop (tensors are views, nothing is copied)."""
+
+    def __init__(self, mma_qk, mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max, row_sum,
+                 scale_log2, n_blocks, last_valid, pipe_k, pipe_v):
+        self.mma_qk, self.mma_pv = mma_qk, mma_pv
+        self.tSrQ, self.tSrK, self.tOrV, self.tOrP = tSrQ, tSrK, tOrV, tOrP
+        self.acc_O, self.tScS, self.row_max, self.row_sum = acc_O, tScS, row_max, row_sum
+        self.scale_log2, self.n_blocks, self.last_valid = scale_log2, n_blocks, last_valid
+        self.pipe_k, self.pipe_v = pipe_k, pipe_v
+
+
+def _acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
+    """wgmma accumulator ((2, 2, N/8), 1, 1) viewed as (rows=2, cols=N/4) per thread.
+
+    Value mode 0 steps one column, mode 1 steps eight rows, mode 2 steps eight columns.
+    """
+    lay = acc.layout
+    v = lay.shape[0]
+    st = lay.stride[0]
+    mn = cute.make_layout((v[1], (v[0], v[2])), stride=(st[1], (st[0], st[2])))
+    return cute.make_tensor(acc.iterator, mn)
+
+
+def _acc_as_frg_a(acc: cute.Tensor) -> cute.Tensor:
+    """S accumulator ((2, 2, N/8), 1, 1) viewed as the wgmma A fragment ((2, 2, 2), 1, N/16).
+
+    The 16-bit A operand of m64k16 holds, per thread, the same (row, column) positions as two
+    consecutive 8-column groups of the fp32 accumulator, so this is a reshape, no data movement.
+    """
+    lay = acc.layout
+    v = lay.shape[0]
+    st = lay.stride[0]
+    shape = ((v[0], v[1], 2), 1, v[2] // 2)
+    stride = ((st[0], st[1], st[2]), 0, st[2] * 2)
+    return cute.make_tensor(acc.iterator, cute.make_layout(shape, stride=stride))
+
+
+# ----------------------------------------------------------------------------------------
+# compilation (CPU-only machines too: name the target with CUTE_DSL_ARCH=sm_90a)
+# ----------------------------------------------------------------------------------------
+DTYPES = {"bf16": BFloat16, "fp16": Float16}
+
+
+def fake_arguments(head_dim: int, dtype: str, traced: bool):
+    """Fake tensors for ``cute.compile``: every extent dynamic except the head dim.
+
+    Layouts are the row-major (contiguous) torch layouts; workspaces and the trace are 1-D.
+    """
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+    el = DTYPES[dtype]
+    b, sq, hq, hkv, sk = (cute.sym_int() for _ in range(5))
+    row_major4 = (3, 2, 1, 0)
+    q = make_fake_compact_tensor(el, (b, sq, hq, head_dim), stride_order=row_major4, assumed_align=16)
+    k = make_fake_compact_tensor(el, (b, sk, hkv, head_dim), stride_order=row_major4, assumed_align=16)
+    v = make_fake_compact_tensor(el, (b, sk, hkv, head_dim), stride_order=row_major4, assumed_align=16)
+    o = make_fake_compact_tensor(el, (b, sq, hq, head_dim), stride_order=row_major4, assumed_align=16)
+    lse = make_fake_compact_tensor(Float32, (b, hq, sq), stride_order=(2, 1, 0), assumed_align=4)
+    o_part = make_fake_compact_tensor(Float32, (cute.sym_int(),), assumed_align=16)
+    lse_part = make_fake_compact_tensor(Float32, (cute.sym_int(),), assumed_align=16)
+    count = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
+    trace = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16) if traced else None
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    scalars = (Float32(1.0), Int32(1), Int32(1), Int32(1), Int32(1))
+    return (q, k, v, o, lse, o_part, lse_part, count, *scalars, trace, stream)
+
+
+def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: bool = False, *,
+                    options: str = "--enable-tvm-ffi", tile_n: Optional[int] = None,
+                    num_stages: Optional[int] = None):
+    """Compile one variant for sm_90a (a GPU is not needed); returns (compiled, kernel object)."""
+    kern = DecodeAttentionSm90(head_dim, schedule, tile_n=tile_n, num_stages=num_stages)
+    if "--gpu-arch" not in options:  # wgmma/setmaxnreg need sm_90a whatever CUTE_DSL_ARCH says
+        options = f"{options} --gpu-arch {ARCH}"
+    return cute.compile(kern, *fake_arguments(head_dim, dtype, traced), options=options), kern
+
+
+def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool) -> str:
+    return f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}" + ("_traced" if traced else "")
+
+
+def aot_variants(arch: str):
+    """(name, compile thunk, Entry) for every variant ``fa4trace build`` should export."""
+    from fa4trace.aot import Entry
+
+    if not arch.startswith("sm_90"):
+        return []
+    out = []
+    for d in (64, 128):
+        for schedule in SCHEDULES:
+            for dtype in DTYPES:
+                for traced in (False, True):
+                    name = variant_name(d, schedule, dtype, traced)
+                    kern = DecodeAttentionSm90(d, schedule)
+                    cfg = {**kern.config(), "dtype": dtype, "traced": traced, "arch": arch,
+                           "args": "q,k,v,o,lse,o_part,lse_part,count,softmax_scale,n_splits,"
+                                   "n_comb,comb_cs,comb_parts" + (",trace" if traced else "")}
+
+                    def thunk(d=d, schedule=schedule, dtype=dtype, traced=traced):
+                        return compile_variant(d, schedule, dtype, traced)[0]
+
+                    out.append((name, thunk, Entry(name, "attention", cfg)))
+    return out
+
+
+def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir: str,
+                tile_n: Optional[int] = None) -> dict:
+    """Compile one variant for sm_90a and return its PTX and config (for tests/tools; picklable)."""
+    import os
+    import time
+
+    # One folder per variant: the DSL names dumps after the host function and argument types,
+    # which the variants of one head dim and dtype share.
+    dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced) + f"_n{tile_n or 0}")
+    os.makedirs(dump_dir, exist_ok=True)
+    t = time.time()
+    fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=tile_n,
+                               options=f"--enable-tvm-ffi --keep-ptx --dump-dir={dump_dir}")
+    return {"name": variant_name(head_dim, schedule, dtype, traced), "ptx": fn.artifacts.PTX,
+            "config": {**kern.config(), "dtype": dtype, "traced": traced},
+            "compile_s": time.time() - t}

@@ -1,0 +1,123 @@
+"""Decode attention on a real GPU (skips cleanly without one).
+
+Runs through fa4trace.attention: JIT where the CuTe DSL is installed, else the AOT build in
+$FA4TRACE_BUILD (on the H200: `FA4TRACE_BUILD=build/attn`, see benchmarks/attn_build.py).
+Every check draws fresh random inputs and poisons the output with NaN first.
+"""
+
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+cap = torch.cuda.get_device_capability()
+if cap[0] != 9:
+    pytest.skip(f"decode attention targets sm_90a, this GPU is sm_{cap[0]}{cap[1]}", allow_module_level=True)
+
+from fa4trace import attention as A  # noqa: E402
+
+TOL = {"bf16": 1e-2, "fp16": 5e-3}
+_seed = [1000]
+
+
+def _inputs(b, sq, hq, hkv, sk, d, dtype):
+    _seed[0] += 1
+    g = torch.Generator(device="cuda").manual_seed(_seed[0])
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    q = torch.randn(b, sq, hq, d, dtype=tdt, device="cuda", generator=g)
+    k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    return q, k, v
+
+
+def _check(b, sq, hq, hkv, sk, d, schedule, splits, dtype="bf16", scale=None):
+    q, k, v = _inputs(b, sq, hq, hkv, sk, d, dtype)
+    out = torch.full_like(q, float("nan"))
+    o, lse = A.decode_attention(q, k, v, schedule=schedule, num_splits=splits, softmax_scale=scale,
+                                out=out, return_lse=True)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = A.reference(q, k, v, scale)
+    assert not torch.isnan(o).any(), "NaN in output (unwritten elements or overflow)"
+    err = A.rel_error(o, ref_o)
+    assert err <= TOL[dtype], f"rel error {err:.3g}"
+    lse_err = (lse - ref_lse).abs().max().item()
+    assert lse_err < 2e-2, f"lse max abs error {lse_err:.3g}"
+    return err
+
+
+# sk {1, 77, 1000, 65537} x ratio {1, 4, 8, 16} x sq 1..8, several split counts
+CASES = [
+    # b, sq, hq, hkv, sk, splits
+    (1, 1, 16, 1, 1, None),
+    (2, 1, 16, 4, 77, None),
+    (1, 3, 8, 1, 77, 1),
+    (2, 2, 4, 1, 1000, None),
+    (1, 8, 16, 2, 1000, 3),
+    (1, 5, 12, 3, 1000, 8),   # ratio 4, 20 rows
+    (3, 1, 8, 8, 1000, 5),    # ratio 1
+    (1, 1, 16, 1, 65537, None),
+    (2, 4, 16, 2, 65537, 17),
+    (1, 8, 16, 1, 65537, None),  # 128 rows: two m-blocks
+    (1, 7, 8, 1, 65537, 2),
+    (4, 1, 32, 4, 65537, 1),  # ratio 8, no split
+    (1, 6, 28, 2, 4097, None),  # ratio 14: rows do not tile 64
+]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}sq{}h{}:{}sk{}s{}".format(*c))
+def test_matches_fp32_reference(d, schedule, case):
+    _check(*case[:5], d, schedule, case[5])
+
+
+@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_fp16_and_scale(schedule, d):
+    _check(2, 2, 16, 2, 3000, d, schedule, None, dtype="fp16", scale=0.05)
+
+
+@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+def test_every_split_count_for_one_shape(schedule):
+    for splits in (1, 2, 3, 7, 16, 31, 64, 200):
+        _check(1, 1, 16, 1, 8192, 128, schedule, splits)
+
+
+@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_tracing_does_not_change_the_output(schedule, d):
+    q, k, v = _inputs(2, 2, 16, 2, 20000, d, "bf16")
+    plain = A.decode_attention(q, k, v, schedule=schedule)
+    buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule)
+    traced = A.decode_attention(q, k, v, schedule=schedule, trace=buf)
+    torch.cuda.synchronize()
+    assert torch.equal(plain, traced)
+    words = buf.cpu().numpy()
+    from fa4trace.decode import decode_buffer
+
+    t = decode_buffer(words, grid_ctas=plan.n_ctas).table
+    names = set(t.column("name").to_pylist())
+    for ev in ("LOAD_Q", "LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV", "EPILOGUE", "WAIT_K", "WAIT_V"):
+        assert ev in names, ev
+    if plan.n_splits > 1:
+        assert "COMBINE" in names
+
+
+def test_graph_replay_leaves_counters_usable():
+    """The in-launch combine resets its counters: 20 replays give the same result as one launch."""
+    q, k, v = _inputs(1, 1, 16, 1, 50000, 128, "bf16")
+    o = torch.empty_like(q)
+    A.decode_attention(q, k, v, out=o)
+    first = o.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        A.decode_attention(q, k, v, out=o)
+    for _ in range(20):
+        o.fill_(float("nan"))
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o, first)
+    assert int(A._counters(q.device, 1)[:8].abs().sum()) == 0

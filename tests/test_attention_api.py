@@ -1,0 +1,184 @@
+"""CPU tests of fa4trace.attention: argument validation, the split-KV plan, the reference."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fa4trace import attention as A  # noqa: E402
+
+
+def _qkv(b=1, sq=1, hq=16, hkv=1, sk=100, d=128, dtype=torch.bfloat16):
+    return (torch.randn(b, sq, hq, d, dtype=dtype), torch.randn(b, sk, hkv, d, dtype=dtype),
+            torch.randn(b, sk, hkv, d, dtype=dtype))
+
+
+def _err(fn, *a, **kw) -> str:
+    with pytest.raises(ValueError) as ei:
+        fn(*a, **kw)
+    msg = str(ei.value)
+    assert "\n" not in msg, "validation errors are one line"
+    return msg
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda q, k, v: (q.float(), k, v), "q must be bfloat16 or float16"),
+    (lambda q, k, v: (q, k.half(), v), "k dtype"),
+    (lambda q, k, v: (q, k, v.half()), "v dtype"),
+    (lambda q, k, v: (q[0], k, v), "q must be 4-D"),
+    (lambda q, k, v: (q, k[..., :64].contiguous(), v[..., :64].contiguous()), "k head dim 64 differs"),
+    (lambda q, k, v: (q[..., :96].contiguous(), k[..., :96].contiguous(), v[..., :96].contiguous()), "q head dim"),
+    (lambda q, k, v: (q, k, v[:, :50].contiguous()), "v shape"),
+    (lambda q, k, v: (q.expand(2, -1, -1, -1).contiguous(), k, v), "k batch"),
+    (lambda q, k, v: (q.expand(-1, 9, -1, -1).contiguous(), k, v), "q sequence length"),
+    (lambda q, k, v: (q, k[:, :0], v[:, :0]), "k sequence length"),
+    (lambda q, k, v: (q[:, :, :15].contiguous(), torch.cat([k, k], 2), torch.cat([v, v], 2)),
+     "multiple of k heads"),
+    (lambda q, k, v: (torch.cat([q, q], 2), k, v), "must be <= 16"),
+    (lambda q, k, v: ("q", k, v), "q must be a torch.Tensor"),
+])
+def test_bad_arguments_name_the_argument(mutate, needle):
+    q, k, v = mutate(*_qkv())
+    assert needle in _err(A.decode_attention, q, k, v)
+
+
+def test_cpu_tensors_are_refused_before_any_gpu_work():
+    q, k, v = _qkv()
+    assert "q must be a CUDA tensor" in _err(A.decode_attention, q, k, v)
+
+
+def test_non_contiguous_is_refused():
+    q, k, v = _qkv(sk=64)
+    kt = torch.randn(1, 128, 1, 128, dtype=k.dtype)[:, ::2]  # same shape, every other key
+    assert kt.shape == k.shape and not kt.is_contiguous()
+    assert "k must be contiguous" in _err(A.validate, q, kt, v, require_cuda=False)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"schedule": "fa3"}, "schedule must be one of"),
+    ({"num_splits": 0}, "num_splits"),
+    ({"num_splits": 2.0}, "num_splits"),
+    ({"num_splits": True}, "num_splits"),
+    ({"softmax_scale": -1.0}, "softmax_scale"),
+    ({"softmax_scale": float("nan")}, "softmax_scale"),
+    ({"trace": torch.zeros(8, dtype=torch.int32)}, "trace must be a 1-D int64"),
+])
+def test_bad_options(kw, needle):
+    q, k, v = _qkv()
+    assert needle in _err(A.validate, q, k, v, require_cuda=False, **kw)
+
+
+def test_valid_shapes_pass():
+    for d in (64, 128):
+        for sq, hq, hkv in ((1, 16, 1), (8, 16, 2), (3, 12, 3), (1, 4, 4)):
+            s = A.validate(*_qkv(2, sq, hq, hkv, 7, d, torch.float16), require_cuda=False)
+            assert (s.d, s.ratio, s.dtype) == (d, hq // hkv, "fp16")
+
+
+SHAPES = [A.Shape(b, sq, hq, hkv, sk, d, "bf16")
+          for d in (64, 128) for (hq, hkv) in ((16, 1), (16, 2), (8, 8), (12, 3))
+          for sk in (1, 77, 4096, 131072) for b in (1, 8, 32) for sq in (1, 4, 8)]
+
+
+@pytest.mark.parametrize("tile_n", [64, 128])
+def test_default_plan_fills_the_sms_and_is_deadlock_free(tile_n):
+    for s in SHAPES:
+        p = A.plan_splits(s, tile_n, 132)
+        assert 1 <= p.n_splits <= p.n_blocks
+        if s.groups <= 132:
+            assert p.n_ctas <= 132, (s, p)
+        if p.n_splits > 1:
+            assert 1 <= p.n_comb <= p.n_splits
+            assert s.groups * (p.n_comb - 1) < 132, (s, p)
+        # With enough KV blocks, the default uses at least ~90% of the SMs when groups are few.
+        if s.groups <= 66 and p.n_blocks >= 132:
+            assert p.n_ctas >= 0.9 * 132 * (132 // s.groups * s.groups) / 132 - 1e-9
+
+
+def test_explicit_splits_are_clamped_to_the_blocks():
+    s = A.Shape(1, 1, 16, 1, 1000, 128, "bf16")
+    assert A.plan_splits(s, 128, 132, num_splits=1000).n_splits == 8
+    assert A.plan_splits(s, 64, 132, num_splits=3).n_splits == 3
+    # many groups forced to many splits: combiners stay below the deadlock bound
+    big = A.Shape(32, 1, 16, 2, 131072, 128, "bf16")
+    p = A.plan_splits(big, 64, 132, num_splits=64)
+    assert big.groups * (p.n_comb - 1) < 132
+
+
+def _simulate_combine(shape, plan):
+    """The kernel's combine work split (thread -> (row slot, split partition, float4 column),
+    items striped over combiners), replayed in Python: which (row, col) each combiner writes
+    and which splits each output sums."""
+    covered = {}
+    rows_total = shape.sq * shape.ratio
+    for m_block in range(shape.m_blocks):
+        rows_here = min(rows_total - m_block * 64, 64)
+        nc4 = shape.d // 4 // plan.comb_cs
+        rows_par = 128 // (nc4 * plan.comb_parts)
+        n_items = -(-rows_here // rows_par) * plan.comb_cs
+        for comb in range(plan.n_comb):
+            for item in range(comb, n_items, plan.n_comb):
+                cs = item % plan.comb_cs
+                for tidx in range(128):
+                    c4 = tidx % nc4
+                    p = (tidx // nc4) % plan.comb_parts
+                    rr = tidx // (nc4 * plan.comb_parts)
+                    row = (item // plan.comb_cs) * rows_par + rr
+                    if row >= rows_here:
+                        continue
+                    col = cs * nc4 * 4 + c4 * 4
+                    for s in range(p, plan.n_splits, plan.comb_parts):
+                        for j in range(4):
+                            covered.setdefault((m_block, row, col + j), []).append(s)
+    return covered
+
+
+@pytest.mark.parametrize("shape", [A.Shape(1, 1, 16, 1, 131072, 128, "bf16"),
+                                   A.Shape(1, 8, 16, 1, 65537, 64, "bf16"),
+                                   A.Shape(32, 1, 16, 2, 4096, 128, "bf16"),
+                                   A.Shape(2, 5, 12, 3, 1000, 64, "bf16"),
+                                   A.Shape(1, 6, 28, 2, 4097, 128, "bf16")])
+def test_combine_covers_every_output_once_with_every_split(shape):
+    for splits in (None, 2, 3, 17):
+        plan = A.plan_splits(shape, 64, 132, splits)
+        if plan.n_splits == 1:
+            continue
+        nc4 = shape.d // 4 // plan.comb_cs
+        assert nc4 * plan.comb_parts <= 128 and 128 % (nc4 * plan.comb_parts) == 0
+        cov = _simulate_combine(shape, plan)
+        rows_total = shape.sq * shape.ratio
+        want = {(mb, r, c) for mb in range(shape.m_blocks) for r in range(min(64, rows_total - 64 * mb))
+                for c in range(shape.d)}
+        assert set(cov) == want
+        for key, ss in cov.items():
+            assert sorted(ss) == list(range(plan.n_splits)), key
+
+
+def test_trace_capacity_holds_a_split():
+    s = A.Shape(1, 1, 16, 1, 131072, 128, "bf16")
+    p = A.plan_splits(s, 64, 132)
+    blocks = -(-p.n_blocks // p.n_splits)
+    assert A.trace_capacity(p) >= 12 * blocks + 8
+    assert A.trace_capacity(p) % 32 == 0
+
+
+def test_reference_groups_heads_like_repeat_interleave():
+    torch.manual_seed(0)
+    q, k, v = _qkv(2, 3, 8, 2, 50, 64, torch.float32)
+    o, lse = A.reference(q, k, v, 0.3, max_elems=2000)  # forces batch chunks
+    qf, kf, vf = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+    kf = kf.repeat_interleave(4, dim=1)
+    vf = vf.repeat_interleave(4, dim=1)
+    s = qf @ kf.transpose(-1, -2) * 0.3
+    want = (torch.softmax(s, -1) @ vf).permute(0, 2, 1, 3)
+    assert torch.allclose(o, want, atol=1e-5)
+    assert torch.allclose(lse, torch.logsumexp(s, -1), atol=1e-5)
+    assert A.rel_error(o, want) < 1e-6
+    assert math.isnan(A.rel_error(o * float("nan"), want))
+
+
+def test_io_bytes():
+    s = A.Shape(1, 1, 16, 1, 131072, 128, "bf16")
+    assert s.kv_bytes() == 64 * 2**20
+    assert s.io_bytes() == 64 * 2**20 + 2 * 16 * 128 * 2

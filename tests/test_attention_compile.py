@@ -1,0 +1,106 @@
+"""CPU: every decode-attention variant compiles for sm_90a; facts read off its PTX.
+
+Needs nvidia-cutlass-dsl (no GPU). The 16 variants (d x schedule x tracing x dtype) compile
+once per session in two worker processes. With ptxas on the PATH (or /usr/local/cuda/bin),
+the register / spill report of each is read and written to
+artifacts/attention_compile_report.json, and spills fail the test.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+VARIANTS = [(d, s, dt, tr) for d in (64, 128) for s in ("base", "pingpong") for dt in ("bf16", "fp16")
+            for tr in (False, True)]
+
+
+def _compile(args):
+    from fa4trace.kernels.attention_sm90 import compile_ptx
+
+    return compile_ptx(*args)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    dump = str(tmp_path_factory.mktemp("attn_ptx"))
+    with ProcessPoolExecutor(max_workers=2) as ex:
+        out = list(ex.map(_compile, [(*v, dump) for v in VARIANTS]))
+    return {v: r for v, r in zip(VARIANTS, out)}
+
+
+def _ptxas():
+    p = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.path.exists("/usr/local/cuda/bin/ptxas") else None)
+    return p
+
+
+def _ptxas_report(ptx: str, tmp: str) -> dict:
+    """ptxas -v of the PTX; an older ptxas gets the .version it supports (same instructions)."""
+    exe = _ptxas()
+    src = os.path.join(tmp, "k.ptx")
+    for attempt in range(2):
+        with open(src, "w") as f:
+            f.write(ptx)
+        res = subprocess.run([exe, "-arch=sm_90a", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+                             capture_output=True, text=True)
+        m = re.search(r"current version is '([0-9.]+)'", res.stderr)
+        if res.returncode and m and attempt == 0:
+            ptx = re.sub(r"^\.version [0-9.]+", f".version {m.group(1)}", ptx, count=1, flags=re.M)
+            continue
+        break
+    assert res.returncode == 0, res.stderr[-500:]
+    text = res.stderr + res.stdout
+    regs = int(re.search(r"Used (\d+) registers", text).group(1))
+    spill_st, spill_ld = map(int, re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text).groups())
+    stack = int(re.search(r"(\d+) bytes stack frame", text).group(1))
+    return {"registers": regs, "spill_stores": spill_st, "spill_loads": spill_ld, "stack_frame": stack,
+            "ptxas": subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1],
+            "warnings": [ln for ln in text.splitlines() if "warning" in ln.lower()]}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "d{}-{}-{}-{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain"))
+def test_variant_compiles_with_wgmma_and_tma(compiled, variant):
+    ptx = compiled[variant]["ptx"]
+    assert ".target sm_90a" in ptx
+    d, sched = variant[0], variant[1]
+    n_wgmma = ptx.count("wgmma.mma_async")
+    assert n_wgmma >= d // 16 + 2, n_wgmma  # at least one QK (d/16 k-steps) and PV
+    assert "wgmma.wait_group" in ptx
+    assert "cp.async.bulk.tensor" in ptx  # TMA for K and V
+    assert "ld.local" not in ptx and "st.local" not in ptx  # no register array went to the stack
+    # the ping-pong keeps two groups in flight: some wait must leave one pending
+    has_wait1 = re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx) is not None
+    assert has_wait1 == (sched == "pingpong")
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "d{}-{}-{}-{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain"))
+def test_tracing_off_reads_no_timer_and_on_reads_both(compiled, variant):
+    ptx = compiled[variant]["ptx"]
+    reads = {t: len(re.findall(rf"mov\.u64\s+%rd\d+,\s*{t}", ptx)) for t in ("%globaltimer", "%clock64")}
+    if variant[3]:
+        assert reads["%globaltimer"] >= 2 and reads["%clock64"] >= 20, reads
+    else:
+        assert "%globaltimer" not in ptx and "%clock64" not in ptx, reads
+
+
+@pytest.mark.skipif(_ptxas() is None, reason="no ptxas to read the resource report")
+def test_resource_report_has_no_spills(compiled, tmp_path):
+    report = {}
+    for v, r in compiled.items():
+        rep = _ptxas_report(r["ptx"], str(tmp_path))
+        report[r["name"]] = {**r["config"], **rep, "compile_s": round(r["compile_s"], 1)}
+    os.makedirs("artifacts", exist_ok=True)
+    with open("artifacts/attention_compile_report.json", "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True)
+    for name, rep in sorted(report.items()):
+        print(f"{name:44s} regs={rep['registers']:3d} spill={rep['spill_stores']}/{rep['spill_loads']} "
+              f"stack={rep['stack_frame']} tile_n={rep['tile_n']} stages={rep['num_stages']}")
+    bad = {n: r for n, r in report.items() if r["spill_stores"] or r["spill_loads"] or r["stack_frame"]}
+    assert not bad, bad
+    assert all(r["registers"] <= 255 for r in report.values())
