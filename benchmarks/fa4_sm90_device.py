@@ -119,14 +119,31 @@ def check_shape(d, hq, hkv, sk, b, seed):
 
 
 def main():
+    import subprocess
+
+    import numpy as np
     import torch
+
+    from fa4trace import layout as L
+    from fa4trace.decode import decode_buffer
+    from fa4trace.fa4.run import call_args, capacity_for, load_fn, record, sm90_runner
 
     log("gpu", torch.cuda.get_device_name(0), "torch", torch.__version__)
     man = json.loads((BUILD / "manifest.json").read_text())
     log("build", BUILD, list(man["functions"]))
     RESULTS["gpu"] = torch.cuda.get_device_name(0)
 
-    # 1. correctness + decode, traced shape at two lengths and batches; plain-only shapes for the bench
+    # 0. the GPU tests
+    t0 = time.time()
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "tests/gpu/test_fa4_gpu.py"], capture_output=True, text=True, timeout=240)
+    (OUT / "pytest.txt").write_text(p.stdout + p.stderr)
+    RESULTS["pytest"] = {"rc": p.returncode, "tail": p.stdout.strip().splitlines()[-1:],
+                         "seconds": round(time.time() - t0, 1)}
+    log("pytest", json.dumps(RESULTS["pytest"]))
+    save()
+
+    # 1. correctness + decode of the default traced build; plain-only shapes for the bench
     cases = [(128, 16, 1, 32768, 1), (128, 16, 1, 4096, 4), (128, 16, 1, 131072, 1),
              (128, 16, 2, 32768, 2), (64, 16, 1, 32768, 1), (64, 16, 2, 131072, 1)]
     runners = {}
@@ -143,46 +160,74 @@ def main():
         RESULTS["checks"].append(row)
         save()
 
-    # 2. timing: plain FA4 SM90 (the bench peer) and traced, same inputs; bench hook itself
-    import numpy as np
-
-    from fa4trace import layout as L
-    from fa4trace.fa4.run import call_args, capacity_for, sm90_runner
-
+    # 2. the bench hook (plain FA4 SM90) on every shape
     for key, (plain, pp, traced, tp, (q, k, v)) in runners.items():
         d, hq, hkv, sk, b = key
-        scale = 1.0 / math.sqrt(d)
         out = torch.empty_like(q)
         run = sm90_runner(q, k, v, build=BUILD, out=out)  # the `fa4trace bench` hook
         t_plain = bench(run)
         trow = {"d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "plain_us_median_min_max": t_plain,
                 "bytes": (q.numel() + k.numel() + v.numel() + out.numel()) * 2}
         trow["plain_TBps"] = trow["bytes"] / (t_plain[0] * 1e-6) / 1e12
-        if traced is not None:
-            spec = L.BufferSpec.for_grid(b * hkv, 12, capacity_for("sm90", sk))
-            buf = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
-            args = call_args(tp, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=buf)
-            trow["traced_us_median_min_max"] = bench(lambda: traced(*args))
-            trow["traced_overhead_pct"] = 100 * (trow["traced_us_median_min_max"][0] / t_plain[0] - 1)
-            trow["plain_again_us"] = bench(run)  # spread of the plain number itself
-        log("time", json.dumps(trow))
+        log("bench", json.dumps(trow))
         RESULTS["timing"].append(trow)
         save()
 
-    # 3. one bundle through the same function `fa4trace record --impl fa4` calls
+    # 3. recorder cost, broken down: which roles record, where the cursor lives
+    variants = sorted({f["config"]["variant"] for f in man["functions"].values() if f["config"]["traced"]})
+    RESULTS["overhead"] = []
+    for d, hq, hkv, sk, b in [(128, 16, 1, 32768, 1), (128, 16, 1, 131072, 1), (128, 16, 1, 4096, 4)]:
+        plain, pp, _c, _h = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16",
+                                    traced=False, build=BUILD)
+        g = torch.Generator(device="cuda").manual_seed(sk + b)
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        scale = 1.0 / math.sqrt(d)
+        ref = torch.full_like(q, float("nan"))
+        pargs = call_args(pp, q=q, k=k, v=v, out=ref, softmax_scale=scale)
+        plain(*pargs)
+        row = {"d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "plain_us": bench(lambda: plain(*pargs))[0]}
+        for var in variants:
+            fn, tp, tcfg, _h = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16",
+                                       traced=True, build=BUILD, variant=var)
+            spec = L.BufferSpec.for_grid(b * hkv, tcfg["warps_per_cta"], capacity_for("sm90", sk))
+            buf = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
+            o = torch.full_like(q, float("nan"))
+            targs = call_args(tp, q=q, k=k, v=v, out=o, softmax_scale=scale, trace=buf)
+            try:
+                fn(*targs)
+                torch.cuda.synchronize()
+                dec = decode_buffer(buf.cpu().numpy(), grid_ctas=b * hkv)
+                us = bench(lambda: fn(*targs))[0]
+                row[var] = {"us": us, "overhead_pct": 100 * (us / row["plain_us"] - 1),
+                            "bitwise_equal": bool(torch.equal(o, ref)), "rows": dec.table.num_rows,
+                            "dropped": dec.summary["dropped"]}
+            except Exception as e:
+                row[var] = {"error": f"{type(e).__name__}: {e}"[:400]}
+        row["plain_again_us"] = bench(lambda: plain(*pargs))[0]
+        log("overhead", json.dumps(row))
+        RESULTS["overhead"].append(row)
+        save()
+
+    # 4. bundles through the function `fa4trace record --impl fa4` calls
     from fa4trace.bundle import load
-    from fa4trace.fa4.run import record
 
     d, hq, hkv, sk, b = 128, 16, 1, 32768, 1
-    trace = record(schedule="pingpong", d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=1, dtype="bf16", build=BUILD)
-    name = f"fa4_sm90_d{d}_h{hq}kv{hkv}_sk{sk}_b{b}.parquet"
-    p = trace.save(OUT / name, overwrite=True)
-    back = load(p)
-    RESULTS["bundle"] = {"file": name, "bytes": p.stat().st_size, "rows": len(back),
-                         "check": trace.meta.get("check"), "fa4": trace.meta.get("fa4"),
-                         "dropped": trace.meta.get("total_dropped")}
-    log("bundle", json.dumps(RESULTS["bundle"]))
-    save()
+    RESULTS["bundles"] = []
+    for var in ["default", "smem"]:
+        if var not in variants:
+            continue
+        trace = record(schedule="pingpong", d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=1, dtype="bf16", build=BUILD,
+                       variant=var)
+        name = f"fa4_sm90_d{d}_h{hq}kv{hkv}_sk{sk}_b{b}" + ("" if var == "default" else f"_{var}") + ".parquet"
+        p = trace.save(OUT / name, overwrite=True)
+        back = load(p)
+        info = {"file": name, "bytes": p.stat().st_size, "rows": len(back), "check": trace.meta.get("check"),
+                "fa4": trace.meta.get("fa4"), "dropped": trace.meta.get("total_dropped")}
+        log("bundle", json.dumps(info))
+        RESULTS["bundles"].append(info)
+        save()
 
 
 if __name__ == "__main__":

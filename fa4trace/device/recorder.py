@@ -238,11 +238,12 @@ class SegmentRecorder:
     record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
     """
 
-    def __init__(self, trace, role, timebase, invariants):
+    def __init__(self, trace, role, timebase, invariants, smem_cursor=None):
         self.trace = trace
         self.role = role
         self.timebase = timebase
         self._inv = invariants
+        self._smem = smem_cursor  # (cute tensor of 32 Int32 in shared memory, warp index) or None
         self._open: Optional["Segment"] = None
 
     @property
@@ -251,19 +252,47 @@ class SegmentRecorder:
 
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64) -> "SegmentRecorder":
-        """Claim this warp's slot, write the start of its header and zero its cursor."""
+              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem") -> "SegmentRecorder":
+        """Claim this warp's slot, write the start of its header and zero its cursor.
+
+        ``cursor``: where the cursor lives between segments. "gmem" (default): the header word
+        ``W_COUNTS``, nothing else is allocated. "smem": one Int32 per warp in 128 bytes of
+        static shared memory allocated here (one allocation per call site, indexed by warp):
+        a segment then waits on a shared-memory load instead of a global one, which matters
+        for short segments; the kernel's shared-memory budget grows by that much (plus
+        alignment of the dynamic region that follows static shared memory).
+        """
         if const_expr(trace is None):
             return SegmentRecorder(None, role, timebase, None)
         if timebase not in L.TIMEBASE_NAMES:
             raise ValueError(f"unknown timebase {timebase}")
+        if cursor not in ("gmem", "smem"):
+            raise ValueError(f"cursor must be 'gmem' or 'smem', got {cursor!r}")
         base = Recorder._start(trace, role, timebase, False)
-        rec = SegmentRecorder(trace, role, timebase, base._inv)
+        smem = None
+        if cursor == "smem":
+            ptr = cute.arch.alloc_smem(Int32, 32, alignment=16)
+            smem = (cute.make_tensor(ptr, cute.make_layout(32)), cute.arch.warp_idx() % 32)
+        rec = SegmentRecorder(trace, role, timebase, base._inv, smem)
         rec._store_cursor(Int32(0))
         return rec
 
-    @cute.jit
+    def _load_cursor(self) -> Int32:
+        if self._smem is not None:
+            cur, w = self._smem
+            return Int32(cur[w])
+        header, _cap, _lane = self._inv
+        return Int32(self.trace[header + L.W_COUNTS])
+
     def _store_cursor(self, cursor: Int32):
+        if self._smem is not None:
+            cur, w = self._smem
+            cur[w] = cursor
+        else:
+            self._store_cursor_gmem(cursor)
+
+    @cute.jit
+    def _store_cursor_gmem(self, cursor: Int32):
         header, cap, _lane = self._inv
         trace = self.trace
         if cap > 0:
@@ -274,8 +303,7 @@ class SegmentRecorder:
             raise RuntimeError("fa4trace: a segment of this warp is already open (segments must not overlap)")
         seg = Segment(self)
         if self.enabled:
-            header, _cap, _lane = self._inv
-            seg._cursor = Int32(self.trace[header + L.W_COUNTS])
+            seg._cursor = self._load_cursor()
             seg._block = _current_block()
         self._open = seg
         return seg
@@ -296,14 +324,12 @@ class SegmentRecorder:
         if self._open is not None:
             raise RuntimeError("fa4trace: finish() with a segment still open")
         if const_expr(self.trace is not None):
-            header, _cap, _lane = self._inv
-            self._finish(Int32(self.trace[header + L.W_COUNTS]))
+            self._finish(self._load_cursor())
 
     @cute.jit
     def _finish(self, cursor: Int32):
         header, cap, _lane = self._inv
-        gt1 = cute.arch.globaltimer()
-        clk1 = cute.arch.clock64()
+        gt1, clk1 = _edge_anchor()
         written = cutlass.min(cursor, cap)
         trace = self.trace
         if cap > 0:

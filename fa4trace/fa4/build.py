@@ -282,11 +282,14 @@ class Compiled:
 
 def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1,
                 sq: int = 1, sk: int = 32768, b: int = 1, dtype: str = "bf16", traced: bool = True,
-                events=None, keep_ptx: bool = False, num_sms: Optional[int] = None) -> Compiled:
+                events=None, cursor: str = "gmem", variant: str = "default", keep_ptx: bool = False,
+                num_sms: Optional[int] = None) -> Compiled:
     """Compile FA4's forward kernel for this decode shape, with markers (``traced``) or as FA4
     itself compiles it. Shapes other than d/hq/hkv/sq/dtype are dynamic in the result.
 
     ``events``: which roles' event hooks record (default all; see hooks.SM100_ROLES/SM90_ROLES).
+    ``cursor``: "gmem" or "smem" (SegmentRecorder.start). ``variant``: a name for builds that
+    differ only in these (stored in the config; loaders pick "default").
     """
     with target(arch, num_sms):
         import cutlass.cute as cute
@@ -299,10 +302,10 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
         if not traced:
             hooks.clear_fa4_compile_cache()
             fn = cute.compile(cap.kernel, *cap.args, options=options)
-            return Compiled(fn, False, dict(cap.config, traced=False), names[:-1])
+            return Compiled(fn, False, dict(cap.config, traced=False, variant="default"), names[:-1])
         import cutlass
 
-        hooks.install(arch, events=events)
+        hooks.install(arch, events=events, cursor=cursor)
         saved_kernel = cls.__dict__["kernel"]
         try:
             cls.kernel = _traced_kernel(cls, saved_kernel)
@@ -317,5 +320,8 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
                 del cap.kernel._fa4trace_host_buf
             hooks.uninstall()
         params = names[:-1] + ["fa4trace_buf"]
-        return Compiled(fn, True, dict(cap.config, traced=True), params, counts)
+        roles = hooks.SM100_ROLES if arch == "sm100" else hooks.SM90_ROLES
+        cfg = dict(cap.config, traced=True, variant=variant, cursor=cursor,
+                   events=sorted(roles if events is None else events))
+        return Compiled(fn, True, cfg, params, counts)
 

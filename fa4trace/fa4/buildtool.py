@@ -14,6 +14,12 @@ import argparse
 BENCH_SHAPES = [(128, 16, 1), (128, 16, 2), (64, 16, 1), (64, 16, 2)]
 # ... and the shapes traced by default
 TRACED_SHAPES = [(128, 16, 1)]
+# Overhead breakdown builds of the first traced shape: (variant, events, cursor). events None = all.
+OVERHEAD_VARIANTS = {
+    "sm90": [("smem", None, "smem"), ("life", [], "gmem"), ("producer", ["producer"], "gmem"),
+             ("consumer", ["consumer"], "gmem"), ("consumer_smem", ["consumer"], "smem")],
+    "sm100": [("smem", None, "smem"), ("life", [], "gmem")],
+}
 
 
 def main(argv=None):
@@ -23,6 +29,8 @@ def main(argv=None):
     ap.add_argument("--schedule", default="pingpong", choices=["base", "pingpong"], help="SM100 only")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--sq", type=int, default=1)
+    ap.add_argument("--overhead-variants", action="store_true",
+                    help="also build traced variants that isolate the recorder's cost (per role, cursor placement)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     from .run import build_aot
@@ -31,6 +39,11 @@ def main(argv=None):
               for d, hq, hkv in BENCH_SHAPES]
     shapes += [dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True)
                for d, hq, hkv in TRACED_SHAPES]
+    if a.overhead_variants:
+        d, hq, hkv = TRACED_SHAPES[0]
+        shapes += [dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True,
+                        variant=name, events=events, cursor=cursor)
+                   for name, events, cursor in OVERHEAD_VARIANTS[a.arch]]
     out = build_aot(a.output, shapes, arch=a.arch, overwrite=a.force)
     print(f"built {len(shapes)} FA4 {a.arch} kernels into {out}")
 

@@ -62,6 +62,7 @@ class _State:
     rec: Any = None  # SegmentRecorder of the warp role being traced
     role: Optional[str] = None
     events: frozenset = frozenset()  # roles whose event hooks record (role lifetimes always do)
+    cursor: str = "gmem"  # where each warp's cursor lives between segments (SegmentRecorder.start)
     n_block: Any = None  # SM90: KV block of the open consumer segment
     n_block_is_first: bool = False
     inflight: list = field(default_factory=list)  # SM90: async spans (event, payload) in issue order
@@ -99,7 +100,7 @@ def role_wrapper(orig: Callable, role: str, role_id: int) -> Callable:
         if st.buf is None:
             return orig(self, *args, **kwargs)
         outer = (st.rec, st.role)
-        st.rec = SegmentRecorder.start(st.buf, role=role_id)
+        st.rec = SegmentRecorder.start(st.buf, role=role_id, cursor=st.cursor)
         st.role = role
         st.inflight = []
         ret = orig(self, *args, **kwargs)
@@ -378,10 +379,10 @@ def clear_fa4_compile_cache():
             cache.clear()
 
 
-def install(arch: str, events=None):
+def install(arch: str, events=None, cursor: str = "gmem"):
     """Patch FA4 for ``arch`` ("sm100" | "sm90"). ``events``: roles whose event hooks record
-    (default all; role lifetimes are always recorded). Idempotent per arch: reinstalling first
-    uninstalls."""
+    (default all; role lifetimes are always recorded). ``cursor``: see SegmentRecorder.start.
+    Reinstalling first uninstalls."""
     if _saved:
         uninstall()
     patches = _patches_sm100() if arch == "sm100" else _patches_sm90()
@@ -396,6 +397,7 @@ def install(arch: str, events=None):
         setattr(owner, name, new)
     STATE.installed = True
     STATE.events = ev
+    STATE.cursor = cursor
     STATE.counts = {}
     clear_fa4_compile_cache()
 

@@ -47,8 +47,9 @@ def build_aot(out_dir, shapes, *, arch: str = "sm90", overwrite: bool = False):
 
 
 def _entry_name(cfg: dict) -> str:
+    v = "" if cfg.get("variant", "default") == "default" else f"_{cfg['variant']}"
     return (f"fa4_{cfg['arch']}_{cfg['schedule']}_d{cfg['d']}_h{cfg['hq']}kv{cfg['hkv']}_sq{cfg['sq']}_"
-            f"{cfg['dtype']}_{'traced' if cfg['traced'] else 'plain'}")
+            f"{cfg['dtype']}_{'traced' if cfg['traced'] else 'plain'}{v}")
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ def _can_jit() -> bool:
 
 
 def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dtype: str, traced: bool,
-            build=None):
+            build=None, variant: str = "default"):
     """(callable, params, config, how) for this configuration: from an AOT build folder if one is
     given or found, else compiled here (needs the DSL and flash-attn-4)."""
     sched = schedule if arch == "sm100" else "fa3"
@@ -89,11 +90,14 @@ def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dty
         from ..aot import BuildDir
 
         bd = BuildDir(bdir)
-        name = bd.find(KIND, arch=arch, schedule=sched, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
+        name = bd.find(KIND, arch=arch, schedule=sched, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced,
+                       variant=variant)
         cfg = bd.functions[name]["config"]
         return bd.function(name), cfg["params"], cfg, f"aot:{bdir}"
     if build is not None:
         raise Fa4traceError(f"{bdir} is not an fa4trace build folder (no manifest.json)")
+    if variant != "default":
+        raise Fa4traceError(f"variant {variant!r} exists only in AOT builds (build it with build_aot)")
     if not _can_jit():
         raise Fa4traceError(f"no FA4 build at {bdir} and no CuTe DSL here to compile one: build it with "
                             f"`python -m fa4trace.fa4.buildtool -o {bdir}` on any machine (see docs/fa4-on-b200.md)")
@@ -152,7 +156,8 @@ def capacity_for(arch: str, sk: int, tile_n: int = 128, tiles_per_cta: int = 1) 
 
 def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
            b: int = 1, sq: int = 1, dtype: str = "bf16", cta_first: int = 0, max_ctas: Optional[int] = None,
-           cta_stride: int = 1, capacity: Optional[int] = None, build=None, check: bool = True, seed: int = 0):
+           cta_stride: int = 1, capacity: Optional[int] = None, build=None, check: bool = True, seed: int = 0,
+           variant: str = "default"):
     """One traced launch of FA4's forward on this GPU (SM100 on B200, SM90 on H100/H200).
 
     Returns a ``Trace`` whose metadata holds the FA4 version, kernel path and configuration.
@@ -169,7 +174,7 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     arch = _gpu_arch(torch)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     fn, params, cfg, how = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
-                                   traced=True, build=build)
+                                   traced=True, build=build, variant=variant)
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=tdt, generator=g)
     k = torch.randn(b, sk, hkv, d, device="cuda", dtype=tdt, generator=g)

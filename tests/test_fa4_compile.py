@@ -1,0 +1,120 @@
+"""Upstream FA4 compiles with fa4trace markers on the CPU: Blackwell (both decode paths) and Hopper.
+
+Markers are attributed to warp roles by difference: the same kernel is compiled with every
+role's event hooks on, and again with one role's off; the timer reads (``%clock64``) that
+disappear are that role's markers. Each count must be at least the number of events the hooks
+placed for that role while tracing (the compiler may duplicate a timer read, never drop one).
+Each compile runs in a fresh process: the CuTe DSL fixes its target arch once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (pip install 'fa4trace[dsl]')")
+
+
+def _fa4_skip_reason():
+    try:
+        from fa4trace.fa4 import FA4_VERSIONS, fa4_version
+    except ImportError as e:  # pragma: no cover
+        return f"fa4trace.fa4 does not import: {e}"
+    v = fa4_version()
+    if v is None:
+        return "flash-attn-4 is not installed (pip install 'fa4trace[fa4]')"
+    if v not in FA4_VERSIONS:
+        return f"flash-attn-4 {v} is installed; the hooks are pinned to {FA4_VERSIONS}"
+    try:
+        import quack  # noqa: F401
+    except ImportError as e:
+        return f"flash-attn-4's dependency quack-kernels does not import ({e})"
+    return None
+
+
+_reason = _fa4_skip_reason()
+pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+
+CLOCK = re.compile(r"mov\.u64\s+%rd\d+,\s*%clock64;")
+ENTRY = re.compile(r"kernel_cutlass_\w+")
+
+
+def _worker(arch: str, schedule: str, variants: list) -> dict:
+    """In a fresh process: compile each variant, return timer-read counts and trace-time counts."""
+    code = (
+        "import json, sys, re\n"
+        "from fa4trace.fa4.build import compile_fa4\n"
+        "from fa4trace.fa4 import hooks\n"
+        "arch, schedule, variants = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])\n"
+        "res = {}\n"
+        "for name, traced, events in variants:\n"
+        "    c = compile_fa4(arch, schedule=schedule, traced=traced, events=events, keep_ptx=True)\n"
+        f"    ptx = c.ptx\n"
+        f"    body = re.sub(r'{ENTRY.pattern}', 'K', ptx)\n"
+        f"    res[name] = dict(clock=len(re.findall(r'{CLOCK.pattern}', ptx)), counts=c.counts,\n"
+        "                     config=c.config, installed=hooks.installed(), ptx_len=len(ptx),\n"
+        "                     body_hash=hash(body) if not traced else None, params=c.params)\n"
+        "print('RESULT' + json.dumps(res))\n"
+    )
+    env = dict(os.environ)
+    env.pop("CUTE_DSL_ARCH", None)
+    p = subprocess.run([sys.executable, "-c", code, arch, schedule, json.dumps(variants)],
+                       capture_output=True, text=True, env=env, timeout=900)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")]
+    assert p.returncode == 0 and line, f"compile worker failed:\n{p.stderr[-4000:]}"
+    return json.loads(line[-1][len("RESULT"):])
+
+
+SM100_CHECKED = ["mma", "softmax", "load"]
+ALL100 = ["load", "mma", "softmax", "correction", "epilogue"]
+
+
+@pytest.mark.parametrize("schedule", ["pingpong", "base"])
+def test_sm100_both_decode_paths_have_markers_in_mma_softmax_and_load_warps(schedule):
+    variants = [["all", True, ALL100], ["plain", False, None]]
+    variants += [[f"no_{r}", True, [x for x in ALL100 if x != r]] for r in SM100_CHECKED]
+    res = _worker("sm100", schedule, variants)
+    full = res["all"]
+    assert full["config"]["s_ping_pong"] is (schedule == "pingpong")
+    assert full["config"]["kernel_class"] == "FlashAttentionForwardSm100"
+    assert res["plain"]["clock"] == 0, "FA4's own kernel reads no timer"
+    assert full["params"][-1] == "fa4trace_buf" and "fa4trace_buf" not in res["plain"]["params"]
+    for role in SM100_CHECKED:
+        placed = full["counts"].get(role, 0)
+        assert placed > 0, f"no {role} events placed on the {schedule} path: {full['counts']}"
+        in_ptx = full["clock"] - res[f"no_{role}"]["clock"]
+        assert in_ptx >= placed, f"{role} warp: {in_ptx} timer reads in PTX for {placed} events placed ({schedule})"
+    assert not any(v["installed"] for v in res.values()), "hooks left installed after a compile"
+
+
+def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
+    variants = [["all", True, ["producer", "consumer"]], ["plain", False, None],
+                ["no_producer", True, ["consumer"]], ["no_consumer", True, ["producer"]],
+                ["plain_again", False, None]]
+    res = _worker("sm90", "pingpong", variants)
+    full = res["all"]
+    assert full["config"]["kernel_class"] == "FlashAttentionForwardSm90"
+    assert full["config"]["intra_wg_overlap"], "FA4's default SM90 decode overlaps QK(i+1) with PV(i)"
+    assert res["plain"]["clock"] == 0
+    for role in ("producer", "consumer"):
+        placed = full["counts"].get(role, 0)
+        assert placed > 0, full["counts"]
+        assert full["clock"] - res[f"no_{role}"]["clock"] >= placed
+    # after a traced compile the hooks are gone: FA4 compiles to the same PTX as before it
+    assert res["plain_again"]["body_hash"] == res["plain"]["body_hash"]
+
+
+def test_unsupported_fa4_version_fails_with_one_line(monkeypatch):
+    from fa4trace.errors import Fa4traceError
+    from fa4trace.fa4 import build
+
+    monkeypatch.setattr(build, "fa4_version", lambda: "4.0.0b99")
+    with pytest.raises(Fa4traceError) as e:
+        build.require_fa4()
+    msg = str(e.value)
+    assert "4.0.0b99" in msg and "4.0.0b36" in msg and "\n" not in msg
