@@ -309,6 +309,14 @@ def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *, _rows_ca
             idx = active[group[active] == gg]
             lane[idx] = _greedy_lanes(r.start[idx], r.end[idx])
 
+    # lanes of a group are renumbered 0, 1, 2... (a round can empty a lane that others skip)
+    if n and lane.any():
+        lb = _bits(int(lane.max()))
+        uk = np.unique((group << lb) | lane)
+        ug = uk >> lb
+        dense = np.arange(uk.size) - np.searchsorted(ug, ug)
+        lane = dense[np.searchsorted(uk, (group << lb) | lane)]
+
     # tracks: (warp, class, lane), numbered in that order; each warp always has its own track
     tkey_lane_bits = _bits(int(lane.max()) if n else 0) + 1
     tkey = (group << tkey_lane_bits) | lane
@@ -331,7 +339,7 @@ def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     Builds each track's BEGIN/END stream (ENDs before BEGINs at equal times, inner spans end
     first, outer spans begin first), takes the nesting level of every event and checks that the
     event following each BEGIN at its level is its own END. Where it is another span's END the
-    two cross; the later-ranked one moves.
+    two cross; :func:`_choose_moves` picks which of each crossing pair moves.
     """
     n = tk.size
     idx = np.arange(n, dtype=np.int64)

@@ -463,6 +463,12 @@ def test_layout_tracks_nest_strictly(tr):
     ev = tr.events.to_pandas()
     lay = layout_tracks(tr.events)
     ev["track"] = lay.row_track
+    lanes = defaultdict(set)  # lanes of each (warp, class) are numbered densely
+    for t in range(lay.n_tracks):
+        lanes[(int(lay.track_warp[t]), int(lay.track_class[t]))].add(int(lay.track_lane[t]))
+    assert all(v == set(range(len(v))) for v in lanes.values())
+    own = [int(lay.track_warp[t]) for t in range(lay.n_tracks) if lay.track_class[t] == 0 and lay.track_lane[t] == 0]
+    assert sorted(own) == list(range(lay.warp_index.size))  # every warp has its own track
     for _, g in ev.groupby("track"):
         assert g[["launch", "cta", "warp"]].drop_duplicates().shape[0] == 1
         iv = [(int(a), int(b)) for a, b, k in zip(g.start_ns, g.end_ns, g.kind) if k != "instant" and b > a]
