@@ -165,6 +165,8 @@ def convert(bundle, fmt, output, compress, force):
 
 
 def _stats_suffix(stats) -> str:
+    if hasattr(stats, "as_dict"):
+        stats = stats.as_dict()
     if isinstance(stats, dict):
         bits = [f"{k}={v}" for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "path"]
         return (": " + ", ".join(bits[:6])) if bits else ""
