@@ -1,0 +1,359 @@
+"""Which traces the viewer shows, and loading them (cached, never touching disk for uploads).
+
+Sources, in the order the app lists them: bundles named on the command line
+(``fa4trace view A B`` → ``streamlit run app/main.py -- A B``, or $FA4TRACE_BUNDLES), the
+bundled traces in ``traces/`` (or $FA4TRACE_TRACES_DIR), and uploads.
+
+Default pairing: bundles in ``traces/`` are paired from their metadata, not their file names:
+``meta["config"]["schedule"]`` is "base" for one and "pingpong" for the other and every other
+config key is equal. The d128 16:1 sk 131072 b1 pair is preferred when present.
+
+Loaded tables live in ``st.cache_resource`` (shared, not copied); uploads are parsed from
+memory (a Linux memfd, else a private temporary file that is removed at once) with the same
+checks and one-line messages as :func:`fa4trace.bundle.load`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import streamlit as st
+
+from fa4trace import analysis
+from fa4trace.bundle import META_KEY, Trace, load
+from fa4trace.errors import Fa4traceError
+
+REPO = Path(__file__).resolve().parent.parent
+TRACES_DIR = REPO / "traces"
+SCHEDULES = ("base", "pingpong")
+# The headline shape (DESIGN §1: where split-KV decode leaves bandwidth on the table).
+PREFERRED_SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1}
+
+
+# ---- discovery from metadata ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BundleInfo:
+    """What the Parquet footer of one bundle says, read without loading its table."""
+
+    path: Path
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+    rows: int = 0
+    error: str | None = None
+
+    @property
+    def config(self) -> dict:
+        cfg = self.meta.get("config")
+        return cfg if isinstance(cfg, dict) else {}
+
+    @property
+    def schedule(self) -> str | None:
+        s = self.config.get("schedule")
+        return s if isinstance(s, str) else None
+
+    @property
+    def pair_key(self) -> str:
+        """Everything that must match for two bundles to form a base/ping-pong pair."""
+        rest = {k: v for k, v in self.config.items() if k != "schedule"}
+        return json.dumps(rest, sort_keys=True, default=str)
+
+    @property
+    def synthetic(self) -> bool:
+        return bool(self.meta.get("synthetic", False))
+
+
+def read_info(path: str | os.PathLike) -> BundleInfo:
+    path = Path(path)
+    try:
+        md = pq.read_metadata(path)
+        raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+        if raw is None:
+            return BundleInfo(path, {}, md.num_rows, f"{path.name}: Parquet without fa4trace metadata")
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError("metadata is not an object")
+        return BundleInfo(path, meta, md.num_rows)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return BundleInfo(path, {}, 0, f"{path.name}: not a readable trace bundle ({first})")
+
+
+def discover(folder: str | os.PathLike) -> list[BundleInfo]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return [read_info(p) for p in sorted(folder.glob("*.parquet")) if p.is_file()]
+
+
+def _num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def is_preferred(info: BundleInfo) -> bool:
+    cfg = info.config
+    return all(_num(cfg.get(k)) == float(v) for k, v in PREFERRED_SHAPE.items())
+
+
+def find_pairs(infos: list[BundleInfo]) -> list[tuple[BundleInfo, BundleInfo]]:
+    """(base, pingpong) pairs with equal config apart from the schedule; preferred shape first."""
+    groups: dict[str, dict[str, list[BundleInfo]]] = {}
+    for info in infos:
+        if info.error or info.schedule not in SCHEDULES:
+            continue
+        groups.setdefault(info.pair_key, {}).setdefault(info.schedule, []).append(info)
+    pairs = []
+    for g in groups.values():
+        if "base" in g and "pingpong" in g:
+            # several bundles of one shape and schedule: prefer measured over synthetic, then name
+            pick = {s: sorted(g[s], key=lambda i: (i.synthetic, i.path.name))[0] for s in SCHEDULES}
+            pairs.append((pick["base"], pick["pingpong"]))
+    pairs.sort(key=lambda p: (not is_preferred(p[0]), p[0].synthetic, p[0].path.name))
+    return pairs
+
+
+# ---- sources ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Source:
+    key: str  # unique and stable: path + mtime + size, or upload content hash
+    label: str
+    origin: str  # "argument" | "bundled" | "upload"
+    path: Path | None = None
+    upload_name: str | None = None
+
+
+def path_key(path: Path) -> str:
+    st_ = path.stat()
+    return f"path:{path.resolve()}:{st_.st_mtime_ns}:{st_.st_size}"
+
+
+def describe(meta: dict, rows: int) -> str:
+    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    sched = cfg.get("schedule")
+    shape = " ".join(f"{k}={cfg[k]}" for k in ("d", "hq", "hkv", "sk", "b") if k in cfg)
+    bits = [str(meta.get("kernel", "trace"))]
+    if sched:
+        bits.append(f"[{sched}]")
+    if shape:
+        bits.append(shape)
+    bits.append(f"{rows:,} rows")
+    if meta.get("synthetic"):
+        bits.append("SYNTHETIC")
+    return " · ".join(bits)
+
+
+def source_for_path(path: Path, origin: str, info: BundleInfo | None = None) -> Source:
+    info = info or read_info(path)
+    return Source(path_key(path), f"{path.name} — {describe(info.meta, info.rows)}", origin, path=path)
+
+
+@dataclass
+class Startup:
+    sources: list[Source]
+    default_a: str | None
+    default_b: str | None
+    notes: list[str]
+    errors: list[str]
+
+
+def startup(arg_bundles: list[str], traces_dir: Path) -> Startup:
+    """Sources at start and the default pair (A = base, B = ping-pong) with notes for the user."""
+    notes, errors, sources = [], [], []
+    arg_infos = []
+    for a in arg_bundles:
+        p = Path(a)
+        if not p.is_file():
+            errors.append(f"{a}: no such file")
+            continue
+        info = read_info(p)
+        if info.error:
+            errors.append(info.error)
+            continue
+        arg_infos.append(info)
+        sources.append(source_for_path(p, "argument", info))
+    infos = discover(traces_dir)
+    bundled = []
+    for info in infos:
+        if info.error:
+            errors.append(f"traces/{info.error}")
+            continue
+        bundled.append(info)
+        if not any(s.path and s.path.resolve() == info.path.resolve() for s in sources):
+            sources.append(source_for_path(info.path, "bundled", info))
+    key_of = {s.path.resolve(): s.key for s in sources if s.path}
+
+    a = b = None
+    if arg_infos:
+        a = key_of[arg_infos[0].path.resolve()]
+        if len(arg_infos) >= 2:
+            first, second = arg_infos[0], arg_infos[1]
+            if first.schedule == "pingpong" and second.schedule == "base":
+                first, second = second, first
+            a, b = key_of[first.path.resolve()], key_of[second.path.resolve()]
+    else:
+        pairs = find_pairs(bundled)
+        if pairs:
+            base, pp = pairs[0]
+            a, b = key_of[base.path.resolve()], key_of[pp.path.resolve()]
+            if not is_preferred(base):
+                notes.append(f"No d128 16:1 sk 131072 b1 pair in {traces_dir.name}/; showing the "
+                             f"{base.path.name} / {pp.path.name} pair.")
+        elif bundled:
+            a = key_of[bundled[0].path.resolve()]
+            notes.append(f"No base / ping-pong pair of one shape in {traces_dir.name}/ yet (pairs are found from "
+                         f"each bundle's metadata: config.schedule 'base' and 'pingpong', all other config keys "
+                         f"equal). Showing the single traces there; upload or pass two bundles to compare.")
+        else:
+            notes.append(f"No trace bundles in {traces_dir}: upload one (sidebar) or run "
+                         f"`fa4trace view A.parquet B.parquet`.")
+    return Startup(sources, a, b, notes, errors)
+
+
+# ---- loading -------------------------------------------------------------------------------
+class UploadError(Fa4traceError):
+    """An uploaded file is not a usable trace bundle (one clear line)."""
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def load_path(key: str, path: str) -> Trace:
+    """Cached by ``key`` (path, mtime, size): a bundle that changes on disk is read again."""
+    return load(path)
+
+
+@contextlib.contextmanager
+def _memory_path(data: bytes):
+    """A filesystem path whose bytes live in memory (Linux memfd); else a private temp file."""
+    if hasattr(os, "memfd_create") and sys.platform.startswith("linux"):
+        fd = os.memfd_create("fa4trace-upload", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            _write_all(fd, data)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    d = tempfile.mkdtemp(prefix="fa4trace-upload-")
+    p = os.path.join(d, "upload.parquet")
+    try:
+        with open(p, "wb") as f:
+            f.write(data)
+        yield p
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(p)
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def parse_upload(name: str, data: bytes) -> Trace:
+    """An uploaded file -> Trace, or UploadError with one line naming the file."""
+    if len(data) == 0:
+        raise UploadError(f"{name} is empty (0 bytes): not a trace bundle")
+    if data[:4] == b"PAR1" and (len(data) < 12 or data[-4:] != b"PAR1"):
+        raise UploadError(f"{name} is truncated: it starts like a Parquet file but its footer is missing "
+                          f"({len(data):,} bytes; an interrupted download or copy?)")
+    with _memory_path(data) as p:
+        try:
+            trace = load(p)
+        except Fa4traceError as exc:
+            msg = str(exc).splitlines()[0].replace(str(p), name)
+            raise UploadError(msg) from None
+    try:
+        analysis.per_cta(trace)  # the app's first use of the table: fail here, with a name
+    except Exception as exc:  # noqa: BLE001 - any failure of a foreign table is the upload's fault
+        raise UploadError(f"{name} reads as a bundle but cannot be analysed ({type(exc).__name__}: {exc})") from None
+    return trace
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def load_upload(digest: str, name: str, _data: bytes) -> Trace:
+    return parse_upload(name, _data)
+
+
+def upload_key(data: bytes) -> str:
+    return "upload:" + hashlib.sha256(data).hexdigest()
+
+
+def get_trace(src: Source, uploads: dict[str, tuple[str, bytes]]) -> Trace:
+    if src.path is not None:
+        return load_path(src.key, str(src.path))
+    name, data = uploads[src.key]
+    return load_upload(src.key, name, data)
+
+
+# ---- selections within a trace --------------------------------------------------------------
+def cta_table(trace: Trace) -> pa.Table:
+    return analysis.per_cta(trace)
+
+
+def cta_rows(trace: Trace, launch: int, cta: int) -> pa.Table:
+    ev = trace.events
+    m = pc.and_(pc.equal(ev["cta"], pa.scalar(cta, ev.schema.field("cta").type)),
+                pc.equal(ev["launch"], pa.scalar(launch, ev.schema.field("launch").type)))
+    return ev.filter(m)
+
+
+def iteration_range(rows: pa.Table) -> tuple[int, int] | None:
+    it = rows["iter"]
+    valid = pc.filter(it, pc.greater_equal(it, 0))
+    if len(valid) == 0:
+        return None
+    mm = pc.min_max(valid)
+    return int(mm["min"].as_py()), int(mm["max"].as_py())
+
+
+def subset(trace: Trace, rows: pa.Table, note: str) -> Trace:
+    """A Trace of some of ``trace``'s rows (same metadata, marked as a subset)."""
+    meta = dict(trace.meta)
+    meta["subset"] = note
+    return Trace(rows, meta)
+
+
+# ---- derived tables, cached per trace (keys are the Source keys) ---------------------------
+@st.cache_resource(max_entries=32, show_spinner=False)
+def compare_cached(key_a: str, key_b: str, _a: Trace, _b: Trace) -> dict:
+    return analysis.compare(_a, _b)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def summary_cached(key: str, _t: Trace) -> dict:
+    return analysis.summarize(_t)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def per_cta_cached(key: str, _t: Trace) -> pa.Table:
+    return analysis.per_cta(_t)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def per_iteration_cached(key: str, _t: Trace) -> pa.Table:
+    return analysis.per_iteration(_t)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cta_rows_cached(key: str, launch: int, cta: int, _t: Trace) -> pa.Table:
+    return cta_rows(_t, launch, cta)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def pftrace_cached(key: str, scope: str, _t: Trace) -> bytes:
+    from .perfetto_ui import export_pftrace
+
+    return export_pftrace(_t)

@@ -1,0 +1,68 @@
+"""Per-iteration chart: median duration of each event per KV block, stacked, one row per trace.
+
+The numbers are :func:`fa4trace.analysis.per_iteration` (median over warps and CTAs); the
+black line is SOFTMAX_HIDDEN, the ns of each block's softmax during which the warp's own QK
+or PV was in flight. QK and PV are in-flight spans that may overlap SOFTMAX in time, so a
+stack is the work per block, not its wall time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from fa4trace.analysis import ITER_EVENTS
+from fa4trace.vocab import VOCAB
+
+HIDDEN = "SOFTMAX_HIDDEN"
+
+
+def iteration_frame(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """name -> (iter, median_ns) from a per_iteration table."""
+    out = {}
+    if table.num_rows == 0:
+        return out
+    names = np.asarray(table["name"].to_pylist(), dtype=object)
+    it = table["iter"].to_numpy()
+    med = table["median_ns"].to_numpy()
+    for nm in [*ITER_EVENTS, HIDDEN]:
+        m = names == nm
+        if m.any():
+            o = np.argsort(it[m], kind="stable")
+            out[nm] = (it[m][o], med[m][o])
+    return out
+
+
+def iteration_figure(tables: list[tuple[str, pa.Table]], *, uirevision: str = ""):
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    colors = VOCAB.colors()
+    fig = make_subplots(rows=len(tables), cols=1, shared_xaxes=True, shared_yaxes=True,
+                        vertical_spacing=0.12, subplot_titles=[t for t, _ in tables])
+    shown = set()
+    for r, (_, table) in enumerate(tables, start=1):
+        frame = iteration_frame(table)
+        for nm in ITER_EVENTS:
+            if nm not in frame:
+                continue
+            x, y = frame[nm]
+            fig.add_trace(go.Bar(x=x, y=y, name=nm, marker_color=colors.get(nm, "#999"), legendgroup=nm,
+                                 showlegend=nm not in shown,
+                                 hovertemplate=f"{nm} · block %{{x}}: median %{{y:,.0f}} ns<extra></extra>"),
+                          row=r, col=1)
+            shown.add(nm)
+        if HIDDEN in frame:
+            x, y = frame[HIDDEN]
+            fig.add_trace(go.Scatter(x=x, y=y, name="softmax hidden under QK/PV", mode="lines",
+                                     line={"color": "black", "width": 2}, legendgroup=HIDDEN,
+                                     showlegend=HIDDEN not in shown,
+                                     hovertemplate="hidden softmax · block %{x}: %{y:,.0f} ns<extra></extra>"),
+                          row=r, col=1)
+            shown.add(HIDDEN)
+        fig.update_yaxes(title_text="median ns", row=r, col=1)
+    fig.update_xaxes(title_text="KV block (iteration)", row=len(tables), col=1)
+    fig.update_layout(barmode="stack", bargap=0.1, height=300 * len(tables) + 80, uirevision=uirevision,
+                      margin={"l": 10, "r": 10, "t": 40, "b": 40}, plot_bgcolor="white",
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "x": 0})
+    return fig

