@@ -58,7 +58,8 @@ def _worker(arch: str, schedule: str, variants: list) -> dict:
         f"    body = re.sub(r'{ENTRY.pattern}', 'K', ptx)\n"
         f"    res[name] = dict(clock=len(re.findall(r'{CLOCK.pattern}', ptx)), counts=c.counts,\n"
         "                     config=c.config, installed=hooks.installed(), ptx_len=len(ptx),\n"
-        "                     body_hash=hash(body) if not traced else None, params=c.params)\n"
+        "                     body_hash=hash(body) if not traced else None, params=c.params,\n"
+        "                     static_smem=len(re.findall(r'\\.shared \\.align \\d+ \\.b8 __static_shmem', ptx)))\n"
         "print('RESULT' + json.dumps(res))\n"
     )
     env = dict(os.environ)
@@ -90,6 +91,8 @@ def test_sm100_both_decode_paths_have_markers_in_mma_softmax_and_load_warps(sche
         in_ptx = full["clock"] - res[f"no_{role}"]["clock"]
         assert in_ptx >= placed, f"{role} warp: {in_ptx} timer reads in PTX for {placed} events placed ({schedule})"
     assert not any(v["installed"] for v in res.values()), "hooks left installed after a compile"
+    # SM100 keeps the cursor in the trace buffer: FA4's shared memory (near full there) is untouched
+    assert full["config"]["cursor"] == "gmem" and full["static_smem"] == 0
 
 
 def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
@@ -105,6 +108,9 @@ def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
         placed = full["counts"].get(role, 0)
         assert placed > 0, full["counts"]
         assert full["clock"] - res[f"no_{role}"]["clock"] >= placed
+    # SM90 keeps each warp's cursor in 128 B of static shared memory per role (producer, consumer)
+    assert full["config"]["cursor"] == "smem" and full["static_smem"] == 2
+    assert res["plain"]["static_smem"] == 0
     # after a traced compile the hooks are gone: FA4 compiles to the same PTX as before it
     assert res["plain_again"]["body_hash"] == res["plain"]["body_hash"]
 

@@ -23,9 +23,10 @@ class _Hooked:
     """Stands in for library code: a loop the recorder is not carried through, and a method
     that a hook wraps with a segment (state kept on the object, as the FA4 adapter does)."""
 
-    def __init__(self, nested: bool = False):
+    def __init__(self, nested: bool = False, cursor: str = "gmem"):
         self.rec = None
         self.nested = nested
+        self.cursor = cursor
 
     def step(self, out: cute.Tensor, i):
         seg = self.rec.open()
@@ -49,7 +50,7 @@ class _Hooked:
 def _build(hooked: _Hooked):
     @cute.kernel
     def k(out: cute.Tensor, trace: cute.Tensor, n: Int32):
-        hooked.rec = SegmentRecorder.start(trace, role=ROLE.SOFTMAX)
+        hooked.rec = SegmentRecorder.start(trace, role=ROLE.SOFTMAX, cursor=hooked.cursor)
         for i in cutlass.range(n, unroll=1):
             if cutlass.const_expr(hooked.nested):
                 hooked.bad_step(out, i)
@@ -120,3 +121,17 @@ def test_segment_recorder_off_compiles_to_nothing():
 def test_event_outside_the_segment_region_fails_the_compile():
     with pytest.raises(Exception, match="another region"):
         _ptx(_build(_Hooked(nested=True)), _fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+
+
+def test_smem_cursor_keeps_the_cursor_out_of_global_memory():
+    ptx = _ptx(_build(_Hooked(cursor="smem")), _fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+    counts = f"+{8 * L.W_COUNTS}]"
+    g_loads = [ln for ln in ptx.splitlines() if "ld.global" in ln and counts in ln]
+    g_stores = [ln for ln in ptx.splitlines() if "st.global" in ln and counts in ln]
+    assert g_loads == [] and len(g_stores) == 1, (g_loads, g_stores)  # only finish writes the counts
+    assert ".shared .align 16 .b8 __static_shmem" in ptx
+    # (here the compiler may even keep the cursor in a register across the loop: nothing else
+    # touches that shared word; in FA4 its barriers keep the shared-memory loads)
+    assert "st.shared" in ptx
+    with pytest.raises(ValueError, match="cursor"):
+        SegmentRecorder.start(_fake(cutlass.Int64), cursor="regs")

@@ -64,7 +64,6 @@ class _State:
     events: frozenset = frozenset()  # roles whose event hooks record (role lifetimes always do)
     cursor: str = "gmem"  # where each warp's cursor lives between segments (SegmentRecorder.start)
     n_block: Any = None  # SM90: KV block of the open consumer segment
-    n_block_is_first: bool = False
     inflight: list = field(default_factory=list)  # SM90: async spans (event, payload) in issue order
     counts: dict = field(default_factory=dict)  # events placed per role (trace time), for tests
 
@@ -227,15 +226,16 @@ def sm90_block_wrapper(orig: Callable, kind: str, is_local: Callable[[Any], bool
         else:
             n_block = a["n_block"]
             pv_block = n_block + 1 if kind == "overlap" else n_block
+        for name in ("mma_qk_fn", "mma_pv_fn"):
+            if name in a and name not in kwargs:  # FA4 b36 binds them by name (functools.partial)
+                raise RuntimeError(f"fa4trace: {orig.__name__} got {name} positionally; FA4 changed, update hooks")
         seg = st.rec.open()
         st.n_block = n_block
         st.inflight = []
-        if "mma_qk_fn" in a and kind != "last":
-            kwargs = dict(kwargs, mma_qk_fn=_wrap_mma_fn(a["mma_qk_fn"], EV.QK, n_block))
-        if "mma_pv_fn" in a and kind != "first":
-            kwargs = dict(kwargs, mma_pv_fn=_wrap_mma_fn(a["mma_pv_fn"], EV.PV, pv_block))
-        # mma_qk_fn / mma_pv_fn may have come positionally: pass them by name only
-        args = _drop_positional(orig, args, ("mma_qk_fn", "mma_pv_fn"), kwargs)
+        if "mma_qk_fn" in kwargs and kind != "last":
+            kwargs = dict(kwargs, mma_qk_fn=_wrap_mma_fn(kwargs["mma_qk_fn"], EV.QK, n_block))
+        if "mma_pv_fn" in kwargs and kind != "first":
+            kwargs = dict(kwargs, mma_pv_fn=_wrap_mma_fn(kwargs["mma_pv_fn"], EV.PV, pv_block))
         ret = orig(self, *args, **kwargs)
         _close_inflight(0)  # nothing is left in flight after a block's call returns
         st.n_block = None
@@ -244,19 +244,6 @@ def sm90_block_wrapper(orig: Callable, kind: str, is_local: Callable[[Any], bool
 
     wrapper.__fa4trace_hook__ = True
     return wrapper
-
-
-def _drop_positional(fn, args, names, kwargs):
-    params = [p.name for p in _signature(fn).parameters.values()][1:]  # without self
-    for i, name in enumerate(params[:len(args)]):
-        if name in names and name in kwargs:
-            # re-pass everything from here on by name
-            rest = dict(zip(params[i:len(args)], args[i:]))
-            rest.update(kwargs)
-            kwargs.clear()
-            kwargs.update(rest)
-            return args[:i]
-    return args
 
 
 def softmax_method_wrapper(orig: Callable, event: int) -> Callable:

@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import layout as L
 from ..errors import DeviceUnavailable, Fa4traceError
 
 KIND = "fa4"
@@ -86,25 +85,37 @@ def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dty
     given or found, else compiled here (needs the DSL and flash-attn-4)."""
     sched = schedule if arch == "sm100" else "fa3"
     bdir = Path(build or os.environ.get("FA4TRACE_FA4_BUILD", DEFAULT_BUILD))
+    explicit = build is not None or "FA4TRACE_FA4_BUILD" in os.environ
     if (bdir / "manifest.json").is_file():
         from ..aot import BuildDir
 
         bd = BuildDir(bdir)
-        name = bd.find(KIND, arch=arch, schedule=sched, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced,
-                       variant=variant)
-        cfg = bd.functions[name]["config"]
-        return bd.function(name), cfg["params"], cfg, f"aot:{bdir}"
-    if build is not None:
+        try:
+            name = bd.find(KIND, arch=arch, schedule=sched, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
+                           traced=traced, variant=variant)
+        except Fa4traceError:
+            if explicit or not _can_jit():
+                raise
+        else:
+            cfg = bd.functions[name]["config"]
+            return bd.function(name), cfg["params"], cfg, f"aot:{bdir}"
+    elif explicit:
         raise Fa4traceError(f"{bdir} is not an fa4trace build folder (no manifest.json)")
     if variant != "default":
         raise Fa4traceError(f"variant {variant!r} exists only in AOT builds (build it with build_aot)")
     if not _can_jit():
         raise Fa4traceError(f"no FA4 build at {bdir} and no CuTe DSL here to compile one: build it with "
                             f"`python -m fa4trace.fa4.buildtool -o {bdir}` on any machine (see docs/fa4-on-b200.md)")
-    from .build import compile_fa4
+    key = (arch, schedule, d, hq, hkv, sq, dtype, traced)
+    if key not in _JIT:
+        from .build import compile_fa4
 
-    c = compile_fa4(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
-    return c.fn, c.params, c.config, "jit"
+        c = compile_fa4(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
+        _JIT[key] = (c.fn, c.params, c.config, "jit")
+    return _JIT[key]
+
+
+_JIT: dict = {}  # in-process compiles (JIT mode), one per configuration
 
 
 def call_args(params, **kw):
