@@ -31,7 +31,7 @@ def smoke(log):
     from fa4trace import attention as A
     from fa4trace.aot import BuildDir
 
-    bd = BuildDir(A._build_dir())
+    bd = BuildDir(A._build_dir())  # FA4TRACE_BUILD
     rows = []
     for name, info in sorted(bd.functions.items()):
         c = info["config"]
@@ -71,12 +71,11 @@ def traces(out, log, max_ctas=None):
             t = time.time()
             tr = A.record_attention(sched, d, hq, hkv, sk, b, 1, "bf16", path, max_ctas=max_ctas, overwrite=True)
             size = os.path.getsize(path)
-            lm = tr.meta["launches"][0]
-            summary.append({"file": name, "rows": len(tr), "bytes": size,
-                            "untraced_ms": lm.get("kernel_ms_untraced"), "traced_ms": lm.get("kernel_ms_traced"),
-                            "dropped": tr.meta.get("total_dropped"), "recorded": tr.meta.get("recorded_ctas")})
-            log(f"trace {name}: {len(tr)} rows, {size / 1e6:.2f} MB, untraced {lm.get('kernel_ms_untraced', 0) * 1e3:.1f} us, "
-                f"traced {lm.get('kernel_ms_traced', 0) * 1e3:.1f} us ({time.time() - t:.1f}s)")
+            tm = tr.meta.get("timing", {})
+            summary.append({"file": name, "rows": len(tr), "bytes": size, **tm,
+                            "dropped": tr.meta.get("total_dropped"), "cta_subset": tr.meta.get("cta_subset")})
+            log(f"trace {name}: {len(tr)} rows, {size / 1e6:.2f} MB, untraced {tm.get('untraced_us', 0):.1f} us, "
+                f"traced {tm.get('traced_us', 0):.1f} us, dropped {tr.meta.get('total_dropped')} ({time.time() - t:.1f}s)")
     with tarfile.open(os.path.join(out, "traces.tar"), "w") as tf:
         tf.add(tdir, arcname="traces")
     import shutil
@@ -100,9 +99,9 @@ def main():
         logf.write(msg + "\n")
         logf.flush()
 
-    from fa4trace import attention as A
+    from fa4trace.gpu import gpu_facts
 
-    log(json.dumps(A.gpu_facts(0)))
+    log(json.dumps(gpu_facts(0)))
     result = {}
     phases = args.phases.split(",")
     if "smoke" in phases:

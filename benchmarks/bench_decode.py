@@ -97,12 +97,13 @@ def main(argv=None):
     import torch
 
     from fa4trace import attention as A
+    from fa4trace.gpu import gpu_facts
 
     shapes = A.bench_matrix(quick=args.quick)
     for cond in filter(None, args.only.split(",")):
         key, val = cond.split("=")
         shapes = [s for s in shapes if str(getattr(s, key)) == val]
-    dev = A.gpu_facts(0)
+    dev = gpu_facts(0)
     print(f"{dev} {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}", flush=True)
     rows = run(shapes, args.kernels.split(","), replays=args.replays,
                trace_overhead=not args.no_trace_overhead, log=lambda m: print(m, flush=True))

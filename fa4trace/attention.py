@@ -34,7 +34,8 @@ MAX_RATIO = 16
 MAX_SQ = 8
 TILE_M = 64
 WARPS_PER_CTA = 5  # 4 consumer warps (one warpgroup) + 1 producer warp
-MAX_SPLITS = 1024
+COMBINE_UNROLL = 8  # splits per combine thread (kernel constant)
+MAX_SPLITS = 8 * 32  # = COMBINE_UNROLL * the 32 partitions one warp holds
 # Default KV tile per (head dim, schedule); the ping-pong keeps two S tiles in registers.
 DEFAULT_TILE_N = {(64, "base"): 128, (128, "base"): 128, (64, "pingpong"): 64, (128, "pingpong"): 64}
 
@@ -166,8 +167,8 @@ class Plan:
         return n * shape.d, n
 
 
-def _pow2_floor(x: int) -> int:
-    return 1 << (max(1, int(x)).bit_length() - 1)
+def _pow2_ceil(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
 
 
 def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[int] = None) -> Plan:
@@ -193,20 +194,21 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
         return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid)
     t_max = max(1, min(s, (num_sms - 1) // groups + 1))
     rows = min(TILE_M, shape.sq * shape.ratio)  # rows of the fullest m-block
+    # Combine threads: P split partitions of <= COMBINE_UNROLL splits each, times nc4 float4
+    # columns, share a row inside one warp (nc4 * P <= 32); 128 / (nc4 * P) rows per item.
+    parts = _pow2_ceil(-(-s // COMBINE_UNROLL))
     nc4_full = shape.d // 4
     best = None
     cs = 1
-    while nc4_full // cs >= 2:
+    while cs <= nc4_full:
         nc4 = nc4_full // cs
-        parts = min(_pow2_floor(2 * s - 1) if s > 1 else 1, 128 // nc4)
-        rows_par = 128 // (nc4 * parts)
-        n_items = -(-rows // rows_par) * cs
-        t = max(1, min(t_max, n_items))
-        serial = -(-s // parts)
-        cost = -(-n_items // t) * (2 * serial + 8)
-        key = (cost, t, -parts)
-        if best is None or key < best[0]:
-            best = (key, t, cs, parts)
+        if nc4 * parts <= 32:
+            rows_par = 128 // (nc4 * parts)
+            n_items = -(-rows // rows_par) * cs
+            t = max(1, min(t_max, n_items))
+            key = (-(-n_items // t), t)  # rounds of one L2 round trip each, then fewer waiting CTAs
+            if best is None or key < best[0]:
+                best = (key, t, cs, parts)
         cs *= 2
     _, t, cs, parts = best
     return Plan(tile_n, n_blocks, s, t, cs, parts, grid)
@@ -225,28 +227,32 @@ _JIT_CACHE: dict = {}
 _COUNTERS: dict = {}
 
 
-def _build_dir() -> Path:
-    return Path(os.environ.get("FA4TRACE_BUILD", "build/kernels"))
+def _build_dir(build=None) -> Path:
+    from .kernel_loader import build_dir
+
+    return build_dir(build)
 
 
-def _use_jit() -> bool:
-    if os.environ.get("FA4TRACE_BUILD"):
+def _use_jit(build=None) -> bool:
+    """JIT where the DSL and a GPU are here, unless a build folder is named (arg or env)."""
+    if build is not None or os.environ.get("FA4TRACE_BUILD"):
         return False
-    try:
-        import cutlass  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    from .kernel_loader import can_jit
+
+    return can_jit()
 
 
 def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
-                    tile_n: Optional[int] = None):
-    """(callable, tile_n) for one variant; JIT-compiles or loads from the AOT build."""
+                    tile_n: Optional[int] = None, build=None):
+    """(callable, tile_n) for one variant; JIT-compiles or loads from the AOT build.
+
+    The callable takes (q, k, v, o, lse, o_part, lse_part, count, softmax_scale, n_splits,
+    n_comb, comb_cs, comb_parts, trace) with trace None for the uninstrumented variant."""
     want_tile = tile_n or DEFAULT_TILE_N[(head_dim, schedule)]
-    key = (head_dim, schedule, dtype, traced, want_tile)
+    key = (head_dim, schedule, dtype, traced, want_tile, str(build))
     if key in _JIT_CACHE:
         return _JIT_CACHE[key]
-    if _use_jit():
+    if _use_jit(build):
         from fa4trace.kernels.attention_sm90 import compile_variant
 
         fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile)
@@ -254,7 +260,7 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
         return _JIT_CACHE[key]
     from .aot import BuildDir
 
-    path = _build_dir()
+    path = _build_dir(build)
     if not (path / "manifest.json").is_file():
         raise DeviceUnavailable(
             f"no CuTe DSL here and no kernel build at {path}: run `fa4trace build -o {path}` on a machine "
@@ -298,14 +304,14 @@ def num_sms(device) -> int:
 # ----------------------------------------------------------------------------------------
 def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                      softmax_scale: Optional[float] = None, trace=None, return_lse: bool = False,
-                     out=None, tile_n: Optional[int] = None):
+                     out=None, tile_n: Optional[int] = None, build=None):
     """Multi-token decode attention (see the module docstring). ``trace``: a recorder buffer
     (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one."""
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
                      trace=trace)
     import torch
 
-    fn, tn = kernel_function(shape.d, schedule, shape.dtype, trace is not None, tile_n)
+    fn, tn = kernel_function(shape.d, schedule, shape.dtype, trace is not None, tile_n, build)
     plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
     o = out if out is not None else torch.empty_like(q)
@@ -314,17 +320,17 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
     o_part = torch.empty(n_o, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(n_l, dtype=torch.float32, device=q.device)
     count = _counters(q.device, shape.groups)
-    args = [q, k, v, o, lse, o_part, lse_part, count, scale, plan.n_splits, plan.n_comb,
-            plan.comb_cs, plan.comb_parts]
-    if trace is not None:
-        args.append(trace)
-    fn(*args)
+    if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device
+                            or not out.is_contiguous()):
+        raise ValueError("out must be a contiguous tensor with q's shape, dtype and device")
+    fn(q, k, v, o, lse, o_part, lse_part, count, scale, plan.n_splits, plan.n_comb, plan.comb_cs,
+       plan.comb_parts, trace)
     return (o, lse) if return_lse else o
 
 
 def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                  cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
-                 capacity: Optional[int] = None, tile_n: Optional[int] = None):
+                 capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None):
     """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan)."""
     import numpy as np
     import torch
@@ -332,7 +338,7 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     from .layout import BufferSpec
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
-    _, tn = kernel_function(shape.d, schedule, shape.dtype, True, tile_n)
+    _, tn = kernel_function(shape.d, schedule, shape.dtype, True, tile_n, build)
     plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
                                cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas)
@@ -340,76 +346,65 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     return buf, spec, plan
 
 
-def gpu_facts(device) -> dict:
-    import torch
-
-    p = torch.cuda.get_device_properties(device)
-    facts = {"name": p.name, "sm_count": p.multi_processor_count,
-             "capability": f"{p.major}.{p.minor}", "memory_bytes": int(p.total_memory),
-             "torch": torch.__version__, "cuda": torch.version.cuda}
-    try:
-        import subprocess
-
-        facts["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                         capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
-    except Exception:  # noqa: BLE001 - informational only
-        pass
-    return facts
-
-
-def record_attention(schedule: str, d: int, hq: int, hkv: int, sk: int, b: int, sq: int = 1,
-                     dtype: str = "bf16", out_path: Optional[str] = None, *,
+def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
+                     b: int = 1, sq: int = 1, dtype: str = "bf16", out_path: Optional[str] = None, *,
                      num_splits: Optional[int] = None, cta_first: int = 0, cta_stride: int = 1,
-                     max_ctas: Optional[int] = None, seed: int = 0, overwrite: bool = False,
-                     device: str = "cuda"):
-    """Run one traced launch on random inputs and decode it into a bundle (returns the Trace;
-    saves it when ``out_path`` is given). The untraced kernel runs first on the same inputs:
-    its output must equal the traced one bit for bit (asserted), and its time goes in the
-    metadata beside the traced time."""
-    import torch
+                     max_ctas: Optional[int] = None, capacity: Optional[int] = None, build=None,
+                     seed: int = 0, overwrite: bool = False):
+    """One traced launch on random inputs, decoded into a bundle (returns the Trace; saves it
+    when ``out_path`` is given).
 
-    from .bundle import Trace
-    from .decode import decode_buffer
+    The uninstrumented kernel runs on the same inputs first: the traced output must equal it
+    bit for bit (else Fa4traceError). Both are timed once more with CUDA events (L2 warm:
+    the point is the recorder's cost, the benchmark measures cold) into ``meta['timing']``.
+    """
+    from .gpu import require_cuda
+    from .record import TracedLaunch, record
 
+    torch = require_cuda()
     if dtype not in ("bf16", "fp16"):
         raise ValueError(f"dtype must be bf16 or fp16, got {dtype!r}")
-    if not torch.cuda.is_available():
-        raise DeviceUnavailable("recording a trace needs a CUDA GPU")
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    g = torch.Generator(device=device).manual_seed(seed)
-    q = torch.randn(b, sq, hq, d, dtype=tdt, device=device, generator=g)
-    k = torch.randn(b, sk, hkv, d, dtype=tdt, device=device, generator=g)
-    v = torch.randn(b, sk, hkv, d, dtype=tdt, device=device, generator=g)
-    buf, spec, plan = trace_buffer(q, k, v, schedule=schedule, num_splits=num_splits, cta_first=cta_first,
-                                   cta_stride=cta_stride, max_ctas=max_ctas)
-    # Warm up both variants (module load, counters), then one timed launch of each.
-    o_ref = decode_attention(q, k, v, schedule=schedule, num_splits=num_splits)
-    decode_attention(q, k, v, schedule=schedule, num_splits=num_splits, trace=buf.clone())
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-    ev[0].record()
-    o_plain = decode_attention(q, k, v, schedule=schedule, num_splits=num_splits)
-    ev[1].record()
-    ev[2].record()
-    o_traced = decode_attention(q, k, v, schedule=schedule, num_splits=num_splits, trace=buf)
-    ev[3].record()
-    torch.cuda.synchronize()
-    if not torch.equal(o_plain, o_traced) or not torch.equal(o_plain, o_ref):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, dtype=tdt, device="cuda", generator=g)
+    k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
+    _, tn = kernel_function(d, schedule, dtype, True, None, build)
+    plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
+    cap = capacity or trace_capacity(plan)
+    kw = dict(schedule=schedule, num_splits=num_splits, build=build)
+
+    def timed(trace):
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        o = decode_attention(q, k, v, trace=trace, **kw)
+        e.record()
+        e.synchronize()
+        return o, a.elapsed_time(e) * 1e3
+
+    scratch = trace_buffer(q, k, v, capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
+                           max_ctas=max_ctas, **kw)[0]
+    timed(None), timed(scratch.clone())  # warm-up: module load, workspaces, counters
+    o_plain, us_plain = timed(None)
+    _, us_traced = timed(scratch)
+    outs = []
+
+    def run(tr):
+        outs.append(decode_attention(q, k, v, trace=tr, **kw))
+
+    launch = TracedLaunch(kernel="decode_attention_sm90", grid_ctas=plan.n_ctas, warps_per_cta=WARPS_PER_CTA,
+                          run=run, grid=plan.grid, block=(32 * WARPS_PER_CTA, 1, 1), capacity=cap,
+                          cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas,
+                          extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
+    config = {"schedule": schedule, "head_dim": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
+              "dtype": dtype, "tile_m": TILE_M, "tile_n": tn, "n_blocks": plan.n_blocks,
+              "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_cs": plan.comb_cs,
+              "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
+    trace = record([launch], kernel="decode_attention_sm90", config=config,
+                   timing={"untraced_us": us_plain, "traced_us": us_traced, "l2": "warm, one launch each"})
+    if not torch.equal(o_plain, outs[0]):
         raise Fa4traceError("traced and untraced outputs differ: the recorder changed the kernel's result")
-    decoded = decode_buffer(buf.cpu().numpy(), grid_ctas=plan.n_ctas)
-    shape = Shape(b, sq, hq, hkv, sk, d, dtype)
-    meta = {
-        "kernel": "decode_attention_sm90",
-        "config": {"schedule": schedule, "head_dim": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
-                   "dtype": dtype, **{k_: v_ for k_, v_ in asdict(plan).items() if k_ != "grid"}},
-        "gpu": gpu_facts(q.device),
-        "launches": [{"grid": list(plan.grid), "block": [32 * WARPS_PER_CTA, 1, 1],
-                      "kernel_ms_untraced": ev[0].elapsed_time(ev[1]),
-                      "kernel_ms_traced": ev[2].elapsed_time(ev[3])}],
-        "recorded_ctas": {"first": spec.cta_first, "stride": spec.cta_stride, "count": spec.n_cta_slots,
-                          "of": plan.n_ctas, "subset": spec.n_cta_slots < plan.n_ctas},
-        "io_bytes": shape.io_bytes(),
-    }
-    trace = Trace.from_launches([decoded], meta)
     if out_path is not None:
         trace.save(out_path, overwrite=overwrite)
     return trace

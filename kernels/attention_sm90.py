@@ -52,8 +52,10 @@ from fa4trace.vocab import EV, ROLE
 
 SCHEDULES = ("base", "pingpong")
 ARCH = "sm_90a"
+PTXAS_OPTIONS = "--ptxas-options=--fmad=false"
 TILE_M = 64  # one wgmma M tile: all packed query rows of a KV head (sq * ratio <= 64 per m-block)
 NUM_CONSUMER_THREADS = 128  # one warpgroup
+COMBINE_UNROLL = 8  # splits per combine thread: n_splits <= 8 * 32
 PRODUCER_WARP = 4
 NUM_THREADS = NUM_CONSUMER_THREADS + 32
 WARPS_PER_CTA = NUM_THREADS // 32
@@ -93,7 +95,6 @@ class DecodeAttentionSm90:
         if self.tile_n % 16 or not 16 <= self.tile_n <= 256:
             raise ValueError(f"tile_n must be a multiple of 16 in 16..256, got {self.tile_n}")
         self.num_stages = num_stages or default_stages(head_dim, self.tile_n)
-        self._ablate = frozenset()  # development only: parts left out to read their register cost
 
     def config(self) -> dict:
         return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
@@ -160,7 +161,6 @@ class DecodeAttentionSm90:
         class SharedStorage:
             mbar_k: cute.struct.MemRange[cutlass.Int64, stages * 2]
             mbar_v: cute.struct.MemRange[cutlass.Int64, stages * 2]
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 1]
             ticket: cute.struct.MemRange[Int32, 4]
             # combine scratch: per-thread (max, sum) and per-thread float4 partial sums
             comb_ms: cute.struct.MemRange[Float32, NUM_CONSUMER_THREADS * 2]
@@ -249,10 +249,6 @@ class DecodeAttentionSm90:
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.num_stages,
             producer_group=producer_group, consumer_group=consumer_group,
             tx_count=self.v_bytes, defer_sync=True)
-        mbar_q = storage.mbar_q.data_ptr()
-        if warp_idx == 0:
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_init(mbar_q, 32)  # every producer lane arrives after its Q stores
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -267,18 +263,19 @@ class DecodeAttentionSm90:
         count = n_end - n_begin  # >= 1: the host keeps n_splits <= n_blocks
 
         if warp_idx == PRODUCER_WARP:
-            self.produce(trace, mQ, sQ, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
-                         mbar_q, b_idx, h_idx, m_block, ratio, rows_total, n_begin, count)
+            self.produce(trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
+                         b_idx, h_idx, n_begin, count)
         if warp_idx < PRODUCER_WARP:
-            self.consume(trace, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
-                         tiled_mma_pv, pipe_k, pipe_v, mbar_q, storage, tidx, softmax_scale,
+            self.consume(trace, mQ, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+                         tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale,
                          scale_log2, b_idx, h_idx, m_block, group, ratio, rows_total, sk,
                          split_idx, n_splits, n_comb, comb_cs, comb_parts, n_begin, count, n_blocks)
 
     # ---- producer warp ------------------------------------------------------------------
     @cute.jit
-    def produce(self, trace, mQ, sQ, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v,
-                pipe_k, pipe_v, mbar_q, b_idx, h_idx, m_block, ratio, rows_total, n_begin, count):
+    def produce(self, trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
+                b_idx, h_idx, n_begin, count):
+        """Warp 4: TMA loads of this split's K and V blocks, as fast as stages free up."""
         tile_n, d = self.tile_n, self.d
         rec = Recorder.start(trace, role=ROLE.PRODUCER)
         gK = cute.local_tile(tma_k[None, None, h_idx, b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
@@ -290,20 +287,13 @@ class DecodeAttentionSm90:
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
 
-        # First K (and for the ping-pong K1 before V0) go out before the Q tile so that the
-        # KV stream starts as early as possible; Q is small and its loads overlap them.
+        # Q is loaded by the consumers themselves (below), so nothing delays the KV stream:
+        # every stage is in flight right after launch.
         rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
         if const_expr(self.schedule == "pingpong"):
             if count > 1:
                 rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
         rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
-
-        rec.begin(EV.LOAD_Q, m_block)
-        if const_expr("load_q" not in self._ablate):
-            self.load_q(mQ, sQ, b_idx, h_idx, m_block, ratio, rows_total)
-        cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores -> wgmma reads
-        cute.arch.mbarrier_arrive(mbar_q)
-        rec.end(EV.LOAD_Q, m_block)
 
         if const_expr(self.schedule == "pingpong"):
             # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
@@ -339,42 +329,52 @@ class DecodeAttentionSm90:
         return rec, state
 
     @cute.jit
-    def load_q(self, mQ, sQ, b_idx, h_idx, m_block, ratio, rows_total):
-        """Packed GQA rows -> swizzled smem, 16 B per lane and step; rows past the end are zeros.
+    def load_q(self, mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total):
+        """Packed GQA rows -> swizzled smem by the 128 consumer threads, 16 B per load.
 
         Row r of the tile is token m // ratio, query head h*ratio + m % ratio (m = 64*m_block + r):
-        not an affine map of r when ratio does not divide 64, hence no TMA for Q.
+        not an affine map of r when ratio does not divide 64, hence no TMA for Q.  All loads are
+        issued before any store (one memory latency, not one per load); rows past the last one
+        repeat it (their S rows are computed and never stored), so no load is predicated.
         """
         d = self.d
         chunks = d // 8  # 16-byte chunks per row
-        lane = cute.arch.lane_idx()
+        n_it = TILE_M * chunks // NUM_CONSUMER_THREADS
         dtype = mQ.element_type
-        frag = cute.make_rmem_tensor((8,), dtype)
-        for it in cutlass.range_constexpr(TILE_M * chunks // 32):
-            idx = it * 32 + lane
+        frags = []
+        for it in cutlass.range_constexpr(n_it):
+            idx = it * NUM_CONSUMER_THREADS + tidx
             r = idx // chunks
             c = idx - r * chunks
-            m = m_block * TILE_M + r
-            frag.fill(0.0)
-            if m < rows_total:
-                tok = m // ratio
-                qh = h_idx * ratio + (m - tok * ratio)
-                src = cute.make_tensor(mQ[b_idx, tok, qh, None].iterator + c * 8, cute.make_layout(8))
-                src = cute.make_tensor(
-                    cute.make_ptr(dtype, src.iterator.toint(), cute.AddressSpace.gmem, assumed_align=16),
-                    cute.make_layout(8))
-                cute.autovec_copy(src, frag)
+            m = cutlass.min(m_block * TILE_M + r, rows_total - 1)
+            tok = m // ratio
+            qh = h_idx * ratio + (m - tok * ratio)
+            addr = (mQ[b_idx, tok, qh, None].iterator + c * 8).toint()
+            src = cute.make_tensor(cute.make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=16),
+                                   cute.make_layout(8))
+            frag = cute.make_rmem_tensor((8,), dtype)
+            cute.autovec_copy(src, frag)
+            frags.append(frag)
+        for it in cutlass.range_constexpr(n_it):
+            idx = it * NUM_CONSUMER_THREADS + tidx
+            r = idx // chunks
+            c = idx - r * chunks
             dst = cute.local_tile(sQ, (1, 8), (r, c))
-            cute.autovec_copy(frag, dst[0, None])
+            cute.autovec_copy(frags[it], dst[0, None])
+        cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy stores -> wgmma reads
+        cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
 
     # ---- consumer warpgroup ---------------------------------------------------------------
     @cute.jit
-    def consume(self, trace, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
-                tiled_mma_pv, pipe_k, pipe_v, mbar_q, storage, tidx, softmax_scale, scale_log2,
+    def consume(self, trace, mQ, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+                tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale, scale_log2,
                 b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_comb,
                 comb_cs, comb_parts, n_begin, count, n_blocks):
         d, tile_n = self.d, self.tile_n
         rec = Recorder.start(trace, role=ROLE.CONSUMER)
+        rec.begin(EV.LOAD_Q, m_block)
+        self.load_q(mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total)
+        rec.end(EV.LOAD_Q, m_block)
         thr_qk = tiled_mma_qk.get_slice(tidx)
         thr_pv = tiled_mma_pv.get_slice(tidx)
         tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ))  # (MMA, 1, d/16)
@@ -396,7 +396,6 @@ class DecodeAttentionSm90:
 
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-        cute.arch.mbarrier_wait(mbar_q, 0)
 
         ctx = _Ctx(tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max,
                    row_sum, scale_log2, n_blocks, last_valid, pipe_k, pipe_v)
@@ -448,7 +447,7 @@ class DecodeAttentionSm90:
         for r in cutlass.range_constexpr(2):
             s = row_sum[r]
             inv[r] = 1.0 / s
-            lse[r] = row_max[r] * softmax_scale + cute.math.log(s, fastmath=True)
+            lse[r] = cute.math.fma(row_max[r], softmax_scale, cute.math.log(s, fastmath=True))
         acc_O_mn = _acc_mn_view(acc_O)
         tOcO = _acc_mn_view(thr_pv.partition_C(cute.make_identity_tensor((TILE_M, d))))
         lane4 = cute.arch.lane_idx() % 4
@@ -477,17 +476,21 @@ class DecodeAttentionSm90:
                     if lane4 == 0:
                         mLSEpart[base * TILE_M + row] = lse[r]
             rec = _end(rec, EV.EPILOGUE, split_idx)
-            if const_expr("combine" not in self._ablate):
-                rec = self.combine(rec, storage, tidx, mO, mLSE, mOpart, mLSEpart, mCount, b_idx, h_idx,
-                             m_block, group, ratio, rows_total, n_splits, n_comb, comb_cs, comb_parts)
+            rec = self.combine(rec, storage, tidx, mO, mLSE, mOpart, mLSEpart, mCount, b_idx, h_idx,
+                               m_block, group, ratio, rows_total, n_splits, n_comb, comb_cs, comb_parts)
         rec.finish()
 
     # ---- mainloop pieces --------------------------------------------------------------------
     @cute.jit
     def issue_qk(self, rec: Recorder, ctx, acc_S, k_state, n_block):
-        rec.begin(EV.WAIT_K, n_block)
-        ctx.pipe_k.consumer_wait(k_state)
-        rec.end(EV.WAIT_K, n_block)
+        # WAIT_K is recorded only when K(n_block) has not landed yet: when the stream keeps
+        # ahead (the usual case) the check costs no events.
+        ready = ctx.pipe_k.consumer_try_wait(k_state)
+        if not ready:
+            rec = _begin(rec, EV.WAIT_K, n_block)
+        ctx.pipe_k.consumer_wait(k_state, ready)  # waits only if not ready
+        if not ready:
+            rec = _end(rec, EV.WAIT_K, n_block)
         rec.begin(EV.QK, n_block)
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_qk.op)
@@ -507,9 +510,12 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def issue_pv(self, rec: Recorder, ctx, v_state, n_block):
-        rec.begin(EV.WAIT_V, n_block)
-        ctx.pipe_v.consumer_wait(v_state)
-        rec.end(EV.WAIT_V, n_block)
+        ready = ctx.pipe_v.consumer_try_wait(v_state)
+        if not ready:
+            rec = _begin(rec, EV.WAIT_V, n_block)
+        ctx.pipe_v.consumer_wait(v_state, ready)
+        if not ready:
+            rec = _end(rec, EV.WAIT_V, n_block)
         rec.begin(EV.PV, n_block)
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_pv.op)
@@ -545,15 +551,17 @@ class DecodeAttentionSm90:
                 m = cute.arch.fmax(m, s_mn[r, c])
             m = cute.arch.warp_reduction_max(m, threads_in_group=4)
             ctx.row_max[r] = m
-            m_scaled = m * ctx.scale_log2
-            corr[r] = cute.math.exp2(m_old * ctx.scale_log2 - m_scaled, fastmath=True)
+            # Explicit FMAs (and ptxas --fmad=false for the rest): the traced build must compute
+            # the same bits, and ptxas would otherwise fuse mul+add differently per build.
+            neg_m_scaled = -(m * ctx.scale_log2)
+            corr[r] = cute.math.exp2(cute.math.fma(m_old, ctx.scale_log2, neg_m_scaled), fastmath=True)
             rs = Float32(0.0)
             for c in cutlass.range_constexpr(ncol):
-                p = cute.math.exp2(s_mn[r, c] * ctx.scale_log2 - m_scaled, fastmath=True)
+                p = cute.math.exp2(cute.math.fma(s_mn[r, c], ctx.scale_log2, neg_m_scaled), fastmath=True)
                 s_mn[r, c] = p
                 rs = rs + p
             # Per-thread partial sums; the quad reduction happens once, in the epilogue.
-            ctx.row_sum[r] = ctx.row_sum[r] * corr[r] + rs
+            ctx.row_sum[r] = cute.math.fma(ctx.row_sum[r], corr[r], rs)
         rec.end(EV.SOFTMAX, n_block)
         return rec, corr
 
@@ -610,6 +618,14 @@ class DecodeAttentionSm90:
     @cute.jit
     def combine(self, rec: Recorder, storage, tidx, mO, mLSE, mOpart, mLSEpart, mCount, b_idx,
                 h_idx, m_block, group, ratio, rows_total, n_splits, n_comb, comb_cs, comb_parts):
+        """Take a ticket; the last ``n_comb`` CTAs of the group wait for all splits and combine.
+
+        Work item = (block of rows, column chunk).  Thread t = ((rr * P) + p) * nc4 + c4 owns
+        row slot rr, split partition p (splits p, p+P, ...: at most COMBINE_UNROLL of them) and
+        float4 column c4; nc4 * P <= 32, so the P partners of an output are lanes of one warp
+        and reduce with shuffles.  Every load is issued before any is used (one L2 round trip
+        per item): indices past the end are clamped and weighted zero instead of branched on.
+        """
         d = self.d
         ticket_s = storage.ticket.get_tensor(cute.make_layout(4))
         # Publish this split's partial (all 128 threads' stores) before taking a ticket.
@@ -620,100 +636,91 @@ class DecodeAttentionSm90:
             ticket_s[0] = cute.arch.atomic_add(counter.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu")
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
         ticket = ticket_s[0]
+        rec.instant(EV.MARK, ticket)  # this split is done; payload = its finishing order
         first = n_splits - n_comb
         if ticket >= first:
-            rec = _begin(rec, EV.COMBINE, ticket)
             if tidx == 0:
                 seen = cute.arch.load(counter.llvm_ptr, Int32, sem="acquire", scope="gpu")
                 while seen < n_splits:
                     seen = cute.arch.load(counter.llvm_ptr, Int32, sem="acquire", scope="gpu")
             cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
             cute.arch.fence_acq_rel_gpu()
+            rec = _begin(rec, EV.COMBINE, ticket)
 
             rows_here = cutlass.min(rows_total - m_block * TILE_M, TILE_M)
             nc4 = d // 4 // comb_cs  # float4 columns per item
-            rows_par = NUM_CONSUMER_THREADS // (nc4 * comb_parts)
+            group_threads = nc4 * comb_parts  # threads that share one row (<= 32: one warp)
+            rows_par = NUM_CONSUMER_THREADS // group_threads
             n_items = (rows_here + rows_par - 1) // rows_par * comb_cs
-            # thread -> (row slot rr, split partition p, float4 column c4)
             c4 = tidx % nc4
             p = (tidx // nc4) % comb_parts
-            rr = tidx // (nc4 * comb_parts)
-            ms = storage.comb_ms.get_tensor(cute.make_layout((2, NUM_CONSUMER_THREADS)))
-            accs = storage.comb_acc.get_tensor(cute.make_layout((4, NUM_CONSUMER_THREADS)))
+            rr = tidx // group_threads
             gbase = group * n_splits
             for item in cutlass.range(ticket - first, n_items, n_comb, unroll=1):
                 cs = item % comb_cs
                 row = (item // comb_cs) * rows_par + rr
-                valid = row < rows_here
-                # Phase A: max and sum of exp over this thread's splits, then over partitions.
-                mx = -Float32.inf
-                sm = Float32(0.0)
-                if valid:
-                    for s in cutlass.range(p, n_splits, comb_parts, unroll=4):
-                        l = cute.arch.load((mLSEpart.iterator + (gbase + s) * TILE_M + row).llvm_ptr,
-                                           Float32, cop="cg")
-                        m_new = cute.arch.fmax(mx, l)
-                        sm = sm * cute.math.exp(mx - m_new, fastmath=True) + cute.math.exp(l - m_new, fastmath=True)
-                        mx = m_new
-                ms[0, tidx] = mx
-                ms[1, tidx] = sm
-                cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
-                gmx = -Float32.inf
-                for q in cutlass.range(comb_parts, unroll=1):
-                    gmx = cute.arch.fmax(gmx, ms[0, (rr * comb_parts + q) * nc4 + c4])
-                gsm = Float32(0.0)
-                for q in cutlass.range(comb_parts, unroll=1):
-                    t = (rr * comb_parts + q) * nc4 + c4
-                    gsm = gsm + ms[1, t] * cute.math.exp(ms[0, t] - gmx, fastmath=True)
-                lse_tot = gmx + cute.math.log(gsm, fastmath=True)
-                # Phase B: this thread's splits, weighted by exp(lse_s - lse_tot).
-                a0 = Float32(0.0)
-                a1 = Float32(0.0)
-                a2 = Float32(0.0)
-                a3 = Float32(0.0)
+                row_c = cutlass.min(row, rows_here - 1)
                 col = cs * (nc4 * 4) + c4 * 4
-                if valid:
-                    for s in cutlass.range(p, n_splits, comb_parts, unroll=4):
-                        l = cute.arch.load((mLSEpart.iterator + (gbase + s) * TILE_M + row).llvm_ptr,
-                                           Float32, cop="cg")
-                        w = cute.math.exp(l - lse_tot, fastmath=True)
-                        optr = mOpart.iterator + ((gbase + s) * TILE_M + row) * d + col
-                        a0 = a0 + w * cute.arch.load(optr.llvm_ptr, Float32, cop="cg")
-                        a1 = a1 + w * cute.arch.load((optr + 1).llvm_ptr, Float32, cop="cg")
-                        a2 = a2 + w * cute.arch.load((optr + 2).llvm_ptr, Float32, cop="cg")
-                        a3 = a3 + w * cute.arch.load((optr + 3).llvm_ptr, Float32, cop="cg")
-                accs[0, tidx] = a0
-                accs[1, tidx] = a1
-                accs[2, tidx] = a2
-                accs[3, tidx] = a3
-                cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
-                if p == 0:
-                    if valid:
-                        for q in cutlass.range(1, comb_parts, unroll=1):
-                            t = (rr * comb_parts + q) * nc4 + c4
-                            a0 = a0 + accs[0, t]
-                            a1 = a1 + accs[1, t]
-                            a2 = a2 + accs[2, t]
-                            a3 = a3 + accs[3, t]
-                        m = m_block * TILE_M + row
-                        tok = m // ratio
-                        qh = h_idx * ratio + (m - tok * ratio)
-                        gO = mO[b_idx, tok, qh, None]
-                        gO[col] = a0.to(self.dtype)
-                        gO[col + 1] = a1.to(self.dtype)
-                        gO[col + 2] = a2.to(self.dtype)
-                        gO[col + 3] = a3.to(self.dtype)
-                        if cs == 0 and c4 == 0:
-                            mLSE[b_idx, qh, tok] = lse_tot
-                # The scratch is reused by the next item.
-                cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+                lse_v = cute.make_rmem_tensor((COMBINE_UNROLL,), Float32)
+                o_v = cute.make_rmem_tensor((COMBINE_UNROLL, 4), Float32)
+                for i in cutlass.range_constexpr(COMBINE_UNROLL):
+                    s_i = p + i * comb_parts
+                    s_c = cutlass.min(s_i, n_splits - 1)
+                    base = (gbase + s_c) * TILE_M + row_c
+                    l = cute.arch.load((mLSEpart.iterator + base).llvm_ptr, Float32, cop="cg")
+                    lse_v[i] = cutlass.select_(s_i < n_splits, l, -Float32.inf)
+                    optr = mOpart.iterator + base * d + col
+                    for j in cutlass.range_constexpr(4):
+                        o_v[i, j] = cute.arch.load((optr + j).llvm_ptr, Float32, cop="cg")
+                mx = lse_v[0]
+                for i in cutlass.range_constexpr(1, COMBINE_UNROLL):
+                    mx = cute.arch.fmax(mx, lse_v[i])
+                mx = _group_allreduce(mx, nc4, comb_parts, "max")
+                sm = Float32(0.0)
+                for i in cutlass.range_constexpr(COMBINE_UNROLL):
+                    sm = sm + cute.math.exp(lse_v[i] - mx, fastmath=True)
+                sm = _group_allreduce(sm, nc4, comb_parts, "sum")
+                lse_tot = mx + cute.math.log(sm, fastmath=True)
+                acc = cute.make_rmem_tensor((4,), Float32)
+                acc.fill(0.0)
+                for i in cutlass.range_constexpr(COMBINE_UNROLL):
+                    w = cute.math.exp(lse_v[i] - lse_tot, fastmath=True)  # 0 for padded entries
+                    for j in cutlass.range_constexpr(4):
+                        acc[j] = cute.math.fma(w, o_v[i, j], acc[j])
+                for j in cutlass.range_constexpr(4):
+                    acc[j] = _group_allreduce(acc[j], nc4, comb_parts, "sum")
+                if (p == 0) & (row < rows_here):
+                    m = m_block * TILE_M + row
+                    tok = m // ratio
+                    qh = h_idx * ratio + (m - tok * ratio)
+                    gO = mO[b_idx, tok, qh, None]
+                    for j in cutlass.range_constexpr(4):
+                        gO[col + j] = acc[j].to(self.dtype)
+                    if (cs == 0) & (c4 == 0):
+                        mLSE[b_idx, qh, tok] = lse_tot
             # The last combiner to finish resets the counter for the next launch.
+            cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
             if tidx == 0:
                 old = cute.arch.atomic_add(counter.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu")
                 if old == n_splits + n_comb - 1:
                     cute.arch.store(counter.llvm_ptr, Int32(0), sem="relaxed", scope="gpu")
             rec = _end(rec, EV.COMBINE, ticket)
         return rec
+
+
+@cute.jit
+def _group_allreduce(x: Float32, stride: Int32, parts: Int32, op: cutlass.Constexpr):
+    """Reduce over the ``parts`` lanes that are ``stride`` apart (a butterfly, all get the result)."""
+    off = stride
+    for _ in cutlass.range_constexpr(5):  # up to 32 lanes
+        if off < stride * parts:
+            y = cute.arch.shuffle_sync_bfly(x, offset=off)
+            if const_expr(op == "max"):
+                x = cute.arch.fmax(x, y)
+            else:
+                x = x + y
+        off = off * 2
+    return x
 
 
 def _begin(rec, event, payload):
@@ -803,6 +810,11 @@ def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: b
     kern = DecodeAttentionSm90(head_dim, schedule, tile_n=tile_n, num_stages=num_stages)
     if "--gpu-arch" not in options:  # wgmma/setmaxnreg need sm_90a whatever CUTE_DSL_ARCH says
         options = f"{options} --gpu-arch {ARCH}"
+    if "--ptxas-options" not in options:
+        # No mul+add contraction by ptxas: where it fuses depends on the surrounding code, so
+        # the traced build would round differently (seen on the H200: d128 ping-pong outputs
+        # differed in the last bit). The kernel writes its hot FMAs explicitly instead.
+        options = f"{options} {PTXAS_OPTIONS}"
     return cute.compile(kern, *fake_arguments(head_dim, dtype, traced), options=options), kern
 
 

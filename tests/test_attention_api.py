@@ -99,6 +99,7 @@ def test_default_plan_fills_the_sms_and_is_deadlock_free(tile_n):
 def test_explicit_splits_are_clamped_to_the_blocks():
     s = A.Shape(1, 1, 16, 1, 1000, 128, "bf16")
     assert A.plan_splits(s, 128, 132, num_splits=1000).n_splits == 8
+    assert A.plan_splits(A.Shape(1, 1, 16, 1, 10**6, 128, "bf16"), 64, 132, num_splits=1000).n_splits == A.MAX_SPLITS
     assert A.plan_splits(s, 64, 132, num_splits=3).n_splits == 3
     # many groups forced to many splits: combiners stay below the deadlock bound
     big = A.Shape(32, 1, 16, 2, 131072, 128, "bf16")
@@ -107,15 +108,16 @@ def test_explicit_splits_are_clamped_to_the_blocks():
 
 
 def _simulate_combine(shape, plan):
-    """The kernel's combine work split (thread -> (row slot, split partition, float4 column),
-    items striped over combiners), replayed in Python: which (row, col) each combiner writes
-    and which splits each output sums."""
+    """The kernel's combine work split (thread t = ((rr * P) + p) * nc4 + c4; items striped
+    over combiners; thread p handles splits p + i*P for i < COMBINE_UNROLL), replayed in
+    Python: which splits each output element sums."""
     covered = {}
     rows_total = shape.sq * shape.ratio
     for m_block in range(shape.m_blocks):
         rows_here = min(rows_total - m_block * 64, 64)
         nc4 = shape.d // 4 // plan.comb_cs
-        rows_par = 128 // (nc4 * plan.comb_parts)
+        group = nc4 * plan.comb_parts
+        rows_par = 128 // group
         n_items = -(-rows_here // rows_par) * plan.comb_cs
         for comb in range(plan.n_comb):
             for item in range(comb, n_items, plan.n_comb):
@@ -123,14 +125,17 @@ def _simulate_combine(shape, plan):
                 for tidx in range(128):
                     c4 = tidx % nc4
                     p = (tidx // nc4) % plan.comb_parts
-                    rr = tidx // (nc4 * plan.comb_parts)
+                    rr = tidx // group
+                    assert tidx // 32 == (tidx - p * nc4) // 32, "partners of one output share a warp"
                     row = (item // plan.comb_cs) * rows_par + rr
                     if row >= rows_here:
                         continue
                     col = cs * nc4 * 4 + c4 * 4
-                    for s in range(p, plan.n_splits, plan.comb_parts):
-                        for j in range(4):
-                            covered.setdefault((m_block, row, col + j), []).append(s)
+                    for i in range(A.COMBINE_UNROLL):
+                        s = p + i * plan.comb_parts
+                        if s < plan.n_splits:
+                            for j in range(4):
+                                covered.setdefault((m_block, row, col + j), []).append(s)
     return covered
 
 
@@ -140,12 +145,13 @@ def _simulate_combine(shape, plan):
                                    A.Shape(2, 5, 12, 3, 1000, 64, "bf16"),
                                    A.Shape(1, 6, 28, 2, 4097, 128, "bf16")])
 def test_combine_covers_every_output_once_with_every_split(shape):
-    for splits in (None, 2, 3, 17):
+    for splits in (None, 2, 3, 17, 100, 256):
         plan = A.plan_splits(shape, 64, 132, splits)
         if plan.n_splits == 1:
             continue
         nc4 = shape.d // 4 // plan.comb_cs
-        assert nc4 * plan.comb_parts <= 128 and 128 % (nc4 * plan.comb_parts) == 0
+        assert nc4 * plan.comb_parts <= 32 and 32 % (nc4 * plan.comb_parts) == 0
+        assert plan.n_splits <= A.COMBINE_UNROLL * plan.comb_parts
         cov = _simulate_combine(shape, plan)
         rows_total = shape.sq * shape.ratio
         want = {(mb, r, c) for mb in range(shape.m_blocks) for r in range(min(64, rows_total - 64 * mb))

@@ -100,7 +100,8 @@ def test_tracing_does_not_change_the_output(schedule, d):
 
     t = decode_buffer(words, grid_ctas=plan.n_ctas).table
     names = set(t.column("name").to_pylist())
-    for ev in ("LOAD_Q", "LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV", "EPILOGUE", "WAIT_K", "WAIT_V"):
+    # WAIT_K / WAIT_V appear only when a block had not landed yet: not required here.
+    for ev in ("LOAD_Q", "LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV", "EPILOGUE"):
         assert ev in names, ev
     if plan.n_splits > 1:
         assert "COMBINE" in names
