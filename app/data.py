@@ -6,7 +6,8 @@ bundled traces in ``traces/`` (or $FA4TRACE_TRACES_DIR), and uploads.
 
 Default pairing: bundles in ``traces/`` are paired from their metadata, not their file names:
 ``meta["config"]["schedule"]`` is "base" for one and "pingpong" for the other and every other
-config key is equal. The d128 16:1 sk 131072 b1 pair is preferred when present.
+config key is equal (keys that only restate the schedule, ``SCHEDULE_KEYS``, are ignored).
+The d128 16:1 sk 131072 b1 pair is preferred when present.
 
 Loaded tables live in ``st.cache_resource`` (shared, not copied); uploads are parsed from
 memory (a Linux memfd, else a private temporary file that is removed at once) with the same
@@ -36,6 +37,8 @@ from fa4trace.errors import Fa4traceError
 REPO = Path(__file__).resolve().parent.parent
 TRACES_DIR = REPO / "traces"
 SCHEDULES = ("base", "pingpong")
+# Config keys that restate the schedule (FA4 records its own switch too): not part of the pair key.
+SCHEDULE_KEYS = ("schedule", "schedule_requested", "s_ping_pong", "use_s_ping_pong")
 # The headline shape (DESIGN §1: where split-KV decode leaves bandwidth on the table).
 PREFERRED_SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1}
 
@@ -63,7 +66,7 @@ class BundleInfo:
     @property
     def pair_key(self) -> str:
         """Everything that must match for two bundles to form a base/ping-pong pair."""
-        rest = {k: v for k, v in self.config.items() if k != "schedule"}
+        rest = {k: v for k, v in self.config.items() if k not in SCHEDULE_KEYS}
         return json.dumps(rest, sort_keys=True, default=str)
 
     @property
@@ -210,7 +213,9 @@ def startup(arg_bundles: list[str], traces_dir: Path) -> Startup:
                 notes.append(f"No d128 16:1 sk 131072 b1 pair in {traces_dir.name}/; showing the "
                              f"{base.path.name} / {pp.path.name} pair.")
         elif bundled:
-            a = key_of[bundled[0].path.resolve()]
+            # an attention trace (its config names a schedule) before calibration/microbenchmarks
+            first = sorted(bundled, key=lambda i: (i.schedule is None, i.synthetic, i.path.name))[0]
+            a = key_of[first.path.resolve()]
             notes.append(f"No base / ping-pong pair of one shape in {traces_dir.name}/ yet (pairs are found from "
                          f"each bundle's metadata: config.schedule 'base' and 'pingpong', all other config keys "
                          f"equal). Showing the single traces there; upload or pass two bundles to compare.")

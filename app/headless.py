@@ -119,7 +119,8 @@ class CDPError(RuntimeError):
 class Chromium:
     """Headless Chromium with a fresh profile; one page, driven through the DevTools protocol."""
 
-    def __init__(self, binary: str | None = None, *, width: int = 1600, height: int = 1000, timeout: float = 60.0):
+    def __init__(self, binary: str | None = None, *, width: int = 1600, height: int = 1000, timeout: float = 60.0,
+                 offline: bool = False):
         self.binary = binary or find_chromium()
         if not self.binary:
             raise FileNotFoundError("chromium not found (apt-get install -y chromium, or set FA4TRACE_CHROMIUM)")
@@ -129,8 +130,10 @@ class Chromium:
         self.ws = None
         self.session = None
         self._ids = itertools.count(1)
+        self.offline = offline
         self.console: list[str] = []
         self.events: list[dict] = []
+        self.requests: dict[str, dict] = {}  # requestId -> url, status / errorText / blockedReason
 
     # ---- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> "Chromium":
@@ -138,7 +141,11 @@ class Chromium:
 
         self.profile = tempfile.mkdtemp(prefix="fa4trace-chromium-")
         cmd = [self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-               "--remote-debugging-address=127.0.0.1", f"--window-size={self.width},{self.height}", "about:blank"]
+               "--remote-debugging-address=127.0.0.1", f"--window-size={self.width},{self.height}"]
+        if self.offline:
+            # "network unplugged": no host name resolves except the local server's address
+            cmd.append("--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1")
+        cmd.append("about:blank")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port_file = Path(self.profile) / "DevToolsActivePort"
@@ -150,7 +157,9 @@ class Chromium:
                     raise TimeoutError("chromium did not open its DevTools port")
                 time.sleep(0.05)
             port, path = port_file.read_text().splitlines()[:2]
-            self.ws = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=self.timeout)
+            self._stack = contextlib.ExitStack()
+            self.ws = self._stack.enter_context(connect(f"ws://127.0.0.1:{port}{path}", max_size=None,
+                                                        open_timeout=self.timeout))
             target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
             self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
                                      session=False)["sessionId"]
@@ -168,7 +177,7 @@ class Chromium:
             with contextlib.suppress(Exception):
                 self.call("Browser.close", session=False, timeout=5)
             with contextlib.suppress(Exception):
-                self.ws.close()
+                self._stack.close()
         if self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)
@@ -199,6 +208,14 @@ class Chromium:
         if ev.get("method") == "Runtime.consoleAPICalled":
             args = ev["params"].get("args", [])
             self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in args))
+        elif ev.get("method") == "Network.requestWillBeSent":
+            self.requests.setdefault(ev["params"]["requestId"], {})["url"] = ev["params"]["request"]["url"]
+        elif ev.get("method") == "Network.responseReceived":
+            self.requests.setdefault(ev["params"]["requestId"], {})["status"] = ev["params"]["response"]["status"]
+        elif ev.get("method") == "Network.loadingFailed":
+            r = self.requests.setdefault(ev["params"]["requestId"], {})
+            r["error"] = ev["params"].get("errorText")
+            r["blocked"] = ev["params"].get("blockedReason")
         elif ev.get("method") == "Runtime.exceptionThrown":
             self.console.append("exception: " + json.dumps(ev["params"].get("exceptionDetails", {}))[:500])
         if len(self.events) < 2000:

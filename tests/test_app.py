@@ -115,8 +115,10 @@ def test_starts_on_the_bundled_traces(monkeypatch):
         assert any("No base / ping-pong pair" in i.value for i in at.info)
         assert at.session_state["trace_b"] == ""
         assert len(titles) == 1 and titles[0].startswith("A: ")
-        # single-trace metrics equal `fa4trace summary --json`
-        r = subprocess.run([sys.executable, "-m", "fa4trace", "summary", str(infos[0].path), "--json"],
+        # single-trace metrics equal `fa4trace summary --json`; an attention trace is shown first
+        first = sorted(infos, key=lambda i: (i.schedule is None, i.synthetic, i.path.name))[0]
+        assert at.session_state["trace_a"] == data.path_key(first.path)
+        r = subprocess.run([sys.executable, "-m", "fa4trace", "summary", str(first.path), "--json"],
                            capture_output=True, text=True, timeout=300, cwd=REPO)
         assert json.loads(at.json[0].proto.body) == json.loads(r.stdout)
     # lanes carry the role in the label
@@ -247,7 +249,7 @@ def test_perfetto_tab_embeds_the_selected_trace(app_env, pair):
     frames = at.get("iframe")
     assert len(frames) == 1
     doc = frames[0].proto.srcdoc
-    assert "/app/static/perfetto/index.html#!/viewer" in doc and '"PING"' in doc
+    assert "/app/static/perfetto/fa4trace.html#!/viewer" in doc and '"PING"' in doc
     b64 = doc.split('const B64 = "')[1].split('"')[0]
     assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(a))
     # B instead of A
@@ -398,8 +400,10 @@ def test_static_mirror_is_served_from_inside_app_static(tmp_path):
     stamp = (mirror / perfetto_ui.STAMP).stat().st_mtime_ns
     perfetto_ui.ensure_static(tmp_path)  # up to date: nothing rewritten
     assert (mirror / perfetto_ui.STAMP).stat().st_mtime_ns == stamp
-    assert perfetto_ui.ui_path("") == "/app/static/perfetto/index.html#!/viewer"
-    assert perfetto_ui.ui_path("/viewer/") == "/viewer/app/static/perfetto/index.html#!/viewer"
+    assert perfetto_ui.ui_path("") == "/app/static/perfetto/fa4trace.html#!/viewer?hideSidebar=true"
+    assert perfetto_ui.ui_path("/viewer/").startswith("/viewer/app/static/perfetto/fa4trace.html#!/viewer")
+    entry = (mirror / perfetto_ui.ENTRY_FILE).read_text()
+    assert 'http-equiv="Content-Security-Policy"' in entry and "frontend_bundle.js" in entry
 
 
 def test_downloads_are_the_exporters_output(pair):

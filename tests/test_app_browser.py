@@ -1,0 +1,142 @@
+"""The viewer in a real browser: headless Chromium (Debian `chromium`) over the DevTools protocol.
+
+A Streamlit server runs app/main.py on a free port as `fa4trace view` does (static serving on)
+on the bundled traces; Chromium starts with a fresh profile and no host name resolving except
+127.0.0.1 ("network unplugged"). Artifacts (screenshots) go to artifacts/ (git-ignored).
+Every process is ended by id when a test ends, fails or times out; without chromium the tests
+skip and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("websockets")
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from app import data, headless, page, perfetto_ui  # noqa: E402
+from fa4trace.analysis import per_cta, typical_cta  # noqa: E402
+
+CHROMIUM = headless.find_chromium()
+ARTIFACTS = REPO / "artifacts"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium; "
+                                                 ".ci/system-deps.sh does it as root)"),
+]
+TEST_TIMEOUT_S = 300
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    """Fail (and so clean up through the context managers) instead of hanging."""
+    def _expired(signum, frame):
+        raise TimeoutError(f"browser test exceeded {TEST_TIMEOUT_S} s")
+
+    old = signal.signal(signal.SIGALRM, _expired)
+    signal.alarm(TEST_TIMEOUT_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def startup():
+    s = data.startup([], data.TRACES_DIR)
+    if s.default_a is None:
+        pytest.skip("traces/ holds no bundle")
+    return s
+
+
+@pytest.fixture(scope="module")
+def server(startup):
+    env = {"FA4TRACE_TRACES_DIR": "", "FA4TRACE_BUNDLES": ""}
+    with headless.StreamlitServer([], env=env, timeout=90) as srv:
+        yield srv
+
+
+PLOTS_JS = "document.querySelectorAll('.js-plotly-plot').length"
+
+
+def test_app_renders_and_screenshot_is_kept(server, startup):
+    with headless.Chromium(width=1500, height=2000, offline=True) as br:
+        br.navigate(server.url)
+        br.wait_for(f"{PLOTS_JS} > 0 && document.querySelector('.js-plotly-plot').data.length > 0", timeout=120)
+        br.wait_for("!document.querySelector('[data-testid=stStatusWidget]')", timeout=60)
+        assert br.evaluate("document.querySelectorAll('[data-testid=stException]').length") == 0
+        title = br.evaluate("document.querySelector('h1').innerText")
+        want = "base vs ping-pong" if startup.default_b else "fa4trace viewer"
+        assert want in title
+        # lanes on screen carry the roles of the default trace's warps
+        labels = br.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot .ytick text')).map(t => t.textContent)")
+        src = next(s for s in startup.sources if s.key == startup.default_a)
+        roles = {str(r) for r in data.load_path(src.key, str(src.path)).events["role"].unique().to_pylist()}
+        assert labels and any(any(r in lb for r in roles) for lb in labels)
+        shot = br.screenshot(ARTIFACTS / "app_browser.png")
+    assert shot.stat().st_size > 20_000
+    # the Perfetto UI's trace processor is served as WebAssembly by Streamlit's static route
+    mirror = perfetto_ui.STATIC_DIR / perfetto_ui.MOUNT
+    wasm = next(mirror.rglob("trace_processor.wasm")).relative_to(perfetto_ui.STATIC_DIR)
+    with urllib.request.urlopen(f"{server.url}/app/static/{urllib.parse.quote(str(wasm))}", timeout=30) as r:
+        assert r.status == 200 and r.headers["Content-Type"] == "application/wasm"
+        assert int(r.headers["Content-Length"]) == (perfetto_ui.STATIC_DIR / wasm).stat().st_size
+
+
+def test_embedded_perfetto_ui_loads_our_pftrace(server, startup):
+    src = next(s for s in startup.sources if s.key == startup.default_a)
+    trace = data.load_path(src.key, str(src.path))
+    # what the Perfetto tab opens by default: the whole trace, or the typical CTA above the limit
+    if len(trace) <= page.EMBED_WHOLE_MAX_ROWS:
+        expected = len(trace)
+    else:
+        ctas = per_cta(trace)
+        c = typical_cta(trace, ctas)
+        launch = int(ctas.filter(pc.equal(ctas["cta"], c))["launch"][0].as_py())
+        expected = data.cta_rows(trace, launch, c).num_rows
+    with headless.Chromium(width=1500, height=1400, offline=True) as br:
+        br.call("Network.enable")
+        br.navigate(server.url + "/?view=" + urllib.parse.quote("Perfetto UI"))
+        win = headless.PERFETTO_WINDOW_JS
+        try:
+            br.wait_for(f"(() => {{ const w = {win}; return !!(w && w.app && w.app.trace && w.app.trace.traceInfo); }})()",
+                        timeout=180)
+            # the exporter's contract (fa4trace/perfetto.py): every events-table row is exactly one slice
+            n = br.evaluate(headless.perfetto_query_js("select count(*) as n from slice"), timeout=60)[0]["n"]
+            errs = br.evaluate(headless.perfetto_query_js(
+                "select sum(value) as errs from stats where severity != 'info'"), timeout=60)[0]["errs"]
+            bad = br.evaluate(headless.perfetto_query_js(
+                "select name, idx, severity, value from stats where severity != 'info' and value > 0"), timeout=60)
+            ui_errs = br.evaluate(f"(() => {{ const w = {win}; return w.app.trace.traceInfo.importErrors; }})()")
+            title = br.evaluate(f"(() => {{ const w = {win}; return w.app.trace.traceInfo.traceTitle; }})()")
+            time.sleep(2)  # let the UI draw its tracks for the screenshot
+            br.screenshot(ARTIFACTS / "perfetto_ui_browser.png")
+        finally:
+            (ARTIFACTS / "perfetto_ui_console.txt").parent.mkdir(parents=True, exist_ok=True)
+            (ARTIFACTS / "perfetto_ui_console.txt").write_text("\n".join(br.console))
+        requests = list(br.requests.values())
+    assert (errs or 0) == 0 and ui_errs == 0, json.dumps(bad)
+    assert n == expected
+    # Perfetto sanitizes the title (drops brackets, appends the size): compare the words
+    assert all(w in title for w in re.findall(r"\w+", trace.name)), (title, trace.name)
+    # nothing left this machine: every request went to the app's own server or stayed in the page;
+    # anything else was stopped by the entry page's Content-Security-Policy before it was sent
+    (ARTIFACTS / "perfetto_ui_requests.json").write_text(json.dumps(requests, indent=1))
+    for r in requests:
+        u = urllib.parse.urlparse(r.get("url", ""))
+        local = u.scheme in ("data", "blob", "about") or u.hostname in ("127.0.0.1", "localhost")
+        assert local or r.get("blocked") == "csp", r
+    assert any("/app/static/perfetto/" in r.get("url", "") and r.get("status") == 200 for r in requests)
