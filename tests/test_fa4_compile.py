@@ -90,6 +90,8 @@ def test_sm100_both_decode_paths_have_markers_in_mma_softmax_and_load_warps(sche
         assert placed > 0, f"no {role} events placed on the {schedule} path: {full['counts']}"
         in_ptx = full["clock"] - res[f"no_{role}"]["clock"]
         assert in_ptx >= placed, f"{role} warp: {in_ptx} timer reads in PTX for {placed} events placed ({schedule})"
+        # every event of these warps carries its KV block / Q stage (iter), on both paths
+        assert full["counts"].get(f"{role}:iter") == placed, (role, full["counts"])
     assert not any(v["installed"] for v in res.values()), "hooks left installed after a compile"
     # SM100 keeps the cursor in the trace buffer: FA4's shared memory (near full there) is untouched
     assert full["config"]["cursor"] == "gmem" and full["static_smem"] == 0

@@ -16,9 +16,10 @@ SM100 (B200), warp roles from ``FlashAttentionForwardSm100.kernel``:
                                            ``mma_ping_pong_pv`` (issue + commit; PV includes the
                                            wait for P; iter = FA4's block counter); base path the
                                            tcgen05 issue helpers ``gemm_ptx_precomputed_varname``
-                                           (QK) / ``gemm_ptx_partial`` (PV) (no block index there:
-                                           iter -1). One level only: the helpers record nothing
-                                           while a ping-pong segment is open.
+                                           (QK) / ``gemm_ptx_partial`` (PV), iter from the K/V
+                                           pipeline's count (``base_mma_block``). One level only:
+                                           the helpers record nothing while a ping-pong segment
+                                           is open.
   softmax warps    ``softmax_loop``        SOFTMAX (``softmax_step``: wait for S, softmax, P
                                            store; iter = KV block)
   correction warps ``correction_loop``     CORRECTION (``correction_rescale``, only when a rescale
@@ -63,6 +64,8 @@ class _State:
     role: Optional[str] = None
     events: frozenset = frozenset()  # roles whose event hooks record (role lifetimes always do)
     cursor: str = "gmem"  # where each warp's cursor lives between segments (SegmentRecorder.start)
+    kernel: Any = None  # the FA4 kernel object whose role is being traced
+    kv_wait: Any = None  # SM100 MMA warp: (kv pipeline count, MLIR block) of the last K/V wait
     n_block: Any = None  # SM90: KV block of the open consumer segment
     inflight: list = field(default_factory=list)  # SM90: async spans (event, payload) in issue order
     counts: dict = field(default_factory=dict)  # events placed per role (trace time), for tests
@@ -70,8 +73,11 @@ class _State:
     def recording(self) -> bool:
         return self.rec is not None and self.rec.enabled and self.role in self.events
 
-    def count(self, n=1):
+    def count(self, n=1, with_iter: bool = False):
         self.counts[self.role] = self.counts.get(self.role, 0) + n
+        if with_iter:
+            key = f"{self.role}:iter"
+            self.counts[key] = self.counts.get(key, 0) + n
 
 
 STATE = _State()
@@ -98,13 +104,14 @@ def role_wrapper(orig: Callable, role: str, role_id: int) -> Callable:
         st = STATE
         if st.buf is None:
             return orig(self, *args, **kwargs)
-        outer = (st.rec, st.role)
+        outer = (st.rec, st.role, st.kernel)
         st.rec = SegmentRecorder.start(st.buf, role=role_id, cursor=st.cursor)
-        st.role = role
-        st.inflight = []
+        st.role, st.kernel = role, self
+        st.inflight, st.kv_wait = [], None
         ret = orig(self, *args, **kwargs)
         st.rec.finish()
-        st.rec, st.role = outer
+        st.rec, st.role, st.kernel = outer
+        st.kv_wait = None
         return ret
 
     wrapper.__fa4trace_hook__ = True
@@ -136,7 +143,7 @@ def span_wrapper(orig: Callable, event: Callable | int, payload: Callable | None
         seg.begin(ev, p)
         ret = orig(self, *args, **kwargs)
         seg.end(ev, p)
-        st.count(2)
+        st.count(2, with_iter=p is not None)
         if own:
             seg.close()
         return ret
@@ -145,9 +152,11 @@ def span_wrapper(orig: Callable, event: Callable | int, payload: Callable | None
     return wrapper
 
 
-def func_span_wrapper(orig: Callable, event: int, *, nested: str = "skip") -> Callable:
+def func_span_wrapper(orig: Callable, event: int, payload: Callable | None = None, *,
+                      nested: str = "skip") -> Callable:
     """``span_wrapper`` for a module-level function (no ``self``)."""
-    inner = span_wrapper(lambda _self, *a, **k: orig(*a, **k), event, nested=nested)
+    inner = span_wrapper(lambda _self, *a, **k: orig(*a, **k), event,
+                         (lambda _a: payload()) if payload else None, nested=nested)
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
@@ -155,6 +164,40 @@ def func_span_wrapper(orig: Callable, event: int, *, nested: str = "skip") -> Ca
 
     wrapper.__fa4trace_hook__ = True
     return wrapper
+
+
+# ---- SM100 base path: the MMA warp's block index from its K/V pipeline ------------------------
+def kv_wait_wrapper(orig: Callable) -> Callable:
+    """``consumer_wait`` of FA4's K/V pipeline: in the MMA warp, remember the pipeline state's
+    count (K and V blocks waited for so far) for the tcgen05 issue hooks that follow."""
+
+    @functools.wraps(orig)
+    def wrapper(self, state, *args, **kwargs):
+        st = STATE
+        if st.recording() and st.role == "mma":
+            from ..device.recorder import _current_block
+
+            st.kv_wait = (state.count, _current_block())
+        return orig(self, state, *args, **kwargs)
+
+    wrapper.__fa4trace_hook__ = True
+    return wrapper
+
+
+def base_mma_block():
+    """KV block of a base-path QK/PV issue. With one Q tile per CTA (decode) the MMA warp waits
+    K0, then V(i), K(i+1) per loop trip, then V(n-1): the wait just before an issue, in the same
+    region, has count 2j (K(j)) or 2j+1 (V(j)), so the block is count // 2 (counting on across
+    tiles, like the ping-pong path's counters). Unknown otherwise (iter -1)."""
+    from ..device.recorder import _current_block
+
+    st = STATE
+    k = st.kernel
+    if (k is None or getattr(k, "use_s_ping_pong", True) or getattr(k, "q_stage", 0) != 1
+            or st.kv_wait is None):
+        return None
+    count, block = st.kv_wait
+    return count >> 1 if block == _current_block() else None
 
 
 # ---- SM90 consumer: one segment per KV block, async wgmma spans ------------------------------
@@ -167,7 +210,7 @@ def _close_inflight(keep: int):
     while len(st.inflight) > keep:
         ev, p = st.inflight.pop(0)
         seg.end(ev, p)
-        st.count(1)
+        st.count(1, with_iter=p is not None)
 
 
 def _wrap_mma_fn(fn: Callable, event: int, payload) -> Callable:
@@ -179,7 +222,7 @@ def _wrap_mma_fn(fn: Callable, event: int, payload) -> Callable:
         st = STATE
         seg = st.rec.current
         seg.begin(event, payload)
-        st.count(1)
+        st.count(1, with_iter=payload is not None)
         st.inflight.append((event, payload))
         ret = fn(*args, **kwargs)
         wait = kwargs.get("wg_wait", default_wait)
@@ -259,7 +302,7 @@ def softmax_method_wrapper(orig: Callable, event: int) -> Callable:
         seg.begin(event, p)
         ret = orig(self, *args, **kwargs)
         seg.end(event, p)
-        st.count(2)
+        st.count(2, with_iter=p is not None)
         return ret
 
     wrapper.__fa4trace_hook__ = True
@@ -305,6 +348,7 @@ def _kv_event(a):
 def _patches_sm100():
     from flash_attn.cute import blackwell_helpers as bw
     from flash_attn.cute.flash_fwd_sm100 import FlashAttentionForwardSm100 as K
+    from flash_attn.cute.pipeline import PipelineTmaUmma as pc  # FA4's K/V pipeline (TMA loads)
 
     d = K.__dict__
     return [
@@ -318,8 +362,10 @@ def _patches_sm100():
         (K, "load_Q_non_tma", span_wrapper(d["load_Q_non_tma"], EV.LOAD_Q, lambda a: a["block"])),
         (K, "mma_ping_pong_qk", span_wrapper(d["mma_ping_pong_qk"], EV.QK, lambda a: a["block_count"])),
         (K, "mma_ping_pong_pv", span_wrapper(d["mma_ping_pong_pv"], EV.PV, lambda a: a["pv_count"])),
-        (bw, "gemm_ptx_precomputed_varname", func_span_wrapper(bw.gemm_ptx_precomputed_varname, EV.QK)),
-        (bw, "gemm_ptx_partial", func_span_wrapper(bw.gemm_ptx_partial, EV.PV)),
+        (bw, "gemm_ptx_precomputed_varname",
+         func_span_wrapper(bw.gemm_ptx_precomputed_varname, EV.QK, base_mma_block)),
+        (bw, "gemm_ptx_partial", func_span_wrapper(bw.gemm_ptx_partial, EV.PV, base_mma_block)),
+        (pc, "consumer_wait", kv_wait_wrapper(inspect.getattr_static(pc, "consumer_wait"))),
         (K, "softmax_step", span_wrapper(d["softmax_step"], EV.SOFTMAX, lambda a: a["n_block"])),
         (K, "correction_rescale", span_wrapper(d["correction_rescale"], EV.CORRECTION)),
         (K, "correction_epilogue", span_wrapper(d["correction_epilogue"], EV.EPILOGUE)),
