@@ -246,7 +246,7 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
         from . import fa4
 
         trace = fa4.record(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
-                           **subset)
+                           capacity=capacity, build=build_dir, **subset)
     else:
         from . import attention
 
