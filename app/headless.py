@@ -294,3 +294,32 @@ def perfetto_query_js(sql: str) -> str:
   return out;
 }})()
 """
+
+
+def screenshot_app(out: str | os.PathLike, bundles=(), *, view: str | None = None, width: int = 1500,
+                   height: int = 1900, env: dict | None = None, settle_s: float = 2.0) -> Path:
+    """Start the app, open it in headless Chromium (offline) and save a PNG of the viewport."""
+    from urllib.parse import quote
+
+    with StreamlitServer(bundles, env=env, timeout=120) as srv:
+        with Chromium(width=width, height=height, offline=True) as br:
+            br.navigate(srv.url + (f"/?view={quote(view)}" if view else ""))
+            br.wait_for("!!document.querySelector('.js-plotly-plot .main-svg') || !!document.querySelector('iframe')",
+                        timeout=180)
+            br.wait_for("!document.querySelector('[data-testid=stStatusWidget]')", timeout=180)
+            time.sleep(settle_s)
+            return br.screenshot(out)
+
+
+if __name__ == "__main__":  # python -m app.headless OUT.png [--view LABEL] [BUNDLES...]
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Screenshot of the viewer (headless Chromium, offline).")
+    ap.add_argument("out")
+    ap.add_argument("bundles", nargs="*")
+    ap.add_argument("--view", default=None, help="tab label, e.g. 'Perfetto UI'")
+    ap.add_argument("--width", type=int, default=1500)
+    ap.add_argument("--height", type=int, default=1900)
+    a = ap.parse_args()
+    print(screenshot_app(a.out, a.bundles, view=a.view, width=a.width, height=a.height,
+                         env={"FA4TRACE_BUNDLES": ""}))

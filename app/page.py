@@ -168,23 +168,30 @@ def header(p: Picked, notes: list[str], errors: list[str]) -> None:
         st.warning("Synthetic bundle(s), made by fa4trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
 
 
+CARDS = [("kernel time", "kernel_time_ns", "ns", True), ("hidden softmax / iter", "hidden_softmax_ns", "ns", False),
+         ("period", "period_ns", "ns", True), ("QK ∥ SOFTMAX", "qk_softmax_overlap", "pct", False),
+         ("PV ∥ SOFTMAX", "pv_softmax_overlap", "pct", False)]
+
+
 def metrics_section(p: Picked) -> dict:
+    """Cards, sentences, the table (HTML, light to draw) and the raw compare/summary dict."""
     if p.trace_b is None:
         s = data.summary_cached(p.a.key, p.trace_a)
-        rows = metrics.metric_rows(s, None)
-        st.dataframe([{"metric": r.label, "A": r.a_text} for r in rows], hide_index=True, width="stretch",
-                     height=35 * len(rows) + 40)
-        with st.expander("Raw numbers (= fa4trace summary --json A)"):
+        for col, (label, key, kind, _) in zip(st.columns(len(CARDS)), CARDS):
+            col.metric(f"{label} (A)", metrics.fmt(s.get(key), kind))
+        left, right = st.columns([2, 3])
+        left.markdown(f"- {s['ctas']:,} CTAs · {s['warps']:,} warps · {s['rows']:,} rows · {s['launches']} launch(es)\n"
+                      f"- kernel time from the {s.get('kernel_time_source')}\n"
+                      f"- events: " + ", ".join(f"{k} {v:,}" for k, v in (s.get('events') or {}).items()))
+        right.table([{"metric": r.label, "A": r.a_text} for r in metrics.metric_rows(s, None)], hide_index=True,
+                    border="horizontal")
+        with left.expander("Raw numbers (= fa4trace summary --json A)"):
             st.json(s, expanded=False)
         return s
     cmp = data.compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
     sa, sb = cmp["a"], cmp["b"]
-    cols = st.columns(5)
-    for col, (label, key, kind, inverse) in zip(cols, [
-            ("kernel time (B)", "kernel_time_ns", "ns", True), ("hidden softmax / iter (B)", "hidden_softmax_ns", "ns", False),
-            ("period (B)", "period_ns", "ns", True), ("QK ∥ SOFTMAX (B)", "qk_softmax_overlap", "pct", False),
-            ("PV ∥ SOFTMAX (B)", "pv_softmax_overlap", "pct", False)]):
-        col.metric(label, metrics.fmt(sb.get(key), kind), metrics.fmt_delta(sa.get(key), sb.get(key), kind) or None,
+    for col, (label, key, kind, inverse) in zip(st.columns(len(CARDS)), CARDS):
+        col.metric(f"{label} (B)", metrics.fmt(sb.get(key), kind), metrics.fmt_delta(sa.get(key), sb.get(key), kind) or None,
                    delta_color="inverse" if inverse else "normal")
     left, right = st.columns([2, 3])
     hs = metrics.hidden_sentence(cmp)
@@ -192,8 +199,8 @@ def metrics_section(p: Picked) -> dict:
         left.success(hs)
     left.markdown("\n".join(f"- {line}" for line in metrics.headline(cmp)))
     rows = metrics.metric_rows(sa, sb)
-    right.dataframe([{"metric": r.label, "A": r.a_text, "B": r.b_text, "B − A": r.delta_text} for r in rows],
-                    hide_index=True, width="stretch", height=35 * len(rows) + 40)
+    right.table([{"metric": r.label, "A": r.a_text, "B": r.b_text, "B − A": r.delta_text} for r in rows],
+                hide_index=True, border="horizontal")
     with left.expander("Raw numbers (= fa4trace compare --json A B)"):
         st.json(cmp, expanded=False)
     return cmp

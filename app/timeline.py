@@ -5,7 +5,8 @@ exports use: per warp its own lane ("w1 · consumer": SOFTMAX, CORRECTION, ...) 
 under it, one lane per async event ("QK in flight", "PV in flight"), so a green SOFTMAX bar
 over an orange QK bar *is* the overlap. Spans that would cross on one lane get extra lanes.
 
-Drawing: one plotly ``Scattergl(mode="lines")`` trace per event name per panel, each segment
+Drawing: one plotly ``Scattergl(mode="lines")`` trace per event name per panel (SVG ``Scatter``
+below ``SVG_LIMIT`` segments, where it draws faster than a WebGL context starts), each segment
 ``[start, (mid,) end, NaN]`` in float32 ns; the panels sit in one
 ``make_subplots(shared_xaxes=True)`` figure, so zoom and pan act on both, and ``uirevision``
 keeps the zoom across reruns until the selection changes. Above ``budget`` segments the
@@ -25,7 +26,8 @@ from fa4trace.perfetto import layout_tracks
 from fa4trace.vocab import VOCAB, Vocabulary
 
 MAX_SEGMENTS = 200_000  # per figure, all panels together
-HOVER_LIMIT = 20_000  # per panel: above this, segments carry no hover text (payload size)
+HOVER_LIMIT = 20_000
+SVG_LIMIT = 5_000  # segments: above this the timeline draws with WebGL (Scattergl)  # per panel: above this, segments carry no hover text (payload size)
 LANE_PX = 26
 EVENT_PX = 16
 WARP_PX = 5
@@ -192,11 +194,14 @@ def _interleave(a: np.ndarray, b: np.ndarray, mid: bool) -> np.ndarray:
 
 
 def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary | None = None,
-                      x_title: str = "ns since the window began (each trace)"):
+                      x_title: str = "ns since the window began (each trace)", webgl: bool | None = None):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     vocab = vocab or VOCAB
+    if webgl is None:  # SVG draws a few thousand bars faster than a WebGL context starts
+        webgl = sum(p.n_segments + p.inst_t.size for p in panels) > SVG_LIMIT
+    Scatter = go.Scattergl if webgl else go.Scatter
     colors = vocab.colors()
     async_names = vocab.async_names()
     n_lanes = [max(len(p.lanes), 1) for p in panels]
@@ -224,7 +229,7 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
                           "hovertemplate": "%{text}<br>t = %{x:,.0f} ns<extra></extra>"}
                 else:
                     kw = {"hoverinfo": "skip"}
-                fig.add_trace(go.Scattergl(
+                fig.add_trace(Scatter(
                     x=x, y=y, mode="lines", name=("warp lifetime" if name == "WARP" else
                                                   f"{name} (in flight)" if name in async_names else name),
                     legendgroup=name, showlegend=name not in shown, connectgaps=False,
@@ -235,7 +240,7 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
                 kw = ({"text": [p.inst_text[i] for i in np.flatnonzero(mi)],
                        "hovertemplate": "%{text}<br>t = %{x:,.0f} ns<extra></extra>"}
                       if p.inst_text is not None else {"hoverinfo": "skip"})
-                fig.add_trace(go.Scattergl(
+                fig.add_trace(Scatter(
                     x=p.inst_t[mi].astype(np.float32), y=_y(p, p.inst_lane[mi]), mode="markers",
                     name=f"{name} (instant)", legendgroup=name, showlegend=name not in shown,
                     marker={"color": color, "symbol": "diamond", "size": 10, "line": {"width": 1, "color": "#333"}},

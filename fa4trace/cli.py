@@ -289,6 +289,12 @@ def view(bundles, port, headless):
     if headless:
         cmd += ["--server.headless", "true"]
     cmd += ["--", *[str(Path(b).resolve()) for b in bundles]]
+    if os.name == "posix":
+        # become the server: signals (SIGTERM from a supervisor, not only Ctrl-C) reach it directly
+        # and no orphaned server survives this command
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, cmd)
     return subprocess.call(cmd)
 
 

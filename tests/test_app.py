@@ -166,7 +166,7 @@ def test_comparison_renders_and_metrics_equal_the_cli(app_env, pair):
     shown = json.loads(at.json[0].proto.body)
     assert shown == want
     # the formatted table shows exactly those numbers
-    table = at.dataframe[0].value
+    table = at.table[0].value
     for label, key, kind in metrics.ROWS:
         row = table[table["metric"].str.startswith(label.split(" [")[0])].iloc[0]
         assert row["A"] == metrics.fmt(want["a"].get(key), kind)

@@ -1,0 +1,152 @@
+"""Viewer benchmark: time to first render, driven headless.
+
+    python benchmarks/bench_app.py [--blocks 424] [--no-browser] [--json out.json]
+
+Two cases:
+  default  the app as `fa4trace view` opens it (bundles in traces/, default pairing)
+  1M pair  a synthetic base/ping-pong pair of ~1 M events each (fa4trace.synthetic, 132 CTAs x
+           5 warps, --blocks KV blocks; labelled synthetic: a scale test, not a measurement)
+
+Two drivers:
+  AppTest  streamlit.testing.v1 in a fresh Python process: the script run that produces the
+           page (loading, analysis, figures), cold (first run in the process) and warm (rerun).
+  browser  headless Chromium on a real server (`streamlit run app/main.py`, static serving on):
+           from navigation to the timeline drawn by plotly and the script finished, on a fresh
+           server (cold caches) and on a second page load (warm caches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+RENDERED_JS = ("(() => { const p = document.querySelector('.js-plotly-plot');"
+               " return !!(p && p.data && p.data.length && p.querySelector('.main-svg'))"
+               " && !document.querySelector('[data-testid=stStatusWidget]')"
+               " && document.querySelectorAll('[data-testid=stException]').length === 0; })()")
+
+APPTEST_CHILD = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+from streamlit.testing.v1 import AppTest
+t_import = time.perf_counter() - t0
+at = AppTest.from_file(sys.argv[1], default_timeout=600)
+t = time.perf_counter(); at.run(); cold = time.perf_counter() - t
+assert not at.exception, [e.value for e in at.exception]
+t = time.perf_counter(); at.run(); warm = time.perf_counter() - t
+charts = at.get("plotly_chart")
+spec = json.loads(charts[0].proto.spec) if charts else {"data": []}
+import numpy as np, base64
+def n_seg(tr):
+    x = tr.get("x")
+    if isinstance(x, dict):
+        x = np.frombuffer(base64.b64decode(x["bdata"]), dtype=x["dtype"])
+    x = np.asarray(x if x is not None else [], dtype=float)
+    return int(np.isnan(x).sum()) if tr.get("mode") == "lines" else int(x.size)
+print(json.dumps({"import_s": t_import, "cold_s": cold, "warm_s": warm,
+                  "segments": sum(n_seg(t) for t in spec["data"]), "figure_bytes": len(charts[0].proto.spec) if charts else 0,
+                  "a": at.session_state["trace_a"], "b": at.session_state["trace_b"]}))
+"""
+
+
+def apptest(env: dict) -> dict:
+    r = subprocess.run([sys.executable, "-c", APPTEST_CHILD, str(REPO / "app" / "main.py")], capture_output=True,
+                       text=True, env={**os.environ, **env}, cwd=REPO, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def browser(bundles: list[str], env: dict) -> dict:
+    from app.headless import Chromium, StreamlitServer
+
+    out = {}
+    with StreamlitServer(bundles, env=env, timeout=120) as srv:
+        with Chromium(width=1500, height=1600, offline=True) as br:
+            for label in ("cold_s", "warm_s"):
+                br.navigate("about:blank")
+                t = time.perf_counter()
+                br.navigate(srv.url)
+                br.wait_for(RENDERED_JS, timeout=600, interval=0.05)
+                out[label] = time.perf_counter() - t
+    return out
+
+
+def make_pair(d: Path, blocks: int) -> tuple[list[str], int]:
+    from fa4trace.bundle import Trace
+    from fa4trace.decode import decode_buffer
+    from fa4trace.synthetic import attention_like
+
+    paths, rows = [], 0
+    for sched in ("base", "pingpong"):
+        buf, meta = attention_like(sched, n_ctas=132, n_blocks=blocks, seed=1)
+        tr = Trace.from_launches([decode_buffer(buf)], meta)
+        rows = max(rows, len(tr))
+        paths.append(str(tr.save(d / f"synthetic_1m_{sched}.parquet", overwrite=True)))
+    return paths, rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blocks", type=int, default=424, help="KV blocks per CTA of the synthetic pair (424 -> ~1.0 M rows)")
+    ap.add_argument("--no-browser", action="store_true", help="AppTest only")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args(argv)
+
+    from app.data import TRACES_DIR, find_pairs, discover
+    from app.headless import find_chromium
+
+    results = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
+               "cpus": os.cpu_count(), "machine": platform.machine()}
+    infos = [i for i in discover(TRACES_DIR) if not i.error]
+    pairs = find_pairs(infos)
+    results["default_traces"] = ([p.path.name for p in pairs[0]] if pairs else
+                                 [i.path.name for i in infos][:1]) or []
+    results["default_is_pair"] = bool(pairs)
+    use_browser = not args.no_browser and find_chromium() is not None
+    none = {"FA4TRACE_BUNDLES": "", "FA4TRACE_TRACES_DIR": ""}
+    with tempfile.TemporaryDirectory(prefix="fa4trace-bench-app-") as d:
+        cases = {"default": ([], none)}
+        t = time.perf_counter()
+        pair, rows = make_pair(Path(d), args.blocks)
+        results["synthetic_rows_per_trace"] = rows
+        results["synthetic_make_s"] = time.perf_counter() - t
+        empty = Path(d) / "empty"
+        empty.mkdir()
+        cases["1M pair"] = (pair, {"FA4TRACE_BUNDLES": os.pathsep.join(pair), "FA4TRACE_TRACES_DIR": str(empty)})
+        for name, (bundles, env) in cases.items():
+            r = {"apptest": apptest(env)}
+            if use_browser:
+                benv = dict(env)
+                benv["FA4TRACE_BUNDLES"] = ""  # the browser case passes them on the command line
+                r["browser"] = browser(bundles, benv)
+            results[name] = r
+            print(f"{name}: {json.dumps(r)}", flush=True)
+    if not use_browser:
+        results["browser"] = "skipped (no chromium or --no-browser)"
+    print()
+    print("| case | AppTest cold | AppTest warm | browser cold | browser warm | segments sent |")
+    print("|---|---|---|---|---|---|")
+    for name in ("default", "1M pair"):
+        r = results[name]
+        b = r.get("browser", {})
+        print(f"| {name} | {r['apptest']['cold_s']:.2f} s | {r['apptest']['warm_s']:.2f} s | "
+              f"{b.get('cold_s', float('nan')):.2f} s | {b.get('warm_s', float('nan')):.2f} s | {r['apptest']['segments']:,} |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
