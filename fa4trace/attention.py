@@ -152,7 +152,7 @@ class Plan:
     n_blocks: int  # KV blocks of tile_n keys per (batch, kv head)
     n_splits: int
     n_comb: int  # CTAs per group that combine (the last n_comb to finish)
-    comb_cs: int  # column chunks per row in the combine
+    comb_nc4: int  # float4 columns per combine item
     comb_parts: int  # threads summing different splits of one output float4
     grid: tuple  # (x, y, z)
 
@@ -194,24 +194,25 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
         return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid)
     t_max = max(1, min(s, (num_sms - 1) // groups + 1))
     rows = min(TILE_M, shape.sq * shape.ratio)  # rows of the fullest m-block
-    # Combine threads: P split partitions of <= COMBINE_UNROLL splits each, times nc4 float4
-    # columns, share a row inside one warp (nc4 * P <= 32); 128 / (nc4 * P) rows per item.
-    parts = _pow2_ceil(-(-s // COMBINE_UNROLL))
+    # Combine threads: NC4 float4 columns x P split partitions (<= COMBINE_UNROLL splits
+    # each) x R rows = 128. Fewest rounds (one L2 round trip each) first, then the widest
+    # contiguous column piece per split row (coalescing), then fewer waiting CTAs.
     nc4_full = shape.d // 4
+    p_min = _pow2_ceil(-(-s // COMBINE_UNROLL))
     best = None
-    cs = 1
-    while cs <= nc4_full:
-        nc4 = nc4_full // cs
-        if nc4 * parts <= 32:
+    nc4 = 1
+    while nc4 <= nc4_full:
+        parts = p_min
+        if nc4 * parts <= 128:
             rows_par = 128 // (nc4 * parts)
-            n_items = -(-rows // rows_par) * cs
+            n_items = -(-rows // rows_par) * (nc4_full // nc4)
             t = max(1, min(t_max, n_items))
-            key = (-(-n_items // t), t)  # rounds of one L2 round trip each, then fewer waiting CTAs
+            key = (-(-n_items // t), -nc4, t)
             if best is None or key < best[0]:
-                best = (key, t, cs, parts)
-        cs *= 2
-    _, t, cs, parts = best
-    return Plan(tile_n, n_blocks, s, t, cs, parts, grid)
+                best = (key, t, nc4, parts)
+        nc4 *= 2
+    _, t, nc4, parts = best
+    return Plan(tile_n, n_blocks, s, t, nc4, parts, grid)
 
 
 def trace_capacity(plan: Plan) -> int:
@@ -247,7 +248,7 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
     """(callable, tile_n) for one variant; JIT-compiles or loads from the AOT build.
 
     The callable takes (q, k, v, o, lse, o_part, lse_part, count, softmax_scale, n_splits,
-    n_comb, comb_cs, comb_parts, trace) with trace None for the uninstrumented variant."""
+    n_comb, comb_nc4, comb_parts, trace) with trace None for the uninstrumented variant."""
     want_tile = tile_n or DEFAULT_TILE_N[(head_dim, schedule)]
     key = (head_dim, schedule, dtype, traced, want_tile, str(build))
     if key in _JIT_CACHE:
@@ -323,7 +324,7 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device
                             or not out.is_contiguous()):
         raise ValueError("out must be a contiguous tensor with q's shape, dtype and device")
-    fn(q, k, v, o, lse, o_part, lse_part, count, scale, plan.n_splits, plan.n_comb, plan.comb_cs,
+    fn(q, k, v, o, lse, o_part, lse_part, count, scale, plan.n_splits, plan.n_comb, plan.comb_nc4,
        plan.comb_parts, trace)
     return (o, lse) if return_lse else o
 
@@ -399,7 +400,7 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
                           extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
     config = {"schedule": schedule, "head_dim": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
               "dtype": dtype, "tile_m": TILE_M, "tile_n": tn, "n_blocks": plan.n_blocks,
-              "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_cs": plan.comb_cs,
+              "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
               "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
     trace = record([launch], kernel="decode_attention_sm90", config=config,
                    timing={"untraced_us": us_plain, "traced_us": us_traced, "l2": "warm, one launch each"})

@@ -108,31 +108,31 @@ def test_explicit_splits_are_clamped_to_the_blocks():
 
 
 def _simulate_combine(shape, plan):
-    """The kernel's combine work split (thread t = ((rr * P) + p) * nc4 + c4; items striped
-    over combiners; thread p handles splits p + i*P for i < COMBINE_UNROLL), replayed in
-    Python: which splits each output element sums."""
+    """The kernel's combine work split (thread t = ((r * P) + p) * NC4 + c4; items = (row
+    block, column chunk) striped over combiners; partition p sums splits p + i*P for
+    i < COMBINE_UNROLL), replayed in Python: which splits each output element sums."""
     covered = {}
     rows_total = shape.sq * shape.ratio
+    nc4, parts = plan.comb_nc4, plan.comb_parts
+    group = nc4 * parts
+    rows_par = 128 // group
+    col_chunks = shape.d // 4 // nc4
     for m_block in range(shape.m_blocks):
         rows_here = min(rows_total - m_block * 64, 64)
-        nc4 = shape.d // 4 // plan.comb_cs
-        group = nc4 * plan.comb_parts
-        rows_par = 128 // group
-        n_items = -(-rows_here // rows_par) * plan.comb_cs
+        n_items = -(-rows_here // rows_par) * col_chunks
         for comb in range(plan.n_comb):
             for item in range(comb, n_items, plan.n_comb):
-                cs = item % plan.comb_cs
+                cc = item % col_chunks
                 for tidx in range(128):
                     c4 = tidx % nc4
-                    p = (tidx // nc4) % plan.comb_parts
+                    p = (tidx // nc4) % parts
                     rr = tidx // group
-                    assert tidx // 32 == (tidx - p * nc4) // 32, "partners of one output share a warp"
-                    row = (item // plan.comb_cs) * rows_par + rr
+                    row = (item // col_chunks) * rows_par + rr
                     if row >= rows_here:
                         continue
-                    col = cs * nc4 * 4 + c4 * 4
+                    col = (cc * nc4 + c4) * 4
                     for i in range(A.COMBINE_UNROLL):
-                        s = p + i * plan.comb_parts
+                        s = p + i * parts
                         if s < plan.n_splits:
                             for j in range(4):
                                 covered.setdefault((m_block, row, col + j), []).append(s)
@@ -149,8 +149,7 @@ def test_combine_covers_every_output_once_with_every_split(shape):
         plan = A.plan_splits(shape, 64, 132, splits)
         if plan.n_splits == 1:
             continue
-        nc4 = shape.d // 4 // plan.comb_cs
-        assert nc4 * plan.comb_parts <= 32 and 32 % (nc4 * plan.comb_parts) == 0
+        assert plan.comb_nc4 * plan.comb_parts <= 128 and (shape.d // 4) % plan.comb_nc4 == 0
         assert plan.n_splits <= A.COMBINE_UNROLL * plan.comb_parts
         cov = _simulate_combine(shape, plan)
         rows_total = shape.sq * shape.ratio
