@@ -219,7 +219,7 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
         title = f"{which}: {tr.name} · CTA {cta}" + (f" · KV blocks {win[0]}–{win[1]}" if win and bounds else "")
         panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel)
         if panel.decimated_from:
-            panel.title += f" · {panel.decimated_from:,} segments merged to {panel.n_segments:,}"
+            panel.title += f" · {panel.decimated_from:,} segments merged to {panel.n_segments:,} time bins"
         panels.append(panel)
     if not panels or all(not pn.lanes for pn in panels):
         st.info("No events in the selected window.")
@@ -228,6 +228,9 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
         panels, uirevision="|".join([p.a.key, p.b.key if p.b else "", str(sel["A"]), str(sel.get("B")), str(sel["window"])]),
         x_title="ns since the window's first event (each trace)" if sel["window"] else "ns since the CTA's first warp started")
     st.plotly_chart(fig, config=PLOTLY_CONFIG, key="timeline")
+    if any(pn.decimated_from for pn in panels):
+        st.caption(f"More than {budget:,} segments in this window: each lane shows, per event, the time bins in "
+                   "which it ran (merged on the server). Narrow the iteration window to see every event.")
     st.caption("Each warp has its own lane (role in the label); right under it, QK and PV *in flight* (MMA issue to "
                "wait) on their own lanes: SOFTMAX in green above an orange in-flight bar is overlap. Drag to zoom "
                "(both traces follow), double-click to reset, click legend entries to hide events.")
@@ -256,7 +259,8 @@ def grid_section(p: Picked) -> None:
     activity = c2.selectbox("Activity", opts, key="grid_activity")
     grids = []
     for which, src, tr in traces:
-        g = grid.build_grid(tr, data.per_cta_cached(src.key, tr), by=by, activity=activity)
+        g = grid.build_grid(tr, data.per_cta_cached(src.key, tr), by=by, activity=activity,
+                            max_cells=grid.MAX_CELLS // len(traces))
         grids.append((f"{which}: {tr.name}", g))
     st.plotly_chart(grid.grid_figure(grids, uirevision=f"{by}|{activity}"), config=PLOTLY_CONFIG, key="grid")
     for (title, g) in grids:

@@ -6,6 +6,8 @@ Two cases:
   default  the app as `fa4trace view` opens it (bundles in traces/, default pairing)
   1M pair  a synthetic base/ping-pong pair of ~1 M events each (fa4trace.synthetic, 132 CTAs x
            5 warps, --blocks KV blocks; labelled synthetic: a scale test, not a measurement)
+  1M in one CTA  ~1 M synthetic events in a single CTA, window widened to the whole CTA
+           (AppTest): what the server-side decimation sends to the browser
 
 Two drivers:
   AppTest  streamlit.testing.v1 in a fresh Python process: the script run that produces the
@@ -44,6 +46,11 @@ at = AppTest.from_file(sys.argv[1], default_timeout=600)
 t = time.perf_counter(); at.run(); cold = time.perf_counter() - t
 assert not at.exception, [e.value for e in at.exception]
 t = time.perf_counter(); at.run(); warm = time.perf_counter() - t
+full = None
+if os.environ.get("BENCH_FULL_WINDOW") and at.slider:
+    s = at.slider[0]
+    t = time.perf_counter(); s.set_value((s.min, s.max)).run(); full = time.perf_counter() - t
+    assert not at.exception, [e.value for e in at.exception]
 charts = at.get("plotly_chart")
 spec = json.loads(charts[0].proto.spec) if charts else {"data": []}
 import numpy as np, base64
@@ -53,7 +60,8 @@ def n_seg(tr):
         x = np.frombuffer(base64.b64decode(x["bdata"]), dtype=x["dtype"])
     x = np.asarray(x if x is not None else [], dtype=float)
     return int(np.isnan(x).sum()) if tr.get("mode") == "lines" else int(x.size)
-print(json.dumps({"import_s": t_import, "cold_s": cold, "warm_s": warm,
+titles = [a["text"] for a in spec.get("layout", {}).get("annotations", [])]
+print(json.dumps({"import_s": t_import, "cold_s": cold, "warm_s": warm, "full_window_s": full, "titles": titles,
                   "segments": sum(n_seg(t) for t in spec["data"]), "figure_bytes": len(charts[0].proto.spec) if charts else 0,
                   "a": at.session_state["trace_a"], "b": at.session_state["trace_b"]}))
 """
@@ -96,6 +104,16 @@ def make_pair(d: Path, blocks: int) -> tuple[list[str], int]:
     return paths, rows
 
 
+def make_one_cta(d: Path, rows: int) -> str:
+    """~rows events in a single CTA (ping-pong): the timeline must decimate a whole-CTA window."""
+    from fa4trace.bundle import Trace
+    from fa4trace.decode import decode_buffer
+    from fa4trace.synthetic import attention_like
+
+    buf, meta = attention_like("pingpong", n_ctas=1, n_blocks=max(1, rows // 18), seed=2)
+    return str(Trace.from_launches([decode_buffer(buf)], meta).save(d / "synthetic_1m_one_cta.parquet", overwrite=True))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--blocks", type=int, default=424, help="KV blocks per CTA of the synthetic pair (424 -> ~1.0 M rows)")
@@ -124,24 +142,32 @@ def main(argv=None) -> int:
         empty = Path(d) / "empty"
         empty.mkdir()
         cases["1M pair"] = (pair, {"FA4TRACE_BUNDLES": os.pathsep.join(pair), "FA4TRACE_TRACES_DIR": str(empty)})
+        one = make_one_cta(Path(d), rows)
+        cases["1M in one CTA"] = ([one], {"FA4TRACE_BUNDLES": one, "FA4TRACE_TRACES_DIR": str(empty),
+                                          "BENCH_FULL_WINDOW": "1"})
         for name, (bundles, env) in cases.items():
-            r = {"apptest": apptest(env)}
-            if use_browser:
+            r = {"load_before": os.getloadavg()[0], "apptest": apptest(env)}
+            if use_browser and name != "1M in one CTA":
                 benv = dict(env)
                 benv["FA4TRACE_BUNDLES"] = ""  # the browser case passes them on the command line
                 r["browser"] = browser(bundles, benv)
+            r["load_after"] = os.getloadavg()[0]
             results[name] = r
             print(f"{name}: {json.dumps(r)}", flush=True)
     if not use_browser:
         results["browser"] = "skipped (no chromium or --no-browser)"
     print()
-    print("| case | AppTest cold | AppTest warm | browser cold | browser warm | segments sent |")
-    print("|---|---|---|---|---|---|")
+    print("| case | AppTest cold | AppTest warm | browser cold | browser warm | segments sent | 1-min load |")
+    print("|---|---|---|---|---|---|---|")
     for name in ("default", "1M pair"):
         r = results[name]
         b = r.get("browser", {})
         print(f"| {name} | {r['apptest']['cold_s']:.2f} s | {r['apptest']['warm_s']:.2f} s | "
-              f"{b.get('cold_s', float('nan')):.2f} s | {b.get('warm_s', float('nan')):.2f} s | {r['apptest']['segments']:,} |")
+              f"{b.get('cold_s', float('nan')):.2f} s | {b.get('warm_s', float('nan')):.2f} s | {r['apptest']['segments']:,} | "
+              f"{r['load_before']:.1f}–{r['load_after']:.1f} |")
+    r = results["1M in one CTA"]["apptest"]
+    print(f"\n1M events in one CTA, whole-CTA window: rerun {r['full_window_s']:.2f} s, {r['segments']:,} segments "
+          f"sent ({r['titles'][0].split(' · ')[-1] if r['titles'] else ''})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1))
