@@ -280,6 +280,8 @@ def parse_upload(name: str, data: bytes) -> Trace:
         except Fa4traceError as exc:
             msg = str(exc).splitlines()[0].replace(str(p), name)
             raise UploadError(msg) from None
+    if len(trace) == 0:
+        raise UploadError(f"{name} is a trace bundle that holds no events")
     try:
         analysis.per_cta(trace)  # the app's first use of the table: fail here, with a name
     except Exception as exc:  # noqa: BLE001 - any failure of a foreign table is the upload's fault

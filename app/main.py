@@ -46,10 +46,14 @@ by_key = {s.key: s for s in sources}
 
 def _trace(src):
     try:
-        return data.get_trace(src, blobs)
+        tr = data.get_trace(src, blobs)
     except data.Fa4traceError as exc:
         st.error(str(exc).splitlines()[0])
         st.stop()
+    if len(tr) == 0:
+        st.error(f"{src.label.split(' — ')[0]} holds no events: choose another trace.")
+        st.stop()
+    return tr
 
 
 picked = page.Picked(by_key[ka], by_key.get(kb), _trace(by_key[ka]), _trace(by_key[kb]) if kb else None)

@@ -216,16 +216,19 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
         rows = data.cta_rows_cached(src.key, launch, cta, tr)
         win = sel["window"]
         bounds = timeline.window_bounds(rows, *win) if win else None
-        title = f"{which}: {tr.name} · CTA {cta}" + (f" · KV blocks {win[0]}–{win[1]}" if win and bounds else "")
-        panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel)
+        title = f"{which}: {tr.name} · CTA {cta}" + (f" · KV blocks {win[0]}–{win[1]}" if win else "")
+        if win and bounds is None:
+            title += " · no events in these blocks"
+            rows = rows.slice(0, 0)
+        panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel, vocab=tr.vocab)
         if panel.decimated_from:
             panel.title += f" · {panel.decimated_from:,} segments merged to {panel.n_segments:,} time bins"
         panels.append(panel)
-    if not panels or all(not pn.lanes for pn in panels):
+    if all(not pn.lanes for pn in panels):
         st.info("No events in the selected window.")
         return
     fig = timeline.comparison_figure(
-        panels, uirevision="|".join([p.a.key, p.b.key if p.b else "", str(sel["A"]), str(sel.get("B")), str(sel["window"])]),
+        panels, vocab=[t.vocab for t in (p.trace_a, p.trace_b) if t is not None], uirevision="|".join([p.a.key, p.b.key if p.b else "", str(sel["A"]), str(sel.get("B")), str(sel["window"])]),
         x_title="ns since the window's first event (each trace)" if sel["window"] else "ns since the CTA's first warp started")
     st.plotly_chart(fig, config=PLOTLY_CONFIG, key="timeline")
     if any(pn.decimated_from for pn in panels):

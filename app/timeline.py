@@ -193,23 +193,28 @@ def _interleave(a: np.ndarray, b: np.ndarray, mid: bool) -> np.ndarray:
     return out
 
 
-def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary | None = None,
+def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary | list[Vocabulary] | None = None,
                       x_title: str = "ns since the window began (each trace)", webgl: bool | None = None):
+    """One subplot per panel, shared x. ``vocab``: the bundles' own vocabularies (colors,
+    async events, legend order); the first one wins where two bundles define a name."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    vocab = vocab or VOCAB
+    vocabs = [v for v in (vocab if isinstance(vocab, list) else [vocab]) if v is not None] or [VOCAB]
     if webgl is None:  # SVG draws a few thousand bars faster than a WebGL context starts
         webgl = sum(p.n_segments + p.inst_t.size for p in panels) > SVG_LIMIT
     Scatter = go.Scattergl if webgl else go.Scatter
-    colors = vocab.colors()
-    async_names = vocab.async_names()
+    colors, async_names, order = {}, set(), ["WARP"]
+    for v in reversed(vocabs):
+        colors.update(v.colors())
+        async_names |= v.async_names()
+    for v in vocabs:
+        order += [e.name for e in v.events if e.name not in order]
     n_lanes = [max(len(p.lanes), 1) for p in panels]
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.08 if len(panels) > 1 else 0.02,
                         row_heights=[k / sum(n_lanes) for k in n_lanes],
                         subplot_titles=[p.title for p in panels])
     shown: set[str] = set()
-    order = ["WARP"] + [e.name for e in vocab.events if e.name != "WARP"]
     for r, p in enumerate(panels, start=1):
         present = sorted(set(p.seg_name.tolist()) | set(p.inst_name.tolist()),
                          key=lambda c: (order.index(p.names[c]) if p.names[c] in order else 999, p.names[c]))

@@ -276,7 +276,18 @@ def _bad_uploads(pair):
         "truncated": (good[: len(good) // 2], "is truncated"),
         "empty": (b"", "is empty (0 bytes)"),
         "missing_columns": (_parquet_bytes(ours_without_cols), "lacks column(s)"),
+        "no_events": (_no_event_bundle(), "holds no events"),
     }
+
+
+def _no_event_bundle() -> bytes:
+    from fa4trace.decode import SCHEMA
+
+    buf = io.BytesIO()
+    tr = Trace(SCHEMA.empty_table(), {"kernel": "k"})
+    meta = json.dumps({"format": "fa4trace-bundle", "bundle_version": 1, "kernel": "k"}).encode()
+    pq.write_table(tr.events.replace_schema_metadata({b"fa4trace": meta}), buf)
+    return buf.getvalue()
 
 
 def _disk_state(*dirs: Path) -> dict:
@@ -288,7 +299,7 @@ def _disk_state(*dirs: Path) -> dict:
     return out
 
 
-@pytest.mark.parametrize("kind", ["not_parquet", "foreign_parquet", "truncated", "empty", "missing_columns"])
+@pytest.mark.parametrize("kind", ["not_parquet", "foreign_parquet", "truncated", "empty", "missing_columns", "no_events"])
 def test_bad_upload_shows_a_message_and_the_app_keeps_working(app_env, pair, tmp_path, kind):
     a, b = pair
     app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
@@ -339,6 +350,56 @@ def test_parse_upload_reads_from_memory(pair):
     assert t.events.equals(ref.events) and t.meta == ref.meta
     with pytest.raises(data.UploadError, match=r"^y\.bin is not a Parquet trace bundle"):
         data.parse_upload("y.bin", b"\x00" * 64)
+
+
+def _custom_vocab_bundle(path: Path) -> Path:
+    """Two launches; a kernel-registered async event MYMMA (id 100) that the global VOCAB lacks."""
+    from fa4trace import layout as L
+    from fa4trace.synthetic import WarpEvents, write_buffer
+    from fa4trace.vocab import EV, ROLE, VOCAB
+
+    vocab = VOCAB.copy()
+    vocab.register("MYMMA", 100, role="consumer", is_async=True, color="#123456")
+    launches = []
+    for launch in range(2):
+        warps = []
+        for cta in range(2):
+            t = np.array([100, 150, 300, 400, 420, 500], np.int64)
+            warps.append(WarpEvents(cta, 0, cta, ROLE.CONSUMER, 0, 1000, 10**12, 10**12 + 1000,
+                                    np.array([L.KIND_BEGIN, L.KIND_BEGIN, L.KIND_END, L.KIND_END, L.KIND_INSTANT, L.KIND_INSTANT]),
+                                    np.array([100, EV.SOFTMAX, EV.SOFTMAX, 100, EV.MARK, EV.MARK]),
+                                    np.array([0, 0, 0, 0, -1, 1]), t))
+        launches.append(decode_buffer(write_buffer(L.BufferSpec(1, 2, 16), warps), launch_index=launch, vocab=vocab))
+    return Trace.from_launches(launches, {"kernel": "custom", "config": {"schedule": "pingpong"}},
+                               vocab=vocab).save(path, overwrite=True)
+
+
+def test_multi_launch_bundle_with_its_own_vocabulary(app_env, tmp_path):
+    path = _custom_vocab_bundle(tmp_path / "custom.parquet")
+    app_env.setenv("FA4TRACE_BUNDLES", str(path))
+    at = run_app()
+    sb = next(s for s in at.selectbox if s.label == "CTA of A")
+    assert any(o.startswith("launch 1 · CTA 1") for o in sb.options)
+    sb.set_value((1 << 32) | 1).run()
+    assert not at.exception
+    fig = figure(at, "timeline")
+    mine = [t for t in fig["data"] if t["name"] == "MYMMA (in flight)"]
+    assert mine and mine[0]["line"]["color"] == "#123456"
+    assert "↳ MYMMA in flight" in fig["layout"]["yaxis"]["ticktext"]
+    assert any(t["mode"] == "markers" and t["name"] == "MARK (instant)" for t in fig["data"])
+    for view in ("Grid", "Per iteration", "Perfetto UI", "Bundle info"):
+        at = run_app(view=view)
+        assert not at.exception
+
+
+def test_window_without_events_in_one_trace(app_env, tmp_path, pair):
+    short = make_bundle(tmp_path / "short_pp.parquet", "pingpong", n_ctas=2, n_blocks=4, config=SHAPE)
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(pair[0]), str(short)]))
+    at = run_app()
+    at.slider[0].set_value((10, 15)).run()
+    assert not at.exception
+    titles = subplot_titles(figure(at, "timeline"))
+    assert titles[1].endswith("no events in these blocks") and "KV blocks 10–15" in titles[0]
 
 
 # ---- building blocks ----------------------------------------------------------------------------
