@@ -284,7 +284,8 @@ _BUILD_DIRS: dict = {}
 
 
 def _counters(device, n: int):
-    """Per-device int32 arrival counters for the in-launch combine (kernels leave them at 0)."""
+    """Per-device int32 words of the in-launch combine: per group an arrival count (kernels
+    leave it at 0) and a generation number (bumped once per launch by the group's last split)."""
     import torch
 
     cur = _COUNTERS.get(device)
@@ -320,7 +321,7 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
     n_o, n_l = plan.workspace_floats(shape)
     o_part = torch.empty(n_o, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(n_l, dtype=torch.float32, device=q.device)
-    count = _counters(q.device, shape.groups)
+    count = _counters(q.device, 2 * shape.groups)  # [arrivals, generation] per group
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device
                             or not out.is_contiguous()):
         raise ValueError("out must be a contiguous tensor with q's shape, dtype and device")

@@ -114,7 +114,7 @@ class DecodeAttentionSm90:
         mLSE: cute.Tensor,  # (b, hq, sq) fp32
         mOpart: cute.Tensor,  # (>= groups * n_splits * 64 * d,) fp32 workspace
         mLSEpart: cute.Tensor,  # (>= groups * n_splits * 64,) fp32 workspace
-        mCount: cute.Tensor,  # (>= groups,) int32, zero before the first launch, left zero
+        mCount: cute.Tensor,  # (>= 2 * groups,) int32 [count, generation] per group; zero once
         softmax_scale: Float32,
         n_splits: Int32,
         n_comb: Int32,  # combiner CTAs per group (1..n_splits)
@@ -162,9 +162,8 @@ class DecodeAttentionSm90:
             mbar_k: cute.struct.MemRange[cutlass.Int64, stages * 2]
             mbar_v: cute.struct.MemRange[cutlass.Int64, stages * 2]
             ticket: cute.struct.MemRange[Int32, 4]
-            # combine scratch: per-thread (max, sum) and per-thread float4 partial sums
-            comb_ms: cute.struct.MemRange[Float32, NUM_CONSUMER_THREADS * 2]
-            comb_acc: cute.struct.Align[cute.struct.MemRange[Float32, NUM_CONSUMER_THREADS * 4], 16]
+            # combine scratch: per-thread (max, sum, acc[4]) partials of the cross-warp merge
+            comb_acc: cute.struct.Align[cute.struct.MemRange[Float32, NUM_CONSUMER_THREADS * 6], 16]
             sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
@@ -372,6 +371,11 @@ class DecodeAttentionSm90:
                 comb_nc4, comb_parts, n_begin, count, n_blocks):
         d, tile_n = self.d, self.tile_n
         rec = Recorder.start(trace, role=ROLE.CONSUMER)
+        # The combine's generation word, read long before this split can finish: every CTA of
+        # the group reads it before the last arrival bumps it (see combine()).
+        gen0 = Int32(0)
+        if n_splits > 1:
+            gen0 = cute.arch.load((mCount.iterator + 2 * group + 1).llvm_ptr, Int32, sem="relaxed", scope="gpu")
         rec.begin(EV.LOAD_Q, m_block)
         self.load_q(mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total)
         rec.end(EV.LOAD_Q, m_block)
@@ -476,7 +480,7 @@ class DecodeAttentionSm90:
                     if lane4 == 0:
                         mLSEpart[base * TILE_M + row] = lse[r]
             rec = _end(rec, EV.EPILOGUE, split_idx)
-            rec = self.combine(rec, storage, tidx, mO, mLSE, mOpart, mLSEpart, mCount, b_idx, h_idx,
+            rec = self.combine(rec, storage, tidx, gen0, mO, mLSE, mOpart, mLSEpart, mCount, b_idx, h_idx,
                                m_block, group, ratio, rows_total, n_splits, n_comb, comb_nc4, comb_parts)
         rec.finish()
 
@@ -616,42 +620,52 @@ class DecodeAttentionSm90:
 
     # ---- split-KV combine inside the launch ---------------------------------------------
     @cute.jit
-    def combine(self, rec: Recorder, storage, tidx, mO, mLSE, mOpart, mLSEpart, mCount, b_idx,
+    def combine(self, rec: Recorder, storage, tidx, gen0, mO, mLSE, mOpart, mLSEpart, mCount, b_idx,
                 h_idx, m_block, group, ratio, rows_total, n_splits, n_comb, comb_nc4, comb_parts):
         """Take a ticket; the last ``n_comb`` CTAs of the group wait for all splits and combine.
 
-        Work item = (R rows, NC4 float4 columns).  Thread t = ((r * P) + p) * NC4 + c4: row r,
+        Arrival: count[group] += 1 gives the ticket (finishing order). The last arrival resets
+        the count and bumps gen[group]; combiners wait for gen != gen0 (read at kernel start).
+        So nothing is left to undo after the combine, and no CTA waits on an atomic's reply
+        except for its own ticket.
+
+        Work item = (R rows, NC4 float4 columns). Thread t = ((r * P) + p) * NC4 + c4: row r,
         split partition p (splits p, p+P, ...: at most COMBINE_UNROLL of them), column c4.
-        Consecutive lanes read consecutive 16-byte pieces of one split's row (coalesced), all
-        loads of an item are issued before any is used (one L2 round trip; indices past the
-        end are clamped and weighted zero, not branched on), and the P partners of an output
-        reduce with shuffles inside a warp, then through shared memory across warps.
-        Measured on the H200 before this layout (32 splits per warp load, scalar loads):
-        5.5 us for 1 MB of partials at b=1 (trace: COMBINE spans).
+        Consecutive lanes read consecutive 16-byte pieces of one split's row (coalesced); all
+        loads of an item are issued before any is used (one L2 round trip; indices past the end
+        are clamped and weighted zero, not branched on). Each partition keeps (max, sum,
+        acc[4]) and the partitions merge log-sum-exp style: a shuffle butterfly inside the warp,
+        then one shared-memory round across warps.
         """
         d = self.d
         ticket_s = storage.ticket.get_tensor(cute.make_layout(4))
-        # Publish this split's partial (all 128 threads' stores) before taking a ticket.
-        cute.arch.fence_acq_rel_gpu()
+        count_ptr = mCount.iterator + 2 * group
+        gen_ptr = mCount.iterator + 2 * group + 1
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
-        counter = mCount.iterator + group
         if tidx == 0:
-            ticket_s[0] = cute.arch.atomic_add(counter.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu")
+            # Release this split's partial (every consumer thread stored part of it; the
+            # barrier above orders those stores before this fence).
+            cute.arch.fence_acq_rel_gpu()
+            t = cute.arch.atomic_add(count_ptr.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu")
+            ticket_s[0] = t
+            if t == n_splits - 1:  # last arrival: every partial of the group is out
+                cute.arch.store(count_ptr.llvm_ptr, Int32(0), sem="relaxed", scope="gpu")
+                cute.arch.store(gen_ptr.llvm_ptr, gen0 + 1, sem="release", scope="gpu")
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
         ticket = ticket_s[0]
         rec.instant(EV.MARK, ticket)  # this split is done; payload = its finishing order
         first = n_splits - n_comb
         if ticket >= first:
             if tidx == 0:
-                seen = cute.arch.load(counter.llvm_ptr, Int32, sem="acquire", scope="gpu")
-                while seen < n_splits:
-                    seen = cute.arch.load(counter.llvm_ptr, Int32, sem="acquire", scope="gpu")
+                seen = cute.arch.load(gen_ptr.llvm_ptr, Int32, sem="acquire", scope="gpu")
+                while seen == gen0:
+                    seen = cute.arch.load(gen_ptr.llvm_ptr, Int32, sem="acquire", scope="gpu")
+            # Thread 0's acquire + this barrier order every thread's loads below after it.
             cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
-            cute.arch.fence_acq_rel_gpu()  # the other splits' partials are visible from here on
             rec = _begin(rec, EV.COMBINE, ticket)
 
             rows_here = cutlass.min(rows_total - m_block * TILE_M, TILE_M)
-            group_threads = comb_nc4 * comb_parts  # threads per row: 32, 64 or 128
+            group_threads = comb_nc4 * comb_parts  # threads per row: <= 128
             rows_par = NUM_CONSUMER_THREADS // group_threads
             warps_per_row = group_threads // 32  # 0 when a row fits in part of a warp
             col_chunks = d // 4 // comb_nc4
@@ -662,7 +676,7 @@ class DecodeAttentionSm90:
             lane = cute.arch.lane_idx()
             warp = tidx // 32
             in_warp = cutlass.min(group_threads, 32)
-            red = storage.comb_acc.get_tensor(cute.make_layout((4, NUM_CONSUMER_THREADS)))
+            red = storage.comb_acc.get_tensor(cute.make_layout((6, NUM_CONSUMER_THREADS)))
             gbase = group * n_splits
             for item in cutlass.range(ticket - first, n_items, n_comb, unroll=1):
                 cc = item % col_chunks
@@ -681,74 +695,73 @@ class DecodeAttentionSm90:
                                       cute.AddressSpace.gmem, assumed_align=16),
                         cute.make_layout(4))
                     cute.autovec_copy(src, o_v[i, None])
+                st = cute.make_rmem_tensor((6,), Float32)  # (max, sum, acc0..acc3) of this partition
                 mx = lse_v[0]
                 for i in cutlass.range_constexpr(1, COMBINE_UNROLL):
                     mx = cute.arch.fmax(mx, lse_v[i])
-                mx = _row_allreduce(mx, red, 0, tidx, lane, warp, comb_nc4, in_warp, warps_per_row, "max")
-                sm = Float32(0.0)
+                mx_safe = cutlass.select_(mx == -Float32.inf, Float32(0.0), mx)
+                st.fill(0.0)
+                st[0] = mx
                 for i in cutlass.range_constexpr(COMBINE_UNROLL):
-                    sm = sm + cute.math.exp(lse_v[i] - mx, fastmath=True)  # 0 for padded entries
-                sm = _row_allreduce(sm, red, 1, tidx, lane, warp, comb_nc4, in_warp, warps_per_row, "sum")
-                lse_tot = mx + cute.math.log(sm, fastmath=True)
-                acc = cute.make_rmem_tensor((4,), Float32)
-                acc.fill(0.0)
-                for i in cutlass.range_constexpr(COMBINE_UNROLL):
-                    w = cute.math.exp(lse_v[i] - lse_tot, fastmath=True)
+                    w = cute.math.exp(lse_v[i] - mx_safe, fastmath=True)  # 0 for padded entries
+                    st[1] = st[1] + w
                     for j in cutlass.range_constexpr(4):
-                        acc[j] = cute.math.fma(w, o_v[i, j], acc[j])
-                for j in cutlass.range_constexpr(4):
-                    acc[j] = _row_allreduce(acc[j], red, j, tidx, lane, warp, comb_nc4, in_warp,
-                                            warps_per_row, "sum")
+                        st[2 + j] = cute.math.fma(w, o_v[i, j], st[2 + j])
+                _merge_partitions(st, red, tidx, lane, warp, comb_nc4, in_warp, warps_per_row)
                 if (p == 0) & (row < rows_here):
+                    inv = 1.0 / st[1]
                     m = m_block * TILE_M + row
                     tok = m // ratio
                     qh = h_idx * ratio + (m - tok * ratio)
                     gO = mO[b_idx, tok, qh, None]
                     for j in cutlass.range_constexpr(4):
-                        gO[col + j] = acc[j].to(self.dtype)
+                        gO[col + j] = (st[2 + j] * inv).to(self.dtype)
                     if col == 0:
-                        mLSE[b_idx, qh, tok] = lse_tot
-            # The last combiner to finish resets the counter for the next launch.
-            cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
-            if tidx == 0:
-                old = cute.arch.atomic_add(counter.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu")
-                if old == n_splits + n_comb - 1:
-                    cute.arch.store(counter.llvm_ptr, Int32(0), sem="relaxed", scope="gpu")
+                        mLSE[b_idx, qh, tok] = st[0] + cute.math.log(st[1], fastmath=True)
             rec = _end(rec, EV.COMBINE, ticket)
         return rec
 
 
 @cute.jit
-def _row_allreduce(x: Float32, red: cute.Tensor, slot: cutlass.Constexpr, tidx: Int32, lane: Int32,
-                   warp: Int32, stride: Int32, in_warp: Int32, warps_per_row: Int32,
-                   op: cutlass.Constexpr):
-    """Reduce x over the split partitions of one output (lanes ``stride`` apart, then warps).
+def _lse_merge(st: cute.Tensor, o: cute.Tensor):
+    """st <- st (+) o for (max, sum, acc0..3) partials of one softmax (log-sum-exp merge)."""
+    mx = cute.arch.fmax(st[0], o[0])
+    mx_safe = cutlass.select_(mx == -Float32.inf, Float32(0.0), mx)
+    fa = cute.math.exp(st[0] - mx_safe, fastmath=True)
+    fb = cute.math.exp(o[0] - mx_safe, fastmath=True)
+    st[0] = mx
+    for j in cutlass.range_constexpr(1, 6):
+        st[j] = cute.math.fma(st[j], fa, o[j] * fb)
 
-    Every thread of the row group gets the result.  Across warps the partials go through
-    ``red[slot, :]`` (one barrier to publish, one before the slot is reused).
+
+@cute.jit
+def _merge_partitions(st: cute.Tensor, red: cute.Tensor, tidx: Int32, lane: Int32, warp: Int32,
+                      stride: Int32, in_warp: Int32, warps_per_row: Int32):
+    """Merge the partials of the partitions of one output (lanes ``stride`` apart, then warps).
+
+    Every thread of the row group ends with the same merged state, built in the same order.
     """
+    other = cute.make_rmem_tensor((6,), Float32)
     off = stride
     for _ in cutlass.range_constexpr(5):  # butterfly over up to 32 lanes
         if off < in_warp:
-            y = cute.arch.shuffle_sync_bfly(x, offset=off)
-            if const_expr(op == "max"):
-                x = cute.arch.fmax(x, y)
-            else:
-                x = x + y
+            for j in cutlass.range_constexpr(6):
+                other[j] = cute.arch.shuffle_sync_bfly(st[j], offset=off)
+            _lse_merge(st, other)
         off = off * 2
     if warps_per_row > 1:
-        red[slot, tidx] = x
+        for j in cutlass.range_constexpr(6):
+            red[j, tidx] = st[j]
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
         w0 = warp - warp % warps_per_row
-        x = red[slot, w0 * 32 + lane]
+        for j in cutlass.range_constexpr(6):
+            st[j] = red[j, w0 * 32 + lane]
         for k in cutlass.range(1, warps_per_row, unroll=1):
-            y = red[slot, (w0 + k) * 32 + lane]
-            if const_expr(op == "max"):
-                x = cute.arch.fmax(x, y)
-            else:
-                x = x + y
+            for j in cutlass.range_constexpr(6):
+                other[j] = red[j, (w0 + k) * 32 + lane]
+            _lse_merge(st, other)
+        # the scratch is rewritten by the next item
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
-    return x
 
 
 def _begin(rec, event, payload):
