@@ -82,6 +82,7 @@ class StreamlitServer:
         cmd = [sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.port", str(self.port),
                "--server.address", "127.0.0.1", "--server.headless", "true",
                "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
+               "--client.toolbarMode", "minimal",
                "--server.fileWatcherType", "none", "--", *self.bundles]
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)

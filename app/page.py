@@ -171,6 +171,10 @@ def header(p: Picked, notes: list[str], errors: list[str]) -> None:
         st.warning("Synthetic bundle(s), made by fa4trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
 
 
+def _n(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
 CARDS = [("kernel time", "kernel_time_ns", "ns", True), ("hidden softmax / iter", "hidden_softmax_ns", "ns", False),
          ("period", "period_ns", "ns", True), ("QK ∥ SOFTMAX", "qk_softmax_overlap", "pct", False),
          ("PV ∥ SOFTMAX", "pv_softmax_overlap", "pct", False)]
@@ -183,7 +187,8 @@ def metrics_section(p: Picked) -> dict:
         for col, (label, key, kind, _) in zip(st.columns(len(CARDS)), CARDS):
             col.metric(f"{label} (A)", metrics.fmt(s.get(key), kind))
         left, right = st.columns([2, 3])
-        left.markdown(f"- {s['ctas']:,} CTAs · {s['warps']:,} warps · {s['rows']:,} rows · {s['launches']} launch(es)\n"
+        left.markdown(f"- {_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · "
+                      f"{_n(s['launches'], 'launch', 'launches')}\n"
                       f"- kernel time from the {s.get('kernel_time_source')}\n"
                       f"- events: " + ", ".join(f"{k} {v:,}" for k, v in (s.get('events') or {}).items()))
         right.table([{"metric": r.label, "A": r.a_text} for r in metrics.metric_rows(s, None)], hide_index=True,

@@ -285,7 +285,8 @@ def view(bundles, port, headless):
         if not Path(bnd).is_file():
             raise Fa4traceError(f"{bnd}: no such file")
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-           "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false"]
+           "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
+           "--client.toolbarMode", "minimal"]
     if headless:
         cmd += ["--server.headless", "true"]
     cmd += ["--", *[str(Path(b).resolve()) for b in bundles]]
