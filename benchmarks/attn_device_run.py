@@ -74,7 +74,7 @@ def traces(out, log, max_ctas=None):
             tm = tr.meta.get("timing", {})
             summary.append({"file": name, "rows": len(tr), "bytes": size, **tm,
                             "dropped": tr.meta.get("total_dropped"), "cta_subset": tr.meta.get("cta_subset")})
-            log(f"trace {name}: {len(tr)} rows, {size / 1e6:.2f} MB, untraced {tm.get('untraced_us', 0):.1f} us, "
+            log(f"trace {name}: {len(tr)} rows, {size / 1e6:.2f} MB, untraced {tm.get('kernel_us', 0):.1f} us, "
                 f"traced {tm.get('traced_us', 0):.1f} us, dropped {tr.meta.get('total_dropped')} ({time.time() - t:.1f}s)")
     with tarfile.open(os.path.join(out, "traces.tar"), "w") as tf:
         tf.add(tdir, arcname="traces")
@@ -110,10 +110,10 @@ def main():
         bad = [r for r in rows if r[3] != "ok"]
         log(f"smoke: {len(rows) - len(bad)}/{len(rows)} ok")
     if "bench" in phases:
-        import bench_decode
+        from fa4trace.attention import bench_cli
 
         try:
-            bench_decode.main(args.bench_args.split() + ["--out", args.out])
+            bench_cli(args.bench_args.split() + ["--out", args.out])
         except Exception:  # noqa: BLE001
             log(traceback.format_exc())
     if "traces" in phases:

@@ -187,3 +187,23 @@ def test_io_bytes():
     s = A.Shape(1, 1, 16, 1, 131072, 128, "bf16")
     assert s.kv_bytes() == 64 * 2**20
     assert s.io_bytes() == 64 * 2**20 + 2 * 16 * 128 * 2
+
+
+def test_bench_table_ratios_and_overheads():
+    s = A.Shape(1, 1, 16, 1, 131072, 128, "bf16")
+    rows = [A.BenchRow(s, "base", 25.0, 0.1, 2e-3, {}), A.BenchRow(s, "pingpong", 20.0, 0.1, 3e-3, {}),
+            A.BenchRow(s, "cudnn", 30.0, 0.1, 1e-3, {}), A.BenchRow(s, "base+trace", 26.0, 0.1, float("nan"), {}),
+            A.BenchRow(s, "pingpong+trace", 21.0, 0.1, float("nan"), {}),
+            A.BenchRow(s, "flash", float("nan"), float("nan"), float("nan"), {"error": "refused"})]
+    md = A.bench_table(rows).splitlines()
+    assert md[0].count("|") == md[2].count("|")
+    cells = [c.strip() for c in md[2].strip("|").split("|")]
+    head = [c.strip() for c in md[0].strip("|").split("|")]
+    row = dict(zip(head, cells))
+    tbps = s.io_bytes() / 20e-6 / 1e12
+    assert row["pingpong µs (TB/s)"] == f"20.0 ({tbps:.2f})"
+    assert row["flash µs (TB/s)"] == "-"
+    assert row["pp vs base"] == "+25.0%" and row["pp vs cuDNN"] == "1.50x"
+    assert row["trace ovh base/pp"] == "+4.0% / +5.0%"
+    assert row["max rel err"] == "3.0e-03"
+    assert row["pp % of 4.8"] == f"{100 * tbps / 4.8:.0f}%"
