@@ -7,17 +7,21 @@ One CTA = one (split, m-block, kv head, batch):
   * the sq x (hq/hkv) query rows of one KV head are packed into the 64 rows of one wgmma
     M-tile (row m <-> token m // ratio, query head h*ratio + m % ratio), so the KV stream is
     read once per KV head, not once per query head;
-  * warp 4 is the producer: TMA loads of K and V blocks on two mbarrier pipelines, and the
-    (tiny, non-affine) packed Q tile with 16-byte loads into the swizzled smem tile;
-  * warps 0-3 are one consumer warpgroup: S = Q K^T with wgmma from shared memory, online
-    softmax in registers, O += P V with P taken from registers (wgmma RS);
+  * warp 4 is the producer: TMA loads of K and V blocks on two mbarrier pipelines, every
+    stage requested at launch (3 x 64 KB at d128 base, 6 x 32 KB ping-pong, ...);
+  * warps 0-3 are one consumer warpgroup: they load the (tiny, non-affine) packed Q tile with
+    16-byte loads into the swizzled smem tile, then S = Q K^T with wgmma from shared memory,
+    online softmax in registers, O += P V with P taken from registers (wgmma RS);
   * split-KV: the grid's x dimension splits the KV blocks of a (batch, kv head) into
     `n_splits` contiguous ranges so that every SM streams KV (decode is memory-bound, and at
     batch 1 there is only one (batch, kv head) pair per KV head).  Each split writes an fp32
     partial O and its LSE; the LSE-weighted combine runs inside the same launch: the last
     `n_comb` CTAs of a (batch, kv head, m-block) to finish (a ticket from an atomic counter)
-    wait for the rest and combine one share each.  No second launch, and the counter is
-    reset by the last combiner, so graph replays need no memset.
+    wait for the rest and combine one share each.  No second launch; the last arrival resets
+    the counter and bumps a generation word, so graph replays need no memset.
+
+Numerics: ptxas runs with --fmad=false and the hot FMAs are explicit, so the instrumented
+build rounds exactly like the plain one (outputs are bitwise equal; tested on the H200).
 
 Schedules (compile time):
   * ``base``: QK(i) -> wait -> softmax(i) -> rescale O -> PV(i) -> wait -> next.
@@ -26,9 +30,11 @@ Schedules (compile time):
     warpgroup runs softmax(i).  The producer loads K0, K1, V0, K2, V1, ... to match.
 
 Tracing: ``trace=None`` compiles every recorder call away (the uninstrumented kernel).
-Events (payload = global KV block index): producer LOAD_Q, LOAD_K(i), LOAD_V(i);
-consumer WAIT_K(i), WAIT_V(i), QK(i) and PV(i) in flight (issue -> wait done), SOFTMAX(i),
-CORRECTION(i), EPILOGUE, COMBINE (payload = ticket, i.e. finishing order of the split).
+Events (payload = global KV block index): producer LOAD_K(i), LOAD_V(i) (wait for a free
+stage + issue); consumer LOAD_Q (payload = m-block), WAIT_K(i) / WAIT_V(i) (only when the
+block had not landed yet), QK(i) and PV(i) in flight (issue -> the wait that retires them),
+SOFTMAX(i), CORRECTION(i), EPILOGUE (payload = split), MARK instant when the split took its
+ticket and COMBINE (payload = ticket, i.e. the split's finishing order).
 
 Deadlock freedom of the in-launch combine: only combiners wait, and the host keeps
 ``groups * (n_comb - 1) < SM count`` (see ``fa4trace.attention.plan_splits``), so at least
