@@ -547,6 +547,17 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
             _, tn = kernel_function(shape.d, sched, shape.dtype, traced, tile)
             plan = plan_splits(shape, tn, num_sms(device))
             extra = {"tile_n": tn, "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb}
+        elif sched == "fa4":
+            # Upstream FlashAttention-4's SM90 forward (AOT build, see fa4trace.fa4): no split-KV
+            # on Hopper, so it launches b x hkv CTAs.
+            from .fa4 import sm90_runner
+
+            runners = [sm90_runner(*st[:3], out=st[3]) for st in sets]
+
+            def launch(i, runners=runners):
+                return runners[i]()
+
+            extra = {"note": "FA4 4.0.0b36 SM90, no split-KV"}
         elif sched in ("cudnn", "flash"):
             backend = SDPBackend.CUDNN_ATTENTION if sched == "cudnn" else SDPBackend.FLASH_ATTENTION
 
@@ -660,8 +671,9 @@ def bench_cli(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fa4trace bench", description="Decode attention on this GPU: ours "
                                  "(base, pingpong) vs cuDNN and FLASH SDPA; CUDA-graph replay, L2 cold, median.")
     ap.add_argument("--quick", action="store_true", help="sk 131072 shapes only")
-    ap.add_argument("--kernels", default="base,pingpong,cudnn,flash",
-                    help="comma list: base, pingpong, base@n64 (other KV tile), cudnn, flash")
+    ap.add_argument("--kernels", default="base,pingpong,cudnn,flash,fa4",
+                    help="comma list: base, pingpong, base@n64 (other KV tile), cudnn, flash, "
+                         "fa4 (FlashAttention-4 SM90 from its AOT build; a missing build shows as '-')")
     ap.add_argument("--replays", type=int, default=15)
     ap.add_argument("--no-trace-overhead", action="store_true", help="skip the traced variants")
     ap.add_argument("--only", default="", help="filter, e.g. 'd=128,hkv=1,sk=131072'")
