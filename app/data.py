@@ -5,9 +5,10 @@ Sources, in the order the app lists them: bundles named on the command line
 bundled traces in ``traces/`` (or $FA4TRACE_TRACES_DIR), and uploads.
 
 Default pairing: bundles in ``traces/`` are paired from their metadata, not their file names:
-``meta["config"]["schedule"]`` is "base" for one and "pingpong" for the other and every other
-config key is equal (keys that only restate the schedule, ``SCHEDULE_KEYS``, are ignored).
-The d128 16:1 sk 131072 b1 pair is preferred when present.
+``meta["config"]["schedule"]`` is "base" for one and "pingpong" for the other, and the problem
+is the same (``SHAPE_KEYS``: b, sq, sk, d, hq, hkv, dtype, impl, arch — a schedule may pick its
+own tile size, so implementation keys may differ); a config that records no shape must match
+in every key but the schedule. The d128 16:1 sk 131072 b1 pair is preferred when present.
 
 Loaded tables live in ``st.cache_resource`` (shared, not copied); uploads are parsed from
 memory (a Linux memfd, else a private temporary file that is removed at once) with the same
@@ -25,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -39,6 +41,10 @@ TRACES_DIR = REPO / "traces"
 SCHEDULES = ("base", "pingpong")
 # Config keys that restate the schedule (FA4 records its own switch too): not part of the pair key.
 SCHEDULE_KEYS = ("schedule", "schedule_requested", "s_ping_pong", "use_s_ping_pong")
+# The problem a kernel solves (and whose kernel it is). Two schedules of one problem may choose
+# different implementation parameters: the recorded ping-pong uses 64-key tiles where base uses
+# 128 (registers), so tile_n and n_blocks differ within a pair and are not part of its key.
+SHAPE_KEYS = ("b", "sq", "sk", "d", "head_dim", "hq", "hkv", "dtype", "impl", "arch")
 # The headline shape (DESIGN §1: where split-KV decode leaves bandwidth on the table).
 PREFERRED_SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1}
 
@@ -65,8 +71,13 @@ class BundleInfo:
 
     @property
     def pair_key(self) -> str:
-        """Everything that must match for two bundles to form a base/ping-pong pair."""
-        rest = {k: v for k, v in self.config.items() if k not in SCHEDULE_KEYS}
+        """What must match for two bundles to form a base/ping-pong pair: the problem shape
+        (SHAPE_KEYS) when the config records one, else every config key but the schedule."""
+        cfg = self.config
+        if any(k in cfg for k in ("b", "sk", "d", "hq", "hkv")):
+            rest = {k: cfg[k] for k in SHAPE_KEYS if k in cfg}
+        else:
+            rest = {k: v for k, v in cfg.items() if k not in SCHEDULE_KEYS}
         return json.dumps(rest, sort_keys=True, default=str)
 
     @property
@@ -217,8 +228,8 @@ def startup(arg_bundles: list[str], traces_dir: Path) -> Startup:
             first = sorted(bundled, key=lambda i: (i.schedule is None, i.synthetic, i.path.name))[0]
             a = key_of[first.path.resolve()]
             notes.append(f"No base / ping-pong pair of one shape in {traces_dir.name}/ yet (pairs are found from "
-                         f"each bundle's metadata: config.schedule 'base' and 'pingpong', all other config keys "
-                         f"equal). Showing the single traces there; upload or pass two bundles to compare.")
+                         f"each bundle's metadata: config.schedule 'base' and 'pingpong', same b, sq, sk, d, hq, "
+                         f"hkv, dtype). Showing the single traces there; upload or pass two bundles to compare.")
         else:
             notes.append(f"No trace bundles in {traces_dir}: upload one (sidebar) or run "
                          f"`fa4trace view A.parquet B.parquet`.")
@@ -317,13 +328,28 @@ def cta_rows(trace: Trace, launch: int, cta: int) -> pa.Table:
     return ev.filter(m)
 
 
-def iteration_range(rows: pa.Table) -> tuple[int, int] | None:
+def iteration_values(rows: pa.Table) -> np.ndarray:
+    """Sorted distinct KV-block numbers (``iter``) of one CTA's per-iteration events.
+
+    Only the events analysis.per_iteration reads (LOAD_K ... PV) count: other events may carry
+    other payloads (a combine partition, a ticket). Split-KV kernels number blocks globally, so
+    CTA c may hold blocks 8c..8c+7: the viewer windows by position in this list, not by number.
+    Falls back to every row with a payload when the trace has none of those events.
+    """
+    names = rows["name"].cast(pa.string()) if rows.num_rows else pa.array([], pa.string())
     it = rows["iter"]
-    valid = pc.filter(it, pc.greater_equal(it, 0))
-    if len(valid) == 0:
+    m = pc.and_(pc.is_in(names, pa.array(analysis.ITER_EVENTS)), pc.greater_equal(it, 0))
+    vals = pc.filter(it, m)
+    if len(vals) == 0:
+        vals = pc.filter(it, pc.greater_equal(it, 0))
+    return np.unique(vals.to_numpy()).astype(np.int64) if len(vals) else np.zeros(0, np.int64)
+
+
+def window_blocks(values: np.ndarray, k0: int, k1: int) -> tuple[int, int] | None:
+    """Positions k0..k1 (clipped) of a CTA's block list -> (first, last) block number."""
+    if values.size == 0 or k0 >= values.size:
         return None
-    mm = pc.min_max(valid)
-    return int(mm["min"].as_py()), int(mm["max"].as_py())
+    return int(values[k0]), int(values[min(k1, values.size - 1)])
 
 
 def subset(trace: Trace, rows: pa.Table, note: str) -> Trace:

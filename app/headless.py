@@ -50,6 +50,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when this process dies (even by SIGKILL), so no server
+    or browser outlives a killed test or benchmark (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _spawn(cmd, **kw) -> subprocess.Popen:
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with_parent, **kw)
+
+
 def _end_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
     """Terminate the process group led by ``proc`` (started with start_new_session)."""
     if proc.poll() is not None:
@@ -84,8 +98,7 @@ class StreamlitServer:
                "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
                "--client.toolbarMode", "minimal",
                "--server.fileWatcherType", "none", "--", *self.bundles]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = _spawn(cmd, cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
@@ -147,7 +160,7 @@ class Chromium:
             # "network unplugged": no host name resolves except the local server's address
             cmd.append("--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1")
         cmd.append("about:blank")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = _spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             port_file = Path(self.profile) / "DevToolsActivePort"
             deadline = time.monotonic() + self.timeout

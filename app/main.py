@@ -62,9 +62,9 @@ side.header("View")
 sel = {"A": page.cta_picker(side, "A", picked.a, picked.trace_a)}
 if picked.trace_b is not None:
     sel["B"] = page.cta_picker(side, "B", picked.b, picked.trace_b)
-ranges = [data.iteration_range(data.cta_rows_cached(s.key, *sel[w], t))
+counts = [data.iteration_values(data.cta_rows_cached(s.key, *sel[w], t)).size
           for w, s, t in (("A", picked.a, picked.trace_a), ("B", picked.b, picked.trace_b)) if t is not None]
-sel["window"] = page.window_picker(side, ranges, f"{ka}|{kb}")
+sel["window"] = page.window_picker(side, counts, f"{ka}|{kb}")
 with side.expander("Display"):
     budget = int(st.number_input("Max segments sent to the browser", 2_000, 1_000_000, MAX_SEGMENTS, step=10_000,
                                  key="budget", help="Above this the timeline merges segments into time bins on the server."))

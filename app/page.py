@@ -130,20 +130,21 @@ def cta_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[i
     return pick >> 32, pick & 0xFFFFFFFF
 
 
-def window_picker(container, ranges: list[tuple[int, int] | None], key_suffix: str) -> tuple[int, int] | None:
-    rs = [r for r in ranges if r]
-    if not rs:
+def window_picker(container, counts: list[int], key_suffix: str) -> tuple[int, int] | None:
+    """Positions k0..k1 in each CTA's own list of KV blocks (0 = the CTA's first block)."""
+    counts = [c for c in counts if c]
+    if not counts:
         container.caption("No iteration payloads in these CTAs: the whole CTA is shown.")
         return None
-    lo, hi = min(r[0] for r in rs), max(r[1] for r in rs)
-    if lo == hi:
-        container.caption(f"One iteration ({lo}).")
-        return lo, hi
-    mid = (lo + hi) // 2
-    d0 = max(lo, min(mid - 3, hi - 7))
-    d1 = min(hi, d0 + 7)
-    v = container.slider("Iteration window (KV blocks)", lo, hi, (d0, d1), key=f"window:{lo}:{hi}:{key_suffix}",
-                         help="Both timelines show these KV blocks, each from its own first event of the window.")
+    n_max, n_min = max(counts), min(counts)
+    if n_max == 1:
+        container.caption("One KV block per CTA.")
+        return 0, 0
+    k0 = max(0, n_min // 2 - 4)
+    v = container.slider("KV blocks of each CTA (0 = its first)", 0, n_max - 1, (k0, min(n_max - 1, k0 + 7)),
+                         key=f"window:{n_max}:{key_suffix}",
+                         help="Both timelines show these positions in their CTA's own block sequence (split-KV "
+                              "kernels number blocks globally), each from the window's first event.")
     return int(v[0]), int(v[1])
 
 
@@ -223,10 +224,14 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
         launch, cta = sel[which]
         rows = data.cta_rows_cached(src.key, launch, cta, tr)
         win = sel["window"]
-        bounds = timeline.window_bounds(rows, *win) if win else None
-        title = f"{which}: {tr.name} · CTA {cta}" + (f" · KV blocks {win[0]}–{win[1]}" if win else "")
-        if win and bounds is None:
-            title += " · no events in these blocks"
+        vals = data.iteration_values(rows)
+        blocks = data.window_blocks(vals, *win) if win else None
+        bounds = timeline.window_bounds(rows, *blocks) if blocks else None
+        title = f"{which}: {tr.name} · CTA {cta}"
+        if win and blocks:
+            title += f" · KV blocks {blocks[0]}–{blocks[1]} (of {vals[0]}–{vals[-1]})"
+        elif win:
+            title += f" · has {vals.size} KV block(s), none at positions {win[0]}–{win[1]}"
             rows = rows.slice(0, 0)
         panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel, vocab=tr.vocab)
         if panel.decimated_from:

@@ -94,11 +94,20 @@ class Panel:
         return int(self.seg_lane.size)
 
 
-def window_bounds(rows: pa.Table, i0: int, i1: int) -> tuple[int, int] | None:
-    """[first start, last end] of the events of iterations i0..i1 in ``rows`` (one CTA)."""
+def window_bounds(rows: pa.Table, i0: int, i1: int, events=None) -> tuple[int, int] | None:
+    """[first start, last end] of the per-iteration events of blocks i0..i1 in ``rows`` (one CTA).
+
+    ``events``: the event names that define a block's extent (default: analysis.ITER_EVENTS;
+    every event if the rows have none of them)."""
+    from fa4trace.analysis import ITER_EVENTS
+
     it = rows["iter"]
     m = pc.and_(pc.greater_equal(it, i0), pc.less_equal(it, i1))
-    sel = rows.filter(m)
+    names = rows["name"].cast(pa.string())
+    ev = pc.is_in(names, pa.array(list(events or ITER_EVENTS)))
+    sel = rows.filter(pc.and_(m, ev))
+    if sel.num_rows == 0:
+        sel = rows.filter(m)
     if sel.num_rows == 0:
         return None
     return int(pc.min(sel["start_ns"]).as_py()), int(pc.max(sel["end_ns"]).as_py())

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,7 +86,7 @@ def browser(bundles: list[str], env: dict) -> dict:
                 br.navigate("about:blank")
                 t = time.perf_counter()
                 br.navigate(srv.url)
-                br.wait_for(RENDERED_JS, timeout=600, interval=0.05)
+                br.wait_for(RENDERED_JS, timeout=120, interval=0.05)
                 out[label] = time.perf_counter() - t
     return out
 
@@ -120,17 +121,18 @@ def main(argv=None) -> int:
     ap.add_argument("--no-browser", action="store_true", help="AppTest only")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: servers and browsers are ended
 
-    from app.data import TRACES_DIR, find_pairs, discover
+    from app.data import TRACES_DIR, startup
     from app.headless import find_chromium
 
     results = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
                "cpus": os.cpu_count(), "machine": platform.machine()}
-    infos = [i for i in discover(TRACES_DIR) if not i.error]
-    pairs = find_pairs(infos)
-    results["default_traces"] = ([p.path.name for p in pairs[0]] if pairs else
-                                 [i.path.name for i in infos][:1]) or []
-    results["default_is_pair"] = bool(pairs)
+    start = startup([], TRACES_DIR)
+    names = {s.key: s.path.name for s in start.sources if s.path}
+    results["default_traces"] = [names[k] for k in (start.default_a, start.default_b) if k]
+    results["default_is_pair"] = start.default_b is not None
+    print(f"default view: {results['default_traces']}", flush=True)
     use_browser = not args.no_browser and find_chromium() is not None
     none = {"FA4TRACE_BUNDLES": "", "FA4TRACE_TRACES_DIR": ""}
     with tempfile.TemporaryDirectory(prefix="fa4trace-bench-app-") as d:

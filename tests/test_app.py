@@ -135,11 +135,17 @@ def test_default_pair_comes_from_metadata(tmp_path):
     make_bundle(tmp_path / "a_other_base.parquet", "base", config=other, n_ctas=2, n_blocks=4)
     make_bundle(tmp_path / "a_other_pp.parquet", "pingpong", config=other, n_ctas=2, n_blocks=4)
     make_bundle(tmp_path / "lonely.parquet", "base", config={**SHAPE, "d": 64}, n_ctas=2, n_blocks=4)
+    # a schedule may choose its own tiles: implementation keys differ inside a real pair
+    make_bundle(tmp_path / "b_tiles_base.parquet", "base", config={**SHAPE, "d": 96, "tile_n": 128}, n_ctas=2, n_blocks=4)
+    make_bundle(tmp_path / "b_tiles_pp.parquet", "pingpong", config={**SHAPE, "d": 96, "tile_n": 64}, n_ctas=2, n_blocks=4)
+    # another implementation of the lonely shape is not its partner
+    make_bundle(tmp_path / "lonely_fa4.parquet", "pingpong", config={**SHAPE, "d": 64, "impl": "fa4"}, n_ctas=2, n_blocks=4)
     (tmp_path / "junk.parquet").write_bytes(b"not a bundle")
     infos = data.discover(tmp_path)
     pairs = data.find_pairs(infos)
     assert [(b.path.name, p.path.name) for b, p in pairs] == [("aa_second.parquet", "zz_first.parquet"),
-                                                              ("a_other_base.parquet", "a_other_pp.parquet")]
+                                                              ("a_other_base.parquet", "a_other_pp.parquet"),
+                                                              ("b_tiles_base.parquet", "b_tiles_pp.parquet")]
     s = data.startup([], tmp_path)
     assert s.default_a == data.path_key(tmp_path / "aa_second.parquet")
     assert s.default_b == data.path_key(tmp_path / "zz_first.parquet")
@@ -150,10 +156,11 @@ def test_default_pair_comes_from_metadata(tmp_path):
     s = data.startup([], tmp_path)
     assert s.default_a == data.path_key(tmp_path / "a_other_base.parquet") and "No d128" in s.notes[0]
     # no pair at all: a note and the single traces
-    (tmp_path / "a_other_pp.parquet").unlink()
+    for p in ("a_other_pp.parquet", "b_tiles_pp.parquet"):
+        (tmp_path / p).unlink()
     s = data.startup([], tmp_path)
     assert s.default_b is None and s.default_a is not None and "No base / ping-pong pair" in s.notes[0]
-    assert len(s.sources) == 2
+    assert len(s.sources) == 4
 
 
 # ---- comparison, metrics, selections ------------------------------------------------------------
@@ -218,7 +225,7 @@ def test_cta_and_window_changes(app_env, pair):
     at.slider[0].set_value((0, 15)).run()
     assert not at.exception
     fig2 = figure(at, "timeline")
-    assert "KV blocks 0–15" in subplot_titles(fig2)[0]
+    assert "KV blocks 0–15 (of 0–19)" in subplot_titles(fig2)[0]
     assert _x_extent(fig2, "y")[1] > 1.5 * span1
     assert fig2["layout"]["uirevision"] != fig1["layout"]["uirevision"]
     assert fig2["layout"]["yaxis"]["ticktext"] == fig1["layout"]["yaxis"]["ticktext"]
@@ -364,11 +371,11 @@ def _custom_vocab_bundle(path: Path) -> Path:
     for launch in range(2):
         warps = []
         for cta in range(2):
-            t = np.array([100, 150, 300, 400, 420, 500], np.int64)
+            t = np.array([100, 150, 200, 250, 300, 400], np.int64)
             warps.append(WarpEvents(cta, 0, cta, ROLE.CONSUMER, 0, 1000, 10**12, 10**12 + 1000,
-                                    np.array([L.KIND_BEGIN, L.KIND_BEGIN, L.KIND_END, L.KIND_END, L.KIND_INSTANT, L.KIND_INSTANT]),
-                                    np.array([100, EV.SOFTMAX, EV.SOFTMAX, 100, EV.MARK, EV.MARK]),
-                                    np.array([0, 0, 0, 0, -1, 1]), t))
+                                    np.array([L.KIND_BEGIN, L.KIND_BEGIN, L.KIND_INSTANT, L.KIND_INSTANT, L.KIND_END, L.KIND_END]),
+                                    np.array([100, EV.SOFTMAX, EV.MARK, EV.MARK, EV.SOFTMAX, 100]),
+                                    np.array([0, 0, -1, 7, 0, 0]), t))
         launches.append(decode_buffer(write_buffer(L.BufferSpec(1, 2, 16), warps), launch_index=launch, vocab=vocab))
     return Trace.from_launches(launches, {"kernel": "custom", "config": {"schedule": "pingpong"}},
                                vocab=vocab).save(path, overwrite=True)
@@ -392,6 +399,33 @@ def test_multi_launch_bundle_with_its_own_vocabulary(app_env, tmp_path):
         assert not at.exception
 
 
+def _global_blocks(src: Path, dst: Path, per_cta: int) -> Path:
+    """Number KV blocks globally, as split-KV kernels do: CTA c holds blocks c*per_cta ..."""
+    import pyarrow.compute as pc
+
+    tr = load(src)
+    ev = tr.events
+    it = ev["iter"]
+    shifted = pc.if_else(pc.greater_equal(it, 0), pc.add(it, pc.multiply(ev["cta"], per_cta)), it)
+    ev = ev.set_column(ev.schema.get_field_index("iter"), "iter", shifted.cast(pa.int32()))
+    return Trace(ev, tr.meta).save(dst, overwrite=True)
+
+
+def test_split_kv_block_numbers_window_by_position(app_env, tmp_path):
+    base = _global_blocks(make_bundle(tmp_path / "b0.parquet", "base", n_ctas=4, n_blocks=8, config=SHAPE),
+                          tmp_path / "gb_base.parquet", 8)
+    pp = _global_blocks(make_bundle(tmp_path / "p0.parquet", "pingpong", n_ctas=4, n_blocks=16,
+                                    config={**SHAPE, "tile_n": 64}), tmp_path / "gb_pp.parquet", 16)
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(base), str(pp)]))
+    at = run_app()
+    ca, cb = (int(s.value) & 0xFFFFFFFF for s in at.selectbox if s.label.startswith("CTA of"))
+    titles = subplot_titles(figure(at, "timeline"))
+    # default window: the first 8 positions of the shorter CTA (8 blocks), in each CTA's own numbering
+    assert f"KV blocks {8 * ca}–{8 * ca + 7} (of {8 * ca}–{8 * ca + 7})" in titles[0]
+    assert f"KV blocks {16 * cb}–{16 * cb + 7} (of {16 * cb}–{16 * cb + 15})" in titles[1]
+    assert at.slider[0].max == 15
+
+
 def test_window_without_events_in_one_trace(app_env, tmp_path, pair):
     short = make_bundle(tmp_path / "short_pp.parquet", "pingpong", n_ctas=2, n_blocks=4, config=SHAPE)
     app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(pair[0]), str(short)]))
@@ -399,7 +433,7 @@ def test_window_without_events_in_one_trace(app_env, tmp_path, pair):
     at.slider[0].set_value((10, 15)).run()
     assert not at.exception
     titles = subplot_titles(figure(at, "timeline"))
-    assert titles[1].endswith("no events in these blocks") and "KV blocks 10–15" in titles[0]
+    assert titles[1].endswith("has 4 KV block(s), none at positions 10–15") and "KV blocks 10–15" in titles[0]
 
 
 # ---- building blocks ----------------------------------------------------------------------------
