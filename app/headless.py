@@ -81,7 +81,8 @@ def _end_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
 
 
 class StreamlitServer:
-    """``streamlit run app/main.py`` on a free port (static serving on), as `fa4trace view` does."""
+    """``streamlit run app/main.py`` (through app/launch.py) on a free port, static serving on,
+    as `fa4trace view` does."""
 
     def __init__(self, bundles=(), *, env: dict | None = None, port: int | None = None, timeout: float = 60.0):
         self.port = port or free_port()
@@ -93,7 +94,7 @@ class StreamlitServer:
         self.log = tempfile.TemporaryFile()
 
     def __enter__(self) -> "StreamlitServer":
-        cmd = [sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.port", str(self.port),
+        cmd = [sys.executable, str(APP_MAIN.parent / "launch.py"), "run", str(APP_MAIN), "--server.port", str(self.port),
                "--server.address", "127.0.0.1", "--server.headless", "true",
                "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
                "--client.toolbarMode", "minimal",

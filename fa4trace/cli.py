@@ -284,7 +284,8 @@ def view(bundles, port, headless):
     for bnd in bundles:
         if not Path(bnd).is_file():
             raise Fa4traceError(f"{bnd}: no such file")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+    # app/launch.py: streamlit's own CLI, with the viewer's imports done before the first page view
+    cmd = [sys.executable, str(app.parent / "launch.py"), "run", str(app), "--server.port", str(port),
            "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
            "--client.toolbarMode", "minimal"]
     if headless:
