@@ -22,7 +22,6 @@ import math
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .bundle import Trace
 

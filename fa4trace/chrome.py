@@ -18,7 +18,6 @@ event, no per-event dict) and written straight from the Arrow buffers.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._io import write_parts
 from .perfetto import _rows, _vocab_of, layout_tracks
 
 __all__ = ["to_chrome", "ChromeStats"]
@@ -146,7 +146,7 @@ def to_chrome(trace, path_or_file, *, chunk_rows: int = CHUNK_ROWS) -> ChromeSta
             parts[i] = memoryview(parts[i])[:-2]
             break
     parts.append(b"\n]}\n")
-    written = _write(path_or_file, parts)
+    written = write_parts(path_or_file, parts)
     return ChromeStats(events=int(r.n), metadata_events=len(meta_events),
                        processes=int(np.unique(pid_of_track).size) if n_tracks else 0, threads=n_tracks,
                        bytes=written, seconds=time.perf_counter() - t_all)
@@ -163,15 +163,3 @@ def _string_bytes(arr: pa.Array) -> memoryview:
     return memoryview(data)[int(offs[0]):int(offs[-1])]
 
 
-def _write(path_or_file, parts: list) -> int:
-    total = 0
-    if isinstance(path_or_file, (str, os.PathLike)):
-        with open(path_or_file, "wb") as f:
-            for p in parts:
-                f.write(p)
-                total += len(p)
-        return total
-    for p in parts:
-        path_or_file.write(p)
-        total += len(p)
-    return total

@@ -75,6 +75,7 @@ import numpy as np
 import pyarrow as pa
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from ._io import write_parts
 from .vocab import VOCAB, Vocabulary
 
 __all__ = ["to_perfetto", "PerfettoStats", "layout_tracks", "TrackLayout"]
@@ -872,7 +873,7 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
         parts.append(memoryview(hot))
     if compress:
         parts = _compress(parts, hot_ends, compress_level, chunk_bytes, threads)
-    written = _write(path_or_file, parts)
+    written = write_parts(path_or_file, parts)
     tm["write"] = time.perf_counter() - t
 
     n_hot = int(trk.size)
@@ -949,16 +950,3 @@ def _packet_ends(buf: bytes) -> np.ndarray:
     return np.array(ends, np.int64)
 
 
-def _write(path_or_file, parts: list) -> int:
-    total = 0
-    if isinstance(path_or_file, (str, os.PathLike)):
-        with open(path_or_file, "wb") as f:
-            for p in parts:
-                f.write(p)
-                total += len(p)
-        return total
-    f = path_or_file
-    for p in parts:
-        f.write(p)
-        total += len(p)
-    return total
