@@ -257,6 +257,8 @@ class Chromium:
                 if v:
                     return v
             except CDPError as exc:
+                if str(exc).startswith("SyntaxError"):
+                    raise  # a bad expression never becomes true: fail now, not at the timeout
                 last_err = exc
             time.sleep(interval)
         raise TimeoutError(f"timed out waiting for {expression[:120]!r}" + (f" (last error: {last_err})" if last_err else ""))

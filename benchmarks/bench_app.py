@@ -14,7 +14,8 @@ Two drivers:
            page (loading, analysis, figures), cold (first run in the process) and warm (rerun).
   browser  headless Chromium on a real server (`streamlit run app/main.py`, static serving on):
            from navigation to the timeline drawn by plotly and the script finished, on a fresh
-           server (cold caches) and on a second page load (warm caches).
+           server (cold caches) and on a second page load (warm caches); then the Perfetto UI
+           tab until its trace processor has the trace (export + postMessage + wasm import).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def apptest(env: dict) -> dict:
 
 
 def browser(bundles: list[str], env: dict) -> dict:
-    from app.headless import Chromium, StreamlitServer
+    from app.headless import PERFETTO_WINDOW_JS, Chromium, StreamlitServer, perfetto_query_js
 
     out = {}
     with StreamlitServer(bundles, env=env, timeout=120) as srv:
@@ -88,6 +89,14 @@ def browser(bundles: list[str], env: dict) -> dict:
                 br.navigate(srv.url)
                 br.wait_for(RENDERED_JS, timeout=120, interval=0.05)
                 out[label] = time.perf_counter() - t
+            # the Perfetto tab: export, embed, load into the wasm trace processor (default scope)
+            br.navigate("about:blank")
+            t = time.perf_counter()
+            br.navigate(srv.url + "/?view=Perfetto%20UI")
+            br.wait_for(f"(() => {{ const w = {PERFETTO_WINDOW_JS}; "
+                        "return !!(w && w.app && w.app.trace && w.app.trace.traceInfo); })()", timeout=300, interval=0.05)
+            out["perfetto_s"] = time.perf_counter() - t
+            out["perfetto_slices"] = br.evaluate(perfetto_query_js("select count(*) as n from slice"))[0]["n"]
     return out
 
 
@@ -159,13 +168,14 @@ def main(argv=None) -> int:
     if not use_browser:
         results["browser"] = "skipped (no chromium or --no-browser)"
     print()
-    print("| case | AppTest cold | AppTest warm | browser cold | browser warm | segments sent | 1-min load |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | AppTest cold | AppTest warm | browser cold | browser warm | Perfetto tab (slices) | segments sent | 1-min load |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in ("default", "1M pair"):
         r = results[name]
         b = r.get("browser", {})
         print(f"| {name} | {r['apptest']['cold_s']:.2f} s | {r['apptest']['warm_s']:.2f} s | "
-              f"{b.get('cold_s', float('nan')):.2f} s | {b.get('warm_s', float('nan')):.2f} s | {r['apptest']['segments']:,} | "
+              f"{b.get('cold_s', float('nan')):.2f} s | {b.get('warm_s', float('nan')):.2f} s | "
+              f"{b.get('perfetto_s', float('nan')):.2f} s ({b.get('perfetto_slices', 0):,}) | {r['apptest']['segments']:,} | "
               f"{r['load_before']:.1f}–{r['load_after']:.1f} |")
     r = results["1M in one CTA"]["apptest"]
     print(f"\n1M events in one CTA, whole-CTA window: rerun {r['full_window_s']:.2f} s, {r['segments']:,} segments "
