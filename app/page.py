@@ -272,7 +272,7 @@ def grid_section(p: Picked) -> None:
     opts = grid.activity_options(names)
     c1, c2 = st.columns([1, 3])
     by = c1.radio("Rows", ["CTA", "SM"], horizontal=True, key="grid_by")
-    activity = c2.selectbox("Activity", opts, key="grid_activity")
+    activity = c2.selectbox("Activity", opts, key=f"grid_activity:{'|'.join(opts)}")  # new options, new widget
     grids = []
     for which, src, tr in traces:
         g = grid.build_grid(tr, data.per_cta_cached(src.key, tr), by=by, activity=activity,
