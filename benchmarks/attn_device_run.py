@@ -1,8 +1,13 @@
-"""One H200 session for decode attention: smoke-check every built variant, benchmark, record traces.
+"""One H200 session for decode attention: smoke-check every built variant, GPU tests,
+benchmark, a baseline build's benchmark, record traces.
 
-    source .devkit/device-env.sh && FA4TRACE_BUILD=build/attn PYTHONPATH=. \
-        python3 benchmarks/attn_device_run.py --phases smoke,bench,traces --out $OUT
+    source .devkit/device-env.sh && export PYTHONPATH=.:$PYTHONPATH FA4TRACE_BUILD=build/attn && \
+        python3 benchmarks/attn_device_run.py --phases smoke,tests,bench,baseline,traces --out $OUT
 
+Each phase runs in its own process with a time limit (a hang or crash costs that phase only)
+and the run stops starting phases past --deadline seconds. ``baseline``: the benchmark of an
+older checkout (``--baseline-dir``: its fa4trace package and its AOT build in build/) in the
+same session, for before/after numbers on the same machine.
 Everything goes to --out (<= 8 files: the trace bundles are packed into one tar).
 """
 
@@ -84,12 +89,57 @@ def traces(out, log, max_ctas=None):
     return summary
 
 
+PHASE_LIMITS = {"smoke": 60, "tests": 150, "bench": 150, "baseline": 60, "traces": 90}
+
+
+def run_phase(name, args, log):
+    """One phase in this process (called in the child)."""
+    result = {}
+    if name == "smoke":
+        rows = smoke(log)
+        result["smoke"] = rows
+        bad = [r for r in rows if r[3] != "ok"]
+        log(f"smoke: {len(rows) - len(bad)}/{len(rows)} ok")
+    elif name == "tests":
+        import subprocess
+
+        res = subprocess.run([sys.executable, "-m", "pytest", "tests/gpu/test_attention_gpu.py", "-q", "-rf",
+                              "-p", "no:cacheprovider"], capture_output=True, text=True)
+        with open(os.path.join(args.out, "pytest.log"), "w") as f:
+            f.write(res.stdout + res.stderr)
+        log("tests: " + (res.stdout.strip().splitlines() or ["(no output)"])[-1])
+        result["tests_rc"] = res.returncode
+    elif name == "bench":
+        from fa4trace.attention import bench_cli
+
+        bench_cli(args.bench_args.split() + ["--out", args.out])
+    elif name == "baseline":
+        import subprocess
+
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(args.baseline_dir)] +
+                                            [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p not in ("", ".")])
+        env["FA4TRACE_BUILD"] = os.path.join(os.path.abspath(args.baseline_dir), "build")
+        out = os.path.join(args.out, "baseline")
+        res = subprocess.run([sys.executable, os.path.join(args.baseline_dir, "benchmarks", "bench_decode.py")]
+                             + args.baseline_args.split() + ["--out", out], capture_output=True, text=True, env=env,
+                             cwd=args.baseline_dir)
+        log("baseline:\n" + res.stdout[-3000:] + res.stderr[-2000:])
+    elif name == "traces":
+        result["traces"] = traces(args.out, log, args.max_ctas)
+    return result
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phases", default="smoke,bench,traces")
+    ap.add_argument("--phases", default="smoke,tests,bench,traces")
     ap.add_argument("--out", default=os.environ.get("OUT", "artifacts/device"))
     ap.add_argument("--bench-args", default="--quick")
+    ap.add_argument("--baseline-dir", default="old")
+    ap.add_argument("--baseline-args", default="--quick --only d=128,sq=1 --kernels base,pingpong --no-trace-overhead")
     ap.add_argument("--max-ctas", type=int, default=None)
+    ap.add_argument("--deadline", type=float, default=1e9, help="start no phase after this many seconds")
+    ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)  # internal: run one phase here
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     logf = open(os.path.join(args.out, "run.log"), "a")
@@ -99,28 +149,40 @@ def main():
         logf.write(msg + "\n")
         logf.flush()
 
+    if args.phase:
+        try:
+            result = run_phase(args.phase, args, log)
+        except Exception:  # noqa: BLE001
+            log(traceback.format_exc())
+            result = {"error": traceback.format_exc()[-2000:]}
+        with open(os.path.join(args.out, f"result_{args.phase}.json"), "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        return
+
+    import subprocess
+
     from fa4trace.gpu import gpu_facts
 
     log(json.dumps(gpu_facts(0)))
+    t0 = time.time()
     result = {}
-    phases = args.phases.split(",")
-    if "smoke" in phases:
-        rows = smoke(log)
-        result["smoke"] = rows
-        bad = [r for r in rows if r[3] != "ok"]
-        log(f"smoke: {len(rows) - len(bad)}/{len(rows)} ok")
-    if "bench" in phases:
-        from fa4trace.attention import bench_cli
-
+    for name in args.phases.split(","):
+        left = args.deadline - (time.time() - t0)
+        if left < 10:
+            log(f"phase {name}: skipped (deadline)")
+            continue
+        limit = min(PHASE_LIMITS.get(name, 120), left)
+        t = time.time()
+        cmd = [sys.executable, os.path.abspath(__file__), "--phase", name] + sys.argv[1:]
         try:
-            bench_cli(args.bench_args.split() + ["--out", args.out])
-        except Exception:  # noqa: BLE001
-            log(traceback.format_exc())
-    if "traces" in phases:
-        try:
-            result["traces"] = traces(args.out, log, args.max_ctas)
-        except Exception:  # noqa: BLE001
-            log(traceback.format_exc())
+            rc = subprocess.run(cmd, timeout=limit).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        log(f"phase {name}: rc={rc} {time.time() - t:.0f} s (limit {limit:.0f})")
+        path = os.path.join(args.out, f"result_{name}.json")
+        if os.path.exists(path):
+            result[name] = json.load(open(path))
+            os.remove(path)
     with open(os.path.join(args.out, "result.json"), "w") as f:
         json.dump(result, f, indent=1, default=str)
 
