@@ -375,9 +375,39 @@ def per_cta_cached(key: str, _t: Trace) -> pa.Table:
     return analysis.per_cta(_t)
 
 
+def by_position(trace: Trace) -> Trace:
+    """The trace with each per-iteration event's ``iter`` replaced by its position in its CTA's
+    own block list (0 = the CTA's first block); other rows get -1.
+
+    Split-KV kernels number KV blocks globally (CTA c holds blocks 8c..8c+7), so
+    ``analysis.per_iteration`` on the raw trace has one CTA per block; on this view each
+    position is a median over every CTA, with the core's own definitions (incl. SOFTMAX_HIDDEN).
+    """
+    ev = trace.events
+    n = ev.num_rows
+    names = ev["name"].cast(pa.string())
+    it = ev["iter"].to_numpy().astype(np.int64)
+    m = pc.and_(pc.is_in(names, pa.array(analysis.ITER_EVENTS)), pc.greater_equal(ev["iter"], 0)).to_numpy(zero_copy_only=False)
+    pos = np.full(n, -1, np.int64)
+    if m.any():
+        grp = (ev["launch"].to_numpy().astype(np.int64) << 32) | ev["cta"].to_numpy().astype(np.int64)
+        g, i = grp[m], it[m]
+        order = np.lexsort((i, g))
+        gs, is_ = g[order], i[order]
+        new_val = np.r_[True, (gs[1:] != gs[:-1]) | (is_[1:] != is_[:-1])]
+        new_grp = np.r_[True, gs[1:] != gs[:-1]]
+        dense = np.cumsum(new_val) - 1  # distinct (cta, block) index
+        first = np.maximum.accumulate(np.where(new_grp, dense, 0))
+        rank = np.empty(order.size, np.int64)
+        rank[order] = dense - first
+        pos[np.flatnonzero(m)] = rank
+    events = ev.set_column(ev.schema.get_field_index("iter"), "iter", pa.array(pos.astype(np.int32)))
+    return Trace(events, trace.meta)
+
+
 @st.cache_resource(max_entries=32, show_spinner=False)
-def per_iteration_cached(key: str, _t: Trace) -> pa.Table:
-    return analysis.per_iteration(_t)
+def per_iteration_cached(key: str, _t: Trace, positional: bool = False) -> pa.Table:
+    return analysis.per_iteration(by_position(_t) if positional else _t)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)

@@ -33,7 +33,7 @@ def iteration_frame(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]
     return out
 
 
-def iteration_figure(tables: list[tuple[str, pa.Table]], *, uirevision: str = ""):
+def iteration_figure(tables: list[tuple[str, pa.Table]], *, uirevision: str = "", x_title: str = "KV block (iteration)"):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -61,7 +61,7 @@ def iteration_figure(tables: list[tuple[str, pa.Table]], *, uirevision: str = ""
                           row=r, col=1)
             shown.add(HIDDEN)
         fig.update_yaxes(title_text="median ns", row=r, col=1)
-    fig.update_xaxes(title_text="KV block (iteration)", row=len(tables), col=1)
+    fig.update_xaxes(title_text=x_title, row=len(tables), col=1)
     height = 300 * len(tables) + 100
     fig.update_layout(barmode="stack", bargap=0.1, height=height, uirevision=uirevision,
                       margin={"l": 10, "r": 10, "t": 70, "b": 40}, plot_bgcolor="white",

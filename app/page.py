@@ -252,16 +252,26 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
                "(both traces follow), double-click to reset, click legend entries to hide events.")
 
 
+X_POSITION = "position in the CTA (median over CTAs)"
+X_BLOCK = "KV block number (fa4trace.analysis.per_iteration)"
+
+
 def iterations_section(p: Picked) -> None:
-    tables = [(f"A: {p.trace_a.name}", data.per_iteration_cached(p.a.key, p.trace_a))]
+    mode = st.radio("x axis", [X_POSITION, X_BLOCK], horizontal=True, key="iter_x",
+                    help="Split-KV kernels number blocks globally: by number, each bar is one CTA's block; "
+                         "by position, the k-th block of every CTA. Equal when every CTA starts at block 0.")
+    positional = mode == X_POSITION
+    tables = [(f"A: {p.trace_a.name}", data.per_iteration_cached(p.a.key, p.trace_a, positional))]
     if p.trace_b is not None:
-        tables.append((f"B: {p.trace_b.name}", data.per_iteration_cached(p.b.key, p.trace_b)))
+        tables.append((f"B: {p.trace_b.name}", data.per_iteration_cached(p.b.key, p.trace_b, positional)))
     if all(t.num_rows == 0 for _, t in tables):
         st.info("These traces have no per-iteration events (LOAD_K, LOAD_V, QK, SOFTMAX, CORRECTION, PV with a KV block).")
         return
-    st.plotly_chart(iterations.iteration_figure(tables, uirevision=p.a.key + (p.b.key if p.b else "")),
+    st.plotly_chart(iterations.iteration_figure(tables, uirevision=p.a.key + (p.b.key if p.b else "") + mode,
+                                                x_title="KV block: position in its CTA" if positional else "KV block number"),
                     config=PLOTLY_CONFIG, key="iterations")
-    st.caption("Median duration of each event per KV block over all warps and CTAs (fa4trace.analysis.per_iteration). "
+    st.caption("Median duration of each event per KV block over all warps (and, by position, all CTAs), computed by "
+               "fa4trace.analysis.per_iteration. "
                "The black line is the softmax of that block hidden under the warp's own QK/PV in flight. QK and PV "
                "overlap SOFTMAX in time when they are hidden, so a stack is the work per block, not its wall time.")
 

@@ -240,6 +240,8 @@ def test_other_tabs_render(app_env, pair):
     at = run_app(view="Per iteration")
     fig = figure(at, "iterations")
     assert {t["name"] for t in fig["data"]} >= {"QK", "SOFTMAX", "PV", "softmax hidden under QK/PV"}
+    at.radio(key="iter_x").set_value(at.radio(key="iter_x").options[1]).run()
+    assert not at.exception and figure(at, "iterations")["layout"]["xaxis2"]["title"]["text"] == "KV block number"
     at = run_app(view="Grid")
     fig = figure(at, "grid")
     heat = [t for t in fig["data"] if t["type"] == "heatmap"]
@@ -424,6 +426,17 @@ def test_split_kv_block_numbers_window_by_position(app_env, tmp_path):
     assert f"KV blocks {8 * ca}–{8 * ca + 7} (of {8 * ca}–{8 * ca + 7})" in titles[0]
     assert f"KV blocks {16 * cb}–{16 * cb + 7} (of {16 * cb}–{16 * cb + 15})" in titles[1]
     assert at.slider[0].max == 15
+
+
+def test_per_iteration_by_position_undoes_global_block_numbers(tmp_path):
+    from fa4trace.analysis import per_iteration
+
+    orig = make_bundle(tmp_path / "o.parquet", "pingpong", n_ctas=4, n_blocks=6)
+    shifted = load(_global_blocks(orig, tmp_path / "g.parquet", 6))
+    assert per_iteration(shifted)["iter"].to_pylist() != per_iteration(load(orig))["iter"].to_pylist()
+    assert data.per_iteration_cached("pos-test", shifted, True).equals(per_iteration(load(orig)))
+    it = data.by_position(shifted).events["iter"].to_numpy()
+    assert it.max() == 5 and set(it[it < 0]) <= {-1}
 
 
 def test_window_without_events_in_one_trace(app_env, tmp_path, pair):
