@@ -89,7 +89,7 @@ def traces(out, log, max_ctas=None):
     return summary
 
 
-PHASE_LIMITS = {"smoke": 60, "tests": 150, "bench": 150, "baseline": 60, "traces": 90}
+PHASE_LIMITS = {"smoke": 60, "tests": 150, "bench": 150, "baseline": 90, "traces": 90}
 
 
 def run_phase(name, args, log):
@@ -121,9 +121,10 @@ def run_phase(name, args, log):
                                             [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p not in ("", ".")])
         env["FA4TRACE_BUILD"] = os.path.join(os.path.abspath(args.baseline_dir), "build")
         out = os.path.join(args.out, "baseline")
-        res = subprocess.run([sys.executable, os.path.join(args.baseline_dir, "benchmarks", "bench_decode.py")]
+        root = os.path.abspath(args.baseline_dir)
+        res = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "bench_decode.py")]
                              + args.baseline_args.split() + ["--out", out], capture_output=True, text=True, env=env,
-                             cwd=args.baseline_dir)
+                             cwd=root)
         log("baseline:\n" + res.stdout[-3000:] + res.stderr[-2000:])
     elif name == "traces":
         result["traces"] = traces(args.out, log, args.max_ctas)

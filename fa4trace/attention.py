@@ -12,14 +12,11 @@ present, otherwise from an AOT build folder (``fa4trace build``; ``$FA4TRACE_BUI
 ``./build/kernels``). Validation runs first and needs neither: a bad argument raises a
 one-line ``ValueError`` naming it.
 
-Split-KV: ``num_splits`` CTAs per (batch, kv head) stream its KV so that all SMs work. The
-KV blocks form a fixed partition into pieces: one static piece per split and, for long
-streams at d128, a pool of smaller pieces that CTAs claim when done with their own (work
-stealing: SMs stream at different rates). Every piece's partial is combined inside the same
-launch in piece order, so the result does not depend on which CTA computed what (see the
-kernel's docstring). The combine's counters are cached per device and left consistent by
-every launch (no memset between graph replays); two launches that share them must not run
-concurrently (one stream at a time).
+Split-KV: the KV of each (batch, kv head) is cut into ``num_splits`` ranges so that all SMs
+stream; partial results are combined inside the same launch (see the kernel's docstring).
+The combine's counters are cached per device and left consistent by every launch (no memset
+between graph replays); two launches that share them must not run concurrently (one stream
+at a time).
 """
 
 from __future__ import annotations
@@ -38,19 +35,9 @@ MAX_RATIO = 16
 MAX_SQ = 8
 TILE_M = 64
 WARPS_PER_CTA = 5  # 4 consumer warps (one warpgroup) + 1 producer warp
-COMBINE_UNROLL = 16  # partials per combine thread (kernel constant)
-MAX_SPLITS = 256  # CTAs per group
-MAX_PARTS = COMBINE_UNROLL * 32  # partials per group (= pieces): 32 partitions of one warp
-COUNTER_WORDS = 4  # int32 words per group: [arrival count, its base, claim counter, unused]
-# Work stealing (the pool of pieces). From the H200 traces of the static split (BENCHMARKS.md):
-# at d128 the KV stream is the bottleneck and per-SM stream rates differ by up to 40%, so
-# static ranges end up to 5 us apart; d64 is consumer-bound (the SMs finish within ~1.6 us),
-# where a piece's extra flush and partial would cost more than the balance gains.
-POOL_MIN_HEAD_DIM = 128
-POOL_FRACTION = 0.3  # at most this share of the KV blocks goes to the pool
-POOL_MIN_BLOCKS_PER_SPLIT = 6  # shorter streams keep the static split
-POOL_PIECE_BYTES = 64 << 10  # smallest pool piece (K + V): each piece costs a flush (~0.4 us)
-CLAIM_DEPTH_BYTES = 96 << 10  # a claim waits until at most this much K+V is unconsumed
+COMBINE_UNROLL = 16  # splits per combine thread (kernel constant)
+MAX_SPLITS = 256  # <= COMBINE_UNROLL * the 32 partitions one warp holds
+COUNTER_WORDS = 4  # int32 words per group: [arrival count, its value at the next launch's start, -, -]
 # Default KV tile per (head dim, schedule); the ping-pong keeps two S tiles in registers.
 DEFAULT_TILE_N = {(64, "base"): 128, (128, "base"): 128, (64, "pingpong"): 64, (128, "pingpong"): 64}
 
@@ -168,16 +155,8 @@ class Plan:
     n_splits: int
     n_comb: int  # CTAs per group that combine (the last n_comb to finish)
     comb_nc4: int  # float4 columns per combine item
-    comb_parts: int  # threads summing different pieces of one output float4
+    comb_parts: int  # threads summing different splits of one output float4
     grid: tuple  # (x, y, z)
-    n_static: int = 0  # blocks in the static pieces (claim positions [0, n_static)); 0: all
-    pool_g: int = 0  # first pool tier's piece size in blocks (0: no pool)
-    pool_tiers: int = 0  # tiers of n_splits pieces each: pool_g, pool_g/2, ..., smallest
-    claim_depth: int = 1  # a claim waits until at most this many K loads are unconsumed
-
-    def __post_init__(self):
-        if self.n_static == 0:
-            object.__setattr__(self, "n_static", self.n_blocks)
 
     @property
     def n_ctas(self) -> int:
@@ -185,33 +164,18 @@ class Plan:
 
     @property
     def n_parts(self) -> int:
-        """Pieces (= partials) per group: the static ones and the pool's."""
-        return self.n_splits * (1 + self.pool_tiers)
-
-    @property
-    def pool_blocks(self) -> int:
-        return self.n_blocks - self.n_static
-
-    def piece_range(self, p: int) -> tuple[int, int]:
-        """Claim positions [begin, end) of piece p (block = n_blocks - 1 - position); the
-        kernel's _piece_range."""
-        s = self.n_splits
-        if p < s:
-            return p * self.n_static // s, (p + 1) * self.n_static // s
-        t, i = divmod(p - s, s)
-        g = self.pool_g >> t
-        begin = self.n_static + s * (2 * self.pool_g - 2 * g) + i * g
-        return begin, begin + g
+        """Partials per group that the combine merges (one per split)."""
+        return self.n_splits
 
     def kernel_args(self, softmax_scale: float) -> tuple:
         """The kernel's scalar arguments (kernels.attention_sm90.SCALAR_ARGS order)."""
-        return (softmax_scale, self.n_splits, self.n_parts, self.n_static, self.pool_g, self.pool_tiers,
-                self.claim_depth, self.n_comb, self.comb_nc4.bit_length() - 1, self.comb_parts.bit_length() - 1)
+        return (softmax_scale, self.n_splits, self.n_comb, self.comb_nc4.bit_length() - 1,
+                self.comb_parts.bit_length() - 1)
 
     def workspace_floats(self, shape: Shape) -> tuple[int, int]:
-        if self.n_parts == 1:
+        if self.n_splits == 1:
             return 4, 4
-        n = shape.groups * self.n_parts * TILE_M
+        n = shape.groups * self.n_splits * TILE_M
         return n * shape.d, n
 
 
@@ -219,33 +183,11 @@ def _pow2_ceil(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _pool(shape: Shape, tile_n: int, n_blocks: int, s: int) -> tuple[int, int, int]:
-    """(pool_g, tiers, pool blocks) of the work-stealing pool, (0, 0, 0) for a static split.
-
-    Tiers of ``s`` pieces each, of g, g/2, ..., m blocks (m = the smallest piece, g a power of
-    two): s * (2g - m) blocks, the largest such pool within POOL_FRACTION of the stream."""
-    if s < 2 or shape.d < POOL_MIN_HEAD_DIM or n_blocks < POOL_MIN_BLOCKS_PER_SPLIT * s:
-        return 0, 0, 0
-    block_bytes = 2 * tile_n * shape.d * 2
-    m = max(1, POOL_PIECE_BYTES // block_bytes)
-    limit = POOL_FRACTION * n_blocks
-    if s * m > limit:
-        return 0, 0, 0
-    g, tiers = m, 1
-    while s * (4 * g - m) <= limit and s * (2 + tiers) <= MAX_PARTS:
-        g, tiers = 2 * g, tiers + 1
-    return g, tiers, s * (2 * g - m)
-
-
-def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[int] = None,
-                pool: Optional[bool] = None) -> Plan:
-    """How many KV splits per (batch, kv head, m-block), the pieces, and how the in-launch
-    combine is cut.
+def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[int] = None) -> Plan:
+    """How many KV splits per (batch, kv head, m-block), and how the in-launch combine is cut.
 
     Default: fill the SMs once (decode is memory-bound: every SM should stream KV) without
-    exceeding one CTA per SM, with at least one KV block per split. ``pool`` (default: on where
-    ``_pool`` finds one) adds the work-stealing pool of pieces; ``pool=False`` is the static
-    split (one piece per CTA).
+    exceeding one CTA per SM, with at least one KV block per split.
     The combine needs ``groups * (n_comb - 1) < num_sms`` (only waiting CTAs can hold SMs,
     and at least one SM must stay free for the CTAs not yet running): no deadlock even when
     the grid does not fit the GPU at once.
@@ -262,17 +204,13 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
     grid = (s, shape.m_blocks * shape.hkv, shape.b)
     if s == 1:
         return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid)
-    g, tiers, pool_blocks = _pool(shape, tile_n, n_blocks, s) if pool is not False else (0, 0, 0)
-    block_bytes = 2 * tile_n * shape.d * 2
-    depth = max(1, -(-CLAIM_DEPTH_BYTES // block_bytes))
-    n_parts = s * (1 + tiers)
     t_max = max(1, min(s, (num_sms - 1) // groups + 1))
     rows = min(TILE_M, shape.sq * shape.ratio)  # rows of the fullest m-block
-    # Combine threads: NC4 float4 columns x P partitions (<= COMBINE_UNROLL pieces each) x
-    # R rows = 128. Fewest rounds (one L2 round trip each) first, then the widest contiguous
-    # column piece per partial row (coalescing), then fewer waiting CTAs.
+    # Combine threads: NC4 float4 columns x P split partitions (<= COMBINE_UNROLL splits
+    # each) x R rows = 128. Fewest rounds (one L2 round trip each) first, then the widest
+    # contiguous column piece per split row (coalescing), then fewer waiting CTAs.
     nc4_full = shape.d // 4
-    p_min = _pow2_ceil(-(-n_parts // COMBINE_UNROLL))
+    p_min = _pow2_ceil(-(-s // COMBINE_UNROLL))
     best = None
     nc4 = 1
     while nc4 <= nc4_full:
@@ -286,17 +224,13 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
                 best = (key, t, nc4, parts)
         nc4 *= 2
     _, t, nc4, parts = best
-    return Plan(tile_n, n_blocks, s, t, nc4, parts, grid, n_blocks - pool_blocks, g, tiers, depth)
+    return Plan(tile_n, n_blocks, s, t, nc4, parts, grid)
 
 
 def trace_capacity(plan: Plan) -> int:
-    """Records per warp for one launch: 12 per KV block (consumer), 2 per piece (EPILOGUE),
-    epilogue/combine slack. A CTA's blocks: its static piece plus what it may steal (a
-    generous bound: the recorder counts, and never writes, what does not fit)."""
-    blocks = -(-plan.n_static // plan.n_splits)
-    if plan.pool_g:
-        blocks += min(plan.pool_blocks, 4 * -(-plan.pool_blocks // plan.n_splits) + 2 * plan.pool_g)
-    return 32 * (-(-(14 * blocks + 24) // 32))
+    """Records per warp for one launch: 12 per KV block (consumer) plus epilogue/combine slack."""
+    blocks = -(-plan.n_blocks // plan.n_splits)
+    return 32 * (-(-(12 * blocks + 24) // 32))
 
 
 # ----------------------------------------------------------------------------------------
@@ -363,8 +297,8 @@ _BUILD_DIRS: dict = {}
 
 def _counters(device, n: int):
     """Per-device int32 words of the in-launch combine, COUNTER_WORDS per group: an arrival
-    count, its value at the start of the next launch (kernels leave the two equal), the pool's
-    claim counter (kernels leave it at 0) and a spare word. Zero once at allocation."""
+    count and its value at the start of the next launch (every launch leaves the two equal),
+    two spare words. Zero once at allocation."""
     import torch
 
     cur = _COUNTERS.get(device)
@@ -385,16 +319,15 @@ def num_sms(device) -> int:
 # ----------------------------------------------------------------------------------------
 def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                      softmax_scale: Optional[float] = None, trace=None, return_lse: bool = False,
-                     out=None, tile_n: Optional[int] = None, build=None, pool: Optional[bool] = None):
+                     out=None, tile_n: Optional[int] = None, build=None):
     """Multi-token decode attention (see the module docstring). ``trace``: a recorder buffer
-    (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one.
-    ``pool=False``: static split-KV (no work stealing), for comparisons."""
+    (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one."""
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
                      trace=trace)
     import torch
 
     fn, tn = kernel_function(shape.d, schedule, shape.dtype, trace is not None, tile_n, build)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, pool)
+    plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=q.device)
@@ -411,8 +344,7 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
 
 def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                  cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
-                 capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None,
-                 pool: Optional[bool] = None):
+                 capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None):
     """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan)."""
     import numpy as np
     import torch
@@ -421,7 +353,7 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
     _, tn = kernel_function(shape.d, schedule, shape.dtype, True, tile_n, build)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, pool)
+    plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
                                cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas)
     buf = torch.from_numpy(spec.new_buffer().view(np.int64)).to(q.device)
@@ -432,7 +364,7 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
                      b: int = 1, sq: int = 1, dtype: str = "bf16", out_path: Optional[str] = None, *,
                      num_splits: Optional[int] = None, cta_first: int = 0, cta_stride: int = 1,
                      max_ctas: Optional[int] = None, capacity: Optional[int] = None, build=None,
-                     seed: int = 0, overwrite: bool = False, pool: Optional[bool] = None):
+                     seed: int = 0, overwrite: bool = False):
     """One traced launch on random inputs, decoded into a bundle (returns the Trace; saves it
     when ``out_path`` is given).
 
@@ -455,9 +387,9 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
     _, tn = kernel_function(d, schedule, dtype, True, None, build)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, pool)
+    plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
     cap = capacity or trace_capacity(plan)
-    kw = dict(schedule=schedule, num_splits=num_splits, build=build, pool=pool)
+    kw = dict(schedule=schedule, num_splits=num_splits, build=build)
 
     scratch = trace_buffer(q, k, v, capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
                            max_ctas=max_ctas, **kw)[0]
@@ -475,12 +407,10 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     launch = TracedLaunch(kernel="decode_attention_sm90", grid_ctas=plan.n_ctas, warps_per_cta=WARPS_PER_CTA,
                           run=run, grid=plan.grid, block=(32 * WARPS_PER_CTA, 1, 1), capacity=cap,
                           cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas,
-                          extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb, "n_parts": plan.n_parts})
+                          extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
     config = {"schedule": schedule, "head_dim": d, "d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
               "dtype": dtype, "tile_m": TILE_M, "tile_n": tn, "n_blocks": plan.n_blocks,
-              "n_splits": plan.n_splits, "n_parts": plan.n_parts, "n_static": plan.n_static,
-              "pool_g": plan.pool_g, "pool_tiers": plan.pool_tiers, "claim_depth": plan.claim_depth,
-              "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
+              "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
               "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
     trace = record([launch], kernel="decode_attention_sm90", config=config,
                    timing={"kernel_us": us_plain, "traced_us": us_traced,
@@ -592,8 +522,7 @@ def _graph_time(launch, n_sets: int, replays: int, per_graph: int):
 def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: int = 0,
                 check: bool = True, device: str = "cuda") -> list[BenchRow]:
     """Time each kernel on the same random inputs. Kernel names: ``base``, ``pingpong``,
-    ``base@n64``-style tile overrides, ``pingpong@static`` (no work-stealing pool),
-    ``pingpong+trace`` (full event set), ``cudnn``, ``flash``, ``fa4``."""
+    ``base@n64``-style tile overrides, ``pingpong+trace`` (full event set), ``cudnn``, ``flash``."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -612,26 +541,24 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
     ref = reference(*sets[0][:3])[0] if check else None
     rows = []
     for name in kernels:
-        base_name, *opts = name.split("@")
+        base_name, _, opt = name.partition("@")
         traced = base_name.endswith("+trace")
         sched = base_name.replace("+trace", "")
         extra: dict = {}
         if sched in SCHEDULES:
-            tile = next((int(o[1:]) for o in opts if o.startswith("n") and o[1:].isdigit()), None)
-            pool = False if "static" in opts else None
+            tile = int(opt[1:]) if opt.startswith("n") else None
             bufs = None
             if traced:
-                bufs = [trace_buffer(*st[:3], schedule=sched, tile_n=tile, pool=pool)[0] for st in sets[:1]]
+                bufs = [trace_buffer(*st[:3], schedule=sched, tile_n=tile)[0] for st in sets[:1]]
 
-            def launch(i, sched=sched, tile=tile, bufs=bufs, pool=pool):
+            def launch(i, sched=sched, tile=tile, bufs=bufs):
                 q, k, v, o = sets[i]
                 return decode_attention(q, k, v, schedule=sched, out=o, tile_n=tile,
-                                        trace=bufs[0] if bufs else None, pool=pool)
+                                        trace=bufs[0] if bufs else None)
 
             _, tn = kernel_function(shape.d, sched, shape.dtype, traced, tile)
-            plan = plan_splits(shape, tn, num_sms(device), pool=pool)
-            extra = {"tile_n": tn, "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb,
-                     "n_parts": plan.n_parts, "pool_blocks": plan.pool_blocks}
+            plan = plan_splits(shape, tn, num_sms(device))
+            extra = {"tile_n": tn, "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb}
         elif sched == "fa4":
             # Upstream FlashAttention-4's SM90 forward (AOT build, see fa4trace.fa4): no split-KV
             # on Hopper, so it launches b x hkv CTAs.

@@ -12,29 +12,15 @@ One CTA = one (split, m-block, kv head, batch):
   * warps 0-3 are one consumer warpgroup: they load the (tiny, non-affine) packed Q tile with
     16-byte loads into the swizzled smem tile, then S = Q K^T with wgmma from shared memory,
     online softmax in registers, O += P V with P taken from registers (wgmma RS);
-  * split-KV: the grid's x dimension gives ``n_splits`` CTAs per (batch, kv head, m-block)
-    ("group") so that every SM streams KV (decode is memory-bound, and at batch 1 there is only
-    one group per KV head).  The group's KV blocks are cut into *pieces*, a fixed partition:
-    piece s < n_splits is split s's static range; when the plan has a pool, the remaining
-    blocks form tiers of pieces (n_splits pieces of g, g/2, ..., g_min blocks), and a CTA that
-    has finished its static piece claims pool pieces from a per-group atomic counter (work
-    stealing: SMs stream at different rates, up to 40% apart on the H200, so static ranges end
-    microseconds apart).  Every piece writes its own fp32 partial O and LSE, and the
-    combine merges the pieces in piece order: which CTA computed a piece never changes the
-    result, so outputs stay bitwise reproducible (traced == untraced, replay == replay).
-    Claim positions map to blocks in reverse (block = n_blocks - 1 - c), so the global last
-    block, the only one with keys past sk, is the first block of static piece 0.
-  * the producer tells the consumers which block each K stage holds (block * 2 + last-of-piece,
-    and the piece) in a shared-memory slot written before its arrive on the stage's mbarrier; a
-    slot of -1 (a plain arrive, no bytes) ends the CTA's stream.  Before a claim the producer
-    waits until at most ``claim_depth`` K loads are unconsumed, so that claims happen late and
-    all CTAs run out of work at nearly the same time.
-  * the LSE-weighted combine runs inside the same launch: the last ``n_comb`` CTAs of a group
-    to finish (a ticket from an atomic counter) wait for the rest and combine one share each.
-    No second launch. The counter is never reset: a second word holds its value at the start
-    of the launch (the last arrival advances it by n_splits), so combiners wait for
-    count == base + n_splits and graph replays need no memset; the claim counter is reset by
-    the last (failing) claim of the launch.
+  * split-KV: the grid's x dimension splits the KV blocks of a (batch, kv head) into
+    `n_splits` contiguous ranges so that every SM streams KV (decode is memory-bound, and at
+    batch 1 there is only one (batch, kv head) pair per KV head).  Each split writes an fp32
+    partial O and its LSE; the LSE-weighted combine runs inside the same launch: the last
+    `n_comb` CTAs of a (batch, kv head, m-block) to finish (a ticket from an atomic counter)
+    wait for the rest and combine one share each.  No second launch.  The arrival counter is
+    never reset: a second word holds its value at the start of the launch (the last arrival
+    advances it by n_splits), so combiners poll the counter itself for base + n_splits (one
+    hop after the last arrival's atomic) and graph replays need no memset.
 
 Numerics: ptxas runs with --fmad=false and the hot FMAs are explicit, so the instrumented
 build rounds exactly like the plain one (outputs are bitwise equal; tested on the H200).
@@ -47,11 +33,10 @@ Schedules (compile time):
 
 Tracing: ``trace=None`` compiles every recorder call away (the uninstrumented kernel).
 Events (payload = global KV block index): producer LOAD_K(i), LOAD_V(i) (wait for a free
-stage + issue); consumer LOAD_Q (payload = m-block), WAIT_K (payload = the CTA's K-load
-ordinal: the block is known once it landed) / WAIT_V(i) (only when the block had not landed
-yet), QK(i) and PV(i) in flight (issue -> the wait that retires them), SOFTMAX(i),
-CORRECTION(i), EPILOGUE (payload = piece: one per piece the CTA computed), MARK instant when
-the split took its ticket and COMBINE (payload = ticket, i.e. the split's finishing order).
+stage + issue); consumer LOAD_Q (payload = m-block), WAIT_K(i) / WAIT_V(i) (only when the
+block had not landed yet), QK(i) and PV(i) in flight (issue -> the wait that retires them),
+SOFTMAX(i), CORRECTION(i), EPILOGUE (payload = split), MARK instant when the split took its
+ticket and COMBINE (payload = ticket, i.e. the split's finishing order).
 
 Deadlock freedom of the in-launch combine: only combiners wait, and the host keeps
 ``groups * (n_comb - 1) < SM count`` (see ``fa4trace.attention.plan_splits``), so at least
@@ -78,14 +63,13 @@ ARCH = "sm_90a"
 PTXAS_OPTIONS = "--ptxas-options=--fmad=false"
 TILE_M = 64  # one wgmma M tile: all packed query rows of a KV head (sq * ratio <= 64 per m-block)
 NUM_CONSUMER_THREADS = 128  # one warpgroup
-COMBINE_UNROLL = 16  # partials per combine thread: n_parts <= 16 * 32
+COMBINE_UNROLL = 16  # splits per combine thread: n_splits <= 16 * 32
 PRODUCER_WARP = 4
 NUM_THREADS = NUM_CONSUMER_THREADS + 32
 WARPS_PER_CTA = NUM_THREADS // 32
 SMEM_BUDGET = 227 * 1024  # sm_90 max dynamic shared memory per block
 # Runtime scalars after the tensors, in call order (fa4trace.attention.Plan.kernel_args).
-SCALAR_ARGS = ("softmax_scale", "n_splits", "n_parts", "n_static", "pool_g", "pool_tiers", "claim_depth",
-               "n_comb", "comb_nc4_log2", "comb_parts_log2")
+SCALAR_ARGS = ("softmax_scale", "n_splits", "n_comb", "comb_nc4_log2", "comb_parts_log2")
 # Named barrier ids (0 is __syncthreads).
 _BAR_CONSUMER = 1
 
@@ -138,19 +122,14 @@ class DecodeAttentionSm90:
         mV: cute.Tensor,  # (b, sk, hkv, d)
         mO: cute.Tensor,  # (b, sq, hq, d)
         mLSE: cute.Tensor,  # (b, hq, sq) fp32
-        mOpart: cute.Tensor,  # (>= groups * n_parts * 64 * d,) fp32 workspace
-        mLSEpart: cute.Tensor,  # (>= groups * n_parts * 64,) fp32 workspace
-        mCount: cute.Tensor,  # (>= 4 * groups,) int32 [count, base, claim, -] per group; zero once
+        mOpart: cute.Tensor,  # (>= groups * n_splits * 64 * d,) fp32 workspace
+        mLSEpart: cute.Tensor,  # (>= groups * n_splits * 64,) fp32 workspace
+        mCount: cute.Tensor,  # (>= 4 * groups,) int32 [count, base, -, -] per group; zero once
         softmax_scale: Float32,
-        n_splits: Int32,  # CTAs per group
-        n_parts: Int32,  # pieces (= partials) per group: n_splits * (1 + pool_tiers)
-        n_static: Int32,  # claim positions [0, n_static) are the n_splits static pieces
-        pool_g: Int32,  # first pool tier's piece size in blocks (0: no pool)
-        pool_tiers: Int32,  # pool tiers: pieces of pool_g, pool_g/2, ... (n_splits pieces each)
-        claim_depth: Int32,  # a claim waits until at most this many K loads are unconsumed
+        n_splits: Int32,
         n_comb: Int32,  # combiner CTAs per group (1..n_splits)
-        comb_nc4_log2: Int32,  # combine: log2 of the float4 columns per item
-        comb_parts_log2: Int32,  # combine: log2 of the partitions per output (nc4*parts <= 128)
+        comb_nc4_log2: Int32,  # combine: log2 of the float4 columns per item (dividing d/4)
+        comb_parts_log2: Int32,  # combine: log2 of the split partitions per output (nc4*parts <= 128)
         trace: Optional[cute.Tensor],
         stream,
     ):
@@ -192,8 +171,6 @@ class DecodeAttentionSm90:
         class SharedStorage:
             mbar_k: cute.struct.MemRange[cutlass.Int64, stages * 2]
             mbar_v: cute.struct.MemRange[cutlass.Int64, stages * 2]
-            # per K stage: [block * 2 + last-of-piece (-1: end of stream), piece]
-            kv_info: cute.struct.MemRange[Int32, stages * 2]
             ticket: cute.struct.MemRange[Int32, 4]
             # combine scratch: per-thread (max, sum, acc[4]) partials of the cross-warp merge
             comb_acc: cute.struct.Align[cute.struct.MemRange[Float32, NUM_CONSUMER_THREADS * 6], 16]
@@ -213,8 +190,7 @@ class DecodeAttentionSm90:
             mQ, tma_k, tma_v, mO, mLSE, mOpart, mLSEpart, mCount,
             tma_atom_k, tma_atom_v, tiled_mma_qk, tiled_mma_pv,
             sQ_layout, sK_layout, sV_layout,
-            softmax_scale, scale_log2, n_splits, n_parts, n_static, pool_g, pool_tiers, claim_depth,
-            n_comb, comb_nc4_log2, comb_parts_log2, trace,
+            softmax_scale, scale_log2, n_splits, n_comb, comb_nc4_log2, comb_parts_log2, trace,
         ).launch(
             grid=[n_splits, m_blocks * hkv, b],
             block=[NUM_THREADS, 1, 1],
@@ -247,11 +223,6 @@ class DecodeAttentionSm90:
         softmax_scale: Float32,
         scale_log2: Float32,
         n_splits: Int32,
-        n_parts: Int32,
-        n_static: Int32,
-        pool_g: Int32,
-        pool_tiers: Int32,
-        claim_depth: Int32,
         n_comb: Int32,
         comb_nc4_log2: Int32,
         comb_parts_log2: Int32,
@@ -293,26 +264,27 @@ class DecodeAttentionSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        info = storage.kv_info.get_tensor(cute.make_layout(self.num_stages * 2))
 
+        # This split's KV blocks [n_begin, n_end): contiguous, sizes differ by at most one.
         n_blocks = (sk + tile_n - 1) // tile_n
+        n_begin = split_idx * n_blocks // n_splits
+        n_end = (split_idx + 1) * n_blocks // n_splits
+        count = n_end - n_begin  # >= 1: the host keeps n_splits <= n_blocks
 
         if warp_idx == PRODUCER_WARP:
-            self.produce(trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v, info,
-                         mCount.iterator + 4 * group + 2, claim_depth, n_splits, n_static, pool_g,
-                         pool_tiers, n_blocks, b_idx, h_idx, split_idx)
+            self.produce(trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
+                         b_idx, h_idx, n_begin, count)
         if warp_idx < PRODUCER_WARP:
-            self.consume(trace, mQ, sQ, sK, sV, info, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+            self.consume(trace, mQ, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
                          tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale,
                          scale_log2, b_idx, h_idx, m_block, group, ratio, rows_total, sk,
-                         split_idx, n_splits, n_parts, n_comb, comb_nc4_log2, comb_parts_log2, n_blocks)
+                         split_idx, n_splits, n_comb, comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks)
 
     # ---- producer warp ------------------------------------------------------------------
     @cute.jit
-    def produce(self, trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v, info,
-                claim_ptr, claim_depth, n_splits, n_static, pool_g, pool_tiers, n_blocks, b_idx, h_idx,
-                split_idx):
-        """Warp 4: TMA loads of this CTA's pieces (its static one, then claimed pool pieces)."""
+    def produce(self, trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
+                b_idx, h_idx, n_begin, count):
+        """Warp 4: TMA loads of this split's K and V blocks, as fast as stages free up."""
         tile_n, d = self.tile_n, self.d
         rec = Recorder.start(trace, role=ROLE.PRODUCER)
         gK = cute.local_tile(tma_k[None, None, h_idx, b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
@@ -323,92 +295,37 @@ class DecodeAttentionSm90:
                                            cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        n_pool = n_splits * pool_tiers
 
-        # Q is loaded by the consumers themselves, so nothing delays the KV stream: every stage
-        # is in flight right after launch. The static piece has >= 1 block (host-checked).
-        piece = Int32(split_idx)
-        c, c_end = _piece_range(piece, n_splits, n_static, pool_g)
-        blk = n_blocks - 1 - c
-        rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, info, blk,
-                                   blk * 2 + cutlass.select_(c + 1 == c_end, Int32(1), Int32(0)), piece)
-        c = c + 1
-        if const_expr(self.schedule == "base"):
-            rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, blk)
-        # Ping-pong: K0 K1 V0 | K2 V1 | ... | end V(last).  Base: K0 V0 | K1 V1 | ... | end.
-        prev = blk
-        valid = Boolean(True)
-        while valid:
-            if c == c_end:  # this piece is issued: claim the next one from the pool
-                piece = Int32(-1)
-                if n_pool > 0:
-                    r = self.claim(pipe_k, k_state, claim_ptr, claim_depth, n_pool + n_splits)
-                    if r < n_pool:
-                        piece = n_splits + r
-                        c, c_end = _piece_range(piece, n_splits, n_static, pool_g)
-            valid = piece >= 0
-            blk = n_blocks - 1 - c
-            if valid:
-                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, info, blk,
-                                           blk * 2 + cutlass.select_(c + 1 == c_end, Int32(1), Int32(0)), piece)
-                c = c + 1
-            else:
-                k_state = self.end_stream(pipe_k, k_state, info)
-            if const_expr(self.schedule == "pingpong"):
-                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, prev)
-            else:
-                if valid:
-                    rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, blk)
-            prev = blk
+        # Q is loaded by the consumers themselves (below), so nothing delays the KV stream:
+        # every stage is in flight right after launch.
+        rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
+        if const_expr(self.schedule == "pingpong"):
+            if count > 1:
+                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
+        rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
+
+        if const_expr(self.schedule == "pingpong"):
+            # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
+            for j in cutlass.range(2, count, unroll=1):
+                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
+                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
+            if count > 1:
+                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
+        else:
+            for j in cutlass.range(1, count, unroll=1):
+                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
+                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j)
         rec.finish()
 
     @cute.jit
-    def claim(self, pipe_k, k_state, claim_ptr, claim_depth, n_claims):
-        """Wait until at most ``claim_depth`` K loads are unconsumed, then take the next pool
-        index (>= n_pool: the pool is empty). Every producer ends with exactly one failing
-        claim, so the launch makes ``n_claims`` = n_pool + n_splits of them: the last one
-        resets the counter for the next launch (graph replays need no memset)."""
-        stages = self.num_stages
-        # The producer state ``stages - depth`` loads ahead waits for the release of the load
-        # ``depth`` back: nothing issued since uses that stage, so its phase is the right one.
-        idx = k_state.index + stages - cutlass.min(claim_depth, stages)
-        ph = k_state.phase
-        if idx >= stages:
-            idx = idx - stages
-            ph = ph ^ 1
-        pipe_k.sync_object_empty.wait(idx, ph)
-        r = Int32(0)
-        if cute.arch.lane_idx() == 0:
-            r = cute.arch.atomic_add(claim_ptr.llvm_ptr, Int32(1), sem="relaxed", scope="gpu")
-            if r == n_claims - 1:
-                cute.arch.store(claim_ptr.llvm_ptr, Int32(0), sem="relaxed", scope="gpu")
-        return cute.arch.shuffle_sync(r, 0)
-
-    @cute.jit
-    def load_k(self, rec: Recorder, pipe_k, state, atom, tKgK, tKsK, info, n_block, code, piece):
+    def load_k(self, rec: Recorder, pipe_k, state, atom, tKgK, tKsK, n_block):
         rec.begin(EV.LOAD_K, n_block)
-        pipe_k.sync_object_empty.wait(state.index, state.phase)
-        with cute.arch.elect_one():
-            # The stage's block and piece, published by the same arrive that arms the barrier.
-            info[2 * state.index] = code
-            info[2 * state.index + 1] = piece
-            cute.arch.mbarrier_arrive_and_expect_tx(pipe_k.producer_get_barrier(state), self.k_bytes)
+        pipe_k.producer_acquire(state)
         cute.copy(atom, tKgK[None, n_block], tKsK[None, state.index],
                   tma_bar_ptr=pipe_k.producer_get_barrier(state))
         state.advance()
         rec.end(EV.LOAD_K, n_block)
         return rec, state
-
-    @cute.jit
-    def end_stream(self, pipe_k, state, info):
-        """The next K stage says 'no more blocks': slot -1 and a plain arrive (no bytes)."""
-        pipe_k.sync_object_empty.wait(state.index, state.phase)
-        with cute.arch.elect_one():
-            info[2 * state.index] = Int32(-1)
-            info[2 * state.index + 1] = Int32(-1)
-            cute.arch.mbarrier_arrive(pipe_k.producer_get_barrier(state))
-        state.advance()
-        return state
 
     @cute.jit
     def load_v(self, rec: Recorder, pipe_v, state, atom, tVgV, tVsV, n_block):
@@ -458,10 +375,10 @@ class DecodeAttentionSm90:
 
     # ---- consumer warpgroup ---------------------------------------------------------------
     @cute.jit
-    def consume(self, trace, mQ, sQ, sK, sV, info, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+    def consume(self, trace, mQ, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
                 tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale, scale_log2,
-                b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_parts,
-                n_comb, comb_nc4_log2, comb_parts_log2, n_blocks):
+                b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_comb,
+                comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks):
         d, tile_n = self.d, self.tile_n
         rec = Recorder.start(trace, role=ROLE.CONSUMER)
         # The arrival counter's value at the start of this launch, read long before this split
@@ -484,7 +401,6 @@ class DecodeAttentionSm90:
         acc_S0 = cute.make_rmem_tensor(s_shape, Float32)
         # Column of every S element (for the masked last block) and row of every O element.
         tScS = _acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((TILE_M, tile_n))))
-        tOcO = _acc_mn_view(thr_pv.partition_C(cute.make_identity_tensor((TILE_M, d))))
         row_max = cute.make_rmem_tensor((2,), Float32)
         row_sum = cute.make_rmem_tensor((2,), Float32)
         row_max.fill(-Float32.inf)
@@ -497,67 +413,59 @@ class DecodeAttentionSm90:
 
         ctx = _Ctx(tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max,
                    row_sum, scale_log2, n_blocks, last_valid, pipe_k, pipe_v)
-        ctx.info, ctx.tOcO, ctx.mOpart, ctx.mLSEpart = info, tOcO, mOpart, mLSEpart
-        ctx.softmax_scale, ctx.part_base, ctx.m_block, ctx.rows_total = (
-            softmax_scale, group * n_parts, m_block, rows_total)
-
-        # The first block is the first of this split's static piece (block n_blocks - 1 for
-        # split 0: the only step that may need the mask).
-        rec, cur, cur_piece = self.peek(rec, ctx, k_state)
         if const_expr(self.schedule == "base"):
-            rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state, cur >> 1, True)
-            rec, nxt, nxt_piece = self.peek(rec, ctx, k_state)
-            while nxt >= 0:
-                if (cur & 1) == 1:  # cur ended its piece and another follows
-                    rec = self.flush_partial(rec, ctx, cur_piece)
-                cur = nxt
-                cur_piece = nxt_piece
-                rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state, cur >> 1, False)
-                rec, nxt, nxt_piece = self.peek(rec, ctx, k_state)
+            for j in cutlass.range(count - 1, unroll=1):
+                rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state, n_begin + j, False)
+            # The split's last block is the only one that can hold keys past sk.
+            rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state,
+                                                   n_begin + count - 1, True)
         else:
             acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
-            ctx.lse_old = cute.make_rmem_tensor((2,), Float32)
-            ctx.inv_old = cute.make_rmem_tensor((2,), Float32)
-            # Prologue: QK(first) issued and waited; the mask (first block only) applied here.
-            rec = self.issue_qk(rec, ctx, acc_S0, k_state, cur >> 1)
+            # Prologue: QK(first) issued and waited.
+            rec = self.issue_qk(rec, ctx, acc_S0, k_state, n_begin)
             warpgroup.wait_group(0)
-            rec, k_state = self.retire_qk(rec, ctx, k_state, cur >> 1)
-            self.mask_last_block(ctx, acc_S0, cur >> 1)
-            rec, nxt, nxt_piece = self.peek(rec, ctx, k_state)
-            # Step j works on S[j % 2] and issues QK(j+1) into the other buffer; the loop is
+            rec, k_state = self.retire_qk(rec, ctx, k_state, n_begin)
+            # Step j works on S[j % 2] and issues QK(j+1) into the other buffer.  The loop is
             # unrolled by two so that both buffers stay in registers (no dynamic indexing).
-            # Every QK issued is consumed by a later step (the last block's step issues none):
-            # ptxas serializes all wgmmas of a kernel where a wgmma result goes unread.
-            pv_blk = Int32(-1)  # the block whose PV is in flight (-1: none)
-            pv_piece = cur_piece
-            in_s1 = Boolean(False)  # after the loop: the last block's S is in acc_S1
-            while nxt >= 0:
-                rec, k_state, v_state = self.pingpong_step(
-                    rec, ctx, acc_S0, acc_S1, k_state, v_state, cur, nxt, pv_blk, pv_piece,
-                    pv_piece != cur_piece)
-                pv_blk, pv_piece, cur, cur_piece = cur >> 1, cur_piece, nxt, nxt_piece
-                rec, nxt, nxt_piece = self.peek(rec, ctx, k_state)
-                if nxt >= 0:
-                    rec, k_state, v_state = self.pingpong_step(
-                        rec, ctx, acc_S1, acc_S0, k_state, v_state, cur, nxt, pv_blk, pv_piece,
-                        pv_piece != cur_piece)
-                    pv_blk, pv_piece, cur, cur_piece = cur >> 1, cur_piece, nxt, nxt_piece
-                    rec, nxt, nxt_piece = self.peek(rec, ctx, k_state)
-                else:
-                    in_s1 = Boolean(True)
-            if in_s1:
-                rec, v_state = self.pingpong_last(rec, ctx, acc_S1, v_state, cur, pv_blk, pv_piece,
-                                                  pv_piece != cur_piece)
+            if count == 1:
+                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, n_begin,
+                                                           False, False)
             else:
-                rec, v_state = self.pingpong_last(rec, ctx, acc_S0, v_state, cur, pv_blk, pv_piece,
-                                                  pv_piece != cur_piece)
+                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, n_begin,
+                                                           True, False)
+                for jj in cutlass.range((count - 2) // 2, unroll=1):
+                    j = n_begin + 1 + 2 * jj
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state, j,
+                                                               True, True)
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, j + 1,
+                                                               True, True)
+                if (count - 2) % 2 == 1:
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
+                                                               n_begin + count - 2, True, True)
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state,
+                                                               n_begin + count - 1, False, True)
+                else:
+                    rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
+                                                               n_begin + count - 1, False, True)
+            warpgroup.wait_group(0)
+            rec.end(EV.PV, n_begin + count - 1)
+            pipe_v.consumer_release(v_state)
+            v_state.advance()
 
         # Finish the row sums across the 4 threads of a row (quad), then normalize.
-        rec.begin(EV.EPILOGUE, cur_piece)
-        lse, inv = self.row_stats(ctx)
-        if n_parts == 1:
-            acc_O_mn = _acc_mn_view(acc_O)
-            lane4 = cute.arch.lane_idx() % 4
+        rec.begin(EV.EPILOGUE, split_idx)
+        for r in cutlass.range_constexpr(2):
+            row_sum[r] = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
+        lse = cute.make_rmem_tensor((2,), Float32)
+        inv = cute.make_rmem_tensor((2,), Float32)
+        for r in cutlass.range_constexpr(2):
+            s = row_sum[r]
+            inv[r] = 1.0 / s
+            lse[r] = cute.math.fma(row_max[r], softmax_scale, cute.math.log(s, fastmath=True))
+        acc_O_mn = _acc_mn_view(acc_O)
+        tOcO = _acc_mn_view(thr_pv.partition_C(cute.make_identity_tensor((TILE_M, d))))
+        lane4 = cute.arch.lane_idx() % 4
+        if n_splits == 1:
             for r in cutlass.range_constexpr(2):
                 row = tOcO[r, 0][0]
                 m = m_block * TILE_M + row
@@ -569,93 +477,43 @@ class DecodeAttentionSm90:
                         gO[tOcO[r, c][1]] = (acc_O_mn[r, c] * inv[r]).to(self.dtype)
                     if lane4 == 0:
                         mLSE[b_idx, qh, tok] = lse[r]
-            rec = _end(rec, EV.EPILOGUE, cur_piece)
+            rec = _end(rec, EV.EPILOGUE, split_idx)
         else:
-            self.store_partial(ctx, cur_piece, lse, inv)
-            rec = _end(rec, EV.EPILOGUE, cur_piece)
+            base = group * n_splits + split_idx
+            for r in cutlass.range_constexpr(2):
+                row = tOcO[r, 0][0]
+                m = m_block * TILE_M + row
+                if m < rows_total:
+                    off = (base * TILE_M + row) * d
+                    for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+                        mOpart[off + tOcO[r, c][1]] = acc_O_mn[r, c] * inv[r]
+                    if lane4 == 0:
+                        mLSEpart[base * TILE_M + row] = lse[r]
+            rec = _end(rec, EV.EPILOGUE, split_idx)
             rec = self.combine(rec, storage, tidx, base0, mO, mLSE, mOpart, mLSEpart, mCount, b_idx, h_idx,
-                               m_block, group, ratio, rows_total, n_splits, n_parts, n_comb,
+                               m_block, group, ratio, rows_total, n_splits, n_splits, n_comb,
                                comb_nc4_log2, comb_parts_log2)
         rec.finish()
 
-    # ---- per-piece results --------------------------------------------------------------------
-    @cute.jit
-    def row_stats(self, ctx):
-        """(lse, 1/sum) of this thread's two rows: quad-reduced sums, natural-log LSE."""
-        lse = cute.make_rmem_tensor((2,), Float32)
-        inv = cute.make_rmem_tensor((2,), Float32)
-        for r in cutlass.range_constexpr(2):
-            s = cute.arch.warp_reduction_sum(ctx.row_sum[r], threads_in_group=4)
-            inv[r] = 1.0 / s
-            lse[r] = cute.math.fma(ctx.row_max[r], ctx.softmax_scale, cute.math.log(s, fastmath=True))
-        return lse, inv
-
-    @cute.jit
-    def row_stats_into(self, ctx, lse, inv):
-        for r in cutlass.range_constexpr(2):
-            s = cute.arch.warp_reduction_sum(ctx.row_sum[r], threads_in_group=4)
-            inv[r] = 1.0 / s
-            lse[r] = cute.math.fma(ctx.row_max[r], ctx.softmax_scale, cute.math.log(s, fastmath=True))
-
-    @cute.jit
-    def store_partial(self, ctx, piece, lse, inv):
-        """Normalized fp32 O rows and their LSE into the piece's slot of the workspace."""
-        d = self.d
-        acc_O_mn = _acc_mn_view(ctx.acc_O)
-        lane4 = cute.arch.lane_idx() % 4
-        base = ctx.part_base + piece
-        for r in cutlass.range_constexpr(2):
-            row = ctx.tOcO[r, 0][0]
-            m = ctx.m_block * TILE_M + row
-            if m < ctx.rows_total:
-                off = (base * TILE_M + row) * d
-                for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
-                    ctx.mOpart[off + ctx.tOcO[r, c][1]] = acc_O_mn[r, c] * inv[r]
-                if lane4 == 0:
-                    ctx.mLSEpart[base * TILE_M + row] = lse[r]
-
-    @cute.jit
-    def flush_partial(self, rec: Recorder, ctx, piece):
-        """A piece ended and this CTA goes on with another: write its partial, restart O."""
-        rec.begin(EV.EPILOGUE, piece)
-        lse, inv = self.row_stats(ctx)
-        self.store_partial(ctx, piece, lse, inv)
-        ctx.acc_O.fill(0.0)
-        ctx.row_max.fill(-Float32.inf)
-        ctx.row_sum.fill(0.0)
-        rec.end(EV.EPILOGUE, piece)
-        return rec
-
     # ---- mainloop pieces --------------------------------------------------------------------
     @cute.jit
-    def peek(self, rec: Recorder, ctx, k_state):
-        """Wait for the next K stage and read which block it holds: (block * 2 + last, piece),
-        or (-1, -1) at the end of this CTA's stream (that stage is never released)."""
+    def issue_qk(self, rec: Recorder, ctx, acc_S, k_state, n_block):
+        # WAIT_K is recorded only when K(n_block) has not landed yet: when the stream keeps
+        # ahead (the usual case) the check costs no events.
         ready = ctx.pipe_k.consumer_try_wait(k_state)
         if not ready:
-            rec = _begin(rec, EV.WAIT_K, k_state.count)
+            rec = _begin(rec, EV.WAIT_K, n_block)
         ctx.pipe_k.consumer_wait(k_state, ready)  # waits only if not ready
         if not ready:
-            rec = _end(rec, EV.WAIT_K, k_state.count)
-        code = ctx.info[2 * k_state.index]
-        piece = ctx.info[2 * k_state.index + 1]
-        return rec, code, piece
-
-    @cute.jit
-    def issue_qk(self, rec: Recorder, ctx, acc_S, k_state, n_block):
-        """S = Q K(n_block)^T on the tensor core (the stage has landed: see peek)."""
+            rec = _end(rec, EV.WAIT_K, n_block)
         rec.begin(EV.QK, n_block)
-        self.issue_qk_mma(ctx, acc_S, k_state)
-        return rec
-
-    @cute.jit
-    def issue_qk_mma(self, ctx, acc_S, k_state):
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_qk.op)
         for kk in cutlass.range_constexpr(cute.size(ctx.tSrQ, mode=[2])):
             atom.set(warpgroup.Field.ACCUMULATE, kk != 0)
             cute.gemm(atom, acc_S, ctx.tSrQ[None, None, kk], ctx.tSrK[None, None, kk, k_state.index], acc_S)
         warpgroup.commit_group()
+        return rec
 
     @cute.jit
     def retire_qk(self, rec: Recorder, ctx, k_state, n_block):
@@ -684,26 +542,25 @@ class DecodeAttentionSm90:
         return rec
 
     @cute.jit
-    def softmax(self, rec: Recorder, ctx, acc_S, n_block, may_mask: cutlass.Constexpr, reset=None):
+    def softmax(self, rec: Recorder, ctx, acc_S, n_block, may_mask: cutlass.Constexpr):
         """Online softmax of one S block in place (S -> exp), returns the O correction factors.
 
-        ``may_mask``: this is the CTA's first block, which may be the global last one (claim
-        position 0 of static piece 0).  Only there are keys past sk (TMA zero-filled them);
-        masking nowhere else keeps the per-column compares out of the mainloop (hoisted, they
-        would pin registers for the whole loop); the ping-pong masks right after its first QK.
-        ``reset`` (ping-pong, dynamic): this block starts a new piece: the running max restarts
-        at -inf, so the correction factor is 0.
+        ``may_mask``: this is the split's last block, which may be the global last one.  Only
+        there are keys past sk (TMA zero-filled them); masking nowhere else keeps the per-column
+        compares out of the mainloop (hoisted, they would pin registers for the whole loop).
         """
         rec.begin(EV.SOFTMAX, n_block)
         s_mn = _acc_mn_view(acc_S)
         ncol = cute.size(s_mn, mode=[1])
         if const_expr(may_mask):
-            self.mask_last_block(ctx, acc_S, n_block)
+            if n_block == ctx.n_blocks - 1:
+                for r in cutlass.range_constexpr(2):
+                    for c in cutlass.range_constexpr(ncol):
+                        if ctx.tScS[r, c][1] >= ctx.last_valid:
+                            s_mn[r, c] = -Float32.inf
         corr = cute.make_rmem_tensor((2,), Float32)
         for r in cutlass.range_constexpr(2):
             m_old = ctx.row_max[r]
-            if const_expr(reset is not None):
-                m_old = cutlass.select_(reset, -Float32.inf, m_old)
             m = m_old
             for c in cutlass.range_constexpr(ncol):
                 m = cute.arch.fmax(m, s_mn[r, c])
@@ -718,7 +575,7 @@ class DecodeAttentionSm90:
                 p = cute.math.exp2(cute.math.fma(s_mn[r, c], ctx.scale_log2, neg_m_scaled), fastmath=True)
                 s_mn[r, c] = p
                 rs = rs + p
-            # Per-thread partial sums; the quad reduction happens once per piece (row_stats).
+            # Per-thread partial sums; the quad reduction happens once, in the epilogue.
             ctx.row_sum[r] = cute.math.fma(ctx.row_sum[r], corr[r], rs)
         rec.end(EV.SOFTMAX, n_block)
         return rec, corr
@@ -736,12 +593,11 @@ class DecodeAttentionSm90:
         return rec
 
     @cute.jit
-    def base_step(self, rec: Recorder, ctx, acc_S, k_state, v_state, n_block, may_mask: cutlass.Constexpr):
-        """QK -> wait -> softmax -> rescale O -> PV -> wait (K(n_block) has landed: peek)."""
+    def base_step(self, rec: Recorder, ctx, acc_S, k_state, v_state, n_block, is_last: cutlass.Constexpr):
         rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
         warpgroup.wait_group(0)
         rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
-        rec, corr = self.softmax(rec, ctx, acc_S, n_block, may_mask)
+        rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last)
         rec = self.correct_and_convert(rec, ctx, acc_S, corr, n_block)
         rec = self.issue_pv(rec, ctx, v_state, n_block)
         warpgroup.wait_group(0)
@@ -751,70 +607,27 @@ class DecodeAttentionSm90:
         return rec, k_state, v_state
 
     @cute.jit
-    def pingpong_step(self, rec: Recorder, ctx, acc_cur, acc_nxt, k_state, v_state, cur, nxt, pv_blk,
-                      pv_piece, new_piece):
-        """QK(cur) is done (in acc_cur), K(nxt) has landed (peek); PV(pv_blk) may still run.
-
-        Issues QK(nxt) into acc_nxt, runs softmax(cur) while it computes, then PV(cur).
-        ``new_piece``: cur starts a new piece, so the previous one (piece pv_piece, whose last
-        PV is in flight) is flushed once that PV is done, and softmax(cur) starts from a fresh
-        max (its correction factor 0 clears O). The flush only reads O, after the wait: O
-        rewritten in a branch would make ptxas serialize the wgmmas."""
-        n_block = cur >> 1
-        rec = self.issue_qk(rec, ctx, acc_nxt, k_state, nxt >> 1)
-        rec, corr = self.softmax_piece(rec, ctx, acc_cur, n_block, new_piece)
-        # O and P are operands of PV(pv_blk): wait for it (older than QK(nxt)) first.
-        warpgroup.wait_group(1)
-        rec, v_state = self.retire_pv_flush(rec, ctx, v_state, pv_blk, pv_piece, new_piece)
-        rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block)
-        rec = self.issue_pv(rec, ctx, v_state, n_block)
-        warpgroup.wait_group(1)  # QK(nxt) is older than PV(cur): it is done now
-        rec, k_state = self.retire_qk(rec, ctx, k_state, nxt >> 1)
-        return rec, k_state, v_state
-
-    @cute.jit
-    def pingpong_last(self, rec: Recorder, ctx, acc_cur, v_state, cur, pv_blk, pv_piece, new_piece):
-        """The stream's last block (it ends its piece): softmax, PV, and wait for everything."""
-        n_block = cur >> 1
-        rec, corr = self.softmax_piece(rec, ctx, acc_cur, n_block, new_piece)
-        warpgroup.wait_group(0)
-        rec, v_state = self.retire_pv_flush(rec, ctx, v_state, pv_blk, pv_piece, new_piece)
-        rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block)
-        rec = self.issue_pv(rec, ctx, v_state, n_block)
-        warpgroup.wait_group(0)
-        rec.end(EV.PV, n_block)
-        ctx.pipe_v.consumer_release(v_state)
-        v_state.advance()
-        return rec, v_state
-
-    @cute.jit
-    def softmax_piece(self, rec: Recorder, ctx, acc_cur, n_block, new_piece):
-        if new_piece:  # the finished piece's row statistics, before softmax replaces them
-            self.row_stats_into(ctx, ctx.lse_old, ctx.inv_old)
-        return self.softmax(rec, ctx, acc_cur, n_block, False, new_piece)
-
-    @cute.jit
-    def retire_pv_flush(self, rec: Recorder, ctx, v_state, pv_blk, pv_piece, new_piece):
-        """After the wait that covers PV(pv_blk): free its V stage; flush its piece if it ended."""
-        if pv_blk >= 0:
-            rec = _end(rec, EV.PV, pv_blk)
+    def pingpong_step(self, rec: Recorder, ctx, acc_cur, acc_nxt, k_state, v_state, n_block,
+                      has_next: cutlass.Constexpr, has_prev_pv: cutlass.Constexpr):
+        """QK(n_block) is done (in acc_cur); PV(n_block-1) may still run (has_prev_pv)."""
+        if const_expr(has_next):
+            rec = self.issue_qk(rec, ctx, acc_nxt, k_state, n_block + 1)
+        rec, corr = self.softmax(rec, ctx, acc_cur, n_block, not has_next)
+        # O and P are operands of PV(n_block-1): wait for it (the oldest pending group) first.
+        if const_expr(has_next):
+            warpgroup.wait_group(1)
+        else:
+            warpgroup.wait_group(0)
+        if const_expr(has_prev_pv):
+            rec.end(EV.PV, n_block - 1)
             ctx.pipe_v.consumer_release(v_state)
-            v_state = _advanced(v_state)
-        if new_piece:
-            rec = _begin(rec, EV.EPILOGUE, pv_piece)
-            self.store_partial(ctx, pv_piece, ctx.lse_old, ctx.inv_old)
-            rec = _end(rec, EV.EPILOGUE, pv_piece)
-        return rec, v_state
-
-    @cute.jit
-    def mask_last_block(self, ctx, acc_S, n_block):
-        """Keys past sk (TMA zero-filled them) -> -inf, in the global last block only."""
-        s_mn = _acc_mn_view(acc_S)
-        if n_block == ctx.n_blocks - 1:
-            for r in cutlass.range_constexpr(2):
-                for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                    if ctx.tScS[r, c][1] >= ctx.last_valid:
-                        s_mn[r, c] = -Float32.inf
+            v_state.advance()
+        rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block)
+        rec = self.issue_pv(rec, ctx, v_state, n_block)
+        if const_expr(has_next):
+            warpgroup.wait_group(1)  # QK(n_block+1) is older than PV(n_block): it is done now
+            rec, k_state = self.retire_qk(rec, ctx, k_state, n_block + 1)
+        return rec, k_state, v_state
 
     # ---- split-KV combine inside the launch ---------------------------------------------
     @cute.jit
@@ -828,10 +641,11 @@ class DecodeAttentionSm90:
         as the next launch's base; combiners wait until count reaches base + n_splits (one hop
         after the last arrival's atomic, and nothing to undo afterwards).
 
+        ``n_parts``: partials per group (one per split).
         Work item = (R rows, NC4 float4 columns). Thread t = ((r * P) + p) * NC4 + c4: row r,
-        partition p (pieces p, p+P, ...: at most COMBINE_UNROLL of them), column c4; NC4, P and
-        the row count per item are powers of two (shifts, computed before the wait).
-        Consecutive lanes read consecutive 16-byte pieces of one piece's row (coalesced); all
+        partition p (partials p, p+P, ...: at most COMBINE_UNROLL of them), column c4; NC4, P
+        and the row count per item are powers of two (shifts, computed before the wait).
+        Consecutive lanes read consecutive 16-byte pieces of one partial's row (coalesced); all
         loads of an item are issued before any is used (one L2 round trip; indices past the end
         are clamped and weighted zero, not branched on). Each partition keeps (max, sum,
         acc[4]) and the partitions merge log-sum-exp style: a shuffle butterfly inside the warp,
@@ -928,29 +742,6 @@ class DecodeAttentionSm90:
 
 
 @cute.jit
-def _piece_range(p: Int32, n_splits: Int32, n_static: Int32, pool_g: Int32):
-    """Claim positions [begin, end) of piece p (see the module docstring): p < n_splits is a
-    static piece (sizes differ by at most one); pool tier t = (p - n_splits) // n_splits holds
-    n_splits pieces of pool_g >> t blocks, after the tiers before it."""
-    begin = p * n_static // n_splits
-    end = (p + 1) * n_static // n_splits
-    if p >= n_splits:
-        q = p - n_splits
-        t = q // n_splits
-        i = q - t * n_splits
-        g = pool_g >> t
-        begin = n_static + n_splits * (2 * pool_g - 2 * g) + i * g
-        end = begin + g
-    return begin, end
-
-
-def _advanced(state):
-    """``state.advance()`` as an expression (for dynamic ifs, like ``_begin``)."""
-    state.advance()
-    return state
-
-
-@cute.jit
 def _lse_merge(st: cute.Tensor, o: cute.Tensor):
     """st <- st (+) o for (max, sum, acc0..3) partials of one softmax (log-sum-exp merge)."""
     mx = cute.arch.fmax(st[0], o[0])
@@ -1015,14 +806,6 @@ class _Ctx:
         self.scale_log2, self.n_blocks, self.last_valid = scale_log2, n_blocks, last_valid
         self.pipe_k, self.pipe_v = pipe_k, pipe_v
 
-    # Dynamic ifs/loops carry every name their body touches; the context holds no loop-carried
-    # values (only views and values defined before the mainloop), so it passes through as is.
-    def __extract_mlir_values__(self):
-        return []
-
-    def __new_from_mlir_values__(self, values):
-        return self
-
 
 def _acc_mn_view(acc: cute.Tensor) -> cute.Tensor:
     """wgmma accumulator ((2, 2, N/8), 1, 1) viewed as (rows=2, cols=N/4) per thread.
@@ -1076,7 +859,7 @@ def fake_arguments(head_dim: int, dtype: str, traced: bool):
     count = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
     trace = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16) if traced else None
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    scalars = (Float32(1.0),) + tuple(Int32(1) for _ in range(9))
+    scalars = (Float32(1.0), Int32(1), Int32(1), Int32(1), Int32(1))
     return (q, k, v, o, lse, o_part, lse_part, count, *scalars, trace, stream)
 
 

@@ -109,8 +109,8 @@ def test_explicit_splits_are_clamped_to_the_blocks():
 
 def _simulate_combine(shape, plan):
     """The kernel's combine work split (thread t = ((r * P) + p) * NC4 + c4; items = (row
-    block, column chunk) striped over combiners; partition p sums pieces p + i*P for
-    i < COMBINE_UNROLL), replayed in Python: which pieces each output element sums."""
+    block, column chunk) striped over combiners; partition p sums splits p + i*P for
+    i < COMBINE_UNROLL), replayed in Python: which splits each output element sums."""
     covered = {}
     rows_total = shape.sq * shape.ratio
     nc4, parts = plan.comb_nc4, plan.comb_parts
@@ -133,7 +133,7 @@ def _simulate_combine(shape, plan):
                     col = (cc * nc4 + c4) * 4
                     for i in range(A.COMBINE_UNROLL):
                         s = p + i * parts
-                        if s < plan.n_parts:
+                        if s < plan.n_splits:
                             for j in range(4):
                                 covered.setdefault((m_block, row, col + j), []).append(s)
     return covered
@@ -150,102 +150,22 @@ def test_combine_covers_every_output_once_with_every_split(shape):
         if plan.n_splits == 1:
             continue
         assert plan.comb_nc4 * plan.comb_parts <= 128 and (shape.d // 4) % plan.comb_nc4 == 0
-        assert plan.n_parts <= A.COMBINE_UNROLL * plan.comb_parts
+        assert plan.n_splits <= A.COMBINE_UNROLL * plan.comb_parts
         cov = _simulate_combine(shape, plan)
         rows_total = shape.sq * shape.ratio
         want = {(mb, r, c) for mb in range(shape.m_blocks) for r in range(min(64, rows_total - 64 * mb))
                 for c in range(shape.d)}
         assert set(cov) == want
         for key, ss in cov.items():
-            assert sorted(ss) == list(range(plan.n_parts)), key
+            assert sorted(ss) == list(range(plan.n_splits)), key
 
 
-POOL_SHAPES = [A.Shape(b, sq, hq, hkv, sk, d, "bf16") for d in (64, 128)
-               for (b, sq, hq, hkv, sk) in ((1, 1, 16, 1, 131072), (8, 1, 16, 1, 131072), (32, 1, 16, 2, 131072),
-                                            (8, 1, 16, 2, 32768), (1, 4, 16, 2, 131072), (1, 1, 16, 1, 65537),
-                                            (2, 4, 16, 2, 65537), (1, 1, 16, 1, 4096), (4, 1, 32, 4, 65537))]
-
-
-@pytest.mark.parametrize("tile_n", [64, 128])
-@pytest.mark.parametrize("splits", [None, 2, 17, 200])
-def test_pieces_partition_the_blocks(tile_n, splits):
-    """Static pieces (one per split, never empty) and pool tiers cover every KV block exactly
-    once; claim position 0 (the global last block, the only masked one) opens piece 0."""
-    for s in POOL_SHAPES:
-        p = A.plan_splits(s, tile_n, 132, splits)
-        covered = []
-        for piece in range(p.n_parts):
-            b, e = p.piece_range(piece)
-            assert e > b, (s, p, piece)
-            covered += range(b, e)
-        assert sorted(covered) == list(range(p.n_blocks)), (s, p)
-        assert p.piece_range(0)[0] == 0
-        assert p.n_parts <= A.MAX_PARTS and p.n_parts == p.n_splits * (1 + p.pool_tiers)
-        if p.pool_g:
-            assert s.d >= A.POOL_MIN_HEAD_DIM and p.pool_blocks <= A.POOL_FRACTION * p.n_blocks
-            assert p.pool_g & (p.pool_g - 1) == 0 and p.pool_g >> (p.pool_tiers - 1) >= 1
-            assert p.n_static >= A.POOL_MIN_BLOCKS_PER_SPLIT * p.n_splits * (1 - A.POOL_FRACTION) - 1e-9
-        else:
-            assert p.n_static == p.n_blocks and p.n_parts == p.n_splits
-        assert A.plan_splits(s, tile_n, 132, splits, pool=False).n_parts == p.n_splits
+def test_kernel_args_follow_the_plan():
+    for s in SHAPES[::7]:
+        p = A.plan_splits(s, 64, 132)
         args = p.kernel_args(0.5)
-        assert len(args) == 10 and args[2] == p.n_parts and 1 << args[8] == p.comb_nc4 and 1 << args[9] == p.comb_parts
-
-
-def test_pool_is_on_where_the_stream_bounds_the_time():
-    """The headline shape gets a pool (d128, 2048 blocks over 132 splits); d64 and short
-    streams keep the static split."""
-    p = A.plan_splits(A.Shape(1, 1, 16, 1, 131072, 128, "bf16"), 64, 132)
-    assert (p.n_splits, p.pool_g, p.pool_tiers, p.pool_blocks, p.n_parts) == (132, 2, 1, 264, 264)
-    assert p.claim_depth == 3  # 96 KB of 32 KB blocks
-    assert A.plan_splits(A.Shape(1, 1, 16, 1, 131072, 64, "bf16"), 64, 132).pool_g == 0
-    assert A.plan_splits(A.Shape(1, 1, 16, 1, 32768, 128, "bf16"), 64, 132).pool_g == 0
-
-
-def _simulate_claims(plan, rng, ctas_at_once):
-    """The producers' claim protocol in Python, with CTAs finishing their pieces in random
-    order (and, past ``ctas_at_once``, starting only when one ends): every piece is computed by
-    exactly one CTA, every producer makes exactly one failing claim, the counter ends at 0."""
-    counter = [0]
-    n_pool = plan.n_splits * plan.pool_tiers
-    done = {}
-    pending = list(range(plan.n_splits))
-    running = {c: c for c in pending[:ctas_at_once]}  # cta -> piece it works on
-    queue = pending[ctas_at_once:]
-    failures = 0
-    while running:
-        cta = rng.choice(sorted(running))
-        done.setdefault(running[cta], []).append(cta)
-        if n_pool == 0:
-            r = None
-        else:
-            r = counter[0]
-            counter[0] += 1
-            if r == n_pool + plan.n_splits - 1:
-                counter[0] = 0
-        if r is not None and r < n_pool:
-            running[cta] = plan.n_splits + r
-        else:
-            failures += r is not None
-            del running[cta]
-            if queue:
-                nxt = queue.pop(0)
-                running[nxt] = nxt
-    assert sorted(done) == list(range(plan.n_parts))
-    assert all(len(v) == 1 for v in done.values())
-    assert counter[0] == 0
-    assert failures == (plan.n_splits if n_pool else 0)
-
-
-@pytest.mark.parametrize("splits", [None, 17, 200])
-def test_claim_protocol_covers_every_piece_once(splits):
-    import random
-
-    rng = random.Random(1)
-    for s in POOL_SHAPES:
-        plan = A.plan_splits(s, 64, 132, splits)
-        for at_once in (plan.n_splits, 132, 5):
-            _simulate_claims(plan, rng, min(at_once, plan.n_splits))
+        assert args[:3] == (0.5, p.n_splits, p.n_comb)
+        assert (1 << args[3], 1 << args[4]) == (p.comb_nc4, p.comb_parts)
 
 
 def test_trace_capacity_holds_a_split():

@@ -33,11 +33,11 @@ def _inputs(b, sq, hq, hkv, sk, d, dtype):
     return q, k, v
 
 
-def _check(b, sq, hq, hkv, sk, d, schedule, splits, dtype="bf16", scale=None, pool=None):
+def _check(b, sq, hq, hkv, sk, d, schedule, splits, dtype="bf16", scale=None):
     q, k, v = _inputs(b, sq, hq, hkv, sk, d, dtype)
     out = torch.full_like(q, float("nan"))
     o, lse = A.decode_attention(q, k, v, schedule=schedule, num_splits=splits, softmax_scale=scale,
-                                out=out, return_lse=True, pool=pool)
+                                out=out, return_lse=True)
     torch.cuda.synchronize()
     ref_o, ref_lse = A.reference(q, k, v, scale)
     assert not torch.isnan(o).any(), "NaN in output (unwritten elements or overflow)"
@@ -86,35 +86,10 @@ def test_every_split_count_for_one_shape(schedule):
         _check(1, 1, 16, 1, 8192, 128, schedule, splits)
 
 
-# Shapes whose default plan has a work-stealing pool (d128, >= 6 KV blocks per split), and
-# 200 splits: more CTAs than SMs, so late CTAs may find the pool empty.
-POOL_CASES = [
-    (1, 1, 16, 1, 131072, None),
-    (1, 1, 16, 1, 65537, None),
-    (2, 4, 16, 2, 65537, 17),
-    (1, 8, 16, 1, 65537, None),  # two m-blocks
-    (1, 6, 28, 2, 40000, None),  # ratio 14
-    (8, 1, 16, 2, 32768, None),
-    (1, 1, 16, 1, 131072, 200),
-]
-
-
 @pytest.mark.parametrize("schedule", ["base", "pingpong"])
-@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: "b{}sq{}h{}:{}sk{}s{}".format(*c))
-def test_pool_matches_fp32_reference(schedule, case):
-    b, sq, hq, hkv, sk, splits = case
-    shape = A.Shape(b, sq, hq, hkv, sk, 128, "bf16")
-    _, tn = A.kernel_function(128, schedule, "bf16", False)
-    if A.plan_splits(shape, tn, A.num_sms(0), splits).pool_g == 0:
-        pytest.skip(f"no pool at tile {tn} (too few KV blocks per split)")
-    _check(b, sq, hq, hkv, sk, 128, schedule, splits)
-    _check(b, sq, hq, hkv, sk, 128, schedule, splits, pool=False)
-
-
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
-def test_pool_results_do_not_depend_on_which_cta_took_a_piece(schedule):
-    """Work stealing hands pieces to whichever CTA asks first; the partials are merged in
-    piece order, so repeated launches give the same bits."""
+def test_repeated_launches_give_the_same_bits(schedule):
+    """Splits finish (and take combine tickets) in a different order every launch; the
+    combine merges the partials in split order, so the bits do not change."""
     q, k, v = _inputs(1, 1, 16, 1, 131072, 128, "bf16")
     outs = [A.decode_attention(q, k, v, schedule=schedule, return_lse=True) for _ in range(8)]
     torch.cuda.synchronize()
@@ -144,8 +119,8 @@ def test_tracing_does_not_change_the_output(schedule, d, sk):
 
 
 def test_graph_replay_leaves_counters_usable():
-    """The in-launch combine leaves its counters consistent (arrival count = next base, claim
-    counter 0): 20 replays of a launch with a pool give the same result as one launch."""
+    """The in-launch combine leaves its counters consistent (arrival count = the next launch's
+    base): 20 replays give the same result as one launch."""
     q, k, v = _inputs(1, 1, 16, 1, 131072, 128, "bf16")
     o = torch.empty_like(q)
     A.decode_attention(q, k, v, out=o)
@@ -160,4 +135,4 @@ def test_graph_replay_leaves_counters_usable():
     assert torch.equal(o, first)
     words = A._counters(q.device, A.COUNTER_WORDS).view(-1, A.COUNTER_WORDS)[:64].cpu()
     assert torch.equal(words[:, 0], words[:, 1])  # arrival count == base of the next launch
-    assert int(words[:, 2].abs().sum()) == 0  # claim counters are back to zero
+    assert int(words[0, 0]) > 0  # the counter advanced (it is never reset)
