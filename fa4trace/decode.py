@@ -155,20 +155,21 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
                else f"unknown event id {ev[r]}")
         raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: {why} (word 0x{int(rec[r]):016x})")
 
+    # ---- anchor pairs (Recorder.anchor): clock64 then globaltimer low words ----------------
+    is_anc = ev == L.ANCHOR_EVENT_ID
+    anc_gt = is_anc & (payload == L.ANCHOR_GLOBALTIMER)
+    anc_clk = is_anc & (payload == L.ANCHOR_CLOCK)
+    if is_anc.any():
+        _check_anchor_pairs(anc_clk, anc_gt, is_anc, owner, pos, counts, dropped, idx, spec, tb)
+
     # ---- unwrap 32-bit times against the warp's 64-bit start anchor ----------------------
     anchor0 = clk0 if tb == L.TIMEBASE_CLOCK64 else gt0
     anchor1 = clk1 if tb == L.TIMEBASE_CLOCK64 else gt1
-    prev = np.empty(total, np.int64)
-    if total:
-        prev[1:] = lo[:-1]
-        starts = first[counts > 0]
-        prev[starts] = anchor0[counts > 0] & 0xFFFFFFFF
-    step = (lo - prev) & 0xFFFFFFFF
-    csum = np.cumsum(step)
-    nz = counts > 0
-    seg_base = np.repeat(csum[first[nz]] - step[first[nz]], counts[nz])
-    full = np.repeat(anchor0, counts) + (csum - seg_base)
-    late = full > np.repeat(anchor1, counts)
+    full = np.empty(total, np.int64)
+    timer = ~anc_gt  # records on the warp's own timer (globaltimer anchor words are not)
+    full[timer] = _unwrap(lo[timer], owner[timer], n_w, anchor0)
+    full[anc_gt] = _unwrap(lo[anc_gt], owner[anc_gt], n_w, gt0)
+    late = np.where(anc_gt, full > np.repeat(gt1, counts), full > np.repeat(anchor1, counts))
     if late.any():
         r = int(np.flatnonzero(late)[0])
         raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: time lies after the warp finished (foreign bytes or a wrapped timer)")
@@ -177,6 +178,8 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
     if tb == L.TIMEBASE_CLOCK64:
         ratio, borrowed = _ns_per_cycle(gt0, gt1, clk0, clk1, sm)
         ns_abs = np.repeat(gt0, counts) + np.rint((full - np.repeat(clk0, counts)) * np.repeat(ratio, counts)).astype(np.int64)
+        if anc_clk.any():
+            _interpolate_between_anchors(ns_abs, full, owner, anc_clk, anc_gt, gt0, gt1, clk0, clk1)
     else:
         ratio, borrowed = np.full(n_w, np.nan), np.zeros(n_w, bool)
         ns_abs = full
@@ -185,7 +188,7 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
 
     # ---- pair begin/end by (warp, event, payload), in record order -----------------------
     key = (owner.astype(np.int64) << 28) | (ev << 20) | payload
-    is_b, is_e, is_i = kind == L.KIND_BEGIN, kind == L.KIND_END, kind == L.KIND_INSTANT
+    is_b, is_e, is_i = kind == L.KIND_BEGIN, kind == L.KIND_END, (kind == L.KIND_INSTANT) & ~is_anc
     bi, ei = np.flatnonzero(is_b), np.flatnonzero(is_e)
     bi = bi[np.argsort(key[bi], kind="stable")]
     ei = ei[np.argsort(key[ei], kind="stable")]
@@ -262,6 +265,7 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
         "dropped": int(dropped.sum()),
         "overflowed_warps": int((dropped > 0).sum()),
         "truncated_spans": int(truncated),
+        "anchors": int(anc_gt.sum()),
         "borrowed_clock_ratio_warps": int(borrowed.sum()),
         "clock_ghz_median": float(np.median(1.0 / ratio[valid])) if valid.any() else None,
         "span_ns": int(gt1.max() - t0),
@@ -279,6 +283,70 @@ def _as_words(buffer) -> np.ndarray:
     if arr.dtype.itemsize != 8 or arr.dtype.kind not in "iu":
         raise TraceFormatError(f"trace buffer must hold 64-bit integers, got {arr.dtype}")
     return arr.reshape(-1).view(np.uint64)
+
+
+def _unwrap(lo, owner, n_w, anchor0):
+    """Full 64-bit times from 32-bit low words, per warp, against its 64-bit start anchor.
+
+    Records of a warp come in time order, so each step is the low-word difference mod 2**32
+    (correct while consecutive records are < 2**32 ticks apart: ~2.2 s of clock64).
+    """
+    counts = np.bincount(owner, minlength=n_w) if owner.size else np.zeros(n_w, np.int64)
+    if lo.size == 0:
+        return np.zeros(0, np.int64)
+    first = np.cumsum(counts) - counts
+    nz = counts > 0
+    prev = np.empty(lo.size, np.int64)
+    prev[1:] = lo[:-1]
+    prev[first[nz]] = anchor0[nz] & 0xFFFFFFFF
+    step = (lo - prev) & 0xFFFFFFFF
+    csum = np.cumsum(step)
+    seg_base = np.repeat(csum[first[nz]] - step[first[nz]], counts[nz])
+    return np.repeat(anchor0, counts) + (csum - seg_base)
+
+
+def _check_anchor_pairs(anc_clk, anc_gt, is_anc, owner, pos, counts, dropped, idx, spec, tb):
+    """Anchor records come as (clock, globaltimer) pairs, back to back in one warp."""
+    bad = None
+    if tb != L.TIMEBASE_CLOCK64:
+        bad = int(np.flatnonzero(is_anc)[0]), "anchor record in a globaltimer-timebase warp"
+    elif (is_anc & ~(anc_clk | anc_gt)).any():
+        bad = int(np.flatnonzero(is_anc & ~(anc_clk | anc_gt))[0]), "anchor record with an unknown payload"
+    else:
+        c = np.flatnonzero(anc_clk)
+        nxt = np.minimum(c + 1, anc_gt.size - 1)
+        ok = (c + 1 < anc_gt.size) & anc_gt[nxt] & (owner[nxt] == owner[c])
+        # The last kept record of an overflowed warp may be a clock anchor whose partner was dropped.
+        cut = (pos[c] == counts[owner[c]] - 1) & (dropped[owner[c]] > 0)
+        if not (ok | cut).all():
+            bad = int(c[~(ok | cut)][0]), "clock anchor without its globaltimer partner"
+        else:
+            g = np.flatnonzero(anc_gt)
+            prv = np.maximum(g - 1, 0)
+            if not (anc_clk[prv] & (g > 0) & (owner[prv] == owner[g])).all():
+                bad = int(g[~(anc_clk[prv] & (g > 0))][0]), "globaltimer anchor without its clock partner"
+    if bad is not None:
+        r, why = bad
+        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: {why}")
+
+
+def _interpolate_between_anchors(ns_abs, full, owner, anc_clk, anc_gt, gt0, gt1, clk0, clk1):
+    """Piecewise-linear cycles -> ns through (start, anchors..., finish) for warps with anchors."""
+    c = np.flatnonzero(anc_clk)
+    g = c + 1
+    keep = g < anc_gt.size
+    c, g = c[keep], g[keep]
+    keep = anc_gt[g]
+    c, g = c[keep], g[keep]
+    for w in np.unique(owner[c]):
+        mine = owner[c] == w
+        # Relative to the start anchors: absolute globaltimer ns (~1.8e18) would lose ~256 ns
+        # of precision as float64.
+        kc = (np.concatenate([[clk0[w]], full[c[mine]], [clk1[w]]]) - clk0[w]).astype(np.float64)
+        kg = (np.concatenate([[gt0[w]], full[g[mine]], [gt1[w]]]) - gt0[w]).astype(np.float64)
+        recs = np.flatnonzero((owner == w) & ~anc_gt)
+        rel = np.interp((full[recs] - clk0[w]).astype(np.float64), kc, kg)
+        ns_abs[recs] = gt0[w] + np.rint(rel).astype(np.int64)
 
 
 def _ns_per_cycle(gt0, gt1, clk0, clk1, sm):

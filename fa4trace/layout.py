@@ -58,6 +58,13 @@ PAYLOAD_SHIFT, PAYLOAD_BITS = 44, 20
 PAYLOAD_NONE = (1 << PAYLOAD_BITS) - 1  # decodes to iter = -1
 PAYLOAD_MAX = PAYLOAD_NONE - 1
 
+# Anchor records (Recorder.anchor): a pair of instants with this event id, payload
+# ANCHOR_CLOCK carrying %clock64's low word, then payload ANCHOR_GLOBALTIMER carrying
+# %globaltimer's low word, read together at a timer edge. The decoder turns them into
+# interpolation knots and drops them from the events.
+ANCHOR_EVENT_ID = 255
+ANCHOR_CLOCK, ANCHOR_GLOBALTIMER = 0, 1
+
 TIMEBASE_CLOCK64 = 0  # per-event %clock64 (0.5 ns at 1.98 GHz), anchored per warp
 TIMEBASE_GLOBALTIMER = 1  # per-event %globaltimer (the IKET way: 32 ns ticks on H200)
 TIMEBASE_NAMES = {TIMEBASE_CLOCK64: "clock64", TIMEBASE_GLOBALTIMER: "globaltimer"}

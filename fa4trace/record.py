@@ -98,7 +98,7 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
     launch = TracedLaunch(
         kernel=f"calibration_{timebase}", grid_ctas=n_ctas, warps_per_cta=warps,
         run=lambda tr: fn(truth, ticks, tr, n_ctas, samples, n_ticks, spin),
-        grid=(n_ctas, 1, 1), block=(32 * warps, 1, 1), capacity=samples + 8, extra={"how": how})
+        grid=(n_ctas, 1, 1), block=(32 * warps, 1, 1), capacity=2 * samples + 8, extra={"how": how})
     trace = record([launch], kernel=f"calibration_{timebase}",
                    config={"timebase": timebase, "n_ctas": n_ctas, "samples": samples, "spin_cycles": spin})
     checks = calibration_checks(trace, truth.cpu().numpy().reshape(n_warps, samples, 2),

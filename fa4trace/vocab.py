@@ -72,6 +72,7 @@ _EVENTS = [
     EventSpec("MARK", 12, "", False, "#636363", "generic instant / span"),
     EventSpec("CALIB", 13, "calibration", False, "#fd8d3c", "calibration sample"),
     EventSpec("BENCH", 14, "bench", False, "#bdbdbd", "microbenchmark marker"),
+    EventSpec("ANCHOR", 255, "", False, "#000000", "clock/globaltimer anchor pair (decoder-internal, never a row)"),
 ]
 
 

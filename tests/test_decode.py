@@ -175,3 +175,49 @@ def test_bytes_input_and_layout_round_trip():
 def test_pack_record_matches_vectorized_packer():
     for t, ev, k, p in [(0, 1, 0, None), (2**32 - 1, 255, 2, 5), (123, 7, 1, L.PAYLOAD_MAX)]:
         assert L.pack_record(t, ev, k, p) == int(pack_records([t], [ev], [k], [-1 if p is None else p])[0])
+
+
+def _two_speed_warp(with_anchor: bool, attempted=None, cap_cut=False):
+    """A warp whose SM clock runs 2 cycles/ns for 5 µs, then 1 cycle/ns for 5 µs."""
+    clk0, g0 = 1_000_000, GT0
+    mid_c, mid_g = clk0 + 10_000, g0 + 5_000  # after 10k cycles = 5 µs
+    end_c, end_g = mid_c + 5_000, mid_g + 5_000
+    ev = [(I, EV.MARK, 0, clk0 + 4_000), (I, EV.MARK, 1, mid_c + 2_000)]
+    kinds, evs, pays, ts = [e[0] for e in ev], [e[1] for e in ev], [e[2] for e in ev], [e[3] for e in ev]
+    if with_anchor:
+        kinds[1:1] = [I, I]
+        evs[1:1] = [L.ANCHOR_EVENT_ID, L.ANCHOR_EVENT_ID]
+        pays[1:1] = [L.ANCHOR_CLOCK, L.ANCHOR_GLOBALTIMER]
+        ts[1:1] = [mid_c, mid_g]
+    return WarpEvents(0, 0, 1, ROLE.CONSUMER, clk0, end_c, g0, end_g, np.array(kinds), np.array(evs),
+                      np.array(pays), np.array(ts, np.int64), attempted=attempted)
+
+
+def test_anchors_make_cycles_to_ns_piecewise():
+    spec = L.BufferSpec(1, 1, 8)
+    d = decode_buffer(write_buffer(spec, [_two_speed_warp(True)]))
+    marks = [x for x in rows(d.table) if x["name"] == "MARK"]
+    assert [m["start_ns"] for m in marks] == [2_000, 7_000]  # exact on both sides of the change
+    assert all(x["name"] != "ANCHOR" for x in rows(d.table)) and d.summary["anchors"] == 1
+    plain = decode_buffer(write_buffer(spec, [_two_speed_warp(False)]))
+    got = [x["start_ns"] for x in rows(plain.table) if x["name"] == "MARK"]
+    assert got != [2_000, 7_000]  # one ratio for the whole warp cannot follow the change
+
+
+def test_broken_anchor_pair_is_a_format_error():
+    spec = L.BufferSpec(1, 1, 8)
+    w = _two_speed_warp(True)
+    w.payload[2] = 5  # the globaltimer half gets an unknown payload
+    with pytest.raises(TraceFormatError, match="record 2: anchor record with an unknown payload"):
+        decode_buffer(write_buffer(spec, [w]))
+    w = _two_speed_warp(True)
+    w.event[2] = EV.MARK  # the globaltimer half is gone
+    with pytest.raises(TraceFormatError, match="record 1: clock anchor without its globaltimer partner"):
+        decode_buffer(write_buffer(spec, [w]))
+
+
+def test_anchor_cut_by_overflow_is_tolerated():
+    spec = L.BufferSpec(1, 1, 2)  # keeps MARK 0 and the clock half of the anchor
+    d = decode_buffer(write_buffer(spec, [_two_speed_warp(True, attempted=4)]))
+    assert d.summary["overflowed_warps"] == 1 and d.summary["dropped"] == 2
+    assert [x["name"] for x in rows(d.table)] == ["WARP", "MARK"]

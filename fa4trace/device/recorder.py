@@ -130,6 +130,21 @@ class Recorder:
     def instant(self, event: int, payload=None):
         self._record(event, L.KIND_INSTANT, payload)
 
+    def anchor(self):
+        """Tie %clock64 to %globaltimer again, now (clock64 timebase; no-op otherwise).
+
+        Cycles become ns between a warp's anchors by linear interpolation, which assumes a
+        constant SM clock. The H200's clock drifts by up to ~0.25% across warps, which over a
+        100 µs warp moves mid-life events by a tick (32 ns) or more. Long-lived warps that need
+        tick accuracy call this now and then (it spins ≤ one tick to catch the timer's edge);
+        the decoder then interpolates piecewise between anchors. Two records, not events.
+        """
+        if const_expr(self.trace is not None and self.timebase == L.TIMEBASE_CLOCK64):
+            gt, clk = _edge_anchor()
+            tag = L.record_tag(L.ANCHOR_EVENT_ID, L.KIND_INSTANT)
+            self._stage(tag, Int32(L.ANCHOR_CLOCK), Int32(clk))
+            self._stage(tag, Int32(L.ANCHOR_GLOBALTIMER), Int32(gt))
+
     def _record(self, event: int, kind: int, payload):
         if const_expr(self.trace is not None):
             tag = L.record_tag(int(event), kind)
@@ -139,18 +154,21 @@ class Recorder:
             else:
                 self._emit(tag, Int32(payload))
 
+    def _emit(self, tag: int, payload: Int32):
+        if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
+            t = Int32(cute.arch.globaltimer_lo())
+        else:
+            t = Int32(cute.arch.clock64())
+        self._stage(tag, payload, t)
+
     @cute.jit
-    def _emit(self, tag: cutlass.Constexpr, payload: Int32):
+    def _stage(self, tag: cutlass.Constexpr, payload: Int32, t: Int32):
         header, cap, lane = self._inv
         pos, base, st_lo, st_hi = self._state
         # Per event the SASS is about: CS2R.32 (timer, often predicated straight into the
         # staging register), ISETP (is this lane the stager), a predicated move of the high
         # word, the pos add, and a compare + branch for the flush. Keeping pos (0..31) apart
         # from base avoids the masks and extra induction variables a single cursor costs.
-        if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
-            t = Int32(cute.arch.globaltimer_lo())
-        else:
-            t = Int32(cute.arch.clock64())
         hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
         records = header + L.WARP_HEADER_WORDS
         if const_expr(self.staged):
