@@ -19,7 +19,7 @@ from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Int64, const_expr
+from cutlass import Int32, Int64
 
 from fa4trace import layout as L
 from fa4trace.device import Recorder
