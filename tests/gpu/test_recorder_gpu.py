@@ -31,10 +31,9 @@ def test_calibration_timers_agree(timebase, kernels_available, tmp_path):
         assert checks["tick_ns"] and checks["tick_ns"] > 0
     # Every sample's decoded time lies within one globaltimer tick of the globaltimer reads
     # taken just before and just after it: cycles->ns per warp is right, and so is the rebase.
-    # Seen on the H200 (2026-11-29): 1056/1056 warps, and once (first launch on a cold GPU)
-    # 1055/1056 with one sample 2 ns beyond the tick. Allow that much, no more.
-    assert checks["warps_within_one_tick"] >= checks["warps"] - 2, checks
-    assert checks["outside_ns_max"] <= 4, checks
+    # (Without Recorder.anchor() in the calibration kernel this failed on the H200 in 2 of 4
+    # runs: up to a third of the warps a tick off mid-life, as the SM clock drifts.)
+    assert checks["warps_within_one_tick"] == checks["warps"], checks
     assert abs(checks["err_vs_bracket_mid_ns_median"]) <= checks["tick_ns"] / 2, checks
     assert trace.meta["total_dropped"] == 0
     p = trace.save(tmp_path / f"cal_{timebase}.parquet")
