@@ -298,43 +298,34 @@ class DecodeAttentionSm90:
 
         # Q is loaded by the consumers themselves (below), so nothing delays the KV stream:
         # every stage is in flight right after launch.
-        rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
+        rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
         if const_expr(self.schedule == "pingpong"):
             if count > 1:
-                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
-        rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
+                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
+        rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
 
         if const_expr(self.schedule == "pingpong"):
             # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
             for j in cutlass.range(2, count, unroll=1):
-                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
-                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
+                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
+                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
             if count > 1:
-                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
+                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
         else:
             for j in cutlass.range(1, count, unroll=1):
-                rec, k_state = self.load_k(rec, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
-                rec, v_state = self.load_v(rec, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j)
+                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
+                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j)
         rec.finish()
 
     @cute.jit
-    def load_k(self, rec: Recorder, pipe_k, state, atom, tKgK, tKsK, n_block):
-        rec.begin(EV.LOAD_K, n_block)
-        pipe_k.producer_acquire(state)
-        cute.copy(atom, tKgK[None, n_block], tKsK[None, state.index],
-                  tma_bar_ptr=pipe_k.producer_get_barrier(state))
+    def load_kv(self, rec: Recorder, event: cutlass.Constexpr, pipe, state, atom, gsrc, sdst, n_block):
+        """Producer: wait for a free K or V stage, then issue its TMA load (event LOAD_K/LOAD_V)."""
+        rec.begin(event, n_block)
+        pipe.producer_acquire(state)
+        cute.copy(atom, gsrc[None, n_block], sdst[None, state.index],
+                  tma_bar_ptr=pipe.producer_get_barrier(state))
         state.advance()
-        rec.end(EV.LOAD_K, n_block)
-        return rec, state
-
-    @cute.jit
-    def load_v(self, rec: Recorder, pipe_v, state, atom, tVgV, tVsV, n_block):
-        rec.begin(EV.LOAD_V, n_block)
-        pipe_v.producer_acquire(state)
-        cute.copy(atom, tVgV[None, n_block], tVsV[None, state.index],
-                  tma_bar_ptr=pipe_v.producer_get_barrier(state))
-        state.advance()
-        rec.end(EV.LOAD_V, n_block)
+        rec.end(event, n_block)
         return rec, state
 
     @cute.jit
