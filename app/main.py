@@ -76,18 +76,10 @@ if picked.trace_b is not None:
 page.header(picked, start.notes, start.errors)
 page.metrics_section(picked)
 tabs = st.tabs(["Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info"], key="view", bind="query-params")
-if tabs[0].open:
-    with tabs[0]:
-        page.timeline_section(picked, sel, budget)
-if tabs[1].open:
-    with tabs[1]:
-        page.iterations_section(picked)
-if tabs[2].open:
-    with tabs[2]:
-        page.grid_section(picked)
-if tabs[3].open:
-    with tabs[3]:
-        page.perfetto_section(picked, sel, static_error)
-if tabs[4].open:
-    with tabs[4]:
-        page.info_section(picked)
+sections = (lambda: page.timeline_section(picked, sel, budget), lambda: page.iterations_section(picked),
+            lambda: page.grid_section(picked), lambda: page.perfetto_section(picked, sel, static_error),
+            lambda: page.info_section(picked))
+for tab, draw in zip(tabs, sections):
+    if tab.open:  # only the open tab renders: the others cost nothing until picked
+        with tab:
+            draw()
