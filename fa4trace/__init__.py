@@ -10,6 +10,17 @@ __version__ = "0.1.0"
 
 from .errors import DeviceUnavailable, Fa4traceError, TraceFormatError  # noqa: E402
 from .vocab import EV, ROLE, VOCAB, Vocabulary  # noqa: E402
+from .bundle import Trace, load  # noqa: E402
 
 __all__ = ["__version__", "EV", "ROLE", "VOCAB", "Vocabulary", "Fa4traceError", "TraceFormatError",
-           "DeviceUnavailable"]
+           "DeviceUnavailable", "Trace", "load", "decode_attention"]
+
+
+def __getattr__(name):
+    # decode_attention pulls in torch (and cutlass where present) only when first used, so
+    # `import fa4trace` stays host-only.
+    if name == "decode_attention":
+        from .attention import decode_attention
+
+        return decode_attention
+    raise AttributeError(f"module 'fa4trace' has no attribute {name!r}")

@@ -1,0 +1,35 @@
+"""Host modules import (and work) where cutlass, torch and GPUs are absent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+CODE = textwrap.dedent('''
+    import sys, importlib.abc
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("cutlass", "torch", "tvm_ffi", "cuda"):
+                raise ImportError(f"{name} is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    import fa4trace
+    from fa4trace import analysis, bundle, chrome, cli, decode, layout, perfetto, synthetic, vocab  # noqa
+    import app.data, app.timeline, app.metrics, app.grid, app.iterations, app.perfetto_ui  # noqa
+    from fa4trace.synthetic import attention_like
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
+    t = fa4trace.Trace.from_launches([decode.decode_buffer(buf)], meta)
+    s = analysis.summarize(t)
+    import io
+    perfetto.to_perfetto(t, io.BytesIO()); chrome.to_chrome(t, io.BytesIO())
+    print("ok", s["qk_softmax_overlap"] is not None and s["rows"] == t.events.num_rows)
+''')
+
+
+def test_host_modules_need_no_cutlass_torch_or_gpu():
+    r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "ok True"
