@@ -148,7 +148,10 @@ def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
 # ---- per-CTA table ------------------------------------------------------------------------
 def per_cta(trace: Trace) -> pa.Table:
     """One row per (launch, CTA): span, overlaps, tensor-core busy, blocks, dropped."""
-    c = _columns(trace)
+    return _per_cta(_columns(trace))
+
+
+def _per_cta(c: _Cols) -> pa.Table:
     warp_rows = c.mask("WARP")
     gid_all, n, keys = _group_ids(c.launch, c.cta)
     if n == 0:
@@ -292,7 +295,7 @@ def attention_bytes(config: dict) -> int | None:
 def summarize(trace: Trace) -> dict:
     """Everything `fa4trace summary --json` prints; the app shows the same numbers."""
     c = _columns(trace)
-    ctas = per_cta(trace)
+    ctas = _per_cta(c)  # the columns are decoded once per summary
     out: dict = {
         "name": trace.name,
         "kernel": trace.meta.get("kernel"),
@@ -325,13 +328,11 @@ def summarize(trace: Trace) -> dict:
 
     for a, b in OVERLAP_PAIRS:
         key = f"{a.lower()}_{b.lower()}"
-        la = np.asarray(ctas[f"{a.lower()}_ns"]) if f"{a.lower()}_ns" in ctas.column_names else np.zeros(0)
         frac = np.asarray(ctas[f"{key}_overlap"]) if f"{key}_overlap" in ctas.column_names else np.zeros(0)
         lb = np.asarray(ctas[f"{b.lower()}_ns"]) if f"{b.lower()}_ns" in ctas.column_names else np.zeros(0)
         valid = ~np.isnan(frac)
         out[f"{key}_overlap"] = float(np.sum(frac[valid] * lb[valid]) / np.sum(lb[valid])) if valid.any() and lb[valid].sum() > 0 else None
         out[f"{key}_overlap_cta_median"] = float(np.median(frac[valid])) if valid.any() else None
-        del la
     tc = np.asarray(ctas["tensor_core_busy"]) if "tensor_core_busy" in ctas.column_names else np.zeros(0)
     out["tensor_core_busy"] = float(np.nanmean(tc)) if tc.size and not np.isnan(tc).all() else None
     med = {n.lower(): _median_dur(c, n) for n in ("QK", "SOFTMAX", "CORRECTION", "PV", "LOAD_K", "LOAD_V")}

@@ -83,7 +83,6 @@ def attention_like(schedule: str, *, n_ctas: int = 132, n_blocks: int = 64, sms:
     rng = np.random.default_rng(seed)
     warps_per_cta = 5
     ev_per_block_cons = 8  # QK b/e, SOFTMAX b/e, CORRECTION b/e, PV b/e
-    ev_per_block_prod = 4
     cap = capacity or max(ev_per_block_cons * n_blocks + 8, 64)
     spec = L.BufferSpec(warps_per_cta, n_ctas, cap)
 

@@ -51,7 +51,7 @@ from typing import Optional
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import BFloat16, Boolean, Float16, Float32, Int32, const_expr, pipeline
+from cutlass import BFloat16, Float16, Float32, Int32, const_expr, pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -228,7 +228,7 @@ class DecodeAttentionSm90:
         comb_parts_log2: Int32,
         trace: Optional[cute.Tensor],
     ):
-        d, tile_n = self.d, self.tile_n
+        tile_n = self.tile_n
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         split_idx, y, b_idx = cute.arch.block_idx()

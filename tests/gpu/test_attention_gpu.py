@@ -5,9 +5,6 @@ $FA4TRACE_BUILD (on the H200: `FA4TRACE_BUILD=build/attn`, see benchmarks/attn_b
 Every check draws fresh random inputs and poisons the output with NaN first.
 """
 
-import math
-import os
-
 import pytest
 
 torch = pytest.importorskip("torch")
