@@ -1,10 +1,12 @@
 """Build the decode-attention variants for an H200 run (CPU machine, nvidia-cutlass-dsl 4.8.1).
 
-    CUTE_DSL_ARCH=sm_90a python benchmarks/attn_build.py -o build/attn [--tiles 64,128] [--jobs 2]
+    CUTE_DSL_ARCH=sm_90a python benchmarks/attn_build.py -o build/attn [--tiles 64,128] \
+        [--extra 64:pingpong:64:2,128:base:32:2] [--jobs 2]
 
 Writes one .so + manifest.json (fa4trace.aot.build_library). Besides the default variants of
 ``fa4trace build`` (every head dim, schedule, dtype, traced or not) it adds the other KV tile
-size untraced in bf16, so that one device run can compare tile sizes.
+sizes (``--tiles``) and the ``--extra`` variants (d:schedule:tile_n:ctas_per_sm) in bf16,
+untraced and traced, so that one device run can compare them (bench names ``pingpong@n64o2``).
 """
 
 from __future__ import annotations
@@ -19,29 +21,37 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
-def _specs(tiles):
-    from fa4trace.attention import DEFAULT_TILE_N, HEAD_DIMS, SCHEDULES
+def _specs(tiles, extra=()):
+    from fa4trace.attention import DEFAULT_CTAS_PER_SM, DEFAULT_TILE_N, HEAD_DIMS, SCHEDULES
 
     specs = []
     for d in HEAD_DIMS:
         for sched in SCHEDULES:
+            occ = DEFAULT_CTAS_PER_SM[(d, sched)]
             for dtype in ("bf16", "fp16"):
                 for traced in (False, True):
-                    specs.append((d, sched, dtype, traced, DEFAULT_TILE_N[(d, sched)]))
+                    specs.append((d, sched, dtype, traced, DEFAULT_TILE_N[(d, sched)], occ))
             for tn in tiles:
                 if tn != DEFAULT_TILE_N[(d, sched)]:
-                    specs.append((d, sched, "bf16", False, tn))
-                    specs.append((d, sched, "bf16", True, tn))
+                    specs.append((d, sched, "bf16", False, tn, occ))
+                    specs.append((d, sched, "bf16", True, tn, occ))
+    for d, sched, tn, occ in extra:
+        for traced in (False, True):
+            spec = (d, sched, "bf16", traced, tn, occ)
+            if spec not in specs:
+                specs.append(spec)
     return specs
 
 
 def _name(spec):
-    d, sched, dtype, traced, tn = spec
-    from fa4trace.attention import DEFAULT_TILE_N
+    d, sched, dtype, traced, tn, occ = spec
+    from fa4trace.attention import DEFAULT_CTAS_PER_SM, DEFAULT_TILE_N
 
     base = f"decode_attn_sm90_d{d}_{sched}_{dtype}"
     if tn != DEFAULT_TILE_N[(d, sched)]:
         base += f"_n{tn}"
+    if occ != DEFAULT_CTAS_PER_SM[(d, sched)]:
+        base += f"_o{occ}"
     return base + ("_traced" if traced else "")
 
 
@@ -49,9 +59,9 @@ def _compile_export(spec, obj_dir):
     """Compile one variant in a worker and export its object file (compiled objects do not pickle)."""
     from fa4trace.kernels.attention_sm90 import compile_variant
 
-    d, sched, dtype, traced, tn = spec
+    d, sched, dtype, traced, tn, occ = spec
     t = time.time()
-    fn, kern = compile_variant(d, sched, dtype, traced, tile_n=tn)
+    fn, kern = compile_variant(d, sched, dtype, traced, tile_n=tn, ctas_per_sm=occ)
     name = _name(spec)
     fn.export_to_c(os.path.join(obj_dir, name + ".o"), function_name=name)
     cfg = {**kern.config(), "dtype": dtype, "traced": traced}
@@ -62,6 +72,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-o", "--out", default="build/attn")
     ap.add_argument("--tiles", default="64,128")
+    ap.add_argument("--extra", default="", help="d:schedule:tile_n:ctas_per_sm,...")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     import json
@@ -70,7 +81,11 @@ def main():
 
     from fa4trace import aot
 
-    specs = _specs([int(x) for x in args.tiles.split(",") if x])
+    extra = []
+    for item in (x for x in args.extra.split(",") if x):
+        d, sched, tn, occ = item.split(":")
+        extra.append((int(d), sched, int(tn), int(occ)))
+    specs = _specs([int(x) for x in args.tiles.split(",") if x], extra)
     out = os.path.abspath(args.out)
     if os.path.exists(out):
         shutil.rmtree(out)
@@ -80,7 +95,8 @@ def main():
         results = list(ex.map(_compile_export, specs, [obj_dir] * len(specs)))
     funcs = {}
     for name, cfg, dt in results:
-        print(f"{name:48s} {dt:5.1f} s  tile_n={cfg['tile_n']} stages={cfg['num_stages']}")
+        print(f"{name:48s} {dt:5.1f} s  tile_n={cfg['tile_n']} stages={cfg['num_stages']} "
+              f"ctas/SM={cfg['ctas_per_sm']}")
         funcs[name] = {"kind": "attention", "config": {**cfg, "arch": "sm_90a"}}
     so = os.path.join(out, aot.LIBRARY)
     objs = sorted(os.path.join(obj_dir, f) for f in os.listdir(obj_dir))

@@ -41,6 +41,7 @@ def smoke(log):
     for name, info in sorted(bd.functions.items()):
         c = info["config"]
         d, sched, dtype, traced, tn = c["head_dim"], c["schedule"], c["dtype"], c["traced"], c["tile_n"]
+        occ = c.get("ctas_per_sm", 1)
         for (b, sq, hq, hkv, sk, splits) in ((1, 1, 16, 1, 5000, None), (2, 3, 8, 2, 333, 1)):
             g = torch.Generator(device="cuda").manual_seed(len(rows))
             tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
@@ -50,8 +51,10 @@ def smoke(log):
             o = torch.full_like(q, float("nan"))
             t = time.time()
             try:
-                trace = A.trace_buffer(q, k, v, schedule=sched, num_splits=splits, tile_n=tn)[0] if traced else None
-                A.decode_attention(q, k, v, schedule=sched, num_splits=splits, out=o, tile_n=tn, trace=trace)
+                trace = (A.trace_buffer(q, k, v, schedule=sched, num_splits=splits, tile_n=tn,
+                                        ctas_per_sm=occ)[0] if traced else None)
+                A.decode_attention(q, k, v, schedule=sched, num_splits=splits, out=o, tile_n=tn,
+                                   ctas_per_sm=occ, trace=trace)
                 torch.cuda.synchronize()
                 ref = A.reference(q, k, v)[0]
                 err = A.rel_error(o, ref)
@@ -89,7 +92,7 @@ def traces(out, log, max_ctas=None):
     return summary
 
 
-PHASE_LIMITS = {"smoke": 60, "tests": 150, "bench": 150, "baseline": 90, "traces": 90}
+PHASE_LIMITS = {"smoke": 60, "tests": 150, "bench": 330, "baseline": 120, "traces": 90}
 
 
 def run_phase(name, args, log):
@@ -112,7 +115,10 @@ def run_phase(name, args, log):
     elif name == "bench":
         from fa4trace.attention import bench_cli
 
-        bench_cli(args.bench_args.split() + ["--out", args.out])
+        # ';' separates bench runs (e.g. other kernels per head dim): bench0/, bench1/, ...
+        runs = [a for a in args.bench_args.split(";") if a.strip()]
+        for i, a in enumerate(runs):
+            bench_cli(a.split() + ["--out", args.out if len(runs) == 1 else os.path.join(args.out, f"bench{i}")])
     elif name == "baseline":
         import subprocess
 

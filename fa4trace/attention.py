@@ -40,6 +40,8 @@ MAX_SPLITS = 256  # <= COMBINE_UNROLL * the 32 partitions one warp holds
 COUNTER_WORDS = 4  # int32 words per group: [arrival count, its value at the next launch's start, -, -]
 # Default KV tile per (head dim, schedule); the ping-pong keeps two S tiles in registers.
 DEFAULT_TILE_N = {(64, "base"): 128, (128, "base"): 128, (64, "pingpong"): 64, (128, "pingpong"): 64}
+# CTAs resident per SM a variant is built for (each gets half the shared memory at 2).
+DEFAULT_CTAS_PER_SM = {(64, "base"): 1, (128, "base"): 1, (64, "pingpong"): 1, (128, "pingpong"): 1}
 
 
 # ----------------------------------------------------------------------------------------
@@ -183,11 +185,12 @@ def _pow2_ceil(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[int] = None) -> Plan:
+def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[int] = None,
+                ctas_per_sm: int = 1) -> Plan:
     """How many KV splits per (batch, kv head, m-block), and how the in-launch combine is cut.
 
     Default: fill the SMs once (decode is memory-bound: every SM should stream KV) without
-    exceeding one CTA per SM, with at least one KV block per split.
+    exceeding ``ctas_per_sm`` CTAs per SM, with at least one KV block per split.
     The combine needs ``groups * (n_comb - 1) < num_sms`` (only waiting CTAs can hold SMs,
     and at least one SM must stay free for the CTAs not yet running): no deadlock even when
     the grid does not fit the GPU at once.
@@ -197,7 +200,7 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
     n_blocks = -(-shape.sk // tile_n)
     groups = shape.groups
     if num_splits is None:
-        s = max(1, num_sms // groups)
+        s = max(1, num_sms * ctas_per_sm // groups)
     else:
         s = int(num_splits)
     s = max(1, min(s, n_blocks, MAX_SPLITS))
@@ -256,20 +259,22 @@ def _use_jit(build=None) -> bool:
 
 
 def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
-                    tile_n: Optional[int] = None, build=None):
-    """(callable, tile_n) for one variant; JIT-compiles or loads from the AOT build.
+                    tile_n: Optional[int] = None, build=None, ctas_per_sm: Optional[int] = None):
+    """(callable, tile_n, ctas_per_sm) for one variant; JIT-compiles or loads from the AOT build.
 
     The callable takes (q, k, v, o, lse, o_part, lse_part, count, *Plan.kernel_args(scale),
-    trace) with trace None for the uninstrumented variant."""
+    trace) with trace None for the uninstrumented variant. ``ctas_per_sm``: CTAs resident per
+    SM the variant is built for (shared memory split between them); the split plan fills that."""
     want_tile = tile_n or DEFAULT_TILE_N[(head_dim, schedule)]
-    key = (head_dim, schedule, dtype, traced, want_tile, str(build))
+    want_occ = ctas_per_sm or DEFAULT_CTAS_PER_SM[(head_dim, schedule)]
+    key = (head_dim, schedule, dtype, traced, want_tile, want_occ, str(build))
     if key in _JIT_CACHE:
         return _JIT_CACHE[key]
     if _use_jit(build):
         from fa4trace.kernels.attention_sm90 import compile_variant
 
-        fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile)
-        _JIT_CACHE[key] = (fn, kern.tile_n)
+        fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile, ctas_per_sm=want_occ)
+        _JIT_CACHE[key] = (fn, kern.tile_n, kern.ctas_per_sm)
         return _JIT_CACHE[key]
     from .aot import BuildDir
 
@@ -283,12 +288,13 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
         bd = _BUILD_DIRS[str(path)] = BuildDir(path)
     cfg = dict(head_dim=head_dim, schedule=schedule, dtype=dtype, traced=traced)
     try:
-        name = bd.find("attention", tile_n=want_tile, **cfg)
+        name = bd.find("attention", tile_n=want_tile, ctas_per_sm=want_occ, **cfg)
     except Fa4traceError:
-        if tile_n is not None:
+        if tile_n is not None or ctas_per_sm is not None:
             raise
-        name = bd.find("attention", **cfg)  # a build made with other default tiles
-    _JIT_CACHE[key] = (bd.function(name), int(bd.functions[name]["config"]["tile_n"]))
+        name = bd.find("attention", **cfg)  # a build made with other defaults
+    conf = bd.functions[name]["config"]
+    _JIT_CACHE[key] = (bd.function(name), int(conf["tile_n"]), int(conf.get("ctas_per_sm", 1)))
     return _JIT_CACHE[key]
 
 
@@ -319,15 +325,17 @@ def num_sms(device) -> int:
 # ----------------------------------------------------------------------------------------
 def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                      softmax_scale: Optional[float] = None, trace=None, return_lse: bool = False,
-                     out=None, tile_n: Optional[int] = None, build=None):
+                     out=None, tile_n: Optional[int] = None, build=None,
+                     ctas_per_sm: Optional[int] = None):
     """Multi-token decode attention (see the module docstring). ``trace``: a recorder buffer
     (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one."""
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
                      trace=trace)
     import torch
 
-    fn, tn = kernel_function(shape.d, schedule, shape.dtype, trace is not None, tile_n, build)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
+    fn, tn, occ = kernel_function(shape.d, schedule, shape.dtype, trace is not None, tile_n, build,
+                                  ctas_per_sm)
+    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, occ)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=q.device)
@@ -344,7 +352,8 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
 
 def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                  cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
-                 capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None):
+                 capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None,
+                 ctas_per_sm: Optional[int] = None):
     """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan)."""
     import numpy as np
     import torch
@@ -352,8 +361,8 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     from .layout import BufferSpec
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
-    _, tn = kernel_function(shape.d, schedule, shape.dtype, True, tile_n, build)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
+    _, tn, occ = kernel_function(shape.d, schedule, shape.dtype, True, tile_n, build, ctas_per_sm)
+    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, occ)
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
                                cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas)
     buf = torch.from_numpy(spec.new_buffer().view(np.int64)).to(q.device)
@@ -386,8 +395,8 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
     v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
-    _, tn = kernel_function(d, schedule, dtype, True, None, build)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits)
+    _, tn, occ = kernel_function(d, schedule, dtype, True, None, build)
+    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, occ)
     cap = capacity or trace_capacity(plan)
     kw = dict(schedule=schedule, num_splits=num_splits, build=build)
 
@@ -519,10 +528,22 @@ def _graph_time(launch, n_sets: int, replays: int, per_graph: int):
     return med, spread
 
 
+def _variant_option(name: str, opt: str) -> tuple[Optional[int], Optional[int]]:
+    """``n64`` / ``o2`` / ``n64o2`` after the ``@`` of a kernel name: KV tile, CTAs per SM."""
+    import re
+
+    m = re.fullmatch(r"(?:n(\d+))?(?:o(\d+))?", opt)
+    if m is None:
+        raise ValueError(f"unknown kernel option {opt!r} in {name!r}: want n<tile>, o<ctas per SM> or both")
+    return (int(m.group(1)) if m.group(1) else None, int(m.group(2)) if m.group(2) else None)
+
+
 def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: int = 0,
                 check: bool = True, device: str = "cuda") -> list[BenchRow]:
     """Time each kernel on the same random inputs. Kernel names: ``base``, ``pingpong``,
-    ``base@n64``-style tile overrides, ``pingpong+trace`` (full event set), ``cudnn``, ``flash``."""
+    ``base@n64`` / ``pingpong@n64o2`` variants (KV tile, CTAs per SM), ``pingpong+trace`` (full
+    event set, every CTA recorded), ``pingpong+trace1`` (only the first CTA stores records),
+    ``cudnn``, ``flash``."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -542,23 +563,34 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
     rows = []
     for name in kernels:
         base_name, _, opt = name.partition("@")
-        traced = base_name.endswith("+trace")
-        sched = base_name.replace("+trace", "")
+        sched, _, tr = base_name.partition("+")
+        if tr not in ("", "trace", "trace1"):
+            raise ValueError(f"unknown kernel suffix +{tr} in {name!r}: want +trace or +trace1")
+        traced = bool(tr)
         extra: dict = {}
         if sched in SCHEDULES:
-            tile = int(opt[1:]) if opt.startswith("n") else None
+            tile, occ = _variant_option(name, opt)
+            try:
+                _, tn, occ_ = kernel_function(shape.d, sched, shape.dtype, traced, tile, ctas_per_sm=occ)
+            except Fa4traceError as exc:  # a variant this build lacks: a '-' cell
+                rows.append(BenchRow(shape, name, float("nan"), float("nan"), float("nan"),
+                                     {"error": str(exc)[:200]}))
+                continue
             bufs = None
             if traced:
-                bufs = [trace_buffer(*st[:3], schedule=sched, tile_n=tile)[0] for st in sets[:1]]
+                # +trace1: every CTA runs the recorder's instructions, only the first stores
+                # records (isolates the instruction cost from the record traffic).
+                bufs = [trace_buffer(*st[:3], schedule=sched, tile_n=tile, ctas_per_sm=occ,
+                                     max_ctas=1 if tr == "trace1" else None)[0] for st in sets[:1]]
 
-            def launch(i, sched=sched, tile=tile, bufs=bufs):
+            def launch(i, sched=sched, tile=tile, occ=occ, bufs=bufs):
                 q, k, v, o = sets[i]
-                return decode_attention(q, k, v, schedule=sched, out=o, tile_n=tile,
+                return decode_attention(q, k, v, schedule=sched, out=o, tile_n=tile, ctas_per_sm=occ,
                                         trace=bufs[0] if bufs else None)
 
-            _, tn = kernel_function(shape.d, sched, shape.dtype, traced, tile)
-            plan = plan_splits(shape, tn, num_sms(device))
-            extra = {"tile_n": tn, "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb}
+            plan = plan_splits(shape, tn, num_sms(device), None, occ_)
+            extra = {"tile_n": tn, "ctas_per_sm": occ_, "splits": plan.n_splits, "ctas": plan.n_ctas,
+                     "n_comb": plan.n_comb}
         elif sched == "fa4":
             # Upstream FlashAttention-4's SM90 forward (AOT build, see fa4trace.fa4): no split-KV
             # on Hopper, so it launches b x hkv CTAs.
@@ -625,7 +657,10 @@ def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True
     for i, shape in enumerate(shapes):
         ks = list(kernels)
         if trace_overhead and shape.sk == 131072 and shape.sq == 1:
-            ks += [k + "+trace" for k in kernels if k in SCHEDULES]
+            for k in kernels:
+                sched, at, opt = k.partition("@")
+                if sched in SCHEDULES:
+                    ks.append(sched + "+trace" + at + opt)
         t = time.time()
         r = bench_shape(shape, ks, replays=replays, seed=i)
         rows += r

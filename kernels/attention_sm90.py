@@ -68,10 +68,12 @@ PRODUCER_WARP = 4
 NUM_THREADS = NUM_CONSUMER_THREADS + 32
 WARPS_PER_CTA = NUM_THREADS // 32
 SMEM_BUDGET = 227 * 1024  # sm_90 max dynamic shared memory per block
+SMEM_PER_SM = 228 * 1024  # sm_90 shared memory per SM (each resident CTA also reserves 1 KB)
 # Runtime scalars after the tensors, in call order (fa4trace.attention.Plan.kernel_args).
 SCALAR_ARGS = ("softmax_scale", "n_splits", "n_comb", "comb_nc4_log2", "comb_parts_log2")
 # Named barrier ids (0 is __syncthreads).
 _BAR_CONSUMER = 1
+_BAR_Q_ISSUED = 2  # consumers arrive once their Q loads are issued; the producer waits on it
 
 
 def default_tile_n(head_dim: int, schedule: str) -> int:
@@ -82,19 +84,21 @@ def default_tile_n(head_dim: int, schedule: str) -> int:
     return DEFAULT_TILE_N[(head_dim, schedule)]
 
 
-def default_stages(head_dim: int, tile_n: int) -> int:
-    """As many K+V stages as shared memory holds: decode streams KV, so bytes in flight matter."""
+def default_stages(head_dim: int, tile_n: int, ctas_per_sm: int = 1) -> int:
+    """As many K+V stages as shared memory holds: decode streams KV, so bytes in flight matter.
+    With ``ctas_per_sm`` CTAs resident per SM, each gets its share of the SM's shared memory."""
     q_bytes = TILE_M * head_dim * 2
     stage_bytes = 2 * tile_n * head_dim * 2
     reserve = 8 * 1024  # mbarriers, combine scratch, alignment
-    return max(2, min(8, (SMEM_BUDGET - q_bytes - reserve) // stage_bytes))
+    budget = (SMEM_PER_SM // ctas_per_sm) - 1024 if ctas_per_sm > 1 else SMEM_BUDGET  # 1 KB/CTA system use
+    return max(2, min(8, (budget - q_bytes - reserve) // stage_bytes))
 
 
 class DecodeAttentionSm90:
     """One compiled variant: head dim and schedule are compile-time; shapes are runtime."""
 
     def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
-                 num_stages: Optional[int] = None):
+                 num_stages: Optional[int] = None, ctas_per_sm: int = 1):
         if head_dim not in (64, 128):
             raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
         if schedule not in SCHEDULES:
@@ -104,11 +108,15 @@ class DecodeAttentionSm90:
         self.tile_n = tile_n or default_tile_n(head_dim, schedule)
         if self.tile_n % 16 or not 16 <= self.tile_n <= 256:
             raise ValueError(f"tile_n must be a multiple of 16 in 16..256, got {self.tile_n}")
-        self.num_stages = num_stages or default_stages(head_dim, self.tile_n)
+        if ctas_per_sm not in (1, 2):
+            raise ValueError(f"ctas_per_sm must be 1 or 2, got {ctas_per_sm}")
+        self.ctas_per_sm = ctas_per_sm
+        self.num_stages = num_stages or default_stages(head_dim, self.tile_n, ctas_per_sm)
 
     def config(self) -> dict:
         return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
-                "tile_n": self.tile_n, "num_stages": self.num_stages, "threads": NUM_THREADS,
+                "tile_n": self.tile_n, "num_stages": self.num_stages, "ctas_per_sm": self.ctas_per_sm,
+                "threads": NUM_THREADS,
                 "warps_per_cta": WARPS_PER_CTA}
 
     # ------------------------------------------------------------------------------------
@@ -196,7 +204,10 @@ class DecodeAttentionSm90:
             block=[NUM_THREADS, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
-            min_blocks_per_mp=1,
+            min_blocks_per_mp=self.ctas_per_sm,
+            # All of the SM's memory as shared memory (two CTAs need it); named explicitly, the
+            # DSL does not ask the driver, so the build works without a GPU.
+            preferred_smem_carveout=100 if self.ctas_per_sm > 1 else None,
         )
 
     # ------------------------------------------------------------------------------------
@@ -296,8 +307,12 @@ class DecodeAttentionSm90:
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
 
-        # Q is loaded by the consumers themselves (below), so nothing delays the KV stream:
-        # every stage is in flight right after launch.
+        # Q is loaded by the consumers (``load_q``). Its loads go out before any KV request of
+        # this CTA: issued behind the first stages (6 x 32 KB per SM at d128, 25 MB GPU-wide)
+        # they waited in the same memory queues, and the consumers started 2.3-3.9 us after
+        # launch (H200 traces), leaving the stages full and no new request issued meanwhile.
+        # The producer waits only for the loads to be *issued* (tens of ns), not to land.
+        cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
         if const_expr(self.schedule == "pingpong"):
             if count > 1:
@@ -334,7 +349,8 @@ class DecodeAttentionSm90:
 
         Row r of the tile is token m // ratio, query head h*ratio + m % ratio (m = 64*m_block + r):
         not an affine map of r when ratio does not divide 64, hence no TMA for Q.  All loads are
-        issued before any store (one memory latency, not one per load); rows past the last one
+        issued before any store (one memory latency, not one per load), and before the producer
+        issues any KV load (barrier ``_BAR_Q_ISSUED``); rows past the last one
         repeat it (their S rows are computed and never stored), so no load is predicated.
         """
         d = self.d
@@ -355,6 +371,8 @@ class DecodeAttentionSm90:
             frag = cute.make_rmem_tensor((8,), dtype)
             cute.autovec_copy(src, frag)
             frags.append(frag)
+        # The producer may start the KV stream now: Q's requests are ahead of it.
+        cute.arch.barrier_arrive(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
         for it in cutlass.range_constexpr(n_it):
             idx = it * NUM_CONSUMER_THREADS + tidx
             r = idx // chunks
@@ -488,15 +506,27 @@ class DecodeAttentionSm90:
 
     # ---- mainloop pieces --------------------------------------------------------------------
     @cute.jit
+    def wait_full(self, rec: Recorder, pipe, state, event: cutlass.Constexpr, n_block):
+        """Wait until a K or V stage has landed; traced, the wait is event WAIT_K / WAIT_V.
+
+        The probe is mbarrier.test_wait, which never blocks. The pipeline's try_wait may
+        suspend the thread up to a hardware time limit before answering "not yet": used as the
+        probe, it answered "ready" after waiting and not one WAIT was ever recorded (H200
+        traces, memory-bound shapes). Only stages that had not landed cost events.
+        """
+        if const_expr(rec.enabled):
+            ready = pipe.sync_object_full.test_wait(state.index, state.phase)
+            if not ready:
+                rec = _begin(rec, event, n_block)
+                pipe.consumer_wait(state)
+                rec = _end(rec, event, n_block)
+        else:
+            pipe.consumer_wait(state)
+        return rec
+
+    @cute.jit
     def issue_qk(self, rec: Recorder, ctx, acc_S, k_state, n_block):
-        # WAIT_K is recorded only when K(n_block) has not landed yet: when the stream keeps
-        # ahead (the usual case) the check costs no events.
-        ready = ctx.pipe_k.consumer_try_wait(k_state)
-        if not ready:
-            rec = _begin(rec, EV.WAIT_K, n_block)
-        ctx.pipe_k.consumer_wait(k_state, ready)  # waits only if not ready
-        if not ready:
-            rec = _end(rec, EV.WAIT_K, n_block)
+        rec = self.wait_full(rec, ctx.pipe_k, k_state, EV.WAIT_K, n_block)
         rec.begin(EV.QK, n_block)
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_qk.op)
@@ -516,12 +546,7 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def issue_pv(self, rec: Recorder, ctx, v_state, n_block):
-        ready = ctx.pipe_v.consumer_try_wait(v_state)
-        if not ready:
-            rec = _begin(rec, EV.WAIT_V, n_block)
-        ctx.pipe_v.consumer_wait(v_state, ready)
-        if not ready:
-            rec = _end(rec, EV.WAIT_V, n_block)
+        rec = self.wait_full(rec, ctx.pipe_v, v_state, EV.WAIT_V, n_block)
         rec.begin(EV.PV, n_block)
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_pv.op)
@@ -668,8 +693,9 @@ class DecodeAttentionSm90:
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
         if tidx == 0:
             # Release this split's partials (every consumer thread stored part of them; the
-            # barrier above orders those stores before this fence).
-            cute.arch.fence_acq_rel_gpu()
+            # barrier above orders those stores before this release). The acq_rel atomic is
+            # the whole release pattern: ptxas puts a MEMBAR.GPU before it, so a separate
+            # fence.acq_rel here doubled the wait for the stores' acknowledgements (SASS).
             t = cute.arch.atomic_add(count_ptr.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu") - base0
             ticket_s[0] = t
             if t == n_splits - 1:  # last arrival: the next launch starts from here
@@ -856,9 +882,10 @@ def fake_arguments(head_dim: int, dtype: str, traced: bool):
 
 def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: bool = False, *,
                     options: str = "--enable-tvm-ffi", tile_n: Optional[int] = None,
-                    num_stages: Optional[int] = None):
+                    num_stages: Optional[int] = None, ctas_per_sm: int = 1):
     """Compile one variant for sm_90a (a GPU is not needed); returns (compiled, kernel object)."""
-    kern = DecodeAttentionSm90(head_dim, schedule, tile_n=tile_n, num_stages=num_stages)
+    kern = DecodeAttentionSm90(head_dim, schedule, tile_n=tile_n, num_stages=num_stages,
+                               ctas_per_sm=ctas_per_sm)
     if "--gpu-arch" not in options:  # wgmma/setmaxnreg need sm_90a whatever CUTE_DSL_ARCH says
         options = f"{options} --gpu-arch {ARCH}"
     if "--ptxas-options" not in options:
@@ -898,18 +925,20 @@ def aot_variants(arch: str):
 
 
 def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir: str,
-                tile_n: Optional[int] = None) -> dict:
+                tile_n: Optional[int] = None, ctas_per_sm: int = 1) -> dict:
     """Compile one variant for sm_90a and return its PTX and config (for tests/tools; picklable)."""
     import os
     import time
 
     # One folder per variant: the DSL names dumps after the host function and argument types,
     # which the variants of one head dim and dtype share.
-    dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced) + f"_n{tile_n or 0}")
+    dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced)
+                            + f"_n{tile_n or 0}_o{ctas_per_sm}")
     os.makedirs(dump_dir, exist_ok=True)
     t = time.time()
-    fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=tile_n,
+    fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
                                options=f"--enable-tvm-ffi --keep-ptx --dump-dir={dump_dir}")
     return {"name": variant_name(head_dim, schedule, dtype, traced), "ptx": fn.artifacts.PTX,
-            "config": {**kern.config(), "dtype": dtype, "traced": traced},
+            "config": {**kern.config(), "dtype": dtype, "traced": traced,
+                       "smem_bytes": kern.shared_storage.size_in_bytes()},
             "compile_s": time.time() - t}

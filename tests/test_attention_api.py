@@ -96,6 +96,27 @@ def test_default_plan_fills_the_sms_and_is_deadlock_free(tile_n):
             assert p.n_ctas >= 0.9 * 132 * (132 // s.groups * s.groups) / 132 - 1e-9
 
 
+def test_two_ctas_per_sm_fill_twice_the_sms_and_stay_deadlock_free():
+    for s in SHAPES:
+        p1 = A.plan_splits(s, 64, 132)
+        p2 = A.plan_splits(s, 64, 132, ctas_per_sm=2)
+        assert p2.n_splits >= p1.n_splits
+        if s.groups <= 264:
+            assert p2.n_ctas <= 264, (s, p2)
+        if p2.n_splits > 1:
+            # the bound counts SMs, not CTA slots: it holds if the GPU runs only one CTA per SM
+            assert s.groups * (p2.n_comb - 1) < 132, (s, p2)
+
+
+def test_bench_variant_options_parse():
+    assert A._variant_option("pingpong@n96", "n96") == (96, None)
+    assert A._variant_option("pingpong@o2", "o2") == (None, 2)
+    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2)
+    assert A._variant_option("pingpong", "") == (None, None)
+    with pytest.raises(ValueError, match="unknown kernel option"):
+        A._variant_option("pingpong@x2", "x2")
+
+
 def test_explicit_splits_are_clamped_to_the_blocks():
     s = A.Shape(1, 1, 16, 1, 1000, 128, "bf16")
     assert A.plan_splits(s, 128, 132, num_splits=1000).n_splits == 8

@@ -92,6 +92,31 @@ def test_tracing_off_reads_no_timer_and_on_reads_both(compiled, variant):
         assert "%globaltimer" not in ptx and "%clock64" not in ptx, reads
 
 
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "d{}-{}-{}-{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain"))
+def test_stage_probe_never_blocks_and_q_goes_first(compiled, variant):
+    """Traced, the probe that decides whether a WAIT_K / WAIT_V is recorded is mbarrier.test_wait:
+    try_wait may suspend until the stage lands and then report it ready, which hid every wait.
+    Untraced, no probe at all. Either way the consumers arrive on the Q barrier (id 2, all 160
+    threads) that the producer waits on before its first KV load."""
+    ptx = compiled[variant]["ptx"]
+    assert ("mbarrier.test_wait" in ptx) == variant[3]
+    assert re.search(r"bar(rier)?(\.cta)?\.arrive(\.aligned)?\s+2,\s*160;", ptx), "no arrive on the Q barrier"
+    assert re.search(r"bar(rier)?(\.cta)?\.sync(\.aligned)?\s+2,\s*160;", ptx), "producer does not wait for Q"
+    # one release for the combine ticket: an acq_rel atomic, no separate gpu fence before it
+    if ptx.count("atom.acq_rel.gpu") or ptx.count("atom.global.acq_rel.gpu"):
+        assert "fence.acq_rel.gpu" not in ptx
+
+
+def test_two_ctas_per_sm_variant_fits_half_the_shared_memory(tmp_path):
+    """ctas_per_sm=2 (a bench variant): half the SM's shared memory per CTA, launch bound 2."""
+    from fa4trace.kernels.attention_sm90 import SMEM_PER_SM, compile_ptx
+
+    r = compile_ptx(64, "pingpong", "bf16", False, str(tmp_path), ctas_per_sm=2)
+    assert r["config"]["ctas_per_sm"] == 2
+    assert ".minnctapersm 2" in r["ptx"]
+    assert r["config"]["smem_bytes"] <= SMEM_PER_SM // 2 - 1024, r["config"]
+
+
 @pytest.mark.skipif(_ptxas() is None, reason="no ptxas to read the resource report")
 def test_resource_report_has_no_spills(compiled, tmp_path):
     report = {}

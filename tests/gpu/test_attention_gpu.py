@@ -115,6 +115,23 @@ def test_tracing_does_not_change_the_output(schedule, d, sk):
         assert "COMBINE" in names
 
 
+@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+def test_waits_for_kv_are_recorded_where_the_stream_is_the_limit(schedule):
+    """d128 at b 8, sk 131072 is memory-bound: consumers must be seen waiting for K/V blocks.
+    (A blocking probe once hid every wait: the trace showed a consumer that never starved.)"""
+    q, k, v = _inputs(8, 1, 16, 2, 131072, 128, "bf16")
+    buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule)
+    A.decode_attention(q, k, v, schedule=schedule, trace=buf)
+    torch.cuda.synchronize()
+    from fa4trace.decode import decode_buffer
+
+    t = decode_buffer(buf.cpu().numpy(), grid_ctas=plan.n_ctas).table
+    names = t.column("name").to_pylist()
+    waits = sum(n in ("WAIT_K", "WAIT_V") for n in names)
+    blocks = names.count("QK")
+    assert waits > 0.01 * blocks, (waits, blocks)
+
+
 def test_graph_replay_leaves_counters_usable():
     """The in-launch combine leaves its counters consistent (arrival count = the next launch's
     base): 20 replays give the same result as one launch."""
