@@ -1,11 +1,11 @@
 """Build the decode-attention variants for an H200 run (CPU machine, nvidia-cutlass-dsl 4.8.1).
 
     CUTE_DSL_ARCH=sm_90a python benchmarks/attn_build.py -o build/attn [--tiles 64,128] \
-        [--extra 64:pingpong:64:2,128:base:32:2] [--jobs 2]
+        [--extra 64:pingpong:64:2:32,128:base:32:2:64] [--jobs 2]
 
 Writes one .so + manifest.json (fa4trace.aot.build_library). Besides the default variants of
 ``fa4trace build`` (every head dim, schedule, dtype, traced or not) it adds the other KV tile
-sizes (``--tiles``) and the ``--extra`` variants (d:schedule:tile_n:ctas_per_sm) in bf16,
+sizes (``--tiles``) and the ``--extra`` variants (d:schedule:tile_n:ctas_per_sm:block_rows) in bf16,
 untraced and traced, so that one device run can compare them (bench names ``pingpong@n64o2``).
 """
 
@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def _specs(tiles, extra=()):
+    """(d, schedule, dtype, traced, tile_n, ctas_per_sm, block_rows) of every variant to build."""
     from fa4trace.attention import DEFAULT_CTAS_PER_SM, DEFAULT_TILE_N, HEAD_DIMS, SCHEDULES
 
     specs = []
@@ -30,21 +31,22 @@ def _specs(tiles, extra=()):
             occ = DEFAULT_CTAS_PER_SM[(d, sched)]
             for dtype in ("bf16", "fp16"):
                 for traced in (False, True):
-                    specs.append((d, sched, dtype, traced, DEFAULT_TILE_N[(d, sched)], occ))
+                    for rows in (64, 32):
+                        specs.append((d, sched, dtype, traced, DEFAULT_TILE_N[(d, sched)], occ, rows))
             for tn in tiles:
                 if tn != DEFAULT_TILE_N[(d, sched)]:
-                    specs.append((d, sched, "bf16", False, tn, occ))
-                    specs.append((d, sched, "bf16", True, tn, occ))
-    for d, sched, tn, occ in extra:
+                    for traced in (False, True):
+                        specs.append((d, sched, "bf16", traced, tn, occ, 32))
+    for d, sched, tn, occ, rows in extra:
         for traced in (False, True):
-            spec = (d, sched, "bf16", traced, tn, occ)
+            spec = (d, sched, "bf16", traced, tn, occ, rows)
             if spec not in specs:
                 specs.append(spec)
     return specs
 
 
 def _name(spec):
-    d, sched, dtype, traced, tn, occ = spec
+    d, sched, dtype, traced, tn, occ, rows = spec
     from fa4trace.attention import DEFAULT_CTAS_PER_SM, DEFAULT_TILE_N
 
     base = f"decode_attn_sm90_d{d}_{sched}_{dtype}"
@@ -52,6 +54,8 @@ def _name(spec):
         base += f"_n{tn}"
     if occ != DEFAULT_CTAS_PER_SM[(d, sched)]:
         base += f"_o{occ}"
+    if rows != 64:
+        base += f"_r{rows}"
     return base + ("_traced" if traced else "")
 
 
@@ -59,9 +63,9 @@ def _compile_export(spec, obj_dir):
     """Compile one variant in a worker and export its object file (compiled objects do not pickle)."""
     from fa4trace.kernels.attention_sm90 import compile_variant
 
-    d, sched, dtype, traced, tn, occ = spec
+    d, sched, dtype, traced, tn, occ, rows = spec
     t = time.time()
-    fn, kern = compile_variant(d, sched, dtype, traced, tile_n=tn, ctas_per_sm=occ)
+    fn, kern = compile_variant(d, sched, dtype, traced, tile_n=tn, ctas_per_sm=occ, block_rows=rows)
     name = _name(spec)
     fn.export_to_c(os.path.join(obj_dir, name + ".o"), function_name=name)
     cfg = {**kern.config(), "dtype": dtype, "traced": traced}
@@ -72,7 +76,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-o", "--out", default="build/attn")
     ap.add_argument("--tiles", default="64,128")
-    ap.add_argument("--extra", default="", help="d:schedule:tile_n:ctas_per_sm,...")
+    ap.add_argument("--extra", default="", help="d:schedule:tile_n:ctas_per_sm:block_rows,...")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     import json
@@ -83,8 +87,8 @@ def main():
 
     extra = []
     for item in (x for x in args.extra.split(",") if x):
-        d, sched, tn, occ = item.split(":")
-        extra.append((int(d), sched, int(tn), int(occ)))
+        d, sched, tn, occ, rows = item.split(":")
+        extra.append((int(d), sched, int(tn), int(occ), int(rows)))
     specs = _specs([int(x) for x in args.tiles.split(",") if x], extra)
     out = os.path.abspath(args.out)
     if os.path.exists(out):
@@ -96,7 +100,7 @@ def main():
     funcs = {}
     for name, cfg, dt in results:
         print(f"{name:48s} {dt:5.1f} s  tile_n={cfg['tile_n']} stages={cfg['num_stages']} "
-              f"ctas/SM={cfg['ctas_per_sm']}")
+              f"ctas/SM={cfg['ctas_per_sm']} rows={cfg['block_rows']}")
         funcs[name] = {"kind": "attention", "config": {**cfg, "arch": "sm_90a"}}
     so = os.path.join(out, aot.LIBRARY)
     objs = sorted(os.path.join(obj_dir, f) for f in os.listdir(obj_dir))

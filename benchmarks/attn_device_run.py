@@ -42,6 +42,7 @@ def smoke(log):
         c = info["config"]
         d, sched, dtype, traced, tn = c["head_dim"], c["schedule"], c["dtype"], c["traced"], c["tile_n"]
         occ = c.get("ctas_per_sm", 1)
+        brows = c.get("block_rows", 64)
         for (b, sq, hq, hkv, sk, splits) in ((1, 1, 16, 1, 5000, None), (2, 3, 8, 2, 333, 1)):
             g = torch.Generator(device="cuda").manual_seed(len(rows))
             tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
@@ -52,9 +53,9 @@ def smoke(log):
             t = time.time()
             try:
                 trace = (A.trace_buffer(q, k, v, schedule=sched, num_splits=splits, tile_n=tn,
-                                        ctas_per_sm=occ)[0] if traced else None)
+                                        ctas_per_sm=occ, block_rows=brows)[0] if traced else None)
                 A.decode_attention(q, k, v, schedule=sched, num_splits=splits, out=o, tile_n=tn,
-                                   ctas_per_sm=occ, trace=trace)
+                                   ctas_per_sm=occ, block_rows=brows, trace=trace)
                 torch.cuda.synchronize()
                 ref = A.reference(q, k, v)[0]
                 err = A.rel_error(o, ref)

@@ -159,6 +159,12 @@ class Plan:
     comb_nc4: int  # float4 columns per combine item
     comb_parts: int  # threads summing different splits of one output float4
     grid: tuple  # (x, y, z)
+    block_rows: int = TILE_M  # query rows per CTA (the kernel variant's)
+    groups: int = 0  # (batch, kv head, m-block) triples: grid y * z
+
+    def __post_init__(self):
+        if not self.groups:
+            object.__setattr__(self, "groups", self.grid[1] * self.grid[2])
 
     @property
     def n_ctas(self) -> int:
@@ -177,7 +183,7 @@ class Plan:
     def workspace_floats(self, shape: Shape) -> tuple[int, int]:
         if self.n_splits == 1:
             return 4, 4
-        n = shape.groups * self.n_splits * TILE_M
+        n = self.groups * self.n_splits * TILE_M  # partials keep the 64-row stride
         return n * shape.d, n
 
 
@@ -185,8 +191,14 @@ def _pow2_ceil(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
+def default_block_rows(shape: Shape) -> int:
+    """32-row CTAs (one row per consumer thread, half the softmax work) when all packed query
+    rows of a KV head fit in 32, else 64 (a second m-block would read the KV twice)."""
+    return 32 if shape.sq * shape.ratio <= 32 else TILE_M
+
+
 def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[int] = None,
-                ctas_per_sm: int = 1) -> Plan:
+                ctas_per_sm: int = 1, block_rows: int = TILE_M) -> Plan:
     """How many KV splits per (batch, kv head, m-block), and how the in-launch combine is cut.
 
     Default: fill the SMs once (decode is memory-bound: every SM should stream KV) without
@@ -198,17 +210,18 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
     if num_sms < 1:
         raise ValueError(f"num_sms must be >= 1, got {num_sms}")
     n_blocks = -(-shape.sk // tile_n)
-    groups = shape.groups
+    m_blocks = -(-shape.sq * shape.ratio // block_rows)
+    groups = shape.b * shape.hkv * m_blocks
     if num_splits is None:
         s = max(1, num_sms * ctas_per_sm // groups)
     else:
         s = int(num_splits)
     s = max(1, min(s, n_blocks, MAX_SPLITS))
-    grid = (s, shape.m_blocks * shape.hkv, shape.b)
+    grid = (s, m_blocks * shape.hkv, shape.b)
     if s == 1:
-        return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid)
+        return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid, block_rows)
     t_max = max(1, min(s, (num_sms - 1) // groups + 1))
-    rows = min(TILE_M, shape.sq * shape.ratio)  # rows of the fullest m-block
+    rows = min(block_rows, shape.sq * shape.ratio)  # rows of the fullest m-block
     # Combine threads: NC4 float4 columns x P split partitions (<= COMBINE_UNROLL splits
     # each) x R rows = 128. Fewest rounds (one L2 round trip each) first, then the widest
     # contiguous column piece per split row (coalescing), then fewer waiting CTAs.
@@ -227,7 +240,7 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
                 best = (key, t, nc4, parts)
         nc4 *= 2
     _, t, nc4, parts = best
-    return Plan(tile_n, n_blocks, s, t, nc4, parts, grid)
+    return Plan(tile_n, n_blocks, s, t, nc4, parts, grid, block_rows)
 
 
 def trace_capacity(plan: Plan) -> int:
@@ -258,23 +271,35 @@ def _use_jit(build=None) -> bool:
     return can_jit()
 
 
-def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
-                    tile_n: Optional[int] = None, build=None, ctas_per_sm: Optional[int] = None):
-    """(callable, tile_n, ctas_per_sm) for one variant; JIT-compiles or loads from the AOT build.
+@dataclass(frozen=True)
+class Kernel:
+    """One compiled variant and the compile-time facts the launch plan needs."""
+    fn: Any
+    tile_n: int
+    ctas_per_sm: int
+    block_rows: int
 
-    The callable takes (q, k, v, o, lse, o_part, lse_part, count, *Plan.kernel_args(scale),
+
+def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
+                    tile_n: Optional[int] = None, build=None, ctas_per_sm: Optional[int] = None,
+                    block_rows: int = TILE_M) -> Kernel:
+    """One variant, JIT-compiled or loaded from the AOT build.
+
+    Its ``fn`` takes (q, k, v, o, lse, o_part, lse_part, count, *Plan.kernel_args(scale),
     trace) with trace None for the uninstrumented variant. ``ctas_per_sm``: CTAs resident per
-    SM the variant is built for (shared memory split between them); the split plan fills that."""
+    SM the variant is built for (shared memory split between them); the split plan fills that.
+    ``block_rows``: query rows per CTA, 64 or 32 (``default_block_rows``)."""
     want_tile = tile_n or DEFAULT_TILE_N[(head_dim, schedule)]
     want_occ = ctas_per_sm or DEFAULT_CTAS_PER_SM[(head_dim, schedule)]
-    key = (head_dim, schedule, dtype, traced, want_tile, want_occ, str(build))
+    key = (head_dim, schedule, dtype, traced, want_tile, want_occ, block_rows, str(build))
     if key in _JIT_CACHE:
         return _JIT_CACHE[key]
     if _use_jit(build):
         from fa4trace.kernels.attention_sm90 import compile_variant
 
-        fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile, ctas_per_sm=want_occ)
-        _JIT_CACHE[key] = (fn, kern.tile_n, kern.ctas_per_sm)
+        fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile, ctas_per_sm=want_occ,
+                                   block_rows=block_rows)
+        _JIT_CACHE[key] = Kernel(fn, kern.tile_n, kern.ctas_per_sm, kern.block_rows)
         return _JIT_CACHE[key]
     from .aot import BuildDir
 
@@ -288,14 +313,26 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
         bd = _BUILD_DIRS[str(path)] = BuildDir(path)
     cfg = dict(head_dim=head_dim, schedule=schedule, dtype=dtype, traced=traced)
     try:
-        name = bd.find("attention", tile_n=want_tile, ctas_per_sm=want_occ, **cfg)
+        name = bd.find("attention", tile_n=want_tile, ctas_per_sm=want_occ, block_rows=block_rows, **cfg)
     except Fa4traceError:
         if tile_n is not None or ctas_per_sm is not None:
             raise
-        name = bd.find("attention", **cfg)  # a build made with other defaults
+        # A build made with other defaults (older builds know 64-row kernels only): the plan
+        # below follows whatever the found kernel was built for.
+        name = bd.find("attention", **cfg)
     conf = bd.functions[name]["config"]
-    _JIT_CACHE[key] = (bd.function(name), int(conf["tile_n"]), int(conf.get("ctas_per_sm", 1)))
+    _JIT_CACHE[key] = Kernel(bd.function(name), int(conf["tile_n"]), int(conf.get("ctas_per_sm", 1)),
+                             int(conf.get("block_rows", TILE_M)))
     return _JIT_CACHE[key]
+
+
+def _resolve(shape: Shape, schedule: str, traced: bool, num_splits, device, *, tile_n=None,
+             ctas_per_sm=None, block_rows=None, build=None) -> tuple[Kernel, Plan]:
+    """The kernel variant for this shape and the split plan of its launch."""
+    kern = kernel_function(shape.d, schedule, shape.dtype, traced, tile_n, build, ctas_per_sm,
+                           block_rows or default_block_rows(shape))
+    plan = plan_splits(shape, kern.tile_n, num_sms(device), num_splits, kern.ctas_per_sm, kern.block_rows)
+    return kern, plan
 
 
 _BUILD_DIRS: dict = {}
@@ -326,34 +363,36 @@ def num_sms(device) -> int:
 def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                      softmax_scale: Optional[float] = None, trace=None, return_lse: bool = False,
                      out=None, tile_n: Optional[int] = None, build=None,
-                     ctas_per_sm: Optional[int] = None):
+                     ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None):
     """Multi-token decode attention (see the module docstring). ``trace``: a recorder buffer
-    (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one."""
+    (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one.
+    ``tile_n``, ``ctas_per_sm``, ``block_rows``: pick a non-default kernel variant."""
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
                      trace=trace)
+    if block_rows not in (None, 32, TILE_M):
+        raise ValueError(f"block_rows must be 32 or 64, got {block_rows!r}")
     import torch
 
-    fn, tn, occ = kernel_function(shape.d, schedule, shape.dtype, trace is not None, tile_n, build,
-                                  ctas_per_sm)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, occ)
+    kern, plan = _resolve(shape, schedule, trace is not None, num_splits, q.device, tile_n=tile_n,
+                          ctas_per_sm=ctas_per_sm, block_rows=block_rows, build=build)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=q.device)
     n_o, n_l = plan.workspace_floats(shape)
     o_part = torch.empty(n_o, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(n_l, dtype=torch.float32, device=q.device)
-    count = _counters(q.device, COUNTER_WORDS * shape.groups)
+    count = _counters(q.device, COUNTER_WORDS * plan.groups)
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device
                             or not out.is_contiguous()):
         raise ValueError("out must be a contiguous tensor with q's shape, dtype and device")
-    fn(q, k, v, o, lse, o_part, lse_part, count, *plan.kernel_args(scale), trace)
+    kern.fn(q, k, v, o, lse, o_part, lse_part, count, *plan.kernel_args(scale), trace)
     return (o, lse) if return_lse else o
 
 
 def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                  cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
                  capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None,
-                 ctas_per_sm: Optional[int] = None):
+                 ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None):
     """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan)."""
     import numpy as np
     import torch
@@ -361,8 +400,8 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     from .layout import BufferSpec
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
-    _, tn, occ = kernel_function(shape.d, schedule, shape.dtype, True, tile_n, build, ctas_per_sm)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, occ)
+    _, plan = _resolve(shape, schedule, True, num_splits, q.device, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
+                       block_rows=block_rows, build=build)
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
                                cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas)
     buf = torch.from_numpy(spec.new_buffer().view(np.int64)).to(q.device)
@@ -395,8 +434,8 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
     v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
-    _, tn, occ = kernel_function(d, schedule, dtype, True, None, build)
-    plan = plan_splits(shape, tn, num_sms(q.device), num_splits, occ)
+    kern, plan = _resolve(shape, schedule, True, num_splits, q.device, build=build)
+    tn = kern.tile_n
     cap = capacity or trace_capacity(plan)
     kw = dict(schedule=schedule, num_splits=num_splits, build=build)
 
@@ -418,7 +457,8 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
                           cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas,
                           extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
     config = {"schedule": schedule, "head_dim": d, "d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
-              "dtype": dtype, "tile_m": TILE_M, "tile_n": tn, "n_blocks": plan.n_blocks,
+              "dtype": dtype, "tile_m": TILE_M, "block_rows": plan.block_rows, "tile_n": tn,
+              "n_blocks": plan.n_blocks,
               "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
               "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
     trace = record([launch], kernel="decode_attention_sm90", config=config,
@@ -528,14 +568,16 @@ def _graph_time(launch, n_sets: int, replays: int, per_graph: int):
     return med, spread
 
 
-def _variant_option(name: str, opt: str) -> tuple[Optional[int], Optional[int]]:
-    """``n64`` / ``o2`` / ``n64o2`` after the ``@`` of a kernel name: KV tile, CTAs per SM."""
+def _variant_option(name: str, opt: str) -> tuple[Optional[int], Optional[int], Optional[int]]:
+    """``n64`` / ``o2`` / ``r64`` (any of them, in this order) after the ``@`` of a kernel name:
+    KV tile, CTAs per SM, query rows per CTA."""
     import re
 
-    m = re.fullmatch(r"(?:n(\d+))?(?:o(\d+))?", opt)
+    m = re.fullmatch(r"(?:n(\d+))?(?:o(\d+))?(?:r(\d+))?", opt)
     if m is None:
-        raise ValueError(f"unknown kernel option {opt!r} in {name!r}: want n<tile>, o<ctas per SM> or both")
-    return (int(m.group(1)) if m.group(1) else None, int(m.group(2)) if m.group(2) else None)
+        raise ValueError(f"unknown kernel option {opt!r} in {name!r}: want n<tile>, o<ctas per SM>, "
+                         "r<rows per CTA>, in that order")
+    return tuple(int(g) if g else None for g in m.groups())
 
 
 def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: int = 0,
@@ -569,9 +611,10 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
         traced = bool(tr)
         extra: dict = {}
         if sched in SCHEDULES:
-            tile, occ = _variant_option(name, opt)
+            tile, occ, brows = _variant_option(name, opt)
             try:
-                _, tn, occ_ = kernel_function(shape.d, sched, shape.dtype, traced, tile, ctas_per_sm=occ)
+                kern, plan = _resolve(shape, sched, traced, None, device, tile_n=tile, ctas_per_sm=occ,
+                                      block_rows=brows)
             except Fa4traceError as exc:  # a variant this build lacks: a '-' cell
                 rows.append(BenchRow(shape, name, float("nan"), float("nan"), float("nan"),
                                      {"error": str(exc)[:200]}))
@@ -580,17 +623,16 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
             if traced:
                 # +trace1: every CTA runs the recorder's instructions, only the first stores
                 # records (isolates the instruction cost from the record traffic).
-                bufs = [trace_buffer(*st[:3], schedule=sched, tile_n=tile, ctas_per_sm=occ,
+                bufs = [trace_buffer(*st[:3], schedule=sched, tile_n=tile, ctas_per_sm=occ, block_rows=brows,
                                      max_ctas=1 if tr == "trace1" else None)[0] for st in sets[:1]]
 
-            def launch(i, sched=sched, tile=tile, occ=occ, bufs=bufs):
+            def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, bufs=bufs):
                 q, k, v, o = sets[i]
                 return decode_attention(q, k, v, schedule=sched, out=o, tile_n=tile, ctas_per_sm=occ,
-                                        trace=bufs[0] if bufs else None)
+                                        block_rows=brows, trace=bufs[0] if bufs else None)
 
-            plan = plan_splits(shape, tn, num_sms(device), None, occ_)
-            extra = {"tile_n": tn, "ctas_per_sm": occ_, "splits": plan.n_splits, "ctas": plan.n_ctas,
-                     "n_comb": plan.n_comb}
+            extra = {"tile_n": kern.tile_n, "ctas_per_sm": kern.ctas_per_sm, "block_rows": kern.block_rows,
+                     "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb}
         elif sched == "fa4":
             # Upstream FlashAttention-4's SM90 forward (AOT build, see fa4trace.fa4): no split-KV
             # on Hopper, so it launches b x hkv CTAs.
@@ -757,4 +799,4 @@ def bench_cli(argv=None) -> int:
 
 
 def describe_plan(shape: Shape, plan: Plan) -> dict[str, Any]:
-    return {**asdict(shape), **asdict(plan), "groups": shape.groups, "ctas": plan.n_ctas}
+    return {**asdict(shape), **asdict(plan), "ctas": plan.n_ctas}

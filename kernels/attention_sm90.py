@@ -62,6 +62,7 @@ SCHEDULES = ("base", "pingpong")
 ARCH = "sm_90a"
 PTXAS_OPTIONS = "--ptxas-options=--fmad=false"
 TILE_M = 64  # one wgmma M tile: all packed query rows of a KV head (sq * ratio <= 64 per m-block)
+BLOCK_ROWS = (64, 32)  # query rows per CTA (see DecodeAttentionSm90.block_rows)
 NUM_CONSUMER_THREADS = 128  # one warpgroup
 COMBINE_UNROLL = 16  # splits per combine thread: n_splits <= 16 * 32
 PRODUCER_WARP = 4
@@ -105,7 +106,7 @@ class DecodeAttentionSm90:
     """One compiled variant: head dim and schedule are compile-time; shapes are runtime."""
 
     def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
-                 num_stages: Optional[int] = None, ctas_per_sm: int = 1):
+                 num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M):
         if head_dim not in (64, 128):
             raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
         if schedule not in SCHEDULES:
@@ -118,13 +119,25 @@ class DecodeAttentionSm90:
         if ctas_per_sm not in (1, 2):
             raise ValueError(f"ctas_per_sm must be 1 or 2, got {ctas_per_sm}")
         self.ctas_per_sm = ctas_per_sm
+        if block_rows not in BLOCK_ROWS:
+            raise ValueError(f"block_rows must be one of {BLOCK_ROWS}, got {block_rows}")
+        # Query rows one CTA serves. 64: the whole wgmma M tile, two rows per thread. 32: rows
+        # 0-7 of each warp's 16-row slab, one row per thread; the other 8 rows of the slab are
+        # padding with no softmax and no stores (half the exp2s and about 20% of the consumer's
+        # instructions; the host takes it when sq * hq/hkv <= 32, e.g. 16:1 decode).
+        # ptxas keeps the wgmma pipeline asynchronous only if every accumulator register is
+        # read and redefined by ordinary code between wgmmas and read after the last one; else
+        # it serializes all wgmmas ("insufficient register resources for the wgmma pipeline").
+        # So padding rows still get one multiply per element (S scaled, O corrected) and a
+        # final read (``_keep_padding_live``), a few percent of what the real rows cost.
+        self.block_rows = block_rows
+        self.rpt = 2 if block_rows == TILE_M else 1  # rows per thread
         self.num_stages = num_stages or default_stages(head_dim, self.tile_n, ctas_per_sm)
 
     def config(self) -> dict:
         return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
-                "tile_n": self.tile_n, "num_stages": self.num_stages, "ctas_per_sm": self.ctas_per_sm,
-                "threads": NUM_THREADS,
-                "warps_per_cta": WARPS_PER_CTA}
+                "block_rows": self.block_rows, "tile_n": self.tile_n, "num_stages": self.num_stages,
+                "ctas_per_sm": self.ctas_per_sm, "threads": NUM_THREADS, "warps_per_cta": WARPS_PER_CTA}
 
     # ------------------------------------------------------------------------------------
     # host side
@@ -198,7 +211,7 @@ class DecodeAttentionSm90:
         b, sq, hq = mQ.shape[0], mQ.shape[1], mQ.shape[2]
         hkv = mK.shape[2]
         ratio = hq // hkv
-        m_blocks = (sq * ratio + TILE_M - 1) // TILE_M
+        m_blocks = (sq * ratio + self.block_rows - 1) // self.block_rows
         scale_log2 = softmax_scale * Float32(math.log2(math.e))
 
         self.kernel(
@@ -254,7 +267,7 @@ class DecodeAttentionSm90:
         sq, hq, sk, hkv = mQ.shape[1], mQ.shape[2], tma_k.shape[0], tma_k.shape[2]
         ratio = hq // hkv
         rows_total = sq * ratio
-        m_blocks = (rows_total + TILE_M - 1) // TILE_M
+        m_blocks = (rows_total + self.block_rows - 1) // self.block_rows
         h_idx = y // m_blocks
         m_block = y - h_idx * m_blocks
         group = (b_idx * hkv + h_idx) * m_blocks + m_block
@@ -350,15 +363,23 @@ class DecodeAttentionSm90:
         rec.end(event, n_block)
         return rec, state
 
+    def tile_row_to_block_row(self, t):
+        """Tile row (0..63) -> the block's query row it holds. 32-row blocks: rows 0-7 of warp w's
+        16-row slab hold block rows 8w..8w+7, rows 8-15 repeat them (padding, never stored)."""
+        if const_expr(self.block_rows == TILE_M):
+            return t
+        return ((t >> 4) << 3) + (t & 7)
+
     @cute.jit
     def load_q(self, mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total):
         """Packed GQA rows -> swizzled smem by the 128 consumer threads, 16 B per load.
 
-        Row r of the tile is token m // ratio, query head h*ratio + m % ratio (m = 64*m_block + r):
-        not an affine map of r when ratio does not divide 64, hence no TMA for Q.  All loads are
-        issued before any store (one memory latency, not one per load), and before the producer
-        issues any KV load (barrier ``_BAR_Q_ISSUED``); rows past the last one
-        repeat it (their S rows are computed and never stored), so no load is predicated.
+        Row r of the tile is token m // ratio, query head h*ratio + m % ratio, where m =
+        block_rows * m_block + tile_row_to_block_row(r): not an affine map of r when ratio does
+        not divide 64, hence no TMA for Q.  All loads are issued before any store (one memory
+        latency, not one per load), and before the producer issues any KV load (barrier
+        ``_BAR_Q_ISSUED``); rows past the last one repeat it (their S rows are computed and never
+        stored), so no load is predicated.
         """
         d = self.d
         chunks = d // 8  # 16-byte chunks per row
@@ -369,7 +390,7 @@ class DecodeAttentionSm90:
             idx = it * NUM_CONSUMER_THREADS + tidx
             r = idx // chunks
             c = idx - r * chunks
-            m = cutlass.min(m_block * TILE_M + r, rows_total - 1)
+            m = cutlass.min(m_block * self.block_rows + self.tile_row_to_block_row(r), rows_total - 1)
             tok = m // ratio
             qh = h_idx * ratio + (m - tok * ratio)
             addr = (mQ[b_idx, tok, qh, None].iterator + c * 8).toint()
@@ -470,21 +491,23 @@ class DecodeAttentionSm90:
 
         # Finish the row sums across the 4 threads of a row (quad), then normalize.
         rec.begin(EV.EPILOGUE, split_idx)
-        for r in cutlass.range_constexpr(2):
+        for r in cutlass.range_constexpr(self.rpt):
             row_sum[r] = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
         lse = cute.make_rmem_tensor((2,), Float32)
         inv = cute.make_rmem_tensor((2,), Float32)
-        for r in cutlass.range_constexpr(2):
+        for r in cutlass.range_constexpr(self.rpt):
             s = row_sum[r]
             inv[r] = 1.0 / s
             lse[r] = cute.math.fma(row_max[r], softmax_scale, cute.math.log(s, fastmath=True))
         acc_O_mn = _acc_mn_view(acc_O)
         tOcO = _acc_mn_view(thr_pv.partition_C(cute.make_identity_tensor((TILE_M, d))))
+        if const_expr(self.rpt == 1):
+            _keep_padding_live(acc_O_mn, n_splits, mLSE, b_idx)
         lane4 = cute.arch.lane_idx() % 4
         if n_splits == 1:
-            for r in cutlass.range_constexpr(2):
-                row = tOcO[r, 0][0]
-                m = m_block * TILE_M + row
+            for r in cutlass.range_constexpr(self.rpt):
+                row = self.tile_row_to_block_row(tOcO[r, 0][0])
+                m = m_block * self.block_rows + row
                 if m < rows_total:
                     tok = m // ratio
                     qh = h_idx * ratio + (m - tok * ratio)
@@ -496,9 +519,9 @@ class DecodeAttentionSm90:
             rec = _end(rec, EV.EPILOGUE, split_idx)
         else:
             base = group * n_splits + split_idx
-            for r in cutlass.range_constexpr(2):
-                row = tOcO[r, 0][0]
-                m = m_block * TILE_M + row
+            for r in cutlass.range_constexpr(self.rpt):
+                row = self.tile_row_to_block_row(tOcO[r, 0][0])
+                m = m_block * self.block_rows + row
                 if m < rows_total:
                     off = (base * TILE_M + row) * d
                     for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
@@ -577,12 +600,12 @@ class DecodeAttentionSm90:
         ncol = cute.size(s_mn, mode=[1])
         if const_expr(may_mask):
             if n_block == ctx.n_blocks - 1:
-                for r in cutlass.range_constexpr(2):
+                for r in cutlass.range_constexpr(self.rpt):
                     for c in cutlass.range_constexpr(ncol):
                         if ctx.tScS[r, c][1] >= ctx.last_valid:
                             s_mn[r, c] = -Float32.inf
         corr = cute.make_rmem_tensor((2,), Float32)
-        for r in cutlass.range_constexpr(2):
+        for r in cutlass.range_constexpr(self.rpt):
             m_old = ctx.row_max[r]
             m = m_old
             for c in cutlass.range_constexpr(ncol):
@@ -600,6 +623,11 @@ class DecodeAttentionSm90:
                 rs = rs + p
             # Per-thread partial sums; the quad reduction happens once, in the epilogue.
             ctx.row_sum[r] = cute.math.fma(ctx.row_sum[r], corr[r], rs)
+        if const_expr(self.rpt == 1):
+            # The padding row: scaled scores (finite) become its P; they reach padding rows of
+            # O only (rows of a GEMM do not mix). One multiply keeps the wgmma async (above).
+            for c in cutlass.range_constexpr(ncol):
+                s_mn[1, c] = s_mn[1, c] * ctx.scale_log2
         rec.end(EV.SOFTMAX, n_block)
         return rec, corr
 
@@ -607,9 +635,9 @@ class DecodeAttentionSm90:
     def correct_and_convert(self, rec: Recorder, ctx, acc_S, corr, n_block):
         rec.begin(EV.CORRECTION, n_block)
         o_mn = _acc_mn_view(ctx.acc_O)
-        for r in cutlass.range_constexpr(2):
+        for r in cutlass.range_constexpr(2):  # padding rows too: keeps the wgmma async
             for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                o_mn[r, c] = o_mn[r, c] * corr[r]
+                o_mn[r, c] = o_mn[r, c] * corr[r if r < self.rpt else 0]
         rec.end(EV.CORRECTION, n_block)
         # P (fp32 accumulator layout) -> A-operand registers of the PV wgmma.
         ctx.tOrP.store(_acc_as_frg_a(acc_S).load().to(self.dtype))
@@ -685,7 +713,7 @@ class DecodeAttentionSm90:
         group_threads = Int32(1) << gt_log2
         rows_par_log2 = 7 - gt_log2  # NUM_CONSUMER_THREADS = 128 = 2^7
         cc_log2 = (d // 4).bit_length() - 1 - nc4_log2  # log2 of the column chunks
-        rows_here = cutlass.min(rows_total - m_block * TILE_M, TILE_M)
+        rows_here = cutlass.min(rows_total - m_block * self.block_rows, self.block_rows)
         n_items = ((rows_here + (Int32(1) << rows_par_log2) - 1) >> rows_par_log2) << cc_log2
         c4 = tidx & (nc4 - 1)
         p = (tidx >> nc4_log2) & (parts - 1)
@@ -753,7 +781,7 @@ class DecodeAttentionSm90:
                 _merge_partitions(st, red, tidx, lane, warp, nc4, in_warp, warps_per_row)
                 if (p == 0) & (row < rows_here):
                     inv = 1.0 / st[1]
-                    m = m_block * TILE_M + row
+                    m = m_block * self.block_rows + row
                     tok = m // ratio
                     qh = h_idx * ratio + (m - tok * ratio)
                     gO = mO[b_idx, tok, qh, None]
@@ -805,6 +833,17 @@ def _merge_partitions(st: cute.Tensor, red: cute.Tensor, tidx: Int32, lane: Int3
             _lse_merge(st, other)
         # the scratch is rewritten by the next item
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
+
+
+@cute.jit
+def _keep_padding_live(acc_O_mn: cute.Tensor, n_splits: Int32, mLSE: cute.Tensor, b_idx: Int32):
+    """Read the padding rows of O after the last wgmma (see ``block_rows``): a store under a
+    condition that never holds (the host passes n_splits >= 1) but ptxas cannot prove."""
+    pad = Float32(0.0)
+    for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
+        pad = pad + acc_O_mn[1, c]
+    if n_splits < 0:
+        mLSE[b_idx, 0, 0] = pad
 
 
 def _begin(rec, event, payload):
@@ -889,10 +928,10 @@ def fake_arguments(head_dim: int, dtype: str, traced: bool):
 
 def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: bool = False, *,
                     options: str = "--enable-tvm-ffi", tile_n: Optional[int] = None,
-                    num_stages: Optional[int] = None, ctas_per_sm: int = 1):
+                    num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M):
     """Compile one variant for sm_90a (a GPU is not needed); returns (compiled, kernel object)."""
     kern = DecodeAttentionSm90(head_dim, schedule, tile_n=tile_n, num_stages=num_stages,
-                               ctas_per_sm=ctas_per_sm)
+                               ctas_per_sm=ctas_per_sm, block_rows=block_rows)
     if "--gpu-arch" not in options:  # wgmma/setmaxnreg need sm_90a whatever CUTE_DSL_ARCH says
         options = f"{options} --gpu-arch {ARCH}"
     if "--ptxas-options" not in options:
@@ -903,8 +942,9 @@ def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: b
     return cute.compile(kern, *fake_arguments(head_dim, dtype, traced), options=options), kern
 
 
-def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool) -> str:
-    return f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}" + ("_traced" if traced else "")
+def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_rows: int = TILE_M) -> str:
+    rows = "" if block_rows == TILE_M else f"_r{block_rows}"
+    return f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}{rows}" + ("_traced" if traced else "")
 
 
 def aot_variants(arch: str):
@@ -918,34 +958,36 @@ def aot_variants(arch: str):
         for schedule in SCHEDULES:
             for dtype in DTYPES:
                 for traced in (False, True):
-                    name = variant_name(d, schedule, dtype, traced)
-                    kern = DecodeAttentionSm90(d, schedule)
-                    cfg = {**kern.config(), "dtype": dtype, "traced": traced, "arch": arch,
-                           "args": "q,k,v,o,lse,o_part,lse_part,count," + ",".join(SCALAR_ARGS)
-                                   + (",trace" if traced else "")}
+                    for rows in BLOCK_ROWS:
+                        name = variant_name(d, schedule, dtype, traced, rows)
+                        kern = DecodeAttentionSm90(d, schedule, block_rows=rows)
+                        cfg = {**kern.config(), "dtype": dtype, "traced": traced, "arch": arch,
+                               "args": "q,k,v,o,lse,o_part,lse_part,count," + ",".join(SCALAR_ARGS)
+                                       + (",trace" if traced else "")}
 
-                    def thunk(d=d, schedule=schedule, dtype=dtype, traced=traced):
-                        return compile_variant(d, schedule, dtype, traced)[0]
+                        def thunk(d=d, schedule=schedule, dtype=dtype, traced=traced, rows=rows):
+                            return compile_variant(d, schedule, dtype, traced, block_rows=rows)[0]
 
-                    out.append((name, thunk, Entry(name, "attention", cfg)))
+                        out.append((name, thunk, Entry(name, "attention", cfg)))
     return out
 
 
 def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir: str,
-                tile_n: Optional[int] = None, ctas_per_sm: int = 1) -> dict:
+                tile_n: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M) -> dict:
     """Compile one variant for sm_90a and return its PTX and config (for tests/tools; picklable)."""
     import os
     import time
 
     # One folder per variant: the DSL names dumps after the host function and argument types,
     # which the variants of one head dim and dtype share.
-    dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced)
-                            + f"_n{tile_n or 0}_o{ctas_per_sm}")
+    name = variant_name(head_dim, schedule, dtype, traced, block_rows)
+    dump_dir = os.path.join(dump_dir, name + f"_n{tile_n or 0}_o{ctas_per_sm}")
     os.makedirs(dump_dir, exist_ok=True)
     t = time.time()
     fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
+                               block_rows=block_rows,
                                options=f"--enable-tvm-ffi --keep-ptx --dump-dir={dump_dir}")
-    return {"name": variant_name(head_dim, schedule, dtype, traced), "ptx": fn.artifacts.PTX,
+    return {"name": name, "ptx": fn.artifacts.PTX,
             "config": {**kern.config(), "dtype": dtype, "traced": traced,
                        "smem_bytes": kern.shared_storage.size_in_bytes()},
             "compile_s": time.time() - t}

@@ -108,11 +108,19 @@ def test_two_ctas_per_sm_fill_twice_the_sms_and_stay_deadlock_free():
             assert s.groups * (p2.n_comb - 1) < 132, (s, p2)
 
 
+def test_default_block_rows_follow_the_packed_rows():
+    assert A.default_block_rows(A.Shape(1, 1, 16, 1, 100, 128, "bf16")) == 32  # 16 rows
+    assert A.default_block_rows(A.Shape(1, 2, 16, 1, 100, 128, "bf16")) == 32  # 32 rows
+    assert A.default_block_rows(A.Shape(1, 4, 16, 1, 100, 128, "bf16")) == 64  # 64 rows
+    assert A.default_block_rows(A.Shape(1, 3, 16, 1, 100, 128, "bf16")) == 64  # 48: one CTA, not two
+
+
 def test_bench_variant_options_parse():
-    assert A._variant_option("pingpong@n96", "n96") == (96, None)
-    assert A._variant_option("pingpong@o2", "o2") == (None, 2)
-    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2)
-    assert A._variant_option("pingpong", "") == (None, None)
+    assert A._variant_option("pingpong@n96", "n96") == (96, None, None)
+    assert A._variant_option("pingpong@o2", "o2") == (None, 2, None)
+    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2, None)
+    assert A._variant_option("pingpong@r64", "r64") == (None, None, 64)
+    assert A._variant_option("pingpong", "") == (None, None, None)
     with pytest.raises(ValueError, match="unknown kernel option"):
         A._variant_option("pingpong@x2", "x2")
 
@@ -138,8 +146,9 @@ def _simulate_combine(shape, plan):
     group = nc4 * parts
     rows_par = 128 // group
     col_chunks = shape.d // 4 // nc4
-    for m_block in range(shape.m_blocks):
-        rows_here = min(rows_total - m_block * 64, 64)
+    br = plan.block_rows
+    for m_block in range(plan.grid[1] // shape.hkv):
+        rows_here = min(rows_total - m_block * br, br)
         n_items = -(-rows_here // rows_par) * col_chunks
         for comb in range(plan.n_comb):
             for item in range(comb, n_items, plan.n_comb):
@@ -165,16 +174,19 @@ def _simulate_combine(shape, plan):
                                    A.Shape(32, 1, 16, 2, 4096, 128, "bf16"),
                                    A.Shape(2, 5, 12, 3, 1000, 64, "bf16"),
                                    A.Shape(1, 6, 28, 2, 4097, 128, "bf16")])
-def test_combine_covers_every_output_once_with_every_split(shape):
+@pytest.mark.parametrize("block_rows", [64, 32])
+def test_combine_covers_every_output_once_with_every_split(shape, block_rows):
     for splits in (None, 2, 3, 17, 100, 256):
-        plan = A.plan_splits(shape, 64, 132, splits)
+        plan = A.plan_splits(shape, 64, 132, splits, block_rows=block_rows)
         if plan.n_splits == 1:
             continue
         assert plan.comb_nc4 * plan.comb_parts <= 128 and (shape.d // 4) % plan.comb_nc4 == 0
         assert plan.n_splits <= A.COMBINE_UNROLL * plan.comb_parts
         cov = _simulate_combine(shape, plan)
         rows_total = shape.sq * shape.ratio
-        want = {(mb, r, c) for mb in range(shape.m_blocks) for r in range(min(64, rows_total - 64 * mb))
+        m_blocks = -(-rows_total // block_rows)
+        assert plan.grid[1] == m_blocks * shape.hkv and plan.groups == m_blocks * shape.hkv * shape.b
+        want = {(mb, r, c) for mb in range(m_blocks) for r in range(min(block_rows, rows_total - block_rows * mb))
                 for c in range(shape.d)}
         assert set(cov) == want
         for key, ss in cov.items():

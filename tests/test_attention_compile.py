@@ -1,7 +1,7 @@
 """CPU: every decode-attention variant compiles for sm_90a; facts read off its PTX.
 
-Needs nvidia-cutlass-dsl (no GPU). The 16 variants (d x schedule x tracing x dtype) compile
-once per session in two worker processes. With ptxas on the PATH (or /usr/local/cuda/bin),
+Needs nvidia-cutlass-dsl (no GPU). The 32 variants (d x schedule x tracing x dtype x rows per
+CTA) compile once per session in two worker processes. With ptxas on the PATH (or /usr/local/cuda/bin),
 the register / spill report of each is read and written to
 artifacts/attention_compile_report.json, and spills fail the test.
 """
@@ -17,14 +17,19 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-VARIANTS = [(d, s, dt, tr) for d in (64, 128) for s in ("base", "pingpong") for dt in ("bf16", "fp16")
-            for tr in (False, True)]
+VARIANTS = [(d, s, dt, tr, rows) for d in (64, 128) for s in ("base", "pingpong") for dt in ("bf16", "fp16")
+            for tr in (False, True) for rows in (64, 32)]
+
+
+def _id(v):
+    return "d{}-{}-{}-{}-r{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain", v[4])
 
 
 def _compile(args):
     from fa4trace.kernels.attention_sm90 import compile_ptx
 
-    return compile_ptx(*args)
+    d, sched, dtype, traced, rows, dump = args
+    return compile_ptx(d, sched, dtype, traced, dump, block_rows=rows)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +72,7 @@ def _ptxas_report(ptx: str, tmp: str) -> dict:
             "wgmma_serialized": [ln for ln in text.splitlines() if "Potential Performance Loss" in ln]}
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "d{}-{}-{}-{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain"))
+@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
 def test_variant_compiles_with_wgmma_and_tma(compiled, variant):
     ptx = compiled[variant]["ptx"]
     assert ".target sm_90a" in ptx
@@ -82,7 +87,7 @@ def test_variant_compiles_with_wgmma_and_tma(compiled, variant):
     assert has_wait1 == (sched == "pingpong")
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "d{}-{}-{}-{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain"))
+@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
 def test_tracing_off_reads_no_timer_and_on_reads_both(compiled, variant):
     ptx = compiled[variant]["ptx"]
     reads = {t: len(re.findall(rf"mov\.u64\s+%rd\d+,\s*{t}", ptx)) for t in ("%globaltimer", "%clock64")}
@@ -92,7 +97,7 @@ def test_tracing_off_reads_no_timer_and_on_reads_both(compiled, variant):
         assert "%globaltimer" not in ptx and "%clock64" not in ptx, reads
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "d{}-{}-{}-{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain"))
+@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
 def test_stage_probe_never_blocks_and_q_goes_first(compiled, variant):
     """Traced, the probe that decides whether a WAIT_K / WAIT_V is recorded is mbarrier.test_wait:
     try_wait may suspend until the stage lands and then report it ready, which hid every wait.
@@ -105,6 +110,14 @@ def test_stage_probe_never_blocks_and_q_goes_first(compiled, variant):
     # one release for the combine ticket: an acq_rel atomic, no separate gpu fence before it
     if ptx.count("atom.acq_rel.gpu") or ptx.count("atom.global.acq_rel.gpu"):
         assert "fence.acq_rel.gpu" not in ptx
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v[4] == 32], ids=_id)
+def test_32_row_ctas_emit_the_softmax_for_one_row_per_thread(compiled, variant):
+    """r32: one row per thread, so about half the exp2 of the 64-row variant (the padding row
+    keeps one multiply per element so that ptxas keeps the wgmma async; checked above)."""
+    ex2 = {rows: compiled[(*variant[:4], rows)]["ptx"].count("ex2.approx") for rows in (64, 32)}
+    assert ex2[32] <= 0.65 * ex2[64], ex2  # the combine and the last block add a fixed part
 
 
 def test_two_ctas_per_sm_variant_fits_half_the_shared_memory(tmp_path):
