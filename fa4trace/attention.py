@@ -568,15 +568,15 @@ def _graph_time(launch, n_sets: int, replays: int, per_graph: int):
     return med, spread
 
 
-def _variant_option(name: str, opt: str) -> tuple[Optional[int], Optional[int], Optional[int]]:
-    """``n64`` / ``o2`` / ``r64`` (any of them, in this order) after the ``@`` of a kernel name:
-    KV tile, CTAs per SM, query rows per CTA."""
+def _variant_option(name: str, opt: str) -> tuple[Optional[int], ...]:
+    """``n64`` / ``o2`` / ``r64`` / ``s512`` (any of them, in this order) after the ``@`` of a
+    kernel name: KV tile, CTAs per SM, query rows per CTA, splits per (batch, kv head)."""
     import re
 
-    m = re.fullmatch(r"(?:n(\d+))?(?:o(\d+))?(?:r(\d+))?", opt)
+    m = re.fullmatch(r"(?:n(\d+))?(?:o(\d+))?(?:r(\d+))?(?:s(\d+))?", opt)
     if m is None:
         raise ValueError(f"unknown kernel option {opt!r} in {name!r}: want n<tile>, o<ctas per SM>, "
-                         "r<rows per CTA>, in that order")
+                         "r<rows per CTA>, s<splits>, in that order")
     return tuple(int(g) if g else None for g in m.groups())
 
 
@@ -611,9 +611,9 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
         traced = bool(tr)
         extra: dict = {}
         if sched in SCHEDULES:
-            tile, occ, brows = _variant_option(name, opt)
+            tile, occ, brows, splits = _variant_option(name, opt)
             try:
-                kern, plan = _resolve(shape, sched, traced, None, device, tile_n=tile, ctas_per_sm=occ,
+                kern, plan = _resolve(shape, sched, traced, splits, device, tile_n=tile, ctas_per_sm=occ,
                                       block_rows=brows)
             except Fa4traceError as exc:  # a variant this build lacks: a '-' cell
                 rows.append(BenchRow(shape, name, float("nan"), float("nan"), float("nan"),
@@ -623,13 +623,14 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
             if traced:
                 # +trace1: every CTA runs the recorder's instructions, only the first stores
                 # records (isolates the instruction cost from the record traffic).
-                bufs = [trace_buffer(*st[:3], schedule=sched, tile_n=tile, ctas_per_sm=occ, block_rows=brows,
+                bufs = [trace_buffer(*st[:3], schedule=sched, num_splits=splits, tile_n=tile, ctas_per_sm=occ,
+                                     block_rows=brows,
                                      max_ctas=1 if tr == "trace1" else None)[0] for st in sets[:1]]
 
-            def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, bufs=bufs):
+            def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, splits=splits, bufs=bufs):
                 q, k, v, o = sets[i]
                 return decode_attention(q, k, v, schedule=sched, out=o, tile_n=tile, ctas_per_sm=occ,
-                                        block_rows=brows, trace=bufs[0] if bufs else None)
+                                        block_rows=brows, num_splits=splits, trace=bufs[0] if bufs else None)
 
             extra = {"tile_n": kern.tile_n, "ctas_per_sm": kern.ctas_per_sm, "block_rows": kern.block_rows,
                      "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb}

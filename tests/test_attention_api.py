@@ -116,11 +116,12 @@ def test_default_block_rows_follow_the_packed_rows():
 
 
 def test_bench_variant_options_parse():
-    assert A._variant_option("pingpong@n96", "n96") == (96, None, None)
-    assert A._variant_option("pingpong@o2", "o2") == (None, 2, None)
-    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2, None)
-    assert A._variant_option("pingpong@r64", "r64") == (None, None, 64)
-    assert A._variant_option("pingpong", "") == (None, None, None)
+    assert A._variant_option("pingpong@n96", "n96") == (96, None, None, None)
+    assert A._variant_option("pingpong@o2", "o2") == (None, 2, None, None)
+    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2, None, None)
+    assert A._variant_option("pingpong@r64", "r64") == (None, None, 64, None)
+    assert A._variant_option("pingpong@o2s132", "o2s132") == (None, 2, None, 132)
+    assert A._variant_option("pingpong", "") == (None, None, None, None)
     with pytest.raises(ValueError, match="unknown kernel option"):
         A._variant_option("pingpong@x2", "x2")
 
