@@ -158,13 +158,13 @@ class Plan:
     n_comb: int  # CTAs per group that combine (the last n_comb to finish)
     comb_nc4: int  # float4 columns per combine item
     comb_parts: int  # threads summing different splits of one output float4
-    grid: tuple  # (x, y, z)
+    grid: tuple  # (x, y, z) = (kv heads * m-blocks, splits, batch)
     block_rows: int = TILE_M  # query rows per CTA (the kernel variant's)
-    groups: int = 0  # (batch, kv head, m-block) triples: grid y * z
+    groups: int = 0  # (batch, kv head, m-block) triples: grid x * z
 
     def __post_init__(self):
         if not self.groups:
-            object.__setattr__(self, "groups", self.grid[1] * self.grid[2])
+            object.__setattr__(self, "groups", self.grid[0] * self.grid[2])
 
     @property
     def n_ctas(self) -> int:
@@ -217,7 +217,7 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
     else:
         s = int(num_splits)
     s = max(1, min(s, n_blocks, MAX_SPLITS))
-    grid = (s, m_blocks * shape.hkv, shape.b)
+    grid = (m_blocks * shape.hkv, s, shape.b)
     if s == 1:
         return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid, block_rows)
     t_max = max(1, min(s, (num_sms - 1) // groups + 1))

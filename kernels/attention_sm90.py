@@ -12,7 +12,7 @@ One CTA = one (split, m-block, kv head, batch):
   * warps 0-3 are one consumer warpgroup: they load the (tiny, non-affine) packed Q tile with
     16-byte loads into the swizzled smem tile, then S = Q K^T with wgmma from shared memory,
     online softmax in registers, O += P V with P taken from registers (wgmma RS);
-  * split-KV: the grid's x dimension splits the KV blocks of a (batch, kv head) into
+  * split-KV: the grid's y dimension splits the KV blocks of a (batch, kv head) into
     `n_splits` contiguous ranges so that every SM streams KV (decode is memory-bound, and at
     batch 1 there is only one (batch, kv head) pair per KV head).  Each split writes an fp32
     partial O and its LSE; the LSE-weighted combine runs inside the same launch: the last
@@ -220,7 +220,10 @@ class DecodeAttentionSm90:
             sQ_layout, sK_layout, sV_layout,
             softmax_scale, scale_log2, n_splits, n_comb, comb_nc4_log2, comb_parts_log2, trace,
         ).launch(
-            grid=[n_splits, m_blocks * hkv, b],
+            # (kv head, m-block) fastest: the CTAs of the kv heads of one split are launched
+            # next to each other, land on neighbouring SMs at the same time and stream the same
+            # keys, whose rows interleave in memory ([b, sk, hkv, d]) at 128 B (d64) / 256 B.
+            grid=[m_blocks * hkv, n_splits, b],
             block=[NUM_THREADS, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -262,7 +265,7 @@ class DecodeAttentionSm90:
         tile_n = self.tile_n
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        split_idx, y, b_idx = cute.arch.block_idx()
+        y, split_idx, b_idx = cute.arch.block_idx()
 
         sq, hq, sk, hkv = mQ.shape[1], mQ.shape[2], tma_k.shape[0], tma_k.shape[2]
         ratio = hq // hkv

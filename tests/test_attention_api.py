@@ -148,7 +148,7 @@ def _simulate_combine(shape, plan):
     rows_par = 128 // group
     col_chunks = shape.d // 4 // nc4
     br = plan.block_rows
-    for m_block in range(plan.grid[1] // shape.hkv):
+    for m_block in range(plan.grid[0] // shape.hkv):
         rows_here = min(rows_total - m_block * br, br)
         n_items = -(-rows_here // rows_par) * col_chunks
         for comb in range(plan.n_comb):
@@ -186,7 +186,7 @@ def test_combine_covers_every_output_once_with_every_split(shape, block_rows):
         cov = _simulate_combine(shape, plan)
         rows_total = shape.sq * shape.ratio
         m_blocks = -(-rows_total // block_rows)
-        assert plan.grid[1] == m_blocks * shape.hkv and plan.groups == m_blocks * shape.hkv * shape.b
+        assert plan.grid[0] == m_blocks * shape.hkv and plan.groups == m_blocks * shape.hkv * shape.b
         want = {(mb, r, c) for mb in range(m_blocks) for r in range(min(block_rows, rows_total - block_rows * mb))
                 for c in range(shape.d)}
         assert set(cov) == want
