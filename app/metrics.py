@@ -17,6 +17,7 @@ ROWS = [  # (label, key, kind); kind picks the formatter
     ("hidden softmax per iteration (median)", "hidden_softmax_ns", "ns"),
     ("iteration period (median)", "period_ns", "ns"),
     ("tensor cores busy", "tensor_core_busy", "pct"),
+    ("CTA time idle while the last mainloop runs", "mainloop_idle_share", "pct"),
     ("dropped records", "dropped", "int"),
 ]
 MEDIANS = ("load_k", "load_v", "qk", "softmax", "correction", "pv")

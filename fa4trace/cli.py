@@ -107,6 +107,15 @@ def _format_summary(s: dict) -> str:
         f"  tensor cores   {_pct(s.get('tensor_core_busy'))} busy",
         f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
     ]
+    ends = s.get("mainloop_end_ns")
+    if ends:
+        lines.append(f"  mainloop ends  {_ns(ends['min'])} / {_ns(ends['median'])} / {_ns(ends['max'])} "
+                     f"(first / median / last CTA); {_pct(s.get('mainloop_idle_share'))} of CTA time idle "
+                     "waiting for the last")
+    fast = s.get("fast_sms")
+    if fast:
+        lines.append(f"  fast SMs       {len(fast)} SMs stream {s['fast_sm_rate_ratio']:.2f}x the median rate: "
+                     + ",".join(map(str, fast)))
     med = s.get("median_ns") or {}
     if med:
         lines.append("  median ns      " + "  ".join(f"{k}={v:.0f}" for k, v in med.items()))
@@ -129,7 +138,8 @@ def compare(a, b, as_json):
     rows = [("kernel time", "kernel_time_ns", _ns), ("bandwidth", "bandwidth_tbps", _tbps),
             ("QK ∥ SOFTMAX", "qk_softmax_overlap", _pct), ("PV ∥ SOFTMAX", "pv_softmax_overlap", _pct),
             ("hidden softmax", "hidden_softmax_ns", _ns), ("period", "period_ns", _ns),
-            ("tensor cores busy", "tensor_core_busy", _pct), ("dropped", "dropped", str)]
+            ("tensor cores busy", "tensor_core_busy", _pct),
+            ("mainloop idle share", "mainloop_idle_share", _pct), ("dropped", "dropped", str)]
     click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
         click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")

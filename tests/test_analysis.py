@@ -106,3 +106,23 @@ def test_union_sweep_matches_brute_force():
             for i in np.flatnonzero(~m & (g == k)):
                 b[s[i]:e[i]] = True
             assert (la[k], lb[k], inter[k]) == (a.sum(), b.sum(), (a & b).sum())
+
+
+def test_mainloop_balance_finds_the_fast_sms_and_the_idle_tail():
+    """CTAs 0-1 run 4 KV blocks at 100 ns each, CTAs 2-4 at 130 ns (sm == cta here)."""
+    def cta(c, p):
+        ev = []
+        for i in range(4):
+            ev += spans((EV.QK, i, (i * p, i * p + p // 2)), (EV.SOFTMAX, i, (i * p + p // 2, i * p + 3 * p // 4)),
+                        (EV.PV, i, (i * p + 3 * p // 4, (i + 1) * p)))
+        return w(c, 0, ev)
+
+    t = trace_of([cta(0, 100), cta(1, 100), cta(2, 130), cta(3, 130), cta(4, 130)], L.BufferSpec(1, 5, 64))
+    s = A.summarize(t)
+    assert s["mainloop_end_ns"] == {"min": 400, "median": 520.0, "max": 520}
+    assert s["fast_sms"] == [0, 1]
+    assert s["fast_sm_rate_ratio"] == pytest.approx(1.3)
+    assert s["mainloop_idle_share"] == pytest.approx(2 * (120 / 520) / 5)
+    # Even CTAs: nothing fast, nothing idle.
+    even = A.summarize(trace_of([cta(c, 100) for c in range(3)], L.BufferSpec(1, 3, 64)))
+    assert even["fast_sms"] == [] and even["mainloop_idle_share"] == pytest.approx(0.0)
