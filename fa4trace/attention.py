@@ -12,6 +12,11 @@ present, otherwise from an AOT build folder (``fa4trace build``; ``$FA4TRACE_BUI
 ``./build/kernels``). Validation runs first and needs neither: a bad argument raises a
 one-line ``ValueError`` naming it.
 
+Variants: when all packed query rows of a KV head fit in 32 (sq * hq/hkv <= 32) a CTA serves
+32 rows, one per consumer thread (``default_block_rows``), else 64; ``block_rows=`` forces one
+(the results are bitwise equal). ``tile_n`` and ``ctas_per_sm`` pick other built variants
+(benchmark options ``@n..``, ``@o..``).
+
 Split-KV: the KV of each (batch, kv head) is cut into ``num_splits`` ranges so that all SMs
 stream; partial results are combined inside the same launch (see the kernel's docstring).
 The combine's counters are cached per device and left consistent by every launch (no memset

@@ -4,11 +4,13 @@ Problem: q [b, sq, hq, d], k/v [b, sk, hkv, d] (FA layout, contiguous), o [b, sq
 lse [b, hq, sq] (natural log, fp32). sq 1..8, hq/hkv = 1..16, d in {64, 128}, any sk >= 1.
 
 One CTA = one (split, m-block, kv head, batch):
-  * the sq x (hq/hkv) query rows of one KV head are packed into the 64 rows of one wgmma
-    M-tile (row m <-> token m // ratio, query head h*ratio + m % ratio), so the KV stream is
-    read once per KV head, not once per query head;
-  * warp 4 is the producer: TMA loads of K and V blocks on two mbarrier pipelines, every
-    stage requested at launch (3 x 64 KB at d128 base, 6 x 32 KB ping-pong, ...);
+  * the sq x (hq/hkv) query rows of one KV head are packed into one wgmma M-tile (packed row
+    m <-> token m // ratio, query head h*ratio + m % ratio), so the KV stream is read once per
+    KV head, not once per query head. A CTA serves 64 packed rows (two per consumer thread) or,
+    when they fit, 32 (one per thread, half the softmax work; ``block_rows``);
+  * warp 4 is the producer: TMA loads of K and V blocks (L2 evict-first: read once) on two
+    mbarrier pipelines, every stage requested at launch (3 x 64 KB at d128 base, 6 x 32 KB
+    ping-pong, ...), right after the consumers have issued their Q loads;
   * warps 0-3 are one consumer warpgroup: they load the (tiny, non-affine) packed Q tile with
     16-byte loads into the swizzled smem tile, then S = Q K^T with wgmma from shared memory,
     online softmax in registers, O += P V with P taken from registers (wgmma RS);
