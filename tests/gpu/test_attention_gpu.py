@@ -111,6 +111,14 @@ def test_tracing_does_not_change_the_output(schedule, d, sk):
     # WAIT_K / WAIT_V appear only when a block had not landed yet: not required here.
     for ev in ("LOAD_Q", "LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV", "EPILOGUE"):
         assert ev in names, ev
+    # Every KV block left its four consumer spans in every consumer warp, and the producer its
+    # two loads (the mainloop records through Recorder.open_block: nothing may be lost there).
+    assert sum(t.column("dropped").to_pylist()) == 0
+    every = t.column("name").to_pylist()
+    blocks = plan.n_blocks * plan.grid[0] * plan.grid[2]  # KV blocks over all groups
+    for ev in ("QK", "SOFTMAX", "CORRECTION", "PV"):
+        assert every.count(ev) == blocks * 4, (ev, every.count(ev), blocks * 4)
+    assert every.count("LOAD_K") == blocks and every.count("LOAD_V") == blocks
     if plan.n_splits > 1:
         assert "COMBINE" in names
 
