@@ -67,7 +67,7 @@ def main(argv=None):
     for cfg in args.config:
         work, chain = cfg.split(":")[0], int(cfg.split(":")[1])
         base = None
-        for v in ("plain", "fa4trace", "fa4trace_lane", "fa4trace_gt", "iket"):
+        for v in ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "iket"):
             med, lo, hi, how = time_variant(v, work, args.n_ctas, args.iters, chain, args.reps)
             if v == "plain":
                 base = med

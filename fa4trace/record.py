@@ -173,7 +173,7 @@ def record_markers(*, variant: str = "fa4trace", work: str = "l2", n_ctas: int =
     from .kernel_loader import get_kernel
 
     if not variant.startswith("fa4trace"):
-        raise ValueError(f"--variant {variant!r} records nothing; use fa4trace, fa4trace_lane or fa4trace_gt")
+        raise ValueError(f"--variant {variant!r} records nothing; use fa4trace, fa4trace_block, fa4trace_lane or fa4trace_gt")
     fn, how = get_kernel("markers", build=build, variant=variant, work=work)
     out, table = marker_inputs(n_ctas)
     cap = capacity or 2 * iters + 8

@@ -29,7 +29,7 @@ from fa4trace import layout as L
 from fa4trace.device import Recorder
 from fa4trace.vocab import EV, ROLE
 
-VARIANTS = ("plain", "fa4trace", "fa4trace_lane", "fa4trace_gt", "iket")
+VARIANTS = ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "iket")
 WORKS = ("l2", "smem")
 WARPS_PER_CTA = 8
 TABLE = 256  # words in the shared-memory pointer-chase table
@@ -67,7 +67,7 @@ class MarkerBench:
             rec = Recorder.start(trace, ROLE.BENCH, staged=False)
         elif const_expr(self.variant == "fa4trace_gt"):
             rec = Recorder.start(trace, ROLE.BENCH, timebase=L.TIMEBASE_GLOBALTIMER)
-        elif const_expr(self.variant in ("fa4trace",)):
+        elif const_expr(self.variant in ("fa4trace", "fa4trace_block")):
             rec = Recorder.start(trace, ROLE.BENCH)
         else:
             rec = Recorder.start(None)
@@ -81,6 +81,8 @@ class MarkerBench:
                 from cutlass.cute.experimental import iket
 
                 tok = iket.range_start("BENCH", it)
+            if const_expr(self.variant == "fa4trace_block"):
+                rec = rec.open_block(2)  # begin + end: one room check per iteration
             rec.begin(EV.BENCH, it)
             for _ in cutlass.range(chain, unroll=1):
                 if const_expr(self.work == "smem"):
@@ -89,6 +91,8 @@ class MarkerBench:
                     x = cute.arch.load(table.iterator + x, Int32, cop="cg")
             acc = acc * Float32(0.999) + Float32(x)
             rec.end(EV.BENCH, it)
+            if const_expr(self.variant == "fa4trace_block"):
+                rec = rec.close_block()
             if const_expr(self.variant == "iket"):
                 iket.range_end(tok, it)
         rec.finish()

@@ -27,8 +27,8 @@ Blocks: a mainloop iteration that records at most n events can say so,
 ``rec = rec.open_block(n)`` ... ``rec = rec.close_block()``: the room for n records is made
 once at the top, and the events inside skip the per-event "staging full?" compare, branch and
 wrap (a third of the recorder's instructions per event; the count is checked when the kernel
-compiles). In the decode-attention mainloop this cut the tracing cost at d64 from +15-21% to
-+6-12% (H200).
+compiles). In the decode-attention mainloop (12 events per step) this cut the tracing cost at
+d64 from +15-21% to +6-12% (H200); blocks of 2 events cost more than they save (BENCHMARKS.md).
 
 The recorder is carried through ``cutlass.range`` loops and dynamic ``if``s as a DSL value
 (``__extract_mlir_values__``): its counters and staging registers are loop-carried, nothing
