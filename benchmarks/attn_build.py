@@ -46,17 +46,10 @@ def _specs(tiles, extra=()):
 
 
 def _name(spec):
-    d, sched, dtype, traced, tn, occ, rows = spec
-    from fa4trace.attention import DEFAULT_CTAS_PER_SM, DEFAULT_TILE_N
+    from fa4trace.kernels.attention_sm90 import variant_name
 
-    base = f"decode_attn_sm90_d{d}_{sched}_{dtype}"
-    if tn != DEFAULT_TILE_N[(d, sched)]:
-        base += f"_n{tn}"
-    if occ != DEFAULT_CTAS_PER_SM[(d, sched)]:
-        base += f"_o{occ}"
-    if rows != 64:
-        base += f"_r{rows}"
-    return base + ("_traced" if traced else "")
+    d, sched, dtype, traced, tn, occ, rows = spec
+    return variant_name(d, sched, dtype, traced, rows, tile_n=tn, ctas_per_sm=occ)
 
 
 def _compile_export(spec, obj_dir):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -66,13 +66,13 @@ class Shape:
     def ratio(self) -> int:
         return self.hq // self.hkv
 
-    @property
-    def m_blocks(self) -> int:
-        return -(-self.sq * self.ratio // TILE_M)
+    def m_blocks(self, block_rows: int = TILE_M) -> int:
+        """CTAs per (batch, kv head) that share its packed query rows, ``block_rows`` each."""
+        return -(-self.sq * self.ratio // block_rows)
 
-    @property
-    def groups(self) -> int:
-        return self.b * self.hkv * self.m_blocks
+    def groups(self, block_rows: int = TILE_M) -> int:
+        """(batch, kv head, m-block) triples: each is split over the KV and combined."""
+        return self.b * self.hkv * self.m_blocks(block_rows)
 
     def kv_bytes(self, elem: int = 2) -> int:
         return 2 * self.b * self.sk * self.hkv * self.d * elem
@@ -165,11 +165,11 @@ class Plan:
     comb_parts: int  # threads summing different splits of one output float4
     grid: tuple  # (x, y, z) = (kv heads * m-blocks, splits, batch)
     block_rows: int = TILE_M  # query rows per CTA (the kernel variant's)
-    groups: int = 0  # (batch, kv head, m-block) triples: grid x * z
 
-    def __post_init__(self):
-        if not self.groups:
-            object.__setattr__(self, "groups", self.grid[0] * self.grid[2])
+    @property
+    def groups(self) -> int:
+        """(batch, kv head, m-block) triples: grid x * z."""
+        return self.grid[0] * self.grid[2]
 
     @property
     def n_ctas(self) -> int:
@@ -215,14 +215,13 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
     if num_sms < 1:
         raise ValueError(f"num_sms must be >= 1, got {num_sms}")
     n_blocks = -(-shape.sk // tile_n)
-    m_blocks = -(-shape.sq * shape.ratio // block_rows)
-    groups = shape.b * shape.hkv * m_blocks
+    groups = shape.groups(block_rows)
     if num_splits is None:
         s = max(1, num_sms * ctas_per_sm // groups)
     else:
         s = int(num_splits)
     s = max(1, min(s, n_blocks, MAX_SPLITS))
-    grid = (m_blocks * shape.hkv, s, shape.b)
+    grid = (shape.m_blocks(block_rows) * shape.hkv, s, shape.b)
     if s == 1:
         return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid, block_rows)
     t_max = max(1, min(s, (num_sms - 1) // groups + 1))
@@ -334,6 +333,8 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
 def _resolve(shape: Shape, schedule: str, traced: bool, num_splits, device, *, tile_n=None,
              ctas_per_sm=None, block_rows=None, build=None) -> tuple[Kernel, Plan]:
     """The kernel variant for this shape and the split plan of its launch."""
+    if block_rows not in (None, 32, TILE_M):
+        raise ValueError(f"block_rows must be 32 or 64, got {block_rows!r}")
     kern = kernel_function(shape.d, schedule, shape.dtype, traced, tile_n, build, ctas_per_sm,
                            block_rows or default_block_rows(shape))
     plan = plan_splits(shape, kern.tile_n, num_sms(device), num_splits, kern.ctas_per_sm, kern.block_rows)
@@ -374,8 +375,6 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
     ``tile_n``, ``ctas_per_sm``, ``block_rows``: pick a non-default kernel variant."""
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
                      trace=trace)
-    if block_rows not in (None, 32, TILE_M):
-        raise ValueError(f"block_rows must be 32 or 64, got {block_rows!r}")
     import torch
 
     kern, plan = _resolve(shape, schedule, trace is not None, num_splits, q.device, tile_n=tile_n,
@@ -803,6 +802,3 @@ def bench_cli(argv=None) -> int:
     print(md)
     return 0
 
-
-def describe_plan(shape: Shape, plan: Plan) -> dict[str, Any]:
-    return {**asdict(shape), **asdict(plan), "ctas": plan.n_ctas}

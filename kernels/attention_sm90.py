@@ -959,9 +959,17 @@ def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: b
     return cute.compile(kern, *fake_arguments(head_dim, dtype, traced), options=options), kern
 
 
-def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_rows: int = TILE_M) -> str:
-    rows = "" if block_rows == TILE_M else f"_r{block_rows}"
-    return f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}{rows}" + ("_traced" if traced else "")
+def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_rows: int = TILE_M,
+                 tile_n: Optional[int] = None, ctas_per_sm: int = 1) -> str:
+    """Exported function name; non-default KV tile, CTAs per SM and rows add _n.., _o.., _r.."""
+    name = f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}"
+    if tile_n is not None and tile_n != default_tile_n(head_dim, schedule):
+        name += f"_n{tile_n}"
+    if ctas_per_sm != 1:
+        name += f"_o{ctas_per_sm}"
+    if block_rows != TILE_M:
+        name += f"_r{block_rows}"
+    return name + ("_traced" if traced else "")
 
 
 def aot_variants(arch: str):

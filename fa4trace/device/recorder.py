@@ -192,15 +192,21 @@ class Recorder:
 
     @cute.jit
     def _make_room(self, n: cutlass.Constexpr):
-        header, cap, lane = self._inv
         pos, base, st_lo, st_hi = self._state
         if pos > 32 - n:  # write lanes 0..pos-1 (pos <= 32)
-            idx = base + lane
-            if (lane < pos) & (idx < cap):
-                self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
+            self._write_staged()
             base = base + pos
             pos = Int32(0)
         self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
+
+    @cute.jit
+    def _write_staged(self):
+        """Store the records staged so far (lanes 0..pos-1) at base.., bounds-checked."""
+        header, cap, lane = self._inv
+        pos, base, st_lo, st_hi = self._state
+        idx = base + lane
+        if (lane < pos) & (idx < cap):
+            self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
 
     def _record(self, event: int, kind: int, payload):
         if const_expr(self.trace is not None):
@@ -269,9 +275,7 @@ class Recorder:
         pos, base, st_lo, st_hi = self._state
         cursor = base + pos
         if const_expr(self.staged):
-            idx = base + lane
-            if (lane < pos) & (idx < cap):
-                self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
+            self._write_staged()
         gt1, clk1 = _edge_anchor()
         written = cutlass.min(cursor, cap)
         if (cap > 0) & (lane == 0):
