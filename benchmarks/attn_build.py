@@ -71,6 +71,8 @@ def main():
     ap.add_argument("--tiles", default="64,128")
     ap.add_argument("--extra", default="", help="d:schedule:tile_n:ctas_per_sm:block_rows,...")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", default="", help="build only the variants whose name contains one of "
+                                              "these comma-separated strings (all of them by default)")
     args = ap.parse_args()
     import json
     import shutil
@@ -83,6 +85,9 @@ def main():
         d, sched, tn, occ, rows = item.split(":")
         extra.append((int(d), sched, int(tn), int(occ), int(rows)))
     specs = _specs([int(x) for x in args.tiles.split(",") if x], extra)
+    if args.only:
+        keys = args.only.split(",")
+        specs = [sp for sp in specs if any(key in _name(sp) for key in keys)]
     out = os.path.abspath(args.out)
     if os.path.exists(out):
         shutil.rmtree(out)
