@@ -18,6 +18,10 @@ ROWS = [  # (label, key, kind); kind picks the formatter
     ("iteration period (median)", "period_ns", "ns"),
     ("tensor cores busy", "tensor_core_busy", "pct"),
     ("CTA time idle while the last mainloop runs", "mainloop_idle_share", "pct"),
+    ("KV stream, steady rate (middle half)", "stream_tbps", "tbps"),
+    ("KV stream: start beyond the steady pace", "stream_start_loss_ns", "ns"),
+    ("KV stream: end beyond the steady pace", "stream_end_loss_ns", "ns"),
+    ("after the last KV block (MMA, epilogue, combine)", "after_stream_ns", "ns"),
     ("dropped records", "dropped", "int"),
 ]
 MEDIANS = ("load_k", "load_v", "qk", "softmax", "correction", "pv")

@@ -18,7 +18,7 @@ import streamlit as st
 from fa4trace.analysis import typical_cta
 from fa4trace.bundle import Trace
 
-from . import data, grid, iterations, metrics, perfetto_ui, timeline
+from . import data, grid, iterations, metrics, perfetto_ui, stream, timeline
 
 NONE = ""  # the "no trace B" option
 EMBED_WHOLE_MAX_ROWS = 300_000  # above this the Perfetto tab opens the selected CTAs by default
@@ -196,6 +196,7 @@ def metrics_section(p: Picked) -> dict:
                     border="horizontal")
         with left.expander("Raw numbers (= fa4trace summary --json A)"):
             st.json(s, expanded=False)
+        _stream_chart([(p.a.label, s)], p.a.key)
         return s
     cmp = data.compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
     sa, sb = cmp["a"], cmp["b"]
@@ -212,7 +213,14 @@ def metrics_section(p: Picked) -> dict:
                 hide_index=True, border="horizontal")
     with left.expander("Raw numbers (= fa4trace compare --json A B)"):
         st.json(cmp, expanded=False)
+    _stream_chart([(f"A: {p.a.label}", sa), (f"B: {p.b.label}", sb)], p.a.key + p.b.key)
     return cmp
+
+
+def _stream_chart(summaries: list[tuple[str, dict]], uirevision: str) -> None:
+    fig = stream.stream_figure(summaries, uirevision=uirevision)
+    if fig is not None:
+        st.plotly_chart(fig, config=PLOTLY_CONFIG, key="stream")
 
 
 def timeline_section(p: Picked, sel: dict, budget: int) -> None:

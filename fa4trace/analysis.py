@@ -8,6 +8,8 @@ Definitions (all per CTA, then aggregated over CTAs weighted by time):
   any QK or PV of that warp was in flight (median over warps and blocks).
 * period = median gap between the starts of consecutive SOFTMAX blocks of one warp.
 * tensor-core busy = |∪(QK ∪ PV)| / CTA lifetime.
+* KV stream = blocks consumed over time against a perfect stream at the steady rate
+  (``stream_profile``): what the start, the end and the work after the stream cost.
 * kernel span = last warp end − first warp start of a launch (recorded warps only; a
   bundle recorded for a CTA subset says so in its metadata). If the bundle carries a
   measured kernel time (meta["timing"]["kernel_us"]), bandwidth uses that.
@@ -299,6 +301,79 @@ def attention_bytes(config: dict) -> int | None:
     return eb * (2 * b * sq * hq * d + 2 * b * sk * hkv * d)
 
 
+def kv_block_bytes(config: dict) -> int | None:
+    """Bytes of one KV block as a CTA consumes it (a K tile + a V tile of one KV head), from the
+    bundle's config (``tile_n`` and ``d``/``head_dim``)."""
+    try:
+        tile_n, d = int(config["tile_n"]), int(config.get("d", config.get("head_dim")))
+        eb = DTYPE_BYTES[str(config.get("dtype", "bf16"))]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return 2 * tile_n * d * eb
+
+
+STREAM_BINS = 40
+
+
+def stream_profile(c: _Cols, block_bytes: int | None) -> dict:
+    """The KV stream over time, against a perfect stream at its own steady rate.
+
+    A KV block counts as consumed when the PV span of the block starts in the lowest recorded
+    consumer warp of its CTA (its V tile has landed; in a memory-bound kernel the consumer
+    keeps up, so this follows the bytes' arrival). Per launch, from the first warp's start:
+
+    * ``stream_tbps``: the steady rate, blocks consumed between the 25% and 75% marks over the
+      time between them;
+    * ``stream_start_loss_ns`` / ``stream_end_loss_ns``: how much longer the first / last
+      quarter of the blocks took than at the steady rate (launch, first loads, ramp-up /
+      the last CTAs draining);
+    * ``after_stream_ns``: from the last block consumed to the last warp's end (the last
+      block's MMAs, epilogue, split combine);
+    * ``stream_series``: [start ns, TB/s] per time bin of the first launch, for plots.
+
+    Why this and not per-SM balance alone: on the H200 the SMs share the DRAM bandwidth, so
+    when the fast SMs finish early the others speed up (traces/README.md); only a dip of the
+    *total* rate costs time. Medians over launches; {} without PV spans or a block size.
+    """
+    if not block_bytes:
+        return {}
+    pv = c.mask("PV")
+    if not pv.any():
+        return {}
+    # lowest recorded consumer warp per (launch, cta): one event per KV block per CTA
+    gid, n, keys = _group_ids(c.launch[pv], c.cta[pv])
+    low = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(low, gid, c.warp[pv])
+    sel = c.warp[pv] == low[gid]
+    launch, t = c.launch[pv][sel], c.start[pv][sel]
+    warp_rows = c.mask("WARP")
+    rows = []
+    series = None
+    for L in np.unique(launch):
+        m = warp_rows & (c.launch == L)
+        t0, t_end = c.start[m].min(), c.end[m].max()
+        times = np.sort(t[launch == L] - t0).astype(np.float64)
+        nb = times.size
+        if nb < 8:
+            continue
+        q1, q3 = times[nb // 4], times[(3 * nb) // 4]
+        if q3 <= q1:
+            continue
+        rate = ((3 * nb) // 4 - nb // 4) * block_bytes / (q3 - q1)  # bytes per ns
+        quarter = 0.25 * nb * block_bytes / rate
+        rows.append((rate / 1e3, q1 - quarter, (times[-1] - q3) - quarter, (t_end - t0) - times[-1]))
+        if series is None:
+            edges = np.linspace(0.0, times[-1] + 1.0, STREAM_BINS + 1)
+            h, _ = np.histogram(times, edges)
+            width = edges[1] - edges[0]
+            series = [[float(edges[i]), float(h[i] * block_bytes / width / 1e3)] for i in range(STREAM_BINS)]
+    if not rows:
+        return {}
+    r = np.median(np.array(rows), axis=0)
+    return {"stream_tbps": float(r[0]), "stream_start_loss_ns": float(r[1]), "stream_end_loss_ns": float(r[2]),
+            "after_stream_ns": float(r[3]), "stream_series": series}
+
+
 def summarize(trace: Trace) -> dict:
     """Everything `fa4trace summary --json` prints; the app shows the same numbers."""
     c = _columns(trace)
@@ -353,6 +428,7 @@ def summarize(trace: Trace) -> dict:
     out["cta_span_ns"] = ({"min": int(spans.min()), "median": float(np.median(spans)), "max": int(spans.max())}
                           if spans.size else None)
     out.update(mainloop_balance(ctas))
+    out.update(stream_profile(c, kv_block_bytes(out["config"])))
     out["typical_cta"] = typical_cta(trace, ctas)
     return _clean(out)
 
@@ -365,10 +441,12 @@ def mainloop_balance(ctas: pa.Table) -> dict:
 
     ``mainloop_end_ns``: min / median / max over CTAs of the last MMA retire, from the start
     of the CTA's launch. ``mainloop_idle_share``: the share of (CTA x time up to the last
-    mainloop end) that CTAs spend finished while others still stream - what an even split
-    would win back. ``fast_sms``: SMs whose KV blocks per ns exceed FAST_SM_RATIO x the median
-    (on the H200, 24 SMs of 132 stream ~25% faster: a property of the chip), with their rate
-    relative to the median in ``fast_sm_rate_ratio``.
+    mainloop end) that CTAs spend finished while others still stream. That is time an even
+    split would win back only where each SM's rate is its own; where the SMs share one limit
+    (DRAM bandwidth in a memory-bound decode) the others speed up when some finish, and
+    ``stream_profile`` says whether the total rate dipped. ``fast_sms``: SMs whose KV blocks
+    per ns exceed FAST_SM_RATIO x the median (on the H200, 24 SMs of 132 stream ~25% faster
+    while all stream), with their rate relative to the median in ``fast_sm_rate_ratio``.
     """
     names = set(ctas.column_names)
     if not {"mainloop_end_ns", "kv_blocks"} <= names:

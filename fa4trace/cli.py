@@ -112,6 +112,10 @@ def _format_summary(s: dict) -> str:
         lines.append(f"  mainloop ends  {_ns(ends['min'])} / {_ns(ends['median'])} / {_ns(ends['max'])} "
                      f"(first / median / last CTA); {_pct(s.get('mainloop_idle_share'))} of CTA time idle "
                      "waiting for the last")
+    if s.get("stream_tbps") is not None:
+        lines.append(f"  KV stream      {_tbps(s['stream_tbps'])} steady (middle half of the blocks); beyond that "
+                     f"pace: start {_ns(s['stream_start_loss_ns'])}, end {_ns(s['stream_end_loss_ns'])}, "
+                     f"after the last block {_ns(s['after_stream_ns'])}")
     fast = s.get("fast_sms")
     if fast:
         lines.append(f"  fast SMs       {len(fast)} SMs stream {s['fast_sm_rate_ratio']:.2f}x the median rate: "
@@ -139,7 +143,9 @@ def compare(a, b, as_json):
             ("QK ∥ SOFTMAX", "qk_softmax_overlap", _pct), ("PV ∥ SOFTMAX", "pv_softmax_overlap", _pct),
             ("hidden softmax", "hidden_softmax_ns", _ns), ("period", "period_ns", _ns),
             ("tensor cores busy", "tensor_core_busy", _pct),
-            ("mainloop idle share", "mainloop_idle_share", _pct), ("dropped", "dropped", str)]
+            ("mainloop idle share", "mainloop_idle_share", _pct), ("KV stream steady", "stream_tbps", _tbps),
+            ("stream start loss", "stream_start_loss_ns", _ns), ("after the stream", "after_stream_ns", _ns),
+            ("dropped", "dropped", str)]
     click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
         click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")

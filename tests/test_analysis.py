@@ -126,3 +126,34 @@ def test_mainloop_balance_finds_the_fast_sms_and_the_idle_tail():
     # Even CTAs: nothing fast, nothing idle.
     even = A.summarize(trace_of([cta(c, 100) for c in range(3)], L.BufferSpec(1, 3, 64)))
     assert even["fast_sms"] == [] and even["mainloop_idle_share"] == pytest.approx(0.0)
+
+
+def test_stream_profile_against_a_perfect_stream():
+    """4 CTAs, 16 KV blocks each: a block every 100 ns from t=500 (500 ns lost at the start),
+    except the last 4 of CTA 3 which come 300 ns apart (a slow end); warps live 3000 ns."""
+    cfg = {"tile_n": 64, "d": 128, "dtype": "bf16"}  # 32 KiB per block
+    block = 2 * 64 * 128 * 2
+
+    def cta(c):
+        times = [500 + 100 * i for i in range(12)]
+        times += [times[-1] + (300 if c == 3 else 100) * k for k in range(1, 5)]
+        ev = []
+        for i, t0 in enumerate(times):
+            ev += spans((EV.PV, i, (t0, t0 + 50)))
+        return w(c, 0, ev, span=3000)
+
+    t = trace_of([cta(c) for c in range(4)], L.BufferSpec(1, 4, 64), meta={"kernel": "t", "config": cfg})
+    s = A.summarize(t)
+    # middle half: blocks 16..47 of 64 sorted times; 4 CTAs at one block per 100 ns each
+    assert s["stream_tbps"] == pytest.approx(4 * block / 100 / 1e3, rel=0.05)
+    rate = 4 * block / 100  # bytes per ns
+    # the 25% mark (block 4 of every CTA) comes at 900 ns; at the steady rate 16 blocks take 400 ns
+    assert s["stream_start_loss_ns"] == pytest.approx(900 - 16 * block / rate, abs=60)
+    assert s["stream_end_loss_ns"] > 600  # CTA 3's last blocks: 900 ns late
+    assert s["after_stream_ns"] == pytest.approx(3000 - (500 + 1100 + 1200), abs=1)
+    series = s["stream_series"]
+    assert len(series) == A.STREAM_BINS and series[0] == [0.0, 0.0]  # nothing consumed before 500 ns
+    # Without the block size (no config) there is no profile, and nothing else changes.
+    bare = A.summarize(trace_of([cta(c) for c in range(4)], L.BufferSpec(1, 4, 64)))
+    assert "stream_tbps" not in bare and bare["kernel_span_ns"] == s["kernel_span_ns"]
+

@@ -36,7 +36,7 @@ from fa4trace.decode import decode_buffer  # noqa: E402
 from fa4trace.synthetic import attention_like  # noqa: E402
 
 MAIN = str(REPO / "app" / "main.py")
-SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "dtype": "bf16"}
+SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "dtype": "bf16", "tile_n": 64}
 
 
 def make_bundle(path: Path, schedule: str, *, n_ctas=6, n_blocks=20, seed=0, config=None) -> Path:
@@ -193,6 +193,12 @@ def test_comparison_renders_and_metrics_equal_the_cli(app_env, pair):
     assert "w0 · producer" in lanes and "w1 · consumer" in lanes and "↳ QK in flight" in lanes
     names = {t["name"] for t in fig["data"]}
     assert {"QK (in flight)", "PV (in flight)", "SOFTMAX", "warp lifetime"} <= names
+    # the KV-stream chart draws analysis.stream_profile's series, unmodified
+    sfig = figure(at, "stream")
+    lines = [t for t in sfig["data"] if t["mode"] == "lines+markers"]
+    assert len(lines) == 2 and lines[0]["name"].startswith("A: ") and lines[1]["name"].startswith("B: ")
+    ys = decode_bdata(lines[1]["y"]) if isinstance(lines[1]["y"], dict) else np.asarray(lines[1]["y"])
+    assert np.allclose(ys, [v for _, v in want["b"]["stream_series"]])
 
 
 def _panel_traces(fig, axis="y"):
@@ -236,7 +242,8 @@ def test_other_tabs_render(app_env, pair):
     app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
     for view in ("Per iteration", "Grid", "Bundle info"):
         at = run_app(view=view)
-        assert not at.get("plotly_chart") or view != "Bundle info"
+        charts = [c for c in at.get("plotly_chart") if getattr(c, "key", None) != "stream"]  # metrics: every view
+        assert not charts or view != "Bundle info"
     at = run_app(view="Per iteration")
     fig = figure(at, "iterations")
     assert {t["name"] for t in fig["data"]} >= {"QK", "SOFTMAX", "PV", "softmax hidden under QK/PV"}
