@@ -12,7 +12,12 @@ the selection from the buffer header, so the instructions executed are the same 
                  headers and one flush per warp, no mainloop record traffic;
 - ``first``      only CTA 0 records (``+trace1``: the recorder's instruction cost);
 - ``all2x``, ``all+32``  as ``all`` with twice / 32 more records of room per warp (the same
-                 stores at other addresses: does the slot stride matter?).
+                 stores at other addresses: does the slot stride matter?);
+- ``allz``       as ``all``, its record words filled with a non-zero pattern (is writing over
+                 zeroed memory what costs?);
+- ``--repeat-all n``: the ``all`` buffer timed n more times (``all.1`` ...), then n fresh
+  buffers like it, all kept alive so each lands elsewhere (``new1`` ...): how much of a
+  variant's number is where its buffer happens to sit in memory.
 
 Timing as in the benchmark: CUDA-graph replay, L2 cold (KV sets rotated, >= 256 MB), median of
 ``--replays``; all buffers on the same inputs, in one process. Prints a table; ``--json`` keeps it.
@@ -27,7 +32,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-VARIANTS = ("plain", "all", "consumers", "cap32", "first", "all2x", "all+32")
+VARIANTS = ("plain", "allz", "all", "consumers", "cap32", "first", "all2x", "all+32")
+EXTRA = []  # --extra-pads: more ``all+<n>`` variants (n more records of room per warp)
 
 
 def buffer_for(variant, plan, device):
@@ -39,6 +45,30 @@ def buffer_for(variant, plan, device):
 
     cap = A.trace_capacity(plan)
     warps = A.WARPS_PER_CTA
+    if variant.startswith("all@"):
+        # the ``all`` buffer placed <k> KiB into one 64 MiB allocation: does its address matter?
+        spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
+        off = int(variant[4:-1]) * 1024 // 8
+        slab = torch.zeros(off + spec.words + (8 << 20), dtype=torch.int64, device=device)
+        buf = slab[off:off + spec.words]
+        buf.copy_(torch.from_numpy(spec.new_buffer().view(np.int64)))
+        return buf
+    if variant == "allz":
+        # as ``all``, but the record words hold a non-zero pattern instead of zeros (headers stay 0)
+        spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
+        host = spec.new_buffer()
+        from fa4trace import layout as L
+
+        slots = host[L.GLOBAL_HEADER_WORDS:].reshape(spec.n_slots, spec.slot_words)
+        slots[:, L.WARP_HEADER_WORDS:] = np.uint64(0x5A5A5A5A5A5A5A5A)
+        return torch.from_numpy(host.view(np.int64)).to(device)
+    if variant.startswith("all#"):
+        # the ``all`` buffer at the start of one allocation of <m> MiB (at least its own size)
+        spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
+        slab = torch.zeros(max(spec.words, int(variant[4:-1]) << 17), dtype=torch.int64, device=device)
+        buf = slab[:spec.words]
+        buf.copy_(torch.from_numpy(spec.new_buffer().view(np.int64)))
+        return buf
     if variant == "all":
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
     elif variant == "consumers":
@@ -47,16 +77,19 @@ def buffer_for(variant, plan, device):
         spec = BufferSpec.for_grid(plan.n_ctas, warps, 32)
     elif variant == "all2x":
         spec = BufferSpec.for_grid(plan.n_ctas, warps, 2 * cap)
-    elif variant == "all+32":
-        spec = BufferSpec.for_grid(plan.n_ctas, warps, cap + 32)
+    elif variant.startswith("all+"):
+        spec = BufferSpec.for_grid(plan.n_ctas, warps, cap + int(variant[4:]))
     elif variant == "first":
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap, max_ctas=1)
+    elif variant.startswith("new"):  # another fresh buffer like ``all`` (kept alive: a new place)
+        spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
     else:
         raise ValueError(variant)
     return torch.from_numpy(spec.new_buffer().view(np.int64)).to(device)
 
 
-def run_shape(d, hq, hkv, sk, b, schedule, replays):
+def run_shape(d, hq, hkv, sk, b, schedule, replays, rounds=1):
+    import numpy as np
     import torch
 
     from fa4trace import attention as A
@@ -73,16 +106,26 @@ def run_shape(d, hq, hkv, sk, b, schedule, replays):
         sets.append((q, k, v, torch.empty_like(q)))
     _, plan = A._resolve(shape, schedule, True, None, sets[0][0].device)
     row = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "schedule": schedule, "ctas": plan.n_ctas}
-    for variant in VARIANTS:
-        buf = None if variant == "plain" else buffer_for(variant, plan, "cuda")
+    keep = {}
+    for rnd in range(rounds):  # every round times every variant again, same buffers, same order
+        for variant in VARIANTS + tuple(EXTRA):
+            if variant in keep:
+                buf = keep[variant]
+            elif variant.startswith("all."):
+                buf = keep["all"]
+            else:
+                buf = None if variant == "plain" else buffer_for(variant, plan, "cuda")
+            keep[variant] = buf
 
-        def launch(i, buf=buf):
-            q, k, v, o = sets[i]
-            return A.decode_attention(q, k, v, schedule=schedule, out=o, trace=buf)
+            def launch(i, buf=buf):
+                q, k, v, o = sets[i]
+                return A.decode_attention(q, k, v, schedule=schedule, out=o, trace=buf)
 
-        us, spread = A._graph_time(launch, n_sets, replays, per_graph)
-        row[variant] = round(us, 2)
-        row[variant + "_spread"] = round(spread, 2)
+            us, spread = A._graph_time(launch, n_sets, replays, per_graph)
+            row.setdefault(variant + "_rounds", []).append(round(us, 2))
+    for variant in VARIANTS + tuple(EXTRA):
+        times = row[variant + "_rounds"]
+        row[variant] = float(np.median(times)) if rounds > 2 else times[-1]  # the last round: warm
     sets.clear()
     torch.cuda.empty_cache()
     return row
@@ -113,21 +156,35 @@ def main():
     ap.add_argument("--schedule", default="pingpong")
     ap.add_argument("--replays", type=int, default=15)
     ap.add_argument("--json")
+    ap.add_argument("--extra-pads", default="", help="comma list of n: also time all+<n> buffers")
+    ap.add_argument("--offsets", default="", help="comma list of k: also time the all buffer k KiB into "
+                                                  "a 64 MiB allocation (all@<k>k)")
+    ap.add_argument("--slabs", default="", help="comma list of m: also time the all buffer at the start of "
+                                                "an m MiB allocation (all#<m>m)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the whole list of variants this many times; report the last round "
+                         "(2 rounds) or the median over rounds (3 or more), and every round in the JSON")
+    ap.add_argument("--repeat-all", type=int, default=0, help="time the all buffer n more times, then n fresh ones")
     ap.add_argument("--once", help="comma list of variants: one launch each at the first shape "
                                    "(for ncu), no timing")
     args = ap.parse_args()
     if args.once:
         return launch_once(args.shapes.split(",")[0], args.schedule, args.once.split(","))
+    EXTRA.extend(f"all+{n}" for n in args.extra_pads.split(",") if n)
+    EXTRA.extend(f"all@{k}k" for k in args.offsets.split(",") if k)
+    EXTRA.extend(f"all#{m}m" for m in args.slabs.split(",") if m)
+    EXTRA.extend([f"all.{i}" for i in range(1, args.repeat_all + 1)] + [f"new{i}" for i in range(1, args.repeat_all + 1)])
+    names = VARIANTS + tuple(EXTRA)
     rows = []
-    head = "| shape | " + " | ".join(VARIANTS) + " | " + " | ".join(f"{v} ovh" for v in VARIANTS[1:]) + " |"
+    head = "| shape | " + " | ".join(names) + " | " + " | ".join(f"{v} ovh" for v in names[1:]) + " |"
     print(head, flush=True)
     for spec in args.shapes.split(","):
         d, hq, hkv, sk, b = (int(x) for x in spec.split(":"))
         for sched in args.schedule.split(","):
-            r = run_shape(d, hq, hkv, sk, b, sched, args.replays)
+            r = run_shape(d, hq, hkv, sk, b, sched, args.replays, args.rounds)
             rows.append(r)
-            ovh = [f"{100 * (r[v] / r['plain'] - 1):+.1f}%" for v in VARIANTS[1:]]
-            print(f"| {r['shape']} {sched} | " + " | ".join(f"{r[v]:.1f}" for v in VARIANTS) + " | "
+            ovh = [f"{100 * (r[v] / r['plain'] - 1):+.1f}%" for v in names[1:]]
+            print(f"| {r['shape']} {sched} | " + " | ".join(f"{r[v]:.1f}" for v in names) + " | "
                   + " | ".join(ovh) + " |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
