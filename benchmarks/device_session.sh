@@ -12,5 +12,5 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 FA4TRACE_BUILD=build
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/final"
 OUT="$OUT/final" bash benchmarks/device_final.sh
 tar -C "$OUT" -cf "$OUT/final.tar" final && rm -rf "$OUT/final"
-python3 benchmarks/attn_device_run.py --phases smoke,bench,traces --deadline 420 --out "$OUT" \
+python3 benchmarks/attn_device_run.py --phases ${PHASES:-smoke,bench,traces} --deadline 420 --out "$OUT" \
     --bench-args "--kernels ${KERNELS:-base,pingpong,cudnn,flash,fa4}"
