@@ -22,6 +22,9 @@ ROWS = [  # (label, key, kind); kind picks the formatter
     ("KV stream: start beyond the steady pace", "stream_start_loss_ns", "ns"),
     ("KV stream: end beyond the steady pace", "stream_end_loss_ns", "ns"),
     ("after the last KV block (MMA, epilogue, combine)", "after_stream_ns", "ns"),
+    ("startup: first KV load issued (median CTA)", "startup_first_load_ns", "ns"),
+    ("startup: first QK issued (median CTA)", "startup_first_qk_ns", "ns"),
+    ("startup: first PV issued (median CTA)", "startup_first_pv_ns", "ns"),
     ("dropped records", "dropped", "int"),
 ]
 MEDIANS = ("load_k", "load_v", "qk", "softmax", "correction", "pv")
