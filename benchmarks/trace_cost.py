@@ -17,10 +17,16 @@ the selection from the buffer header, so the instructions executed are the same 
                  zeroed memory what costs?);
 - ``--repeat-all n``: the ``all`` buffer timed n more times (``all.1`` ...), then n fresh
   buffers like it, all kept alive so each lands elsewhere (``new1`` ...): how much of a
-  variant's number is where its buffer happens to sit in memory.
+  variant's number is where its buffer happens to sit in memory;
+- ``--extra-pads``, ``--offsets``, ``--slabs``: ``all`` with more room per warp
+  (``all+<n>``), placed <k> KiB into a 64 MiB allocation (``all@<k>k``), or at the start of
+  an <m> MiB allocation (``all#<m>m``).
 
 Timing as in the benchmark: CUDA-graph replay, L2 cold (KV sets rotated, >= 256 MB), median of
-``--replays``; all buffers on the same inputs, in one process. Prints a table; ``--json`` keeps it.
+``--replays``; all buffers on the same inputs, in one process. ``--rounds`` (default 3) times
+the whole list again and reports the median over rounds: the first traced kernel timed after a
+shape's inputs are allocated runs up to 7% slow on the H200, whatever its buffer (BENCHMARKS.md,
+fourth session), so a single pass misleads. Prints a table; ``--json`` keeps every round.
 """
 
 from __future__ import annotations
@@ -161,7 +167,7 @@ def main():
                                                   "a 64 MiB allocation (all@<k>k)")
     ap.add_argument("--slabs", default="", help="comma list of m: also time the all buffer at the start of "
                                                 "an m MiB allocation (all#<m>m)")
-    ap.add_argument("--rounds", type=int, default=1,
+    ap.add_argument("--rounds", type=int, default=3,
                     help="time the whole list of variants this many times; report the last round "
                          "(2 rounds) or the median over rounds (3 or more), and every round in the JSON")
     ap.add_argument("--repeat-all", type=int, default=0, help="time the all buffer n more times, then n fresh ones")
