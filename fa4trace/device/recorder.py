@@ -29,6 +29,9 @@ once at the top, and the events inside skip the per-event "staging full?" compar
 wrap (a third of the recorder's instructions per event; the count is checked when the kernel
 compiles). In the decode-attention mainloop (12 events per step) this cut the tracing cost at
 d64 from +15-21% to +6-12% (H200); blocks of 2 events cost more than they save (BENCHMARKS.md).
+Inside a block an event also finds its staging lane as ``lane - pos0 == k`` with k a
+compile-time count (3 SASS instructions per event instead of 4; d64 ping-pong b 8 +7.4% ->
++5.4%, BENCHMARKS.md fourth session).
 
 The recorder is carried through ``cutlass.range`` loops and dynamic ``if``s as a DSL value
 (``__extract_mlir_values__``): its counters and staging registers are loop-carried, nothing
@@ -53,6 +56,11 @@ class Recorder:
     # Trace-time: events left in the open block (``open_block``), None outside one. Tracing
     # runs one kernel at a time, in order, so a class attribute is enough.
     _block_budget: Optional[int] = None
+    # Trace-time, inside an open block: (MLIR block, lane - pos there, events staged since).
+    # An event then asks "lane - pos == k?" with k a constant: one compare, where
+    # "pos + k == lane" costs an add and a compare (SASS). Recomputed wherever the code region
+    # changes (a dynamic if or loop body: pos may differ per path).
+    _block_lane_offset = None
 
     def __init__(self, trace, role, timebase, staged, state, invariants):
         # Static (Python) configuration: never changes, copied as is through loops.
@@ -89,6 +97,7 @@ class Recorder:
               timebase: int = L.TIMEBASE_CLOCK64, staged: bool = True) -> "Recorder":
         """Claim this warp's slot and write the start of its header. Call once per warp."""
         Recorder._block_budget = None  # a failed compile may have left a block open
+        Recorder._block_lane_offset = None
         if const_expr(trace is None):
             return Recorder(None, role, timebase, staged, [], None)
         if timebase not in L.TIMEBASE_NAMES:
@@ -177,6 +186,7 @@ class Recorder:
             raise ValueError(f"open_block: n must be 1..32 (staging slots), got {n}")
         self._make_room(n)
         Recorder._block_budget = n
+        Recorder._block_lane_offset = None
         return self
 
     def close_block(self) -> "Recorder":
@@ -187,6 +197,7 @@ class Recorder:
         if Recorder._block_budget is None:
             raise RuntimeError("fa4trace: close_block without open_block")
         Recorder._block_budget = None
+        Recorder._block_lane_offset = None
         self._make_room(1)
         return self
 
@@ -245,7 +256,10 @@ class Recorder:
         hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
         records = header + L.WARP_HEADER_WORDS
         if const_expr(self.staged):
-            mine = pos == lane
+            if const_expr(in_block):
+                mine = self._block_lane_is(pos, lane)
+            else:
+                mine = pos == lane
             st_lo = cutlass.select_(mine, t, st_lo)
             st_hi = cutlass.select_(mine, hi, st_hi)
             if const_expr(in_block):
@@ -262,6 +276,18 @@ class Recorder:
                 self.trace[records + base] = _pack(t, hi)
             base = base + 1
         self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
+
+    @staticmethod
+    def _block_lane_is(pos, lane):
+        """Inside a block: is this lane the stager of the next event (pos == lane)? As
+        ``lane - pos0 == k`` with pos0 taken once per code region and k counted here."""
+        region = _current_block()
+        cached = Recorder._block_lane_offset
+        if cached is None or cached[0] != region:
+            cached = (region, lane - pos, 0)
+        region, offset, k = cached
+        Recorder._block_lane_offset = (region, offset, k + 1)
+        return offset == k
 
     # ---- end of the warp's work ---------------------------------------------------------
     def finish(self):
