@@ -303,11 +303,13 @@ def attention_bytes(config: dict) -> int | None:
 
 def kv_block_bytes(config: dict) -> int | None:
     """Bytes of one KV block as a CTA consumes it (a K tile + a V tile of one KV head), from the
-    bundle's config (``tile_n`` and ``d``/``head_dim``)."""
+    bundle's config (``tile_n``, or the N of ``tile`` = [M, N] as the FA4 adapter writes it,
+    and ``d``/``head_dim``)."""
     try:
-        tile_n, d = int(config["tile_n"]), int(config.get("d", config.get("head_dim")))
+        tile_n = config["tile_n"] if "tile_n" in config else config["tile"][1]
+        tile_n, d = int(tile_n), int(config.get("d", config.get("head_dim")))
         eb = DTYPE_BYTES[str(config.get("dtype", "bf16"))]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, IndexError):
         return None
     return 2 * tile_n * d * eb
 

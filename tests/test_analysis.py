@@ -172,3 +172,10 @@ def test_startup_profile_is_the_median_cta():
     assert (s["startup_first_load_ns"], s["startup_first_qk_ns"], s["startup_first_pv_ns"]) == (190, 440, 640)
     bare = A.summarize(trace_of([w(0, 0, spans((EV.MARK, 0, (1, 2))))], L.BufferSpec(1, 1, 16)))
     assert "startup_first_qk_ns" not in bare
+
+
+def test_kv_block_bytes_from_either_config_spelling():
+    assert A.kv_block_bytes({"tile_n": 64, "d": 128, "dtype": "bf16"}) == 2 * 64 * 128 * 2
+    assert A.kv_block_bytes({"tile": [128, 128], "d": 128, "dtype": "bf16"}) == 2 * 128 * 128 * 2  # FA4 adapter
+    assert A.kv_block_bytes({"tile_n": 64, "head_dim": 64, "dtype": "fp8"}) == 2 * 64 * 64
+    assert A.kv_block_bytes({"d": 128}) is None and A.kv_block_bytes({"tile": [], "d": 1}) is None
