@@ -798,6 +798,8 @@ def bench_cli(argv=None) -> int:
     ap.add_argument("--only", default="", help="filter, e.g. 'd=128,hkv=1,sk=131072'")
     ap.add_argument("--out", default=os.environ.get("OUT", "artifacts/bench"), help="folder for bench.json / bench.md")
     args = ap.parse_args(argv)
+    if args.rounds < 1 or args.replays < 1:
+        raise Fa4traceError(f"--rounds and --replays must be >= 1, got {args.rounds} and {args.replays}")
     from .gpu import gpu_facts, require_cuda
 
     torch = require_cuda()
@@ -810,8 +812,6 @@ def bench_cli(argv=None) -> int:
     dev = gpu_facts(0)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     print(f"{dev['name']} ({dev['sm_count']} SMs, driver {dev['driver']}, torch {dev['torch']}) {date}", flush=True)
-    if args.rounds < 1:
-        raise Fa4traceError(f"--rounds must be >= 1, got {args.rounds}")
     rows = bench_run(shapes, [k for k in args.kernels.split(",") if k], replays=args.replays,
                      trace_overhead=not args.no_trace_overhead, rounds=args.rounds,
                      log=lambda m: print(m, flush=True))

@@ -98,3 +98,9 @@ def test_help_for_every_command():
     for cmd in ("record", "convert", "summary", "compare", "view", "build", "bench"):
         r = run(cmd, "--help")
         assert r.returncode == 0 and "Usage" in r.stdout, cmd
+
+
+@pytest.mark.parametrize("args", [["--rounds", "0"], ["--replays", "0"]])
+def test_bench_rejects_bad_counts_before_looking_for_a_gpu(args):
+    r = run("bench", *args)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "must be >= 1" in r.stderr
