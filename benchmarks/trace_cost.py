@@ -51,14 +51,19 @@ def buffer_for(variant, plan, device):
 
     cap = A.trace_capacity(plan)
     warps = A.WARPS_PER_CTA
+
+    def in_allocation(spec, offset_words, total_words):
+        """spec's buffer at offset_words into one zeroed allocation of total_words."""
+        slab = torch.zeros(total_words, dtype=torch.int64, device=device)
+        buf = slab[offset_words:offset_words + spec.words]
+        buf.copy_(torch.from_numpy(spec.new_buffer().view(np.int64)))
+        return buf
+
     if variant.startswith("all@"):
         # the ``all`` buffer placed <k> KiB into one 64 MiB allocation: does its address matter?
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
         off = int(variant[4:-1]) * 1024 // 8
-        slab = torch.zeros(off + spec.words + (8 << 20), dtype=torch.int64, device=device)
-        buf = slab[off:off + spec.words]
-        buf.copy_(torch.from_numpy(spec.new_buffer().view(np.int64)))
-        return buf
+        return in_allocation(spec, off, off + spec.words + (8 << 20))
     if variant == "allz":
         # as ``all``, but the record words hold a non-zero pattern instead of zeros (headers stay 0)
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
@@ -71,10 +76,7 @@ def buffer_for(variant, plan, device):
     if variant.startswith("all#"):
         # the ``all`` buffer at the start of one allocation of <m> MiB (at least its own size)
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
-        slab = torch.zeros(max(spec.words, int(variant[4:-1]) << 17), dtype=torch.int64, device=device)
-        buf = slab[:spec.words]
-        buf.copy_(torch.from_numpy(spec.new_buffer().view(np.int64)))
-        return buf
+        return in_allocation(spec, 0, max(spec.words, int(variant[4:-1]) << 17))
     if variant == "all":
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
     elif variant == "consumers":
@@ -101,15 +103,8 @@ def run_shape(d, hq, hkv, sk, b, schedule, replays, rounds=1):
     from fa4trace import attention as A
 
     shape = A.Shape(b, 1, hq, hkv, sk, d, "bf16")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    n_sets = max(1, min(64, -(-A.L2_ROTATE_BYTES // shape.kv_bytes())))
-    per_graph = max(n_sets, 4 if shape.kv_bytes() >= A.L2_ROTATE_BYTES else 2 * n_sets)
-    sets = []
-    for _ in range(n_sets):
-        q = torch.randn(b, 1, hq, d, dtype=torch.bfloat16, device="cuda", generator=g)
-        k = torch.randn(b, sk, hkv, d, dtype=torch.bfloat16, device="cuda", generator=g)
-        v = torch.randn(b, sk, hkv, d, dtype=torch.bfloat16, device="cuda", generator=g)
-        sets.append((q, k, v, torch.empty_like(q)))
+    sets, per_graph = A.cold_l2_inputs(shape)
+    n_sets = len(sets)
     _, plan = A._resolve(shape, schedule, True, None, sets[0][0].device)
     row = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "schedule": schedule, "ctas": plan.n_ctas}
     keep = {}

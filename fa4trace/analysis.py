@@ -301,6 +301,16 @@ def attention_bytes(config: dict) -> int | None:
     return eb * (2 * b * sq * hq * d + 2 * b * sk * hkv * d)
 
 
+def _launch_bounds(c: _Cols) -> dict[int, tuple[int, int]]:
+    """Per launch: (first warp's start, last warp's end), from the WARP rows."""
+    warp_rows = c.mask("WARP")
+    out = {}
+    for L in np.unique(c.launch[warp_rows]):
+        m = warp_rows & (c.launch == L)
+        out[int(L)] = (int(c.start[m].min()), int(c.end[m].max()))
+    return out
+
+
 def kv_block_bytes(config: dict) -> int | None:
     """Bytes of one KV block as a CTA consumes it (a K tile + a V tile of one KV head), from the
     bundle's config (``tile_n``, or the N of ``tile`` = [M, N] as the FA4 adapter writes it,
@@ -317,7 +327,7 @@ def kv_block_bytes(config: dict) -> int | None:
 STREAM_BINS = 40
 
 
-def stream_profile(c: _Cols, block_bytes: int | None) -> dict:
+def stream_profile(c: _Cols, block_bytes: int | None, bounds: dict[int, tuple[int, int]]) -> dict:
     """The KV stream over time, against a perfect stream at its own steady rate.
 
     A KV block counts as consumed when the PV span of the block starts in the lowest recorded
@@ -336,6 +346,7 @@ def stream_profile(c: _Cols, block_bytes: int | None) -> dict:
     Why this and not per-SM balance alone: on the H200 the SMs share the DRAM bandwidth, so
     when the fast SMs finish early the others speed up (traces/README.md); only a dip of the
     *total* rate costs time. Medians over launches; {} without PV spans or a block size.
+    ``bounds``: ``_launch_bounds(c)``.
     """
     if not block_bytes:
         return {}
@@ -348,12 +359,12 @@ def stream_profile(c: _Cols, block_bytes: int | None) -> dict:
     np.minimum.at(low, gid, c.warp[pv])
     sel = c.warp[pv] == low[gid]
     launch, t = c.launch[pv][sel], c.start[pv][sel]
-    warp_rows = c.mask("WARP")
     rows = []
     series = None
     for L in np.unique(launch):
-        m = warp_rows & (c.launch == L)
-        t0, t_end = c.start[m].min(), c.end[m].max()
+        if int(L) not in bounds:
+            continue
+        t0, t_end = bounds[int(L)]
         times = np.sort(t[launch == L] - t0).astype(np.float64)
         nb = times.size
         if nb < 8:
@@ -380,16 +391,16 @@ STARTUP_MARKS = (("startup_first_load_ns", "LOAD_K", "end"), ("startup_first_qk_
                  ("startup_first_pv_ns", "PV", "start"))
 
 
-def startup_profile(c: _Cols) -> dict:
+def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
     """How long a CTA takes to get going: median over CTAs of the first LOAD_K issued (its
     span's end), the first QK issued and the first PV issued, from the start of the launch
     (its first warp). {} without those events. The first QK waits for K0 to land, so the gap
     between the first two is the first block's latency under the launch's burst of requests.
-    (H200, our kernel: the first KV load goes out at 0.6-0.7 µs whether 1 or 132 CTAs run.)"""
-    warp_rows = c.mask("WARP")
-    if not warp_rows.any():
+    (H200, our kernel: the first KV load goes out at 0.6-0.7 µs whether 1 or 132 CTAs run.)
+    ``bounds``: ``_launch_bounds(c)``."""
+    if not bounds:
         return {}
-    t0 = {int(L): int(c.start[warp_rows & (c.launch == L)].min()) for L in np.unique(c.launch[warp_rows])}
+    t0 = {L: start for L, (start, _end) in bounds.items()}
     out = {}
     for key, name, edge in STARTUP_MARKS:
         m = c.mask(name)
@@ -423,10 +434,8 @@ def summarize(trace: Trace) -> dict:
                    if c.name_dict[k] != "WARP" and v},
     }
     warp_rows = c.mask("WARP")
-    span = {}
-    for L in np.unique(c.launch[warp_rows]):
-        m = warp_rows & (c.launch == L)
-        span[int(L)] = int(c.end[m].max() - c.start[m].min())
+    bounds = _launch_bounds(c)
+    span = {L: end - start for L, (start, end) in bounds.items()}
     out["kernel_span_ns"] = span.get(0) if len(span) == 1 else span
     out["total_span_ns"] = int(c.end[warp_rows].max() - c.start[warp_rows].min()) if warp_rows.any() else None
     timing = trace.meta.get("timing", {})
@@ -457,8 +466,8 @@ def summarize(trace: Trace) -> dict:
     out["cta_span_ns"] = ({"min": int(spans.min()), "median": float(np.median(spans)), "max": int(spans.max())}
                           if spans.size else None)
     out.update(mainloop_balance(ctas))
-    out.update(stream_profile(c, kv_block_bytes(out["config"])))
-    out.update(startup_profile(c))
+    out.update(stream_profile(c, kv_block_bytes(out["config"]), bounds))
+    out.update(startup_profile(c, bounds))
     out["typical_cta"] = typical_cta(trace, ctas)
     return _clean(out)
 

@@ -536,6 +536,26 @@ class BenchRow:
         return self.shape.io_bytes() / (self.us * 1e-6) / 1e12
 
 
+def cold_l2_inputs(shape: Shape, *, seed: int = 0, device: str = "cuda"):
+    """Random (q, k, v, out) sets for timing ``shape`` with a cold L2: as many sets as make up
+    L2_ROTATE_BYTES of KV (1..64), and the launches per graph that cycle through them
+    (``_graph_time``). Returns (sets, per_graph)."""
+    import torch
+
+    tdt = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
+    g = torch.Generator(device=device).manual_seed(seed)
+    set_bytes = shape.kv_bytes()
+    n_sets = max(1, min(64, -(-L2_ROTATE_BYTES // set_bytes)))
+    per_graph = max(n_sets, 4 if set_bytes >= L2_ROTATE_BYTES else 2 * n_sets)
+    sets = []
+    for _ in range(n_sets):
+        q = torch.randn(shape.b, shape.sq, shape.hq, shape.d, dtype=tdt, device=device, generator=g)
+        k = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
+        v = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
+        sets.append((q, k, v, torch.empty_like(q)))
+    return sets, per_graph
+
+
 def _graph_time(launch, n_sets: int, replays: int, per_graph: int):
     """Median per-launch time (µs) of ``launch(i)`` over CUDA-graph replays.
 
@@ -594,17 +614,8 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    tdt = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
-    g = torch.Generator(device=device).manual_seed(seed)
-    set_bytes = shape.kv_bytes()
-    n_sets = max(1, min(64, -(-L2_ROTATE_BYTES // set_bytes)))
-    per_graph = max(n_sets, 4 if set_bytes >= L2_ROTATE_BYTES else 2 * n_sets)
-    sets = []
-    for _ in range(n_sets):
-        q = torch.randn(shape.b, shape.sq, shape.hq, shape.d, dtype=tdt, device=device, generator=g)
-        k = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
-        v = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
-        sets.append((q, k, v, torch.empty_like(q)))
+    sets, per_graph = cold_l2_inputs(shape, seed=seed, device=device)
+    n_sets = len(sets)
     ref = reference(*sets[0][:3])[0] if check else None
     rows: list[BenchRow] = []
     timed = []  # (row index, launch) of the kernels that passed the check
