@@ -26,11 +26,14 @@ ROWS = [  # (label, key, kind); kind picks the formatter
     ("startup: first QK issued (median CTA)", "startup_first_qk_ns", "ns"),
     ("startup: first PV issued (median CTA)", "startup_first_pv_ns", "ns"),
     ("dropped records", "dropped", "int"),
+    ("warps recorded in each CTA", "warp_subset", "warps"),
 ]
 MEDIANS = ("load_k", "load_v", "qk", "softmax", "correction", "pv")
 
 
 def fmt(v, kind: str) -> str:
+    if kind == "warps":  # a warp subset (``fa4trace record --warps``), None = every warp
+        return "all" if not v else ", ".join(str(w) for w in v)
     if v is None:
         return "n/a"
     if kind == "pct":
@@ -45,7 +48,7 @@ def fmt(v, kind: str) -> str:
 
 
 def fmt_delta(a, b, kind: str) -> str:
-    if a is None or b is None:
+    if a is None or b is None or kind == "warps":
         return ""
     d = b - a
     if kind == "pct":

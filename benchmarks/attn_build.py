@@ -52,13 +52,13 @@ def _name(spec):
     return variant_name(d, sched, dtype, traced, rows, tile_n=tn, ctas_per_sm=occ)
 
 
-def _compile_export(spec, obj_dir):
+def _compile_export(spec, obj_dir, options):
     """Compile one variant in a worker and export its object file (compiled objects do not pickle)."""
     from fa4trace.kernels.attention_sm90 import compile_variant
 
     d, sched, dtype, traced, tn, occ, rows = spec
     t = time.time()
-    fn, kern = compile_variant(d, sched, dtype, traced, tile_n=tn, ctas_per_sm=occ, block_rows=rows)
+    fn, kern = compile_variant(d, sched, dtype, traced, tile_n=tn, ctas_per_sm=occ, block_rows=rows, **options)
     name = _name(spec)
     fn.export_to_c(os.path.join(obj_dir, name + ".o"), function_name=name)
     cfg = {**kern.config(), "dtype": dtype, "traced": traced}
@@ -73,6 +73,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="build only the variants whose name contains one of "
                                               "these comma-separated strings (all of them by default)")
+    ap.add_argument("--trace-events", default=None,
+                    help="experiment builds: the events traced variants record (comma names, or 'none'); "
+                         "default the full set. The functions keep their names: build into another folder")
     args = ap.parse_args()
     import json
     import shutil
@@ -93,8 +96,14 @@ def main():
         shutil.rmtree(out)
     obj_dir = os.path.join(out, "obj")
     os.makedirs(obj_dir)
+    options = {}
+    if args.trace_events is not None:
+        from fa4trace.vocab import VOCAB
+
+        names = [n for n in args.trace_events.split(",") if n and n != "none"]
+        options["trace_events"] = frozenset(VOCAB.event(n).id for n in names)
     with ProcessPoolExecutor(args.jobs) as ex:
-        results = list(ex.map(_compile_export, specs, [obj_dir] * len(specs)))
+        results = list(ex.map(_compile_export, specs, [obj_dir] * len(specs), [options] * len(specs)))
     funcs = {}
     for name, cfg, dt in results:
         print(f"{name:48s} {dt:5.1f} s  tile_n={cfg['tile_n']} stages={cfg['num_stages']} "

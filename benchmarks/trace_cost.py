@@ -11,6 +11,9 @@ the selection from the buffer header, so the instructions executed are the same 
 - ``cap32``      every warp records its first 32 records, then drops the rest (bounds check):
                  headers and one flush per warp, no mainloop record traffic;
 - ``first``      only CTA 0 records (``+trace1``: the recorder's instruction cost);
+- ``warp0``      only warp 0 of every CTA records (a quarter of the consumer records, none of
+                 the producer's: how the cost scales with the records stored);
+- ``lead``       only ``LEAD_WARPS`` (warp 0 and the producer) record (``fa4trace record --warps lead``);
 - ``all2x``, ``all+32``  as ``all`` with twice / 32 more records of room per warp (the same
                  stores at other addresses: does the slot stride matter?);
 - ``allz``       as ``all``, its record words filled with a non-zero pattern (is writing over
@@ -38,7 +41,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-VARIANTS = ("plain", "allz", "all", "consumers", "cap32", "first", "all2x", "all+32")
+ALL_VARIANTS = ("plain", "allz", "all", "consumers", "cap32", "first", "all2x", "all+32", "warp0", "lead")
+VARIANTS = ALL_VARIANTS  # --variants picks a subset (plain always first)
 EXTRA = []  # --extra-pads: more ``all+<n>`` variants (n more records of room per warp)
 
 
@@ -87,6 +91,10 @@ def buffer_for(variant, plan, device):
         spec = BufferSpec.for_grid(plan.n_ctas, warps, 2 * cap)
     elif variant.startswith("all+"):
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap + int(variant[4:]))
+    elif variant == "lead":
+        spec = BufferSpec.for_grid(plan.n_ctas, warps, cap, warps=A.LEAD_WARPS)
+    elif variant == "warp0":
+        spec = BufferSpec.for_grid(plan.n_ctas, 1, cap)
     elif variant == "first":
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap, max_ctas=1)
     elif variant.startswith("new"):  # another fresh buffer like ``all`` (kept alive: a new place)
@@ -166,9 +174,17 @@ def main():
                     help="time the whole list of variants this many times; report the last round "
                          "(2 rounds) or the median over rounds (3 or more), and every round in the JSON")
     ap.add_argument("--repeat-all", type=int, default=0, help="time the all buffer n more times, then n fresh ones")
+    ap.add_argument("--variants", default="", help="comma list: time only these of " + ",".join(ALL_VARIANTS))
     ap.add_argument("--once", help="comma list of variants: one launch each at the first shape "
                                    "(for ncu), no timing")
     args = ap.parse_args()
+    global VARIANTS
+    if args.variants:
+        picked = [v for v in args.variants.split(",") if v]
+        bad = [v for v in picked if v not in ALL_VARIANTS]
+        if bad:
+            raise SystemExit(f"trace_cost: unknown variant(s) {bad}; known: {','.join(ALL_VARIANTS)}")
+        VARIANTS = ("plain",) + tuple(v for v in picked if v != "plain")
     if args.once:
         return launch_once(args.shapes.split(",")[0], args.schedule, args.once.split(","))
     EXTRA.extend(f"all+{n}" for n in args.extra_pads.split(",") if n)

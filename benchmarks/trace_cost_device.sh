@@ -6,7 +6,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/log.txt
 for b in ${BUILDS:-kernels}; do
   echo "== build/$b" >> $OUT/cost.md
   FA4TRACE_BUILD=build/$b timeout 200 python3 benchmarks/trace_cost.py --schedule ${SCHEDULES:-pingpong,base} \
-      ${SHAPES:+--shapes $SHAPES} ${PADS:+--extra-pads $PADS} ${OFFSETS:+--offsets $OFFSETS} ${SLABS:+--slabs $SLABS} ${REPEAT:+--repeat-all $REPEAT} ${ROUNDS:+--rounds $ROUNDS} --json $OUT/cost_$b.json >> $OUT/cost.md 2>>$OUT/log.txt
+      ${SHAPES:+--shapes $SHAPES} ${PADS:+--extra-pads $PADS} ${OFFSETS:+--offsets $OFFSETS} ${SLABS:+--slabs $SLABS} ${REPEAT:+--repeat-all $REPEAT} ${ROUNDS:+--rounds $ROUNDS} ${VARIANTS:+--variants $VARIANTS} --json $OUT/cost_$b.json >> $OUT/cost.md 2>>$OUT/log.txt
 done
 # Optional: record one trace per (build in $RECORD_BUILDS) x shape through the CLI (the traced output
 # must equal the untraced one bit for bit, else the record fails) and summarize it.

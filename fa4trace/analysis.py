@@ -428,6 +428,8 @@ def summarize(trace: Trace) -> dict:
         "launches": len(trace.meta.get("launches", [])) or int(np.unique(c.launch).size),
         "ctas": int(ctas.num_rows),
         "warps": int(c.mask("WARP").sum()),
+        "cta_subset": bool(trace.meta.get("cta_subset")),
+        "warp_subset": trace.meta.get("warp_subset"),
         "dropped": int(c.dropped.sum()),
         "overflowed_warps": int(((c.dropped > 0) & c.mask("WARP")).sum()),
         "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))

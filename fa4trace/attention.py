@@ -40,6 +40,11 @@ MAX_RATIO = 16
 MAX_SQ = 8
 TILE_M = 64
 WARPS_PER_CTA = 5  # 4 consumer warps (one warpgroup) + 1 producer warp
+# One warp per role: the consumer warpgroup's warps run in step (every wgmma is the whole
+# warpgroup's), so warp 0 shows what the other three do; recording only it and the producer
+# stores a quarter of the records, which is what most of the tracing cost is at d128, b >= 8
+# (BENCHMARKS.md, fifth session). ``fa4trace record --warps lead``.
+LEAD_WARPS = (0, 4)
 COMBINE_UNROLL = 16  # splits per combine thread (kernel constant)
 MAX_SPLITS = 256  # <= COMBINE_UNROLL * the 32 partitions one warp holds
 COUNTER_WORDS = 4  # int32 words per group: [arrival count, its value at the next launch's start, -, -]
@@ -396,8 +401,9 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
 def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                  cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
                  capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None,
-                 ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None):
-    """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan)."""
+                 ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None, warps=None):
+    """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan).
+    ``warps``: the warp indices that record (default all five; ``LEAD_WARPS`` = one warp per role)."""
     import numpy as np
     import torch
 
@@ -407,7 +413,7 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     _, plan = _resolve(shape, schedule, True, num_splits, q.device, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
                        block_rows=block_rows, build=build)
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
-                               cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas)
+                               cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps)
     buf = torch.from_numpy(spec.new_buffer().view(np.int64)).to(q.device)
     return buf, spec, plan
 
@@ -416,7 +422,7 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
                      b: int = 1, sq: int = 1, dtype: str = "bf16", out_path: Optional[str] = None, *,
                      num_splits: Optional[int] = None, cta_first: int = 0, cta_stride: int = 1,
                      max_ctas: Optional[int] = None, capacity: Optional[int] = None, build=None,
-                     seed: int = 0, overwrite: bool = False):
+                     seed: int = 0, overwrite: bool = False, warps=None):
     """One traced launch on random inputs, decoded into a bundle (returns the Trace; saves it
     when ``out_path`` is given).
 
@@ -444,7 +450,7 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     kw = dict(schedule=schedule, num_splits=num_splits, build=build)
 
     scratch = trace_buffer(q, k, v, capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
-                           max_ctas=max_ctas, **kw)[0]
+                           max_ctas=max_ctas, warps=warps, **kw)[0]
     o_plain = torch.empty_like(q)
     # 10 launches per graph: one launch per replay would add the graph's own launch latency
     # (seen on the H200: 32 us per replay for a 24 us kernel).
@@ -458,7 +464,7 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
 
     launch = TracedLaunch(kernel="decode_attention_sm90", grid_ctas=plan.n_ctas, warps_per_cta=WARPS_PER_CTA,
                           run=run, grid=plan.grid, block=(32 * WARPS_PER_CTA, 1, 1), capacity=cap,
-                          cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas,
+                          cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps,
                           extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
     config = {"schedule": schedule, "head_dim": d, "d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
               "dtype": dtype, "tile_m": TILE_M, "block_rows": plan.block_rows, "tile_n": tn,
@@ -608,7 +614,8 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
                 check: bool = True, device: str = "cuda", rounds: int = 2) -> list[BenchRow]:
     """Time each kernel on the same random inputs. Kernel names: ``base``, ``pingpong``,
     ``base@n64`` / ``pingpong@n64o2`` variants (KV tile, CTAs per SM), ``pingpong+trace`` (full
-    event set, every CTA recorded), ``pingpong+trace1`` (only the first CTA stores records),
+    event set, every CTA recorded), ``pingpong+tracelead`` (the same, only ``LEAD_WARPS`` store
+    records), ``pingpong+trace1`` (only the first CTA stores records),
     ``cudnn``, ``flash``."""
     import torch
     import torch.nn.functional as F
@@ -622,8 +629,8 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
     for name in kernels:
         base_name, _, opt = name.partition("@")
         sched, _, tr = base_name.partition("+")
-        if tr not in ("", "trace", "trace1"):
-            raise ValueError(f"unknown kernel suffix +{tr} in {name!r}: want +trace or +trace1")
+        if tr not in ("", "trace", "tracelead", "trace1"):
+            raise ValueError(f"unknown kernel suffix +{tr} in {name!r}: want +trace, +tracelead or +trace1")
         traced = bool(tr)
         extra: dict = {}
         if sched in SCHEDULES:
@@ -640,8 +647,8 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
                 # +trace1: every CTA runs the recorder's instructions, only the first stores
                 # records (isolates the instruction cost from the record traffic).
                 bufs = [trace_buffer(*st[:3], schedule=sched, num_splits=splits, tile_n=tile, ctas_per_sm=occ,
-                                     block_rows=brows,
-                                     max_ctas=1 if tr == "trace1" else None)[0] for st in sets[:1]]
+                                     block_rows=brows, max_ctas=1 if tr == "trace1" else None,
+                                     warps=LEAD_WARPS if tr == "tracelead" else None)[0] for st in sets[:1]]
 
             def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, splits=splits, bufs=bufs):
                 q, k, v, o = sets[i]
@@ -737,7 +744,7 @@ def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True
             for k in kernels:
                 sched, at, opt = k.partition("@")
                 if sched in SCHEDULES:
-                    ks.append(sched + "+trace" + at + opt)
+                    ks += [sched + "+trace" + at + opt, sched + "+tracelead" + at + opt]
         t = time.time()
         r = bench_shape(shape, ks, replays=replays, seed=i, rounds=rounds)
         rows += r
@@ -764,7 +771,8 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
         if r.kernel not in kernels and "+trace" not in r.kernel:
             kernels.append(r.kernel)
     head = ["d", "hq:hkv", "sk", "b", "sq"] + [f"{k} µs (TB/s)" for k in kernels] + \
-        [f"pp % of {peak:g}", "pp vs base", "pp vs cuDNN", "trace ovh base/pp", "max rel err"]
+        [f"pp % of {peak:g}", "pp vs base", "pp vs cuDNN", "trace ovh base/pp", "lead-warp ovh base/pp",
+         "max rel err"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def ok(x):
@@ -779,11 +787,12 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
         cells.append(f"{100 * pp.tbps / peak:.0f}%" if ok(pp) else "-")
         cells.append(f"{100 * (base.us / pp.us - 1):+.1f}%" if ok(pp) and ok(base) else "-")
         cells.append(f"{cud.us / pp.us:.2f}x" if ok(pp) and ok(cud) else "-")
-        ov = []
-        for sname in ("base", "pingpong"):
-            a, b = ks.get(sname), ks.get(sname + "+trace")
-            ov.append(f"{100 * (b.us / a.us - 1):+.1f}%" if ok(a) and ok(b) else "-")
-        cells.append(" / ".join(ov))
+        for suffix in ("+trace", "+tracelead"):
+            ov = []
+            for sname in ("base", "pingpong"):
+                a, b = ks.get(sname), ks.get(sname + suffix)
+                ov.append(f"{100 * (b.us / a.us - 1):+.1f}%" if ok(a) and ok(b) else "-")
+            cells.append(" / ".join(ov))
         errs = [r.rel_err for r in ks.values() if r.rel_err == r.rel_err]
         cells.append(f"{max(errs):.1e}" if errs else "-")
         lines.append("| " + " | ".join(cells) + " |")

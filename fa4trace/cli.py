@@ -90,6 +90,16 @@ def _tbps(x):
     return "n/a" if x is None else f"{x:.2f} TB/s"
 
 
+def _subset_note(s: dict) -> str:
+    """What part of the launch was recorded, when not all of it."""
+    parts = []
+    if s.get("cta_subset"):
+        parts.append("a subset of the grid's CTAs")
+    if s.get("warp_subset"):
+        parts.append("warps " + ",".join(str(w) for w in s["warp_subset"]) + " of each CTA")
+    return ("; recorded: " + ", ".join(parts)) if parts else ""
+
+
 def _format_summary(s: dict) -> str:
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
@@ -97,7 +107,8 @@ def _format_summary(s: dict) -> str:
         f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
         f"  gpu            {s.get('gpu') or 'n/a'}",
         f"  config         {shape or 'n/a'}",
-        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))",
+        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))"
+        + _subset_note(s),
         f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
         f"  bandwidth      {_tbps(s.get('bandwidth_tbps'))}",
         f"  QK ∥ SOFTMAX   {_pct(s.get('qk_softmax_overlap'))}",
@@ -243,16 +254,23 @@ def build(arch, output, only, force):
               help="Calibration kernel: per-event timer.")
 @click.option("--variant", default="fa4trace", help="Markers kernel variant.")
 @click.option("--ctas", default=None, help="Record a subset of CTAs: FIRST:COUNT[:STRIDE].")
+@click.option("--warps", default=None,
+              help="Record a subset of each CTA's warps: comma warp indices, or 'lead' (decode attention: "
+                   "warp 0 of the consumer warpgroup and the producer warp 4; a quarter of the records).")
 @click.option("--capacity", default=None, type=int, help="Records per warp slot (default: sized from the shape).")
 @click.option("--build", "build_dir", default=None, type=click.Path(file_okay=False),
               help="AOT build folder (default $FA4TRACE_BUILD or build/kernels) when the DSL cannot JIT here.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
-def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timebase, variant, ctas, capacity,
-           build_dir, output, force):
+def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timebase, variant, ctas, warps,
+           capacity, build_dir, output, force):
     """Run a kernel on this machine's GPU with tracing on and write a bundle."""
     out = _check_out(output, force)
     subset = _parse_ctas(ctas)
+    if warps is not None:
+        if kind == "calibration":
+            raise click.BadParameter("--warps: the calibration kernel records every warp (its checks need them)")
+        subset["warps"] = _parse_warps(warps, kind, impl)
     if kind == "calibration":
         from .record import record_calibration
 
@@ -288,6 +306,27 @@ def _parse_ctas(spec: str | None) -> dict:
     if len(parts) not in (2, 3) or parts[0] < 0 or parts[1] < 1 or (len(parts) == 3 and parts[2] < 1):
         raise click.BadParameter(f"--ctas must be FIRST:COUNT[:STRIDE] with COUNT, STRIDE >= 1, got {spec!r}")
     return {"cta_first": parts[0], "max_ctas": parts[1], "cta_stride": parts[2] if len(parts) == 3 else 1}
+
+
+def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
+    if spec == "lead":
+        if kind != "attention" or impl != "ours":
+            raise click.BadParameter("--warps lead is defined for our decode attention; give warp indices")
+        from .attention import LEAD_WARPS
+
+        return LEAD_WARPS
+    try:
+        ws = tuple(int(x) for x in spec.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"--warps must be comma warp indices or 'lead', got {spec!r}") from None
+    if not ws or min(ws) < 0:
+        raise click.BadParameter(f"--warps must be comma warp indices >= 0 or 'lead', got {spec!r}")
+    if kind == "attention" and impl == "ours":
+        from .attention import WARPS_PER_CTA
+
+        if max(ws) >= WARPS_PER_CTA:
+            raise click.BadParameter(f"--warps: decode attention has warps 0..{WARPS_PER_CTA - 1}, got {spec!r}")
+    return ws
 
 
 # ---- view / bench --------------------------------------------------------------------------

@@ -60,7 +60,7 @@ class DecodedLaunch:
 
 def _warp_name(slot: int, spec: L.BufferSpec) -> str:
     cta = int(spec.cta_of_slot(slot // spec.warps_per_cta))
-    return f"warp slot {slot} (CTA {cta}, warp {slot % spec.warps_per_cta})"
+    return f"warp slot {slot} (CTA {cta}, warp {int(spec.warp_of_slot(slot % spec.warps_per_cta))})"
 
 
 def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
@@ -104,7 +104,7 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
     cta = (h[:, L.W_IDS] >> np.uint64(32)).astype(np.int64)
     warp = (h[:, L.W_WARP] & U32).astype(np.int64)
     exp_cta = spec.cta_of_slot(idx // spec.warps_per_cta)
-    exp_warp = idx % spec.warps_per_cta
+    exp_warp = spec.warp_of_slot(idx % spec.warps_per_cta)
     wrong = (cta != exp_cta) | (warp != exp_warp)
     if grid_ctas is not None:
         wrong |= cta >= grid_ctas
@@ -258,6 +258,7 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
         "warps_recorded": int(n_w),
         "ctas_recorded": int(np.unique(cta).size),
         "warps_per_cta": spec.warps_per_cta,
+        "warp_subset": list(spec.recorded_warps) if spec.warp_mask else None,
         "capacity": spec.capacity,
         "cta_first": spec.cta_first,
         "cta_stride": spec.cta_stride,

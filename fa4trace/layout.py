@@ -9,9 +9,11 @@ Global header (written by the host before the launch, read by every recording wa
     g0  BUF_MAGIC | version << 32
     g1  slot_words | warps_per_cta << 32
     g2  cta_first  | cta_stride << 32      which CTAs record: first, first+stride, ...
-    g3  n_cta_slots                        how many of them
-A warp records iff its CTA is one of those and its warp index < warps_per_cta; its slot is
-fixed by (CTA, warp), so no atomics are needed and a launch writes each slot at most once.
+    g3  n_cta_slots | warp_mask << 32      how many of them; which warps of such a CTA record
+A warp records iff its CTA is one of those and its warp is selected: warp_mask bit w selects
+warp w (then warps_per_cta = popcount(warp_mask)); warp_mask 0 selects warps 0..warps_per_cta-1.
+Its slot is fixed by (CTA, warp), so no atomics are needed and a launch writes each slot at
+most once. (warp_mask came after the first buffers; those have 0 there and read as before.)
 
 Warp header (written by lane 0 of the warp: words 0-4 at start, 5-7 at finish):
     w0  WARP_MAGIC | version << 32 | timebase << 40 | role << 48
@@ -97,6 +99,7 @@ class BufferSpec:
     capacity: int  # records per warp
     cta_first: int = 0
     cta_stride: int = 1
+    warp_mask: int = 0  # bit w: warp w records; 0: warps 0..warps_per_cta-1
 
     def __post_init__(self):
         for name in ("warps_per_cta", "n_cta_slots", "capacity", "cta_stride"):
@@ -104,23 +107,45 @@ class BufferSpec:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.cta_first < 0:
             raise ValueError(f"cta_first must be >= 0, got {self.cta_first}")
+        if not 0 <= self.warp_mask < 1 << 32:
+            raise ValueError(f"warp_mask must fit in 32 bits, got {self.warp_mask:#x}")
+        if self.warp_mask and bin(self.warp_mask).count("1") != self.warps_per_cta:
+            raise ValueError(f"warp_mask {self.warp_mask:#x} selects {bin(self.warp_mask).count('1')} warps, "
+                             f"warps_per_cta says {self.warps_per_cta}")
         if self.slot_words >= 1 << 32 or self.n_cta_slots >= 1 << 32:
             raise ValueError("trace buffer too large")
 
     @classmethod
     def for_grid(cls, n_ctas: int, warps_per_cta: int, capacity: int, *,
-                 cta_first: int = 0, cta_stride: int = 1, max_ctas: int | None = None) -> "BufferSpec":
-        """Slots for CTAs first, first+stride, ... < n_ctas (at most max_ctas of them)."""
+                 cta_first: int = 0, cta_stride: int = 1, max_ctas: int | None = None,
+                 warps=None) -> "BufferSpec":
+        """Slots for CTAs first, first+stride, ... < n_ctas (at most max_ctas of them), and in
+        each for every warp of the CTA (``warps_per_cta`` of them) or only the ``warps`` listed."""
         n = max(0, (n_ctas - cta_first + cta_stride - 1) // cta_stride)
         if max_ctas is not None:
             n = min(n, max_ctas)
         if n < 1:
             raise ValueError(f"no CTA of the {n_ctas}-CTA grid is selected (first={cta_first}, stride={cta_stride})")
-        return cls(warps_per_cta, n, capacity, cta_first, cta_stride)
+        if warps is None:
+            return cls(warps_per_cta, n, capacity, cta_first, cta_stride)
+        chosen = sorted({int(w) for w in warps})
+        if not chosen or chosen[0] < 0 or chosen[-1] >= min(warps_per_cta, 32):
+            raise ValueError(f"warps must be warp indices 0..{min(warps_per_cta, 32) - 1}, got {list(warps)}")
+        return cls(len(chosen), n, capacity, cta_first, cta_stride, sum(1 << w for w in chosen))
 
     @property
     def slot_words(self) -> int:
         return WARP_HEADER_WORDS + self.capacity
+
+    @property
+    def recorded_warps(self) -> tuple:
+        """Warp index (in its CTA) of each of a CTA's slots."""
+        if not self.warp_mask:
+            return tuple(range(self.warps_per_cta))
+        return tuple(w for w in range(32) if self.warp_mask >> w & 1)
+
+    def warp_of_slot(self, slot_in_cta):
+        return np.asarray(self.recorded_warps, dtype=np.int64)[np.asarray(slot_in_cta)]
 
     @property
     def n_slots(self) -> int:
@@ -139,7 +164,7 @@ class BufferSpec:
         h[0] = BUF_MAGIC | (FORMAT_VERSION << 32)
         h[1] = self.slot_words | (self.warps_per_cta << 32)
         h[2] = self.cta_first | (self.cta_stride << 32)
-        h[3] = self.n_cta_slots
+        h[3] = self.n_cta_slots | (self.warp_mask << 32)
         return h
 
     def new_buffer(self) -> np.ndarray:
@@ -163,12 +188,13 @@ class BufferSpec:
             raise TraceFormatError(f"trace buffer format version {version}, this fa4trace reads version {FORMAT_VERSION}")
         slot_words, warps = int(g[1]) & 0xFFFFFFFF, int(g[1]) >> 32
         first, stride = int(g[2]) & 0xFFFFFFFF, int(g[2]) >> 32
-        n_cta = int(g[3]) & 0xFFFFFFFF
-        if slot_words <= WARP_HEADER_WORDS or warps < 1 or stride < 1 or n_cta < 1:
+        n_cta, mask = int(g[3]) & 0xFFFFFFFF, int(g[3]) >> 32
+        if (slot_words <= WARP_HEADER_WORDS or warps < 1 or stride < 1 or n_cta < 1
+                or (mask and bin(mask).count("1") != warps)):
             raise TraceFormatError(
                 f"trace buffer header is corrupt (slot_words={slot_words}, warps_per_cta={warps}, "
-                f"cta_stride={stride}, n_cta_slots={n_cta})")
-        spec = cls(warps, n_cta, slot_words - WARP_HEADER_WORDS, first, stride)
+                f"cta_stride={stride}, n_cta_slots={n_cta}, warp_mask={mask:#x})")
+        spec = cls(warps, n_cta, slot_words - WARP_HEADER_WORDS, first, stride, mask)
         if words.size < spec.words:
             raise TraceFormatError(
                 f"trace buffer is truncated: {words.size} words, its header needs {spec.words}")

@@ -33,12 +33,13 @@ class TracedLaunch:
     cta_first: int = 0
     cta_stride: int = 1
     max_ctas: int | None = None
+    warps: tuple | None = None  # warp indices that record (None: every warp of the CTA)
     extra: dict = field(default_factory=dict)
 
     def spec(self) -> L.BufferSpec:
         return L.BufferSpec.for_grid(self.grid_ctas, self.warps_per_cta, self.capacity,
                                      cta_first=self.cta_first, cta_stride=self.cta_stride,
-                                     max_ctas=self.max_ctas)
+                                     max_ctas=self.max_ctas, warps=self.warps)
 
 
 def new_trace_tensor(spec: L.BufferSpec, device="cuda"):
@@ -65,7 +66,8 @@ def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: d
         launch_meta.append({
             "kernel": ln.kernel, "grid": list(ln.grid), "block": list(ln.block),
             "grid_ctas": ln.grid_ctas, "recorded_ctas": f"{spec.cta_first}:{spec.cta_first + spec.n_cta_slots * spec.cta_stride}:{spec.cta_stride}",
-            "cta_subset": subset, **ln.extra,
+            "cta_subset": subset, "warp_subset": list(spec.recorded_warps) if spec.warp_mask else None,
+            **ln.extra,
         })
     meta = {
         "kernel": kernel,
@@ -75,6 +77,7 @@ def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: d
         "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "clock": {"globaltimer_tick_ns_expected": 32},
         "cta_subset": any(m["cta_subset"] for m in launch_meta),
+        "warp_subset": next((m["warp_subset"] for m in launch_meta if m["warp_subset"]), None),
     }
     if timing:
         meta["timing"] = timing
@@ -168,7 +171,7 @@ def marker_inputs(n_ctas: int):
 
 def record_markers(*, variant: str = "fa4trace", work: str = "l2", n_ctas: int = 1056, iters: int = 200,
                    chain: int = 1, capacity: int | None = None, cta_first: int = 0, cta_stride: int = 1,
-                   max_ctas: int | None = None, build=None) -> Trace:
+                   max_ctas: int | None = None, warps=None, build=None) -> Trace:
     """One traced launch of the marker-dense microbenchmark (2 events per iteration per warp)."""
     from .kernel_loader import get_kernel
 
@@ -181,6 +184,6 @@ def record_markers(*, variant: str = "fa4trace", work: str = "l2", n_ctas: int =
         kernel=f"markers_{work}_{variant}", grid_ctas=n_ctas, warps_per_cta=MARKER_WARPS,
         run=lambda tr: fn(out, table, tr, n_ctas, iters, chain), grid=(n_ctas, 1, 1),
         block=(32 * MARKER_WARPS, 1, 1), capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
-        max_ctas=max_ctas, extra={"how": how})
+        max_ctas=max_ctas, warps=warps, extra={"how": how})
     return record([launch], kernel=f"markers_{work}_{variant}",
                   config={"variant": variant, "work": work, "n_ctas": n_ctas, "iters": iters, "chain": chain})

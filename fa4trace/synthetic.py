@@ -40,11 +40,12 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
                  timebase: int = L.TIMEBASE_CLOCK64) -> np.ndarray:
     buf = spec.new_buffer()
     slots = buf[L.GLOBAL_HEADER_WORDS:].reshape(spec.n_slots, spec.slot_words)
+    recorded = spec.recorded_warps
     for w in warps:
         rel = w.cta - spec.cta_first
-        if rel < 0 or rel % spec.cta_stride or rel // spec.cta_stride >= spec.n_cta_slots:
+        if rel < 0 or rel % spec.cta_stride or rel // spec.cta_stride >= spec.n_cta_slots or w.warp not in recorded:
             continue
-        s = (rel // spec.cta_stride) * spec.warps_per_cta + w.warp
+        s = (rel // spec.cta_stride) * spec.warps_per_cta + recorded.index(w.warp)
         n = len(w.kind)
         attempted = n if w.attempted is None else w.attempted
         written = min(attempted, spec.capacity, n)

@@ -112,7 +112,8 @@ class DecodeAttentionSm90:
     """One compiled variant: head dim and schedule are compile-time; shapes are runtime."""
 
     def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
-                 num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M):
+                 num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
+                 trace_events=None):
         if head_dim not in (64, 128):
             raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
         if schedule not in SCHEDULES:
@@ -139,11 +140,14 @@ class DecodeAttentionSm90:
         self.block_rows = block_rows
         self.rpt = 2 if block_rows == TILE_M else 1  # rows per thread
         self.num_stages = num_stages or default_stages(head_dim, self.tile_n, ctas_per_sm)
+        # Traced builds: the event ids that record (None = the full set; see Recorder.start).
+        self.trace_events = None if trace_events is None else frozenset(trace_events)
 
     def config(self) -> dict:
         return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
                 "block_rows": self.block_rows, "tile_n": self.tile_n, "num_stages": self.num_stages,
-                "ctas_per_sm": self.ctas_per_sm, "threads": NUM_THREADS, "warps_per_cta": WARPS_PER_CTA}
+                "ctas_per_sm": self.ctas_per_sm, "threads": NUM_THREADS, "warps_per_cta": WARPS_PER_CTA,
+                "trace_events": None if self.trace_events is None else sorted(self.trace_events)}
 
     # ------------------------------------------------------------------------------------
     # host side
@@ -271,6 +275,11 @@ class DecodeAttentionSm90:
         tile_n = self.tile_n
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        # The TMA descriptors live in the kernel's parameter buffer in device memory: fetch them
+        # first thing, so that the fetch overlaps the index math below (ptxas scheduled that
+        # math, ~120 instructions with three integer divisions, ahead of a later prefetch).
+        cpasync.prefetch_descriptor(tma_atom_k)
+        cpasync.prefetch_descriptor(tma_atom_v)
         y, split_idx, b_idx = cute.arch.block_idx()
 
         sq, hq, sk, hkv = mQ.shape[1], mQ.shape[2], tma_k.shape[0], tma_k.shape[2]
@@ -280,10 +289,6 @@ class DecodeAttentionSm90:
         h_idx = y // m_blocks
         m_block = y - h_idx * m_blocks
         group = (b_idx * hkv + h_idx) * m_blocks + m_block
-
-        if warp_idx == PRODUCER_WARP:
-            cpasync.prefetch_descriptor(tma_atom_k)
-            cpasync.prefetch_descriptor(tma_atom_v)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -326,7 +331,7 @@ class DecodeAttentionSm90:
                 b_idx, h_idx, n_begin, count):
         """Warp 4: TMA loads of this split's K and V blocks, as fast as stages free up."""
         tile_n, d = self.tile_n, self.d
-        rec = Recorder.start(trace, role=ROLE.PRODUCER)
+        rec = Recorder.start(trace, role=ROLE.PRODUCER, events=self.trace_events)
         gK = cute.local_tile(tma_k[None, None, h_idx, b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
         gV = cute.local_tile(tma_v[None, None, h_idx, b_idx], (d, tile_n), (0, None))  # (d, n, blocks)
         tKsK, tKgK = cpasync.tma_partition(tma_atom_k, 0, cute.make_layout(1),
@@ -336,13 +341,16 @@ class DecodeAttentionSm90:
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
 
-        # Q is loaded by the consumers (``load_q``). Its loads go out before any KV request of
-        # this CTA: issued behind the first stages (6 x 32 KB per SM at d128, 25 MB GPU-wide)
-        # they waited in the same memory queues, and the consumers started 2.3-3.9 us after
-        # launch (H200 traces), leaving the stages full and no new request issued meanwhile.
-        # The producer waits only for the loads to be *issued* (tens of ns), not to land.
-        cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
+        # Q is loaded by the consumers (``load_q``). Its loads go out before all KV requests of
+        # this CTA but the first: issued behind the first stages (6 x 32 KB per SM at d128, 25
+        # MB GPU-wide) they waited in the same memory queues, and the consumers started 2.3-3.9
+        # us after launch (H200 traces), leaving the stages full and no new request issued
+        # meanwhile. K0 alone goes first: the consumers need ~270 instructions (Q addresses) to
+        # issue Q, and waiting for that put the first KV request at 0.67 us; K0 first puts it
+        # at 0.27 us and the first QK 0.5 us earlier (BENCHMARKS.md, fifth session). The
+        # producer waits only for the Q loads to be *issued* (tens of ns), not to land.
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
+        cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
         if const_expr(self.schedule == "pingpong"):
             if count > 1:
                 rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
@@ -430,7 +438,7 @@ class DecodeAttentionSm90:
                 b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_comb,
                 comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks):
         d, tile_n = self.d, self.tile_n
-        rec = Recorder.start(trace, role=ROLE.CONSUMER)
+        rec = Recorder.start(trace, role=ROLE.CONSUMER, events=self.trace_events)
         # The arrival counter's value at the start of this launch, read long before this split
         # can finish: the last arrival advances it only after every CTA has arrived.
         base0 = Int32(0)
@@ -945,10 +953,12 @@ def fake_arguments(head_dim: int, dtype: str, traced: bool):
 
 def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: bool = False, *,
                     options: str = "--enable-tvm-ffi", tile_n: Optional[int] = None,
-                    num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M):
-    """Compile one variant for sm_90a (a GPU is not needed); returns (compiled, kernel object)."""
+                    num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
+                    **kernel_options):
+    """Compile one variant for sm_90a (a GPU is not needed); returns (compiled, kernel object).
+    ``kernel_options``: further DecodeAttentionSm90 arguments (trace_events)."""
     kern = DecodeAttentionSm90(head_dim, schedule, tile_n=tile_n, num_stages=num_stages,
-                               ctas_per_sm=ctas_per_sm, block_rows=block_rows)
+                               ctas_per_sm=ctas_per_sm, block_rows=block_rows, **kernel_options)
     if "--gpu-arch" not in options:  # wgmma/setmaxnreg need sm_90a whatever CUTE_DSL_ARCH says
         options = f"{options} --gpu-arch {ARCH}"
     if "--ptxas-options" not in options:

@@ -236,6 +236,7 @@ def test_bench_table_ratios_and_overheads():
     rows = [A.BenchRow(s, "base", 25.0, 0.1, 2e-3, {}), A.BenchRow(s, "pingpong", 20.0, 0.1, 3e-3, {}),
             A.BenchRow(s, "cudnn", 30.0, 0.1, 1e-3, {}), A.BenchRow(s, "base+trace", 26.0, 0.1, float("nan"), {}),
             A.BenchRow(s, "pingpong+trace", 21.0, 0.1, float("nan"), {}),
+            A.BenchRow(s, "pingpong+tracelead", 20.4, 0.1, float("nan"), {}),
             A.BenchRow(s, "flash", float("nan"), float("nan"), float("nan"), {"error": "refused"})]
     md = A.bench_table(rows).splitlines()
     assert md[0].count("|") == md[2].count("|")
@@ -247,5 +248,6 @@ def test_bench_table_ratios_and_overheads():
     assert row["flash µs (TB/s)"] == "-"
     assert row["pp vs base"] == "+25.0%" and row["pp vs cuDNN"] == "1.50x"
     assert row["trace ovh base/pp"] == "+4.0% / +5.0%"
+    assert row["lead-warp ovh base/pp"] == "- / +2.0%"  # no base+tracelead row: a '-' cell
     assert row["max rel err"] == "3.0e-03"
     assert row["pp % of 4.8"] == f"{100 * tbps / 4.8:.0f}%"

@@ -62,6 +62,10 @@ def test_convert_refuses_to_overwrite(bundles, tmp_path):
     (["summary", "--nope", "x"], "No such option"),
     (["convert", "x.parquet", "--to", "svg", "-o", "y"], "Invalid value"),
     (["record", "--kernel", "markers", "--ctas", "1:0", "-o", "z.parquet"], "--ctas"),
+    (["record", "--warps", "0,5", "-o", "z.parquet"], "decode attention has warps 0..4"),
+    (["record", "--warps", "x", "-o", "z.parquet"], "--warps must be comma warp indices"),
+    (["record", "--kernel", "markers", "--warps", "lead", "-o", "z.parquet"], "--warps lead is defined"),
+    (["record", "--kernel", "calibration", "--warps", "0", "-o", "z.parquet"], "calibration kernel records every warp"),
     (["frobnicate"], "No such command"),
 ])
 def test_errors_are_one_line_and_nonzero(args, message, tmp_path):
@@ -104,3 +108,11 @@ def test_help_for_every_command():
 def test_bench_rejects_bad_counts_before_looking_for_a_gpu(args):
     r = run("bench", *args)
     assert r.returncode != 0 and r.stderr.count("\n") == 1 and "must be >= 1" in r.stderr
+
+
+def test_summary_says_what_part_of_the_launch_was_recorded():
+    from fa4trace.cli import _subset_note
+
+    assert _subset_note({"cta_subset": False, "warp_subset": None}) == ""
+    assert _subset_note({"cta_subset": True, "warp_subset": [0, 4]}) == \
+        "; recorded: a subset of the grid's CTAs, warps 0,4 of each CTA"

@@ -129,6 +129,37 @@ def test_cta_subset_slots_map_back_to_real_cta_ids():
     assert sorted(set(d.table["cta"].to_pylist())) == list(range(5, 100, 10))
 
 
+def test_warp_subset_slots_map_back_to_real_warp_ids():
+    spec = L.BufferSpec.for_grid(3, 5, 4, warps=[4, 0])
+    assert (spec.warps_per_cta, spec.warp_mask, spec.recorded_warps) == (2, 0b10001, (0, 4))
+    assert L.BufferSpec.from_header(spec.new_buffer()) == spec
+    ws = [warp(cta=c, w=w, events=[(I, EV.MARK, c, 1)]) for c in range(3) for w in range(5)]
+    d = decode_buffer(write_buffer(spec, ws))
+    got = sorted({(r["cta"], r["warp"]) for r in rows(d.table)})
+    assert got == [(c, w) for c in range(3) for w in (0, 4)]
+    assert d.summary["warp_subset"] == [0, 4]
+    # a slot whose header names a warp outside the mask is foreign bytes
+    buf = write_buffer(spec, ws)
+    buf[L.GLOBAL_HEADER_WORDS + spec.slot_words + L.W_WARP] = 3
+    with pytest.raises(TraceFormatError, match="warp 3"):
+        decode_buffer(buf)
+
+
+@pytest.mark.parametrize("warps", [[], [5], [-1], [0, 40]])
+def test_bad_warp_subsets_are_refused(warps):
+    with pytest.raises(ValueError, match="warps must be warp indices 0..4"):
+        L.BufferSpec.for_grid(3, 5, 4, warps=warps)
+
+
+def test_warp_mask_that_disagrees_with_the_warp_count_is_corrupt():
+    buf = L.BufferSpec.for_grid(3, 5, 4, warps=[0, 4]).new_buffer()
+    buf[3] = int(buf[3]) | (0b111 << 32)  # three warps selected, header says two
+    with pytest.raises(TraceFormatError, match="header is corrupt"):
+        decode_buffer(buf)
+    with pytest.raises(ValueError, match="selects 3 warps"):
+        L.BufferSpec(2, 1, 4, warp_mask=0b111)
+
+
 def test_empty_slots_are_absent_warps_not_errors():
     spec = L.BufferSpec(4, 2, 4)
     d = decode_buffer(write_buffer(spec, [warp(cta=1, w=2)]))

@@ -28,10 +28,12 @@ KERNELS = textwrap.dedent('''
     TB = int(os.environ.get("TB", "0"))
     STAGED = os.environ.get("STAGED", "1") == "1"
     BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
+    # EVENTS: comma names of the events that record ("" = none); unset = all
+    EVENTS = None if "EVENTS" not in os.environ else [getattr(EV, n) for n in os.environ["EVENTS"].split(",") if n]
 
     @cute.kernel
     def traced(x: cute.Tensor, trace: Optional[cute.Tensor], n: Int32):
-        rec = Recorder.start(trace, ROLE.BENCH, timebase=TB, staged=STAGED)
+        rec = Recorder.start(trace, ROLE.BENCH, timebase=TB, staged=STAGED, events=EVENTS)
         tid, _, _ = cute.arch.thread_idx()
         acc = Float32(0)
         for i in cutlass.range(n):
@@ -153,3 +155,15 @@ def test_a_block_with_more_events_than_reserved_fails_the_compile(tmp_path):
     r = _run("sm_90a", "traced", tmp_path, BLOCK="2")  # begin + (instant) + end = 3
     assert r.returncode != 0
     assert "more events in a block than open_block(n) reserved" in r.stderr
+
+
+def test_an_event_subset_compiles_the_other_events_away(tmp_path):
+    """Recorder.start(events=...): events outside the set cost nothing (no timer read, no
+    staging); the warp's start and finish anchors stay."""
+    full = _body(_ptx("sm_90a", "traced", tmp_path))
+    softmax_only = _body(_ptx("sm_90a", "traced", tmp_path, EVENTS="SOFTMAX"))
+    none = _body(_ptx("sm_90a", "traced", tmp_path, EVENTS=""))
+    # per-event timer reads: full = anchors + SOFTMAX begin/end + MARK; then fewer, then only the anchors
+    assert full.count("%clock64") > softmax_only.count("%clock64") > none.count("%clock64") >= 2
+    assert none.count("selp.b32") < softmax_only.count("selp.b32") < full.count("selp.b32")
+    assert "%globaltimer" in none and "st.global.b64" in none  # anchors and the header

@@ -62,12 +62,13 @@ class Recorder:
     # changes (a dynamic if or loop body: pos may differ per path).
     _block_lane_offset = None
 
-    def __init__(self, trace, role, timebase, staged, state, invariants):
+    def __init__(self, trace, role, timebase, staged, state, invariants, events=None):
         # Static (Python) configuration: never changes, copied as is through loops.
         self.trace = trace
         self.role = role
         self.timebase = timebase
         self.staged = staged
+        self.events = events  # frozenset of event ids that record; None = all
         # Loop-carried DSL values (empty when off): [pos, base, staged low word, staged high word]
         # where pos = events staged in lanes (0..31) and base = events already flushed, so the
         # warp has recorded base + pos events. (Lane mode: pos stays 0, base counts.)
@@ -85,7 +86,7 @@ class Recorder:
 
     def __new_from_mlir_values__(self, values):
         state = [Int32(v) for v in values[:4]] if self._state else []
-        return Recorder(self.trace, self.role, self.timebase, self.staged, state, self._inv)
+        return Recorder(self.trace, self.role, self.timebase, self.staged, state, self._inv, self.events)
 
     @property
     def enabled(self) -> bool:
@@ -94,15 +95,22 @@ class Recorder:
     # ---- creation -----------------------------------------------------------------------
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64, staged: bool = True) -> "Recorder":
-        """Claim this warp's slot and write the start of its header. Call once per warp."""
+              timebase: int = L.TIMEBASE_CLOCK64, staged: bool = True, events=None) -> "Recorder":
+        """Claim this warp's slot and write the start of its header. Call once per warp.
+
+        ``events``: ids of the events that record (a subset costs fewer instructions: the
+        others compile to nothing, as with ``trace=None``); None records every event.
+        """
         Recorder._block_budget = None  # a failed compile may have left a block open
         Recorder._block_lane_offset = None
         if const_expr(trace is None):
             return Recorder(None, role, timebase, staged, [], None)
         if timebase not in L.TIMEBASE_NAMES:
             raise ValueError(f"unknown timebase {timebase}")
-        return Recorder._start(trace, role, timebase, staged)
+        rec = Recorder._start(trace, role, timebase, staged)
+        if events is not None:
+            rec.events = frozenset(int(e) for e in events)
+        return rec
 
     @staticmethod
     @cute.jit
@@ -115,6 +123,7 @@ class Recorder:
         cta_first = Int32(g2 & _LO32)
         cta_stride = Int32(g2 >> 32)
         n_cta = Int32(g3 & _LO32)
+        warp_mask = Int32(g3 >> 32)  # 0: warps 0..warps-1 record; else bit w: warp w does
 
         bx, by, bz = cute.arch.block_idx()
         gx, gy, _ = cute.arch.grid_dim()
@@ -124,8 +133,13 @@ class Recorder:
 
         rel = cta - cta_first
         cta_slot = rel // cta_stride
-        active = (rel >= 0) & (rel == cta_slot * cta_stride) & (cta_slot < n_cta) & (warp < warps)
-        header = L.GLOBAL_HEADER_WORDS + (cta_slot * warps + warp) * slot_words
+        # With a warp mask, a selected warp's slot in its CTA is the number of selected warps below it.
+        in_mask = ((warp_mask >> warp) & 1) == 1
+        below = cute.arch.popc(warp_mask & ((Int32(1) << warp) - 1))
+        warp_ok = cutlass.select_(warp_mask == 0, warp < warps, in_mask)
+        warp_slot = cutlass.select_(warp_mask == 0, warp, Int32(below))
+        active = (rel >= 0) & (rel == cta_slot * cta_stride) & (cta_slot < n_cta) & warp_ok
+        header = L.GLOBAL_HEADER_WORDS + (cta_slot * warps + warp_slot) * slot_words
         header = cutlass.select_(active, header, Int32(0))
         cap = cutlass.select_(active, slot_words - L.WARP_HEADER_WORDS, Int32(0))
 
@@ -220,7 +234,7 @@ class Recorder:
             self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
 
     def _record(self, event: int, kind: int, payload):
-        if const_expr(self.trace is not None):
+        if const_expr(self.trace is not None and (self.events is None or int(event) in self.events)):
             tag = L.record_tag(int(event), kind)
             if const_expr(payload is None):
                 tag |= L.PAYLOAD_NONE << L.PAYLOAD_SHIFT

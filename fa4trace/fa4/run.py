@@ -168,7 +168,7 @@ def capacity_for(arch: str, sk: int, tile_n: int = 128, tiles_per_cta: int = 1) 
 def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
            b: int = 1, sq: int = 1, dtype: str = "bf16", cta_first: int = 0, max_ctas: Optional[int] = None,
            cta_stride: int = 1, capacity: Optional[int] = None, build=None, check: bool = True, seed: int = 0,
-           variant: str = "default"):
+           variant: str = "default", warps=None):
     """One traced launch of FA4's forward on this GPU (SM100 on B200, SM90 on H100/H200).
 
     Returns a ``Trace`` whose metadata holds the FA4 version, kernel path and configuration.
@@ -202,7 +202,7 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
         kernel=f"fa4_{arch}", grid_ctas=grid, warps_per_cta=cfg["warps_per_cta"],
         run=lambda tr: fn(*call_args(params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=tr)),
         grid=(grid, 1, 1), block=(32 * cfg["warps_per_cta"], 1, 1), capacity=cap,
-        cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, extra={"how": how})
+        cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps, extra={"how": how})
     config = {k2: cfg[k2] for k2 in cfg if k2 != "params"}
     config.update({"b": b, "sk": sk, "schedule_requested": schedule})
     notes = ("FlashAttention-4 forward, instrumented at compile time by fa4trace.fa4 hooks "

@@ -124,6 +124,33 @@ def test_tracing_does_not_change_the_output(schedule, d, sk):
 
 
 @pytest.mark.parametrize("schedule", ["base", "pingpong"])
+def test_lead_warps_record_alone_and_completely(schedule):
+    """A buffer selecting LEAD_WARPS (warp mask): only warps 0 and 4 have rows, each with every
+    event it records when all warps do, and the output is still bit-equal."""
+    from fa4trace.decode import decode_buffer
+
+    q, k, v = _inputs(2, 1, 16, 2, 20000, 128, "bf16")
+    plain = A.decode_attention(q, k, v, schedule=schedule)
+    bufs = {w: A.trace_buffer(q, k, v, schedule=schedule, warps=w) for w in (None, A.LEAD_WARPS)}
+    outs = {w: A.decode_attention(q, k, v, schedule=schedule, trace=b[0]) for w, b in bufs.items()}
+    torch.cuda.synchronize()
+    assert all(torch.equal(plain, o) for o in outs.values())
+    full, lead = (decode_buffer(bufs[w][0].cpu().numpy(), grid_ctas=bufs[w][2].n_ctas).table.to_pandas()
+                  for w in (None, A.LEAD_WARPS))
+    assert sorted(lead["warp"].unique()) == [0, 4]
+    assert lead["dropped"].sum() == 0
+    # Timing decides the waits, and the finishing order (MARK's payload) which splits combine.
+    timing = ["WAIT_K", "WAIT_V", "MARK", "COMBINE"]
+    for w in (0, 4):
+        a = full[(full.warp == w) & ~full.name.isin(timing)]
+        b = lead[(lead.warp == w) & ~lead.name.isin(timing)]
+        # the same events with the same payloads, CTA by CTA
+        key = ["cta", "name", "kind", "iter"]
+        assert a[key].astype(str).value_counts().sort_index().equals(b[key].astype(str).value_counts().sort_index())
+        assert (a.name == "MARK").sum() == (b.name == "MARK").sum()  # one ticket per split
+
+
+@pytest.mark.parametrize("schedule", ["base", "pingpong"])
 def test_waits_for_kv_are_recorded_where_the_stream_is_the_limit(schedule):
     """d128 at b 8, sk 131072 is memory-bound: consumers must be seen waiting for K/V blocks.
     (A blocking probe once hid every wait: the trace showed a consumer that never starved.)"""
