@@ -526,6 +526,12 @@ def rel_error(out, ref) -> float:
 # ----------------------------------------------------------------------------------------
 PEAK_TBPS = 4.8
 L2_ROTATE_BYTES = 256 << 20
+# Each graph replay carries a fixed cost, ~17 us on the H200 (an empty kernel timed this way
+# read 17-20 us per replay whatever the number of launches in the graph: BENCHMARKS.md, fifth
+# session), which the per-launch time takes a 1/launches share of. A replay therefore holds
+# enough launches for about REPLAY_BYTES of KV traffic (at least 8, at most 64): ~0.3 us of
+# that cost per launch at d128 b 1 (it was ~2 us with 8 launches).
+REPLAY_BYTES = 8 << 30
 
 
 @dataclass
@@ -542,6 +548,16 @@ class BenchRow:
         return self.shape.io_bytes() / (self.us * 1e-6) / 1e12
 
 
+def launches_per_graph(set_bytes: int) -> tuple[int, int]:
+    """(input sets, launches per graph) for one input set of ``set_bytes`` of KV: enough sets
+    to rotate through L2_ROTATE_BYTES (1..64; consecutive launches read different sets, so L2
+    is cold), and a multiple of them that makes each replay about REPLAY_BYTES of traffic
+    (8..64 launches), so the replay's fixed cost is spread thin."""
+    n_sets = max(1, min(64, -(-L2_ROTATE_BYTES // set_bytes)))
+    want = max(8, min(64, -(-REPLAY_BYTES // set_bytes)))
+    return n_sets, n_sets * -(-want // n_sets)
+
+
 def cold_l2_inputs(shape: Shape, *, seed: int = 0, device: str = "cuda"):
     """Random (q, k, v, out) sets for timing ``shape`` with a cold L2: as many sets as make up
     L2_ROTATE_BYTES of KV (1..64), and the launches per graph that cycle through them
@@ -550,9 +566,7 @@ def cold_l2_inputs(shape: Shape, *, seed: int = 0, device: str = "cuda"):
 
     tdt = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
     g = torch.Generator(device=device).manual_seed(seed)
-    set_bytes = shape.kv_bytes()
-    n_sets = max(1, min(64, -(-L2_ROTATE_BYTES // set_bytes)))
-    per_graph = max(n_sets, 4 if set_bytes >= L2_ROTATE_BYTES else 2 * n_sets)
+    n_sets, per_graph = launches_per_graph(shape.kv_bytes())
     sets = []
     for _ in range(n_sets):
         q = torch.randn(shape.b, shape.sq, shape.hq, shape.d, dtype=tdt, device=device, generator=g)

@@ -251,3 +251,14 @@ def test_bench_table_ratios_and_overheads():
     assert row["lead-warp ovh base/pp"] == "- / +2.0%"  # no base+tracelead row: a '-' cell
     assert row["max rel err"] == "3.0e-03"
     assert row["pp % of 4.8"] == f"{100 * tbps / 4.8:.0f}%"
+
+
+def test_launches_per_graph_keep_l2_cold_and_spread_the_replay_cost():
+    mib = 1 << 20
+    for set_bytes in (2 * mib, 32 * mib, 64 * mib, 128 * mib, 1024 * mib, 4096 * mib):
+        n_sets, per = A.launches_per_graph(set_bytes)
+        assert per % n_sets == 0 and 8 <= per <= 128
+        assert n_sets * set_bytes >= min(A.L2_ROTATE_BYTES, 64 * set_bytes)  # rotation >= 256 MB
+    assert A.launches_per_graph(64 * mib) == (4, 64)  # d128 16:1 sk 131072 b 1
+    assert A.launches_per_graph(4096 * mib) == (1, 8)  # the largest shapes: 8 launches
+    assert A.launches_per_graph(2 * mib) == (64, 64)

@@ -1,0 +1,116 @@
+"""What a b = 1 decode shape can reach at all: the launch floor and a plain read of its KV.
+
+    python benchmarks/stream_floor.py [--shapes d:hq:hkv:sk:b,...] [--json out.json]
+
+Same harness as the benchmark (``fa4trace.attention``: CUDA-graph replay with several
+launches per graph cycling through >= 256 MB of KV sets, so L2 is cold; median of replays),
+same process, same inputs:
+
+- ``noop``       an empty kernel, one block: what one launch inside a graph costs;
+- ``read``       a plain streaming read of the shape's K and V (16-byte loads, grid-stride, one
+                 word written per block), the best of several grid sizes: the fastest any kernel
+                 can consume this KV in one launch, with no compute, no Q, no combine;
+- ``pingpong``   ours (the AOT build in ``$FA4TRACE_BUILD``), and ``cudnn`` for reference.
+
+The read kernel is compiled by CuPy (NVRTC) on the GPU machine; it needs nothing from the
+CuTe DSL. Prints a table; ``--json`` keeps every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+_SRC = r"""
+extern "C" __global__ void noop() {}
+
+// Read n16 16-byte words of a and of b; fold them so the loads cannot be dropped.
+extern "C" __global__ void read2(const uint4* __restrict__ a, const uint4* __restrict__ b,
+                                 long long n16, unsigned* __restrict__ out) {
+    unsigned acc = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        uint4 x = __ldg(a + i);
+        uint4 y = __ldg(b + i);
+        acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+    }
+    if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // practically never: keeps the loads live
+}
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="128:16:1:131072:1,64:16:1:131072:1,128:16:2:131072:1")
+    ap.add_argument("--replays", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=2, help="timing passes; the last is reported")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    import cupy as cp
+    import torch
+
+    from fa4trace import attention as A
+
+    mod = cp.RawModule(code=_SRC)
+    noop, read2 = mod.get_function("noop"), mod.get_function("read2")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = cp.zeros(sms * 64, dtype=cp.uint32)
+    grids = [(sms * k, t) for k in (1, 2, 4, 8) for t in (256, 512, 1024) if k * t <= 2048]
+
+    def on_torch_stream(fn):
+        def run(i):
+            with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                fn(i)
+        return run
+
+    rows = []
+    print("| shape | KV MB | noop µs | read µs (TB/s, grid) | pingpong µs (TB/s) | cudnn µs (TB/s) |", flush=True)
+    print("|---|---|---|---|---|---|", flush=True)
+    for spec in args.shapes.split(","):
+        d, hq, hkv, sk, b = (int(x) for x in spec.split(":"))
+        shape = A.Shape(b, 1, hq, hkv, sk, d, "bf16")
+        sets, per_graph = A.cold_l2_inputs(shape)
+        n_sets = len(sets)
+        n16 = sets[0][1].numel() * 2 // 16
+        kv = [(cp.from_dlpack(st[1].view(torch.int32)), cp.from_dlpack(st[2].view(torch.int32))) for st in sets]
+
+        def t(fn):
+            us = None
+            for _ in range(args.rounds):
+                us, _spread = A._graph_time(fn, n_sets, args.replays, per_graph)
+            return us
+
+        r = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "kv_bytes": shape.kv_bytes(), "io_bytes": shape.io_bytes()}
+        r["noop_us"] = t(on_torch_stream(lambda i: noop((1,), (32,), ())))
+        reads = {}
+        for g, th in grids:
+            reads[f"{g}x{th}"] = t(on_torch_stream(
+                lambda i, g=g, th=th: read2((g,), (th,), (kv[i][0], kv[i][1], cp.int64(n16), out))))
+        best = min(reads, key=reads.get)
+        r["read_us"], r["read_grid"], r["read_all"] = reads[best], best, reads
+        kv.clear()
+        sets.clear()
+        torch.cuda.empty_cache()
+        # ours and cuDNN through the benchmark itself (its own input sets, same harness)
+        for br in A.bench_shape(shape, ["pingpong", "cudnn"], replays=args.replays, rounds=args.rounds):
+            r[f"{br.kernel}_us"] = None if br.us != br.us else br.us
+        rows.append(r)
+
+        def cell(us, nbytes):
+            return "-" if us is None else f"{us:.1f} ({nbytes / us / 1e6:.2f})"
+
+        print(f"| {r['shape']} | {r['kv_bytes'] / 2**20:.0f} | {r['noop_us']:.2f} | "
+              f"{r['read_us']:.1f} ({r['kv_bytes'] / r['read_us'] / 1e6:.2f}, {best}) | "
+              f"{cell(r['pingpong_us'], r['io_bytes'])} | {cell(r['cudnn_us'], r['io_bytes'])} |", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
