@@ -115,7 +115,9 @@ def main():
     shutil.rmtree(obj_dir)
     from fa4trace import __version__
 
-    manifest = {"fa4trace_version": __version__, "arch": "sm_90a", "library": aot.LIBRARY,
+    from fa4trace.layout import RECORDER_ABI
+
+    manifest = {"fa4trace_version": __version__, "recorder_abi": RECORDER_ABI, "arch": "sm_90a", "library": aot.LIBRARY,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "functions": funcs}
     with open(os.path.join(out, aot.MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)

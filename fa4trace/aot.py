@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from . import layout as L
 from .errors import DeviceUnavailable, Fa4traceError
 
 MANIFEST = "manifest.json"
@@ -73,6 +74,7 @@ def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.Path
 
     manifest = {
         "fa4trace_version": __version__,
+        "recorder_abi": L.RECORDER_ABI,
         "arch": arch,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "library": LIBRARY,
@@ -96,6 +98,18 @@ class BuildDir:
         except (ValueError, KeyError) as exc:
             raise Fa4traceError(f"{mf} is not a valid build manifest: {exc}") from None
         self._module = None
+
+    @property
+    def recorder_abi(self) -> int:
+        """The recorder ABI its kernels were built with (builds before the field: 1)."""
+        return int(self.manifest.get("recorder_abi", 1))
+
+    def require_warp_mask(self):
+        """Refuse a warp subset for kernels whose recorder predates the warp mask: they would
+        record the first warps instead of the chosen ones."""
+        if self.recorder_abi < L.WARP_MASK_ABI:
+            raise Fa4traceError(f"the kernels in {self.path} were built before warp selection (recorder ABI "
+                                f"{self.recorder_abi}); rebuild them to record a subset of warps")
 
     def find(self, kind: str, **config) -> str:
         """Name of the function of this kind whose config holds every given key=value."""

@@ -287,6 +287,7 @@ class Kernel:
     tile_n: int
     ctas_per_sm: int
     block_rows: int
+    build: Any = None  # the aot.BuildDir it came from (None: compiled here, this recorder)
 
 
 def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
@@ -331,7 +332,7 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
         name = bd.find("attention", **cfg)
     conf = bd.functions[name]["config"]
     _JIT_CACHE[key] = Kernel(bd.function(name), int(conf["tile_n"]), int(conf.get("ctas_per_sm", 1)),
-                             int(conf.get("block_rows", TILE_M)))
+                             int(conf.get("block_rows", TILE_M)), bd)
     return _JIT_CACHE[key]
 
 
@@ -410,8 +411,10 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     from .layout import BufferSpec
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
-    _, plan = _resolve(shape, schedule, True, num_splits, q.device, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
-                       block_rows=block_rows, build=build)
+    kern, plan = _resolve(shape, schedule, True, num_splits, q.device, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
+                          block_rows=block_rows, build=build)
+    if warps is not None and kern.build is not None:
+        kern.build.require_warp_mask()
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
                                cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps)
     buf = torch.from_numpy(spec.new_buffer().view(np.int64)).to(q.device)

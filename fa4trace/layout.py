@@ -44,6 +44,11 @@ import numpy as np
 from .errors import TraceFormatError
 
 FORMAT_VERSION = 1
+# What the device side of this fa4trace reads from a buffer header. 2: the warp mask (g3 high
+# word). Builds record theirs in the manifest; a kernel built with an older recorder ignores
+# the mask, so a warp subset needs a build of RECORDER_ABI >= 2 (checked where buffers are made).
+RECORDER_ABI = 2
+WARP_MASK_ABI = 2
 BUF_MAGIC = 0x42543446  # b"F4TB" little-endian
 WARP_MAGIC = 0x57543446  # b"F4TW" little-endian
 GLOBAL_HEADER_WORDS = 8

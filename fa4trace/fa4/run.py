@@ -186,6 +186,10 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     fn, params, cfg, how = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
                                    traced=True, build=build, variant=variant)
+    if warps is not None and how.startswith("aot:"):
+        from ..aot import BuildDir
+
+        BuildDir(how[4:]).require_warp_mask()
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=tdt, generator=g)
     k = torch.randn(b, sk, hkv, d, device="cuda", dtype=tdt, generator=g)
