@@ -24,13 +24,17 @@ EVENTS = [EV.QK, EV.SOFTMAX, EV.PV, EV.LOAD_K, EV.MARK]
 
 @st.composite
 def valid_buffers(draw):
-    warps_per_cta = draw(st.integers(1, 4))
     n_cta = draw(st.integers(1, 4))
     cap = draw(st.integers(1, 24))
-    spec = L.BufferSpec(warps_per_cta, n_cta, cap)
+    if draw(st.booleans()):  # every warp below warps_per_cta
+        warp_ids = list(range(draw(st.integers(1, 4))))
+        spec = L.BufferSpec(len(warp_ids), n_cta, cap)
+    else:  # a warp subset (warp mask)
+        warp_ids = sorted(draw(st.sets(st.integers(0, 31), min_size=1, max_size=4)))
+        spec = L.BufferSpec(len(warp_ids), n_cta, cap, warp_mask=sum(1 << w for w in warp_ids))
     ws = []
     for c in range(n_cta):
-        for w in range(warps_per_cta):
+        for w in warp_ids:
             if draw(st.booleans()):
                 continue
             n_spans = draw(st.integers(0, 8))
@@ -66,6 +70,7 @@ def test_valid_buffers_decode_consistently(sb):
     starts, ends = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
     assert (ends >= starts).all()
     assert (t.filter(pa.compute.equal(t["kind"].cast("string"), "warp")).num_rows) == len(ws)
+    assert sorted(set(t["warp"].to_pylist())) == sorted({w.warp for w in ws})
     expect_spans = sum(min(len(w.kind), spec.capacity) // 2 for w in ws)
     assert t.num_rows - len(ws) == expect_spans
     assert d.summary["dropped"] == sum(max(0, len(w.kind) - spec.capacity) for w in ws)
