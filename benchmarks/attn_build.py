@@ -77,7 +77,6 @@ def main():
                     help="experiment builds: the events traced variants record (comma names, or 'none'); "
                          "default the full set. The functions keep their names: build into another folder")
     args = ap.parse_args()
-    import json
     import shutil
     import subprocess
 
@@ -113,14 +112,7 @@ def main():
     objs = sorted(os.path.join(obj_dir, f) for f in os.listdir(obj_dir))
     subprocess.run([os.environ.get("CXX", "g++"), "-shared", "-o", so, *objs, *aot._link_flags()], check=True)
     shutil.rmtree(obj_dir)
-    from fa4trace import __version__
-
-    from fa4trace.layout import RECORDER_ABI
-
-    manifest = {"fa4trace_version": __version__, "recorder_abi": RECORDER_ABI, "arch": "sm_90a", "library": aot.LIBRARY,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "functions": funcs}
-    with open(os.path.join(out, aot.MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
+    aot.write_manifest(out, "sm_90a", funcs)
     print(f"{len(funcs)} functions -> {so} ({os.path.getsize(so) / 2**20:.1f} MiB)")
 
 

@@ -396,7 +396,8 @@ def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
     span's end), the first QK issued and the first PV issued, from the start of the launch
     (its first warp). {} without those events. The first QK waits for K0 to land, so the gap
     between the first two is the first block's latency under the launch's burst of requests.
-    (H200, our kernel: the first KV load goes out at 0.6-0.7 µs whether 1 or 132 CTAs run.)
+    (H200, our kernel: the first KV load went out at 0.6-0.7 µs whether 1 or 132 CTAs ran
+    until the producer stopped waiting for Q before K0; 0.3 µs since.)
     ``bounds``: ``_launch_bounds(c)``."""
     if not bounds:
         return {}

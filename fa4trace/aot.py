@@ -70,6 +70,12 @@ def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.Path
     if res.returncode != 0:
         raise Fa4traceError(f"linking {so} failed: {res.stderr.strip().splitlines()[-1:]}")
     shutil.rmtree(obj_dir)
+    write_manifest(out, arch, {name: {"kind": e.kind, "config": e.config} for name, (_, e) in compiled.items()})
+    return out
+
+
+def write_manifest(out_dir: str | os.PathLike, arch: str, functions: dict[str, dict]) -> None:
+    """The build folder's manifest.json: what was built, for which GPU, with which recorder."""
     from . import __version__
 
     manifest = {
@@ -78,10 +84,9 @@ def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.Path
         "arch": arch,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "library": LIBRARY,
-        "functions": {name: {"kind": e.kind, "config": e.config} for name, (_, e) in compiled.items()},
+        "functions": functions,
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    return out
+    (Path(out_dir) / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
 
 
 class BuildDir:

@@ -529,11 +529,10 @@ def rel_error(out, ref) -> float:
 # ----------------------------------------------------------------------------------------
 PEAK_TBPS = 4.8
 L2_ROTATE_BYTES = 256 << 20
-# Each graph replay carries a fixed cost, ~17 us on the H200 (an empty kernel timed this way
-# read 17-20 us per replay whatever the number of launches in the graph: BENCHMARKS.md, fifth
-# session), which the per-launch time takes a 1/launches share of. A replay therefore holds
-# enough launches for about REPLAY_BYTES of KV traffic (at least 8, at most 64): ~0.3 us of
-# that cost per launch at d128 b 1 (it was ~2 us with 8 launches).
+# Each graph replay carries a fixed cost that the per-launch time takes a 1/launches share of:
+# on the H200 an empty kernel read 4.15 / 2.48 / 1.04 us per launch with 4 / 8 / 16 launches
+# per replay, and 0.75 us with 64 (BENCHMARKS.md, fifth session). A replay therefore holds
+# enough launches for about REPLAY_BYTES of KV traffic (at least 8, at most 64; 64 at d128 b 1).
 REPLAY_BYTES = 8 << 30
 
 

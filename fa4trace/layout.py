@@ -149,6 +149,11 @@ class BufferSpec:
             return tuple(range(self.warps_per_cta))
         return tuple(w for w in range(32) if self.warp_mask >> w & 1)
 
+    @property
+    def warp_subset(self) -> list | None:
+        """The recorded warps when a warp mask picks them (metadata), else None (every warp)."""
+        return list(self.recorded_warps) if self.warp_mask else None
+
     def warp_of_slot(self, slot_in_cta):
         return np.asarray(self.recorded_warps, dtype=np.int64)[np.asarray(slot_in_cta)]
 

@@ -66,7 +66,7 @@ def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: d
         launch_meta.append({
             "kernel": ln.kernel, "grid": list(ln.grid), "block": list(ln.block),
             "grid_ctas": ln.grid_ctas, "recorded_ctas": f"{spec.cta_first}:{spec.cta_first + spec.n_cta_slots * spec.cta_stride}:{spec.cta_stride}",
-            "cta_subset": subset, "warp_subset": list(spec.recorded_warps) if spec.warp_mask else None,
+            "cta_subset": subset, "warp_subset": spec.warp_subset,
             **ln.extra,
         })
     meta = {
