@@ -145,7 +145,9 @@ def load(path: str | os.PathLike) -> Trace:
         raise Fa4traceError(f"{path} is a directory, not a trace bundle")
     try:
         pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+    # A damaged footer surfaces as any ArrowException (a flipped byte gave ArrowNotImplementedError,
+    # "Integers with more than 64 bits") or as ValueError (UnicodeDecodeError of a column name).
+    except (pa.ArrowException, OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise TraceFormatError(f"{path} is not a Parquet trace bundle ({first})") from None
     raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
@@ -169,7 +171,7 @@ def load(path: str | os.PathLike) -> Trace:
         table = table.replace_schema_metadata(None)
         if table.schema != SCHEMA:
             table = table.cast(SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+    except (pa.ArrowException, OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise TraceFormatError(f"{path}: bundle data is unreadable ({first})") from None
     if "vocabulary" in meta:
