@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from ..errors import DeviceUnavailable, Fa4traceError
 
@@ -79,10 +79,20 @@ def _can_jit() -> bool:
     return True
 
 
+class LoadedKernel(NamedTuple):
+    """A compiled FA4 forward ready to call: ``fn(*call_args(params, ...))``."""
+
+    fn: Callable
+    params: list  # runtime argument names, in call order
+    config: dict  # what was compiled (tile, warps_per_cta, pack_gqa, fa4_version, ...)
+    how: str  # "aot:<build folder>" or "jit": stored in trace metadata
+    build: Any = None  # the aot.BuildDir it came from (None when compiled here)
+
+
 def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dtype: str, traced: bool,
-            build=None, variant: str = "default"):
-    """(callable, params, config, how) for this configuration: from an AOT build folder if one is
-    given or found, else compiled here (needs the DSL and flash-attn-4)."""
+            build=None, variant: str = "default") -> LoadedKernel:
+    """The kernel for this configuration: from an AOT build folder if one is given or found, else
+    compiled here (needs the DSL and flash-attn-4)."""
     sched = schedule if arch == "sm100" else "fa3"
     bdir = Path(build or os.environ.get("FA4TRACE_FA4_BUILD", DEFAULT_BUILD))
     explicit = build is not None or "FA4TRACE_FA4_BUILD" in os.environ
@@ -98,7 +108,7 @@ def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dty
                 raise
         else:
             cfg = bd.functions[name]["config"]
-            return bd.function(name), cfg["params"], cfg, f"aot:{bdir}"
+            return LoadedKernel(bd.function(name), cfg["params"], cfg, f"aot:{bdir}", bd)
     elif explicit:
         raise Fa4traceError(f"{bdir} is not an fa4trace build folder (no manifest.json)")
     if variant != "default":
@@ -111,7 +121,7 @@ def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dty
         from .build import compile_fa4
 
         c = compile_fa4(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
-        _JIT[key] = (c.fn, c.params, c.config, "jit")
+        _JIT[key] = LoadedKernel(c.fn, c.params, c.config, "jit")
     return _JIT[key]
 
 
@@ -143,8 +153,8 @@ def sm90_runner(q, k, v, *, build=None, out=None, traced: bool = False, trace=No
         raise DeviceUnavailable("sm90_runner runs FA4's SM90 kernel: it needs an H100/H200")
     b, sq, hq, d = q.shape
     hkv = k.shape[2]
-    fn, params, _cfg, _how = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=sq,
-                                     dtype=_dtype_name(q), traced=traced, build=build)
+    fn, params = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=sq,
+                         dtype=_dtype_name(q), traced=traced, build=build)[:2]
     if out is None:
         out = torch.empty_like(q)
     args = call_args(params, q=q, k=k, v=v, out=out, softmax_scale=1.0 / math.sqrt(d), trace=trace)
@@ -184,12 +194,11 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     require_cuda()
     arch = _gpu_arch(torch)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    fn, params, cfg, how = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
-                                   traced=True, build=build, variant=variant)
-    if warps is not None and how.startswith("aot:"):
-        from ..aot import BuildDir
-
-        BuildDir(how[4:]).require_warp_mask()
+    kern = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
+                   traced=True, build=build, variant=variant)
+    fn, params, cfg, how = kern.fn, kern.params, kern.config, kern.how
+    if warps is not None and kern.build is not None:  # an in-process compile has the current recorder
+        kern.build.require_warp_mask()
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=tdt, generator=g)
     k = torch.randn(b, sk, hkv, d, device="cuda", dtype=tdt, generator=g)
@@ -213,8 +222,8 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
              "(FA4 source unchanged); no split-KV on SM90")
     trace = record_launches([launch], kernel=f"fa4_{arch}_{cfg['schedule']}", config=config, notes=notes)
     if check:
-        plain_fn, plain_params, _c, _h = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq,
-                                                 dtype=dtype, traced=False, build=build)
+        plain_fn, plain_params = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq,
+                                         dtype=dtype, traced=False, build=build)[:2]
         ref = torch.full_like(q, float("nan"))
         plain_fn(*call_args(plain_params, q=q, k=k, v=v, out=ref, softmax_scale=scale))
         torch.cuda.synchronize()

@@ -57,7 +57,9 @@ def _run_pair(arch, b, sk, seed, variant="default"):
     from fa4trace.decode import decode_buffer
     from fa4trace.fa4.run import call_args, capacity_for
 
-    (pf, pp, _, _), (tf, tp, tcfg, _) = _fns(arch, variant)
+    plain, traced = _fns(arch, variant)
+    pf, pp = plain.fn, plain.params
+    tf, tp, tcfg = traced.fn, traced.params, traced.config
     q, k, v = _inputs(b, sk, 16, 1, 128, seed)
     scale = 1 / math.sqrt(128)
     o_plain = torch.full_like(q, float("nan"))
