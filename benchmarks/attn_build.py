@@ -110,9 +110,10 @@ def main():
         funcs[name] = {"kind": "attention", "config": {**cfg, "arch": "sm_90a"}}
     so = os.path.join(out, aot.LIBRARY)
     objs = sorted(os.path.join(obj_dir, f) for f in os.listdir(obj_dir))
-    subprocess.run([os.environ.get("CXX", "g++"), "-shared", "-o", so, *objs, *aot._link_flags()], check=True)
+    flags = aot._link_flags()
+    subprocess.run([os.environ.get("CXX", "g++"), "-shared", "-o", so, *objs, *flags], check=True)
     shutil.rmtree(obj_dir)
-    aot.write_manifest(out, "sm_90a", funcs)
+    aot.write_manifest(out, "sm_90a", funcs, runtime=aot.runtime_of(flags))
     print(f"{len(funcs)} functions -> {so} ({os.path.getsize(so) / 2**20:.1f} MiB)")
 
 

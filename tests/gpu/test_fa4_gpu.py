@@ -150,6 +150,34 @@ def test_record_writes_a_bundle(arch, tmp_path):
     assert back.meta["config"]["impl"] == "fa4"
 
 
+def test_record_a_warp_subset_and_refuse_it_for_an_old_build(arch, tmp_path):
+    """FA4 with --warps: only those warps record, the output is unchanged; a build whose
+    recorder predates the warp mask is refused before anything runs (checked against the
+    BuildDir the kernel was loaded from)."""
+    import json
+
+    from fa4trace.errors import Fa4traceError
+    from fa4trace.fa4.run import record
+
+    if not (BUILD / "manifest.json").is_file():
+        pytest.skip("the ABI check concerns AOT builds")
+    trace = record(schedule="pingpong", d=128, hq=16, hkv=1, sk=8192, b=2, sq=1, build=BUILD, warps=[0, 4])
+    assert trace.meta["check"] == {"bitwise_equal_to_untraced": True, "nan_free": True}
+    assert trace.meta["warp_subset"] == [0, 4]
+    warps = set(trace.events.column("warp").to_pylist())
+    assert warps == {0, 4}, warps  # the load warp (0) and the first consumer warp (4)
+
+    old = tmp_path / "old_build"
+    old.mkdir()
+    manifest = json.loads((BUILD / "manifest.json").read_text())
+    manifest.pop("recorder_abi", None)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    (old / manifest.get("library", "fa4trace_kernels.so")).symlink_to(
+        (BUILD / manifest.get("library", "fa4trace_kernels.so")).resolve())
+    with pytest.raises(Fa4traceError, match="built before warp selection"):
+        record(schedule="pingpong", d=128, hq=16, hkv=1, sk=8192, b=2, sq=1, build=old, warps=[0, 4])
+
+
 def test_bench_hook_runs_fa4(arch):
     if arch != "sm90":
         pytest.skip("the bench hook runs FA4's SM90 kernel")
