@@ -76,6 +76,9 @@ def main():
     ap.add_argument("--trace-events", default=None,
                     help="experiment builds: the events traced variants record (comma names, or 'none'); "
                          "default the full set. The functions keep their names: build into another folder")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=INT",
+                    help="experiment builds: a DecodeAttentionSm90 argument for every variant built "
+                         "(e.g. qk_chains=2); the functions keep their names: build into another folder")
     args = ap.parse_args()
     import shutil
     import subprocess
@@ -96,6 +99,9 @@ def main():
     obj_dir = os.path.join(out, "obj")
     os.makedirs(obj_dir)
     options = {}
+    for item in args.option:
+        key, _, value = item.partition("=")
+        options[key] = int(value)
     if args.trace_events is not None:
         from fa4trace.vocab import VOCAB
 
