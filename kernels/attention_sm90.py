@@ -113,7 +113,7 @@ class DecodeAttentionSm90:
 
     def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
                  num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
-                 trace_events=None, qk_chains: int = 1, pv_chains: int = 1):
+                 trace_events=None):
         if head_dim not in (64, 128):
             raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
         if schedule not in SCHEDULES:
@@ -142,20 +142,11 @@ class DecodeAttentionSm90:
         self.num_stages = num_stages or default_stages(head_dim, self.tile_n, ctas_per_sm)
         # Traced builds: the event ids that record (None = the full set; see Recorder.start).
         self.trace_events = None if trace_events is None else frozenset(trace_events)
-        # EXPERIMENT (measured, not kept): independent accumulators per GEMM. With 2, even
-        # k-steps go to one accumulator and odd ones to another (summed once: S before the
-        # softmax, O in the epilogue), so consecutive wgmmas do not depend on each other.
-        if qk_chains not in (1, 2) or pv_chains not in (1, 2):
-            raise ValueError(f"qk_chains and pv_chains must be 1 or 2, got {qk_chains}, {pv_chains}")
-        if max(qk_chains, pv_chains) > 1 and schedule != "pingpong":
-            raise ValueError("more than one wgmma chain is implemented for the ping-pong schedule")
-        self.qk_chains, self.pv_chains = qk_chains, pv_chains
 
     def config(self) -> dict:
         return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
                 "block_rows": self.block_rows, "tile_n": self.tile_n, "num_stages": self.num_stages,
                 "ctas_per_sm": self.ctas_per_sm, "threads": NUM_THREADS, "warps_per_cta": WARPS_PER_CTA,
-                "qk_chains": self.qk_chains, "pv_chains": self.pv_chains,
                 "trace_events": None if self.trace_events is None else sorted(self.trace_events)}
 
     # ------------------------------------------------------------------------------------
@@ -464,10 +455,6 @@ class DecodeAttentionSm90:
         tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sV))  # (MMA, 1, tile_n/16, stages)
         acc_O = cute.make_rmem_tensor(thr_pv.partition_shape_C((TILE_M, d)), Float32)
         acc_O.fill(0.0)
-        acc_O2 = None  # the second O chain (pv_chains == 2): odd k-steps of PV
-        if const_expr(self.pv_chains == 2):
-            acc_O2 = cute.make_rmem_tensor(thr_pv.partition_shape_C((TILE_M, d)), Float32)
-            acc_O2.fill(0.0)
         tOrP = cute.make_rmem_tensor(thr_pv.partition_shape_A((TILE_M, tile_n)), self.dtype)
         s_shape = thr_qk.partition_shape_C((TILE_M, tile_n))
         acc_S0 = cute.make_rmem_tensor(s_shape, Float32)
@@ -483,7 +470,7 @@ class DecodeAttentionSm90:
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
 
-        ctx = _Ctx(tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, acc_O2, tScS, row_max,
+        ctx = _Ctx(tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max,
                    row_sum, scale_log2, n_blocks, last_valid, pipe_k, pipe_v)
         if const_expr(self.schedule == "base"):
             for j in cutlass.range(count - 1, unroll=1):
@@ -493,11 +480,6 @@ class DecodeAttentionSm90:
                                                    n_begin + count - 1, True)
         else:
             acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
-            if const_expr(self.qk_chains == 2):  # S = A + B: even k-steps into A, odd into B
-                acc_S0 = (acc_S0, cute.make_rmem_tensor(s_shape, Float32))
-                acc_S1 = (acc_S1, cute.make_rmem_tensor(s_shape, Float32))
-            else:
-                acc_S0, acc_S1 = (acc_S0, None), (acc_S1, None)
             # Prologue: QK(first) issued and waited.
             rec = self.issue_qk(rec, ctx, acc_S0, k_state, n_begin)
             warpgroup.wait_group(0)
@@ -531,9 +513,6 @@ class DecodeAttentionSm90:
 
         # Finish the row sums across the 4 threads of a row (quad), then normalize.
         rec.begin(EV.EPILOGUE, split_idx)
-        if const_expr(self.pv_chains == 2):
-            for i in cutlass.range_constexpr(cute.size(acc_O)):
-                acc_O[i] = acc_O[i] + acc_O2[i]
         for r in cutlass.range_constexpr(self.rpt):
             row_sum[r] = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
         lse = cute.make_rmem_tensor((2,), Float32)
@@ -599,18 +578,13 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def issue_qk(self, rec: Recorder, ctx, acc_S, k_state, n_block):
-        """``acc_S``: an S accumulator, or (A, B) for the ping-pong: B is None with one chain."""
-        chains = (acc_S[0],) if isinstance(acc_S, tuple) and acc_S[1] is None else (
-            acc_S if isinstance(acc_S, tuple) else (acc_S,))
         rec = self.wait_full(rec, ctx.pipe_k, k_state, EV.WAIT_K, n_block)
         rec.begin(EV.QK, n_block)
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_qk.op)
-        n = len(chains)
         for kk in cutlass.range_constexpr(cute.size(ctx.tSrQ, mode=[2])):
-            acc = chains[kk % n]
-            atom.set(warpgroup.Field.ACCUMULATE, kk >= n)
-            cute.gemm(atom, acc, ctx.tSrQ[None, None, kk], ctx.tSrK[None, None, kk, k_state.index], acc)
+            atom.set(warpgroup.Field.ACCUMULATE, kk != 0)
+            cute.gemm(atom, acc_S, ctx.tSrQ[None, None, kk], ctx.tSrK[None, None, kk, k_state.index], acc_S)
         warpgroup.commit_group()
         return rec
 
@@ -629,10 +603,9 @@ class DecodeAttentionSm90:
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_pv.op)
         atom.set(warpgroup.Field.ACCUMULATE, True)  # O starts at zero
-        chains = (ctx.acc_O,) if ctx.acc_O2 is None else (ctx.acc_O, ctx.acc_O2)
         for kk in cutlass.range_constexpr(cute.size(ctx.tOrP, mode=[2])):
-            acc = chains[kk % len(chains)]
-            cute.gemm(atom, acc, ctx.tOrP[None, None, kk], ctx.tOrV[None, None, kk, v_state.index], acc)
+            cute.gemm(atom, ctx.acc_O, ctx.tOrP[None, None, kk], ctx.tOrV[None, None, kk, v_state.index],
+                      ctx.acc_O)
         warpgroup.commit_group()
         return rec
 
@@ -645,11 +618,6 @@ class DecodeAttentionSm90:
         compares out of the mainloop (hoisted, they would pin registers for the whole loop).
         """
         rec.begin(EV.SOFTMAX, n_block)
-        if const_expr(isinstance(acc_S, tuple)):
-            if const_expr(acc_S[1] is not None):  # two QK chains: S = A + B (padding rows too)
-                for i in cutlass.range_constexpr(cute.size(acc_S[0])):
-                    acc_S[0][i] = acc_S[0][i] + acc_S[1][i]
-            acc_S = acc_S[0]
         s_mn = _acc_mn_view(acc_S)
         ncol = cute.size(s_mn, mode=[1])
         if const_expr(may_mask):
@@ -687,14 +655,11 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def correct_and_convert(self, rec: Recorder, ctx, acc_S, corr, n_block):
-        if const_expr(isinstance(acc_S, tuple)):
-            acc_S = acc_S[0]
         rec.begin(EV.CORRECTION, n_block)
-        for acc in (ctx.acc_O,) if ctx.acc_O2 is None else (ctx.acc_O, ctx.acc_O2):
-            o_mn = _acc_mn_view(acc)
-            for r in cutlass.range_constexpr(2):  # padding rows too: keeps the wgmma async
-                for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                    o_mn[r, c] = o_mn[r, c] * corr[r if r < self.rpt else 0]
+        o_mn = _acc_mn_view(ctx.acc_O)
+        for r in cutlass.range_constexpr(2):  # padding rows too: keeps the wgmma async
+            for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                o_mn[r, c] = o_mn[r, c] * corr[r if r < self.rpt else 0]
         rec.end(EV.CORRECTION, n_block)
         # P (fp32 accumulator layout) -> A-operand registers of the PV wgmma.
         ctx.tOrP.store(_acc_as_frg_a(acc_S).load().to(self.dtype))
@@ -922,12 +887,11 @@ def _end(rec, event, payload):
 class _Ctx:
     """Loop-invariant handles of the consumer mainloop (tensors are views, nothing is copied)."""
 
-    def __init__(self, mma_qk, mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, acc_O2, tScS, row_max, row_sum,
+    def __init__(self, mma_qk, mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max, row_sum,
                  scale_log2, n_blocks, last_valid, pipe_k, pipe_v):
         self.mma_qk, self.mma_pv = mma_qk, mma_pv
         self.tSrQ, self.tSrK, self.tOrV, self.tOrP = tSrQ, tSrK, tOrV, tOrP
-        self.acc_O, self.acc_O2 = acc_O, acc_O2  # acc_O2: None with one PV chain
-        self.tScS, self.row_max, self.row_sum = tScS, row_max, row_sum
+        self.acc_O, self.tScS, self.row_max, self.row_sum = acc_O, tScS, row_max, row_sum
         self.scale_log2, self.n_blocks, self.last_valid = scale_log2, n_blocks, last_valid
         self.pipe_k, self.pipe_v = pipe_k, pipe_v
 
