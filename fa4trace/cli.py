@@ -266,6 +266,10 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
            capacity, build_dir, output, force):
     """Run a kernel on this machine's GPU with tracing on and write a bundle."""
     out = _check_out(output, force)
+    if kind == "attention":
+        _check_attention_args(impl, schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=num_splits)
+    if capacity is not None and capacity < 1:
+        raise click.BadParameter(f"--capacity must be >= 1, got {capacity}")
     subset = _parse_ctas(ctas)
     if warps is not None:
         if kind == "calibration":
@@ -294,6 +298,30 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
                                            build=build_dir, **subset)
     trace.save(out, overwrite=force)
     click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
+
+
+def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
+    """The shape flags, checked before anything looks for a GPU (the same rules as
+    ``fa4trace.decode_attention`` for our kernels; FA4 checks its own head dims)."""
+    for flag, value in (("--hq", hq), ("--hkv", hkv), ("--sk", sk), ("--b", b), ("--sq", sq), ("--d", d)):
+        if value < 1:
+            raise click.BadParameter(f"{flag} must be >= 1, got {value}")
+    if hq % hkv:
+        raise click.BadParameter(f"--hq ({hq}) must be a multiple of --hkv ({hkv})")
+    if num_splits is not None and num_splits < 1:
+        raise click.BadParameter(f"--num-splits must be >= 1, got {num_splits}")
+    if impl == "fa4":
+        return
+    from .attention import HEAD_DIMS, MAX_RATIO, MAX_SQ, SCHEDULES
+
+    if schedule not in SCHEDULES:
+        raise click.BadParameter(f"--schedule {schedule} is FA4's; our kernels have {', '.join(SCHEDULES)}")
+    if d not in HEAD_DIMS:
+        raise click.BadParameter(f"--d must be one of {', '.join(map(str, HEAD_DIMS))} for our kernels, got {d}")
+    if sq > MAX_SQ:
+        raise click.BadParameter(f"--sq must be 1..{MAX_SQ}, got {sq}")
+    if hq // hkv > MAX_RATIO:
+        raise click.BadParameter(f"--hq / --hkv must be <= {MAX_RATIO}, got {hq}/{hkv} = {hq // hkv}")
 
 
 def _parse_ctas(spec: str | None) -> dict:

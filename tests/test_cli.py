@@ -66,6 +66,15 @@ def test_convert_refuses_to_overwrite(bundles, tmp_path):
     (["record", "--warps", "x", "-o", "z.parquet"], "--warps must be comma warp indices"),
     (["record", "--kernel", "markers", "--warps", "lead", "-o", "z.parquet"], "--warps lead is defined"),
     (["record", "--kernel", "calibration", "--warps", "0", "-o", "z.parquet"], "calibration kernel records every warp"),
+    (["record", "--sk", "0", "-o", "z.parquet"], "--sk must be >= 1"),
+    (["record", "--d", "96", "-o", "z.parquet"], "--d must be one of 64, 128"),
+    (["record", "--hq", "12", "--hkv", "5", "-o", "z.parquet"], "must be a multiple of --hkv"),
+    (["record", "--hq", "64", "--hkv", "2", "-o", "z.parquet"], "--hq / --hkv must be <= 16"),
+    (["record", "--sq", "9", "-o", "z.parquet"], "--sq must be 1..8"),
+    (["record", "--schedule", "fa3", "-o", "z.parquet"], "is FA4's"),
+    (["record", "--num-splits", "0", "-o", "z.parquet"], "--num-splits must be >= 1"),
+    (["record", "--impl", "fa4", "--b", "0", "-o", "z.parquet"], "--b must be >= 1"),
+    (["record", "--capacity", "0", "-o", "z.parquet"], "--capacity must be >= 1"),
     (["frobnicate"], "No such command"),
 ])
 def test_errors_are_one_line_and_nonzero(args, message, tmp_path):
