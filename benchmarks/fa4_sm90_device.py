@@ -83,8 +83,8 @@ def check_shape(d, hq, hkv, sk, b, seed):
     k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
     scale = 1.0 / math.sqrt(d)
-    plain, pp, cfg, how = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16",
-                                  traced=False, build=BUILD)[:4]
+    kplain = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16", traced=False, build=BUILD)
+    plain, pp = kplain.fn, kplain.params
     o_plain = torch.full_like(q, float("nan"))
     plain(*call_args(pp, q=q, k=k, v=v, out=o_plain, softmax_scale=scale))
     torch.cuda.synchronize()
@@ -93,8 +93,9 @@ def check_shape(d, hq, hkv, sk, b, seed):
     row = {"d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "rel_err_plain_vs_fp32": rel_plain,
            "plain_nan": bool(torch.isnan(o_plain).any())}
     try:
-        traced, tp, tcfg = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16",
-                                   traced=True, build=BUILD)[:3]
+        ktraced = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16", traced=True,
+                          build=BUILD)
+        traced, tp, tcfg = ktraced.fn, ktraced.params, ktraced.config
     except Exception as e:  # no traced build of this shape: plain only
         row["traced"] = f"not built ({e})"
         return row, plain, pp, None, None, (q, k, v)
@@ -177,8 +178,9 @@ def main():
     variants = sorted({f["config"]["variant"] for f in man["functions"].values() if f["config"]["traced"]})
     RESULTS["overhead"] = []
     for d, hq, hkv, sk, b in [(128, 16, 1, 32768, 1), (128, 16, 1, 131072, 1), (128, 16, 1, 4096, 4)]:
-        plain, pp = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16",
-                            traced=False, build=BUILD)[:2]
+        kplain = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16", traced=False,
+                         build=BUILD)
+        plain, pp = kplain.fn, kplain.params
         g = torch.Generator(device="cuda").manual_seed(sk + b)
         q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -189,8 +191,9 @@ def main():
         plain(*pargs)
         row = {"d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "plain_us": bench(lambda: plain(*pargs))[0]}
         for var in variants:
-            fn, tp, tcfg = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16",
-                                   traced=True, build=BUILD, variant=var)[:3]
+            ktraced = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16", traced=True,
+                              build=BUILD, variant=var)
+            fn, tp, tcfg = ktraced.fn, ktraced.params, ktraced.config
             spec = L.BufferSpec.for_grid(b * hkv, tcfg["warps_per_cta"], capacity_for("sm90", sk))
             buf = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
             o = torch.full_like(q, float("nan"))

@@ -114,8 +114,8 @@ class BufferSpec:
             raise ValueError(f"cta_first must be >= 0, got {self.cta_first}")
         if not 0 <= self.warp_mask < 1 << 32:
             raise ValueError(f"warp_mask must fit in 32 bits, got {self.warp_mask:#x}")
-        if self.warp_mask and bin(self.warp_mask).count("1") != self.warps_per_cta:
-            raise ValueError(f"warp_mask {self.warp_mask:#x} selects {bin(self.warp_mask).count('1')} warps, "
+        if self.warp_mask and self.warp_mask.bit_count() != self.warps_per_cta:
+            raise ValueError(f"warp_mask {self.warp_mask:#x} selects {self.warp_mask.bit_count()} warps, "
                              f"warps_per_cta says {self.warps_per_cta}")
         if self.slot_words >= 1 << 32 or self.n_cta_slots >= 1 << 32:
             raise ValueError("trace buffer too large")
@@ -200,7 +200,7 @@ class BufferSpec:
         first, stride = int(g[2]) & 0xFFFFFFFF, int(g[2]) >> 32
         n_cta, mask = int(g[3]) & 0xFFFFFFFF, int(g[3]) >> 32
         if (slot_words <= WARP_HEADER_WORDS or warps < 1 or stride < 1 or n_cta < 1
-                or (mask and bin(mask).count("1") != warps)):
+                or (mask and mask.bit_count() != warps)):
             raise TraceFormatError(
                 f"trace buffer header is corrupt (slot_words={slot_words}, warps_per_cta={warps}, "
                 f"cta_stride={stride}, n_cta_slots={n_cta}, warp_mask={mask:#x})")

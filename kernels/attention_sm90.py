@@ -1018,7 +1018,7 @@ def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir
     # One folder per variant: the DSL names dumps after the host function and argument types,
     # which the variants of one head dim and dtype share.
     name = variant_name(head_dim, schedule, dtype, traced, block_rows)
-    dump_dir = os.path.join(dump_dir, name + f"_n{tile_n or 0}_o{ctas_per_sm}"
+    dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced, block_rows, tile_n, ctas_per_sm)
                             + "".join(f"_{k}{v}" for k, v in sorted(kernel_options.items())))
     os.makedirs(dump_dir, exist_ok=True)
     t = time.time()

@@ -153,14 +153,14 @@ def sm90_runner(q, k, v, *, build=None, out=None, traced: bool = False, trace=No
         raise DeviceUnavailable("sm90_runner runs FA4's SM90 kernel: it needs an H100/H200")
     b, sq, hq, d = q.shape
     hkv = k.shape[2]
-    fn, params = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=sq,
-                         dtype=_dtype_name(q), traced=traced, build=build)[:2]
+    kern = load_fn("sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=sq, dtype=_dtype_name(q), traced=traced,
+                   build=build)
     if out is None:
         out = torch.empty_like(q)
-    args = call_args(params, q=q, k=k, v=v, out=out, softmax_scale=1.0 / math.sqrt(d), trace=trace)
+    args = call_args(kern.params, q=q, k=k, v=v, out=out, softmax_scale=1.0 / math.sqrt(d), trace=trace)
 
     def run():
-        fn(*args)
+        kern.fn(*args)
         return out
 
     return run
@@ -196,7 +196,7 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     kern = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
                    traced=True, build=build, variant=variant)
-    fn, params, cfg, how = kern.fn, kern.params, kern.config, kern.how
+    cfg, how = kern.config, kern.how
     if warps is not None and kern.build is not None:  # an in-process compile has the current recorder
         kern.build.require_warp_mask()
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -213,7 +213,7 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     cap = capacity or capacity_for(arch, sk, tile_n, -(-tiles // grid))
     launch = TracedLaunch(
         kernel=f"fa4_{arch}", grid_ctas=grid, warps_per_cta=cfg["warps_per_cta"],
-        run=lambda tr: fn(*call_args(params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=tr)),
+        run=lambda tr: kern.fn(*call_args(kern.params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=tr)),
         grid=(grid, 1, 1), block=(32 * cfg["warps_per_cta"], 1, 1), capacity=cap,
         cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps, extra={"how": how})
     config = {k2: cfg[k2] for k2 in cfg if k2 != "params"}
@@ -222,10 +222,10 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
              "(FA4 source unchanged); no split-KV on SM90")
     trace = record_launches([launch], kernel=f"fa4_{arch}_{cfg['schedule']}", config=config, notes=notes)
     if check:
-        plain_fn, plain_params = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq,
-                                         dtype=dtype, traced=False, build=build)[:2]
+        plain = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=False,
+                        build=build)
         ref = torch.full_like(q, float("nan"))
-        plain_fn(*call_args(plain_params, q=q, k=k, v=v, out=ref, softmax_scale=scale))
+        plain.fn(*call_args(plain.params, q=q, k=k, v=v, out=ref, softmax_scale=scale))
         torch.cuda.synchronize()
         trace.meta["check"] = {"bitwise_equal_to_untraced": bool(torch.equal(out, ref)),
                                "nan_free": bool(not torch.isnan(out).any())}
