@@ -1013,6 +1013,7 @@ def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir
                 **kernel_options) -> dict:
     """Compile one variant for sm_90a and return its PTX and config (for tests/tools; picklable)."""
     import os
+    import re
     import time
 
     # One folder per variant: the DSL names dumps after the host function and argument types,
@@ -1020,6 +1021,8 @@ def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir
     name = variant_name(head_dim, schedule, dtype, traced, block_rows)
     dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced, block_rows, tile_n, ctas_per_sm)
                             + "".join(f"_{k}{v}" for k, v in sorted(kernel_options.items())))
+    # Option values such as trace_events=[4, 5] would put spaces in the DSL's option string.
+    dump_dir = re.sub(r"[^A-Za-z0-9_./-]", "", dump_dir)
     os.makedirs(dump_dir, exist_ok=True)
     t = time.time()
     fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=tile_n, ctas_per_sm=ctas_per_sm,

@@ -231,7 +231,7 @@ class Recorder:
         pos, base, st_lo, st_hi = self._state
         idx = base + lane
         if (lane < pos) & (idx < cap):
-            self.trace[header + L.WARP_HEADER_WORDS + idx] = _pack(st_lo, st_hi)
+            _store_l2_last(self.trace, header + L.WARP_HEADER_WORDS + idx, _pack(st_lo, st_hi))
 
     def _record(self, event: int, kind: int, payload):
         if const_expr(self.trace is not None and (self.events is None or int(event) in self.events)):
@@ -282,12 +282,12 @@ class Recorder:
                 if pos == 31:
                     idx = base + lane
                     if idx < cap:
-                        self.trace[records + idx] = _pack(st_lo, st_hi)
+                        _store_l2_last(self.trace, records + idx, _pack(st_lo, st_hi))
                     base = base + 32
                 pos = (pos + 1) & 31
         else:
             if (lane == 0) & (base < cap):
-                self.trace[records + base] = _pack(t, hi)
+                _store_l2_last(self.trace, records + base, _pack(t, hi))
             base = base + 1
         self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
 
@@ -474,7 +474,7 @@ class SegmentRecorder:
         header, cap, _lane = self._inv
         trace = self.trace
         if pos < cap:
-            trace[header + L.WARP_HEADER_WORDS + pos] = word
+            _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word)
 
 
 class Segment:
@@ -531,6 +531,26 @@ class Segment:
             if self._words:
                 rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
+
+
+# L2 policy of record stores (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_LAST).
+_L2_EVICT_LAST = 0x14F0000000000000
+
+
+def _store_l2_last(trace: cute.Tensor, index, word: Int64):
+    """``trace[index] = word`` as st.global with the L2 policy evict_last: records stay in L2
+    until the launch ends. Why: kernels that stream their input with evict_first (decode
+    attention) sent a third of the records to DRAM during the launch, between the stream's
+    reads (ncu on the H200, d128 b 8 ping-pong: DRAM writes 3.6 MB traced vs 2.3 MB untraced),
+    and every warp storing cost 5-9%; with this policy writes are back at 2.2 MB and the cost is
+    1-3% at d128 b 8 (BENCHMARKS.md, seventh session). No DSL store takes an L2 hint, so asm;
+    no memory clobber: records are ordered with nothing but the warp's own later records."""
+    from cutlass._mlir.dialects import llvm
+
+    ptr = (trace.iterator + index).llvm_ptr
+    llvm.inline_asm(None, [ptr, Int64(word).ir_value(), Int64(_L2_EVICT_LAST).ir_value()],
+                    "st.global.L2::cache_hint.b64 [$0], $1, $2;", "l,l,l",
+                    has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
 
 
 @cute.jit
