@@ -262,3 +262,13 @@ def test_launches_per_graph_keep_l2_cold_and_spread_the_replay_cost():
     assert A.launches_per_graph(64 * mib) == (4, 64)  # d128 16:1 sk 131072 b 1
     assert A.launches_per_graph(4096 * mib) == (1, 8)  # the largest shapes: 8 launches
     assert A.launches_per_graph(2 * mib) == (64, 64)
+
+
+def test_bench_reports_the_last_of_two_passes_else_the_median_after_warm_up():
+    assert A.reported_us([130.0]) == 130.0
+    assert A.reported_us([130.0, 121.0]) == 121.0  # the first pass is the warm-up one
+    # a slow warm-up pass and a drifting last one do not decide the row
+    assert A.reported_us([140.0, 120.0, 121.0, 127.0]) == 121.0
+    assert A.reported_us([140.0, 120.0, 126.0]) == 123.0
+    with pytest.raises(ValueError):
+        A.reported_us([])
