@@ -93,6 +93,30 @@ def _dtype_name(t) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(t.dtype, str(t.dtype).replace("torch.", ""))
 
 
+# How shape_problem names the sizes: the tensor API's words (the CLI passes its flags).
+SHAPE_NAMES = {"b": "q batch", "sq": "q sequence length (dim 1)", "hq": "q heads", "hkv": "k heads",
+               "sk": "k sequence length (dim 1)", "d": "q head dim"}
+
+
+def shape_problem(*, b: int, sq: int, hq: int, hkv: int, sk: int, d: int, names=SHAPE_NAMES,
+                  ours: bool = True) -> Optional[str]:
+    """The size rules of decode attention, as one line naming the size, or None if they hold.
+    ``ours``: also the limits of our kernels (head dim, q length, GQA ratio); FA4 has its own.
+    Shared by ``validate`` (tensors) and ``fa4trace record`` (flags, checked before any GPU)."""
+    for key, value in (("b", b), ("sq", sq), ("hq", hq), ("hkv", hkv), ("sk", sk), ("d", d)):
+        if value < 1:
+            return f"{names[key]} must be >= 1, got {value}"
+    if ours and d not in HEAD_DIMS:
+        return f"{names['d']} must be one of {', '.join(map(str, HEAD_DIMS))}, got {d}"
+    if ours and sq > MAX_SQ:
+        return f"{names['sq']} must be 1..{MAX_SQ}, got {sq}"
+    if hq % hkv:
+        return f"{names['hq']} ({hq}) must be a multiple of {names['hkv']} ({hkv})"
+    if ours and hq // hkv > MAX_RATIO:
+        return f"{names['hq']} / {names['hkv']} must be <= {MAX_RATIO}, got {hq}/{hkv} = {hq // hkv}"
+    return None
+
+
 def validate(q, k, v, *, schedule: str = "pingpong", num_splits=None, softmax_scale=None,
              trace=None, require_cuda: bool = True) -> Shape:
     """Check every argument; raise ``ValueError`` (one line, naming the argument) or return the shape."""
@@ -112,22 +136,13 @@ def validate(q, k, v, *, schedule: str = "pingpong", num_splits=None, softmax_sc
     bk, sk, hkv, dk = k.shape
     if tuple(v.shape) != tuple(k.shape):
         raise ValueError(f"v shape {tuple(v.shape)} differs from k shape {tuple(k.shape)}")
-    if d not in HEAD_DIMS:
-        raise ValueError(f"q head dim must be one of {HEAD_DIMS}, got {d}")
     if dk != d:
         raise ValueError(f"k head dim {dk} differs from q head dim {d}")
     if bk != b:
         raise ValueError(f"k batch {bk} differs from q batch {b}")
-    if b < 1:
-        raise ValueError(f"q batch must be >= 1, got {b}")
-    if not 1 <= sq <= MAX_SQ:
-        raise ValueError(f"q sequence length (dim 1) must be 1..{MAX_SQ}, got {sq}")
-    if sk < 1:
-        raise ValueError(f"k sequence length (dim 1) must be >= 1, got {sk}")
-    if hkv < 1 or hq % hkv:
-        raise ValueError(f"q heads ({hq}) must be a multiple of k heads ({hkv})")
-    if hq // hkv > MAX_RATIO:
-        raise ValueError(f"q heads / k heads must be <= {MAX_RATIO}, got {hq}/{hkv} = {hq // hkv}")
+    problem = shape_problem(b=b, sq=sq, hq=hq, hkv=hkv, sk=sk, d=d)
+    if problem:
+        raise ValueError(problem)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if require_cuda and t.device.type != "cuda":
             raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")

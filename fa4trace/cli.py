@@ -301,27 +301,19 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
 
 
 def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
-    """The shape flags, checked before anything looks for a GPU (the same rules as
-    ``fa4trace.decode_attention`` for our kernels; FA4 checks its own head dims)."""
-    for flag, value in (("--hq", hq), ("--hkv", hkv), ("--sk", sk), ("--b", b), ("--sq", sq), ("--d", d)):
-        if value < 1:
-            raise click.BadParameter(f"{flag} must be >= 1, got {value}")
-    if hq % hkv:
-        raise click.BadParameter(f"--hq ({hq}) must be a multiple of --hkv ({hkv})")
+    """The shape flags, checked before anything looks for a GPU (``attention.shape_problem``:
+    the rules of ``fa4trace.decode_attention``; for FA4 only the general ones, it checks its
+    own head dims)."""
+    from .attention import SCHEDULES, shape_problem
+
+    flags = {key: f"--{key}" for key in ("b", "sq", "hq", "hkv", "sk", "d")}
+    problem = shape_problem(b=b, sq=sq, hq=hq, hkv=hkv, sk=sk, d=d, names=flags, ours=impl != "fa4")
+    if problem:
+        raise click.BadParameter(problem)
     if num_splits is not None and num_splits < 1:
         raise click.BadParameter(f"--num-splits must be >= 1, got {num_splits}")
-    if impl == "fa4":
-        return
-    from .attention import HEAD_DIMS, MAX_RATIO, MAX_SQ, SCHEDULES
-
-    if schedule not in SCHEDULES:
+    if impl != "fa4" and schedule not in SCHEDULES:
         raise click.BadParameter(f"--schedule {schedule} is FA4's; our kernels have {', '.join(SCHEDULES)}")
-    if d not in HEAD_DIMS:
-        raise click.BadParameter(f"--d must be one of {', '.join(map(str, HEAD_DIMS))} for our kernels, got {d}")
-    if sq > MAX_SQ:
-        raise click.BadParameter(f"--sq must be 1..{MAX_SQ}, got {sq}")
-    if hq // hkv > MAX_RATIO:
-        raise click.BadParameter(f"--hq / --hkv must be <= {MAX_RATIO}, got {hq}/{hkv} = {hq // hkv}")
 
 
 def _parse_ctas(spec: str | None) -> dict:
