@@ -272,3 +272,18 @@ def test_bench_reports_the_last_of_two_passes_else_the_median_after_warm_up():
     assert A.reported_us([140.0, 120.0, 126.0]) == 123.0
     with pytest.raises(ValueError):
         A.reported_us([])
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"hq": 0}, "q heads must be >= 1"),
+    ({"hkv": 0}, "k heads must be >= 1"),
+    ({"hq": 12, "hkv": 5}, "q heads (12) must be a multiple of k heads (5)"),
+    ({"sq": 9}, "q sequence length (dim 1) must be 1..8"),
+    ({"d": 96}, "q head dim must be one of 64, 128"),
+])
+def test_size_rules_name_the_size(kw, needle):
+    sizes = {"b": 1, "sq": 1, "hq": 16, "hkv": 1, "sk": 100, "d": 128, **kw}
+    assert needle in A.shape_problem(**sizes)
+    assert A.shape_problem(b=1, sq=1, hq=16, hkv=1, sk=100, d=128) is None
+    # FA4 has its own head dims and lengths: only the general rules apply to it
+    assert A.shape_problem(b=1, sq=9, hq=16, hkv=1, sk=100, d=96, ours=False) is None
