@@ -18,7 +18,9 @@ record, lane ``n % 32`` keeps the n-th in a register, and every 32nd event the w
 writes the 32 staged records with one coalesced 256-byte store. Dense markers then cost a
 timer read and a few ALU ops each, not a lone 8-byte store each (which is what makes naive
 recorders store-bound, DESIGN §2). ``staged=False`` writes each record from lane 0 at once:
-use it where events are recorded from single-lane code (inside ``elect_one``).
+use it where events are recorded from single-lane code (inside ``elect_one``). Records are
+stored with the L2 policy evict_last, so they stay in L2 until the launch ends instead of
+going out to DRAM between a streaming kernel's reads (``_store_l2_last``).
 
 Every store is bounds-checked against the warp's slot: a full slot keeps counting, so the
 header tells how many records were dropped, and never writes past its slot.
