@@ -112,12 +112,21 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
     return trace, checks
 
 
+# How far a decoded time may fall outside its bracket widened by one tick and still count as
+# "within one tick": the anchors that turn cycles into ns are (globaltimer, clock64) pairs
+# caught at a timer edge, each as precise as one trip of the spin loop that catches it (a few
+# ns, Recorder._edge_anchor). Seen on the H200: 5 of 1056 warps 1-3 ns outside, once in four runs.
+ANCHOR_SLACK_NS = 8
+
+
 def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps_per_cta: int) -> dict:
     """Tick of %globaltimer; where each decoded sample time lies against its bracket.
 
     truth[w, k] = (globaltimer read just before the event, just after). The event happened
     in [before, after + tick); ``outside_ns`` is how far a decoded time falls outside that
-    interval widened by one tick on each side (0 = within one tick).
+    interval widened by one tick on each side (0 = within one tick). A warp is within one tick
+    when none of its samples is more than ANCHOR_SLACK_NS outside (``outside_ns_max`` reports
+    the largest miss as is).
     """
     import pyarrow.compute as pc
 
@@ -143,7 +152,7 @@ def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps
         "err_vs_bracket_mid_ns_median": float(np.median(err)) if err.size else None,
         "err_vs_bracket_mid_ns_p99_abs": float(np.percentile(np.abs(err), 99)) if err.size else None,
         "outside_ns_max": float(outside.max()) if outside.size else None,
-        "warps_within_one_tick": int((per_warp == 0).sum()),
+        "warps_within_one_tick": int((per_warp <= ANCHOR_SLACK_NS).sum()),
         "warps": int(truth.shape[0]),
     }
 

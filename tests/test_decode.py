@@ -252,3 +252,32 @@ def test_anchor_cut_by_overflow_is_tolerated():
     d = decode_buffer(write_buffer(spec, [_two_speed_warp(True, attempted=4)]))
     assert d.summary["overflowed_warps"] == 1 and d.summary["dropped"] == 2
     assert [x["name"] for x in rows(d.table)] == ["WARP", "MARK"]
+
+
+def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
+    """A decoded sample counts as within one tick of its globaltimer bracket up to
+    record.ANCHOR_SLACK_NS beyond it (the anchors' own precision); further out it does not."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from fa4trace.record import ANCHOR_SLACK_NS, calibration_checks
+
+    tick, t0 = 32, 1_000_000
+    # two warps, two samples each: truth (before, after) brackets in absolute globaltimer ns
+    truth = np.array([[[t0 + 100, t0 + 132], [t0 + 500, t0 + 532]],
+                      [[t0 + 100, t0 + 132], [t0 + 500, t0 + 532]]], dtype=np.int64)
+    ticks = np.arange(2 * 4, dtype=np.int64).reshape(2, 4) * tick
+    hi_edge = 532 + 2 * tick  # the widened bracket's upper end of sample 1
+
+    def checks(miss_ns):
+        start = [116, 516, 116, hi_edge + miss_ns]  # warp 1's second sample misses by miss_ns
+        events = pa.table({"name": pa.array(["CALIB"] * 4).dictionary_encode(), "cta": [0, 0, 0, 0],
+                           "warp": [0, 0, 1, 1], "iter": [0, 1, 0, 1], "start_ns": start})
+        trace = SimpleNamespace(events=events, meta={"t0_globaltimer_ns": t0, "launches": [{"t0_offset_ns": 0}]})
+        return calibration_checks(trace, truth, ticks, warps_per_cta=2)
+
+    ok = checks(ANCHOR_SLACK_NS)
+    assert ok["tick_ns"] == tick and ok["warps_within_one_tick"] == 2 and ok["outside_ns_max"] == ANCHOR_SLACK_NS
+    off = checks(ANCHOR_SLACK_NS + 5)
+    assert off["warps_within_one_tick"] == 1 and off["outside_ns_max"] == ANCHOR_SLACK_NS + 5

@@ -32,7 +32,8 @@ def test_calibration_timers_agree(timebase, kernels_available, tmp_path):
     # Every sample's decoded time lies within one globaltimer tick of the globaltimer reads
     # taken just before and just after it: cycles->ns per warp is right, and so is the rebase.
     # (Without Recorder.anchor() in the calibration kernel this failed on the H200 in 2 of 4
-    # runs: up to a third of the warps a tick off mid-life, as the SM clock drifts.)
+    # runs: up to a third of the warps a tick off mid-life, as the SM clock drifts.) "Within"
+    # allows the anchors' own few ns (record.ANCHOR_SLACK_NS); never more than that:
     assert checks["warps_within_one_tick"] == checks["warps"], checks
     assert abs(checks["err_vs_bracket_mid_ns_median"]) <= checks["tick_ns"] / 2, checks
     assert trace.meta["total_dropped"] == 0
