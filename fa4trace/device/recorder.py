@@ -544,8 +544,8 @@ def _store_l2_last(trace: cute.Tensor, index, word: Int64):
     until the launch ends. Why: kernels that stream their input with evict_first (decode
     attention) sent a third of the records to DRAM during the launch, between the stream's
     reads (ncu on the H200, d128 b 8 ping-pong: DRAM writes 3.6 MB traced vs 2.3 MB untraced),
-    and every warp storing cost 5-9%; with this policy writes are back at 2.2 MB and the cost is
-    1-3% at d128 b 8 (BENCHMARKS.md, seventh session). No DSL store takes an L2 hint, so asm;
+    and every warp storing cost 5-9%; with this policy the writes are back at the untraced 2.3
+    MB and the d128 16:1 b 8 cost fell to +2-3% (BENCHMARKS.md, seventh session). No DSL store takes an L2 hint, so asm;
     no memory clobber: records are ordered with nothing but the warp's own later records."""
     from cutlass._mlir.dialects import llvm
 
