@@ -8,7 +8,8 @@ another folder). Per build and shape: correctness first (output against the floa
 on the shapes given and on ``--check-shapes`` with odd sizes; traced output bit-equal to the
 untraced one with ``--traced``), then the time as the benchmark takes it (CUDA-graph replay, L2
 cold, median of ``--replays``), every round timing every build again in the same order; the
-table reports the median over rounds and each build's change against the first.
+table reports what `fa4trace bench` would (`attention.reported_us`: the median of all rounds
+but the first) and each build's change against the first.
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ def check(builds, shapes, schedule, traced):
 
 
 def time_shapes(builds, shapes, schedule, rounds, replays, traced):
-    import numpy as np
     import torch
 
     from fa4trace import attention as A
@@ -97,7 +97,7 @@ def time_shapes(builds, shapes, schedule, rounds, replays, traced):
         for key in list(row):
             if isinstance(row[key], list):
                 row[key + " rounds"] = row[key]
-                row[key] = float(np.median(row[key]))
+                row[key] = A.reported_us(row[key])  # as fa4trace bench: warm-up pass left out
         rows.append(row)
         sets.clear()
         torch.cuda.empty_cache()

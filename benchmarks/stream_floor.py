@@ -1,4 +1,4 @@
-"""What a b = 1 decode shape can reach at all: the launch floor and a plain read of its KV.
+"""What a decode shape can reach at all: the launch floor and a plain read of its KV.
 
     python benchmarks/stream_floor.py [--shapes d:hq:hkv:sk:b,...] [--json out.json]
 
@@ -47,7 +47,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="128:16:1:131072:1,64:16:1:131072:1,128:16:2:131072:1")
     ap.add_argument("--replays", type=int, default=15)
-    ap.add_argument("--rounds", type=int, default=2, help="timing passes; the last is reported")
+    ap.add_argument("--rounds", type=int, default=2, help="timing passes; reported as fa4trace bench does (the last of 2, "
+                    "else the median of all but the first)")
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -80,10 +81,8 @@ def main():
         kv = [(cp.from_dlpack(st[1].view(torch.int32)), cp.from_dlpack(st[2].view(torch.int32))) for st in sets]
 
         def t(fn):
-            us = None
-            for _ in range(args.rounds):
-                us, _spread = A._graph_time(fn, n_sets, args.replays, per_graph)
-            return us
+            passes = [A._graph_time(fn, n_sets, args.replays, per_graph)[0] for _ in range(args.rounds)]
+            return A.reported_us(passes)  # as fa4trace bench reports its rounds
 
         r = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "kv_bytes": shape.kv_bytes(), "io_bytes": shape.io_bytes()}
         r["noop_us"] = t(on_torch_stream(lambda i: noop((1,), (32,), ())))
@@ -99,6 +98,9 @@ def main():
         # ours and cuDNN through the benchmark itself (its own input sets, same harness)
         for br in A.bench_shape(shape, ["pingpong", "cudnn"], replays=args.replays, rounds=args.rounds):
             r[f"{br.kernel}_us"] = None if br.us != br.us else br.us
+            if "error" in br.extra:  # a '-' cell: say why
+                r[f"{br.kernel}_error"] = br.extra["error"]
+                print(f"{r['shape']} {br.kernel}: {br.extra['error']}", file=sys.stderr, flush=True)
         rows.append(r)
 
         def cell(us, nbytes):
