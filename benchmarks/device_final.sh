@@ -11,6 +11,8 @@ timeout 300 python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/
 {
 python3 -m fa4trace record --schedule pingpong --d 128 --hq 16 --hkv 1 --sk 32768 --b 1 -o "$OUT/cli_pingpong.parquet" --force
 python3 -m fa4trace record --schedule base --d 64 --hq 16 --hkv 2 --sk 4097 --b 2 --sq 3 --dtype fp16 -o "$OUT/cli_base.parquet" --force
+python3 -m fa4trace record --schedule pingpong --d 128 --hq 16 --hkv 2 --sk 131072 --b 8 --events stalls --warps lead -o "$OUT/cli_stalls.parquet" --force
+python3 -m fa4trace summary "$OUT/cli_stalls.parquet"
 python3 -m fa4trace record --impl fa4 --d 128 --hq 16 --hkv 1 --sk 32768 --b 1 -o "$OUT/cli_fa4.parquet" --force
 python3 -m fa4trace record --kernel calibration -o "$OUT/cli_cal.parquet" --force
 python3 -m fa4trace summary "$OUT/cli_pingpong.parquet"

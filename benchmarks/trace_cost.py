@@ -27,9 +27,10 @@ the selection from the buffer header, so the instructions executed are the same 
 
 Timing as in the benchmark: CUDA-graph replay, L2 cold (KV sets rotated, >= 256 MB), median of
 ``--replays``; all buffers on the same inputs, in one process. ``--rounds`` (default 3) times
-the whole list again and reports the median over rounds: the first traced kernel timed after a
-shape's inputs are allocated runs up to 7% slow on the H200, whatever its buffer (BENCHMARKS.md,
-fourth session), so a single pass misleads. Prints a table; ``--json`` keeps every round.
+the whole list again and reports what ``fa4trace bench`` reports (``attention.reported_us``:
+the median of all rounds but the first): the first traced kernel timed after a shape's inputs
+are allocated runs up to 7% slow on the H200, whatever its buffer (BENCHMARKS.md, fourth
+session), so a single pass misleads. Prints a table; ``--json`` keeps every round.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 ALL_VARIANTS = ("plain", "allz", "all", "consumers", "cap32", "first", "all2x", "all+32", "warp0", "lead")
 VARIANTS = ALL_VARIANTS  # --variants picks a subset (plain always first)
 EXTRA = []  # --extra-pads: more ``all+<n>`` variants (n more records of room per warp)
+EVENTS = "core"  # --events: the traced kernel's event set (fa4trace.attention.TRACE_EVENTS)
 
 
 def buffer_for(variant, plan, device):
@@ -105,7 +107,6 @@ def buffer_for(variant, plan, device):
 
 
 def run_shape(d, hq, hkv, sk, b, schedule, replays, rounds=1):
-    import numpy as np
     import torch
 
     from fa4trace import attention as A
@@ -113,7 +114,7 @@ def run_shape(d, hq, hkv, sk, b, schedule, replays, rounds=1):
     shape = A.Shape(b, 1, hq, hkv, sk, d, "bf16")
     sets, per_graph = A.cold_l2_inputs(shape)
     n_sets = len(sets)
-    _, plan = A._resolve(shape, schedule, True, None, sets[0][0].device)
+    _, plan = A._resolve(shape, schedule, True, None, sets[0][0].device, trace_events=EVENTS)
     row = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "schedule": schedule, "ctas": plan.n_ctas}
     keep = {}
     for rnd in range(rounds):  # every round times every variant again, same buffers, same order
@@ -128,13 +129,13 @@ def run_shape(d, hq, hkv, sk, b, schedule, replays, rounds=1):
 
             def launch(i, buf=buf):
                 q, k, v, o = sets[i]
-                return A.decode_attention(q, k, v, schedule=schedule, out=o, trace=buf)
+                return A.decode_attention(q, k, v, schedule=schedule, out=o, trace=buf, trace_events=EVENTS)
 
             us, spread = A._graph_time(launch, n_sets, replays, per_graph)
             row.setdefault(variant + "_rounds", []).append(round(us, 2))
     for variant in VARIANTS + tuple(EXTRA):
         times = row[variant + "_rounds"]
-        row[variant] = float(np.median(times)) if rounds > 2 else times[-1]  # the last round: warm
+        row[variant] = A.reported_us(times)  # the benchmark's rule: warm-up pass left out
     sets.clear()
     torch.cuda.empty_cache()
     return row
@@ -150,11 +151,11 @@ def launch_once(spec, schedule, variants):
     q = torch.randn(b, 1, hq, d, dtype=torch.bfloat16, device="cuda", generator=g)
     k = torch.randn(b, sk, hkv, d, dtype=torch.bfloat16, device="cuda", generator=g)
     v = torch.randn(b, sk, hkv, d, dtype=torch.bfloat16, device="cuda", generator=g)
-    _, plan = A._resolve(A.validate(q, k, v), schedule, True, None, q.device)
+    _, plan = A._resolve(A.validate(q, k, v), schedule, True, None, q.device, trace_events=EVENTS)
     for variant in variants:
         buf = None if variant == "plain" else buffer_for(variant, plan, "cuda")
         print(f"launch {variant} {spec} {schedule}", flush=True)
-        A.decode_attention(q, k, v, schedule=schedule, trace=buf)
+        A.decode_attention(q, k, v, schedule=schedule, trace=buf, trace_events=EVENTS)
         torch.cuda.synchronize()
 
 
@@ -171,14 +172,17 @@ def main():
     ap.add_argument("--slabs", default="", help="comma list of m: also time the all buffer at the start of "
                                                 "an m MiB allocation (all#<m>m)")
     ap.add_argument("--rounds", type=int, default=3,
-                    help="time the whole list of variants this many times; report the last round "
-                         "(2 rounds) or the median over rounds (3 or more), and every round in the JSON")
+                    help="time the whole list of variants this many times; report as fa4trace bench does "
+                         "(the last of 2, the median of all but the first of 3 or more), every round in the JSON")
+    ap.add_argument("--events", default="core", choices=["core", "stalls"],
+                    help="the traced kernel's event set (stalls: core plus WAIT_K / WAIT_V)")
     ap.add_argument("--repeat-all", type=int, default=0, help="time the all buffer n more times, then n fresh ones")
     ap.add_argument("--variants", default="", help="comma list: time only these of " + ",".join(ALL_VARIANTS))
     ap.add_argument("--once", help="comma list of variants: one launch each at the first shape "
                                    "(for ncu), no timing")
     args = ap.parse_args()
-    global VARIANTS
+    global VARIANTS, EVENTS
+    EVENTS = args.events
     if args.variants:
         picked = [v for v in args.variants.split(",") if v]
         bad = [v for v in picked if v not in ALL_VARIANTS]

@@ -46,12 +46,32 @@ WARPS_PER_CTA = 5  # 4 consumer warps (one warpgroup) + 1 producer warp
 # (BENCHMARKS.md, fifth session). ``fa4trace record --warps lead``.
 LEAD_WARPS = (0, 4)
 COMBINE_UNROLL = 16  # splits per combine thread (kernel constant)
+# Which events a traced kernel records (``trace_events=``, ``fa4trace record --events``):
+# "core"   loads, QK and PV in flight, softmax, correction, epilogue, combine and the split's
+#          ticket mark: everything the schedule is about (the issue's vocabulary); the default.
+# "stalls" core plus WAIT_K / WAIT_V, the consumer waiting for a K or V stage to land (what
+#          shows a consumer starved by the stream). Their probe sits next to the stage wait,
+#          where any recorder code makes ptxas keep the pipeline state in vector registers for
+#          the whole mainloop (SASS, BENCHMARKS.md seventh session): traced with every warp, the
+#          d64 ping-pong at sk 131072 costs +8% to +21% with them, +3% to +11% without (eighth).
+CORE_EVENTS = ("LOAD_Q", "LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV", "EPILOGUE", "COMBINE", "MARK")
+STALL_EVENTS = ("WAIT_K", "WAIT_V")
+TRACE_EVENTS = {"core": CORE_EVENTS, "stalls": CORE_EVENTS + STALL_EVENTS}
 MAX_SPLITS = 256  # <= COMBINE_UNROLL * the 32 partitions one warp holds
 COUNTER_WORDS = 4  # int32 words per group: [arrival count, its value at the next launch's start, -, -]
 # Default KV tile per (head dim, schedule); the ping-pong keeps two S tiles in registers.
 DEFAULT_TILE_N = {(64, "base"): 128, (128, "base"): 128, (64, "pingpong"): 64, (128, "pingpong"): 64}
 # CTAs resident per SM a variant is built for (each gets half the shared memory at 2).
 DEFAULT_CTAS_PER_SM = {(64, "base"): 1, (128, "base"): 1, (64, "pingpong"): 1, (128, "pingpong"): 1}
+
+
+def trace_event_ids(events: str) -> frozenset:
+    """Event ids a traced variant of this event set compiles in (the others compile to nothing)."""
+    if events not in TRACE_EVENTS:
+        raise ValueError(f"trace_events must be one of {', '.join(TRACE_EVENTS)}, got {events!r}")
+    from .vocab import VOCAB
+
+    return frozenset(VOCAB.event(n).id for n in TRACE_EVENTS[events])
 
 
 # ----------------------------------------------------------------------------------------
@@ -307,23 +327,28 @@ class Kernel:
 
 def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
                     tile_n: Optional[int] = None, build=None, ctas_per_sm: Optional[int] = None,
-                    block_rows: int = TILE_M) -> Kernel:
+                    block_rows: int = TILE_M, trace_events: str = "core") -> Kernel:
     """One variant, JIT-compiled or loaded from the AOT build.
 
     Its ``fn`` takes (q, k, v, o, lse, o_part, lse_part, count, *Plan.kernel_args(scale),
     trace) with trace None for the uninstrumented variant. ``ctas_per_sm``: CTAs resident per
     SM the variant is built for (shared memory split between them); the split plan fills that.
-    ``block_rows``: query rows per CTA, 64 or 32 (``default_block_rows``)."""
+    ``block_rows``: query rows per CTA, 64 or 32 (``default_block_rows``). ``trace_events``: the
+    event set of a traced variant (``TRACE_EVENTS``; ignored untraced)."""
     want_tile = tile_n or DEFAULT_TILE_N[(head_dim, schedule)]
     want_occ = ctas_per_sm or DEFAULT_CTAS_PER_SM[(head_dim, schedule)]
-    key = (head_dim, schedule, dtype, traced, want_tile, want_occ, block_rows, str(build))
+    events = trace_events if traced else None
+    if traced:
+        trace_event_ids(events)  # a known set, or one clear error
+    key = (head_dim, schedule, dtype, traced, want_tile, want_occ, block_rows, events, str(build))
     if key in _JIT_CACHE:
         return _JIT_CACHE[key]
     if _use_jit(build):
         from fa4trace.kernels.attention_sm90 import compile_variant
 
         fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile, ctas_per_sm=want_occ,
-                                   block_rows=block_rows)
+                                   block_rows=block_rows,
+                                   **({"trace_events": trace_event_ids(events)} if traced else {}))
         _JIT_CACHE[key] = Kernel(fn, kern.tile_n, kern.ctas_per_sm, kern.block_rows)
         return _JIT_CACHE[key]
     from .aot import BuildDir
@@ -337,27 +362,47 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
     if bd is None:
         bd = _BUILD_DIRS[str(path)] = BuildDir(path)
     cfg = dict(head_dim=head_dim, schedule=schedule, dtype=dtype, traced=traced)
-    try:
-        name = bd.find("attention", tile_n=want_tile, ctas_per_sm=want_occ, block_rows=block_rows, **cfg)
-    except Fa4traceError:
-        if tile_n is not None or ctas_per_sm is not None:
-            raise
-        # A build made with other defaults (older builds know 64-row kernels only): the plan
-        # below follows whatever the found kernel was built for.
-        name = bd.find("attention", **cfg)
+    if traced:
+        # The compiled-in event ids say what a traced kernel records. Builds made before event
+        # sets (and experiment builds) recorded every event, which their manifests say as None.
+        cfg["trace_events"] = sorted(trace_event_ids(events))
+    name = _find_variant(bd, cfg, want_tile, want_occ, block_rows, tile_n is None and ctas_per_sm is None)
+    if name is None and traced and events == "stalls":
+        name = _find_variant(bd, {**cfg, "trace_events": None}, want_tile, want_occ, block_rows,
+                             tile_n is None and ctas_per_sm is None)
+    if name is None:
+        want = ", ".join(f"{k}={v}" for k, v in {**cfg, "tile_n": want_tile, "ctas_per_sm": want_occ,
+                                                 "block_rows": block_rows}.items() if k != "trace_events")
+        what = f" recording the {events!r} event set" if traced else ""
+        raise Fa4traceError(f"no built attention kernel with {want}{what} in {path}; rebuild with `fa4trace build`")
     conf = bd.functions[name]["config"]
     _JIT_CACHE[key] = Kernel(bd.function(name), int(conf["tile_n"]), int(conf.get("ctas_per_sm", 1)),
                              int(conf.get("block_rows", TILE_M)), bd)
     return _JIT_CACHE[key]
 
 
+def _find_variant(bd, cfg: dict, tile_n: int, ctas_per_sm: int, block_rows: int, any_tile: bool):
+    """The build's function for cfg at this tile / occupancy / rows, or None. ``any_tile``: a
+    build made with other defaults (older builds know 64-row kernels only) may answer with
+    whatever it has; the launch plan follows what the found kernel was built for."""
+    try:
+        return bd.find("attention", tile_n=tile_n, ctas_per_sm=ctas_per_sm, block_rows=block_rows, **cfg)
+    except Fa4traceError:
+        if not any_tile:
+            return None
+    try:
+        return bd.find("attention", **cfg)
+    except Fa4traceError:
+        return None
+
+
 def _resolve(shape: Shape, schedule: str, traced: bool, num_splits, device, *, tile_n=None,
-             ctas_per_sm=None, block_rows=None, build=None) -> tuple[Kernel, Plan]:
+             ctas_per_sm=None, block_rows=None, build=None, trace_events: str = "core") -> tuple[Kernel, Plan]:
     """The kernel variant for this shape and the split plan of its launch."""
     if block_rows not in (None, 32, TILE_M):
         raise ValueError(f"block_rows must be 32 or 64, got {block_rows!r}")
     kern = kernel_function(shape.d, schedule, shape.dtype, traced, tile_n, build, ctas_per_sm,
-                           block_rows or default_block_rows(shape))
+                           block_rows or default_block_rows(shape), trace_events)
     plan = plan_splits(shape, kern.tile_n, num_sms(device), num_splits, kern.ctas_per_sm, kern.block_rows)
     return kern, plan
 
@@ -390,16 +435,21 @@ def num_sms(device) -> int:
 def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                      softmax_scale: Optional[float] = None, trace=None, return_lse: bool = False,
                      out=None, tile_n: Optional[int] = None, build=None,
-                     ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None):
+                     ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None,
+                     trace_events: str = "core"):
     """Multi-token decode attention (see the module docstring). ``trace``: a recorder buffer
     (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one.
+    ``trace_events``: what the instrumented kernel records, "core" or "stalls" (core plus the
+    consumer's waits for K/V: costlier, see ``TRACE_EVENTS``); the output is the same bits.
     ``tile_n``, ``ctas_per_sm``, ``block_rows``: pick a non-default kernel variant."""
+    trace_event_ids(trace_events)  # a known set, or a one-line ValueError
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
                      trace=trace)
     import torch
 
     kern, plan = _resolve(shape, schedule, trace is not None, num_splits, q.device, tile_n=tile_n,
-                          ctas_per_sm=ctas_per_sm, block_rows=block_rows, build=build)
+                          ctas_per_sm=ctas_per_sm, block_rows=block_rows, build=build,
+                          trace_events=trace_events)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=q.device)
@@ -417,9 +467,11 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
 def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
                  cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
                  capacity: Optional[int] = None, tile_n: Optional[int] = None, build=None,
-                 ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None, warps=None):
+                 ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None, warps=None,
+                 trace_events: str = "core"):
     """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan).
-    ``warps``: the warp indices that record (default all five; ``LEAD_WARPS`` = one warp per role)."""
+    ``warps``: the warp indices that record (default all five; ``LEAD_WARPS`` = one warp per role).
+    ``trace_events``: the event set the launch will record (the variant must exist)."""
     import numpy as np
     import torch
 
@@ -427,7 +479,7 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
     kern, plan = _resolve(shape, schedule, True, num_splits, q.device, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
-                          block_rows=block_rows, build=build)
+                          block_rows=block_rows, build=build, trace_events=trace_events)
     if warps is not None and kern.build is not None:
         kern.build.require_warp_mask()
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
@@ -440,9 +492,9 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
                      b: int = 1, sq: int = 1, dtype: str = "bf16", out_path: Optional[str] = None, *,
                      num_splits: Optional[int] = None, cta_first: int = 0, cta_stride: int = 1,
                      max_ctas: Optional[int] = None, capacity: Optional[int] = None, build=None,
-                     seed: int = 0, overwrite: bool = False, warps=None):
+                     seed: int = 0, overwrite: bool = False, warps=None, trace_events: str = "core"):
     """One traced launch on random inputs, decoded into a bundle (returns the Trace; saves it
-    when ``out_path`` is given).
+    when ``out_path`` is given). ``trace_events``: "core" or "stalls" (``TRACE_EVENTS``).
 
     The uninstrumented kernel runs on the same inputs first: the traced output must equal it
     bit for bit (else Fa4traceError). Both are timed by CUDA-graph replay on these inputs
@@ -462,23 +514,24 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
     v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
-    kern, plan = _resolve(shape, schedule, True, num_splits, q.device, build=build)
+    kern, plan = _resolve(shape, schedule, True, num_splits, q.device, build=build, trace_events=trace_events)
     tn = kern.tile_n
     cap = capacity or trace_capacity(plan)
     kw = dict(schedule=schedule, num_splits=num_splits, build=build)
+    tkw = dict(kw, trace_events=trace_events)
 
     scratch = trace_buffer(q, k, v, capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
-                           max_ctas=max_ctas, warps=warps, **kw)[0]
+                           max_ctas=max_ctas, warps=warps, **tkw)[0]
     o_plain = torch.empty_like(q)
     # 10 launches per graph: one launch per replay would add the graph's own launch latency
     # (seen on the H200: 32 us per replay for a 24 us kernel).
     us_plain, _ = _graph_time(lambda i: decode_attention(q, k, v, out=o_plain, **kw), 1, 20, 10)
-    us_traced, _ = _graph_time(lambda i: decode_attention(q, k, v, trace=scratch, **kw), 1, 20, 10)
+    us_traced, _ = _graph_time(lambda i: decode_attention(q, k, v, trace=scratch, **tkw), 1, 20, 10)
     torch.cuda.synchronize()
     outs = []
 
     def run(tr):
-        outs.append(decode_attention(q, k, v, trace=tr, **kw))
+        outs.append(decode_attention(q, k, v, trace=tr, **tkw))
 
     launch = TracedLaunch(kernel="decode_attention_sm90", grid_ctas=plan.n_ctas, warps_per_cta=WARPS_PER_CTA,
                           run=run, grid=plan.grid, block=(32 * WARPS_PER_CTA, 1, 1), capacity=cap,
@@ -486,6 +539,7 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
                           extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
     config = {"schedule": schedule, "head_dim": d, "d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
               "dtype": dtype, "tile_m": TILE_M, "block_rows": plan.block_rows, "tile_n": tn,
+              "trace_events": trace_events, "events_compiled": list(TRACE_EVENTS[trace_events]),
               "n_blocks": plan.n_blocks,
               "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
               "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
@@ -658,7 +712,8 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
     """Time each kernel on the same random inputs. Kernel names: ``base``, ``pingpong``,
     ``base@n64`` / ``pingpong@n64o2`` variants (KV tile, CTAs per SM), ``pingpong+trace`` (full
     event set, every CTA recorded), ``pingpong+tracelead`` (the same, only ``LEAD_WARPS`` store
-    records), ``pingpong+trace1`` (only the first CTA stores records),
+    records), ``pingpong+trace1`` (only the first CTA stores records), ``pingpong+tracestalls``
+    (every CTA, the "stalls" event set: core plus WAIT_K / WAIT_V),
     ``cudnn``, ``flash``."""
     import torch
     import torch.nn.functional as F
@@ -672,15 +727,17 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
     for name in kernels:
         base_name, _, opt = name.partition("@")
         sched, _, tr = base_name.partition("+")
-        if tr not in ("", "trace", "tracelead", "trace1"):
-            raise ValueError(f"unknown kernel suffix +{tr} in {name!r}: want +trace, +tracelead or +trace1")
+        if tr not in ("", "trace", "tracelead", "trace1", "tracestalls"):
+            raise ValueError(f"unknown kernel suffix +{tr} in {name!r}: want +trace, +tracelead, +trace1 "
+                             "or +tracestalls")
         traced = bool(tr)
+        events = "stalls" if tr == "tracestalls" else "core"
         extra: dict = {}
         if sched in SCHEDULES:
             tile, occ, brows, splits = _variant_option(name, opt)
             try:
                 kern, plan = _resolve(shape, sched, traced, splits, device, tile_n=tile, ctas_per_sm=occ,
-                                      block_rows=brows)
+                                      block_rows=brows, trace_events=events)
             except Fa4traceError as exc:  # a variant this build lacks: a '-' cell
                 rows.append(BenchRow(shape, name, float("nan"), float("nan"), float("nan"),
                                      {"error": str(exc)[:200]}))
@@ -691,12 +748,14 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
                 # records (isolates the instruction cost from the record traffic).
                 bufs = [trace_buffer(*st[:3], schedule=sched, num_splits=splits, tile_n=tile, ctas_per_sm=occ,
                                      block_rows=brows, max_ctas=1 if tr == "trace1" else None,
-                                     warps=LEAD_WARPS if tr == "tracelead" else None)[0] for st in sets[:1]]
+                                     warps=LEAD_WARPS if tr == "tracelead" else None,
+                                     trace_events=events)[0] for st in sets[:1]]
 
-            def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, splits=splits, bufs=bufs):
+            def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, splits=splits, bufs=bufs, events=events):
                 q, k, v, o = sets[i]
                 return decode_attention(q, k, v, schedule=sched, out=o, tile_n=tile, ctas_per_sm=occ,
-                                        block_rows=brows, num_splits=splits, trace=bufs[0] if bufs else None)
+                                        block_rows=brows, num_splits=splits, trace=bufs[0] if bufs else None,
+                                        trace_events=events)
 
             extra = {"tile_n": kern.tile_n, "ctas_per_sm": kern.ctas_per_sm, "block_rows": kern.block_rows,
                      "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb}
@@ -791,7 +850,7 @@ def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True
             for k in kernels:
                 sched, at, opt = k.partition("@")
                 if sched in SCHEDULES:
-                    ks += [sched + "+trace" + at + opt, sched + "+tracelead" + at + opt]
+                    ks += [sched + sfx + at + opt for sfx in ("+trace", "+tracelead", "+tracestalls")]
         t = time.time()
         r = bench_shape(shape, ks, replays=replays, seed=i, rounds=rounds)
         rows += r
@@ -809,7 +868,8 @@ def bench_json(rows: list[BenchRow]) -> list[dict]:
 
 def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
     """Markdown, one row per shape: every kernel's µs (TB/s), pingpong's % of peak, ratios,
-    tracing overhead (full event set) and the worst relative error of the checked outputs."""
+    tracing overhead (core event set: every warp, lead warps; stalls event set: every warp) and
+    the worst relative error of the checked outputs."""
     by_shape: dict = {}
     for r in rows:
         by_shape.setdefault(r.shape, {})[r.kernel] = r
@@ -819,7 +879,7 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
             kernels.append(r.kernel)
     head = ["d", "hq:hkv", "sk", "b", "sq"] + [f"{k} µs (TB/s)" for k in kernels] + \
         [f"pp % of {peak:g}", "pp vs base", "pp vs cuDNN", "trace ovh base/pp", "lead-warp ovh base/pp",
-         "max rel err"]
+         "stalls ovh base/pp", "max rel err"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def ok(x):
@@ -834,7 +894,7 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
         cells.append(f"{100 * pp.tbps / peak:.0f}%" if ok(pp) else "-")
         cells.append(f"{100 * (base.us / pp.us - 1):+.1f}%" if ok(pp) and ok(base) else "-")
         cells.append(f"{cud.us / pp.us:.2f}x" if ok(pp) and ok(cud) else "-")
-        for suffix in ("+trace", "+tracelead"):
+        for suffix in ("+trace", "+tracelead", "+tracestalls"):
             ov = []
             for sname in ("base", "pingpong"):
                 a, b = ks.get(sname), ks.get(sname + suffix)

@@ -257,19 +257,25 @@ def build(arch, output, only, force):
 @click.option("--warps", default=None,
               help="Record a subset of each CTA's warps: comma warp indices, or 'lead' (decode attention: "
                    "warp 0 of the consumer warpgroup and the producer warp 4; a quarter of the records).")
+@click.option("--events", "events", default=None, type=click.Choice(["core", "stalls"]),
+              help="Our decode attention: what it records. core (default): loads, QK/PV in flight, softmax, "
+                   "correction, epilogue, combine. stalls: also WAIT_K/WAIT_V, the consumer waiting for K/V "
+                   "to land (costs more: ~+5 points at d64).")
 @click.option("--capacity", default=None, type=int, help="Records per warp slot (default: sized from the shape).")
 @click.option("--build", "build_dir", default=None, type=click.Path(file_okay=False),
               help="AOT build folder (default $FA4TRACE_BUILD or build/kernels) when the DSL cannot JIT here.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
 def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timebase, variant, ctas, warps,
-           capacity, build_dir, output, force):
+           events, capacity, build_dir, output, force):
     """Run a kernel on this machine's GPU with tracing on and write a bundle."""
     out = _check_out(output, force)
     if kind == "attention":
         _check_attention_args(impl, schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=num_splits)
     if capacity is not None and capacity < 1:
         raise click.BadParameter(f"--capacity must be >= 1, got {capacity}")
+    if events is not None and (kind != "attention" or impl != "ours"):
+        raise click.BadParameter("--events picks the event set of our decode attention kernels only")
     subset = _parse_ctas(ctas)
     if warps is not None:
         if kind == "calibration":
@@ -295,7 +301,7 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
 
         trace = attention.record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq,
                                            dtype=dtype, num_splits=num_splits, capacity=capacity,
-                                           build=build_dir, **subset)
+                                           build=build_dir, trace_events=events or "core", **subset)
     trace.save(out, overwrite=force)
     click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
 

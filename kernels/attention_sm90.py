@@ -35,10 +35,11 @@ Schedules (compile time):
 
 Tracing: ``trace=None`` compiles every recorder call away (the uninstrumented kernel).
 Events (payload = global KV block index): producer LOAD_K(i), LOAD_V(i) (wait for a free
-stage + issue); consumer LOAD_Q (payload = m-block), WAIT_K(i) / WAIT_V(i) (only when the
-block had not landed yet), QK(i) and PV(i) in flight (issue -> the wait that retires them),
-SOFTMAX(i), CORRECTION(i), EPILOGUE (payload = split), MARK instant when the split took its
-ticket and COMBINE (payload = ticket, i.e. the split's finishing order).
+stage + issue); consumer LOAD_Q (payload = m-block), QK(i) and PV(i) in flight (issue -> the
+wait that retires them), SOFTMAX(i), CORRECTION(i), EPILOGUE (payload = split), MARK instant
+when the split took its ticket and COMBINE (payload = ticket, i.e. the split's finishing
+order); in the "stalls" event set also WAIT_K(i) / WAIT_V(i) (only when the block had not
+landed yet). ``trace_events`` picks the set (``fa4trace.attention.TRACE_EVENTS``).
 
 Deadlock freedom of the in-launch combine: only combiners wait, and the host keeps
 ``groups * (n_comb - 1) < SM count`` (see ``fa4trace.attention.plan_splits``), so at least
@@ -353,8 +354,15 @@ class DecodeAttentionSm90:
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
         cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
         if const_expr(self.schedule == "pingpong"):
-            if count > 1:
-                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
+            # K1's records go outside `if count > 1` (``when=``): recorded inside it, they made
+            # ptxas move the *consumers'* stage indices, phases and wgmma descriptors from
+            # uniform to vector registers for their whole mainloop (SASS of the traced d64
+            # ping-pong: 512 vs 463 instructions per two steps, 32 R2UR; untraced 377).
+            has_k1 = count > 1
+            rec.begin(EV.LOAD_K, n_begin + 1, when=has_k1)
+            if has_k1:
+                k_state = self.issue_kv(pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
+            rec.end(EV.LOAD_K, n_begin + 1, when=has_k1)
         rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
 
         if const_expr(self.schedule == "pingpong"):
@@ -364,8 +372,11 @@ class DecodeAttentionSm90:
                 rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
                 rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
                 rec = rec.close_block()
-            if count > 1:
-                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
+            has_last_v = count > 1
+            rec.begin(EV.LOAD_V, n_begin + count - 1, when=has_last_v)
+            if has_last_v:
+                v_state = self.issue_kv(pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
+            rec.end(EV.LOAD_V, n_begin + count - 1, when=has_last_v)
         else:
             for j in cutlass.range(1, count, unroll=1):
                 rec = rec.open_block(4)
@@ -378,12 +389,17 @@ class DecodeAttentionSm90:
     def load_kv(self, rec: Recorder, event: cutlass.Constexpr, pipe, state, atom, gsrc, sdst, n_block):
         """Producer: wait for a free K or V stage, then issue its TMA load (event LOAD_K/LOAD_V)."""
         rec.begin(event, n_block)
+        state = self.issue_kv(pipe, state, atom, gsrc, sdst, n_block)
+        rec.end(event, n_block)
+        return rec, state
+
+    @cute.jit
+    def issue_kv(self, pipe, state, atom, gsrc, sdst, n_block):
         pipe.producer_acquire(state)
         cute.copy(atom, gsrc[None, n_block], sdst[None, state.index],
                   tma_bar_ptr=pipe.producer_get_barrier(state), cache_policy=Int64(_L2_EVICT_FIRST))
         state.advance()
-        rec.end(event, n_block)
-        return rec, state
+        return state
 
     def tile_row_to_block_row(self, t):
         """Tile row (0..63) -> the block's query row it holds. 32-row blocks: rows 0-7 of warp w's
@@ -564,9 +580,10 @@ class DecodeAttentionSm90:
         The probe is mbarrier.test_wait, which never blocks. The pipeline's try_wait may
         suspend the thread up to a hardware time limit before answering "not yet": used as the
         probe, it answered "ready" after waiting and not one WAIT was ever recorded (H200
-        traces, memory-bound shapes). Only stages that had not landed cost events.
+        traces, memory-bound shapes). Only stages that had not landed cost events. Without the
+        WAIT events (the "core" set) there is no probe: the wait is the untraced kernel's.
         """
-        if const_expr(rec.enabled):
+        if const_expr(rec.records(event)):
             ready = pipe.sync_object_full.test_wait(state.index, state.phase)
             if not ready:
                 rec = _begin(rec, event, n_block)
@@ -971,8 +988,9 @@ def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: b
 
 
 def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_rows: int = TILE_M,
-                 tile_n: Optional[int] = None, ctas_per_sm: int = 1) -> str:
-    """Exported function name; non-default KV tile, CTAs per SM and rows add _n.., _o.., _r.."""
+                 tile_n: Optional[int] = None, ctas_per_sm: int = 1, events: str = "core") -> str:
+    """Exported function name; non-default KV tile, CTAs per SM and rows add _n.., _o.., _r..;
+    traced variants end in _traced ("core" events) or _traced_stalls."""
     name = f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}"
     if tile_n is not None and tile_n != default_tile_n(head_dim, schedule):
         name += f"_n{tile_n}"
@@ -980,12 +998,15 @@ def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_r
         name += f"_o{ctas_per_sm}"
     if block_rows != TILE_M:
         name += f"_r{block_rows}"
-    return name + ("_traced" if traced else "")
+    if not traced:
+        return name
+    return name + ("_traced" if events == "core" else f"_traced_{events}")
 
 
 def aot_variants(arch: str):
     """(name, compile thunk, Entry) for every variant ``fa4trace build`` should export."""
     from fa4trace.aot import Entry
+    from fa4trace.attention import TRACE_EVENTS, trace_event_ids
 
     if not arch.startswith("sm_90"):
         return []
@@ -993,19 +1014,37 @@ def aot_variants(arch: str):
     for d in (64, 128):
         for schedule in SCHEDULES:
             for dtype in DTYPES:
-                for traced in (False, True):
+                for events in (None, *TRACE_EVENTS):  # untraced, then each traced event set
+                    traced = events is not None
+                    opts = {"trace_events": trace_event_ids(events)} if traced else {}
                     for rows in BLOCK_ROWS:
-                        name = variant_name(d, schedule, dtype, traced, rows)
-                        kern = DecodeAttentionSm90(d, schedule, block_rows=rows)
+                        name = variant_name(d, schedule, dtype, traced, rows, events=events)
+                        kern = DecodeAttentionSm90(d, schedule, block_rows=rows, **opts)
                         cfg = {**kern.config(), "dtype": dtype, "traced": traced, "arch": arch,
                                "args": "q,k,v,o,lse,o_part,lse_part,count," + ",".join(SCALAR_ARGS)
                                        + (",trace" if traced else "")}
+                        if traced:
+                            cfg["events"] = events
 
-                        def thunk(d=d, schedule=schedule, dtype=dtype, traced=traced, rows=rows):
-                            return compile_variant(d, schedule, dtype, traced, block_rows=rows)[0]
+                        def thunk(d=d, schedule=schedule, dtype=dtype, traced=traced, rows=rows, opts=opts):
+                            return compile_variant(d, schedule, dtype, traced, block_rows=rows, **opts)[0]
 
                         out.append((name, thunk, Entry(name, "attention", cfg)))
     return out
+
+
+def _events_name(kernel_options: dict) -> str:
+    """The TRACE_EVENTS name of a trace_events id set: None (every event) is "stalls", a set
+    that is none of them "custom" (experiment builds)."""
+    from fa4trace.attention import TRACE_EVENTS, trace_event_ids
+
+    ids = kernel_options.get("trace_events")
+    if ids is None:
+        return "stalls"
+    for events in TRACE_EVENTS:
+        if frozenset(ids) == trace_event_ids(events):
+            return events
+    return "custom"
 
 
 def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir: str,
@@ -1018,7 +1057,7 @@ def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir
 
     # One folder per variant: the DSL names dumps after the host function and argument types,
     # which the variants of one head dim and dtype share.
-    name = variant_name(head_dim, schedule, dtype, traced, block_rows)
+    name = variant_name(head_dim, schedule, dtype, traced, block_rows, events=_events_name(kernel_options))
     dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced, block_rows, tile_n, ctas_per_sm)
                             + "".join(f"_{k}{v}" for k, v in sorted(kernel_options.items())))
     # Option values such as trace_events=[4, 5] would put spaces in the DSL's option string.

@@ -69,6 +69,22 @@ def test_bad_options(kw, needle):
     assert needle in _err(A.validate, q, k, v, require_cuda=False, **kw)
 
 
+def test_trace_event_sets():
+    """"core" is the issue's vocabulary; "stalls" adds the consumer's K/V waits, nothing else."""
+    from fa4trace.vocab import VOCAB
+
+    core = {VOCAB.event(i).name for i in A.trace_event_ids("core")}
+    stalls = {VOCAB.event(i).name for i in A.trace_event_ids("stalls")}
+    assert {"LOAD_Q", "LOAD_K", "LOAD_V", "QK", "PV", "SOFTMAX", "CORRECTION", "EPILOGUE", "COMBINE"} <= core
+    assert not core & {"WAIT_K", "WAIT_V"}
+    assert stalls - core == {"WAIT_K", "WAIT_V"}
+
+
+def test_unknown_event_set_is_refused_before_any_gpu_work():
+    q, k, v = _qkv()
+    assert "trace_events must be one of core, stalls" in _err(A.decode_attention, q, k, v, trace_events="all")
+
+
 def test_valid_shapes_pass():
     for d in (64, 128):
         for sq, hq, hkv in ((1, 16, 1), (8, 16, 2), (3, 12, 3), (1, 4, 4)):
@@ -237,6 +253,8 @@ def test_bench_table_ratios_and_overheads():
             A.BenchRow(s, "cudnn", 30.0, 0.1, 1e-3, {}), A.BenchRow(s, "base+trace", 26.0, 0.1, float("nan"), {}),
             A.BenchRow(s, "pingpong+trace", 21.0, 0.1, float("nan"), {}),
             A.BenchRow(s, "pingpong+tracelead", 20.4, 0.1, float("nan"), {}),
+            A.BenchRow(s, "base+tracestalls", 27.5, 0.1, float("nan"), {}),
+            A.BenchRow(s, "pingpong+tracestalls", 22.0, 0.1, float("nan"), {}),
             A.BenchRow(s, "flash", float("nan"), float("nan"), float("nan"), {"error": "refused"})]
     md = A.bench_table(rows).splitlines()
     assert md[0].count("|") == md[2].count("|")
@@ -249,6 +267,7 @@ def test_bench_table_ratios_and_overheads():
     assert row["pp vs base"] == "+25.0%" and row["pp vs cuDNN"] == "1.50x"
     assert row["trace ovh base/pp"] == "+4.0% / +5.0%"
     assert row["lead-warp ovh base/pp"] == "- / +2.0%"  # no base+tracelead row: a '-' cell
+    assert row["stalls ovh base/pp"] == "+10.0% / +10.0%"
     assert row["max rel err"] == "3.0e-03"
     assert row["pp % of 4.8"] == f"{100 * tbps / 4.8:.0f}%"
 
@@ -287,3 +306,33 @@ def test_size_rules_name_the_size(kw, needle):
     assert A.shape_problem(b=1, sq=1, hq=16, hkv=1, sk=100, d=128) is None
     # FA4 has its own head dims and lengths: only the general rules apply to it
     assert A.shape_problem(b=1, sq=9, hq=16, hkv=1, sk=100, d=96, ours=False) is None
+
+
+def test_traced_variants_are_found_by_their_event_set(tmp_path, monkeypatch):
+    """A build holds a traced variant per event set; one made before event sets (every event
+    compiled in, ``trace_events`` None) serves "stalls" only, and asking it for "core" says so."""
+    from fa4trace import aot
+    from fa4trace.errors import Fa4traceError
+
+    monkeypatch.setattr(aot.BuildDir, "function", lambda self, name: name)  # no library to load here
+    cfg = dict(head_dim=128, schedule="pingpong", dtype="bf16", tile_n=64, ctas_per_sm=1, block_rows=32)
+
+    def build(name, functions):
+        path = tmp_path / name
+        path.mkdir()
+        aot.write_manifest(path, "sm_90a", {n: {"kind": "attention", "config": {**cfg, **c}} for n, c in functions.items()})
+        return path
+
+    new = build("new", {"plain": {"traced": False, "trace_events": None},
+                        "core": {"traced": True, "trace_events": sorted(A.trace_event_ids("core"))},
+                        "stalls": {"traced": True, "trace_events": sorted(A.trace_event_ids("stalls"))}})
+    old = build("old", {"plain": {"traced": False, "trace_events": None},
+                        "full": {"traced": True, "trace_events": None}})
+
+    def fn(path, traced, events="core"):
+        return A.kernel_function(128, "pingpong", "bf16", traced, build=path, block_rows=32, trace_events=events).fn
+
+    assert (fn(new, False), fn(new, True), fn(new, True, "stalls")) == ("plain", "core", "stalls")
+    assert (fn(old, False), fn(old, True, "stalls")) == ("plain", "full")
+    with pytest.raises(Fa4traceError, match="recording the 'core' event set.*rebuild"):
+        fn(old, True)

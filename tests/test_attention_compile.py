@@ -1,7 +1,8 @@
 """CPU: every decode-attention variant compiles for sm_90a; facts read off its PTX.
 
-Needs nvidia-cutlass-dsl (no GPU). The 32 variants (d x schedule x tracing x dtype x rows per
-CTA) compile once per session in two worker processes. With ptxas on the PATH (or /usr/local/cuda/bin),
+Needs nvidia-cutlass-dsl (no GPU). The 48 variants (d x schedule x dtype x tracing - off, the
+"core" event set, the "stalls" set - x rows per CTA) compile once per session in two worker
+processes. With ptxas on the PATH (or /usr/local/cuda/bin),
 the register / spill report of each is read and written to
 artifacts/attention_compile_report.json, and spills fail the test.
 """
@@ -17,19 +18,22 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-VARIANTS = [(d, s, dt, tr, rows) for d in (64, 128) for s in ("base", "pingpong") for dt in ("bf16", "fp16")
-            for tr in (False, True) for rows in (64, 32)]
+# v[3]: None (untraced) or the traced variant's event set
+VARIANTS = [(d, s, dt, ev, rows) for d in (64, 128) for s in ("base", "pingpong") for dt in ("bf16", "fp16")
+            for ev in (None, "core", "stalls") for rows in (64, 32)]
 
 
 def _id(v):
-    return "d{}-{}-{}-{}-r{}".format(v[0], v[1], v[2], "traced" if v[3] else "plain", v[4])
+    return "d{}-{}-{}-{}-r{}".format(v[0], v[1], v[2], v[3] or "plain", v[4])
 
 
 def _compile(args):
+    from fa4trace.attention import trace_event_ids
     from fa4trace.kernels.attention_sm90 import compile_ptx
 
-    d, sched, dtype, traced, rows, dump = args
-    return compile_ptx(d, sched, dtype, traced, dump, block_rows=rows)
+    d, sched, dtype, events, rows, dump = args
+    opts = {"trace_events": trace_event_ids(events)} if events else {}
+    return compile_ptx(d, sched, dtype, events is not None, dump, block_rows=rows, **opts)
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +103,13 @@ def test_tracing_off_reads_no_timer_and_on_reads_both(compiled, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)
 def test_stage_probe_never_blocks_and_q_goes_first(compiled, variant):
-    """Traced, the probe that decides whether a WAIT_K / WAIT_V is recorded is mbarrier.test_wait:
-    try_wait may suspend until the stage lands and then report it ready, which hid every wait.
-    Untraced, no probe at all. Either way the consumers arrive on the Q barrier (id 2, all 160
-    threads) that the producer waits on before its first KV load."""
+    """With the stall events, the probe that decides whether a WAIT_K / WAIT_V is recorded is
+    mbarrier.test_wait: try_wait may suspend until the stage lands and then report it ready,
+    which hid every wait. Untraced and with the core events, no probe at all. Either way the
+    consumers arrive on the Q barrier (id 2, all 160 threads) that the producer waits on before
+    its first KV load."""
     ptx = compiled[variant]["ptx"]
-    assert ("mbarrier.test_wait" in ptx) == variant[3]
+    assert ("mbarrier.test_wait" in ptx) == (variant[3] == "stalls")
     assert re.search(r"bar(rier)?(\.cta)?\.arrive(\.aligned)?\s+2,\s*160;", ptx), "no arrive on the Q barrier"
     assert re.search(r"bar(rier)?(\.cta)?\.sync(\.aligned)?\s+2,\s*160;", ptx), "producer does not wait for Q"
     # one release for the combine ticket: an acq_rel atomic, no separate gpu fence before it

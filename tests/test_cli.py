@@ -75,6 +75,8 @@ def test_convert_refuses_to_overwrite(bundles, tmp_path):
     (["record", "--num-splits", "0", "-o", "z.parquet"], "--num-splits must be >= 1"),
     (["record", "--impl", "fa4", "--b", "0", "-o", "z.parquet"], "--b must be >= 1"),
     (["record", "--capacity", "0", "-o", "z.parquet"], "--capacity must be >= 1"),
+    (["record", "--events", "all", "-o", "z.parquet"], "Invalid value for '--events'"),
+    (["record", "--impl", "fa4", "--events", "stalls", "-o", "z.parquet"], "--events picks the event set"),
     (["frobnicate"], "No such command"),
 ])
 def test_errors_are_one_line_and_nonzero(args, message, tmp_path):

@@ -28,6 +28,7 @@ KERNELS = textwrap.dedent('''
     TB = int(os.environ.get("TB", "0"))
     STAGED = os.environ.get("STAGED", "1") == "1"
     BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
+    WHEN = os.environ.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
     # EVENTS: comma names of the events that record ("" = none); unset = all
     EVENTS = None if "EVENTS" not in os.environ else [getattr(EV, n) for n in os.environ["EVENTS"].split(",") if n]
 
@@ -41,8 +42,11 @@ KERNELS = textwrap.dedent('''
                 rec = rec.open_block(BLOCK)
             rec.begin(EV.SOFTMAX, i)
             acc = acc * Float32(0.5) + x[tid + i]
-            if acc > Float32(3.0):
-                rec.instant(EV.MARK, i)
+            if const_expr(WHEN):
+                rec.instant(EV.MARK, i, when=acc > Float32(3.0))
+            else:
+                if acc > Float32(3.0):
+                    rec.instant(EV.MARK, i)
             rec.end(EV.SOFTMAX, i)
             if const_expr(BLOCK > 0):
                 rec = rec.close_block()
@@ -169,3 +173,14 @@ def test_an_event_subset_compiles_the_other_events_away(tmp_path):
     assert full.count("%clock64") > softmax_only.count("%clock64") > none.count("%clock64") >= 2
     assert none.count("selp.b32") < softmax_only.count("selp.b32") < full.count("selp.b32")
     assert "%globaltimer" in none and "st.global.b64" in none  # anchors and the header
+
+
+def test_when_records_without_a_branch_around_the_record(tmp_path):
+    """when=: the same events, the record predicated (selp) instead of branched around; inside
+    a block it is refused while compiling (a block's events find their lane by count)."""
+    branched = _body(_ptx("sm_90a", "traced", tmp_path))
+    predicated = _body(_ptx("sm_90a", "traced", tmp_path, WHEN="1"))
+    assert predicated.count("%clock64") == branched.count("%clock64")
+    assert predicated.count("selp.b32") > branched.count("selp.b32")
+    r = _run("sm_90a", "traced", tmp_path, WHEN="1", BLOCK="3")
+    assert r.returncode != 0 and "when= is not allowed inside open_block" in r.stderr

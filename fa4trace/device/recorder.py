@@ -94,6 +94,11 @@ class Recorder:
     def enabled(self) -> bool:
         return self.trace is not None
 
+    def records(self, event: int) -> bool:
+        """Trace time: is ``event`` compiled in (tracing on and the event in ``start``'s set)?
+        For code that exists only to feed an event, such as a probe deciding whether to record."""
+        return self.trace is not None and (self.events is None or int(event) in self.events)
+
     # ---- creation -----------------------------------------------------------------------
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
@@ -157,15 +162,23 @@ class Recorder:
                         (header, cap, lane))
 
     # ---- events -------------------------------------------------------------------------
-    def begin(self, event: int, payload=None):
-        """Start of a span; pair it with ``end`` of the same event and payload."""
-        self._record(event, L.KIND_BEGIN, payload)
+    def begin(self, event: int, payload=None, *, when=None):
+        """Start of a span; pair it with ``end`` of the same event and payload.
 
-    def end(self, event: int, payload=None):
-        self._record(event, L.KIND_END, payload)
+        ``when``: a runtime (warp-uniform) condition; the event is recorded only where it holds.
+        For work under a dynamic ``if``: record it outside the ``if`` with the same condition
+        rather than inside. A staged record inside a dynamic ``if`` can cost registers far
+        away: in decode attention, the producer's LOAD_K under ``if count > 1`` moved the
+        consumers' pipeline state to vector registers for their whole mainloop (SASS, +49
+        instructions per two steps at d64). Not inside ``open_block`` runs.
+        """
+        self._record(event, L.KIND_BEGIN, payload, when)
 
-    def instant(self, event: int, payload=None):
-        self._record(event, L.KIND_INSTANT, payload)
+    def end(self, event: int, payload=None, *, when=None):
+        self._record(event, L.KIND_END, payload, when)
+
+    def instant(self, event: int, payload=None, *, when=None):
+        self._record(event, L.KIND_INSTANT, payload, when)
 
     def anchor(self):
         """Tie %clock64 to %globaltimer again, now (clock64 timebase; no-op otherwise).
@@ -235,21 +248,28 @@ class Recorder:
         if (lane < pos) & (idx < cap):
             _store_l2_last(self.trace, header + L.WARP_HEADER_WORDS + idx, _pack(st_lo, st_hi))
 
-    def _record(self, event: int, kind: int, payload):
-        if const_expr(self.trace is not None and (self.events is None or int(event) in self.events)):
+    def _record(self, event: int, kind: int, payload, when=None):
+        if const_expr(self.records(event)):
             tag = L.record_tag(int(event), kind)
             if const_expr(payload is None):
                 tag |= L.PAYLOAD_NONE << L.PAYLOAD_SHIFT
-                self._emit(tag, Int32(0))
+                self._emit(tag, Int32(0), when)
             else:
-                self._emit(tag, Int32(payload))
+                self._emit(tag, Int32(payload), when)
 
-    def _emit(self, tag: int, payload: Int32):
+    def _emit(self, tag: int, payload: Int32, when=None):
         if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
             t = Int32(cute.arch.globaltimer_lo())
         else:
             t = Int32(cute.arch.clock64())
-        self._stage(tag, payload, t, self._take_block_slot())
+        in_block = self._take_block_slot()
+        if when is None:
+            self._stage(tag, payload, t, in_block)
+        else:
+            if in_block:
+                raise RuntimeError("fa4trace: when= is not allowed inside open_block (a block's events "
+                                   "find their staging lane by their count)")
+            self._stage_when(tag, payload, t, when)
 
     def _take_block_slot(self) -> bool:
         """Trace time: True if this event is one of an open block's reserved ones."""
@@ -291,6 +311,30 @@ class Recorder:
             if (lane == 0) & (base < cap):
                 _store_l2_last(self.trace, records + base, _pack(t, hi))
             base = base + 1
+        self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
+
+    @cute.jit
+    def _stage_when(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, when):
+        """``_stage`` outside a block for an event recorded only where ``when`` holds: the same
+        selects, predicated, and no dynamic ``if`` around the record (only around the flush)."""
+        header, cap, lane = self._inv
+        pos, base, st_lo, st_hi = self._state
+        hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
+        records = header + L.WARP_HEADER_WORDS
+        if const_expr(self.staged):
+            mine = (pos == lane) & when
+            st_lo = cutlass.select_(mine, t, st_lo)
+            st_hi = cutlass.select_(mine, hi, st_hi)
+            if (pos == 31) & when:
+                idx = base + lane
+                if idx < cap:
+                    _store_l2_last(self.trace, records + idx, _pack(st_lo, st_hi))
+                base = base + 32
+            pos = cutlass.select_(when, (pos + 1) & 31, pos)
+        else:
+            if (lane == 0) & (base < cap) & when:
+                _store_l2_last(self.trace, records + base, _pack(t, hi))
+            base = cutlass.select_(when, base + 1, base)
         self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
 
     @staticmethod

@@ -95,12 +95,13 @@ def test_repeated_launches_give_the_same_bits(schedule):
 
 
 @pytest.mark.parametrize("schedule", ["base", "pingpong"])
-@pytest.mark.parametrize("d, sk", [(64, 20000), (128, 20000), (128, 131072)])
-def test_tracing_does_not_change_the_output(schedule, d, sk):
+@pytest.mark.parametrize("d, sk, events", [(64, 20000, "core"), (128, 20000, "core"), (128, 131072, "core"),
+                                           (64, 20000, "stalls"), (128, 131072, "stalls")])
+def test_tracing_does_not_change_the_output(schedule, d, sk, events):
     q, k, v = _inputs(2, 2, 16, 2, sk, d, "bf16")
     plain = A.decode_attention(q, k, v, schedule=schedule)
-    buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule)
-    traced = A.decode_attention(q, k, v, schedule=schedule, trace=buf)
+    buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule, trace_events=events)
+    traced = A.decode_attention(q, k, v, schedule=schedule, trace=buf, trace_events=events)
     torch.cuda.synchronize()
     assert torch.equal(plain, traced)
     words = buf.cpu().numpy()
@@ -108,9 +109,12 @@ def test_tracing_does_not_change_the_output(schedule, d, sk):
 
     t = decode_buffer(words, grid_ctas=plan.n_ctas).table
     names = set(t.column("name").to_pylist())
-    # WAIT_K / WAIT_V appear only when a block had not landed yet: not required here.
+    # WAIT_K / WAIT_V appear only when a block had not landed yet (not required here), and
+    # only in the "stalls" event set.
     for ev in ("LOAD_Q", "LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV", "EPILOGUE"):
         assert ev in names, ev
+    if events == "core":
+        assert not names & {"WAIT_K", "WAIT_V"}
     # Every KV block left its four consumer spans in every consumer warp, and the producer its
     # two loads (the mainloop records through Recorder.open_block: nothing may be lost there).
     assert sum(t.column("dropped").to_pylist()) == 0
@@ -121,6 +125,29 @@ def test_tracing_does_not_change_the_output(schedule, d, sk):
     assert every.count("LOAD_K") == blocks and every.count("LOAD_V") == blocks
     if plan.n_splits > 1:
         assert "COMBINE" in names
+
+
+@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("blocks_per_split", [1, 2, 3])
+def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, blocks_per_split):
+    """The ping-pong producer's K1 and last V are recorded with ``when=`` (outside the dynamic
+    if that issues them): splits of 1, 2 and 3 blocks must show each load exactly once."""
+    from fa4trace.decode import decode_buffer
+
+    tile = A.DEFAULT_TILE_N[(128, schedule)]
+    n_blocks = 12
+    q, k, v = _inputs(1, 1, 16, 1, n_blocks * tile - 5, 128, "bf16")
+    splits = n_blocks // blocks_per_split
+    plain = A.decode_attention(q, k, v, schedule=schedule, num_splits=splits)
+    buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule, num_splits=splits)
+    traced = A.decode_attention(q, k, v, schedule=schedule, num_splits=splits, trace=buf)
+    torch.cuda.synchronize()
+    assert plan.n_splits == splits and torch.equal(plain, traced)
+    t = decode_buffer(buf.cpu().numpy(), grid_ctas=plan.n_ctas).table.to_pandas()
+    assert t["dropped"].sum() == 0
+    for ev in ("LOAD_K", "LOAD_V"):
+        spans = t[t.name == ev]
+        assert sorted(spans["iter"]) == list(range(n_blocks)), ev  # one span per block, no phantom K1
 
 
 @pytest.mark.parametrize("schedule", ["base", "pingpong"])
@@ -155,8 +182,8 @@ def test_waits_for_kv_are_recorded_where_the_stream_is_the_limit(schedule):
     """d128 at b 8, sk 131072 is memory-bound: consumers must be seen waiting for K/V blocks.
     (A blocking probe once hid every wait: the trace showed a consumer that never starved.)"""
     q, k, v = _inputs(8, 1, 16, 2, 131072, 128, "bf16")
-    buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule)
-    A.decode_attention(q, k, v, schedule=schedule, trace=buf)
+    buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule, trace_events="stalls")
+    A.decode_attention(q, k, v, schedule=schedule, trace=buf, trace_events="stalls")
     torch.cuda.synchronize()
     from fa4trace.decode import decode_buffer
 
