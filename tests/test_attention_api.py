@@ -268,6 +268,12 @@ def test_bench_table_ratios_and_overheads():
     assert row["trace ovh base/pp"] == "+4.0% / +5.0%"
     assert row["lead-warp ovh base/pp"] == "- / +2.0%"  # no base+tracelead row: a '-' cell
     assert row["stalls ovh base/pp"] == "+10.0% / +10.0%"
+    # with a "+ref" timing (the untraced kernel timed next to the traced ones) that is the reference
+    rows.append(A.BenchRow(s, "pingpong+ref", 20.5, 0.1, 3e-3, {}))
+    md = A.bench_table(rows).splitlines()
+    row = dict(zip(head, [c.strip() for c in md[2].strip("|").split("|")]))
+    assert row["trace ovh base/pp"] == "+4.0% / +2.4%" and row["pingpong µs (TB/s)"] == f"20.0 ({tbps:.2f})"
+    assert md[0] == "| " + " | ".join(head) + " |"  # +ref adds no column
     assert row["max rel err"] == "3.0e-03"
     assert row["pp % of 4.8"] == f"{100 * tbps / 4.8:.0f}%"
 
@@ -336,3 +342,13 @@ def test_traced_variants_are_found_by_their_event_set(tmp_path, monkeypatch):
     assert (fn(old, False), fn(old, True, "stalls")) == ("plain", "full")
     with pytest.raises(Fa4traceError, match="recording the 'core' event set.*rebuild"):
         fn(old, True)
+
+
+def test_bench_times_each_traced_variant_next_to_a_reference(monkeypatch):
+    seen = []
+    monkeypatch.setattr(A, "bench_shape", lambda shape, ks, **kw: seen.append(list(ks)) or [])
+    A.bench_run([A.Shape(1, 1, 16, 1, 131072, 128, "bf16"), A.Shape(1, 1, 16, 1, 4096, 128, "bf16")],
+                ["base", "pingpong", "cudnn"], log=lambda *a: None)
+    traced = ["+ref", "+trace", "+tracelead", "+tracestalls"]
+    assert seen[0] == ["base", "pingpong", "cudnn", *("base" + t for t in traced), *("pingpong" + t for t in traced)]
+    assert seen[1] == ["base", "pingpong", "cudnn"]  # overheads only at sk 131072, sq 1
