@@ -14,12 +14,13 @@ if [ -n "$FLOOR_SHAPES" ]; then
       --rounds 3 --json $OUT/floor.json > $OUT/floor.md 2>>$OUT/log.txt
 fi
 COST_SHAPES=${COST_SHAPES:-128:16:1:131072:1,128:16:1:131072:8,128:16:1:131072:32,128:16:2:131072:1,128:16:2:131072:8,128:16:2:131072:32,64:16:1:131072:1,64:16:1:131072:8,64:16:1:131072:32,64:16:2:131072:1,64:16:2:131072:8,64:16:2:131072:32}
-# each entry of $BUILDS: a build folder name, optionally :EVENTS (core | stalls; default core)
+# each entry of $BUILDS: a build folder name, optionally :EVENTS (core | stalls | an experiment
+# build's comma event list | none; default core)
 for be in ${BUILDS:-kernels}; do
   b=${be%%:*}; ev=core; [ "$b" != "$be" ] && ev=${be#*:}
   echo "== build/$b, $ev events" >> $OUT/cost.md
   FA4TRACE_BUILD=build/$b timeout 240 python3 benchmarks/trace_cost.py --schedule pingpong,base \
       --shapes $COST_SHAPES --rounds 3 --variants ${VARIANTS:-all,first,lead} --events $ev \
-      --json $OUT/cost_${b}_$ev.json >> $OUT/cost.md 2>>$OUT/log.txt
+      --json "$OUT/cost_${b}_$(echo "$ev" | tr -c 'A-Za-z0-9_\n' '-').json" >> $OUT/cost.md 2>>$OUT/log.txt
 done
 cat $OUT/floor.md $OUT/cost.md 2>/dev/null

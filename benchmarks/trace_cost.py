@@ -174,8 +174,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3,
                     help="time the whole list of variants this many times; report as fa4trace bench does "
                          "(the last of 2, the median of all but the first of 3 or more), every round in the JSON")
-    ap.add_argument("--events", default="core", choices=["core", "stalls"],
-                    help="the traced kernel's event set (stalls: core plus WAIT_K / WAIT_V)")
+    ap.add_argument("--events", default="core",
+                    help="the traced kernel's event set: core, stalls (core plus WAIT_K / WAIT_V), or the "
+                         "comma event list of an experiment build (attn_build.py --trace-events; none: no event)")
     ap.add_argument("--repeat-all", type=int, default=0, help="time the all buffer n more times, then n fresh ones")
     ap.add_argument("--variants", default="", help="comma list: time only these of " + ",".join(ALL_VARIANTS))
     ap.add_argument("--once", help="comma list of variants: one launch each at the first shape "

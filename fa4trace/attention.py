@@ -66,12 +66,23 @@ DEFAULT_CTAS_PER_SM = {(64, "base"): 1, (128, "base"): 1, (64, "pingpong"): 1, (
 
 
 def trace_event_ids(events: str) -> frozenset:
-    """Event ids a traced variant of this event set compiles in (the others compile to nothing)."""
-    if events not in TRACE_EVENTS:
-        raise ValueError(f"trace_events must be one of {', '.join(TRACE_EVENTS)}, got {events!r}")
+    """Event ids a traced variant of this event set compiles in (the others compile to nothing).
+
+    ``events``: a name of ``TRACE_EVENTS``; for experiments also a comma list of event names
+    ("none" for no event), which JIT compiles and experiment builds (``benchmarks/attn_build.py
+    --trace-events``) hold, but ``fa4trace build`` does not."""
     from .vocab import VOCAB
 
-    return frozenset(VOCAB.event(n).id for n in TRACE_EVENTS[events])
+    if not isinstance(events, str):
+        raise ValueError(f"trace_events must be one of {', '.join(TRACE_EVENTS)}, got {events!r}")
+    if events in TRACE_EVENTS:
+        return frozenset(VOCAB.event(n).id for n in TRACE_EVENTS[events])
+    names = [n for n in events.split(",") if n and n != "none"]
+    known = {e.name for e in VOCAB.events}
+    if (not names and events != "none") or any(n not in known for n in names):
+        raise ValueError(f"trace_events must be one of {', '.join(TRACE_EVENTS)} (or a comma list of event "
+                         f"names), got {events!r}")
+    return frozenset(VOCAB.event(n).id for n in names)
 
 
 # ----------------------------------------------------------------------------------------

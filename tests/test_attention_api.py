@@ -83,6 +83,10 @@ def test_trace_event_sets():
 def test_unknown_event_set_is_refused_before_any_gpu_work():
     q, k, v = _qkv()
     assert "trace_events must be one of core, stalls" in _err(A.decode_attention, q, k, v, trace_events="all")
+    assert "trace_events must be one of core, stalls" in _err(A.decode_attention, q, k, v, trace_events="QK,NOPE")
+    # experiment builds: a comma list of event names, or none
+    assert A.trace_event_ids("none") == frozenset()
+    assert A.trace_event_ids("QK,PV") == A.trace_event_ids("PV,QK") and len(A.trace_event_ids("QK,PV")) == 2
 
 
 def test_valid_shapes_pass():
