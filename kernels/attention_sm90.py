@@ -333,7 +333,9 @@ class DecodeAttentionSm90:
                 b_idx, h_idx, n_begin, count):
         """Warp 4: TMA loads of this split's K and V blocks, as fast as stages free up."""
         tile_n, d = self.tile_n, self.d
-        rec = Recorder.start(trace, role=ROLE.PRODUCER, events=self.trace_events)
+        # settle=False: K0 goes out before the warp waits for the trace buffer's header (its
+        # slot is claimed right after); see Recorder.start.
+        rec = Recorder.start(trace, role=ROLE.PRODUCER, events=self.trace_events, settle=False)
         gK = cute.local_tile(tma_k[None, None, h_idx, b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
         gV = cute.local_tile(tma_v[None, None, h_idx, b_idx], (d, tile_n), (0, None))  # (d, n, blocks)
         tKsK, tKgK = cpasync.tma_partition(tma_atom_k, 0, cute.make_layout(1),
@@ -352,6 +354,7 @@ class DecodeAttentionSm90:
         # at 0.27 us and the first QK 0.5 us earlier (BENCHMARKS.md, fifth session). The
         # producer waits only for the Q loads to be *issued* (tens of ns), not to land.
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
+        rec = rec.settle()
         cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
         if const_expr(self.schedule == "pingpong"):
             # K1's records go outside `if count > 1` (``when=``): recorded inside it, they made
@@ -455,7 +458,8 @@ class DecodeAttentionSm90:
                 b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_comb,
                 comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks):
         d, tile_n = self.d, self.tile_n
-        rec = Recorder.start(trace, role=ROLE.CONSUMER, events=self.trace_events)
+        # settle=False: the Q loads go out before the warp waits for the trace buffer's header.
+        rec = Recorder.start(trace, role=ROLE.CONSUMER, events=self.trace_events, settle=False)
         # The arrival counter's value at the start of this launch, read long before this split
         # can finish: the last arrival advances it only after every CTA has arrived.
         base0 = Int32(0)
@@ -464,6 +468,7 @@ class DecodeAttentionSm90:
         rec.begin(EV.LOAD_Q, m_block)
         self.load_q(mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total)
         rec.end(EV.LOAD_Q, m_block)
+        rec = rec.settle()
         thr_qk = tiled_mma_qk.get_slice(tidx)
         thr_pv = tiled_mma_pv.get_slice(tidx)
         tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ))  # (MMA, 1, d/16)

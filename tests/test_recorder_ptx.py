@@ -29,13 +29,21 @@ KERNELS = textwrap.dedent('''
     STAGED = os.environ.get("STAGED", "1") == "1"
     BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
     WHEN = os.environ.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
+    SETTLE = os.environ.get("SETTLE", "now")  # now | later (start(settle=False) ... settle()) | never
     # EVENTS: comma names of the events that record ("" = none); unset = all
     EVENTS = None if "EVENTS" not in os.environ else [getattr(EV, n) for n in os.environ["EVENTS"].split(",") if n]
 
     @cute.kernel
     def traced(x: cute.Tensor, trace: Optional[cute.Tensor], n: Int32):
-        rec = Recorder.start(trace, ROLE.BENCH, timebase=TB, staged=STAGED, events=EVENTS)
+        rec = Recorder.start(trace, ROLE.BENCH, timebase=TB, staged=STAGED, events=EVENTS,
+                             settle=SETTLE == "now")
         tid, _, _ = cute.arch.thread_idx()
+        if const_expr(SETTLE != "now"):
+            rec.begin(EV.LOAD_Q, 0)
+            x[tid] = x[tid] + Float32(1.0)  # the warp's first work, before it claims its slot
+            rec.end(EV.LOAD_Q, 0)
+        if const_expr(SETTLE == "later"):
+            rec = rec.settle()
         acc = Float32(0)
         for i in cutlass.range(n):
             if const_expr(BLOCK > 0):
@@ -184,3 +192,16 @@ def test_when_records_without_a_branch_around_the_record(tmp_path):
     assert predicated.count("selp.b32") > branched.count("selp.b32")
     r = _run("sm_90a", "traced", tmp_path, WHEN="1", BLOCK="3")
     assert r.returncode != 0 and "when= is not allowed inside open_block" in r.stderr
+
+
+def test_settle_later_issues_the_header_loads_before_the_first_work(tmp_path):
+    """start(settle=False): the anchor and the header loads first, the warp's own first work,
+    then the slot (settle). Without settle the compile fails and says why."""
+    ptx = _body(_ptx("sm_90a", "traced", tmp_path, SETTLE="later"))
+    anchor = ptx.index("%globaltimer")
+    header_loads = [m.start() for m in re.finditer(r"ld\.global\.b64", ptx)][:3]  # g1..g3
+    first_work = ptx.index("add.f32")
+    header_store = ptx.index("st.global.b64")
+    assert len(header_loads) == 3 and anchor < header_loads[0] and header_loads[-1] < first_work < header_store
+    r = _run("sm_90a", "traced", tmp_path, SETTLE="never")
+    assert r.returncode != 0 and "needs rec = rec.settle() first" in r.stderr

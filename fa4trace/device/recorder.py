@@ -64,7 +64,7 @@ class Recorder:
     # changes (a dynamic if or loop body: pos may differ per path).
     _block_lane_offset = None
 
-    def __init__(self, trace, role, timebase, staged, state, invariants, events=None):
+    def __init__(self, trace, role, timebase, staged, state, invariants, events=None, pending=None):
         # Static (Python) configuration: never changes, copied as is through loops.
         self.trace = trace
         self.role = role
@@ -77,7 +77,10 @@ class Recorder:
         self._state = state
         # DSL values fixed at start (defined before any loop, so they dominate its body):
         # slot index of the warp header, capacity (0 = this warp does not record), lane.
+        # Before ``settle`` (``start(settle=False)``): (None, None, lane).
         self._inv = invariants
+        # Before ``settle``: (start anchor globaltimer, clock64, header words g1..g3 as loaded).
+        self._pending = pending
 
     # ---- DSL value protocol: lets cutlass.range / dynamic if carry the recorder ----------
     def __extract_mlir_values__(self):
@@ -88,7 +91,8 @@ class Recorder:
 
     def __new_from_mlir_values__(self, values):
         state = [Int32(v) for v in values[:4]] if self._state else []
-        return Recorder(self.trace, self.role, self.timebase, self.staged, state, self._inv, self.events)
+        return Recorder(self.trace, self.role, self.timebase, self.staged, state, self._inv, self.events,
+                        self._pending)
 
     @property
     def enabled(self) -> bool:
@@ -102,11 +106,20 @@ class Recorder:
     # ---- creation -----------------------------------------------------------------------
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64, staged: bool = True, events=None) -> "Recorder":
+              timebase: int = L.TIMEBASE_CLOCK64, staged: bool = True, events=None,
+              settle: bool = True) -> "Recorder":
         """Claim this warp's slot and write the start of its header. Call once per warp.
 
         ``events``: ids of the events that record (a subset costs fewer instructions: the
         others compile to nothing, as with ``trace=None``); None records every event.
+
+        ``settle=False``: take the start anchor and issue the loads of the buffer header, but
+        do not wait for them; ``rec = rec.settle()`` later, in the same straight-line code,
+        claims the slot. In between the warp can issue its first loads and record up to 31
+        events (staged, no dynamic ``if`` or loop). Why: the slot needs the header words, and
+        a warp that waits for them first starts its real work an L2 round trip late (decode
+        attention on the H200: the producer's first TMA and the consumers' Q loads waited
+        behind them and a division; at b 1 the recorder's fixed cost was ~0.4 us, +2%).
         """
         Recorder._block_budget = None  # a failed compile may have left a block open
         Recorder._block_lane_offset = None
@@ -114,17 +127,52 @@ class Recorder:
             return Recorder(None, role, timebase, staged, [], None)
         if timebase not in L.TIMEBASE_NAMES:
             raise ValueError(f"unknown timebase {timebase}")
-        rec = Recorder._start(trace, role, timebase, staged)
+        pending = Recorder._begin_slot(trace, timebase)
+        if settle:
+            inv = Recorder._claim_slot(trace, role, timebase, *pending)
+            rec = Recorder(trace, role, timebase, staged, Recorder._zero_state(), inv)
+        else:
+            if not staged:
+                raise ValueError("start(settle=False) needs the staged mode (lane mode stores each record at once)")
+            rec = Recorder(trace, role, timebase, staged, Recorder._zero_state(),
+                           (None, None, cute.arch.lane_idx()), pending=pending)
+            # the events before settle are an implicit block: staged, no flush, lanes by count
+            Recorder._block_budget = 31
         if events is not None:
             rec.events = frozenset(int(e) for e in events)
         return rec
 
+    def settle(self) -> "Recorder":
+        """Claim the slot of a ``start(settle=False)`` recorder (waits for the header loads);
+        use the returned recorder. No-op when tracing is off."""
+        if const_expr(self.trace is None):
+            return self
+        if self._pending is None:
+            raise RuntimeError("fa4trace: settle() without start(settle=False), or twice")
+        Recorder._block_budget = None
+        Recorder._block_lane_offset = None
+        inv = Recorder._claim_slot(self.trace, self.role, self.timebase, *self._pending)
+        return Recorder(self.trace, self.role, self.timebase, self.staged, self._state, inv, self.events)
+
+    def _settled(self):
+        if self._pending is not None:
+            raise RuntimeError("fa4trace: this recorder needs rec = rec.settle() first (start(settle=False))")
+
+    @staticmethod
+    def _zero_state():
+        return [Int32(0), Int32(0), Int32(0), Int32(0)]
+
     @staticmethod
     @cute.jit
-    def _start(trace: cute.Tensor, role, timebase: cutlass.Constexpr, staged: cutlass.Constexpr):
-        g1 = trace[1]
-        g2 = trace[2]
-        g3 = trace[3]
+    def _begin_slot(trace: cute.Tensor, timebase: cutlass.Constexpr):
+        """The start anchor, then the header loads (issued; nothing here waits for them)."""
+        gt0, clk0 = _edge_anchor()
+        return gt0, clk0, trace[1], trace[2], trace[3]
+
+    @staticmethod
+    @cute.jit
+    def _claim_slot(trace: cute.Tensor, role, timebase: cutlass.Constexpr, gt0, clk0, g1, g2, g3):
+        """This warp's slot from the header words; writes the start of its warp header."""
         slot_words = Int32(g1 & _LO32)
         warps = Int32(g1 >> 32)
         cta_first = Int32(g2 & _LO32)
@@ -150,7 +198,6 @@ class Recorder:
         header = cutlass.select_(active, header, Int32(0))
         cap = cutlass.select_(active, slot_words - L.WARP_HEADER_WORDS, Int32(0))
 
-        gt0, clk0 = _edge_anchor()
         if active & (lane == 0):
             w0 = L.WARP_MAGIC | (L.FORMAT_VERSION << 32) | (timebase << 40)
             trace[header + L.W_MAGIC] = Int64(w0) | (Int64(role) << 48)
@@ -158,8 +205,7 @@ class Recorder:
             trace[header + L.W_WARP] = Int64(warp)
             trace[header + L.W_GT0] = gt0
             trace[header + L.W_CLK0] = clk0
-        return Recorder(trace, role, timebase, staged, [Int32(0), Int32(0), Int32(0), Int32(0)],
-                        (header, cap, lane))
+        return header, cap, lane
 
     # ---- events -------------------------------------------------------------------------
     def begin(self, event: int, payload=None, *, when=None):
@@ -232,6 +278,7 @@ class Recorder:
 
     @cute.jit
     def _make_room(self, n: cutlass.Constexpr):
+        self._settled()
         pos, base, st_lo, st_hi = self._state
         if pos > 32 - n:  # write lanes 0..pos-1 (pos <= 32)
             self._write_staged()
@@ -242,6 +289,7 @@ class Recorder:
     @cute.jit
     def _write_staged(self):
         """Store the records staged so far (lanes 0..pos-1) at base.., bounds-checked."""
+        self._settled()
         header, cap, lane = self._inv
         pos, base, st_lo, st_hi = self._state
         idx = base + lane
@@ -290,7 +338,9 @@ class Recorder:
         # word, the pos add, and a compare + branch for the flush. Keeping pos (0..31) apart
         # from base avoids the masks and extra induction variables a single cursor costs.
         hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
-        records = header + L.WARP_HEADER_WORDS
+        if const_expr(not in_block):  # a record that may be stored now: the slot must be known
+            self._settled()
+            records = header + L.WARP_HEADER_WORDS
         if const_expr(self.staged):
             if const_expr(in_block):
                 mine = self._block_lane_is(pos, lane)
@@ -317,6 +367,7 @@ class Recorder:
     def _stage_when(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, when):
         """``_stage`` outside a block for an event recorded only where ``when`` holds: the same
         selects, predicated, and no dynamic ``if`` around the record (only around the flush)."""
+        self._settled()
         header, cap, lane = self._inv
         pos, base, st_lo, st_hi = self._state
         hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
@@ -353,6 +404,7 @@ class Recorder:
     def finish(self):
         """Flush staged records and close the header (end anchors, written/dropped counts)."""
         if const_expr(self.trace is not None):
+            self._settled()
             self._finish()
 
     @cute.jit
@@ -446,12 +498,12 @@ class SegmentRecorder:
             raise ValueError(f"unknown timebase {timebase}")
         if cursor not in ("gmem", "smem"):
             raise ValueError(f"cursor must be 'gmem' or 'smem', got {cursor!r}")
-        base = Recorder._start(trace, role, timebase, False)
+        inv = Recorder._claim_slot(trace, role, timebase, *Recorder._begin_slot(trace, timebase))
         smem = None
         if cursor == "smem":
             ptr = cute.arch.alloc_smem(Int32, 32, alignment=16)
             smem = (cute.make_tensor(ptr, cute.make_layout(32)), cute.arch.warp_idx() % 32)
-        rec = SegmentRecorder(trace, role, timebase, base._inv, smem)
+        rec = SegmentRecorder(trace, role, timebase, inv, smem)
         rec._store_cursor(Int32(0))
         return rec
 
