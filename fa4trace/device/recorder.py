@@ -255,6 +255,7 @@ class Recorder:
         """
         if const_expr(self.trace is None or not self.staged):
             return self
+        self._settled()
         if Recorder._block_budget is not None:
             raise RuntimeError("fa4trace: open_block inside an open block (close it first)")
         if not 1 <= n <= 32:
