@@ -117,11 +117,17 @@ def run_shape(d, hq, hkv, sk, b, schedule, replays, rounds=1):
     _, plan = A._resolve(shape, schedule, True, None, sets[0][0].device, trace_events=EVENTS)
     row = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "schedule": schedule, "ctas": plan.n_ctas}
     keep = {}
-    for rnd in range(rounds):  # every round times every variant again, same buffers, same order
-        for variant in VARIANTS + tuple(EXTRA):
+    names = list(VARIANTS + tuple(EXTRA))
+    for rnd in range(rounds):  # every round times every variant again, same buffers
+        # Rotated by one place per round: on the H200 (at its power cap) where a variant sits in
+        # a pass moved it by up to 5-9% at d64 b 8 (eighth session), a fixed order biased the
+        # later columns.
+        for variant in names[rnd % len(names):] + names[:rnd % len(names)]:
             if variant in keep:
                 buf = keep[variant]
-            elif variant.startswith("all."):
+            elif variant.startswith("all."):  # the all buffer again (made here if rotation put it first)
+                if "all" not in keep:
+                    keep["all"] = buffer_for("all", plan, "cuda")
                 buf = keep["all"]
             else:
                 buf = None if variant == "plain" else buffer_for(variant, plan, "cuda")
