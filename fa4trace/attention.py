@@ -851,8 +851,10 @@ def bench_matrix(*, quick: bool = False) -> list[Shape]:
 
 
 def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True, rounds: int = 2,
-              log=print) -> list[BenchRow]:
-    """bench_shape over shapes; adds the traced variants at sk 131072, sq 1 (tracing overhead)."""
+              log=print, power=None) -> list[BenchRow]:
+    """bench_shape over shapes; adds the traced variants at sk 131072, sq 1 (tracing overhead).
+    ``power``: a running ``fa4trace.power_log.PowerLog``; each row then carries the GPU's clock
+    and power state during its shape (``extra["gpu_state"]``)."""
     import time
 
     rows = []
@@ -868,11 +870,18 @@ def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True
                 if sched in SCHEDULES:
                     ks += [sched + sfx + at + opt for sfx in ("+ref", "+trace", "+tracelead", "+tracestalls")]
         t = time.time()
+        t0 = power.now() if power is not None else None
         r = bench_shape(shape, ks, replays=replays, seed=i, rounds=rounds)
+        state = power.summary(t0, power.now()) if power is not None else None
+        if state is not None:
+            for x in r:
+                x.extra["gpu_state"] = state
         rows += r
         cells = " ".join(f"{x.kernel}={x.us:.1f}" for x in r)
+        note = "" if state is None else (f"; SM {state['sm_mhz_min']}-{state['sm_mhz_max']} MHz, power cap "
+                                         f"{100 * state['power_cap_share']:.0f}% of samples")
         log(f"[{i + 1}/{len(shapes)}] d{shape.d} {shape.hq}:{shape.hkv} sk={shape.sk} b={shape.b} sq={shape.sq}: "
-            f"{cells} ({time.time() - t:.1f} s)")
+            f"{cells} ({time.time() - t:.1f} s{note})")
     return rows
 
 
@@ -922,6 +931,16 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
         errs = [r.rel_err for r in ks.values() if r.rel_err == r.rel_err]
         cells.append(f"{max(errs):.1e}" if errs else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    capped = []
+    for shape, ks in by_shape.items():
+        st = next((r.extra["gpu_state"] for r in ks.values() if "gpu_state" in r.extra), None)
+        if st is not None and (st["power_cap_share"] >= 0.1 or st["thermal_share"] > 0):
+            capped.append(f"d{shape.d} {shape.hq}:{shape.hkv} sk {shape.sk} b {shape.b} sq {shape.sq} "
+                          f"({100 * st['power_cap_share']:.0f}% power cap, {100 * st['thermal_share']:.0f}% "
+                          f"thermal, SM {st['sm_mhz_min']}-{st['sm_mhz_max']} MHz)")
+    if capped:
+        lines += ["", "GPU clock lowered by its power or thermal limit during: " + "; ".join(capped)
+                  + " (nvidia-smi samples; `gpu_state` in bench.json)."]
     return "\n".join(lines)
 
 
@@ -956,12 +975,17 @@ def bench_cli(argv=None) -> int:
         if not hasattr(shapes[0], key):
             raise ValueError(f"--only: unknown key {key!r} (use d, hq, hkv, sk, b, sq)")
         shapes = [s for s in shapes if str(getattr(s, key)) == val]
+    from .power_log import PowerLog
+
     dev = gpu_facts(0)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     print(f"{dev['name']} ({dev['sm_count']} SMs, driver {dev['driver']}, torch {dev['torch']}) {date}", flush=True)
-    rows = bench_run(shapes, [k for k in args.kernels.split(",") if k], replays=args.replays,
-                     trace_overhead=not args.no_trace_overhead, rounds=args.rounds,
-                     log=lambda m: print(m, flush=True))
+    with PowerLog() as power:
+        if not power.enabled:
+            print(f"(no clock/power log: {power.why_off})", flush=True)
+        rows = bench_run(shapes, [k for k in args.kernels.split(",") if k], replays=args.replays,
+                         trace_overhead=not args.no_trace_overhead, rounds=args.rounds,
+                         log=lambda m: print(m, flush=True), power=power if power.enabled else None)
     md = bench_table(rows)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:

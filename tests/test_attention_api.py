@@ -356,3 +356,35 @@ def test_bench_times_each_traced_variant_next_to_a_reference(monkeypatch):
     traced = ["+ref", "+trace", "+tracelead", "+tracestalls"]
     assert seen[0] == ["base", "pingpong", "cudnn", *("base" + t for t in traced), *("pingpong" + t for t in traced)]
     assert seen[1] == ["base", "pingpong", "cudnn"]  # overheads only at sk 131072, sq 1
+
+
+def test_power_log_reads_a_polling_nvidia_smi(tmp_path):
+    """PowerLog against a stand-in nvidia-smi (one GPU, lines as the real one prints them with
+    --format=csv,noheader,nounits): samples parse, the power-cap share and clock range come out,
+    and the bench table names the capped shape."""
+    import stat
+    import time
+
+    from fa4trace.power_log import PowerLog, parse_line
+
+    assert parse_line("1830, 701.20, 700.00, 0x0000000000000004") == (1830, 701.2, 700.0, 4)
+    assert parse_line("[N/A], [N/A], 700.00, 0x0") is None and parse_line("clocks.sm, power") is None
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n"
+                    'if [ "$1" = "-L" ]; then echo "GPU 0: NVIDIA H200 (UUID: GPU-x)"; exit 0; fi\n'
+                    "while true; do echo '1980, 650.00, 700.00, 0x0000000000000000'; "
+                    "echo '1800, 702.50, 700.00, 0x0000000000000004'; sleep 0.05; done\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    with PowerLog(period_ms=50, exe=str(fake)) as log:
+        assert log.enabled
+        t0 = log.now()
+        time.sleep(0.5)
+        st = log.summary(t0, log.now())
+    assert st is not None and st["samples"] >= 4
+    assert (st["sm_mhz_min"], st["sm_mhz_max"], st["power_w_max"]) == (1800, 1980, 702.5)
+    assert 0.3 <= st["power_cap_share"] <= 0.7 and st["thermal_share"] == 0
+    s = A.Shape(1, 1, 16, 1, 131072, 128, "bf16")
+    md = A.bench_table([A.BenchRow(s, "pingpong", 20.0, 0.1, 2e-3, {"gpu_state": st})])
+    assert "power cap" in md.splitlines()[-1] and "sk 131072 b 1" in md.splitlines()[-1]
+    with PowerLog(exe=str(tmp_path / "missing")) as off:
+        assert not off.enabled and off.summary(0, 1e12) is None
