@@ -10,6 +10,11 @@ same process, same inputs:
 - ``read``       a plain streaming read of the shape's K and V (16-byte loads, grid-stride, one
                  word written per block), the best of several grid sizes: the fastest any kernel
                  can consume this KV in one launch, with no compute, no Q, no combine;
+- ``bulk``       the same bytes through shared memory with 1-D TMA bulk copies
+                 (``cp.async.bulk``, one CTA per SM, one issuing thread, ~192 KB in flight), the
+                 best of ``BULK_CONFIGS``: the floor for a kernel fed by TMA, as ours is (the LDG
+                 read is not an upper bound for it: our kernel streamed 4.66 TB/s at d128 16:2
+                 b 32 where the LDG read of the largest shapes reaches ~4.50);
 - ``pingpong``   ours (the AOT build in ``$FA4TRACE_BUILD``), and ``cudnn`` for reference.
 
 The read kernel is compiled by CuPy (NVRTC) on the GPU machine; it needs nothing from the
@@ -40,7 +45,57 @@ extern "C" __global__ void read2(const uint4* __restrict__ a, const uint4* __res
     }
     if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // practically never: keeps the loads live
 }
+
+// Stream [a | b] through shared memory with 1-D TMA bulk copies (cp.async.bulk), one issuing
+// thread per CTA, `stages` buffers of `stage_bytes` in flight: the floor for a kernel that
+// feeds its KV through TMA into shared memory (as the decode kernel does), with no compute.
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+extern "C" __global__ void read_bulk(const char* __restrict__ a, const char* __restrict__ b,
+                                     long long n_each, int stage_bytes, int stages) {
+    extern __shared__ __align__(128) unsigned char buf[];
+    __shared__ __align__(8) unsigned long long bars[16];
+    const long long pieces = 2 * n_each / stage_bytes;  // the host makes stage_bytes divide n_each
+    const long long per = (pieces + gridDim.x - 1) / gridDim.x;
+    const long long p0 = blockIdx.x * per;
+    const long long p1 = p0 + per < pieces ? p0 + per : pieces;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(&bars[s])));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x != 0 || p0 >= p1) return;
+    auto issue = [&](long long p, int s) {
+        const long long off = p * stage_bytes;
+        const char* src = off < n_each ? a + off : b + (off - n_each);
+        const unsigned bar = smem_u32(&bars[s]);
+        const unsigned dst = smem_u32(buf + static_cast<long long>(s) * stage_bytes);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(stage_bytes) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     :: "r"(dst), "l"(src), "r"(stage_bytes), "r"(bar) : "memory");
+    };
+    for (long long p = p0; p < p1 && p - p0 < stages; ++p) issue(p, static_cast<int>(p - p0));
+    unsigned parity = 0;  // bit s: the phase stage s waits for next
+    int s = 0;
+    for (long long p = p0; p < p1; ++p, s = (s + 1 == stages) ? 0 : s + 1) {
+        const unsigned bar = smem_u32(&bars[s]);
+        const unsigned ph = (parity >> s) & 1u;
+        unsigned done = 0;
+        while (!done) {
+            asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n"
+                         " selp.u32 %0, 1, 0, q;\n}" : "=r"(done) : "r"(bar), "r"(ph) : "memory");
+        }
+        parity ^= 1u << s;
+        if (p + stages < p1) issue(p + stages, s);
+    }
+}
 """
+# (stage bytes, stages) of the bulk read: ~192 KB in flight per SM, as the decode kernel keeps
+# (d128 ping-pong: 6 x 32 KB), in three granularities.
+BULK_CONFIGS = ((16 << 10, 12), (32 << 10, 6), (64 << 10, 3))
 
 
 def main():
@@ -58,7 +113,7 @@ def main():
     from fa4trace import attention as A
 
     mod = cp.RawModule(code=_SRC)
-    noop, read2 = mod.get_function("noop"), mod.get_function("read2")
+    noop, read2, read_bulk = mod.get_function("noop"), mod.get_function("read2"), mod.get_function("read_bulk")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = cp.zeros(sms * 64, dtype=cp.uint32)
     grids = [(sms * k, t) for k in (1, 2, 4, 8) for t in (256, 512, 1024) if k * t <= 2048]
@@ -70,8 +125,9 @@ def main():
         return run
 
     rows = []
-    print("| shape | KV MB | noop µs | read µs (TB/s, grid) | pingpong µs (TB/s) | cudnn µs (TB/s) |", flush=True)
-    print("|---|---|---|---|---|---|", flush=True)
+    print("| shape | KV MB | noop µs | read µs (TB/s, grid) | bulk read µs (TB/s, stages) | pingpong µs (TB/s) "
+          "| cudnn µs (TB/s) |", flush=True)
+    print("|---|---|---|---|---|---|---|", flush=True)
     for spec in args.shapes.split(","):
         d, hq, hkv, sk, b = (int(x) for x in spec.split(":"))
         shape = A.Shape(b, 1, hq, hkv, sk, d, "bf16")
@@ -92,6 +148,19 @@ def main():
                 lambda i, g=g, th=th: read2((g,), (th,), (kv[i][0], kv[i][1], cp.int64(n16), out))))
         best = min(reads, key=reads.get)
         r["read_us"], r["read_grid"], r["read_all"] = reads[best], best, reads
+        n_each = sets[0][1].numel() * 2  # bytes of K (and of V)
+        bulks = {}
+        for stage, stages in BULK_CONFIGS:
+            if n_each % stage:
+                continue
+            smem = stage * stages
+            read_bulk.max_dynamic_shared_size_bytes = smem
+            bulks[f"{stage >> 10}KBx{stages}"] = t(on_torch_stream(
+                lambda i, stage=stage, stages=stages, smem=smem: read_bulk(
+                    (sms,), (32,), (kv[i][0], kv[i][1], cp.int64(n_each), cp.int32(stage), cp.int32(stages)),
+                    shared_mem=smem)))
+        bbest = min(bulks, key=bulks.get) if bulks else None
+        r["bulk_us"], r["bulk_cfg"], r["bulk_all"] = (bulks[bbest] if bbest else None), bbest, bulks
         kv.clear()
         sets.clear()
         torch.cuda.empty_cache()
@@ -108,6 +177,8 @@ def main():
 
         print(f"| {r['shape']} | {r['kv_bytes'] / 2**20:.0f} | {r['noop_us']:.2f} | "
               f"{r['read_us']:.1f} ({r['kv_bytes'] / r['read_us'] / 1e6:.2f}, {best}) | "
+              + ("-" if r["bulk_us"] is None else
+                 f"{r['bulk_us']:.1f} ({r['kv_bytes'] / r['bulk_us'] / 1e6:.2f}, {r['bulk_cfg']})") + " | "
               f"{cell(r['pingpong_us'], r['io_bytes'])} | {cell(r['cudnn_us'], r['io_bytes'])} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
