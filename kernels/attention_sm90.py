@@ -361,11 +361,8 @@ class DecodeAttentionSm90:
             # ptxas move the *consumers'* stage indices, phases and wgmma descriptors from
             # uniform to vector registers for their whole mainloop (SASS of the traced d64
             # ping-pong: 512 vs 463 instructions per two steps, 32 R2UR; untraced 377).
-            has_k1 = count > 1
-            rec.begin(EV.LOAD_K, n_begin + 1, when=has_k1)
-            if has_k1:
-                k_state = self.issue_kv(pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + 1)
-            rec.end(EV.LOAD_K, n_begin + 1, when=has_k1)
+            rec, k_state = self.load_kv_if(count > 1, rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK,
+                                           n_begin + 1)
         rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
 
         if const_expr(self.schedule == "pingpong"):
@@ -375,11 +372,8 @@ class DecodeAttentionSm90:
                 rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
                 rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
                 rec = rec.close_block()
-            has_last_v = count > 1
-            rec.begin(EV.LOAD_V, n_begin + count - 1, when=has_last_v)
-            if has_last_v:
-                v_state = self.issue_kv(pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + count - 1)
-            rec.end(EV.LOAD_V, n_begin + count - 1, when=has_last_v)
+            rec, v_state = self.load_kv_if(count > 1, rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV,
+                                           n_begin + count - 1)
         else:
             for j in cutlass.range(1, count, unroll=1):
                 rec = rec.open_block(4)
@@ -394,6 +388,16 @@ class DecodeAttentionSm90:
         rec.begin(event, n_block)
         state = self.issue_kv(pipe, state, atom, gsrc, sdst, n_block)
         rec.end(event, n_block)
+        return rec, state
+
+    @cute.jit
+    def load_kv_if(self, cond, rec: Recorder, event: cutlass.Constexpr, pipe, state, atom, gsrc, sdst, n_block):
+        """``load_kv`` where the runtime ``cond`` holds; the records go outside the dynamic if
+        (``when=``, see the K1 note in ``produce``)."""
+        rec.begin(event, n_block, when=cond)
+        if cond:
+            state = self.issue_kv(pipe, state, atom, gsrc, sdst, n_block)
+        rec.end(event, n_block, when=cond)
         return rec, state
 
     @cute.jit

@@ -312,13 +312,10 @@ class Recorder:
         else:
             t = Int32(cute.arch.clock64())
         in_block = self._take_block_slot()
-        if when is None:
-            self._stage(tag, payload, t, in_block)
-        else:
-            if in_block:
-                raise RuntimeError("fa4trace: when= is not allowed inside open_block (a block's events "
-                                   "find their staging lane by their count)")
-            self._stage_when(tag, payload, t, when)
+        if when is not None and in_block:
+            raise RuntimeError("fa4trace: when= is not allowed inside open_block (a block's events "
+                               "find their staging lane by their count)")
+        self._stage(tag, payload, t, in_block, when)
 
     def _take_block_slot(self) -> bool:
         """Trace time: True if this event is one of an open block's reserved ones."""
@@ -331,7 +328,11 @@ class Recorder:
         return True
 
     @cute.jit
-    def _stage(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, in_block: cutlass.Constexpr = False):
+    def _stage(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, in_block: cutlass.Constexpr = False,
+               when=None):
+        """Stage (or, in lane mode, store) one record. ``when`` (outside blocks only): a runtime
+        condition; the record, its flush and the cursor moves are predicated on it, so no
+        dynamic ``if`` surrounds the record (only the flush)."""
         header, cap, lane = self._inv
         pos, base, st_lo, st_hi = self._state
         # Per event the SASS is about: CS2R.32 (timer, often predicated straight into the
@@ -347,46 +348,35 @@ class Recorder:
                 mine = self._block_lane_is(pos, lane)
             else:
                 mine = pos == lane
+            if const_expr(when is not None):
+                mine = mine & when
             st_lo = cutlass.select_(mine, t, st_lo)
             st_hi = cutlass.select_(mine, hi, st_hi)
             if const_expr(in_block):
                 pos = pos + 1  # open_block made the room; close_block writes a full staging
             else:
-                if pos == 31:
+                full = pos == 31
+                if const_expr(when is not None):
+                    full = full & when
+                if full:
                     idx = base + lane
                     if idx < cap:
                         _store_l2_last(self.trace, records + idx, _pack(st_lo, st_hi))
                     base = base + 32
-                pos = (pos + 1) & 31
+                if const_expr(when is None):
+                    pos = (pos + 1) & 31
+                else:
+                    pos = cutlass.select_(when, (pos + 1) & 31, pos)
         else:
-            if (lane == 0) & (base < cap):
+            store = (lane == 0) & (base < cap)
+            if const_expr(when is not None):
+                store = store & when
+            if store:
                 _store_l2_last(self.trace, records + base, _pack(t, hi))
-            base = base + 1
-        self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
-
-    @cute.jit
-    def _stage_when(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, when):
-        """``_stage`` outside a block for an event recorded only where ``when`` holds: the same
-        selects, predicated, and no dynamic ``if`` around the record (only around the flush)."""
-        self._settled()
-        header, cap, lane = self._inv
-        pos, base, st_lo, st_hi = self._state
-        hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
-        records = header + L.WARP_HEADER_WORDS
-        if const_expr(self.staged):
-            mine = (pos == lane) & when
-            st_lo = cutlass.select_(mine, t, st_lo)
-            st_hi = cutlass.select_(mine, hi, st_hi)
-            if (pos == 31) & when:
-                idx = base + lane
-                if idx < cap:
-                    _store_l2_last(self.trace, records + idx, _pack(st_lo, st_hi))
-                base = base + 32
-            pos = cutlass.select_(when, (pos + 1) & 31, pos)
-        else:
-            if (lane == 0) & (base < cap) & when:
-                _store_l2_last(self.trace, records + base, _pack(t, hi))
-            base = cutlass.select_(when, base + 1, base)
+            if const_expr(when is None):
+                base = base + 1
+            else:
+                base = cutlass.select_(when, base + 1, base)
         self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
 
     @staticmethod
