@@ -85,6 +85,16 @@ def trace_event_ids(events: str) -> frozenset:
     return frozenset(VOCAB.event(n).id for n in names)
 
 
+def _event_names(events: str) -> list:
+    """The names of a traced variant's events: its TRACE_EVENTS entry, else (an experiment's
+    comma list) the names of ``trace_event_ids`` by id."""
+    if events in TRACE_EVENTS:
+        return list(TRACE_EVENTS[events])
+    from .vocab import VOCAB
+
+    return [VOCAB.event(i).name for i in sorted(trace_event_ids(events))]
+
+
 # ----------------------------------------------------------------------------------------
 # validation (CPU-testable: needs torch tensors' attributes only)
 # ----------------------------------------------------------------------------------------
@@ -349,8 +359,7 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
     want_tile = tile_n or DEFAULT_TILE_N[(head_dim, schedule)]
     want_occ = ctas_per_sm or DEFAULT_CTAS_PER_SM[(head_dim, schedule)]
     events = trace_events if traced else None
-    if traced:
-        trace_event_ids(events)  # a known set, or one clear error
+    ids = trace_event_ids(events) if traced else None  # a known set, or one clear error
     key = (head_dim, schedule, dtype, traced, want_tile, want_occ, block_rows, events, str(build))
     if key in _JIT_CACHE:
         return _JIT_CACHE[key]
@@ -358,8 +367,7 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
         from fa4trace.kernels.attention_sm90 import compile_variant
 
         fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile, ctas_per_sm=want_occ,
-                                   block_rows=block_rows,
-                                   **({"trace_events": trace_event_ids(events)} if traced else {}))
+                                   block_rows=block_rows, **({"trace_events": ids} if traced else {}))
         _JIT_CACHE[key] = Kernel(fn, kern.tile_n, kern.ctas_per_sm, kern.block_rows)
         return _JIT_CACHE[key]
     from .aot import BuildDir
@@ -376,7 +384,7 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
     if traced:
         # The compiled-in event ids say what a traced kernel records. Builds made before event
         # sets (and experiment builds) recorded every event, which their manifests say as None.
-        cfg["trace_events"] = sorted(trace_event_ids(events))
+        cfg["trace_events"] = sorted(ids)
     name = _find_variant(bd, cfg, want_tile, want_occ, block_rows, tile_n is None and ctas_per_sm is None)
     if name is None and traced and events == "stalls":
         name = _find_variant(bd, {**cfg, "trace_events": None}, want_tile, want_occ, block_rows,
@@ -550,7 +558,7 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
                           extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
     config = {"schedule": schedule, "head_dim": d, "d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
               "dtype": dtype, "tile_m": TILE_M, "block_rows": plan.block_rows, "tile_n": tn,
-              "trace_events": trace_events, "events_compiled": list(TRACE_EVENTS[trace_events]),
+              "trace_events": trace_events, "events_compiled": _event_names(trace_events),
               "n_blocks": plan.n_blocks,
               "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
               "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}

@@ -78,6 +78,9 @@ def test_trace_event_sets():
     assert {"LOAD_Q", "LOAD_K", "LOAD_V", "QK", "PV", "SOFTMAX", "CORRECTION", "EPILOGUE", "COMBINE"} <= core
     assert not core & {"WAIT_K", "WAIT_V"}
     assert stalls - core == {"WAIT_K", "WAIT_V"}
+    # what a recorded bundle lists as compiled in, for the named sets and an experiment's list
+    assert A._event_names("core") == list(A.CORE_EVENTS)
+    assert A._event_names("PV,QK") == ["QK", "PV"]
 
 
 def test_unknown_event_set_is_refused_before_any_gpu_work():
