@@ -190,8 +190,10 @@ def metrics_section(p: Picked) -> dict:
         left, right = st.columns([2, 3])
         left.markdown(f"- {_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · "
                       f"{_n(s['launches'], 'launch', 'launches')}\n"
-                      f"- kernel time from the {s.get('kernel_time_source')}\n"
-                      f"- events: " + ", ".join(f"{k} {v:,}" for k, v in (s.get('events') or {}).items()))
+                      f"- kernel time from the {s.get('kernel_time_source')}"
+                      + (f"; the recorded (traced) launch took {metrics.fmt(s['traced_time_ns'], 'ns')}"
+                         if s.get('traced_time_ns') else "") + "\n"
+                      "- events: " + ", ".join(f"{k} {v:,}" for k, v in (s.get('events') or {}).items()))
         right.table([{"metric": r.label, "A": r.a_text} for r in metrics.metric_rows(s, None)], hide_index=True,
                     border="horizontal")
         with left.expander("Raw numbers (= fa4trace summary --json A)"):

@@ -100,6 +100,14 @@ def _subset_note(s: dict) -> str:
     return ("; recorded: " + ", ".join(parts)) if parts else ""
 
 
+def _traced_note(s: dict) -> str:
+    """The recorded (traced) launch's own time, where the bundle measured it."""
+    t, k = s.get("traced_time_ns"), s.get("kernel_time_ns")
+    if not t or not k:
+        return ""
+    return f"; traced {_ns(t)} ({100 * (t - k) / k:+.1f}%), the launch these events come from"
+
+
 def _format_summary(s: dict) -> str:
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
@@ -109,7 +117,7 @@ def _format_summary(s: dict) -> str:
         f"  config         {shape or 'n/a'}",
         f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))"
         + _subset_note(s),
-        f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
+        f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]" + _traced_note(s),
         f"  bandwidth      {_tbps(s.get('bandwidth_tbps'))}",
         f"  QK ∥ SOFTMAX   {_pct(s.get('qk_softmax_overlap'))}",
         f"  PV ∥ SOFTMAX   {_pct(s.get('pv_softmax_overlap'))}",

@@ -127,3 +127,16 @@ def test_summary_says_what_part_of_the_launch_was_recorded():
     assert _subset_note({"cta_subset": False, "warp_subset": None}) == ""
     assert _subset_note({"cta_subset": True, "warp_subset": [0, 4]}) == \
         "; recorded: a subset of the grid's CTAs, warps 0,4 of each CTA"
+
+
+def test_summary_names_the_traced_launch_time_beside_the_untraced_kernel(tmp_path):
+    """The events come from the traced launch; the kernel time is the untraced one. A bundle
+    that measured both says so, with the difference."""
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=6)
+    meta = dict(meta, timing={"kernel_us": 20.0, "traced_us": 21.0})
+    p = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "t.parquet")
+    r = run("summary", str(p))
+    line = next(x for x in r.stdout.splitlines() if "kernel time" in x)
+    assert "20.00 µs" in line and "untraced" in line and "traced 21.00 µs (+5.0%)" in line
+    s = json.loads(run("summary", str(p), "--json").stdout)
+    assert s["traced_time_ns"] == pytest.approx(21000.0)
