@@ -74,7 +74,8 @@ def main():
     ap.add_argument("--only", default="", help="build only the variants whose name contains one of "
                                               "these comma-separated strings (all of them by default)")
     ap.add_argument("--trace-events", default=None,
-                    help="experiment builds: the events traced variants record (comma names, or 'none'); "
+                    help="experiment builds: the events traced variants record (core, stalls, comma names, "
+                         "or 'none'); "
                          "default the full set. The functions keep their names: build into another folder")
     ap.add_argument("--option", action="append", default=[], metavar="NAME=INT",
                     help="experiment builds: a DecodeAttentionSm90 argument for every variant built "
@@ -103,10 +104,9 @@ def main():
         key, _, value = item.partition("=")
         options[key] = int(value)
     if args.trace_events is not None:
-        from fa4trace.vocab import VOCAB
+        from fa4trace.attention import trace_event_ids
 
-        names = [n for n in args.trace_events.split(",") if n and n != "none"]
-        options["trace_events"] = frozenset(VOCAB.event(n).id for n in names)
+        options["trace_events"] = trace_event_ids(args.trace_events)
     with ProcessPoolExecutor(args.jobs) as ex:
         results = list(ex.map(_compile_export, specs, [obj_dir] * len(specs), [options] * len(specs)))
     funcs = {}

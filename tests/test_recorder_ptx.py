@@ -184,14 +184,19 @@ def test_an_event_subset_compiles_the_other_events_away(tmp_path):
 
 
 def test_when_records_without_a_branch_around_the_record(tmp_path):
-    """when=: the same events, the record predicated (selp) instead of branched around; inside
-    a block it is refused while compiling (a block's events find their lane by count)."""
+    """when=: the same events, the record predicated (selp) instead of branched around. Inside
+    a block too: there the predicated event takes its lane from the run-time position (a block's
+    other events find theirs by count), so the block has no branch around the record either."""
     branched = _body(_ptx("sm_90a", "traced", tmp_path))
     predicated = _body(_ptx("sm_90a", "traced", tmp_path, WHEN="1"))
     assert predicated.count("%clock64") == branched.count("%clock64")
     assert predicated.count("selp.b32") > branched.count("selp.b32")
-    r = _run("sm_90a", "traced", tmp_path, WHEN="1", BLOCK="3")
-    assert r.returncode != 0 and "when= is not allowed inside open_block" in r.stderr
+    in_block = _body(_ptx("sm_90a", "traced", tmp_path, WHEN="1", BLOCK="3"))
+    branched_block = _body(_ptx("sm_90a", "traced", tmp_path, BLOCK="3"))
+    assert in_block.count("%clock64") == branched_block.count("%clock64")
+    assert in_block.count("selp.b32") > branched_block.count("selp.b32")
+    # one branch fewer: the MARK's if is gone (the loop and the flush branches stay)
+    assert in_block.count("bra") < branched_block.count("bra")
 
 
 def test_settle_later_issues_the_header_loads_before_the_first_work(tmp_path):

@@ -216,7 +216,9 @@ class Recorder:
         rather than inside. A staged record inside a dynamic ``if`` can cost registers far
         away: in decode attention, the producer's LOAD_K under ``if count > 1`` moved the
         consumers' pipeline state to vector registers for their whole mainloop (SASS, +49
-        instructions per two steps at d64). Not inside ``open_block`` runs.
+        instructions per two steps at d64). Inside a block (``open_block``, or before
+        ``settle``) it counts against the block's events; it and the events after it in the
+        same code region find their staging lane at run time (one instruction more each).
         """
         self._record(event, L.KIND_BEGIN, payload, when)
 
@@ -312,9 +314,6 @@ class Recorder:
         else:
             t = Int32(cute.arch.clock64())
         in_block = self._take_block_slot()
-        if when is not None and in_block:
-            raise RuntimeError("fa4trace: when= is not allowed inside open_block (a block's events "
-                               "find their staging lane by their count)")
         self._stage(tag, payload, t, in_block, when)
 
     def _take_block_slot(self) -> bool:
@@ -330,9 +329,10 @@ class Recorder:
     @cute.jit
     def _stage(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, in_block: cutlass.Constexpr = False,
                when=None):
-        """Stage (or, in lane mode, store) one record. ``when`` (outside blocks only): a runtime
-        condition; the record, its flush and the cursor moves are predicated on it, so no
-        dynamic ``if`` surrounds the record (only the flush)."""
+        """Stage (or, in lane mode, store) one record. ``when``: a runtime condition; the
+        record, its flush and the cursor moves are predicated on it, so no dynamic ``if``
+        surrounds the record (only the flush). In a block the lane then comes from the run-time
+        position: whether earlier predicated events recorded is not known while compiling."""
         header, cap, lane = self._inv
         pos, base, st_lo, st_hi = self._state
         # Per event the SASS is about: CS2R.32 (timer, often predicated straight into the
@@ -344,16 +344,22 @@ class Recorder:
             self._settled()
             records = header + L.WARP_HEADER_WORDS
         if const_expr(self.staged):
-            if const_expr(in_block):
+            if const_expr(in_block and when is None):
                 mine = self._block_lane_is(pos, lane)
             else:
                 mine = pos == lane
+                # the count-based lane of the events after this one no longer holds
+                Recorder._block_lane_offset = None
             if const_expr(when is not None):
                 mine = mine & when
             st_lo = cutlass.select_(mine, t, st_lo)
             st_hi = cutlass.select_(mine, hi, st_hi)
             if const_expr(in_block):
-                pos = pos + 1  # open_block made the room; close_block writes a full staging
+                # open_block made the room; close_block writes a full staging
+                if const_expr(when is None):
+                    pos = pos + 1
+                else:
+                    pos = cutlass.select_(when, pos + 1, pos)
             else:
                 full = pos == 31
                 if const_expr(when is not None):
