@@ -18,6 +18,9 @@ the selection from the buffer header, so the instructions executed are the same 
                  stores at other addresses: does the slot stride matter?);
 - ``allz``       as ``all``, its record words filled with a non-zero pattern (is writing over
                  zeroed memory what costs?);
+- ``host``, ``hostlead``  as ``all`` / ``lead`` with the buffer in mapped pinned host memory
+                 (CuPy's ``hostAlloc``): the records cross the host link instead of going to
+                 HBM among the KV reads (experiment);
 - ``--repeat-all n``: the ``all`` buffer timed n more times (``all.1`` ...), then n fresh
   buffers like it, all kept alive so each lands elsewhere (``new1`` ...): how much of a
   variant's number is where its buffer happens to sit in memory;
@@ -42,7 +45,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-ALL_VARIANTS = ("plain", "allz", "all", "consumers", "cap32", "first", "all2x", "all+32", "warp0", "lead")
+ALL_VARIANTS = ("plain", "allz", "all", "consumers", "cap32", "first", "all2x", "all+32", "warp0", "lead",
+                "host", "hostlead")
+_HOST_BUFFERS = []  # mapped host allocations of the host* variants, alive until the process ends
 VARIANTS = ALL_VARIANTS  # --variants picks a subset (plain always first)
 EXTRA = []  # --extra-pads: more ``all+<n>`` variants (n more records of room per warp)
 EVENTS = "core"  # --events: the traced kernel's event set (fa4trace.attention.TRACE_EVENTS)
@@ -83,6 +88,9 @@ def buffer_for(variant, plan, device):
         # the ``all`` buffer at the start of one allocation of <m> MiB (at least its own size)
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
         return in_allocation(spec, 0, max(spec.words, int(variant[4:-1]) << 17))
+    if variant in ("host", "hostlead"):
+        lead = A.LEAD_WARPS if variant == "hostlead" else None
+        return _host_mapped(BufferSpec.for_grid(plan.n_ctas, warps, cap, warps=lead).new_buffer())
     if variant == "all":
         spec = BufferSpec.for_grid(plan.n_ctas, warps, cap)
     elif variant == "consumers":
@@ -104,6 +112,23 @@ def buffer_for(variant, plan, device):
     else:
         raise ValueError(variant)
     return torch.from_numpy(spec.new_buffer().view(np.int64)).to(device)
+
+
+def _host_mapped(words):
+    """A CUDA tensor over mapped pinned host memory holding ``words`` (uint64): the kernel's
+    stores to it cross the host link (with UVA the host address is the device address)."""
+    import ctypes
+
+    import cupy
+    import torch
+
+    n = words.nbytes
+    ptr = cupy.cuda.runtime.hostAlloc(n, 2)  # cudaHostAllocMapped
+    ctypes.memmove(ptr, words.ctypes.data, n)
+    mem = cupy.cuda.UnownedMemory(ptr, n, None, 0)
+    arr = cupy.ndarray((words.size,), dtype=cupy.int64, memptr=cupy.cuda.MemoryPointer(mem, 0))
+    _HOST_BUFFERS.append((ptr, arr))
+    return torch.from_dlpack(arr)
 
 
 def run_shape(d, hq, hkv, sk, b, schedule, replays, rounds=1):
