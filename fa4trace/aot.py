@@ -34,6 +34,8 @@ from .errors import DeviceUnavailable, Fa4traceError
 
 MANIFEST = "manifest.json"
 LIBRARY = "fa4trace_kernels.so"
+# Kernel config keys added after the first builds, as older manifests (without them) mean them.
+CONFIG_DEFAULTS = {"pdl": False}
 RUNTIME_LIB = "libcute_dsl_runtime.so"
 DEFAULT_RUNTIME = "cu13"  # builds made before the manifest said so linked the cu13 runtime
 
@@ -140,9 +142,11 @@ class BuildDir:
                                 f"{self.recorder_abi}); rebuild them to record a subset of warps")
 
     def find(self, kind: str, **config) -> str:
-        """Name of the function of this kind whose config holds every given key=value."""
+        """Name of the function of this kind whose config holds every given key=value (a key
+        that builds gained later reads as its default in older manifests: ``CONFIG_DEFAULTS``)."""
         for name, info in sorted(self.functions.items()):
-            if info["kind"] == kind and all(info["config"].get(k) == v for k, v in config.items()):
+            conf = info["config"]
+            if info["kind"] == kind and all(conf.get(k, CONFIG_DEFAULTS.get(k)) == v for k, v in config.items()):
                 return name
         want = ", ".join(f"{k}={v}" for k, v in config.items())
         raise Fa4traceError(f"no built {kind} kernel with {want} in {self.path}; rebuild with `fa4trace build`")

@@ -348,26 +348,30 @@ class Kernel:
 
 def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
                     tile_n: Optional[int] = None, build=None, ctas_per_sm: Optional[int] = None,
-                    block_rows: int = TILE_M, trace_events: str = "core") -> Kernel:
+                    block_rows: int = TILE_M, trace_events: str = "core", pdl: bool = False) -> Kernel:
     """One variant, JIT-compiled or loaded from the AOT build.
 
     Its ``fn`` takes (q, k, v, o, lse, o_part, lse_part, count, *Plan.kernel_args(scale),
     trace) with trace None for the uninstrumented variant. ``ctas_per_sm``: CTAs resident per
     SM the variant is built for (shared memory split between them); the split plan fills that.
     ``block_rows``: query rows per CTA, 64 or 32 (``default_block_rows``). ``trace_events``: the
-    event set of a traced variant (``TRACE_EVENTS``; ignored untraced)."""
+    event set of a traced variant (``TRACE_EVENTS``; ignored untraced). ``pdl``: the untraced
+    variant launched with programmatic dependent launch (see ``decode_attention``)."""
+    if pdl and traced:
+        raise ValueError("pdl=True runs the uninstrumented kernel only (trace must be None)")
     want_tile = tile_n or DEFAULT_TILE_N[(head_dim, schedule)]
     want_occ = ctas_per_sm or DEFAULT_CTAS_PER_SM[(head_dim, schedule)]
     events = trace_events if traced else None
     ids = trace_event_ids(events) if traced else None  # a known set, or one clear error
-    key = (head_dim, schedule, dtype, traced, want_tile, want_occ, block_rows, events, str(build))
+    key = (head_dim, schedule, dtype, traced, want_tile, want_occ, block_rows, events, bool(pdl), str(build))
     if key in _JIT_CACHE:
         return _JIT_CACHE[key]
     if _use_jit(build):
         from fa4trace.kernels.attention_sm90 import compile_variant
 
         fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=want_tile, ctas_per_sm=want_occ,
-                                   block_rows=block_rows, **({"trace_events": ids} if traced else {}))
+                                   block_rows=block_rows,
+                                   **({"trace_events": ids} if traced else {"pdl": int(bool(pdl))}))
         _JIT_CACHE[key] = Kernel(fn, kern.tile_n, kern.ctas_per_sm, kern.block_rows)
         return _JIT_CACHE[key]
     from .aot import BuildDir
@@ -380,7 +384,7 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
     bd = _BUILD_DIRS.get(str(path))
     if bd is None:
         bd = _BUILD_DIRS[str(path)] = BuildDir(path)
-    cfg = dict(head_dim=head_dim, schedule=schedule, dtype=dtype, traced=traced)
+    cfg = dict(head_dim=head_dim, schedule=schedule, dtype=dtype, traced=traced, pdl=bool(pdl))
     if traced:
         # The compiled-in event ids say what a traced kernel records. Builds made before event
         # sets (and experiment builds) recorded every event, which their manifests say as None.
@@ -416,12 +420,13 @@ def _find_variant(bd, cfg: dict, tile_n: int, ctas_per_sm: int, block_rows: int,
 
 
 def _resolve(shape: Shape, schedule: str, traced: bool, num_splits, device, *, tile_n=None,
-             ctas_per_sm=None, block_rows=None, build=None, trace_events: str = "core") -> tuple[Kernel, Plan]:
+             ctas_per_sm=None, block_rows=None, build=None, trace_events: str = "core",
+             pdl: bool = False) -> tuple[Kernel, Plan]:
     """The kernel variant for this shape and the split plan of its launch."""
     if block_rows not in (None, 32, TILE_M):
         raise ValueError(f"block_rows must be 32 or 64, got {block_rows!r}")
     kern = kernel_function(shape.d, schedule, shape.dtype, traced, tile_n, build, ctas_per_sm,
-                           block_rows or default_block_rows(shape), trace_events)
+                           block_rows or default_block_rows(shape), trace_events, pdl)
     plan = plan_splits(shape, kern.tile_n, num_sms(device), num_splits, kern.ctas_per_sm, kern.block_rows)
     return kern, plan
 
@@ -455,20 +460,28 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
                      softmax_scale: Optional[float] = None, trace=None, return_lse: bool = False,
                      out=None, tile_n: Optional[int] = None, build=None,
                      ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None,
-                     trace_events: str = "core"):
+                     trace_events: str = "core", pdl: bool = False):
     """Multi-token decode attention (see the module docstring). ``trace``: a recorder buffer
     (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one.
     ``trace_events``: what the instrumented kernel records, "core" or "stalls" (core plus the
     consumer's waits for K/V: costlier, see ``TRACE_EVENTS``); the output is the same bits.
-    ``tile_n``, ``ctas_per_sm``, ``block_rows``: pick a non-default kernel variant."""
+    ``tile_n``, ``ctas_per_sm``, ``block_rows``: pick a non-default kernel variant.
+    ``pdl``: launch with programmatic dependent launch (uninstrumented kernel only): the launch
+    may begin while the stream's previous kernel ends; its threads wait for that kernel to
+    finish (``griddepcontrol.wait``) before they touch memory, and its CTAs let the next
+    kernel launch once their part of the KV stream is done. Same output bits. Hides the gap
+    between consecutive kernels (H200: -4% at d128 16:1 sk 131072 b 1, up to -20% at sk 4096,
+    launched after itself; BENCHMARKS.md)."""
     trace_event_ids(trace_events)  # a known set, or a one-line ValueError
+    if pdl and trace is not None:
+        raise ValueError("pdl=True runs the uninstrumented kernel only: pass trace=None")
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
                      trace=trace)
     import torch
 
     kern, plan = _resolve(shape, schedule, trace is not None, num_splits, q.device, tile_n=tile_n,
                           ctas_per_sm=ctas_per_sm, block_rows=block_rows, build=build,
-                          trace_events=trace_events)
+                          trace_events=trace_events, pdl=pdl)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=q.device)
@@ -702,16 +715,19 @@ def _graph_time(launch, n_sets: int, replays: int, per_graph: int):
     return med, spread
 
 
-def _variant_option(name: str, opt: str) -> tuple[Optional[int], ...]:
-    """``n64`` / ``o2`` / ``r64`` / ``s512`` (any of them, in this order) after the ``@`` of a
-    kernel name: KV tile, CTAs per SM, query rows per CTA, splits per (batch, kv head)."""
+def _variant_option(name: str, opt: str) -> tuple:
+    """``n64`` / ``o2`` / ``r64`` / ``s512`` / ``p`` (any of them, in this order) after the ``@``
+    of a kernel name: KV tile, CTAs per SM, query rows per CTA, splits per (batch, kv head), and
+    programmatic dependent launch (``decode_attention(pdl=True)``). Returns the four numbers
+    (None where not given) and the pdl flag."""
     import re
 
-    m = re.fullmatch(r"(?:n(\d+))?(?:o(\d+))?(?:r(\d+))?(?:s(\d+))?", opt)
+    m = re.fullmatch(r"(?:n(\d+))?(?:o(\d+))?(?:r(\d+))?(?:s(\d+))?(p)?", opt)
     if m is None:
         raise ValueError(f"unknown kernel option {opt!r} in {name!r}: want n<tile>, o<ctas per SM>, "
-                         "r<rows per CTA>, s<splits>, in that order")
-    return tuple(int(g) if g else None for g in m.groups())
+                         "r<rows per CTA>, s<splits>, p (programmatic dependent launch), in that order")
+    *nums, pdl = m.groups()
+    return (*(int(g) if g else None for g in nums), pdl is not None)
 
 
 def reported_us(rounds_us: list[float]) -> float:
@@ -754,10 +770,12 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
         events = "stalls" if tr == "tracestalls" else "core"
         extra: dict = {}
         if sched in SCHEDULES:
-            tile, occ, brows, splits = _variant_option(name, opt)
+            tile, occ, brows, splits, pdl = _variant_option(name, opt)
+            if pdl and traced:
+                raise ValueError(f"{name!r}: @p (programmatic dependent launch) is for the untraced kernel only")
             try:
                 kern, plan = _resolve(shape, sched, traced, splits, device, tile_n=tile, ctas_per_sm=occ,
-                                      block_rows=brows, trace_events=events)
+                                      block_rows=brows, trace_events=events, pdl=pdl)
             except Fa4traceError as exc:  # a variant this build lacks: a '-' cell
                 rows.append(BenchRow(shape, name, float("nan"), float("nan"), float("nan"),
                                      {"error": str(exc)[:200]}))
@@ -771,11 +789,12 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
                                      warps=LEAD_WARPS if tr == "tracelead" else None,
                                      trace_events=events)[0] for st in sets[:1]]
 
-            def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, splits=splits, bufs=bufs, events=events):
+            def launch(i, sched=sched, tile=tile, occ=occ, brows=brows, splits=splits, bufs=bufs, events=events,
+                       pdl=pdl):
                 q, k, v, o = sets[i]
                 return decode_attention(q, k, v, schedule=sched, out=o, tile_n=tile, ctas_per_sm=occ,
                                         block_rows=brows, num_splits=splits, trace=bufs[0] if bufs else None,
-                                        trace_events=events)
+                                        trace_events=events, pdl=pdl)
 
             extra = {"tile_n": kern.tile_n, "ctas_per_sm": kern.ctas_per_sm, "block_rows": kern.block_rows,
                      "splits": plan.n_splits, "ctas": plan.n_ctas, "n_comb": plan.n_comb}
@@ -875,7 +894,7 @@ def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True
             # where in a pass a kernel is timed moves it by up to 3% on the H200 (eighth session).
             for k in kernels:
                 sched, at, opt = k.partition("@")
-                if sched in SCHEDULES:
+                if sched in SCHEDULES and not _variant_option(k, opt)[-1]:  # @p has no traced twin
                     ks += [sched + sfx + at + opt for sfx in ("+ref", "+trace", "+tracelead", "+tracestalls")]
         t = time.time()
         t0 = power.now() if power is not None else None

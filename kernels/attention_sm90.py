@@ -114,7 +114,7 @@ class DecodeAttentionSm90:
 
     def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
                  num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
-                 trace_events=None):
+                 trace_events=None, pdl: int = 0):
         if head_dim not in (64, 128):
             raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
         if schedule not in SCHEDULES:
@@ -143,12 +143,17 @@ class DecodeAttentionSm90:
         self.num_stages = num_stages or default_stages(head_dim, self.tile_n, ctas_per_sm)
         # Traced builds: the event ids that record (None = the full set; see Recorder.start).
         self.trace_events = None if trace_events is None else frozenset(trace_events)
+        # Programmatic dependent launch: the launch may start while the stream's previous kernel
+        # finishes; every thread waits for that kernel (griddepcontrol.wait) before it touches
+        # global memory, and the CTAs let the next kernel launch once their mainloop is done.
+        self.pdl = bool(pdl)
 
     def config(self) -> dict:
         return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
                 "block_rows": self.block_rows, "tile_n": self.tile_n, "num_stages": self.num_stages,
                 "ctas_per_sm": self.ctas_per_sm, "threads": NUM_THREADS, "warps_per_cta": WARPS_PER_CTA,
-                "trace_events": None if self.trace_events is None else sorted(self.trace_events)}
+                "trace_events": None if self.trace_events is None else sorted(self.trace_events),
+                "pdl": self.pdl}
 
     # ------------------------------------------------------------------------------------
     # host side
@@ -242,6 +247,7 @@ class DecodeAttentionSm90:
             # All of the SM's memory as shared memory (two CTAs need it); named explicitly, the
             # DSL does not ask the driver, so the build works without a GPU.
             preferred_smem_carveout=100 if self.ctas_per_sm > 1 else None,
+            use_pdl=self.pdl,
         )
 
     # ------------------------------------------------------------------------------------
@@ -307,6 +313,8 @@ class DecodeAttentionSm90:
             tx_count=self.v_bytes, defer_sync=True)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
+        if const_expr(self.pdl):
+            cute.arch.griddepcontrol_wait()  # nothing above reads or writes global memory
 
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
@@ -536,6 +544,10 @@ class DecodeAttentionSm90:
             pipe_v.consumer_release(v_state)
             v_state.advance()
 
+        if const_expr(self.pdl):
+            # This CTA's stream is done: the next kernel may launch (its CTAs take SMs as ours
+            # exit and wait for this grid to finish before they touch memory).
+            cute.arch.griddepcontrol_launch_dependents()
         # Finish the row sums across the 4 threads of a row (quad), then normalize.
         rec.begin(EV.EPILOGUE, split_idx)
         for r in cutlass.range_constexpr(self.rpt):
@@ -1007,7 +1019,8 @@ def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: b
 
 
 def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_rows: int = TILE_M,
-                 tile_n: Optional[int] = None, ctas_per_sm: int = 1, events: str = "core") -> str:
+                 tile_n: Optional[int] = None, ctas_per_sm: int = 1, events: str = "core",
+                 pdl: bool = False) -> str:
     """Exported function name; non-default KV tile, CTAs per SM and rows add _n.., _o.., _r..;
     traced variants end in _traced ("core" events) or _traced_stalls."""
     name = f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}"
@@ -1018,7 +1031,9 @@ def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_r
     if block_rows != TILE_M:
         name += f"_r{block_rows}"
     if not traced:
-        return name
+        return name + ("_pdl" if pdl else "")
+    if pdl:
+        raise ValueError("the traced kernels are built without programmatic dependent launch")
     return name + ("_traced" if events == "core" else f"_traced_{events}")
 
 
@@ -1033,11 +1048,12 @@ def aot_variants(arch: str):
     for d in (64, 128):
         for schedule in SCHEDULES:
             for dtype in DTYPES:
-                for events in (None, *TRACE_EVENTS):  # untraced, then each traced event set
+                # untraced (also with programmatic dependent launch), then each traced event set
+                for events, pdl in ((None, False), (None, True), *((e, False) for e in TRACE_EVENTS)):
                     traced = events is not None
-                    opts = {"trace_events": trace_event_ids(events)} if traced else {}
+                    opts = {"trace_events": trace_event_ids(events)} if traced else {"pdl": int(pdl)}
                     for rows in BLOCK_ROWS:
-                        name = variant_name(d, schedule, dtype, traced, rows, events=events)
+                        name = variant_name(d, schedule, dtype, traced, rows, events=events, pdl=pdl)
                         kern = DecodeAttentionSm90(d, schedule, block_rows=rows, **opts)
                         cfg = {**kern.config(), "dtype": dtype, "traced": traced, "arch": arch,
                                "args": "q,k,v,o,lse,o_part,lse_part,count," + ",".join(SCALAR_ARGS)

@@ -32,3 +32,12 @@ def test_a_current_build_takes_warp_subsets(tmp_path):
 def test_a_folder_without_a_manifest_is_one_clear_error(tmp_path):
     with pytest.raises(Fa4traceError, match="fa4trace build"):
         BuildDir(tmp_path)
+
+
+def test_config_keys_added_later_read_as_their_default_in_older_builds(tmp_path):
+    """A manifest written before the ``pdl`` key: its kernels are the non-PDL ones."""
+    fn = {"kind": "attention", "config": {"head_dim": 64, "schedule": "pingpong", "traced": False}}
+    bd = _build(tmp_path, functions={"old_kernel": fn})
+    assert bd.find("attention", head_dim=64, pdl=False) == "old_kernel"
+    with pytest.raises(Fa4traceError, match="pdl=True"):
+        bd.find("attention", head_dim=64, pdl=True)

@@ -139,12 +139,14 @@ def test_default_block_rows_follow_the_packed_rows():
 
 
 def test_bench_variant_options_parse():
-    assert A._variant_option("pingpong@n96", "n96") == (96, None, None, None)
-    assert A._variant_option("pingpong@o2", "o2") == (None, 2, None, None)
-    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2, None, None)
-    assert A._variant_option("pingpong@r64", "r64") == (None, None, 64, None)
-    assert A._variant_option("pingpong@o2s132", "o2s132") == (None, 2, None, 132)
-    assert A._variant_option("pingpong", "") == (None, None, None, None)
+    assert A._variant_option("pingpong@n96", "n96") == (96, None, None, None, False)
+    assert A._variant_option("pingpong@o2", "o2") == (None, 2, None, None, False)
+    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2, None, None, False)
+    assert A._variant_option("pingpong@r64", "r64") == (None, None, 64, None, False)
+    assert A._variant_option("pingpong@o2s132", "o2s132") == (None, 2, None, 132, False)
+    assert A._variant_option("pingpong@p", "p") == (None, None, None, None, True)
+    assert A._variant_option("pingpong@s8p", "s8p") == (None, None, None, 8, True)
+    assert A._variant_option("pingpong", "") == (None, None, None, None, False)
     with pytest.raises(ValueError, match="unknown kernel option"):
         A._variant_option("pingpong@x2", "x2")
 
@@ -391,3 +393,33 @@ def test_power_log_reads_a_polling_nvidia_smi(tmp_path):
     assert "power cap" in md.splitlines()[-1] and "sk 131072 b 1" in md.splitlines()[-1]
     with PowerLog(exe=str(tmp_path / "missing")) as off:
         assert not off.enabled and off.summary(0, 1e12) is None
+
+
+def test_pdl_is_an_untraced_launch_mode(tmp_path, monkeypatch):
+    """pdl=True picks the build's PDL twin of the untraced kernel (old builds have none: one
+    clear error); with a trace buffer it is refused before any GPU work; the bench's @p runs it
+    and adds no traced variants for it."""
+    from fa4trace import aot
+    from fa4trace.errors import Fa4traceError
+
+    q, k, v = _qkv()
+    assert "pdl=True runs the uninstrumented kernel only" in _err(A.decode_attention, q, k, v, pdl=True,
+                                                                   trace=object())
+    monkeypatch.setattr(aot.BuildDir, "function", lambda self, name: name)
+    cfg = dict(head_dim=128, schedule="pingpong", dtype="bf16", tile_n=64, ctas_per_sm=1, block_rows=32,
+               traced=False)
+    for name, functions in (("new", {"plain": {"pdl": False}, "plain_pdl": {"pdl": True}}), ("old", {"plain": {}})):
+        (tmp_path / name).mkdir()
+        aot.write_manifest(tmp_path / name, "sm_90a",
+                           {n: {"kind": "attention", "config": {**cfg, **c}} for n, c in functions.items()})
+
+    def fn(name, pdl):
+        return A.kernel_function(128, "pingpong", "bf16", False, build=tmp_path / name, block_rows=32, pdl=pdl).fn
+
+    assert (fn("new", False), fn("new", True), fn("old", False)) == ("plain", "plain_pdl", "plain")
+    with pytest.raises(Fa4traceError, match="pdl=True.*rebuild"):
+        fn("old", True)
+    seen = []
+    monkeypatch.setattr(A, "bench_shape", lambda shape, ks, **kw: seen.append(list(ks)) or [])
+    A.bench_run([A.Shape(1, 1, 16, 1, 131072, 128, "bf16")], ["pingpong", "pingpong@p"], log=lambda *a: None)
+    assert "pingpong@p" in seen[0] and not any("@p" in k and "+" in k for k in seen[0])

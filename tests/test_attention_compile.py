@@ -162,3 +162,26 @@ def test_scalar_arguments_match_the_plan():
     assert len(plan.kernel_args(1.0)) == len(SCALAR_ARGS)
     assert COMBINE_UNROLL == A.COMBINE_UNROLL
     assert len(fake_arguments(128, "bf16", False)) == 8 + len(SCALAR_ARGS) + 2
+
+
+def test_pdl_variant_waits_for_the_previous_grid_before_any_memory_access(compiled, tmp_path):
+    """pdl=1: griddepcontrol.wait before the first global access (the K prefetch of the TMA
+    descriptors reads only the kernel's parameters) and launch_dependents after the mainloop;
+    the default kernel has neither. ``fa4trace build`` exports an untraced pdl twin of every
+    untraced variant and no traced one."""
+    from fa4trace.kernels import attention_sm90 as m
+
+    plain = compiled[(64, "pingpong", "bf16", None, 32)]["ptx"]
+    r = m.compile_ptx(64, "pingpong", "bf16", False, str(tmp_path), block_rows=32, pdl=1)
+    ptx, body = r["ptx"], r["ptx"][r["ptx"].index(".entry"):]
+    assert "griddepcontrol" not in plain
+    assert r["config"]["pdl"] is True
+    wait, launch = body.index("griddepcontrol.wait"), body.index("griddepcontrol.launch_dependents")
+    first_global = min(i for i in (body.find("ld.global"), body.find("ld.relaxed"), body.find("st.global"),
+                                   body.find("atom.global"), body.find("cp.async.bulk.tensor")) if i >= 0)
+    assert wait < first_global < launch
+    assert ptx.count("griddepcontrol.wait") == 1
+    names = [n for n, _, _ in m.aot_variants("sm_90a")]
+    untraced = [n for n in names if "_traced" not in n and not n.endswith("_pdl")]
+    assert sorted(n for n in names if n.endswith("_pdl")) == sorted(n + "_pdl" for n in untraced)
+    assert not any("_traced" in n and "pdl" in n for n in names)
