@@ -470,8 +470,9 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
     may begin while the stream's previous kernel ends; its threads wait for that kernel to
     finish (``griddepcontrol.wait``) before they touch memory, and its CTAs let the next
     kernel launch once their part of the KV stream is done. Same output bits. Hides the gap
-    between consecutive kernels (H200: -4% at d128 16:1 sk 131072 b 1, up to -20% at sk 4096,
-    launched after itself; BENCHMARKS.md)."""
+    between consecutive kernels: on the H200, launched after itself, -2 to -5% at sk 131072
+    b 1 and up to -19% at sk 4096, but 1-5% slower at b >= 8, sk 131072 (BENCHMARKS.md), so it
+    is off by default."""
     trace_event_ids(trace_events)  # a known set, or a one-line ValueError
     if pdl and trace is not None:
         raise ValueError("pdl=True runs the uninstrumented kernel only: pass trace=None")
@@ -982,8 +983,9 @@ def bench_cli(argv=None) -> int:
                                  "(base, pingpong) vs cuDNN and FLASH SDPA; CUDA-graph replay, L2 cold, median.")
     ap.add_argument("--quick", action="store_true", help="sk 131072 shapes only")
     ap.add_argument("--kernels", default="base,pingpong,cudnn,flash,fa4",
-                    help="comma list: base, pingpong, base@n64 (other KV tile), cudnn, flash, "
-                         "fa4 (FlashAttention-4 SM90 from its AOT build; a missing build shows as '-')")
+                    help="comma list: base, pingpong, base@n64 (other KV tile), pingpong@p (programmatic "
+                         "dependent launch), cudnn, flash, fa4 (FlashAttention-4 SM90 from its AOT build; a "
+                         "missing build shows as '-')")
     ap.add_argument("--replays", type=int, default=15)
     # 5 by default: on the H200 single passes of the long shapes came out 8-25% slow while the
     # GPU sat at its power cap (eighth session); the median of passes 2-5 shrugs one off.
