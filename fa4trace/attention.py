@@ -771,9 +771,7 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
         events = "stalls" if tr == "tracestalls" else "core"
         extra: dict = {}
         if sched in SCHEDULES:
-            tile, occ, brows, splits, pdl = _variant_option(name, opt)
-            if pdl and traced:
-                raise ValueError(f"{name!r}: @p (programmatic dependent launch) is for the untraced kernel only")
+            tile, occ, brows, splits, pdl = _variant_option(name, opt)  # @p with +trace: kernel_function refuses
             try:
                 kern, plan = _resolve(shape, sched, traced, splits, device, tile_n=tile, ctas_per_sm=occ,
                                       block_rows=brows, trace_events=events, pdl=pdl)

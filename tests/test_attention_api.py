@@ -419,6 +419,8 @@ def test_pdl_is_an_untraced_launch_mode(tmp_path, monkeypatch):
     assert (fn("new", False), fn("new", True), fn("old", False)) == ("plain", "plain_pdl", "plain")
     with pytest.raises(Fa4traceError, match="pdl=True.*rebuild"):
         fn("old", True)
+    with pytest.raises(ValueError, match="uninstrumented kernel only"):  # also the bench's +trace@p
+        A.kernel_function(128, "pingpong", "bf16", True, build=tmp_path / "new", block_rows=32, pdl=True)
     seen = []
     monkeypatch.setattr(A, "bench_shape", lambda shape, ks, **kw: seen.append(list(ks)) or [])
     A.bench_run([A.Shape(1, 1, 16, 1, 131072, 128, "bf16")], ["pingpong", "pingpong@p"], log=lambda *a: None)
