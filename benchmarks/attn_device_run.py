@@ -69,18 +69,21 @@ def smoke(log):
     return rows
 
 
-def traces(out, log, max_ctas=None):
+def traces(out, log, max_ctas=None, schedules=None, events="stalls"):
+    """The shipped traces: every schedule at TRACE_SHAPES. ``events``: "stalls" is what the
+    bundles in traces/ were recorded with (core + WAIT_K/WAIT_V)."""
     from fa4trace import attention as A
 
     tdir = os.path.join(out, "traces")
     os.makedirs(tdir, exist_ok=True)
     summary = []
     for (d, hq, hkv, sk, b) in TRACE_SHAPES:
-        for sched in ("base", "pingpong"):
+        for sched in schedules or A.SCHEDULES:
             name = f"decode_d{d}_{hq}to{hkv}_sk{sk}_b{b}_{sched}.parquet"
             path = os.path.join(tdir, name)
             t = time.time()
-            tr = A.record_attention(sched, d, hq, hkv, sk, b, 1, "bf16", path, max_ctas=max_ctas, overwrite=True)
+            tr = A.record_attention(sched, d, hq, hkv, sk, b, 1, "bf16", path, max_ctas=max_ctas, overwrite=True,
+                                    trace_events=events)
             size = os.path.getsize(path)
             tm = tr.meta.get("timing", {})
             summary.append({"file": name, "rows": len(tr), "bytes": size, **tm,
@@ -136,7 +139,8 @@ def run_phase(name, args, log):
                              cwd=root)
         log("baseline:\n" + res.stdout[-3000:] + res.stderr[-2000:])
     elif name == "traces":
-        result["traces"] = traces(args.out, log, args.max_ctas)
+        result["traces"] = traces(args.out, log, args.max_ctas, [x for x in args.schedules.split(",") if x],
+                                  args.trace_events)
     return result
 
 
@@ -148,6 +152,9 @@ def main():
     ap.add_argument("--baseline-dir", default="old")
     ap.add_argument("--baseline-args", default="--quick --only d=128,sq=1 --kernels base,pingpong --no-trace-overhead")
     ap.add_argument("--max-ctas", type=int, default=None)
+    ap.add_argument("--schedules", default="", help="traces phase: these schedules (default: all of ours)")
+    ap.add_argument("--trace-events", default="stalls", choices=("core", "stalls"),
+                    help="traces phase: the event set (stalls: as the bundles in traces/)")
     ap.add_argument("--deadline", type=float, default=1e9, help="start no phase after this many seconds")
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)  # internal: run one phase here
     args = ap.parse_args()

@@ -1,4 +1,4 @@
-"""Decode-attention benchmark on the H200: ours (base, pingpong) vs cuDNN and FLASH SDPA.
+"""Decode-attention benchmark on the H200: ours (base, pingpong, intrawg) vs cuDNN and FLASH SDPA.
 
     FA4TRACE_BUILD=build/attn python benchmarks/bench_decode.py [--quick] [--kernels ...] [--out DIR]
 

@@ -34,7 +34,9 @@ from typing import Any, Optional
 
 from .errors import DeviceUnavailable, Fa4traceError
 
-SCHEDULES = ("base", "pingpong")
+# base: QK -> softmax -> PV, one at a time; pingpong: QK(i+1) overlaps softmax(i) (two S tiles);
+# intrawg: FA3's intra-warpgroup overlap, softmax(i) overlaps PV(i-1) (one S tile).
+SCHEDULES = ("base", "pingpong", "intrawg")
 HEAD_DIMS = (64, 128)
 MAX_RATIO = 16
 MAX_SQ = 8
@@ -60,9 +62,10 @@ TRACE_EVENTS = {"core": CORE_EVENTS, "stalls": CORE_EVENTS + STALL_EVENTS}
 MAX_SPLITS = 256  # <= COMBINE_UNROLL * the 32 partitions one warp holds
 COUNTER_WORDS = 4  # int32 words per group: [arrival count, its value at the next launch's start, -, -]
 # Default KV tile per (head dim, schedule); the ping-pong keeps two S tiles in registers.
-DEFAULT_TILE_N = {(64, "base"): 128, (128, "base"): 128, (64, "pingpong"): 64, (128, "pingpong"): 64}
+DEFAULT_TILE_N = {(64, "base"): 128, (128, "base"): 128, (64, "pingpong"): 64, (128, "pingpong"): 64,
+                  (64, "intrawg"): 128, (128, "intrawg"): 64}
 # CTAs resident per SM a variant is built for (each gets half the shared memory at 2).
-DEFAULT_CTAS_PER_SM = {(64, "base"): 1, (128, "base"): 1, (64, "pingpong"): 1, (128, "pingpong"): 1}
+DEFAULT_CTAS_PER_SM = {key: 1 for key in DEFAULT_TILE_N}
 
 
 def trace_event_ids(events: str) -> frozenset:
@@ -917,6 +920,9 @@ def bench_json(rows: list[BenchRow]) -> list[dict]:
              "us_spread": r.us_spread, "tbps": r.tbps, "rel_err": r.rel_err, **r.extra} for r in rows]
 
 
+_SHORT = {"pingpong": "pp", "intrawg": "iw"}
+
+
 def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
     """Markdown, one row per shape: every kernel's µs (TB/s), pingpong's % of peak, ratios,
     tracing overhead (core event set: every warp, lead warps; stalls event set: every warp;
@@ -929,9 +935,13 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
     for r in rows:
         if r.kernel not in kernels and "+" not in r.kernel.partition("@")[0]:
             kernels.append(r.kernel)
+    # our schedules with traced timings, in SCHEDULES order (short names in the header)
+    ours = [s for s in SCHEDULES if any(r.kernel.partition("@")[0] == s + "+trace" for r in rows)] \
+        or ["base", "pingpong"]
+    who = "/".join(_SHORT.get(s, s) for s in ours)
     head = ["d", "hq:hkv", "sk", "b", "sq"] + [f"{k} µs (TB/s)" for k in kernels] + \
-        [f"pp % of {peak:g}", "pp vs base", "pp vs cuDNN", "trace ovh base/pp", "lead-warp ovh base/pp",
-         "stalls ovh base/pp", "max rel err"]
+        [f"pp % of {peak:g}", "pp vs base", "pp vs cuDNN", f"trace ovh {who}", f"lead-warp ovh {who}",
+         f"stalls ovh {who}", "max rel err"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def ok(x):
@@ -948,7 +958,7 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
         cells.append(f"{cud.us / pp.us:.2f}x" if ok(pp) and ok(cud) else "-")
         for suffix in ("+trace", "+tracelead", "+tracestalls"):
             ov = []
-            for sname in ("base", "pingpong"):
+            for sname in ours:
                 # the reference timed next to the traced variants, where there is one
                 a = ks.get(sname + "+ref") if ok(ks.get(sname + "+ref")) else ks.get(sname)
                 b = ks.get(sname + suffix)
@@ -978,10 +988,11 @@ def bench_cli(argv=None) -> int:
     import sys
 
     ap = argparse.ArgumentParser(prog="fa4trace bench", description="Decode attention on this GPU: ours "
-                                 "(base, pingpong) vs cuDNN and FLASH SDPA; CUDA-graph replay, L2 cold, median.")
+                                 "(base, pingpong, intrawg) vs cuDNN and FLASH SDPA; CUDA-graph replay, L2 cold, "
+                                 "median.")
     ap.add_argument("--quick", action="store_true", help="sk 131072 shapes only")
-    ap.add_argument("--kernels", default="base,pingpong,cudnn,flash,fa4",
-                    help="comma list: base, pingpong, base@n64 (other KV tile), pingpong@p (programmatic "
+    ap.add_argument("--kernels", default="base,pingpong,intrawg,cudnn,flash,fa4",
+                    help="comma list: base, pingpong, intrawg, base@n64 (other KV tile), pingpong@p (programmatic "
                          "dependent launch), cudnn, flash, fa4 (FlashAttention-4 SM90 from its AOT build; a "
                          "missing build shows as '-')")
     ap.add_argument("--replays", type=int, default=15)

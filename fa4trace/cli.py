@@ -249,7 +249,10 @@ def build(arch, output, only, force):
               show_default=True, help="What to run.")
 @click.option("--impl", default="ours", type=click.Choice(["ours", "fa4"]), show_default=True,
               help="Attention implementation: our CuTe DSL kernels or upstream FlashAttention-4.")
-@click.option("--schedule", default="pingpong", type=click.Choice(["base", "pingpong", "fa3"]), show_default=True)
+@click.option("--schedule", default="pingpong", type=click.Choice(["base", "pingpong", "intrawg", "fa3"]),
+              show_default=True,
+              help="Ours: base, pingpong (QK(i+1) overlaps softmax(i)) or intrawg (FA3's intra-warpgroup "
+                   "overlap: softmax(i) overlaps PV(i-1)). --impl fa4: pingpong or base (sm100), fa3 (sm90).")
 @click.option("--d", "d", default=128, type=int, show_default=True, help="Head dim.")
 @click.option("--hq", default=16, type=int, show_default=True, help="Query heads.")
 @click.option("--hkv", default=1, type=int, show_default=True, help="KV heads.")
@@ -314,6 +317,9 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
     click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
 
 
+FA4_SCHEDULES = ("base", "pingpong", "fa3")  # FA4's switch on sm100; its SM90 forward is FA3's
+
+
 def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
     """The shape flags, checked before anything looks for a GPU (``attention.shape_problem``:
     the rules of ``fa4trace.decode_attention``; for FA4 only the general ones, it checks its
@@ -328,6 +334,8 @@ def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
         raise click.BadParameter(f"--num-splits must be >= 1, got {num_splits}")
     if impl != "fa4" and schedule not in SCHEDULES:
         raise click.BadParameter(f"--schedule {schedule} is FA4's; our kernels have {', '.join(SCHEDULES)}")
+    if impl == "fa4" and schedule not in FA4_SCHEDULES:
+        raise click.BadParameter(f"--schedule {schedule} is one of ours; FA4 has {', '.join(FA4_SCHEDULES)}")
 
 
 def _parse_ctas(spec: str | None) -> dict:
@@ -397,7 +405,7 @@ def view(bundles, port, headless):
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def bench(ctx):
-    """Decode-attention benchmark on this GPU: ours (base, pingpong) vs cuDNN, FLASH and FA4 SM90.
+    """Decode-attention benchmark on this GPU: ours (base, pingpong, intrawg) vs cuDNN, FLASH and FA4 SM90.
 
     Options after `bench` go to the benchmark (e.g. `fa4trace bench --quick --only d=128`);
     `fa4trace bench -- --help` lists them."""

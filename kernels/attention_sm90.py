@@ -32,6 +32,10 @@ Schedules (compile time):
   * ``pingpong``: two S register buffers.  QK(i+1) is issued before softmax(i) and waited
     after PV(i) is issued, so the tensor core works on QK(i+1) (and PV(i-1)) while the
     warpgroup runs softmax(i).  The producer loads K0, K1, V0, K2, V1, ... to match.
+  * ``intrawg``: FA3's intra-warpgroup overlap, the reference point: one S buffer.  Step i
+    issues QK(i), corrects O for softmax(i-1) meanwhile, issues PV(i-1), waits for QK(i) and
+    runs softmax(i) while PV(i-1) is in flight.  The QK wait is exposed; the softmax hides
+    behind PV.  Same producer order as the ping-pong.
 
 Tracing: ``trace=None`` compiles every recorder call away (the uninstrumented kernel).
 Events (payload = global KV block index): producer LOAD_K(i), LOAD_V(i) (wait for a free
@@ -61,7 +65,8 @@ from cutlass.tensor_utils import LayoutEnum
 from fa4trace.device import Recorder
 from fa4trace.vocab import EV, ROLE
 
-SCHEDULES = ("base", "pingpong")
+from fa4trace.attention import SCHEDULES  # one list for the host API and the kernel
+
 ARCH = "sm_90a"
 PTXAS_OPTIONS = "--ptxas-options=--fmad=false"
 TILE_M = 64  # one wgmma M tile: all packed query rows of a KV head (sq * ratio <= 64 per m-block)
@@ -364,7 +369,7 @@ class DecodeAttentionSm90:
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
         rec = rec.settle()
         cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
-        if const_expr(self.schedule == "pingpong"):
+        if const_expr(self.schedule != "base"):
             # K1's records go outside `if count > 1` (``when=``): recorded inside it, they made
             # ptxas move the *consumers'* stage indices, phases and wgmma descriptors from
             # uniform to vector registers for their whole mainloop (SASS of the traced d64
@@ -373,7 +378,7 @@ class DecodeAttentionSm90:
                                            n_begin + 1)
         rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
 
-        if const_expr(self.schedule == "pingpong"):
+        if const_expr(self.schedule != "base"):
             # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
             for j in cutlass.range(2, count, unroll=1):
                 rec = rec.open_block(4)
@@ -511,6 +516,25 @@ class DecodeAttentionSm90:
             # The split's last block is the only one that can hold keys past sk.
             rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state,
                                                    n_begin + count - 1, True)
+        elif const_expr(self.schedule == "intrawg"):
+            # Prologue: QK(first) -> softmax(first) -> P(first); PV(first) goes out in the next
+            # step (or below, when the split has one block).
+            corr = cute.make_rmem_tensor((2,), Float32)
+            if count == 1:
+                rec, k_state = self.intrawg_first(rec, ctx, acc_S0, corr, k_state, n_begin, True)
+            else:
+                rec, k_state = self.intrawg_first(rec, ctx, acc_S0, corr, k_state, n_begin, False)
+                for j in cutlass.range(1, count - 1, unroll=1):
+                    rec, k_state, v_state = self.intrawg_step(rec, ctx, acc_S0, corr, k_state, v_state,
+                                                              n_begin + j, False)
+                rec, k_state, v_state = self.intrawg_step(rec, ctx, acc_S0, corr, k_state, v_state,
+                                                          n_begin + count - 1, True)
+            rec = self.correct(rec, ctx, corr, n_begin + count - 1)
+            rec = self.issue_pv(rec, ctx, v_state, n_begin + count - 1)
+            warpgroup.wait_group(0)
+            rec.end(EV.PV, n_begin + count - 1)
+            pipe_v.consumer_release(v_state)
+            v_state.advance()
         else:
             acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
             # Prologue: QK(first) issued and waited.
@@ -690,15 +714,25 @@ class DecodeAttentionSm90:
         return rec, corr
 
     @cute.jit
-    def correct_and_convert(self, rec: Recorder, ctx, acc_S, corr, n_block):
+    def correct(self, rec: Recorder, ctx, corr, n_block):
+        """O *= the correction factors of softmax(n_block), before PV(n_block) adds to O."""
         rec.begin(EV.CORRECTION, n_block)
         o_mn = _acc_mn_view(ctx.acc_O)
         for r in cutlass.range_constexpr(2):  # padding rows too: keeps the wgmma async
             for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
                 o_mn[r, c] = o_mn[r, c] * corr[r if r < self.rpt else 0]
         rec.end(EV.CORRECTION, n_block)
-        # P (fp32 accumulator layout) -> A-operand registers of the PV wgmma.
+        return rec
+
+    @cute.jit
+    def convert_p(self, ctx, acc_S):
+        """P (fp32 accumulator layout) -> A-operand registers of the PV wgmma."""
         ctx.tOrP.store(_acc_as_frg_a(acc_S).load().to(self.dtype))
+
+    @cute.jit
+    def correct_and_convert(self, rec: Recorder, ctx, acc_S, corr, n_block):
+        rec = self.correct(rec, ctx, corr, n_block)
+        self.convert_p(ctx, acc_S)
         return rec
 
     @cute.jit
@@ -739,6 +773,48 @@ class DecodeAttentionSm90:
         if const_expr(has_next):
             warpgroup.wait_group(1)  # QK(n_block+1) is older than PV(n_block): it is done now
             rec, k_state = self.retire_qk(rec, ctx, k_state, n_block + 1)
+        rec = rec.close_block()
+        return rec, k_state, v_state
+
+    @cute.jit
+    def intrawg_first(self, rec: Recorder, ctx, acc_S, corr, k_state, n_block, is_last: cutlass.Constexpr):
+        """Intra-warpgroup schedule, the split's first block: QK, softmax, P; no PV yet."""
+        rec = rec.open_block(EVENTS_PER_STEP)
+        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
+        warpgroup.wait_group(0)
+        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
+        rec, c = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        for r in cutlass.range_constexpr(self.rpt):
+            corr[r] = c[r]
+        self.convert_p(ctx, acc_S)
+        rec = rec.close_block()
+        return rec, k_state
+
+    @cute.jit
+    def intrawg_step(self, rec: Recorder, ctx, acc_S, corr, k_state, v_state, n_block,
+                     is_last: cutlass.Constexpr):
+        """FA3's intra-warpgroup overlap: softmax(n_block) runs while PV(n_block-1) does.
+
+        On entry P(n_block-1) is in registers and ``corr`` holds softmax(n_block-1)'s factors.
+        QK(n_block) is issued first (into the one S buffer: P was converted out of it), O is
+        corrected while it runs, then PV(n_block-1) goes out behind it; the wait for QK is
+        exposed, the softmax hides behind PV. One S tile in registers, as in ``base``.
+        """
+        rec = rec.open_block(EVENTS_PER_STEP)
+        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
+        rec = self.correct(rec, ctx, corr, n_block - 1)
+        rec = self.issue_pv(rec, ctx, v_state, n_block - 1)
+        warpgroup.wait_group(1)  # QK(n_block) is older than PV(n_block-1): it is done now
+        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
+        rec, c = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        # P and O are operands of PV(n_block-1): wait for it before they are rewritten.
+        warpgroup.wait_group(0)
+        rec.end(EV.PV, n_block - 1)
+        ctx.pipe_v.consumer_release(v_state)
+        v_state.advance()
+        for r in cutlass.range_constexpr(self.rpt):
+            corr[r] = c[r]
+        self.convert_p(ctx, acc_S)
         rec = rec.close_block()
         return rec, k_state, v_state
 

@@ -285,6 +285,13 @@ def test_bench_table_ratios_and_overheads():
     assert md[0] == "| " + " | ".join(head) + " |"  # +ref adds no column
     assert row["max rel err"] == "3.0e-03"
     assert row["pp % of 4.8"] == f"{100 * tbps / 4.8:.0f}%"
+    # a third schedule with traced timings gets its own share of the overhead cells
+    rows += [A.BenchRow(s, "intrawg", 22.0, 0.1, 2e-3, {}), A.BenchRow(s, "intrawg+trace", 23.1, 0.1, float("nan"), {})]
+    md = A.bench_table(rows).splitlines()
+    row = dict(zip([c.strip() for c in md[0].strip("|").split("|")], [c.strip() for c in md[2].strip("|").split("|")]))
+    assert row["trace ovh base/pp/iw"] == "+4.0% / +2.4% / +5.0%"
+    assert row["lead-warp ovh base/pp/iw"] == "- / -0.5% / -"  # against pingpong+ref
+    assert row["intrawg µs (TB/s)"].startswith("22.0 (")
 
 
 def test_launches_per_graph_keep_l2_cold_and_spread_the_replay_cost():

@@ -1,6 +1,6 @@
 """CPU: every decode-attention variant compiles for sm_90a; facts read off its PTX.
 
-Needs nvidia-cutlass-dsl (no GPU). The 48 variants (d x schedule x dtype x tracing - off, the
+Needs nvidia-cutlass-dsl (no GPU). The 72 variants (d x schedule x dtype x tracing - off, the
 "core" event set, the "stalls" set - x rows per CTA) compile once per session in two worker
 processes. With ptxas on the PATH (or /usr/local/cuda/bin),
 the register / spill report of each is read and written to
@@ -18,8 +18,10 @@ import pytest
 
 pytest.importorskip("cutlass")
 
+from fa4trace.attention import SCHEDULES  # noqa: E402
+
 # v[3]: None (untraced) or the traced variant's event set
-VARIANTS = [(d, s, dt, ev, rows) for d in (64, 128) for s in ("base", "pingpong") for dt in ("bf16", "fp16")
+VARIANTS = [(d, s, dt, ev, rows) for d in (64, 128) for s in SCHEDULES for dt in ("bf16", "fp16")
             for ev in (None, "core", "stalls") for rows in (64, 32)]
 
 
@@ -86,9 +88,9 @@ def test_variant_compiles_with_wgmma_and_tma(compiled, variant):
     assert "wgmma.wait_group" in ptx
     assert "cp.async.bulk.tensor" in ptx  # TMA for K and V
     assert "ld.local" not in ptx and "st.local" not in ptx  # no register array went to the stack
-    # the ping-pong keeps two groups in flight: some wait must leave one pending
+    # the ping-pong and intrawg keep two groups in flight: some wait must leave one pending
     has_wait1 = re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx) is not None
-    assert has_wait1 == (sched == "pingpong")
+    assert has_wait1 == (sched != "base")
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)

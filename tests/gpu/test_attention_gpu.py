@@ -65,25 +65,25 @@ CASES = [
 
 
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}sq{}h{}:{}sk{}s{}".format(*c))
 def test_matches_fp32_reference(d, schedule, case):
     _check(*case[:5], d, schedule, case[5])
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 @pytest.mark.parametrize("d", [64, 128])
 def test_fp16_and_scale(schedule, d):
     _check(2, 2, 16, 2, 3000, d, schedule, None, dtype="fp16", scale=0.05)
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_every_split_count_for_one_shape(schedule):
     for splits in (1, 2, 3, 7, 16, 31, 64, 200):
         _check(1, 1, 16, 1, 8192, 128, schedule, splits)
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_repeated_launches_give_the_same_bits(schedule):
     """Splits finish (and take combine tickets) in a different order every launch; the
     combine merges the partials in split order, so the bits do not change."""
@@ -94,7 +94,7 @@ def test_repeated_launches_give_the_same_bits(schedule):
         assert torch.equal(o, outs[0][0]) and torch.equal(lse, outs[0][1])
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 @pytest.mark.parametrize("d, sk, events", [(64, 20000, "core"), (128, 20000, "core"), (128, 131072, "core"),
                                            (64, 20000, "stalls"), (128, 131072, "stalls")])
 def test_tracing_does_not_change_the_output(schedule, d, sk, events):
@@ -127,7 +127,7 @@ def test_tracing_does_not_change_the_output(schedule, d, sk, events):
         assert "COMBINE" in names
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 @pytest.mark.parametrize("blocks_per_split", [1, 2, 3])
 def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, blocks_per_split):
     """The ping-pong producer's K1 and last V are recorded with ``when=`` (outside the dynamic
@@ -150,7 +150,7 @@ def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, bloc
         assert sorted(spans["iter"]) == list(range(n_blocks)), ev  # one span per block, no phantom K1
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_lead_warps_record_alone_and_completely(schedule):
     """A buffer selecting LEAD_WARPS (warp mask): only warps 0 and 4 have rows, each with every
     event it records when all warps do, and the output is still bit-equal."""
@@ -177,7 +177,7 @@ def test_lead_warps_record_alone_and_completely(schedule):
         assert (a.name == "MARK").sum() == (b.name == "MARK").sum()  # one ticket per split
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_waits_for_kv_are_recorded_where_the_stream_is_the_limit(schedule):
     """d128 at b 8, sk 131072 is memory-bound: consumers must be seen waiting for K/V blocks.
     (A blocking probe once hid every wait: the trace showed a consumer that never starved.)"""
@@ -194,7 +194,7 @@ def test_waits_for_kv_are_recorded_where_the_stream_is_the_limit(schedule):
     assert waits > 0.01 * blocks, (waits, blocks)
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 @pytest.mark.parametrize("sq, hq, hkv, splits", [(1, 16, 1, None), (2, 16, 1, 1), (3, 8, 2, 7)])
 def test_32_and_64_row_ctas_give_the_same_bits(schedule, sq, hq, hkv, splits):
     """A real row goes through the same operations in the same order in either layout."""
@@ -225,7 +225,7 @@ def test_graph_replay_leaves_counters_usable():
     assert int(words[0, 0]) > 0  # the counter advanced (it is never reset)
 
 
-@pytest.mark.parametrize("schedule", ["base", "pingpong"])
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_pdl_launches_give_the_same_bits_back_to_back(schedule):
     """pdl=True: the same output as the default launch, also when launches overlap: a graph of
     back-to-back PDL launches that write each other's inputs' neighbours (one workspace and one
@@ -250,3 +250,24 @@ def test_pdl_launches_give_the_same_bits_back_to_back(schedule):
         A.decode_attention(q2, k2, v2, schedule=schedule, out=o2)
     torch.cuda.synchronize()
     assert torch.equal(o, want) and torch.equal(o2, want2)
+
+
+# What each schedule overlaps, seen in its own trace (fa4trace.analysis): base nothing,
+# pingpong QK(i+1) with SOFTMAX(i) (and PV(i-1)), intrawg PV(i-1) with SOFTMAX(i) but not QK,
+# whose wait comes before the softmax. Time-weighted over every CTA; 32 blocks per split, so
+# the first block's softmax (nothing to overlap in intrawg) weighs little. "Not" allows 10%:
+# the four consumer warps' spans are unioned per CTA and the warps drift a little.
+OVERLAPS = {"base": ((0.0, 0.1), (0.0, 0.1)), "pingpong": ((0.5, 1.0), (0.5, 1.0)),
+            "intrawg": ((0.0, 0.1), (0.5, 1.0))}
+
+
+@pytest.mark.parametrize("schedule", A.SCHEDULES)
+def test_each_schedule_overlaps_what_it_claims(schedule):
+    from fa4trace import analysis
+
+    tr = A.record_attention(schedule=schedule, d=128, hq=16, hkv=1, sk=32768, b=1, sq=1,
+                            num_splits=32768 // 128 // 32)
+    s = analysis.summarize(tr)
+    (qk_lo, qk_hi), (pv_lo, pv_hi) = OVERLAPS[schedule]
+    assert qk_lo <= s["qk_softmax_overlap"] <= qk_hi, s["qk_softmax_overlap"]
+    assert pv_lo <= s["pv_softmax_overlap"] <= pv_hi, s["pv_softmax_overlap"]
