@@ -464,7 +464,9 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
                      out=None, tile_n: Optional[int] = None, build=None,
                      ctas_per_sm: Optional[int] = None, block_rows: Optional[int] = None,
                      trace_events: str = "core", pdl: bool = False):
-    """Multi-token decode attention (see the module docstring). ``trace``: a recorder buffer
+    """Multi-token decode attention (see the module docstring). ``schedule``: "pingpong" (QK(i+1)
+    overlaps softmax(i)), "base" (no overlap) or "intrawg" (FA3's: softmax(i) overlaps PV(i-1));
+    same math, outputs within rounding of each other. ``trace``: a recorder buffer
     (``trace_buffer``) to run the instrumented kernel; None runs the uninstrumented one.
     ``trace_events``: what the instrumented kernel records, "core" or "stalls" (core plus the
     consumer's waits for K/V: costlier, see ``TRACE_EVENTS``); the output is the same bits.
