@@ -37,7 +37,6 @@ def union_intervals(group: np.ndarray, start: np.ndarray, end: np.ndarray):
     ks, ke = (g << _BITS) | s, (g << _BITS) | e
     run_max = np.maximum.accumulate(ke)
     new = np.r_[True, ks[1:] > run_max[:-1]]
-    rid = np.cumsum(new) - 1
     first = np.flatnonzero(new)
     last = np.r_[first[1:] - 1, g.size - 1]
     return g[first], s[first] + base, (run_max[last] & ((1 << _BITS) - 1)) + base
