@@ -72,6 +72,7 @@ def test_convert_refuses_to_overwrite(bundles, tmp_path):
     (["record", "--hq", "64", "--hkv", "2", "-o", "z.parquet"], "--hq / --hkv must be <= 16"),
     (["record", "--sq", "9", "-o", "z.parquet"], "--sq must be 1..8"),
     (["record", "--schedule", "fa3", "-o", "z.parquet"], "is FA4's"),
+    (["record", "--impl", "fa4", "--schedule", "intrawg", "-o", "z.parquet"], "is one of ours; FA4 has"),
     (["record", "--num-splits", "0", "-o", "z.parquet"], "--num-splits must be >= 1"),
     (["record", "--impl", "fa4", "--b", "0", "-o", "z.parquet"], "--b must be >= 1"),
     (["record", "--capacity", "0", "-o", "z.parquet"], "--capacity must be >= 1"),
