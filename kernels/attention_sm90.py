@@ -532,9 +532,7 @@ class DecodeAttentionSm90:
             rec = self.correct(rec, ctx, corr, n_begin + count - 1)
             rec = self.issue_pv(rec, ctx, v_state, n_begin + count - 1)
             warpgroup.wait_group(0)
-            rec.end(EV.PV, n_begin + count - 1)
-            pipe_v.consumer_release(v_state)
-            v_state.advance()
+            rec, v_state = self.retire_pv(rec, ctx, v_state, n_begin + count - 1)
         else:
             acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
             # Prologue: QK(first) issued and waited.
@@ -564,9 +562,7 @@ class DecodeAttentionSm90:
                     rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
                                                                n_begin + count - 1, False, True)
             warpgroup.wait_group(0)
-            rec.end(EV.PV, n_begin + count - 1)
-            pipe_v.consumer_release(v_state)
-            v_state.advance()
+            rec, v_state = self.retire_pv(rec, ctx, v_state, n_begin + count - 1)
 
         if const_expr(self.pdl):
             # This CTA's stream is done: the next kernel may launch (its CTAs take SMs as ours
@@ -659,6 +655,23 @@ class DecodeAttentionSm90:
         return rec, k_state
 
     @cute.jit
+    def retire_pv(self, rec: Recorder, ctx, v_state, n_block):
+        """After the wait that covers PV(n_block): close its span, free the V stage."""
+        rec.end(EV.PV, n_block)
+        ctx.pipe_v.consumer_release(v_state)
+        v_state.advance()
+        return rec, v_state
+
+    @cute.jit
+    def qk_then_softmax(self, rec: Recorder, ctx, acc_S, k_state, n_block, is_last: cutlass.Constexpr):
+        """QK(n_block) issued and waited for, then its softmax: nothing overlaps the two."""
+        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
+        warpgroup.wait_group(0)
+        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
+        rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        return rec, k_state, corr
+
+    @cute.jit
     def issue_pv(self, rec: Recorder, ctx, v_state, n_block):
         rec = self.wait_full(rec, ctx.pipe_v, v_state, EV.WAIT_V, n_block)
         rec.begin(EV.PV, n_block)
@@ -738,16 +751,11 @@ class DecodeAttentionSm90:
     @cute.jit
     def base_step(self, rec: Recorder, ctx, acc_S, k_state, v_state, n_block, is_last: cutlass.Constexpr):
         rec = rec.open_block(EVENTS_PER_STEP)
-        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
-        warpgroup.wait_group(0)
-        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
-        rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        rec, k_state, corr = self.qk_then_softmax(rec, ctx, acc_S, k_state, n_block, is_last)
         rec = self.correct_and_convert(rec, ctx, acc_S, corr, n_block)
         rec = self.issue_pv(rec, ctx, v_state, n_block)
         warpgroup.wait_group(0)
-        rec.end(EV.PV, n_block)
-        ctx.pipe_v.consumer_release(v_state)
-        v_state.advance()
+        rec, v_state = self.retire_pv(rec, ctx, v_state, n_block)
         rec = rec.close_block()
         return rec, k_state, v_state
 
@@ -765,9 +773,7 @@ class DecodeAttentionSm90:
         else:
             warpgroup.wait_group(0)
         if const_expr(has_prev_pv):
-            rec.end(EV.PV, n_block - 1)
-            ctx.pipe_v.consumer_release(v_state)
-            v_state.advance()
+            rec, v_state = self.retire_pv(rec, ctx, v_state, n_block - 1)
         rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block)
         rec = self.issue_pv(rec, ctx, v_state, n_block)
         if const_expr(has_next):
@@ -780,10 +786,7 @@ class DecodeAttentionSm90:
     def intrawg_first(self, rec: Recorder, ctx, acc_S, corr, k_state, n_block, is_last: cutlass.Constexpr):
         """Intra-warpgroup schedule, the split's first block: QK, softmax, P; no PV yet."""
         rec = rec.open_block(EVENTS_PER_STEP)
-        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
-        warpgroup.wait_group(0)
-        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
-        rec, c = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        rec, k_state, c = self.qk_then_softmax(rec, ctx, acc_S, k_state, n_block, is_last)
         for r in cutlass.range_constexpr(self.rpt):
             corr[r] = c[r]
         self.convert_p(ctx, acc_S)
@@ -809,9 +812,7 @@ class DecodeAttentionSm90:
         rec, c = self.softmax(rec, ctx, acc_S, n_block, is_last)
         # P and O are operands of PV(n_block-1): wait for it before they are rewritten.
         warpgroup.wait_group(0)
-        rec.end(EV.PV, n_block - 1)
-        ctx.pipe_v.consumer_release(v_state)
-        v_state.advance()
+        rec, v_state = self.retire_pv(rec, ctx, v_state, n_block - 1)
         for r in cutlass.range_constexpr(self.rpt):
             corr[r] = c[r]
         self.convert_p(ctx, acc_S)
