@@ -532,13 +532,13 @@ class DecodeAttentionSm90:
             rec = self.correct(rec, ctx, corr, n_begin + count - 1)
             rec = self.issue_pv(rec, ctx, v_state, n_begin + count - 1)
             warpgroup.wait_group(0)
-            rec, v_state = self.retire_pv(rec, ctx, v_state, n_begin + count - 1)
+            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_begin + count - 1)
         else:
             acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
             # Prologue: QK(first) issued and waited.
             rec = self.issue_qk(rec, ctx, acc_S0, k_state, n_begin)
             warpgroup.wait_group(0)
-            rec, k_state = self.retire_qk(rec, ctx, k_state, n_begin)
+            rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_begin)
             # Step j works on S[j % 2] and issues QK(j+1) into the other buffer.  The loop is
             # unrolled by two so that both buffers stay in registers (no dynamic indexing).
             if count == 1:
@@ -562,7 +562,7 @@ class DecodeAttentionSm90:
                     rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
                                                                n_begin + count - 1, False, True)
             warpgroup.wait_group(0)
-            rec, v_state = self.retire_pv(rec, ctx, v_state, n_begin + count - 1)
+            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_begin + count - 1)
 
         if const_expr(self.pdl):
             # This CTA's stream is done: the next kernel may launch (its CTAs take SMs as ours
@@ -647,27 +647,19 @@ class DecodeAttentionSm90:
         return rec
 
     @cute.jit
-    def retire_qk(self, rec: Recorder, ctx, k_state, n_block):
-        """After the wait that covers QK(n_block): close its span, free the K stage."""
-        rec.end(EV.QK, n_block)
-        ctx.pipe_k.consumer_release(k_state)
-        k_state.advance()
-        return rec, k_state
-
-    @cute.jit
-    def retire_pv(self, rec: Recorder, ctx, v_state, n_block):
-        """After the wait that covers PV(n_block): close its span, free the V stage."""
-        rec.end(EV.PV, n_block)
-        ctx.pipe_v.consumer_release(v_state)
-        v_state.advance()
-        return rec, v_state
+    def retire(self, rec: Recorder, event: cutlass.Constexpr, pipe, state, n_block):
+        """After the wait that covers QK or PV(n_block): close its span, free its K or V stage."""
+        rec.end(event, n_block)
+        pipe.consumer_release(state)
+        state.advance()
+        return rec, state
 
     @cute.jit
     def qk_then_softmax(self, rec: Recorder, ctx, acc_S, k_state, n_block, is_last: cutlass.Constexpr):
         """QK(n_block) issued and waited for, then its softmax: nothing overlaps the two."""
         rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
         warpgroup.wait_group(0)
-        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
+        rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_block)
         rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last)
         return rec, k_state, corr
 
@@ -755,7 +747,7 @@ class DecodeAttentionSm90:
         rec = self.correct_and_convert(rec, ctx, acc_S, corr, n_block)
         rec = self.issue_pv(rec, ctx, v_state, n_block)
         warpgroup.wait_group(0)
-        rec, v_state = self.retire_pv(rec, ctx, v_state, n_block)
+        rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_block)
         rec = rec.close_block()
         return rec, k_state, v_state
 
@@ -773,12 +765,12 @@ class DecodeAttentionSm90:
         else:
             warpgroup.wait_group(0)
         if const_expr(has_prev_pv):
-            rec, v_state = self.retire_pv(rec, ctx, v_state, n_block - 1)
+            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_block - 1)
         rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block)
         rec = self.issue_pv(rec, ctx, v_state, n_block)
         if const_expr(has_next):
             warpgroup.wait_group(1)  # QK(n_block+1) is older than PV(n_block): it is done now
-            rec, k_state = self.retire_qk(rec, ctx, k_state, n_block + 1)
+            rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_block + 1)
         rec = rec.close_block()
         return rec, k_state, v_state
 
@@ -808,11 +800,11 @@ class DecodeAttentionSm90:
         rec = self.correct(rec, ctx, corr, n_block - 1)
         rec = self.issue_pv(rec, ctx, v_state, n_block - 1)
         warpgroup.wait_group(1)  # QK(n_block) is older than PV(n_block-1): it is done now
-        rec, k_state = self.retire_qk(rec, ctx, k_state, n_block)
+        rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_block)
         rec, c = self.softmax(rec, ctx, acc_S, n_block, is_last)
         # P and O are operands of PV(n_block-1): wait for it before they are rewritten.
         warpgroup.wait_group(0)
-        rec, v_state = self.retire_pv(rec, ctx, v_state, n_block - 1)
+        rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_block - 1)
         for r in cutlass.range_constexpr(self.rpt):
             corr[r] = c[r]
         self.convert_p(ctx, acc_S)
