@@ -1,0 +1,96 @@
+"""Time the in-launch combine's plans against each other (run on the GPU machine).
+
+    FA4TRACE_BUILD=build/kernels python benchmarks/combine_plans.py [--shapes d:hq:hkv:sk:b,...]
+        [--schedule pingpong] [--rounds 5]
+
+The combine's cut (combiner CTAs per group, float4 columns and split partitions per item) is
+a runtime argument, chosen by ``fa4trace.attention.plan_splits``. This runs the same kernel
+with every legal cut of the default split count: output checked against the float32
+reference (and bit-equal to the default plan's, which merges in the same order only when the
+partitions are the same), then timed as the benchmark times (CUDA-graph replay, L2 cold,
+median; every round times every plan again). For deciding whether the plan heuristic leaves
+time on the table at the short shapes, where the combine is ~1.6 us of ~21.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def plans_for(A, shape, plan, num_sms):
+    """Every (n_comb, nc4, parts) the kernel accepts for this split count (deadlock rule kept)."""
+    out = []
+    rows = min(plan.block_rows, shape.sq * shape.ratio)
+    nc4_full = shape.d // 4
+    p_min = 1 << max(0, math.ceil(math.log2(-(-plan.n_splits // A.COMBINE_UNROLL))))
+    t_max = max(1, min(plan.n_splits, (num_sms - 1) // plan.groups + 1))
+    parts = p_min
+    while parts <= 32:
+        nc4 = 1
+        while nc4 <= nc4_full and nc4 * parts <= 128:
+            n_items = -(-rows // (128 // (nc4 * parts))) * (nc4_full // nc4)
+            for t in sorted({min(t_max, n_items), min(t_max, max(1, n_items // 2))}):
+                out.append(dataclasses.replace(plan, n_comb=t, comb_nc4=nc4, comb_parts=parts))
+            nc4 *= 2
+        parts *= 2
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="128:16:1:131072:1,64:16:1:131072:1,128:16:2:131072:1,128:16:1:32768:1")
+    ap.add_argument("--schedule", default="pingpong")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--replays", type=int, default=15)
+    args = ap.parse_args(argv)
+    import torch
+
+    from fa4trace import attention as A
+
+    dev = torch.device("cuda")
+    num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    print("| shape | n_comb | nc4 | parts | default | µs | vs default | rel err |")
+    print("|---|---|---|---|---|---|---|---|")
+    for item in args.shapes.split(","):
+        d, hq, hkv, sk, b = (int(x) for x in item.split(":"))
+        shape = A.Shape(b, 1, hq, hkv, sk, d, "bf16")
+        sets, per_graph = A.cold_l2_inputs(shape, seed=1)
+        q, k, v, _ = sets[0]
+        kern, plan = A._resolve(shape, args.schedule, False, None, dev)
+        plans = plans_for(A, shape, plan, num_sms)
+        scale = 1.0 / math.sqrt(d)
+        lse = torch.empty((b, hq, 1), dtype=torch.float32, device=dev)
+        n_o, n_l = plan.workspace_floats(shape)
+        o_part = torch.empty(n_o, dtype=torch.float32, device=dev)
+        lse_part = torch.empty(n_l, dtype=torch.float32, device=dev)
+        count = A._counters(dev, A.COUNTER_WORDS * plan.groups)
+        ref = A.reference(q, k, v)[0]
+        errs = []
+        for p in plans:
+            o = torch.full_like(q, float("nan"))
+            kern.fn(q, k, v, o, lse, o_part, lse_part, count, *p.kernel_args(scale), None)
+            torch.cuda.synchronize()
+            errs.append(A.rel_error(o, ref) if not torch.isnan(o).any() else float("nan"))
+        times = {i: [] for i in range(len(plans))}
+        for _ in range(args.rounds):
+            for i, p in enumerate(plans):
+                def launch(j, p=p):
+                    qq, kk, vv, oo = sets[j]
+                    kern.fn(qq, kk, vv, oo, lse, o_part, lse_part, count, *p.kernel_args(scale), None)
+                times[i].append(A._graph_time(launch, len(sets), args.replays, per_graph)[0])
+        us = [statistics.median(ts[1:] if len(ts) > 2 else ts) for ts in times.values()]
+        base = next(u for p, u in zip(plans, us) if p == plan)
+        for p, u, e in zip(plans, us, errs):
+            print(f"| d{d} {hq}:{hkv} sk{sk} b{b} | {p.n_comb} | {p.comb_nc4} | {p.comb_parts} | "
+                  f"{'yes' if p == plan else ''} | {u:.2f} | {100 * (u / base - 1):+.1f}% | {e:.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
