@@ -38,7 +38,9 @@ from fa4trace.errors import Fa4traceError
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES_DIR = REPO / "traces"
-SCHEDULES = ("base", "pingpong")
+# The pair the app opens with (A = base, B = ping-pong). Other schedules' bundles (intrawg,
+# FA4's) are listed for the A / B pickers but never auto-paired.
+PAIR_SCHEDULES = ("base", "pingpong")
 # Config keys that restate the schedule (FA4 records its own switch too): not part of the pair key.
 SCHEDULE_KEYS = ("schedule", "schedule_requested", "s_ping_pong", "use_s_ping_pong")
 # The problem a kernel solves (and whose kernel it is). Two schedules of one problem may choose
@@ -124,14 +126,14 @@ def find_pairs(infos: list[BundleInfo]) -> list[tuple[BundleInfo, BundleInfo]]:
     """(base, pingpong) pairs with equal config apart from the schedule; preferred shape first."""
     groups: dict[str, dict[str, list[BundleInfo]]] = {}
     for info in infos:
-        if info.error or info.schedule not in SCHEDULES:
+        if info.error or info.schedule not in PAIR_SCHEDULES:
             continue
         groups.setdefault(info.pair_key, {}).setdefault(info.schedule, []).append(info)
     pairs = []
     for g in groups.values():
         if "base" in g and "pingpong" in g:
             # several bundles of one shape and schedule: prefer measured over synthetic, then name
-            pick = {s: sorted(g[s], key=lambda i: (i.synthetic, i.path.name))[0] for s in SCHEDULES}
+            pick = {s: sorted(g[s], key=lambda i: (i.synthetic, i.path.name))[0] for s in PAIR_SCHEDULES}
             pairs.append((pick["base"], pick["pingpong"]))
     pairs.sort(key=lambda p: (not is_preferred(p[0]), p[0].synthetic, p[0].path.name))
     return pairs
