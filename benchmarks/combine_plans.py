@@ -25,21 +25,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def plans_for(A, shape, plan, num_sms):
-    """Every (n_comb, nc4, parts) the kernel accepts for this split count (deadlock rule kept)."""
+    """Every cut the kernel accepts for this split count (``attention.combine_cuts``), each with
+    the most combiners the deadlock rule allows and with half as many."""
     out = []
-    rows = min(plan.block_rows, shape.sq * shape.ratio)
-    nc4_full = shape.d // 4
-    p_min = 1 << max(0, math.ceil(math.log2(-(-plan.n_splits // A.COMBINE_UNROLL))))
-    t_max = max(1, min(plan.n_splits, (num_sms - 1) // plan.groups + 1))
-    parts = p_min
-    while parts <= 32:
-        nc4 = 1
-        while nc4 <= nc4_full and nc4 * parts <= 128:
-            n_items = -(-rows // (128 // (nc4 * parts))) * (nc4_full // nc4)
-            for t in sorted({min(t_max, n_items), min(t_max, max(1, n_items // 2))}):
-                out.append(dataclasses.replace(plan, n_comb=t, comb_nc4=nc4, comb_parts=parts))
-            nc4 *= 2
-        parts *= 2
+    for t_max, nc4, parts, n_items in A.combine_cuts(shape, plan.n_splits, plan.groups, num_sms, plan.block_rows):
+        for t in sorted({min(t_max, n_items), min(t_max, max(1, n_items // 2))}):
+            out.append(dataclasses.replace(plan, n_comb=t, comb_nc4=nc4, comb_parts=parts))
     return out
 
 
@@ -66,11 +57,7 @@ def main(argv=None):
         kern, plan = A._resolve(shape, args.schedule, False, None, dev)
         plans = plans_for(A, shape, plan, num_sms)
         scale = 1.0 / math.sqrt(d)
-        lse = torch.empty((b, hq, 1), dtype=torch.float32, device=dev)
-        n_o, n_l = plan.workspace_floats(shape)
-        o_part = torch.empty(n_o, dtype=torch.float32, device=dev)
-        lse_part = torch.empty(n_l, dtype=torch.float32, device=dev)
-        count = A._counters(dev, A.COUNTER_WORDS * plan.groups)
+        lse, o_part, lse_part, count = A.workspaces(shape, plan, dev)
         ref = A.reference(q, k, v)[0]
         errs = []
         for p in plans:

@@ -266,6 +266,27 @@ def default_block_rows(shape: Shape) -> int:
     return 32 if shape.sq * shape.ratio <= 32 else TILE_M
 
 
+def combine_cuts(shape: Shape, n_splits: int, groups: int, num_sms: int,
+                 block_rows: int = TILE_M) -> list[tuple[int, int, int, int]]:
+    """The ways the in-launch combine of ``n_splits`` partials can be cut, as (most combiner
+    CTAs per group, NC4, P, work items): threads = NC4 float4 columns x P split partitions (<=
+    COMBINE_UNROLL splits each) x R rows = 128. P from the fewest partitions that hold the
+    splits up to a warp's 32, NC4 ascending. The most combiners keeps ``groups * (n_comb - 1)
+    < num_sms`` (see ``plan_splits``)."""
+    t_max = max(1, min(n_splits, (num_sms - 1) // groups + 1))
+    rows = min(block_rows, shape.sq * shape.ratio)  # rows of the fullest m-block
+    nc4_full = shape.d // 4
+    parts = _pow2_ceil(-(-n_splits // COMBINE_UNROLL))
+    cuts = []
+    while parts <= 32:
+        nc4 = 1
+        while nc4 <= nc4_full and nc4 * parts <= 128:
+            cuts.append((t_max, nc4, parts, -(-rows // (128 // (nc4 * parts))) * (nc4_full // nc4)))
+            nc4 *= 2
+        parts *= 2
+    return cuts
+
+
 def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[int] = None,
                 ctas_per_sm: int = 1, block_rows: int = TILE_M) -> Plan:
     """How many KV splits per (batch, kv head, m-block), and how the in-launch combine is cut.
@@ -288,25 +309,18 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
     grid = (shape.m_blocks(block_rows) * shape.hkv, s, shape.b)
     if s == 1:
         return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid, block_rows)
-    t_max = max(1, min(s, (num_sms - 1) // groups + 1))
-    rows = min(block_rows, shape.sq * shape.ratio)  # rows of the fullest m-block
-    # Combine threads: NC4 float4 columns x P split partitions (<= COMBINE_UNROLL splits
-    # each) x R rows = 128. Fewest rounds (one L2 round trip each) first, then the widest
-    # contiguous column piece per split row (coalescing), then fewer waiting CTAs.
-    nc4_full = shape.d // 4
-    p_min = _pow2_ceil(-(-s // COMBINE_UNROLL))
+    # Fewest rounds (one L2 round trip each) first, then the widest contiguous column piece
+    # per split row (coalescing), then fewer waiting CTAs; the fewest partitions that hold
+    # the splits (the first cuts).
+    cuts = combine_cuts(shape, s, groups, num_sms, block_rows)
     best = None
-    nc4 = 1
-    while nc4 <= nc4_full:
-        parts = p_min
-        if nc4 * parts <= 128:
-            rows_par = 128 // (nc4 * parts)
-            n_items = -(-rows // rows_par) * (nc4_full // nc4)
-            t = max(1, min(t_max, n_items))
-            key = (-(-n_items // t), -nc4, t)
-            if best is None or key < best[0]:
-                best = (key, t, nc4, parts)
-        nc4 *= 2
+    for t_max, nc4, parts, n_items in cuts:
+        if parts != cuts[0][2]:
+            break
+        t = max(1, min(t_max, n_items))
+        key = (-(-n_items // t), -nc4, t)
+        if best is None or key < best[0]:
+            best = (key, t, nc4, parts)
     _, t, nc4, parts = best
     return Plan(tile_n, n_blocks, s, t, nc4, parts, grid, block_rows)
 
@@ -392,10 +406,10 @@ def kernel_function(head_dim: int, schedule: str, dtype: str, traced: bool,
         # The compiled-in event ids say what a traced kernel records. Builds made before event
         # sets (and experiment builds) recorded every event, which their manifests say as None.
         cfg["trace_events"] = sorted(ids)
-    name = _find_variant(bd, cfg, want_tile, want_occ, block_rows, tile_n is None and ctas_per_sm is None)
+    any_tile = tile_n is None and ctas_per_sm is None
+    name = _find_variant(bd, cfg, want_tile, want_occ, block_rows, any_tile)
     if name is None and traced and events == "stalls":
-        name = _find_variant(bd, {**cfg, "trace_events": None}, want_tile, want_occ, block_rows,
-                             tile_n is None and ctas_per_sm is None)
+        name = _find_variant(bd, {**cfg, "trace_events": None}, want_tile, want_occ, block_rows, any_tile)
     if name is None:
         want = ", ".join(f"{k}={v}" for k, v in {**cfg, "tile_n": want_tile, "ctas_per_sm": want_occ,
                                                  "block_rows": block_rows}.items() if k != "trace_events")
@@ -435,6 +449,18 @@ def _resolve(shape: Shape, schedule: str, traced: bool, num_splits, device, *, t
 
 
 _BUILD_DIRS: dict = {}
+
+
+def workspaces(shape: Shape, plan: Plan, device) -> tuple:
+    """(lse, o_part, lse_part, count): the kernel's outputs and scratch besides o for one
+    launch of ``plan`` (the counters are the device's cached ones, see ``_counters``)."""
+    import torch
+
+    n_o, n_l = plan.workspace_floats(shape)
+    return (torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=device),
+            torch.empty(n_o, dtype=torch.float32, device=device),
+            torch.empty(n_l, dtype=torch.float32, device=device),
+            _counters(device, COUNTER_WORDS * plan.groups))
 
 
 def _counters(device, n: int):
@@ -490,11 +516,7 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
                           trace_events=trace_events, pdl=pdl)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
     o = out if out is not None else torch.empty_like(q)
-    lse = torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=q.device)
-    n_o, n_l = plan.workspace_floats(shape)
-    o_part = torch.empty(n_o, dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(n_l, dtype=torch.float32, device=q.device)
-    count = _counters(q.device, COUNTER_WORDS * plan.groups)
+    lse, o_part, lse_part, count = workspaces(shape, plan, q.device)
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device
                             or not out.is_contiguous()):
         raise ValueError("out must be a contiguous tensor with q's shape, dtype and device")
