@@ -13,8 +13,11 @@ from pathlib import Path
 
 import click
 
+from .attention import SCHEDULES
 from .errors import Fa4traceError
 
+# FA4's own schedules (record --impl fa4): its sm100 switch; its SM90 forward is FA3's.
+FA4_SCHEDULES = ("base", "pingpong", "fa3")
 EXIT_USAGE = 2
 EXIT_FAIL = 1
 
@@ -249,7 +252,7 @@ def build(arch, output, only, force):
               show_default=True, help="What to run.")
 @click.option("--impl", default="ours", type=click.Choice(["ours", "fa4"]), show_default=True,
               help="Attention implementation: our CuTe DSL kernels or upstream FlashAttention-4.")
-@click.option("--schedule", default="pingpong", type=click.Choice(["base", "pingpong", "intrawg", "fa3"]),
+@click.option("--schedule", default="pingpong", type=click.Choice(list(dict.fromkeys(SCHEDULES + FA4_SCHEDULES))),
               show_default=True,
               help="Ours: base, pingpong (QK(i+1) overlaps softmax(i)) or intrawg (FA3's intra-warpgroup "
                    "overlap: softmax(i) overlaps PV(i-1)). --impl fa4: pingpong or base (sm100), fa3 (sm90).")
@@ -317,14 +320,11 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
     click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
 
 
-FA4_SCHEDULES = ("base", "pingpong", "fa3")  # FA4's switch on sm100; its SM90 forward is FA3's
-
-
 def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
     """The shape flags, checked before anything looks for a GPU (``attention.shape_problem``:
     the rules of ``fa4trace.decode_attention``; for FA4 only the general ones, it checks its
     own head dims)."""
-    from .attention import SCHEDULES, shape_problem
+    from .attention import shape_problem
 
     flags = {key: f"--{key}" for key in ("b", "sq", "hq", "hkv", "sk", "d")}
     problem = shape_problem(b=b, sq=sq, hq=hq, hkv=hkv, sk=sk, d=d, names=flags, ours=impl != "fa4")
