@@ -350,39 +350,23 @@ class Recorder:
                 mine = pos == lane
                 # the count-based lane of the events after this one no longer holds
                 Recorder._block_lane_offset = None
-            if const_expr(when is not None):
-                mine = mine & when
+            mine = _where(when, mine)
             st_lo = cutlass.select_(mine, t, st_lo)
             st_hi = cutlass.select_(mine, hi, st_hi)
             if const_expr(in_block):
                 # open_block made the room; close_block writes a full staging
-                if const_expr(when is None):
-                    pos = pos + 1
-                else:
-                    pos = cutlass.select_(when, pos + 1, pos)
+                pos = _advance(when, pos + 1, pos)
             else:
-                full = pos == 31
-                if const_expr(when is not None):
-                    full = full & when
-                if full:
+                if _where(when, pos == 31):
                     idx = base + lane
                     if idx < cap:
                         _store_l2_last(self.trace, records + idx, _pack(st_lo, st_hi))
                     base = base + 32
-                if const_expr(when is None):
-                    pos = (pos + 1) & 31
-                else:
-                    pos = cutlass.select_(when, (pos + 1) & 31, pos)
+                pos = _advance(when, (pos + 1) & 31, pos)
         else:
-            store = (lane == 0) & (base < cap)
-            if const_expr(when is not None):
-                store = store & when
-            if store:
+            if _where(when, (lane == 0) & (base < cap)):
                 _store_l2_last(self.trace, records + base, _pack(t, hi))
-            if const_expr(when is None):
-                base = base + 1
-            else:
-                base = cutlass.select_(when, base + 1, base)
+            base = _advance(when, base + 1, base)
         self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
 
     @staticmethod
@@ -651,6 +635,16 @@ def _store_l2_last(trace: cute.Tensor, index, word: Int64):
 @cute.jit
 def _pack(lo: Int32, hi: Int32) -> Int64:
     return (Int64(hi) << 32) | (Int64(lo) & _LO32)
+
+
+def _where(when, cond):
+    """``cond`` only where the runtime condition ``when`` holds (``when=None``: ``cond``)."""
+    return cond if when is None else cond & when
+
+
+def _advance(when, new, old):
+    """A cursor move predicated on ``when``: ``new`` where it holds (``when=None``: always)."""
+    return new if when is None else cutlass.select_(when, new, old)
 
 
 @cute.jit
