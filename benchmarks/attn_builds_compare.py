@@ -53,11 +53,15 @@ def check(builds, shapes, schedule, traced):
         v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g)
         ref = A.reference(q, k, v)[0]
         row = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b} sq{sq}"}
+        first = None
         for bd in builds:
             o = torch.full_like(q, float("nan"))
             A.decode_attention(q, k, v, schedule=schedule, out=o, build=bd)
             err = A.rel_error(o, ref)
             ok = err <= 1e-2 and not torch.isnan(o).any()
+            # same bits as the first build? (reported, not required: a change may round differently)
+            first = o if first is None else first
+            row[bd + " ==first"] = bool(torch.equal(o, first))
             if traced:
                 ot = torch.full_like(q, float("nan"))
                 buf = A.trace_buffer(q, k, v, schedule=schedule, build=bd)[0]
@@ -145,7 +149,9 @@ def main(argv=None):
     checks = check(builds, checked, args.schedule, args.traced)
     bad = [(r["shape"], bd) for r in checks for bd in builds if not r[bd + " ok"]]
     for r in checks:
-        print(r["shape"], " ".join(f"{bd}={r[bd]:.1e}{'' if r[bd + ' ok'] else ' FAIL'}" for bd in builds))
+        print(r["shape"], " ".join(f"{bd}={r[bd]:.1e}{'' if r[bd + ' ok'] else ' FAIL'}"
+                                   f"{'' if r[bd + ' ==first'] else ' (bits differ from the first build)'}"
+                                   for bd in builds))
     rows = time_shapes(builds, timed, args.schedule, args.rounds, args.replays, args.traced)
     print(table(rows, builds, args.traced))
     if args.json:
