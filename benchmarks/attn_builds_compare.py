@@ -74,7 +74,7 @@ def check(builds, shapes, schedule, traced):
     return rows
 
 
-def time_shapes(builds, shapes, schedule, rounds, replays, traced):
+def time_shapes(builds, shapes, schedule, rounds, replays, traced, blocked=False, warm=False):
     import torch
 
     from fa4trace import attention as A
@@ -83,21 +83,25 @@ def time_shapes(builds, shapes, schedule, rounds, replays, traced):
     for d, hq, hkv, sk, b, sq in shapes:
         shape = A.Shape(b, sq, hq, hkv, sk, d, "bf16")
         sets, per_graph = A.cold_l2_inputs(shape)
+        if warm:  # every launch on the same inputs: what fits of the KV stays in L2
+            del sets[1:]
         bufs = {}
         if traced:
             for bd in builds:
                 q, k, v, _ = sets[0]
                 bufs[bd] = A.trace_buffer(q, k, v, schedule=schedule, build=bd)[0]
         row = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "bytes": shape.io_bytes()}
-        for _ in range(rounds):
-            for bd in builds:
-                for tr in ([None, bufs[bd]] if traced else [None]):
-                    def launch(i, bd=bd, tr=tr):
-                        q, k, v, o = sets[i]
-                        return A.decode_attention(q, k, v, schedule=schedule, out=o, trace=tr, build=bd)
+        # interleaved: every round times every build; blocked: all rounds of a build, then the next
+        order = ([bd for bd in builds for _ in range(rounds)] if blocked
+                 else [bd for _ in range(rounds) for bd in builds])
+        for bd in order:
+            for tr in ([None, bufs[bd]] if traced else [None]):
+                def launch(i, bd=bd, tr=tr):
+                    q, k, v, o = sets[i]
+                    return A.decode_attention(q, k, v, schedule=schedule, out=o, trace=tr, build=bd)
 
-                    us, _ = A._graph_time(launch, len(sets), replays, per_graph)
-                    row.setdefault(bd + ("+trace" if tr is not None else ""), []).append(round(us, 2))
+                us, _ = A._graph_time(launch, len(sets), replays, per_graph)
+                row.setdefault(bd + ("+trace" if tr is not None else ""), []).append(round(us, 2))
         for key in list(row):
             if isinstance(row[key], list):
                 row[key + " rounds"] = row[key]
@@ -141,6 +145,11 @@ def main(argv=None):
     ap.add_argument("--replays", type=int, default=15)
     ap.add_argument("--traced", action="store_true", help="also the traced kernels (all warps record)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--warm", action="store_true",
+                    help="every launch reads the same KV (warm L2 where it fits) instead of rotating sets")
+    ap.add_argument("--blocked", action="store_true",
+                    help="time all rounds of one build before the next (default: interleaved rounds), for "
+                         "builds that may leave the GPU in another state (an L2 full of prefetched lines)")
     args = ap.parse_args(argv)
     builds = [b for b in args.builds.split(",") if b]
     timed = _shapes(args.shapes)
@@ -152,7 +161,7 @@ def main(argv=None):
         print(r["shape"], " ".join(f"{bd}={r[bd]:.1e}{'' if r[bd + ' ok'] else ' FAIL'}"
                                    f"{'' if r[bd + ' ==first'] else ' (bits differ from the first build)'}"
                                    for bd in builds))
-    rows = time_shapes(builds, timed, args.schedule, args.rounds, args.replays, args.traced)
+    rows = time_shapes(builds, timed, args.schedule, args.rounds, args.replays, args.traced, args.blocked, args.warm)
     print(table(rows, builds, args.traced))
     if args.json:
         with open(args.json, "w") as f:

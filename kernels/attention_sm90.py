@@ -80,6 +80,7 @@ SMEM_BUDGET = 227 * 1024  # sm_90 max dynamic shared memory per block
 # More than 8 stages bought nothing at d64 (12 x 16 KB measured on the H200: within noise, the
 # consumer is the limit there) and cost registers (173 -> 194).
 MAX_STAGES = 8
+PREFETCH_TILES = 3  # at most this many K / V tiles prefetched into L2 at launch (prefetch_kv)
 SMEM_PER_SM = 228 * 1024  # sm_90 shared memory per SM (each resident CTA also reserves 1 KB)
 # Runtime scalars after the tensors, in call order (fa4trace.attention.Plan.kernel_args).
 SCALAR_ARGS = ("softmax_scale", "n_splits", "n_comb", "comb_nc4_log2", "comb_parts_log2")
@@ -119,7 +120,7 @@ class DecodeAttentionSm90:
 
     def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
                  num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
-                 trace_events=None, pdl: int = 0):
+                 trace_events=None, pdl: int = 0, kv_prefetch: int = PREFETCH_TILES):
         if head_dim not in (64, 128):
             raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
         if schedule not in SCHEDULES:
@@ -152,13 +153,15 @@ class DecodeAttentionSm90:
         # finishes; every thread waits for that kernel (griddepcontrol.wait) before it touches
         # global memory, and the CTAs let the next kernel launch once their mainloop is done.
         self.pdl = bool(pdl)
+        # K / V tiles after K0 the consumers may prefetch into L2 at launch (``prefetch_kv``).
+        self.kv_prefetch = kv_prefetch
 
     def config(self) -> dict:
         return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
                 "block_rows": self.block_rows, "tile_n": self.tile_n, "num_stages": self.num_stages,
                 "ctas_per_sm": self.ctas_per_sm, "threads": NUM_THREADS, "warps_per_cta": WARPS_PER_CTA,
                 "trace_events": None if self.trace_events is None else sorted(self.trace_events),
-                "pdl": self.pdl}
+                "pdl": self.pdl, "kv_prefetch": self.kv_prefetch}
 
     # ------------------------------------------------------------------------------------
     # host side
@@ -236,7 +239,7 @@ class DecodeAttentionSm90:
         scale_log2 = softmax_scale * Float32(math.log2(math.e))
 
         self.kernel(
-            mQ, tma_k, tma_v, mO, mLSE, mOpart, mLSEpart, mCount,
+            mQ, mK, mV, tma_k, tma_v, mO, mLSE, mOpart, mLSEpart, mCount,
             tma_atom_k, tma_atom_v, tiled_mma_qk, tiled_mma_pv,
             sQ_layout, sK_layout, sV_layout,
             softmax_scale, scale_log2, n_splits, n_comb, comb_nc4_log2, comb_parts_log2, trace,
@@ -262,6 +265,8 @@ class DecodeAttentionSm90:
     def kernel(
         self,
         mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
         tma_k: cute.Tensor,
         tma_v: cute.Tensor,
         mO: cute.Tensor,
@@ -335,10 +340,42 @@ class DecodeAttentionSm90:
             self.produce(trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
                          b_idx, h_idx, n_begin, count)
         if warp_idx < PRODUCER_WARP:
-            self.consume(trace, mQ, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+            self.consume(trace, mQ, mK, mV, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
                          tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale,
                          scale_log2, b_idx, h_idx, m_block, group, ratio, rows_total, sk,
                          split_idx, n_splits, n_comb, comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks)
+
+    @cute.jit
+    def prefetch_kv(self, mK, mV, tidx, b_idx, h_idx, n_begin, count, sk):
+        """Consumer threads, right after issuing Q: an L2 prefetch of the split's first K / V
+        tiles after K0 (V0, K1, V1, ...), one key row per thread (cp.async.bulk.prefetch with
+        the evict_first policy of the TMA loads that will then hit them). How many: a tenth of
+        the split's tiles (count // 5 of its 2 * count), at most ``kv_prefetch``.
+
+        Why: the producer's K0 goes out at ~0.27 us, but its next TMA issue blocks until ~0.65
+        us (BENCHMARKS.md, ninth session), so for the first half microsecond of a launch HBM
+        has little to do; these requests fill that gap. H200, eleventh session, against the
+        same source with ``kv_prefetch=0``, cold L2: -2.8..-7.3% at sk 131072 b 1 (all three
+        schedules, d64 and d128), -0.5..-2.1% at b 8, -0.3..-0.9% at b 32; with a warm L2
+        -1..-5% at b 1. What was worse: a fifth of the split or more (+2..+12%); prefetching
+        splits of a few blocks, whose tiles are all requested at launch anyway (up to +15%);
+        one request per tile instead of per row (d64 16:1 b 1 -1.7% instead of -7.9%);
+        per-line ``prefetch.global.L2`` (leaves normal-priority lines behind); and the
+        producer issuing them (+11..+27%): a warp that issues these requests stalls for
+        microseconds, which the consumers can afford before their first block lands (their
+        Q store waits; the LOAD_Q spans in traces/ grew from ~0.5-0.8 to ~1.4-2.3 us) and the
+        producer cannot.
+        """
+        d, tile_n = self.d, self.tile_n
+        n_pf = cutlass.min(count // 5, self.kv_prefetch)
+        if n_pf > 0:
+            key0 = n_begin * tile_n + tidx
+            for i in cutlass.range_constexpr(self.kv_prefetch):
+                # request i of V0, K1, V1, K2, ...: K0 is the producer's first TMA
+                src = mV if i % 2 == 0 else mK
+                key = key0 + ((i + 1) // 2) * tile_n
+                if (i < n_pf) & (tidx < tile_n) & (key < sk):
+                    _bulk_prefetch_l2(src[b_idx, key, h_idx, None].iterator, d * 2)
 
     # ---- producer warp ------------------------------------------------------------------
     @cute.jit
@@ -429,7 +466,7 @@ class DecodeAttentionSm90:
         return ((t >> 4) << 3) + (t & 7)
 
     @cute.jit
-    def load_q(self, mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total):
+    def load_q(self, mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total, split_kv):
         """Packed GQA rows -> swizzled smem by the 128 consumer threads, 16 B per load.
 
         Row r of the tile is token m // ratio, query head h*ratio + m % ratio, where m =
@@ -437,7 +474,8 @@ class DecodeAttentionSm90:
         not divide 64, hence no TMA for Q.  All loads are issued before any store (one memory
         latency, not one per load), and before the producer issues any KV load (barrier
         ``_BAR_Q_ISSUED``); rows past the last one repeat it (their S rows are computed and never
-        stored), so no load is predicated.
+        stored), so no load is predicated. Between issuing Q and storing it the threads
+        prefetch the split's first KV blocks (``prefetch_kv``; ``split_kv`` = its arguments).
         """
         d = self.d
         chunks = d // 8  # 16-byte chunks per row
@@ -459,6 +497,9 @@ class DecodeAttentionSm90:
             frags.append(frag)
         # The producer may start the KV stream now: Q's requests are ahead of it.
         cute.arch.barrier_arrive(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
+        if const_expr(self.kv_prefetch > 0):
+            mK, mV, n_begin, count, sk = split_kv
+            self.prefetch_kv(mK, mV, tidx, b_idx, h_idx, n_begin, count, sk)
         for it in cutlass.range_constexpr(n_it):
             idx = it * NUM_CONSUMER_THREADS + tidx
             r = idx // chunks
@@ -470,7 +511,7 @@ class DecodeAttentionSm90:
 
     # ---- consumer warpgroup ---------------------------------------------------------------
     @cute.jit
-    def consume(self, trace, mQ, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
+    def consume(self, trace, mQ, mK, mV, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
                 tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale, scale_log2,
                 b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_comb,
                 comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks):
@@ -483,7 +524,7 @@ class DecodeAttentionSm90:
         if n_splits > 1:
             base0 = cute.arch.load((mCount.iterator + 4 * group + 1).llvm_ptr, Int32, sem="relaxed", scope="gpu")
         rec.begin(EV.LOAD_Q, m_block)
-        self.load_q(mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total)
+        self.load_q(mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total, (mK, mV, n_begin, count, sk))
         rec.end(EV.LOAD_Q, m_block)
         rec = rec.settle()
         thr_qk = tiled_mma_qk.get_slice(tidx)
@@ -922,6 +963,16 @@ class DecodeAttentionSm90:
                         mLSE[b_idx, qh, tok] = st[0] + cute.math.log(st[1], fastmath=True)
             rec = _end(rec, EV.COMBINE, ticket)
         return rec
+
+
+def _bulk_prefetch_l2(ptr, nbytes: int):
+    """cp.async.bulk.prefetch.L2 of nbytes at ptr with the KV loads' evict_first policy (no
+    DSL wrapper takes a cache hint for it, so asm)."""
+    from cutlass._mlir.dialects import llvm
+
+    llvm.inline_asm(None, [ptr.toint().ir_value(), Int32(nbytes).ir_value(), Int64(_L2_EVICT_FIRST).ir_value()],
+                    "cp.async.bulk.prefetch.L2.global.L2::cache_hint [$0], $1, $2;", "l,r,l",
+                    has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
 
 
 def _tree_max(values: list):
