@@ -347,7 +347,7 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def prefetch_kv(self, mK, mV, tidx, b_idx, h_idx, n_begin, count, sk):
-        """Consumer threads, right after issuing Q: an L2 prefetch of the split's first K / V
+        """Consumer threads, between issuing Q and storing it: an L2 prefetch of the split's first K / V
         tiles after K0 (V0, K1, V1, ...), one key row per thread (cp.async.bulk.prefetch with
         the evict_first policy of the TMA loads that will then hit them). How many: a tenth of
         the split's tiles (count // 5 of its 2 * count), at most ``kv_prefetch``.
@@ -395,7 +395,7 @@ class DecodeAttentionSm90:
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
 
-        # Q is loaded by the consumers (``load_q``). Its loads go out before all KV requests of
+        # Q is loaded by the consumers (``issue_q`` / ``store_q``). Its loads go out before all KV requests of
         # this CTA but the first: issued behind the first stages (6 x 32 KB per SM at d128, 25
         # MB GPU-wide) they waited in the same memory queues, and the consumers started 2.3-3.9
         # us after launch (H200 traces), leaving the stages full and no new request issued
@@ -466,16 +466,15 @@ class DecodeAttentionSm90:
         return ((t >> 4) << 3) + (t & 7)
 
     @cute.jit
-    def load_q(self, mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total, split_kv):
-        """Packed GQA rows -> swizzled smem by the 128 consumer threads, 16 B per load.
+    def issue_q(self, mQ, tidx, b_idx, h_idx, m_block, ratio, rows_total):
+        """Packed GQA rows of Q into registers, 16 B per load (``store_q`` puts them in smem).
 
         Row r of the tile is token m // ratio, query head h*ratio + m % ratio, where m =
         block_rows * m_block + tile_row_to_block_row(r): not an affine map of r when ratio does
         not divide 64, hence no TMA for Q.  All loads are issued before any store (one memory
-        latency, not one per load), and before the producer issues any KV load (barrier
-        ``_BAR_Q_ISSUED``); rows past the last one repeat it (their S rows are computed and never
-        stored), so no load is predicated. Between issuing Q and storing it the threads
-        prefetch the split's first KV blocks (``prefetch_kv``; ``split_kv`` = its arguments).
+        latency, not one per load), and before the producer issues any KV load after K0
+        (barrier ``_BAR_Q_ISSUED``, arrived here); rows past the last one repeat it (their S
+        rows are computed and never stored), so no load is predicated.
         """
         d = self.d
         chunks = d // 8  # 16-byte chunks per row
@@ -497,10 +496,13 @@ class DecodeAttentionSm90:
             frags.append(frag)
         # The producer may start the KV stream now: Q's requests are ahead of it.
         cute.arch.barrier_arrive(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
-        if const_expr(self.kv_prefetch > 0):
-            mK, mV, n_begin, count, sk = split_kv
-            self.prefetch_kv(mK, mV, tidx, b_idx, h_idx, n_begin, count, sk)
-        for it in cutlass.range_constexpr(n_it):
+        return frags
+
+    @cute.jit
+    def store_q(self, sQ, tidx, frags):
+        """The Q rows of ``issue_q`` -> the swizzled smem tile, visible to wgmma."""
+        chunks = self.d // 8
+        for it in cutlass.range_constexpr(len(frags)):
             idx = it * NUM_CONSUMER_THREADS + tidx
             r = idx // chunks
             c = idx - r * chunks
@@ -524,7 +526,10 @@ class DecodeAttentionSm90:
         if n_splits > 1:
             base0 = cute.arch.load((mCount.iterator + 4 * group + 1).llvm_ptr, Int32, sem="relaxed", scope="gpu")
         rec.begin(EV.LOAD_Q, m_block)
-        self.load_q(mQ, sQ, tidx, b_idx, h_idx, m_block, ratio, rows_total, (mK, mV, n_begin, count, sk))
+        q_frags = self.issue_q(mQ, tidx, b_idx, h_idx, m_block, ratio, rows_total)
+        if const_expr(self.kv_prefetch > 0):  # while Q is on its way (see prefetch_kv)
+            self.prefetch_kv(mK, mV, tidx, b_idx, h_idx, n_begin, count, sk)
+        self.store_q(sQ, tidx, q_frags)
         rec.end(EV.LOAD_Q, m_block)
         rec = rec.settle()
         thr_qk = tiled_mma_qk.get_slice(tidx)
