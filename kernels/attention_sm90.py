@@ -395,11 +395,11 @@ class DecodeAttentionSm90:
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
 
-        # Q is loaded by the consumers (``issue_q`` / ``store_q``). Its loads go out before all KV requests of
-        # this CTA but the first: issued behind the first stages (6 x 32 KB per SM at d128, 25
-        # MB GPU-wide) they waited in the same memory queues, and the consumers started 2.3-3.9
-        # us after launch (H200 traces), leaving the stages full and no new request issued
-        # meanwhile. K0 alone goes first: the consumers need ~270 instructions (Q addresses) to
+        # Q is loaded by the consumers (``issue_q`` / ``store_q``). Its loads go out before all
+        # KV requests of this CTA but the first: issued behind the first stages (6 x 32 KB per
+        # SM at d128, 25 MB GPU-wide) they waited in the same memory queues, and the consumers
+        # started 2.3-3.9 us after launch (H200 traces), leaving the stages full and no new
+        # request issued meanwhile. K0 alone goes first: the consumers need ~270 instructions (Q addresses) to
         # issue Q, and waiting for that put the first KV request at 0.67 us; K0 first puts it
         # at 0.27 us and the first QK 0.5 us earlier (BENCHMARKS.md, fifth session). The
         # producer waits only for the Q loads to be *issued* (tens of ns), not to land.
