@@ -180,10 +180,38 @@ def test_pdl_variant_waits_for_the_previous_grid_before_any_memory_access(compil
     assert r["config"]["pdl"] is True
     wait, launch = body.index("griddepcontrol.wait"), body.index("griddepcontrol.launch_dependents")
     first_global = min(i for i in (body.find("ld.global"), body.find("ld.relaxed"), body.find("st.global"),
-                                   body.find("atom.global"), body.find("cp.async.bulk.tensor")) if i >= 0)
+                                   body.find("atom.global"), body.find("cp.async.bulk.tensor"),
+                                   body.find("cp.async.bulk.prefetch")) if i >= 0)
     assert wait < first_global < launch
     assert ptx.count("griddepcontrol.wait") == 1
     names = [n for n, _, _ in m.aot_variants("sm_90a")]
     untraced = [n for n in names if "_traced" not in n and not n.endswith("_pdl")]
     assert sorted(n for n in names if n.endswith("_pdl")) == sorted(n + "_pdl" for n in untraced)
     assert not any("_traced" in n and "pdl" in n for n in names)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v[1] == "pingpong" or v[3] is None], ids=_id)
+def test_consumers_prefetch_the_first_kv_tiles_after_releasing_the_producer(compiled, variant):
+    """The launch-time L2 prefetch (``prefetch_kv``): PREFETCH_TILES request sites of
+    cp.async.bulk.prefetch.L2 with a cache policy, issued after the consumers' arrive on the
+    Q barrier (issuing them stalls a warp; before the arrive the producer waited for that,
+    +2..+12% on the H200) and before the Q tile is stored and the consumers sync on it."""
+    from fa4trace.kernels.attention_sm90 import PREFETCH_TILES
+
+    body = compiled[variant]["ptx"]
+    body = body[body.index(".entry"):]
+    sites = [m.start() for m in re.finditer(r"cp\.async\.bulk\.prefetch\.L2\.global\.L2::cache_hint", body)]
+    assert len(sites) == PREFETCH_TILES
+    arrive = re.search(r"bar(rier)?(\.cta)?\.arrive(\.aligned)?\s+2,\s*160;", body).start()
+    q_sync = re.search(r"bar(rier)?(\.cta)?\.sync(\.aligned)?\s+1,\s*128;", body).start()
+    assert arrive < min(sites) and max(sites) < q_sync
+
+
+def test_kv_prefetch_zero_builds_the_kernel_without_it(compiled, tmp_path):
+    """kv_prefetch=0 (the A/B reference of BENCHMARKS.md, eleventh session): no prefetch."""
+    from fa4trace.kernels import attention_sm90 as m
+
+    r = m.compile_ptx(128, "pingpong", "bf16", False, str(tmp_path), block_rows=32, kv_prefetch=0)
+    assert "cp.async.bulk.prefetch" not in r["ptx"]
+    assert r["config"]["kv_prefetch"] == 0
+    assert compiled[(128, "pingpong", "bf16", None, 32)]["config"]["kv_prefetch"] == m.PREFETCH_TILES
