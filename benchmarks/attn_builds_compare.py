@@ -1,13 +1,15 @@
 """Compare decode-attention builds on the GPU machine, in one process (run there).
 
     python benchmarks/attn_builds_compare.py --builds build/kernels,build/c21 \
-        [--shapes d:hq:hkv:sk:b,...] [--schedule pingpong] [--rounds 3] [--traced] [--json out.json]
+        [--shapes d:hq:hkv:sk:b,...] [--schedule pingpong] [--rounds 3] [--traced] [--warm] [--blocked]
+        [--json out.json]
 
 For experiment builds made with ``benchmarks/attn_build.py --option ...`` (same function names,
 another folder). Per build and shape: correctness first (output against the float32 reference,
 on the shapes given and on ``--check-shapes`` with odd sizes; traced output bit-equal to the
 untraced one with ``--traced``), then the time as the benchmark takes it (CUDA-graph replay, L2
-cold, median of ``--replays``), every round timing every build again in the same order; the
+cold, median of ``--replays``; ``--warm``: the same inputs every launch), every round timing every
+build again in the same order (``--blocked``: all rounds of a build, then the next); the
 table reports what `fa4trace bench` would (`attention.reported_us`: the median of all rounds
 but the first) and each build's change against the first.
 """
@@ -148,8 +150,8 @@ def main(argv=None):
     ap.add_argument("--warm", action="store_true",
                     help="every launch reads the same KV (warm L2 where it fits) instead of rotating sets")
     ap.add_argument("--blocked", action="store_true",
-                    help="time all rounds of one build before the next (default: interleaved rounds), for "
-                         "builds that may leave the GPU in another state (an L2 full of prefetched lines)")
+                    help="time all rounds of one build before the next (default: interleaved rounds): shows "
+                         "whether a build leaves the GPU slower for the next one")
     args = ap.parse_args(argv)
     builds = [b for b in args.builds.split(",") if b]
     timed = _shapes(args.shapes)
