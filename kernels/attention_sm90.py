@@ -347,10 +347,11 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def prefetch_kv(self, mK, mV, tidx, b_idx, h_idx, n_begin, count, sk):
-        """Consumer threads, between issuing Q and storing it: an L2 prefetch of the split's first K / V
-        tiles after K0 (V0, K1, V1, ...), one key row per thread (cp.async.bulk.prefetch with
-        the evict_first policy of the TMA loads that will then hit them). How many: a tenth of
-        the split's tiles (count // 5 of its 2 * count), at most ``kv_prefetch``.
+        """Consumer threads, between issuing Q and storing it: an L2 prefetch of the split's
+        first K / V tiles after K0 (V0, K1, V1, ...), one key row per thread
+        (cp.async.bulk.prefetch with the evict_first policy of the TMA loads that will then hit
+        them). How many: a tenth of the split's tiles (count // 5 of its 2 * count), at most
+        ``kv_prefetch``.
 
         Why: the producer's K0 goes out at ~0.27 us, but its next TMA issue blocks until ~0.65
         us (BENCHMARKS.md, ninth session), so for the first half microsecond of a launch HBM
@@ -359,7 +360,8 @@ class DecodeAttentionSm90:
         schedules, d64 and d128), -0.5..-2.1% at b 8, -0.3..-0.9% at b 32; with a warm L2
         -1..-5% at b 1. What was worse: a fifth of the split or more (+2..+12%); prefetching
         splits of a few blocks, whose tiles are all requested at launch anyway (up to +15%);
-        one request per tile instead of per row (d64 16:1 b 1 -1.7% instead of -7.9%);
+        one request per tile or per 8-32 rows instead of per row (d64 16:1 b 1 -1.7..-2.3%
+        instead of -7.5..-7.9%);
         per-line ``prefetch.global.L2`` (smaller gains); and the producer issuing them
         (+11..+27%). A warp that issues these requests stalls for microseconds (SASS: UBLKPF
         takes a uniform address, so ptxas loops over the warp's rows, one request per trip);
@@ -401,10 +403,11 @@ class DecodeAttentionSm90:
         # KV requests of this CTA but the first: issued behind the first stages (6 x 32 KB per
         # SM at d128, 25 MB GPU-wide) they waited in the same memory queues, and the consumers
         # started 2.3-3.9 us after launch (H200 traces), leaving the stages full and no new
-        # request issued meanwhile. K0 alone goes first: the consumers need ~270 instructions (Q addresses) to
-        # issue Q, and waiting for that put the first KV request at 0.67 us; K0 first puts it
-        # at 0.27 us and the first QK 0.5 us earlier (BENCHMARKS.md, fifth session). The
-        # producer waits only for the Q loads to be *issued* (tens of ns), not to land.
+        # request issued meanwhile. K0 alone goes first: the consumers need ~270 instructions
+        # (Q addresses) to issue Q, and waiting for that put the first KV request at 0.67 us;
+        # K0 first puts it at 0.27 us and the first QK 0.5 us earlier (BENCHMARKS.md, fifth
+        # session). The producer waits only for the Q loads to be *issued* (tens of ns), not to
+        # land.
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
         rec = rec.settle()
         cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
