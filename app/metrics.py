@@ -23,6 +23,7 @@ ROWS = [  # (label, key, kind); kind picks the formatter
     ("KV stream: end beyond the steady pace", "stream_end_loss_ns", "ns"),
     ("after the last KV block (MMA, epilogue, combine)", "after_stream_ns", "ns"),
     ("startup: first KV load issued (median CTA)", "startup_first_load_ns", "ns"),
+    ("startup: Q in shared memory (median CTA)", "startup_q_ready_ns", "ns"),
     ("startup: first QK issued (median CTA)", "startup_first_qk_ns", "ns"),
     ("startup: first PV issued (median CTA)", "startup_first_pv_ns", "ns"),
     ("dropped records", "dropped", "int"),

@@ -387,15 +387,22 @@ def stream_profile(c: _Cols, block_bytes: int | None, bounds: dict[int, tuple[in
             "after_stream_ns": float(r[3]), "stream_series": series}
 
 
-STARTUP_MARKS = (("startup_first_load_ns", "LOAD_K", "end"), ("startup_first_qk_ns", "QK", "start"),
-                 ("startup_first_pv_ns", "PV", "start"))
+# (key, event, edge, which of the CTA's records: the first, or the last, e.g. the last warp
+# to have stored its part of Q)
+STARTUP_MARKS = (("startup_first_load_ns", "LOAD_K", "end", "first"),
+                 ("startup_q_ready_ns", "LOAD_Q", "end", "last"),
+                 ("startup_first_qk_ns", "QK", "start", "first"),
+                 ("startup_first_pv_ns", "PV", "start", "first"))
 
 
 def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
     """How long a CTA takes to get going: median over CTAs of the first LOAD_K issued (its
-    span's end), the first QK issued and the first PV issued, from the start of the launch
-    (its first warp). {} without those events. The first QK waits for K0 to land, so the gap
-    between the first two is the first block's latency under the launch's burst of requests.
+    span's end), Q in shared memory (the last warp's LOAD_Q end), the first QK issued and the
+    first PV issued, from the start of the launch (its first warp). {} without those events.
+    The first QK waits for K0 to land, so the gap between the first load and it is the first
+    block's latency under the launch's burst of requests, unless Q comes later: the consumers'
+    launch-time KV prefetch stalls them before they store Q (d128 16:1 b 1 ping-pong, Q in
+    smem at 1.1 µs before it, 3.5 µs with it; eleventh session).
     (H200, our kernel: the first KV load went out at 0.6-0.7 µs whether 1 or 132 CTAs ran
     until the producer stopped waiting for Q before K0; 0.3 µs since.)
     ``bounds``: ``_launch_bounds(c)``."""
@@ -403,14 +410,19 @@ def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
         return {}
     t0 = {L: start for L, (start, _end) in bounds.items()}
     out = {}
-    for key, name, edge in STARTUP_MARKS:
+    for key, name, edge, which in STARTUP_MARKS:
         m = c.mask(name)
         if not m.any():
             continue
         gid, n, keys = _group_ids(c.launch[m], c.cta[m])
-        first = np.full(n, np.iinfo(np.int64).max)
-        np.minimum.at(first, gid, (c.end if edge == "end" else c.start)[m])
-        rel = first - np.array([t0.get(int(L), 0) for L in keys[:, 0]])
+        t = (c.end if edge == "end" else c.start)[m]
+        if which == "first":
+            mark = np.full(n, np.iinfo(np.int64).max)
+            np.minimum.at(mark, gid, t)
+        else:
+            mark = np.full(n, np.iinfo(np.int64).min)
+            np.maximum.at(mark, gid, t)
+        rel = mark - np.array([t0.get(int(L), 0) for L in keys[:, 0]])
         out[key] = float(np.median(rel))
     return out
 

@@ -138,8 +138,8 @@ def _format_summary(s: dict) -> str:
         lines.append(f"  KV stream      {_tbps(s['stream_tbps'])} steady (middle half of the blocks); beyond that "
                      f"pace: start {_ns(s['stream_start_loss_ns'])}, end {_ns(s['stream_end_loss_ns'])}, "
                      f"after the last block {_ns(s['after_stream_ns'])}")
-    names = {"startup_first_load_ns": "first KV load issued", "startup_first_qk_ns": "first QK",
-             "startup_first_pv_ns": "first PV"}
+    names = {"startup_first_load_ns": "first KV load issued", "startup_q_ready_ns": "Q in smem",
+             "startup_first_qk_ns": "first QK", "startup_first_pv_ns": "first PV"}
     st = [f"{label} {_ns(s[k])}" for k, label in names.items() if s.get(k) is not None]
     if st:
         lines.append("  startup        " + ", ".join(st) + " (median CTA, from the launch's first warp)")

@@ -160,16 +160,20 @@ def test_stream_profile_against_a_perfect_stream():
 
 
 def test_startup_profile_is_the_median_cta():
-    """Per CTA: first LOAD_K end, first QK start, first PV start, from the launch's first warp."""
+    """Per CTA: first LOAD_K end, LOAD_Q end, first QK start, first PV start, from the launch's
+    first warp."""
     def cta(c, shift):
         prod = w(c, 1, spans((EV.LOAD_K, 0, (100 + shift, 150 + shift)), (EV.LOAD_K, 1, (160 + shift, 170 + shift))))
-        cons = w(c, 0, spans((EV.QK, 0, (400 + shift, 450 + shift)), (EV.PV, 0, (600 + shift, 650 + shift)),
-                             (EV.QK, 1, (700, 720))))
-        return [cons, prod]
+        cons = w(c, 0, spans((EV.LOAD_Q, 0, (60 + shift, 300 + shift)), (EV.QK, 0, (400 + shift, 450 + shift)),
+                             (EV.PV, 0, (600 + shift, 650 + shift)), (EV.QK, 1, (700, 720))))
+        # another consumer warp stores its part of Q earlier: Q is ready when the last one has
+        early = w(c, 2, spans((EV.LOAD_Q, 0, (60 + shift, 200 + shift))))
+        return [cons, prod, early]
 
-    t = trace_of(cta(0, 0) + cta(1, 100) + cta(2, 40), L.BufferSpec(2, 3, 64))
+    t = trace_of(cta(0, 0) + cta(1, 100) + cta(2, 40), L.BufferSpec(3, 3, 64))
     s = A.summarize(t)
-    assert (s["startup_first_load_ns"], s["startup_first_qk_ns"], s["startup_first_pv_ns"]) == (190, 440, 640)
+    assert (s["startup_first_load_ns"], s["startup_q_ready_ns"], s["startup_first_qk_ns"],
+            s["startup_first_pv_ns"]) == (190, 340, 440, 640)
     bare = A.summarize(trace_of([w(0, 0, spans((EV.MARK, 0, (1, 2))))], L.BufferSpec(1, 1, 16)))
     assert "startup_first_qk_ns" not in bare
 
