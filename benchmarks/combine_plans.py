@@ -6,10 +6,11 @@
 The combine's cut (combiner CTAs per group, float4 columns and split partitions per item) is
 a runtime argument, chosen by ``fa4trace.attention.plan_splits``. This runs the same kernel
 with every legal cut of the default split count: output checked against the float32
-reference (and bit-equal to the default plan's, which merges in the same order only when the
-partitions are the same), then timed as the benchmark times (CUDA-graph replay, L2 cold,
-median; every round times every plan again). For deciding whether the plan heuristic leaves
-time on the table at the short shapes, where the combine is ~1.6 us of ~21.
+reference (its bits equal the default plan's only where the partitions, and so the merge
+order, are the same), then timed as the benchmark times (CUDA-graph replay, L2 cold; the
+median of the rounds but the first, ``attention.reported_us``; every round times every plan
+again). For deciding whether the plan heuristic leaves time on the table at the short
+shapes, where the combine is ~1.6 us of ~21.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import argparse
 import dataclasses
 import math
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -72,7 +72,7 @@ def main(argv=None):
                     qq, kk, vv, oo = sets[j]
                     kern.fn(qq, kk, vv, oo, lse, o_part, lse_part, count, *p.kernel_args(scale), None)
                 times[i].append(A._graph_time(launch, len(sets), args.replays, per_graph)[0])
-        us = [statistics.median(ts[1:] if len(ts) > 2 else ts) for ts in times.values()]
+        us = [A.reported_us(ts) for ts in times.values()]  # as fa4trace bench reports its passes
         base = next(u for p, u in zip(plans, us) if p == plan)
         for p, u, e in zip(plans, us, errs):
             print(f"| d{d} {hq}:{hkv} sk{sk} b{b} | {p.n_comb} | {p.comb_nc4} | {p.comb_parts} | "
