@@ -361,10 +361,11 @@ class DecodeAttentionSm90:
         -1..-5% at b 1. What was worse: a fifth of the split or more (+2..+12%); prefetching
         splits of a few blocks, whose tiles are all requested at launch anyway (up to +15%);
         one request per tile or per 8-32 rows instead of per row (d64 16:1 b 1 -1.7..-2.3%
-        instead of -7.5..-7.9%); per-line ``prefetch.global.L2`` (smaller gains); and the
-        producer issuing them (+11..+27%). A warp that issues these requests stalls for microseconds (SASS: UBLKPF
-        takes a uniform address, so ptxas loops over the warp's rows, one request per trip);
-        the consumers can afford that before their first block lands (the LOAD_Q spans in
+        instead of -7.5..-7.9%); per-line ``prefetch.global.L2`` (smaller gains); the producer
+        issuing them (+11..+27%); and one to four extra warps issuing them (+1..+6% at b 1,
+        twelfth session). A warp that issues these requests stalls for microseconds (SASS:
+        UBLKPF takes a uniform address, so ptxas loops over the warp's rows, one request per
+        trip); the consumers can afford that before their first block lands (the LOAD_Q spans in
         traces/ grew from ~0.5-0.8 to ~1.4-2.3 us, then they catch up), the producer cannot,
         and neither can the traced d64 ping-pong, whose consumer sets the pace (its traced
         time is unchanged, so its tracing overhead rose).
