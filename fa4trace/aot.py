@@ -34,10 +34,11 @@ from .errors import DeviceUnavailable, Fa4traceError
 
 MANIFEST = "manifest.json"
 LIBRARY = "fa4trace_kernels.so"
-# Kernel config keys added after the first builds, as older manifests (without them) mean them.
-CONFIG_DEFAULTS = {"pdl": False}
+# The manifest's layout and the kernels' calling conventions. A folder written with another
+# format (an older fa4trace) is refused in one line: rebuild it.
+BUILD_FORMAT = 2
 RUNTIME_LIB = "libcute_dsl_runtime.so"
-DEFAULT_RUNTIME = "cu13"  # builds made before the manifest said so linked the cu13 runtime
+DEFAULT_RUNTIME = "cu13"
 
 
 @dataclass
@@ -103,6 +104,7 @@ def write_manifest(out_dir: str | os.PathLike, arch: str, functions: dict[str, d
     from . import __version__
 
     manifest = {
+        "build_format": BUILD_FORMAT,
         "fa4trace_version": __version__,
         "recorder_abi": L.RECORDER_ABI,
         "arch": arch,
@@ -127,26 +129,18 @@ class BuildDir:
             self.functions: dict[str, dict] = self.manifest["functions"]
         except (ValueError, KeyError) as exc:
             raise Fa4traceError(f"{mf} is not a valid build manifest: {exc}") from None
+        fmt, abi = self.manifest.get("build_format"), self.manifest.get("recorder_abi")
+        if fmt != BUILD_FORMAT or abi != L.RECORDER_ABI:
+            raise Fa4traceError(f"{self.path} was built by another fa4trace version (build format {fmt}, recorder "
+                                f"ABI {abi}; this one writes {BUILD_FORMAT}, {L.RECORDER_ABI}): rebuild it with "
+                                f"`fa4trace build -o {self.path} --force`")
         self._module = None
 
-    @property
-    def recorder_abi(self) -> int:
-        """The recorder ABI its kernels were built with (builds before the field: 1)."""
-        return int(self.manifest.get("recorder_abi", 1))
-
-    def require_warp_mask(self):
-        """Refuse a warp subset for kernels whose recorder predates the warp mask: they would
-        record the first warps instead of the chosen ones."""
-        if self.recorder_abi < L.WARP_MASK_ABI:
-            raise Fa4traceError(f"the kernels in {self.path} were built before warp selection (recorder ABI "
-                                f"{self.recorder_abi}); rebuild them to record a subset of warps")
-
     def find(self, kind: str, **config) -> str:
-        """Name of the function of this kind whose config holds every given key=value (a key
-        that builds gained later reads as its default in older manifests: ``CONFIG_DEFAULTS``)."""
+        """Name of the function of this kind whose config holds every given key=value."""
         for name, info in sorted(self.functions.items()):
             conf = info["config"]
-            if info["kind"] == kind and all(conf.get(k, CONFIG_DEFAULTS.get(k)) == v for k, v in config.items()):
+            if info["kind"] == kind and all(conf.get(k) == v for k, v in config.items()):
                 return name
         want = ", ".join(f"{k}={v}" for k, v in config.items())
         raise Fa4traceError(f"no built {kind} kernel with {want} in {self.path}; rebuild with `fa4trace build`")
@@ -164,14 +158,14 @@ class BuildDir:
         except ImportError:
             raise DeviceUnavailable("loading built kernels needs apache-tvm-ffi "
                                     "(pip install 'apache-tvm-ffi==0.1.15.post2'; docs/aot.md)") from None
-        so = self.path / self.manifest.get("library", LIBRARY)
+        so = self.path / self.manifest["library"]
         _check_elf(so)
         try:
             return tvm_ffi.load_module(str(so))
         except RuntimeError as exc:
             if RUNTIME_LIB not in str(exc):
                 raise Fa4traceError(f"cannot load {so}: {_last_line(exc)}") from None
-        runtime = self.manifest.get("cute_dsl_runtime", DEFAULT_RUNTIME)
+        runtime = self.manifest["cute_dsl_runtime"]
         lib = find_runtime(runtime)
         if lib is None:
             raise DeviceUnavailable(

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from .attention import SCHEDULES
 from .errors import Fa4traceError
+from .kernels.decode_spec import LEAD_WARPS, SCHEDULES, WARPS_PER_CTA
 
 # FA4's own schedules (record --impl fa4): its sm100 switch; its SM90 forward is FA3's.
 FA4_SCHEDULES = ("base", "pingpong", "fa3")
@@ -222,7 +222,7 @@ def _stats_suffix(stats) -> str:
               help="GPU target (no GPU needed to build).")
 @click.option("-o", "--output", default="build/kernels", show_default=True, type=click.Path(file_okay=False),
               help="Build folder (shared library + manifest.json).")
-@click.option("--only", default=None, help="Comma-separated kernel kinds (calibration,markers,attention,combine).")
+@click.option("--only", default=None, help="Comma-separated kernel kinds (calibration,markers,attention).")
 @click.option("--force", is_flag=True, help="Replace an existing build folder.")
 def build(arch, output, only, force):
     """AOT-compile the instrumented kernels (tvm-ffi export + link) into a folder with a manifest."""
@@ -239,8 +239,8 @@ def build(arch, output, only, force):
     if not variants:
         raise Fa4traceError(f"no kernel variants selected (--only {only})")
     compiled = {}
-    for name, thunk, entry in variants:
-        click.echo(f"compiling {name} ...", err=True)
+    for i, (name, thunk, entry) in enumerate(variants, 1):
+        click.echo(f"[{i}/{len(variants)}] compiling {name}", err=True)
         compiled[name] = (thunk(), entry)
     out = build_library(compiled, output, arch=arch, overwrite=force)
     click.echo(f"built {len(compiled)} kernels for {arch} into {out}")
@@ -354,8 +354,6 @@ def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
     if spec == "lead":
         if kind != "attention" or impl != "ours":
             raise click.BadParameter("--warps lead is defined for our decode attention; give warp indices")
-        from .attention import LEAD_WARPS
-
         return LEAD_WARPS
     try:
         ws = tuple(int(x) for x in spec.split(",") if x.strip())
@@ -364,8 +362,6 @@ def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
     if not ws or min(ws) < 0:
         raise click.BadParameter(f"--warps must be comma warp indices >= 0 or 'lead', got {spec!r}")
     if kind == "attention" and impl == "ours":
-        from .attention import WARPS_PER_CTA
-
         if max(ws) >= WARPS_PER_CTA:
             raise click.BadParameter(f"--warps: decode attention has warps 0..{WARPS_PER_CTA - 1}, got {spec!r}")
     return ws
@@ -402,16 +398,32 @@ def view(bundles, port, headless):
     return subprocess.call(cmd)
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.pass_context
-def bench(ctx):
-    """Decode-attention benchmark on this GPU: ours (base, pingpong, intrawg) vs cuDNN, FLASH and FA4 SM90.
+@main.command()
+@click.option("--quick", is_flag=True, help="Only the sk 131072 shapes of the matrix.")
+@click.option("--kernels", default="base,pingpong,intrawg,cudnn,flash,fa4", show_default=True,
+              help="Comma list: base, pingpong, intrawg (options after @: r<rows per CTA>, s<splits>, p for "
+                   "programmatic dependent launch, e.g. pingpong@p), cudnn, flash, fa4 (FlashAttention-4 SM90 "
+                   "from its AOT build; a missing build shows as '-').")
+@click.option("--replays", default=15, type=click.IntRange(min=1), show_default=True,
+              help="Timed CUDA-graph replays per kernel and pass.")
+@click.option("--rounds", default=5, type=click.IntRange(min=1), show_default=True,
+              help="Interleaved passes over all kernels; reported: the last of 1-2, else the median of all but "
+                   "the first.")
+@click.option("--no-trace-overhead", is_flag=True, help="Skip the traced variants at sk 131072.")
+@click.option("--only", default="", help="Filter the matrix, e.g. 'd=128,hkv=1,sk=131072'.")
+@click.option("--out", default=lambda: os.environ.get("OUT", "artifacts/bench"), show_default="$OUT or artifacts/bench",
+              type=click.Path(file_okay=False), help="Folder for bench.json and bench.md.")
+def bench(quick, kernels, replays, rounds, no_trace_overhead, only, out):
+    """Decode attention on this GPU: ours (base, pingpong, intrawg) vs cuDNN, FLASH and FA4 SM90.
 
-    Options after `bench` go to the benchmark (e.g. `fa4trace bench --quick --only d=128`);
-    `fa4trace bench -- --help` lists them."""
-    from .attention import bench_cli
+    CUDA-graph replay with a cold L2, every kernel on the same inputs, interleaved passes; the
+    GPU's clock and power state are logged per shape. Writes bench.json (the format
+    benchmarks/report.py renders) and bench.md."""
+    from .bench.decode import run
 
-    return bench_cli(list(ctx.args))
+    run(quick=quick, kernels=kernels, replays=replays, rounds=rounds, trace_overhead=not no_trace_overhead,
+        only=only, out=out, command=" ".join(["fa4trace", *sys.argv[1:]]),
+        log=lambda m: click.echo(m))
 
 
 if __name__ == "__main__":  # pragma: no cover

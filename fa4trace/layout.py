@@ -44,11 +44,9 @@ import numpy as np
 from .errors import TraceFormatError
 
 FORMAT_VERSION = 1
-# What the device side of this fa4trace reads from a buffer header. 2: the warp mask (g3 high
-# word). Builds record theirs in the manifest; a kernel built with an older recorder ignores
-# the mask, so a warp subset needs a build of RECORDER_ABI >= 2 (checked where buffers are made).
+# What the device side of this fa4trace reads from a buffer header (2: with the warp mask in
+# g3's high word). Builds record it in their manifest; the loader refuses a build of another.
 RECORDER_ABI = 2
-WARP_MASK_ABI = 2
 BUF_MAGIC = 0x42543446  # b"F4TB" little-endian
 WARP_MAGIC = 0x57543446  # b"F4TW" little-endian
 GLOBAL_HEADER_WORDS = 8

@@ -91,9 +91,10 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
                        n_ticks: int = 64, spin: int = 4000, build=None) -> tuple[Trace, dict]:
     """Run the calibration kernel; return its trace and the timer checks (tick, agreement)."""
     torch = require_cuda()
-    from .kernel_loader import get_kernel
+    from . import loader
 
-    fn, how = get_kernel("calibration", build=build, timebase=timebase)
+    kern = loader.load("calibration", build=build, timebase=timebase)
+    fn, how = kern.fn, kern.how
     warps = 4
     n_warps = n_ctas * warps
     truth = torch.zeros(n_warps * samples * 2, dtype=torch.int64, device="cuda")
@@ -182,11 +183,12 @@ def record_markers(*, variant: str = "fa4trace", work: str = "l2", n_ctas: int =
                    chain: int = 1, capacity: int | None = None, cta_first: int = 0, cta_stride: int = 1,
                    max_ctas: int | None = None, warps=None, build=None) -> Trace:
     """One traced launch of the marker-dense microbenchmark (2 events per iteration per warp)."""
-    from .kernel_loader import get_kernel
+    from . import loader
 
     if not variant.startswith("fa4trace"):
         raise ValueError(f"--variant {variant!r} records nothing; use fa4trace, fa4trace_block, fa4trace_lane or fa4trace_gt")
-    fn, how = get_kernel("markers", build=build, variant=variant, work=work)
+    kern = loader.load("markers", build=build, variant=variant, work=work)
+    fn, how = kern.fn, kern.how
     out, table = marker_inputs(n_ctas)
     cap = capacity or 2 * iters + 8
     launch = TracedLaunch(

@@ -43,17 +43,17 @@ stage + issue); consumer LOAD_Q (payload = m-block), QK(i) and PV(i) in flight (
 wait that retires them), SOFTMAX(i), CORRECTION(i), EPILOGUE (payload = split), MARK instant
 when the split took its ticket and COMBINE (payload = ticket, i.e. the split's finishing
 order); in the "stalls" event set also WAIT_K(i) / WAIT_V(i) (only when the block had not
-landed yet). ``trace_events`` picks the set (``fa4trace.attention.TRACE_EVENTS``).
+landed yet). The variant's event set picks them (``decode_spec.EVENT_SETS``).
 
 Deadlock freedom of the in-launch combine: only combiners wait, and the host keeps
-``groups * (n_comb - 1) < SM count`` (see ``fa4trace.attention.plan_splits``), so at least
+``groups * (n_comb - 1) < SM count`` (see ``fa4trace.attention.planner.plan_splits``), so at least
 one SM is never held by a waiting CTA and every pending CTA eventually runs.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import cutlass
 import cutlass.cute as cute
@@ -65,76 +65,110 @@ from cutlass.tensor_utils import LayoutEnum
 from fa4trace.device import Recorder
 from fa4trace.vocab import EV, ROLE
 
-from fa4trace.attention import SCHEDULES  # one list for the host API and the kernel
+from .decode_spec import (COMBINE_UNROLL, EVENTS_PER_STEP, NUM_CONSUMER_THREADS, NUM_THREADS, PRODUCER_WARP,
+                          TILE_M, Variant, all_variants)
 
 ARCH = "sm_90a"
 PTXAS_OPTIONS = "--ptxas-options=--fmad=false"
-TILE_M = 64  # one wgmma M tile: all packed query rows of a KV head (sq * ratio <= 64 per m-block)
-BLOCK_ROWS = (64, 32)  # query rows per CTA (see DecodeAttentionSm90.block_rows)
-NUM_CONSUMER_THREADS = 128  # one warpgroup
-COMBINE_UNROLL = 16  # splits per combine thread: n_splits <= 16 * 32
-PRODUCER_WARP = 4
-NUM_THREADS = NUM_CONSUMER_THREADS + 32
-WARPS_PER_CTA = NUM_THREADS // 32
 SMEM_BUDGET = 227 * 1024  # sm_90 max dynamic shared memory per block
-# More than 8 stages bought nothing at d64 (12 x 16 KB measured on the H200: within noise, the
-# consumer is the limit there) and cost registers (173 -> 194).
-MAX_STAGES = 8
+MAX_STAGES = 8  # more bought nothing at d64 (the consumer is the limit there) and cost registers
 PREFETCH_TILES = 3  # at most this many K / V tiles prefetched into L2 at launch (prefetch_kv)
-SMEM_PER_SM = 228 * 1024  # sm_90 shared memory per SM (each resident CTA also reserves 1 KB)
-# Runtime scalars after the tensors, in call order (fa4trace.attention.Plan.kernel_args).
-SCALAR_ARGS = ("softmax_scale", "n_splits", "n_comb", "comb_nc4_log2", "comb_parts_log2")
 # L2 policy of the KV loads (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_FIRST):
 # every KV byte is read once, so its lines go first and what is reused stays in L2 - the split
 # partials the combine reads back, Q, and the trace records when tracing.
 _L2_EVICT_FIRST = 0x12F0000000000000
-# Consumer events of one mainloop step, at most: WAIT_K pair, QK begin, SOFTMAX pair, PV end
-# (previous block), CORRECTION pair, WAIT_V pair, PV begin, QK end. Each step is one recorder
-# block (``Recorder.open_block``): one room check per step instead of one per event.
-EVENTS_PER_STEP = 12
 # Named barrier ids (0 is __syncthreads).
 _BAR_CONSUMER = 1
 _BAR_Q_ISSUED = 2  # consumers arrive once their Q loads are issued; the producer waits on it
 
 
-def default_tile_n(head_dim: int, schedule: str) -> int:
-    """Keys per KV block. The ping-pong holds two S tiles in registers: at 128 keys that is 128
-    fp32 registers and ptxas spills (d64); 64 keys keep it at 172 (d64) / 201 (d128)."""
-    from fa4trace.attention import DEFAULT_TILE_N
-
-    return DEFAULT_TILE_N[(head_dim, schedule)]
-
-
-def default_stages(head_dim: int, tile_n: int, ctas_per_sm: int = 1) -> int:
-    """As many K+V stages as shared memory holds: decode streams KV, so bytes in flight matter.
-    With ``ctas_per_sm`` CTAs resident per SM, each gets its share of the SM's shared memory."""
+def default_stages(head_dim: int, tile_n: int) -> int:
+    """As many K+V stages as shared memory holds: decode streams KV, so bytes in flight matter."""
     q_bytes = TILE_M * head_dim * 2
     stage_bytes = 2 * tile_n * head_dim * 2
     reserve = 8 * 1024  # mbarriers, combine scratch, alignment
-    budget = (SMEM_PER_SM // ctas_per_sm) - 1024 if ctas_per_sm > 1 else SMEM_BUDGET  # 1 KB/CTA system use
-    return max(2, min(MAX_STAGES, (budget - q_bytes - reserve) // stage_bytes))
+    return max(2, min(MAX_STAGES, (SMEM_BUDGET - q_bytes - reserve) // stage_bytes))
+
+
+class GmemTensors(NamedTuple):
+    """The kernel's global tensors: inputs, outputs and the split-KV combine's scratch."""
+
+    q: cute.Tensor  # (b, sq, hq, d)
+    k: cute.Tensor  # (b, sk, hkv, d)
+    v: cute.Tensor  # (b, sk, hkv, d)
+    o: cute.Tensor  # (b, sq, hq, d)
+    lse: cute.Tensor  # (b, hq, sq) fp32
+    o_part: cute.Tensor  # fp32 split partials
+    lse_part: cute.Tensor  # fp32 split LSEs
+    counters: cute.Tensor  # int32, COUNTER_WORDS per group
+
+
+class SmemTiles(NamedTuple):
+    """The CTA's shared memory: the Q tile, the K and V stages and the rest of the storage."""
+
+    q: cute.Tensor
+    k: cute.Tensor
+    v: cute.Tensor
+    storage: object  # the SharedStorage struct (mbarriers, ticket, combine scratch)
+
+
+class KvTma(NamedTuple):
+    """TMA views of K and V and their copy atoms (the producer's loads)."""
+
+    k: cute.Tensor
+    v: cute.Tensor
+    atom_k: cute.CopyAtom
+    atom_v: cute.CopyAtom
+
+
+class Pipes(NamedTuple):
+    """The K and V mbarrier pipelines between the producer warp and the consumer warpgroup."""
+
+    k: object
+    v: object
+
+
+class Mmas(NamedTuple):
+    """The tiled wgmmas: S = Q K^T from shared memory, O += P V with P from registers."""
+
+    qk: cute.TiledMma
+    pv: cute.TiledMma
+
+
+class CtaWork(NamedTuple):
+    """What one CTA works on (runtime values): its (batch, kv head, m-block) group and KV split."""
+
+    b_idx: Int32
+    h_idx: Int32
+    m_block: Int32
+    group: Int32  # (b_idx * hkv + h_idx) * m_blocks + m_block
+    ratio: Int32  # query heads per KV head
+    rows_total: Int32  # packed query rows of the KV head: sq * ratio
+    sk: Int32
+    split_idx: Int32
+    n_splits: Int32
+    n_blocks: Int32  # KV blocks of the whole sequence
+    n_begin: Int32  # this split's first KV block
+    blocks: Int32  # this split's KV blocks (>= 1)
+
+
+class CombineCut(NamedTuple):
+    """How the in-launch combine is cut (``fa4trace.attention.planner.Plan``)."""
+
+    n_comb: Int32  # combiner CTAs per group
+    nc4_log2: Int32  # log2 of the float4 columns per work item
+    parts_log2: Int32  # log2 of the split partitions per output
 
 
 class DecodeAttentionSm90:
-    """One compiled variant: head dim and schedule are compile-time; shapes are runtime."""
+    """One compiled variant (``decode_spec.Variant``): head dim, schedule, rows per CTA, event set
+    and launch mode are compile-time; shapes are runtime."""
 
-    def __init__(self, head_dim: int, schedule: str = "pingpong", tile_n: Optional[int] = None,
-                 num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
-                 trace_events=None, pdl: int = 0, kv_prefetch: int = PREFETCH_TILES):
-        if head_dim not in (64, 128):
-            raise ValueError(f"head_dim must be 64 or 128, got {head_dim}")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        self.d = head_dim
-        self.schedule = schedule
-        self.tile_n = tile_n or default_tile_n(head_dim, schedule)
-        if self.tile_n % 16 or not 16 <= self.tile_n <= 256:
-            raise ValueError(f"tile_n must be a multiple of 16 in 16..256, got {self.tile_n}")
-        if ctas_per_sm not in (1, 2):
-            raise ValueError(f"ctas_per_sm must be 1 or 2, got {ctas_per_sm}")
-        self.ctas_per_sm = ctas_per_sm
-        if block_rows not in BLOCK_ROWS:
-            raise ValueError(f"block_rows must be one of {BLOCK_ROWS}, got {block_rows}")
+    def __init__(self, variant: Variant):
+        self.variant = variant
+        self.d = variant.head_dim
+        self.schedule = variant.schedule
+        self.tile_n = variant.tile_n
         # Query rows one CTA serves. 64: the whole wgmma M tile, two rows per thread. 32: rows
         # 0-7 of each warp's 16-row slab, one row per thread; the other 8 rows of the slab are
         # padding with no softmax and no stores (half the exp2s and about 20% of the consumer's
@@ -144,24 +178,21 @@ class DecodeAttentionSm90:
         # it serializes all wgmmas ("insufficient register resources for the wgmma pipeline").
         # So padding rows still get one multiply per element (S scaled, O corrected) and a
         # final read (``_keep_padding_live``), a few percent of what the real rows cost.
-        self.block_rows = block_rows
-        self.rpt = 2 if block_rows == TILE_M else 1  # rows per thread
-        self.num_stages = num_stages or default_stages(head_dim, self.tile_n, ctas_per_sm)
-        # Traced builds: the event ids that record (None = the full set; see Recorder.start).
-        self.trace_events = None if trace_events is None else frozenset(trace_events)
+        self.block_rows = variant.block_rows
+        self.rpt = 2 if self.block_rows == TILE_M else 1  # rows per thread
+        self.num_stages = default_stages(self.d, self.tile_n)
+        # Traced builds: the event ids that record (Recorder.start compiles the others away).
+        self.trace_events = variant.event_ids
         # Programmatic dependent launch: the launch may start while the stream's previous kernel
         # finishes; every thread waits for that kernel (griddepcontrol.wait) before it touches
         # global memory, and the CTAs let the next kernel launch once their mainloop is done.
-        self.pdl = bool(pdl)
+        self.pdl = variant.pdl
         # K / V tiles after K0 the consumers may prefetch into L2 at launch (``prefetch_kv``).
-        self.kv_prefetch = kv_prefetch
+        self.kv_prefetch = PREFETCH_TILES
 
     def config(self) -> dict:
-        return {"head_dim": self.d, "schedule": self.schedule, "tile_m": TILE_M,
-                "block_rows": self.block_rows, "tile_n": self.tile_n, "num_stages": self.num_stages,
-                "ctas_per_sm": self.ctas_per_sm, "threads": NUM_THREADS, "warps_per_cta": WARPS_PER_CTA,
-                "trace_events": None if self.trace_events is None else sorted(self.trace_events),
-                "pdl": self.pdl, "kv_prefetch": self.kv_prefetch}
+        """The variant's manifest config plus what this kernel derives from it."""
+        return {**self.variant.config(), "tile_m": TILE_M, "num_stages": self.num_stages, "threads": NUM_THREADS}
 
     # ------------------------------------------------------------------------------------
     # host side
@@ -251,10 +282,7 @@ class DecodeAttentionSm90:
             block=[NUM_THREADS, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
-            min_blocks_per_mp=self.ctas_per_sm,
-            # All of the SM's memory as shared memory (two CTAs need it); named explicitly, the
-            # DSL does not ask the driver, so the build works without a GPU.
-            preferred_smem_carveout=100 if self.ctas_per_sm > 1 else None,
+            min_blocks_per_mp=1,
             use_pdl=self.pdl,
         )
 
@@ -336,14 +364,16 @@ class DecodeAttentionSm90:
         n_end = (split_idx + 1) * n_blocks // n_splits
         count = n_end - n_begin  # >= 1: the host keeps n_splits <= n_blocks
 
+        smem_tiles = SmemTiles(sQ, sK, sV, storage)
+        pipes = Pipes(pipe_k, pipe_v)
+        work = CtaWork(b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_blocks,
+                       n_begin, count)
         if warp_idx == PRODUCER_WARP:
-            self.produce(trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
-                         b_idx, h_idx, n_begin, count)
+            self.produce(trace, smem_tiles, KvTma(tma_k, tma_v, tma_atom_k, tma_atom_v), pipes, work)
         if warp_idx < PRODUCER_WARP:
-            self.consume(trace, mQ, mK, mV, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
-                         tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale,
-                         scale_log2, b_idx, h_idx, m_block, group, ratio, rows_total, sk,
-                         split_idx, n_splits, n_comb, comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks)
+            self.consume(trace, GmemTensors(mQ, mK, mV, mO, mLSE, mOpart, mLSEpart, mCount), smem_tiles,
+                         Mmas(tiled_mma_qk, tiled_mma_pv), pipes, tidx, softmax_scale, scale_log2, work,
+                         CombineCut(n_comb, comb_nc4_log2, comb_parts_log2))
 
     @cute.jit
     def prefetch_kv(self, mK, mV, tidx, b_idx, h_idx, n_begin, count, sk):
@@ -383,19 +413,18 @@ class DecodeAttentionSm90:
 
     # ---- producer warp ------------------------------------------------------------------
     @cute.jit
-    def produce(self, trace, sK, sV, tma_k, tma_v, tma_atom_k, tma_atom_v, pipe_k, pipe_v,
-                b_idx, h_idx, n_begin, count):
+    def produce(self, trace, smem: SmemTiles, tma: KvTma, pipes: Pipes, work: CtaWork):
         """Warp 4: TMA loads of this split's K and V blocks, as fast as stages free up."""
         tile_n, d = self.tile_n, self.d
         # settle=False: K0 goes out before the warp waits for the trace buffer's header (its
         # slot is claimed right after); see Recorder.start.
         rec = Recorder.start(trace, role=ROLE.PRODUCER, events=self.trace_events, settle=False)
-        gK = cute.local_tile(tma_k[None, None, h_idx, b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
-        gV = cute.local_tile(tma_v[None, None, h_idx, b_idx], (d, tile_n), (0, None))  # (d, n, blocks)
-        tKsK, tKgK = cpasync.tma_partition(tma_atom_k, 0, cute.make_layout(1),
-                                           cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
-        tVsV, tVgV = cpasync.tma_partition(tma_atom_v, 0, cute.make_layout(1),
-                                           cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+        gK = cute.local_tile(tma.k[None, None, work.h_idx, work.b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
+        gV = cute.local_tile(tma.v[None, None, work.h_idx, work.b_idx], (d, tile_n), (0, None))  # (d, n, blocks)
+        tKsK, tKgK = cpasync.tma_partition(tma.atom_k, 0, cute.make_layout(1),
+                                           cute.group_modes(smem.k, 0, 2), cute.group_modes(gK, 0, 2))
+        tVsV, tVgV = cpasync.tma_partition(tma.atom_v, 0, cute.make_layout(1),
+                                           cute.group_modes(smem.v, 0, 2), cute.group_modes(gV, 0, 2))
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
 
@@ -408,32 +437,33 @@ class DecodeAttentionSm90:
         # K0 first puts it at 0.27 us and the first QK 0.5 us earlier (BENCHMARKS.md, fifth
         # session). The producer waits only for the Q loads to be *issued* (tens of ns), not to
         # land.
-        rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin)
+        rec, k_state = self.load_kv(rec, EV.LOAD_K, pipes.k, k_state, tma.atom_k, tKgK, tKsK, work.n_begin)
         rec = rec.settle()
         cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
         if const_expr(self.schedule != "base"):
-            # K1's records go outside `if count > 1` (``when=``): recorded inside it, they made
+            # K1's records go outside `if blocks > 1` (``when=``): recorded inside it, they made
             # ptxas move the *consumers'* stage indices, phases and wgmma descriptors from
             # uniform to vector registers for their whole mainloop (SASS of the traced d64
             # ping-pong: 512 vs 463 instructions per two steps, 32 R2UR; untraced 377).
-            rec, k_state = self.load_kv_if(count > 1, rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK,
-                                           n_begin + 1)
-        rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin)
+            rec, k_state = self.load_kv_if(work.blocks > 1, rec, EV.LOAD_K, pipes.k, k_state, tma.atom_k, tKgK, tKsK,
+                                           work.n_begin + 1)
+        rec, v_state = self.load_kv(rec, EV.LOAD_V, pipes.v, v_state, tma.atom_v, tVgV, tVsV, work.n_begin)
 
         if const_expr(self.schedule != "base"):
             # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
-            for j in cutlass.range(2, count, unroll=1):
+            for j in cutlass.range(2, work.blocks, unroll=1):
                 rec = rec.open_block(4)
-                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
-                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j - 1)
+                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipes.k, k_state, tma.atom_k, tKgK, tKsK, work.n_begin + j)
+                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipes.v, v_state, tma.atom_v, tVgV, tVsV,
+                                            work.n_begin + j - 1)
                 rec = rec.close_block()
-            rec, v_state = self.load_kv_if(count > 1, rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV,
-                                           n_begin + count - 1)
+            rec, v_state = self.load_kv_if(work.blocks > 1, rec, EV.LOAD_V, pipes.v, v_state, tma.atom_v, tVgV, tVsV,
+                                           work.n_begin + work.blocks - 1)
         else:
-            for j in cutlass.range(1, count, unroll=1):
+            for j in cutlass.range(1, work.blocks, unroll=1):
                 rec = rec.open_block(4)
-                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipe_k, k_state, tma_atom_k, tKgK, tKsK, n_begin + j)
-                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipe_v, v_state, tma_atom_v, tVgV, tVsV, n_begin + j)
+                rec, k_state = self.load_kv(rec, EV.LOAD_K, pipes.k, k_state, tma.atom_k, tKgK, tKsK, work.n_begin + j)
+                rec, v_state = self.load_kv(rec, EV.LOAD_V, pipes.v, v_state, tma.atom_v, tVgV, tVsV, work.n_begin + j)
                 rec = rec.close_block()
         rec.finish()
 
@@ -518,30 +548,29 @@ class DecodeAttentionSm90:
 
     # ---- consumer warpgroup ---------------------------------------------------------------
     @cute.jit
-    def consume(self, trace, mQ, mK, mV, sQ, sK, sV, mO, mLSE, mOpart, mLSEpart, mCount, tiled_mma_qk,
-                tiled_mma_pv, pipe_k, pipe_v, storage, tidx, softmax_scale, scale_log2,
-                b_idx, h_idx, m_block, group, ratio, rows_total, sk, split_idx, n_splits, n_comb,
-                comb_nc4_log2, comb_parts_log2, n_begin, count, n_blocks):
+    def consume(self, trace, gmem: GmemTensors, smem: SmemTiles, mma: Mmas, pipes: Pipes, tidx,
+                softmax_scale, scale_log2, work: CtaWork, cut: CombineCut):
         d, tile_n = self.d, self.tile_n
         # settle=False: the Q loads go out before the warp waits for the trace buffer's header.
         rec = Recorder.start(trace, role=ROLE.CONSUMER, events=self.trace_events, settle=False)
         # The arrival counter's value at the start of this launch, read long before this split
         # can finish: the last arrival advances it only after every CTA has arrived.
         base0 = Int32(0)
-        if n_splits > 1:
-            base0 = cute.arch.load((mCount.iterator + 4 * group + 1).llvm_ptr, Int32, sem="relaxed", scope="gpu")
-        rec.begin(EV.LOAD_Q, m_block)
-        q_frags = self.issue_q(mQ, tidx, b_idx, h_idx, m_block, ratio, rows_total)
+        if work.n_splits > 1:
+            base0 = cute.arch.load((gmem.counters.iterator + 4 * work.group + 1).llvm_ptr, Int32, sem="relaxed",
+                                   scope="gpu")
+        rec.begin(EV.LOAD_Q, work.m_block)
+        q_frags = self.issue_q(gmem.q, tidx, work.b_idx, work.h_idx, work.m_block, work.ratio, work.rows_total)
         if const_expr(self.kv_prefetch > 0):  # while Q is on its way (see prefetch_kv)
-            self.prefetch_kv(mK, mV, tidx, b_idx, h_idx, n_begin, count, sk)
-        self.store_q(sQ, tidx, q_frags)
-        rec.end(EV.LOAD_Q, m_block)
+            self.prefetch_kv(gmem.k, gmem.v, tidx, work.b_idx, work.h_idx, work.n_begin, work.blocks, work.sk)
+        self.store_q(smem.q, tidx, q_frags)
+        rec.end(EV.LOAD_Q, work.m_block)
         rec = rec.settle()
-        thr_qk = tiled_mma_qk.get_slice(tidx)
-        thr_pv = tiled_mma_pv.get_slice(tidx)
-        tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ))  # (MMA, 1, d/16)
-        tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK))  # (MMA, 1, d/16, stages)
-        tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(sV))  # (MMA, 1, tile_n/16, stages)
+        thr_qk = mma.qk.get_slice(tidx)
+        thr_pv = mma.pv.get_slice(tidx)
+        tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(smem.q))  # (MMA, 1, d/16)
+        tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(smem.k))  # (MMA, 1, d/16, stages)
+        tOrV = thr_pv.make_fragment_B(thr_pv.partition_B(smem.v))  # (MMA, 1, tile_n/16, stages)
         acc_O = cute.make_rmem_tensor(thr_pv.partition_shape_C((TILE_M, d)), Float32)
         acc_O.fill(0.0)
         tOrP = cute.make_rmem_tensor(thr_pv.partition_shape_A((TILE_M, tile_n)), self.dtype)
@@ -554,73 +583,73 @@ class DecodeAttentionSm90:
         row_max.fill(-Float32.inf)
         row_sum.fill(0.0)
         # Keys in the last global block: it alone needs the -inf mask.
-        last_valid = sk - (n_blocks - 1) * tile_n
+        last_valid = work.sk - (work.n_blocks - 1) * tile_n
 
         k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
 
-        ctx = _Ctx(tiled_mma_qk, tiled_mma_pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max,
-                   row_sum, scale_log2, n_blocks, last_valid, pipe_k, pipe_v)
+        ctx = _Ctx(mma.qk, mma.pv, tSrQ, tSrK, tOrV, tOrP, acc_O, tScS, row_max,
+                   row_sum, scale_log2, work.n_blocks, last_valid, pipes.k, pipes.v)
         if const_expr(self.schedule == "base"):
-            for j in cutlass.range(count - 1, unroll=1):
-                rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state, n_begin + j, False)
+            for j in cutlass.range(work.blocks - 1, unroll=1):
+                rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state, work.n_begin + j, False)
             # The split's last block is the only one that can hold keys past sk.
             rec, k_state, v_state = self.base_step(rec, ctx, acc_S0, k_state, v_state,
-                                                   n_begin + count - 1, True)
+                                                   work.n_begin + work.blocks - 1, True)
         elif const_expr(self.schedule == "intrawg"):
             # Prologue: QK(first) -> softmax(first) -> P(first); PV(first) goes out in the next
             # step (or below, when the split has one block).
             corr = cute.make_rmem_tensor((2,), Float32)
-            if count == 1:
-                rec, k_state = self.intrawg_first(rec, ctx, acc_S0, corr, k_state, n_begin, True)
+            if work.blocks == 1:
+                rec, k_state = self.intrawg_first(rec, ctx, acc_S0, corr, k_state, work.n_begin, True)
             else:
-                rec, k_state = self.intrawg_first(rec, ctx, acc_S0, corr, k_state, n_begin, False)
-                for j in cutlass.range(1, count - 1, unroll=1):
+                rec, k_state = self.intrawg_first(rec, ctx, acc_S0, corr, k_state, work.n_begin, False)
+                for j in cutlass.range(1, work.blocks - 1, unroll=1):
                     rec, k_state, v_state = self.intrawg_step(rec, ctx, acc_S0, corr, k_state, v_state,
-                                                              n_begin + j, False)
+                                                              work.n_begin + j, False)
                 rec, k_state, v_state = self.intrawg_step(rec, ctx, acc_S0, corr, k_state, v_state,
-                                                          n_begin + count - 1, True)
-            rec = self.correct(rec, ctx, corr, n_begin + count - 1)
-            rec = self.issue_pv(rec, ctx, v_state, n_begin + count - 1)
+                                                          work.n_begin + work.blocks - 1, True)
+            rec = self.correct(rec, ctx, corr, work.n_begin + work.blocks - 1)
+            rec = self.issue_pv(rec, ctx, v_state, work.n_begin + work.blocks - 1)
             warpgroup.wait_group(0)
-            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_begin + count - 1)
+            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, work.n_begin + work.blocks - 1)
         else:
             acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
             # Prologue: QK(first) issued and waited.
-            rec = self.issue_qk(rec, ctx, acc_S0, k_state, n_begin)
+            rec = self.issue_qk(rec, ctx, acc_S0, k_state, work.n_begin)
             warpgroup.wait_group(0)
-            rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_begin)
+            rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, work.n_begin)
             # Step j works on S[j % 2] and issues QK(j+1) into the other buffer.  The loop is
             # unrolled by two so that both buffers stay in registers (no dynamic indexing).
-            if count == 1:
-                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, n_begin,
+            if work.blocks == 1:
+                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, work.n_begin,
                                                            False, False)
             else:
-                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, n_begin,
+                rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, work.n_begin,
                                                            True, False)
-                for jj in cutlass.range((count - 2) // 2, unroll=1):
-                    j = n_begin + 1 + 2 * jj
+                for jj in cutlass.range((work.blocks - 2) // 2, unroll=1):
+                    j = work.n_begin + 1 + 2 * jj
                     rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state, j,
                                                                True, True)
                     rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state, j + 1,
                                                                True, True)
-                if (count - 2) % 2 == 1:
+                if (work.blocks - 2) % 2 == 1:
                     rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
-                                                               n_begin + count - 2, True, True)
+                                                               work.n_begin + work.blocks - 2, True, True)
                     rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S0, acc_S1, k_state, v_state,
-                                                               n_begin + count - 1, False, True)
+                                                               work.n_begin + work.blocks - 1, False, True)
                 else:
                     rec, k_state, v_state = self.pingpong_step(rec, ctx, acc_S1, acc_S0, k_state, v_state,
-                                                               n_begin + count - 1, False, True)
+                                                               work.n_begin + work.blocks - 1, False, True)
             warpgroup.wait_group(0)
-            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_begin + count - 1)
+            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, work.n_begin + work.blocks - 1)
 
         if const_expr(self.pdl):
             # This CTA's stream is done: the next kernel may launch (its CTAs take SMs as ours
             # exit and wait for this grid to finish before they touch memory).
             cute.arch.griddepcontrol_launch_dependents()
         # Finish the row sums across the 4 threads of a row (quad), then normalize.
-        rec.begin(EV.EPILOGUE, split_idx)
+        rec.begin(EV.EPILOGUE, work.split_idx)
         for r in cutlass.range_constexpr(self.rpt):
             row_sum[r] = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
         lse = cute.make_rmem_tensor((2,), Float32)
@@ -632,36 +661,34 @@ class DecodeAttentionSm90:
         acc_O_mn = _acc_mn_view(acc_O)
         tOcO = _acc_mn_view(thr_pv.partition_C(cute.make_identity_tensor((TILE_M, d))))
         if const_expr(self.rpt == 1):
-            _keep_padding_live(acc_O_mn, n_splits, mLSE, b_idx)
+            _keep_padding_live(acc_O_mn, work.n_splits, gmem.lse, work.b_idx)
         lane4 = cute.arch.lane_idx() % 4
-        if n_splits == 1:
+        if work.n_splits == 1:
             for r in cutlass.range_constexpr(self.rpt):
                 row = self.tile_row_to_block_row(tOcO[r, 0][0])
-                m = m_block * self.block_rows + row
-                if m < rows_total:
-                    tok = m // ratio
-                    qh = h_idx * ratio + (m - tok * ratio)
-                    gO = mO[b_idx, tok, qh, None]
+                m = work.m_block * self.block_rows + row
+                if m < work.rows_total:
+                    tok = m // work.ratio
+                    qh = work.h_idx * work.ratio + (m - tok * work.ratio)
+                    gO = gmem.o[work.b_idx, tok, qh, None]
                     for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
                         gO[tOcO[r, c][1]] = (acc_O_mn[r, c] * inv[r]).to(self.dtype)
                     if lane4 == 0:
-                        mLSE[b_idx, qh, tok] = lse[r]
-            rec = _end(rec, EV.EPILOGUE, split_idx)
+                        gmem.lse[work.b_idx, qh, tok] = lse[r]
+            rec = _end(rec, EV.EPILOGUE, work.split_idx)
         else:
-            base = group * n_splits + split_idx
+            base = work.group * work.n_splits + work.split_idx
             for r in cutlass.range_constexpr(self.rpt):
                 row = self.tile_row_to_block_row(tOcO[r, 0][0])
-                m = m_block * self.block_rows + row
-                if m < rows_total:
+                m = work.m_block * self.block_rows + row
+                if m < work.rows_total:
                     off = (base * TILE_M + row) * d
                     for c in cutlass.range_constexpr(cute.size(acc_O_mn, mode=[1])):
-                        mOpart[off + tOcO[r, c][1]] = acc_O_mn[r, c] * inv[r]
+                        gmem.o_part[off + tOcO[r, c][1]] = acc_O_mn[r, c] * inv[r]
                     if lane4 == 0:
-                        mLSEpart[base * TILE_M + row] = lse[r]
-            rec = _end(rec, EV.EPILOGUE, split_idx)
-            rec = self.combine(rec, storage, tidx, base0, mO, mLSE, mOpart, mLSEpart, mCount, b_idx, h_idx,
-                               m_block, group, ratio, rows_total, n_splits, n_splits, n_comb,
-                               comb_nc4_log2, comb_parts_log2)
+                        gmem.lse_part[base * TILE_M + row] = lse[r]
+            rec = _end(rec, EV.EPILOGUE, work.split_idx)
+            rec = self.combine(rec, smem.storage, tidx, base0, gmem, work, cut)
         rec.finish()
 
     # ---- mainloop pieces --------------------------------------------------------------------
@@ -864,9 +891,7 @@ class DecodeAttentionSm90:
 
     # ---- split-KV combine inside the launch ---------------------------------------------
     @cute.jit
-    def combine(self, rec: Recorder, storage, tidx, base0, mO, mLSE, mOpart, mLSEpart, mCount, b_idx,
-                h_idx, m_block, group, ratio, rows_total, n_splits, n_parts, n_comb, nc4_log2,
-                parts_log2):
+    def combine(self, rec: Recorder, storage, tidx, base0, gmem: GmemTensors, work: CtaWork, cut: CombineCut):
         """Take a ticket; the last ``n_comb`` CTAs of the group wait for all splits and combine.
 
         Arrival: count[group] += 1 (acq_rel, after a fence that releases this CTA's partials)
@@ -874,7 +899,7 @@ class DecodeAttentionSm90:
         as the next launch's base; combiners wait until count reaches base + n_splits (one hop
         after the last arrival's atomic, and nothing to undo afterwards).
 
-        ``n_parts``: partials per group (one per split).
+        Partials per group: one per split.
         Work item = (R rows, NC4 float4 columns). Thread t = ((r * P) + p) * NC4 + c4: row r,
         partition p (partials p, p+P, ...: at most COMBINE_UNROLL of them), column c4; NC4, P
         and the row count per item are powers of two (shifts, computed before the wait).
@@ -886,26 +911,26 @@ class DecodeAttentionSm90:
         """
         d = self.d
         ticket_s = storage.ticket.get_tensor(cute.make_layout(4))
-        count_ptr = mCount.iterator + 4 * group
-        base_ptr = mCount.iterator + 4 * group + 1
+        count_ptr = gmem.counters.iterator + 4 * work.group
+        base_ptr = gmem.counters.iterator + 4 * work.group + 1
         # Index math first: none of it depends on the partials.
-        nc4 = Int32(1) << nc4_log2
-        parts = Int32(1) << parts_log2
-        gt_log2 = nc4_log2 + parts_log2  # log2(threads per row group) <= 7
+        nc4 = Int32(1) << cut.nc4_log2
+        parts = Int32(1) << cut.parts_log2
+        gt_log2 = cut.nc4_log2 + cut.parts_log2  # log2(threads per row work.group) <= 7
         group_threads = Int32(1) << gt_log2
         rows_par_log2 = 7 - gt_log2  # NUM_CONSUMER_THREADS = 128 = 2^7
-        cc_log2 = (d // 4).bit_length() - 1 - nc4_log2  # log2 of the column chunks
-        rows_here = cutlass.min(rows_total - m_block * self.block_rows, self.block_rows)
+        cc_log2 = (d // 4).bit_length() - 1 - cut.nc4_log2  # log2 of the column chunks
+        rows_here = cutlass.min(work.rows_total - work.m_block * self.block_rows, self.block_rows)
         n_items = ((rows_here + (Int32(1) << rows_par_log2) - 1) >> rows_par_log2) << cc_log2
         c4 = tidx & (nc4 - 1)
-        p = (tidx >> nc4_log2) & (parts - 1)
+        p = (tidx >> cut.nc4_log2) & (parts - 1)
         rr = tidx >> gt_log2
         lane = cute.arch.lane_idx()
         warp = tidx >> 5
         in_warp = cutlass.min(group_threads, 32)
         warps_per_row = group_threads >> 5  # 0 when a row fits in part of a warp
-        gbase = group * n_parts
-        first = n_splits - n_comb
+        gbase = work.group * work.n_splits
+        first = work.n_splits - cut.n_comb
 
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
         if tidx == 0:
@@ -915,15 +940,15 @@ class DecodeAttentionSm90:
             # fence.acq_rel here doubled the wait for the stores' acknowledgements (SASS).
             t = cute.arch.atomic_add(count_ptr.llvm_ptr, Int32(1), sem="acq_rel", scope="gpu") - base0
             ticket_s[0] = t
-            if t == n_splits - 1:  # last arrival: the next launch starts from here
-                cute.arch.store(base_ptr.llvm_ptr, base0 + n_splits, sem="relaxed", scope="gpu")
+            if t == work.n_splits - 1:  # last arrival: the next launch starts from here
+                cute.arch.store(base_ptr.llvm_ptr, base0 + work.n_splits, sem="relaxed", scope="gpu")
         cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
         ticket = ticket_s[0]
         rec.instant(EV.MARK, ticket)  # this split is done; payload = its finishing order
         if ticket >= first:
             if tidx == 0:
-                if ticket != n_splits - 1:  # the last arrival's own atomic acquired the others
-                    target = base0 + n_splits
+                if ticket != work.n_splits - 1:  # the last arrival's own atomic acquired the others
+                    target = base0 + work.n_splits
                     seen = cute.arch.load(count_ptr.llvm_ptr, Int32, sem="acquire", scope="gpu")
                     while seen != target:
                         seen = cute.arch.load(count_ptr.llvm_ptr, Int32, sem="acquire", scope="gpu")
@@ -931,20 +956,20 @@ class DecodeAttentionSm90:
             cute.arch.barrier(barrier_id=_BAR_CONSUMER, number_of_threads=NUM_CONSUMER_THREADS)
             rec = _begin(rec, EV.COMBINE, ticket)
             red = storage.comb_acc.get_tensor(cute.make_layout((6, NUM_CONSUMER_THREADS)))
-            for item in cutlass.range(ticket - first, n_items, n_comb, unroll=1):
+            for item in cutlass.range(ticket - first, n_items, cut.n_comb, unroll=1):
                 cc = item & ((Int32(1) << cc_log2) - 1)
                 row = ((item >> cc_log2) << rows_par_log2) + rr
                 row_c = cutlass.min(row, rows_here - 1)
-                col = ((cc << nc4_log2) + c4) * 4
+                col = ((cc << cut.nc4_log2) + c4) * 4
                 lse_v = cute.make_rmem_tensor((COMBINE_UNROLL,), Float32)
                 o_v = cute.make_rmem_tensor(cute.make_layout((COMBINE_UNROLL, 4), stride=(4, 1)), Float32)
                 for i in cutlass.range_constexpr(COMBINE_UNROLL):
                     s_i = p + i * parts
-                    base = (gbase + cutlass.min(s_i, n_parts - 1)) * TILE_M + row_c
-                    l = cute.arch.load((mLSEpart.iterator + base).llvm_ptr, Float32)
-                    lse_v[i] = cutlass.select_(s_i < n_parts, l, -Float32.inf)
+                    base = (gbase + cutlass.min(s_i, work.n_splits - 1)) * TILE_M + row_c
+                    l = cute.arch.load((gmem.lse_part.iterator + base).llvm_ptr, Float32)
+                    lse_v[i] = cutlass.select_(s_i < work.n_splits, l, -Float32.inf)
                     src = cute.make_tensor(
-                        cute.make_ptr(Float32, (mOpart.iterator + base * d + col).toint(),
+                        cute.make_ptr(Float32, (gmem.o_part.iterator + base * d + col).toint(),
                                       cute.AddressSpace.gmem, assumed_align=16),
                         cute.make_layout(4))
                     cute.autovec_copy(src, o_v[i, None])
@@ -963,14 +988,14 @@ class DecodeAttentionSm90:
                 _merge_partitions(st, red, tidx, lane, warp, nc4, in_warp, warps_per_row)
                 if (p == 0) & (row < rows_here):
                     inv = 1.0 / st[1]
-                    m = m_block * self.block_rows + row
-                    tok = m // ratio
-                    qh = h_idx * ratio + (m - tok * ratio)
-                    gO = mO[b_idx, tok, qh, None]
+                    m = work.m_block * self.block_rows + row
+                    tok = m // work.ratio
+                    qh = work.h_idx * work.ratio + (m - tok * work.ratio)
+                    gO = gmem.o[work.b_idx, tok, qh, None]
                     for j in cutlass.range_constexpr(4):
                         gO[col + j] = (st[2 + j] * inv).to(self.dtype)
                     if col == 0:
-                        mLSE[b_idx, qh, tok] = st[0] + cute.math.log(st[1], fastmath=True)
+                        gmem.lse[work.b_idx, qh, tok] = st[0] + cute.math.log(st[1], fastmath=True)
             rec = _end(rec, EV.COMBINE, ticket)
         return rec
 
@@ -1103,7 +1128,7 @@ def _acc_as_frg_a(acc: cute.Tensor) -> cute.Tensor:
 # ----------------------------------------------------------------------------------------
 # compilation (CPU-only machines too: name the target with CUTE_DSL_ARCH=sm_90a)
 # ----------------------------------------------------------------------------------------
-DTYPES = {"bf16": BFloat16, "fp16": Float16}
+DSL_DTYPES = {"bf16": BFloat16, "fp16": Float16}
 
 
 def fake_arguments(head_dim: int, dtype: str, traced: bool):
@@ -1113,7 +1138,7 @@ def fake_arguments(head_dim: int, dtype: str, traced: bool):
     """
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
-    el = DTYPES[dtype]
+    el = DSL_DTYPES[dtype]
     b, sq, hq, hkv, sk = (cute.sym_int() for _ in range(5))
     row_major4 = (3, 2, 1, 0)
     q = make_fake_compact_tensor(el, (b, sq, hq, head_dim), stride_order=row_major4, assumed_align=16)
@@ -1130,110 +1155,24 @@ def fake_arguments(head_dim: int, dtype: str, traced: bool):
     return (q, k, v, o, lse, o_part, lse_part, count, *scalars, trace, stream)
 
 
-def compile_variant(head_dim: int, schedule: str, dtype: str = "bf16", traced: bool = False, *,
-                    options: str = "--enable-tvm-ffi", tile_n: Optional[int] = None,
-                    num_stages: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
-                    **kernel_options):
-    """Compile one variant for sm_90a (a GPU is not needed); returns (compiled, kernel object).
-    ``kernel_options``: further DecodeAttentionSm90 arguments (trace_events)."""
-    kern = DecodeAttentionSm90(head_dim, schedule, tile_n=tile_n, num_stages=num_stages,
-                               ctas_per_sm=ctas_per_sm, block_rows=block_rows, **kernel_options)
+def compile_variant(variant: Variant, *, options: str = "--enable-tvm-ffi"):
+    """Compile one variant for sm_90a (a GPU is not needed); returns (compiled, kernel object)."""
+    kern = DecodeAttentionSm90(variant)
     if "--gpu-arch" not in options:  # wgmma/setmaxnreg need sm_90a whatever CUTE_DSL_ARCH says
         options = f"{options} --gpu-arch {ARCH}"
     if "--ptxas-options" not in options:
         # No mul+add contraction by ptxas: where it fuses depends on the surrounding code, so
-        # the traced build would round differently (seen on the H200: d128 ping-pong outputs
-        # differed in the last bit). The kernel writes its hot FMAs explicitly instead.
+        # the traced build would round differently (outputs differed in the last bit on the
+        # H200). The kernel writes its hot FMAs explicitly instead.
         options = f"{options} {PTXAS_OPTIONS}"
-    return cute.compile(kern, *fake_arguments(head_dim, dtype, traced), options=options), kern
-
-
-def variant_name(head_dim: int, schedule: str, dtype: str, traced: bool, block_rows: int = TILE_M,
-                 tile_n: Optional[int] = None, ctas_per_sm: int = 1, events: str = "core",
-                 pdl: bool = False) -> str:
-    """Exported function name; non-default KV tile, CTAs per SM and rows add _n.., _o.., _r..;
-    traced variants end in _traced ("core" events) or _traced_stalls, untraced ones launched
-    with programmatic dependent launch in _pdl."""
-    name = f"decode_attn_sm90_d{head_dim}_{schedule}_{dtype}"
-    if tile_n is not None and tile_n != default_tile_n(head_dim, schedule):
-        name += f"_n{tile_n}"
-    if ctas_per_sm != 1:
-        name += f"_o{ctas_per_sm}"
-    if block_rows != TILE_M:
-        name += f"_r{block_rows}"
-    if not traced:
-        return name + ("_pdl" if pdl else "")
-    if pdl:
-        raise ValueError("the traced kernels are built without programmatic dependent launch")
-    return name + ("_traced" if events == "core" else f"_traced_{events}")
+    return cute.compile(kern, *fake_arguments(variant.head_dim, variant.dtype, variant.traced), options=options), kern
 
 
 def aot_variants(arch: str):
-    """(name, compile thunk, Entry) for every variant ``fa4trace build`` should export."""
+    """(name, compile thunk, Entry) for every variant ``fa4trace build`` exports."""
     from fa4trace.aot import Entry
-    from fa4trace.attention import TRACE_EVENTS, trace_event_ids
 
     if not arch.startswith("sm_90"):
         return []
-    out = []
-    for d in (64, 128):
-        for schedule in SCHEDULES:
-            for dtype in DTYPES:
-                # untraced (also with programmatic dependent launch), then each traced event set
-                for events, pdl in ((None, False), (None, True), *((e, False) for e in TRACE_EVENTS)):
-                    traced = events is not None
-                    opts = {"trace_events": trace_event_ids(events)} if traced else {"pdl": int(pdl)}
-                    for rows in BLOCK_ROWS:
-                        name = variant_name(d, schedule, dtype, traced, rows, events=events, pdl=pdl)
-                        kern = DecodeAttentionSm90(d, schedule, block_rows=rows, **opts)
-                        cfg = {**kern.config(), "dtype": dtype, "traced": traced, "arch": arch,
-                               "args": "q,k,v,o,lse,o_part,lse_part,count," + ",".join(SCALAR_ARGS)
-                                       + (",trace" if traced else "")}
-                        if traced:
-                            cfg["events"] = events
-
-                        def thunk(d=d, schedule=schedule, dtype=dtype, traced=traced, rows=rows, opts=opts):
-                            return compile_variant(d, schedule, dtype, traced, block_rows=rows, **opts)[0]
-
-                        out.append((name, thunk, Entry(name, "attention", cfg)))
-    return out
-
-
-def _events_name(kernel_options: dict) -> str:
-    """The TRACE_EVENTS name of a trace_events id set: None (every event) is "stalls", a set
-    that is none of them "custom" (experiment builds)."""
-    from fa4trace.attention import TRACE_EVENTS, trace_event_ids
-
-    ids = kernel_options.get("trace_events")
-    if ids is None:
-        return "stalls"
-    for events in TRACE_EVENTS:
-        if frozenset(ids) == trace_event_ids(events):
-            return events
-    return "custom"
-
-
-def compile_ptx(head_dim: int, schedule: str, dtype: str, traced: bool, dump_dir: str,
-                tile_n: Optional[int] = None, ctas_per_sm: int = 1, block_rows: int = TILE_M,
-                **kernel_options) -> dict:
-    """Compile one variant for sm_90a and return its PTX and config (for tests/tools; picklable)."""
-    import os
-    import re
-    import time
-
-    # One folder per variant: the DSL names dumps after the host function and argument types,
-    # which the variants of one head dim and dtype share.
-    name = variant_name(head_dim, schedule, dtype, traced, block_rows, events=_events_name(kernel_options))
-    dump_dir = os.path.join(dump_dir, variant_name(head_dim, schedule, dtype, traced, block_rows, tile_n, ctas_per_sm)
-                            + "".join(f"_{k}{v}" for k, v in sorted(kernel_options.items())))
-    # Option values such as trace_events=[4, 5] would put spaces in the DSL's option string.
-    dump_dir = re.sub(r"[^A-Za-z0-9_./-]", "", dump_dir)
-    os.makedirs(dump_dir, exist_ok=True)
-    t = time.time()
-    fn, kern = compile_variant(head_dim, schedule, dtype, traced, tile_n=tile_n, ctas_per_sm=ctas_per_sm,
-                               block_rows=block_rows, **kernel_options,
-                               options=f"--enable-tvm-ffi --keep-ptx --dump-dir={dump_dir}")
-    return {"name": name, "ptx": fn.artifacts.PTX,
-            "config": {**kern.config(), "dtype": dtype, "traced": traced,
-                       "smem_bytes": kern.shared_storage.size_in_bytes()},
-            "compile_s": time.time() - t}
+    return [(v.name, (lambda v=v: compile_variant(v)[0]), Entry(v.name, "attention", {**v.config(), "arch": arch}))
+            for v in all_variants()]

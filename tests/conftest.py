@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def kernels_available():
     """Skip unless kernels can run here: JIT (cutlass + GPU) or an AOT build folder."""
-    from fa4trace.kernel_loader import build_dir, can_jit
+    from fa4trace.loader import build_dir, can_jit
 
     if can_jit():
         return "jit"
@@ -46,3 +46,17 @@ def tmp_bundle(tmp_path):
 
 
 os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
+
+
+@pytest.fixture(scope="session")
+def attention_ptx():
+    """{variant name: {"ptx", "config", "compile_s"}} for every decode-attention variant that
+    ``fa4trace build`` exports for sm_90a, compiled once per test run in two worker processes
+    (tests/tools/compile_pool.py). Skips without the CuTe DSL."""
+    pytest.importorskip("cutlass")
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
+    from compile_pool import compile_all, variant_names
+
+    return compile_all("sm_90a", variant_names("sm_90a", kinds=("attention",)), jobs=2)

@@ -1,4 +1,5 @@
-"""Build folders say which recorder their kernels carry (CPU only: no library is loaded)."""
+"""Build folders say which fa4trace wrote them; the loader refuses another's in one line
+(CPU only: no library is loaded)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,27 @@ import json
 import pytest
 
 from fa4trace import layout as L
-from fa4trace.aot import MANIFEST, BuildDir
+from fa4trace.aot import BUILD_FORMAT, MANIFEST, BuildDir
 from fa4trace.errors import Fa4traceError
 
+CURRENT = {"build_format": BUILD_FORMAT, "recorder_abi": L.RECORDER_ABI}
 
-def _build(tmp_path, **extra):
-    (tmp_path / MANIFEST).write_text(json.dumps({"functions": {}, **extra}))
+
+def _build(tmp_path, **fields):
+    (tmp_path / MANIFEST).write_text(json.dumps({"functions": {}, **fields}))
     return BuildDir(tmp_path)
 
 
-def test_a_build_without_the_field_predates_the_warp_mask(tmp_path):
-    bd = _build(tmp_path)
-    assert bd.recorder_abi == 1
-    with pytest.raises(Fa4traceError, match="built before warp selection.*rebuild"):
-        bd.require_warp_mask()
+@pytest.mark.parametrize("fields", [{}, {"recorder_abi": 1}, {"build_format": BUILD_FORMAT, "recorder_abi": 1},
+                                    {"build_format": BUILD_FORMAT - 1, "recorder_abi": L.RECORDER_ABI}])
+def test_a_build_by_another_fa4trace_is_refused_with_the_rebuild_command(tmp_path, fields):
+    with pytest.raises(Fa4traceError, match=r"built by another fa4trace version.*fa4trace build -o .* --force"):
+        _build(tmp_path, **fields)
 
 
-def test_a_current_build_takes_warp_subsets(tmp_path):
-    bd = _build(tmp_path, recorder_abi=L.RECORDER_ABI)
-    assert bd.recorder_abi >= L.WARP_MASK_ABI
-    bd.require_warp_mask()  # no error
+def test_a_current_build_opens(tmp_path):
+    bd = _build(tmp_path, **CURRENT)
+    assert bd.functions == {}
 
 
 def test_a_folder_without_a_manifest_is_one_clear_error(tmp_path):
@@ -34,10 +36,12 @@ def test_a_folder_without_a_manifest_is_one_clear_error(tmp_path):
         BuildDir(tmp_path)
 
 
-def test_config_keys_added_later_read_as_their_default_in_older_builds(tmp_path):
-    """A manifest written before the ``pdl`` key: its kernels are the non-PDL ones."""
-    fn = {"kind": "attention", "config": {"head_dim": 64, "schedule": "pingpong", "traced": False}}
-    bd = _build(tmp_path, functions={"old_kernel": fn})
-    assert bd.find("attention", head_dim=64, pdl=False) == "old_kernel"
-    with pytest.raises(Fa4traceError, match="pdl=True"):
-        bd.find("attention", head_dim=64, pdl=True)
+def test_find_matches_every_given_key(tmp_path):
+    fns = {"a": {"kind": "attention", "config": {"head_dim": 64, "pdl": False}},
+           "b": {"kind": "attention", "config": {"head_dim": 64, "pdl": True}},
+           "c": {"kind": "markers", "config": {"head_dim": 64, "pdl": True}}}
+    bd = _build(tmp_path, functions=fns, **CURRENT)
+    assert bd.find("attention", head_dim=64, pdl=False) == "a"
+    assert bd.find("attention", head_dim=64, pdl=True) == "b"
+    with pytest.raises(Fa4traceError, match="no built attention kernel with head_dim=128"):
+        bd.find("attention", head_dim=128)

@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fa4trace import attention as A  # noqa: E402
+from fa4trace.kernels import decode_spec as S  # noqa: E402
 
 
 def _qkv(b=1, sq=1, hq=16, hkv=1, sk=100, d=128, dtype=torch.bfloat16):
@@ -69,27 +70,10 @@ def test_bad_options(kw, needle):
     assert needle in _err(A.validate, q, k, v, require_cuda=False, **kw)
 
 
-def test_trace_event_sets():
-    """"core" is the issue's vocabulary; "stalls" adds the consumer's K/V waits, nothing else."""
-    from fa4trace.vocab import VOCAB
-
-    core = {VOCAB.event(i).name for i in A.trace_event_ids("core")}
-    stalls = {VOCAB.event(i).name for i in A.trace_event_ids("stalls")}
-    assert {"LOAD_Q", "LOAD_K", "LOAD_V", "QK", "PV", "SOFTMAX", "CORRECTION", "EPILOGUE", "COMBINE"} <= core
-    assert not core & {"WAIT_K", "WAIT_V"}
-    assert stalls - core == {"WAIT_K", "WAIT_V"}
-    # what a recorded bundle lists as compiled in, for the named sets and an experiment's list
-    assert A._event_names("core") == list(A.CORE_EVENTS)
-    assert A._event_names("PV,QK") == ["QK", "PV"]
-
-
 def test_unknown_event_set_is_refused_before_any_gpu_work():
     q, k, v = _qkv()
     assert "trace_events must be one of core, stalls" in _err(A.decode_attention, q, k, v, trace_events="all")
     assert "trace_events must be one of core, stalls" in _err(A.decode_attention, q, k, v, trace_events="QK,NOPE")
-    # experiment builds: a comma list of event names, or none
-    assert A.trace_event_ids("none") == frozenset()
-    assert A.trace_event_ids("QK,PV") == A.trace_event_ids("PV,QK") and len(A.trace_event_ids("QK,PV")) == 2
 
 
 def test_valid_shapes_pass():
@@ -119,18 +103,6 @@ def test_default_plan_fills_the_sms_and_is_deadlock_free(tile_n):
             assert p.n_ctas >= 0.9 * 132 * (132 // s.groups() * s.groups()) / 132 - 1e-9
 
 
-def test_two_ctas_per_sm_fill_twice_the_sms_and_stay_deadlock_free():
-    for s in SHAPES:
-        p1 = A.plan_splits(s, 64, 132)
-        p2 = A.plan_splits(s, 64, 132, ctas_per_sm=2)
-        assert p2.n_splits >= p1.n_splits
-        if s.groups() <= 264:
-            assert p2.n_ctas <= 264, (s, p2)
-        if p2.n_splits > 1:
-            # the bound counts SMs, not CTA slots: it holds if the GPU runs only one CTA per SM
-            assert s.groups() * (p2.n_comb - 1) < 132, (s, p2)
-
-
 def test_default_block_rows_follow_the_packed_rows():
     assert A.default_block_rows(A.Shape(1, 1, 16, 1, 100, 128, "bf16")) == 32  # 16 rows
     assert A.default_block_rows(A.Shape(1, 2, 16, 1, 100, 128, "bf16")) == 32  # 32 rows
@@ -138,23 +110,10 @@ def test_default_block_rows_follow_the_packed_rows():
     assert A.default_block_rows(A.Shape(1, 3, 16, 1, 100, 128, "bf16")) == 64  # 48: one CTA, not two
 
 
-def test_bench_variant_options_parse():
-    assert A._variant_option("pingpong@n96", "n96") == (96, None, None, None, False)
-    assert A._variant_option("pingpong@o2", "o2") == (None, 2, None, None, False)
-    assert A._variant_option("pingpong@n64o2", "n64o2") == (64, 2, None, None, False)
-    assert A._variant_option("pingpong@r64", "r64") == (None, None, 64, None, False)
-    assert A._variant_option("pingpong@o2s132", "o2s132") == (None, 2, None, 132, False)
-    assert A._variant_option("pingpong@p", "p") == (None, None, None, None, True)
-    assert A._variant_option("pingpong@s8p", "s8p") == (None, None, None, 8, True)
-    assert A._variant_option("pingpong", "") == (None, None, None, None, False)
-    with pytest.raises(ValueError, match="unknown kernel option"):
-        A._variant_option("pingpong@x2", "x2")
-
-
 def test_explicit_splits_are_clamped_to_the_blocks():
     s = A.Shape(1, 1, 16, 1, 1000, 128, "bf16")
     assert A.plan_splits(s, 128, 132, num_splits=1000).n_splits == 8
-    assert A.plan_splits(A.Shape(1, 1, 16, 1, 10**6, 128, "bf16"), 64, 132, num_splits=1000).n_splits == A.MAX_SPLITS
+    assert A.plan_splits(A.Shape(1, 1, 16, 1, 10**6, 128, "bf16"), 64, 132, num_splits=1000).n_splits == S.MAX_SPLITS
     assert A.plan_splits(s, 64, 132, num_splits=3).n_splits == 3
     # many groups forced to many splits: combiners stay below the deadlock bound
     big = A.Shape(32, 1, 16, 2, 131072, 128, "bf16")
@@ -187,7 +146,7 @@ def _simulate_combine(shape, plan):
                     if row >= rows_here:
                         continue
                     col = (cc * nc4 + c4) * 4
-                    for i in range(A.COMBINE_UNROLL):
+                    for i in range(S.COMBINE_UNROLL):
                         s = p + i * parts
                         if s < plan.n_splits:
                             for j in range(4):
@@ -207,7 +166,7 @@ def test_combine_covers_every_output_once_with_every_split(shape, block_rows):
         if plan.n_splits == 1:
             continue
         assert plan.comb_nc4 * plan.comb_parts <= 128 and (shape.d // 4) % plan.comb_nc4 == 0
-        assert plan.n_splits <= A.COMBINE_UNROLL * plan.comb_parts
+        assert plan.n_splits <= S.COMBINE_UNROLL * plan.comb_parts
         cov = _simulate_combine(shape, plan)
         rows_total = shape.sq * shape.ratio
         m_blocks = -(-rows_total // block_rows)
@@ -256,65 +215,6 @@ def test_io_bytes():
     assert s.io_bytes() == 64 * 2**20 + 2 * 16 * 128 * 2
 
 
-def test_bench_table_ratios_and_overheads():
-    s = A.Shape(1, 1, 16, 1, 131072, 128, "bf16")
-    rows = [A.BenchRow(s, "base", 25.0, 0.1, 2e-3, {}), A.BenchRow(s, "pingpong", 20.0, 0.1, 3e-3, {}),
-            A.BenchRow(s, "cudnn", 30.0, 0.1, 1e-3, {}), A.BenchRow(s, "base+trace", 26.0, 0.1, float("nan"), {}),
-            A.BenchRow(s, "pingpong+trace", 21.0, 0.1, float("nan"), {}),
-            A.BenchRow(s, "pingpong+tracelead", 20.4, 0.1, float("nan"), {}),
-            A.BenchRow(s, "base+tracestalls", 27.5, 0.1, float("nan"), {}),
-            A.BenchRow(s, "pingpong+tracestalls", 22.0, 0.1, float("nan"), {}),
-            A.BenchRow(s, "flash", float("nan"), float("nan"), float("nan"), {"error": "refused"})]
-    md = A.bench_table(rows).splitlines()
-    assert md[0].count("|") == md[2].count("|")
-    cells = [c.strip() for c in md[2].strip("|").split("|")]
-    head = [c.strip() for c in md[0].strip("|").split("|")]
-    row = dict(zip(head, cells))
-    tbps = s.io_bytes() / 20e-6 / 1e12
-    assert row["pingpong µs (TB/s)"] == f"20.0 ({tbps:.2f})"
-    assert row["flash µs (TB/s)"] == "-"
-    assert row["pp vs base"] == "+25.0%" and row["pp vs cuDNN"] == "1.50x"
-    assert row["trace ovh base/pp"] == "+4.0% / +5.0%"
-    assert row["lead-warp ovh base/pp"] == "- / +2.0%"  # no base+tracelead row: a '-' cell
-    assert row["stalls ovh base/pp"] == "+10.0% / +10.0%"
-    # with a "+ref" timing (the untraced kernel timed next to the traced ones) that is the reference
-    rows.append(A.BenchRow(s, "pingpong+ref", 20.5, 0.1, 3e-3, {}))
-    md = A.bench_table(rows).splitlines()
-    row = dict(zip(head, [c.strip() for c in md[2].strip("|").split("|")]))
-    assert row["trace ovh base/pp"] == "+4.0% / +2.4%" and row["pingpong µs (TB/s)"] == f"20.0 ({tbps:.2f})"
-    assert md[0] == "| " + " | ".join(head) + " |"  # +ref adds no column
-    assert row["max rel err"] == "3.0e-03"
-    assert row["pp % of 4.8"] == f"{100 * tbps / 4.8:.0f}%"
-    # a third schedule with traced timings gets its own share of the overhead cells
-    rows += [A.BenchRow(s, "intrawg", 22.0, 0.1, 2e-3, {}), A.BenchRow(s, "intrawg+trace", 23.1, 0.1, float("nan"), {})]
-    md = A.bench_table(rows).splitlines()
-    row = dict(zip([c.strip() for c in md[0].strip("|").split("|")], [c.strip() for c in md[2].strip("|").split("|")]))
-    assert row["trace ovh base/pp/iw"] == "+4.0% / +2.4% / +5.0%"
-    assert row["lead-warp ovh base/pp/iw"] == "- / -0.5% / -"  # against pingpong+ref
-    assert row["intrawg µs (TB/s)"].startswith("22.0 (")
-
-
-def test_launches_per_graph_keep_l2_cold_and_spread_the_replay_cost():
-    mib = 1 << 20
-    for set_bytes in (2 * mib, 32 * mib, 64 * mib, 128 * mib, 1024 * mib, 4096 * mib):
-        n_sets, per = A.launches_per_graph(set_bytes)
-        assert per % n_sets == 0 and 8 <= per <= 128
-        assert n_sets * set_bytes >= min(A.L2_ROTATE_BYTES, 64 * set_bytes)  # rotation >= 256 MB
-    assert A.launches_per_graph(64 * mib) == (4, 64)  # d128 16:1 sk 131072 b 1
-    assert A.launches_per_graph(4096 * mib) == (1, 8)  # the largest shapes: 8 launches
-    assert A.launches_per_graph(2 * mib) == (64, 64)
-
-
-def test_bench_reports_the_last_of_two_passes_else_the_median_after_warm_up():
-    assert A.reported_us([130.0]) == 130.0
-    assert A.reported_us([130.0, 121.0]) == 121.0  # the first pass is the warm-up one
-    # a slow warm-up pass and a drifting last one do not decide the row
-    assert A.reported_us([140.0, 120.0, 121.0, 127.0]) == 121.0
-    assert A.reported_us([140.0, 120.0, 126.0]) == 123.0
-    with pytest.raises(ValueError):
-        A.reported_us([])
-
-
 @pytest.mark.parametrize("kw, needle", [
     ({"hq": 0}, "q heads must be >= 1"),
     ({"hkv": 0}, "k heads must be >= 1"),
@@ -330,105 +230,3 @@ def test_size_rules_name_the_size(kw, needle):
     assert A.shape_problem(b=1, sq=9, hq=16, hkv=1, sk=100, d=96, ours=False) is None
 
 
-def test_traced_variants_are_found_by_their_event_set(tmp_path, monkeypatch):
-    """A build holds a traced variant per event set; one made before event sets (every event
-    compiled in, ``trace_events`` None) serves "stalls" only, and asking it for "core" says so."""
-    from fa4trace import aot
-    from fa4trace.errors import Fa4traceError
-
-    monkeypatch.setattr(aot.BuildDir, "function", lambda self, name: name)  # no library to load here
-    cfg = dict(head_dim=128, schedule="pingpong", dtype="bf16", tile_n=64, ctas_per_sm=1, block_rows=32)
-
-    def build(name, functions):
-        path = tmp_path / name
-        path.mkdir()
-        aot.write_manifest(path, "sm_90a", {n: {"kind": "attention", "config": {**cfg, **c}} for n, c in functions.items()})
-        return path
-
-    new = build("new", {"plain": {"traced": False, "trace_events": None},
-                        "core": {"traced": True, "trace_events": sorted(A.trace_event_ids("core"))},
-                        "stalls": {"traced": True, "trace_events": sorted(A.trace_event_ids("stalls"))}})
-    old = build("old", {"plain": {"traced": False, "trace_events": None},
-                        "full": {"traced": True, "trace_events": None}})
-
-    def fn(path, traced, events="core"):
-        return A.kernel_function(128, "pingpong", "bf16", traced, build=path, block_rows=32, trace_events=events).fn
-
-    assert (fn(new, False), fn(new, True), fn(new, True, "stalls")) == ("plain", "core", "stalls")
-    assert (fn(old, False), fn(old, True, "stalls")) == ("plain", "full")
-    with pytest.raises(Fa4traceError, match="recording the 'core' event set.*rebuild"):
-        fn(old, True)
-
-
-def test_bench_times_each_traced_variant_next_to_a_reference(monkeypatch):
-    seen = []
-    monkeypatch.setattr(A, "bench_shape", lambda shape, ks, **kw: seen.append(list(ks)) or [])
-    A.bench_run([A.Shape(1, 1, 16, 1, 131072, 128, "bf16"), A.Shape(1, 1, 16, 1, 4096, 128, "bf16")],
-                ["base", "pingpong", "cudnn"], log=lambda *a: None)
-    traced = ["+ref", "+trace", "+tracelead", "+tracestalls"]
-    assert seen[0] == ["base", "pingpong", "cudnn", *("base" + t for t in traced), *("pingpong" + t for t in traced)]
-    assert seen[1] == ["base", "pingpong", "cudnn"]  # overheads only at sk 131072, sq 1
-
-
-def test_power_log_reads_a_polling_nvidia_smi(tmp_path):
-    """PowerLog against a stand-in nvidia-smi (one GPU, lines as the real one prints them with
-    --format=csv,noheader,nounits): samples parse, the power-cap share and clock range come out,
-    and the bench table names the capped shape."""
-    import stat
-    import time
-
-    from fa4trace.power_log import PowerLog, parse_line
-
-    assert parse_line("1830, 701.20, 700.00, 0x0000000000000004") == (1830, 701.2, 700.0, 4)
-    assert parse_line("[N/A], [N/A], 700.00, 0x0") is None and parse_line("clocks.sm, power") is None
-    fake = tmp_path / "nvidia-smi"
-    fake.write_text("#!/bin/sh\n"
-                    'if [ "$1" = "-L" ]; then echo "GPU 0: NVIDIA H200 (UUID: GPU-x)"; exit 0; fi\n'
-                    "while true; do echo '1980, 650.00, 700.00, 0x0000000000000000'; "
-                    "echo '1800, 702.50, 700.00, 0x0000000000000004'; sleep 0.05; done\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    with PowerLog(period_ms=50, exe=str(fake)) as log:
-        assert log.enabled
-        t0 = log.now()
-        time.sleep(0.5)
-        st = log.summary(t0, log.now())
-    assert st is not None and st["samples"] >= 4
-    assert (st["sm_mhz_min"], st["sm_mhz_max"], st["power_w_max"]) == (1800, 1980, 702.5)
-    assert 0.3 <= st["power_cap_share"] <= 0.7 and st["thermal_share"] == 0
-    s = A.Shape(1, 1, 16, 1, 131072, 128, "bf16")
-    md = A.bench_table([A.BenchRow(s, "pingpong", 20.0, 0.1, 2e-3, {"gpu_state": st})])
-    assert "power cap" in md.splitlines()[-1] and "sk 131072 b 1" in md.splitlines()[-1]
-    with PowerLog(exe=str(tmp_path / "missing")) as off:
-        assert not off.enabled and off.summary(0, 1e12) is None
-
-
-def test_pdl_is_an_untraced_launch_mode(tmp_path, monkeypatch):
-    """pdl=True picks the build's PDL twin of the untraced kernel (old builds have none: one
-    clear error); with a trace buffer it is refused before any GPU work; the bench's @p runs it
-    and adds no traced variants for it."""
-    from fa4trace import aot
-    from fa4trace.errors import Fa4traceError
-
-    q, k, v = _qkv()
-    assert "pdl=True runs the uninstrumented kernel only" in _err(A.decode_attention, q, k, v, pdl=True,
-                                                                   trace=object())
-    monkeypatch.setattr(aot.BuildDir, "function", lambda self, name: name)
-    cfg = dict(head_dim=128, schedule="pingpong", dtype="bf16", tile_n=64, ctas_per_sm=1, block_rows=32,
-               traced=False)
-    for name, functions in (("new", {"plain": {"pdl": False}, "plain_pdl": {"pdl": True}}), ("old", {"plain": {}})):
-        (tmp_path / name).mkdir()
-        aot.write_manifest(tmp_path / name, "sm_90a",
-                           {n: {"kind": "attention", "config": {**cfg, **c}} for n, c in functions.items()})
-
-    def fn(name, pdl):
-        return A.kernel_function(128, "pingpong", "bf16", False, build=tmp_path / name, block_rows=32, pdl=pdl).fn
-
-    assert (fn("new", False), fn("new", True), fn("old", False)) == ("plain", "plain_pdl", "plain")
-    with pytest.raises(Fa4traceError, match="pdl=True.*rebuild"):
-        fn("old", True)
-    with pytest.raises(ValueError, match="uninstrumented kernel only"):  # also the bench's +trace@p
-        A.kernel_function(128, "pingpong", "bf16", True, build=tmp_path / "new", block_rows=32, pdl=True)
-    seen = []
-    monkeypatch.setattr(A, "bench_shape", lambda shape, ks, **kw: seen.append(list(ks)) or [])
-    A.bench_run([A.Shape(1, 1, 16, 1, 131072, 128, "bf16")], ["pingpong", "pingpong@p"], log=lambda *a: None)
-    assert "pingpong@p" in seen[0] and not any("@p" in k and "+" in k for k in seen[0])

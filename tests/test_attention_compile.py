@@ -1,10 +1,10 @@
-"""CPU: every decode-attention variant compiles for sm_90a; facts read off its PTX.
+"""CPU: every decode-attention variant ``fa4trace build`` exports compiles for sm_90a; facts
+read off its PTX.
 
-Needs nvidia-cutlass-dsl (no GPU). The 72 variants (d x schedule x dtype x tracing - off, the
-"core" event set, the "stalls" set - x rows per CTA) compile once per session in two worker
-processes. With ptxas on the PATH (or /usr/local/cuda/bin),
-the register / spill report of each is read and written to
-artifacts/attention_compile_report.json, and spills fail the test.
+Needs nvidia-cutlass-dsl (no GPU). The variants compile once per test run (the session fixture
+``attention_ptx`` in conftest.py, two worker processes); every test here reads that compile.
+With ptxas on the PATH (or /usr/local/cuda/bin), the register / spill report of each is read
+and written to artifacts/attention_compile_report.json, and spills fail the test.
 """
 
 import json
@@ -12,38 +12,23 @@ import os
 import re
 import shutil
 import subprocess
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
 pytest.importorskip("cutlass")
 
-from fa4trace.attention import SCHEDULES  # noqa: E402
+from fa4trace.kernels.decode_spec import SCALAR_ARGS, TENSOR_ARGS, Variant, all_variants  # noqa: E402
 
-# v[3]: None (untraced) or the traced variant's event set
-VARIANTS = [(d, s, dt, ev, rows) for d in (64, 128) for s in SCHEDULES for dt in ("bf16", "fp16")
-            for ev in (None, "core", "stalls") for rows in (64, 32)]
+VARIANTS = all_variants()
 
 
-def _id(v):
-    return "d{}-{}-{}-{}-r{}".format(v[0], v[1], v[2], v[3] or "plain", v[4])
-
-
-def _compile(args):
-    from fa4trace.attention import trace_event_ids
-    from fa4trace.kernels.attention_sm90 import compile_ptx
-
-    d, sched, dtype, events, rows, dump = args
-    opts = {"trace_events": trace_event_ids(events)} if events else {}
-    return compile_ptx(d, sched, dtype, events is not None, dump, block_rows=rows, **opts)
+def _id(v: Variant) -> str:
+    return v.name.removeprefix("decode_attn_sm90_")
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    dump = str(tmp_path_factory.mktemp("attn_ptx"))
-    with ProcessPoolExecutor(max_workers=2) as ex:
-        out = list(ex.map(_compile, [(*v, dump) for v in VARIANTS]))
-    return {v: r for v, r in zip(VARIANTS, out)}
+def compiled(attention_ptx):
+    return {v: attention_ptx[v.name] for v in VARIANTS}
 
 
 def _ptxas():
@@ -82,7 +67,7 @@ def _ptxas_report(ptx: str, tmp: str) -> dict:
 def test_variant_compiles_with_wgmma_and_tma(compiled, variant):
     ptx = compiled[variant]["ptx"]
     assert ".target sm_90a" in ptx
-    d, sched = variant[0], variant[1]
+    d, sched = variant.head_dim, variant.schedule
     n_wgmma = ptx.count("wgmma.mma_async")
     assert n_wgmma >= d // 16 + 2, n_wgmma  # at least one QK (d/16 k-steps) and PV
     assert "wgmma.wait_group" in ptx
@@ -97,7 +82,7 @@ def test_variant_compiles_with_wgmma_and_tma(compiled, variant):
 def test_tracing_off_reads_no_timer_and_on_reads_both(compiled, variant):
     ptx = compiled[variant]["ptx"]
     reads = {t: len(re.findall(rf"mov\.u64\s+%rd\d+,\s*{t}", ptx)) for t in ("%globaltimer", "%clock64")}
-    if variant[3]:
+    if variant.traced:
         assert reads["%globaltimer"] >= 2 and reads["%clock64"] >= 20, reads
     else:
         assert "%globaltimer" not in ptx and "%clock64" not in ptx, reads
@@ -111,7 +96,7 @@ def test_stage_probe_never_blocks_and_q_goes_first(compiled, variant):
     consumers arrive on the Q barrier (id 2, all 160 threads) that the producer waits on before
     its first KV load."""
     ptx = compiled[variant]["ptx"]
-    assert ("mbarrier.test_wait" in ptx) == (variant[3] == "stalls")
+    assert ("mbarrier.test_wait" in ptx) == (variant.events == "stalls")
     assert re.search(r"bar(rier)?(\.cta)?\.arrive(\.aligned)?\s+2,\s*160;", ptx), "no arrive on the Q barrier"
     assert re.search(r"bar(rier)?(\.cta)?\.sync(\.aligned)?\s+2,\s*160;", ptx), "producer does not wait for Q"
     # one release for the combine ticket: an acq_rel atomic, no separate gpu fence before it
@@ -119,22 +104,25 @@ def test_stage_probe_never_blocks_and_q_goes_first(compiled, variant):
         assert "fence.acq_rel.gpu" not in ptx
 
 
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if v[4] == 32], ids=_id)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.block_rows == 32], ids=_id)
 def test_32_row_ctas_emit_the_softmax_for_one_row_per_thread(compiled, variant):
     """r32: one row per thread, so about half the exp2 of the 64-row variant (the padding row
     keeps one multiply per element so that ptxas keeps the wgmma async; checked above)."""
-    ex2 = {rows: compiled[(*variant[:4], rows)]["ptx"].count("ex2.approx") for rows in (64, 32)}
+    import dataclasses
+
+    ex2 = {rows: compiled[dataclasses.replace(variant, block_rows=rows)]["ptx"].count("ex2.approx")
+           for rows in (64, 32)}
     assert ex2[32] <= 0.65 * ex2[64], ex2  # the combine and the last block add a fixed part
 
 
-def test_two_ctas_per_sm_variant_fits_half_the_shared_memory(tmp_path):
-    """ctas_per_sm=2 (a bench variant): half the SM's shared memory per CTA, launch bound 2."""
-    from fa4trace.kernels.attention_sm90 import SMEM_PER_SM, compile_ptx
+def test_every_variant_fits_the_shared_memory_of_one_cta(compiled):
+    """As many K+V stages as fit (``default_stages``): each variant's shared storage stays within
+    sm_90's 227 KB per block and holds at least two stages."""
+    from fa4trace.kernels.attention_sm90 import SMEM_BUDGET
 
-    r = compile_ptx(64, "pingpong", "bf16", False, str(tmp_path), ctas_per_sm=2)
-    assert r["config"]["ctas_per_sm"] == 2
-    assert ".minnctapersm 2" in r["ptx"]
-    assert r["config"]["smem_bytes"] <= SMEM_PER_SM // 2 - 1024, r["config"]
+    for v, r in compiled.items():
+        assert r["config"]["smem_bytes"] <= SMEM_BUDGET, (v.name, r["config"])
+        assert r["config"]["num_stages"] >= 2, (v.name, r["config"])
 
 
 @pytest.mark.skipif(_ptxas() is None, reason="no ptxas to read the resource report")
@@ -158,39 +146,41 @@ def test_resource_report_has_no_spills(compiled, tmp_path):
 
 def test_scalar_arguments_match_the_plan():
     from fa4trace import attention as A
-    from fa4trace.kernels.attention_sm90 import COMBINE_UNROLL, SCALAR_ARGS, fake_arguments
+    from fa4trace.kernels.attention_sm90 import fake_arguments
 
     plan = A.plan_splits(A.Shape(1, 1, 16, 1, 131072, 128, "bf16"), 64, 132)
     assert len(plan.kernel_args(1.0)) == len(SCALAR_ARGS)
-    assert COMBINE_UNROLL == A.COMBINE_UNROLL
-    assert len(fake_arguments(128, "bf16", False)) == 8 + len(SCALAR_ARGS) + 2
+    assert len(fake_arguments(128, "bf16", False)) == len(TENSOR_ARGS) + len(SCALAR_ARGS) + 2  # + trace, stream
 
 
-def test_pdl_variant_waits_for_the_previous_grid_before_any_memory_access(compiled, tmp_path):
-    """pdl=1: griddepcontrol.wait before the first global access (the K prefetch of the TMA
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.pdl], ids=_id)
+def test_pdl_variant_waits_for_the_previous_grid_before_any_memory_access(compiled, variant):
+    """pdl: griddepcontrol.wait before the first global access (the prefetch of the TMA
     descriptors reads only the kernel's parameters) and launch_dependents after the mainloop;
-    the default kernel has neither. ``fa4trace build`` exports an untraced pdl twin of every
-    untraced variant and no traced one."""
-    from fa4trace.kernels import attention_sm90 as m
+    its non-PDL twin has neither. Every untraced variant has a PDL twin, no traced one has."""
+    import dataclasses
 
-    plain = compiled[(64, "pingpong", "bf16", None, 32)]["ptx"]
-    r = m.compile_ptx(64, "pingpong", "bf16", False, str(tmp_path), block_rows=32, pdl=1)
-    ptx, body = r["ptx"], r["ptx"][r["ptx"].index(".entry"):]
+    plain = compiled[dataclasses.replace(variant, pdl=False)]["ptx"]
+    ptx = compiled[variant]["ptx"]
+    body = ptx[ptx.index(".entry"):]
     assert "griddepcontrol" not in plain
-    assert r["config"]["pdl"] is True
+    assert compiled[variant]["config"]["pdl"] is True
     wait, launch = body.index("griddepcontrol.wait"), body.index("griddepcontrol.launch_dependents")
     first_global = min(i for i in (body.find("ld.global"), body.find("ld.relaxed"), body.find("st.global"),
                                    body.find("atom.global"), body.find("cp.async.bulk.tensor"),
                                    body.find("cp.async.bulk.prefetch")) if i >= 0)
     assert wait < first_global < launch
     assert ptx.count("griddepcontrol.wait") == 1
-    names = [n for n, _, _ in m.aot_variants("sm_90a")]
+
+
+def test_every_untraced_variant_has_a_pdl_twin_and_no_traced_one_has():
+    names = [v.name for v in VARIANTS]
     untraced = [n for n in names if "_traced" not in n and not n.endswith("_pdl")]
     assert sorted(n for n in names if n.endswith("_pdl")) == sorted(n + "_pdl" for n in untraced)
     assert not any("_traced" in n and "pdl" in n for n in names)
 
 
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if v[1] == "pingpong" or v[3] is None], ids=_id)
+@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
 def test_consumers_prefetch_the_first_kv_tiles_after_releasing_the_producer(compiled, variant):
     """The launch-time L2 prefetch (``prefetch_kv``): PREFETCH_TILES request sites of
     cp.async.bulk.prefetch.L2 with a cache policy, issued after the consumers' arrive on the
@@ -205,13 +195,3 @@ def test_consumers_prefetch_the_first_kv_tiles_after_releasing_the_producer(comp
     arrive = re.search(r"bar(rier)?(\.cta)?\.arrive(\.aligned)?\s+2,\s*160;", body).start()
     q_sync = re.search(r"bar(rier)?(\.cta)?\.sync(\.aligned)?\s+1,\s*128;", body).start()
     assert arrive < min(sites) and max(sites) < q_sync
-
-
-def test_kv_prefetch_zero_builds_the_kernel_without_it(compiled, tmp_path):
-    """kv_prefetch=0 (the A/B reference of BENCHMARKS.md, eleventh session): no prefetch."""
-    from fa4trace.kernels import attention_sm90 as m
-
-    r = m.compile_ptx(128, "pingpong", "bf16", False, str(tmp_path), block_rows=32, kv_prefetch=0)
-    assert "cp.async.bulk.prefetch" not in r["ptx"]
-    assert r["config"]["kv_prefetch"] == 0
-    assert compiled[(128, "pingpong", "bf16", None, 32)]["config"]["kv_prefetch"] == m.PREFETCH_TILES

@@ -119,7 +119,14 @@ def test_help_for_every_command():
 @pytest.mark.parametrize("args", [["--rounds", "0"], ["--replays", "0"]])
 def test_bench_rejects_bad_counts_before_looking_for_a_gpu(args):
     r = run("bench", *args)
-    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "must be >= 1" in r.stderr
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and f"{args[0]}': 0 is not in the range x>=1" in r.stderr
+
+
+def test_bench_options_show_in_its_help():
+    r = run("bench", "--help")
+    assert r.returncode == 0
+    for opt in ("--quick", "--kernels", "--replays", "--rounds", "--no-trace-overhead", "--only", "--out"):
+        assert opt in r.stdout, opt
 
 
 def test_summary_says_what_part_of_the_launch_was_recorded():

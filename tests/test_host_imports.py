@@ -17,7 +17,12 @@ CODE = textwrap.dedent('''
 
     sys.meta_path.insert(0, Block())
     import fa4trace
-    from fa4trace import analysis, bundle, chrome, cli, decode, layout, perfetto, synthetic, vocab  # noqa
+    from fa4trace import analysis, bundle, chrome, cli, decode, layout, loader, perfetto, synthetic, vocab  # noqa
+    from fa4trace import attention, bench  # noqa: the API's validation, planner and spec need no torch
+    from fa4trace.bench import decode as bench_decode, timing  # noqa
+    from fa4trace.kernels import decode_spec  # noqa
+    plan = attention.plan_splits(attention.Shape(1, 1, 16, 1, 131072, 128, "bf16"), 64, 132)
+    assert plan.n_ctas <= 132 and decode_spec.Variant(128, "pingpong").name
     import app.data, app.timeline, app.metrics, app.grid, app.iterations, app.perfetto_ui  # noqa
     from fa4trace.synthetic import attention_like
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)

@@ -14,14 +14,11 @@ runtime values; every other parameter is what FA4 passes for a plain decode call
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from ..errors import DeviceUnavailable, Fa4traceError
 
 KIND = "fa4"
-DEFAULT_BUILD = Path("build") / "fa4_sm90"
 
 
 # ---- building (any machine with the DSL; no GPU needed) ---------------------------------------
@@ -70,15 +67,6 @@ def _dtype_name(t) -> str:
     return names[t.dtype]
 
 
-def _can_jit() -> bool:
-    try:
-        import cutlass  # noqa: F401
-        import flash_attn.cute  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class LoadedKernel(NamedTuple):
     """A compiled FA4 forward ready to call: ``fn(*call_args(params, ...))``."""
 
@@ -86,46 +74,24 @@ class LoadedKernel(NamedTuple):
     params: list  # runtime argument names, in call order
     config: dict  # what was compiled (tile, warps_per_cta, pack_gqa, fa4_version, ...)
     how: str  # "aot:<build folder>" or "jit": stored in trace metadata
-    build: Any = None  # the aot.BuildDir it came from (None when compiled here)
 
 
 def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dtype: str, traced: bool,
             build=None, variant: str = "default") -> LoadedKernel:
-    """The kernel for this configuration: from an AOT build folder if one is given or found, else
-    compiled here (needs the DSL and flash-attn-4)."""
-    sched = schedule if arch == "sm100" else "fa3"
-    bdir = Path(build or os.environ.get("FA4TRACE_FA4_BUILD", DEFAULT_BUILD))
-    explicit = build is not None or "FA4TRACE_FA4_BUILD" in os.environ
-    if (bdir / "manifest.json").is_file():
-        from ..aot import BuildDir
+    """The kernel for this configuration through ``fa4trace.loader``: compiled here where the DSL,
+    flash-attn-4 and a GPU are present and no build folder is named, else from the AOT build
+    (``build``, ``$FA4TRACE_FA4_BUILD`` or build/fa4_sm90). On SM90 FA4 runs FA3's schedule."""
+    from .. import loader
 
-        bd = BuildDir(bdir)
-        try:
-            name = bd.find(KIND, arch=arch, schedule=sched, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
-                           traced=traced, variant=variant)
-        except Fa4traceError:
-            if explicit or not _can_jit():
-                raise
-        else:
-            cfg = bd.functions[name]["config"]
-            return LoadedKernel(bd.function(name), cfg["params"], cfg, f"aot:{bdir}", bd)
-    elif explicit:
-        raise Fa4traceError(f"{bdir} is not an fa4trace build folder (no manifest.json)")
-    if variant != "default":
-        raise Fa4traceError(f"variant {variant!r} exists only in AOT builds (build it with build_aot)")
-    if not _can_jit():
-        raise Fa4traceError(f"no FA4 build at {bdir} and no CuTe DSL here to compile one: build it with "
-                            f"`python -m fa4trace.fa4.buildtool -o {bdir}` on any machine (see docs/fa4-on-b200.md)")
-    key = (arch, schedule, d, hq, hkv, sq, dtype, traced)
-    if key not in _JIT:
-        from .build import compile_fa4
-
-        c = compile_fa4(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
-        _JIT[key] = LoadedKernel(c.fn, c.params, c.config, "jit")
-    return _JIT[key]
-
-
-_JIT: dict = {}  # in-process compiles (JIT mode), one per configuration
+    shape = dict(arch=arch, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
+    if loader.use_jit(build, KIND):
+        if variant != "default":
+            raise Fa4traceError(f"variant {variant!r} exists only in AOT builds (build it with build_aot)")
+        kern = loader.load(KIND, schedule=schedule if schedule in ("base", "pingpong") else "pingpong", **shape)
+    else:
+        sched = schedule if arch == "sm100" else "fa3"
+        kern = loader.load(KIND, build=build, schedule=sched, variant=variant, **shape)
+    return LoadedKernel(kern.fn, kern.config["params"], kern.config, kern.how)
 
 
 def call_args(params, **kw):
@@ -197,8 +163,6 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     kern = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
                    traced=True, build=build, variant=variant)
     cfg, how = kern.config, kern.how
-    if warps is not None and kern.build is not None:  # an in-process compile has the current recorder
-        kern.build.require_warp_mask()
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=tdt, generator=g)
     k = torch.randn(b, sk, hkv, d, device="cuda", dtype=tdt, generator=g)

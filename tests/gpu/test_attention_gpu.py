@@ -134,7 +134,7 @@ def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, bloc
     if that issues them): splits of 1, 2 and 3 blocks must show each load exactly once."""
     from fa4trace.decode import decode_buffer
 
-    tile = A.DEFAULT_TILE_N[(128, schedule)]
+    tile = A.Variant(128, schedule).tile_n
     n_blocks = 12
     q, k, v = _inputs(1, 1, 16, 1, n_blocks * tile - 5, 128, "bf16")
     splits = n_blocks // blocks_per_split
@@ -220,7 +220,10 @@ def test_graph_replay_leaves_counters_usable():
         g.replay()
     torch.cuda.synchronize()
     assert torch.equal(o, first)
-    words = A._counters(q.device, A.COUNTER_WORDS).view(-1, A.COUNTER_WORDS)[:64].cpu()
+    from fa4trace.attention.api import _counters
+    from fa4trace.kernels.decode_spec import COUNTER_WORDS
+
+    words = _counters(q.device, COUNTER_WORDS).view(-1, COUNTER_WORDS)[:64].cpu()
     assert torch.equal(words[:, 0], words[:, 1])  # arrival count == base of the next launch
     assert int(words[0, 0]) > 0  # the counter advanced (it is never reset)
 

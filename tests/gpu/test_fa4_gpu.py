@@ -22,10 +22,11 @@ BUILD = Path(os.environ.get("FA4TRACE_FA4_BUILD", "build/fa4_sm90"))
 def arch():
     import torch
 
-    from fa4trace.fa4.run import _can_jit, _gpu_arch
+    from fa4trace import loader
+    from fa4trace.fa4.run import _gpu_arch
 
     a = _gpu_arch(torch)
-    if not (BUILD / "manifest.json").is_file() and not _can_jit():
+    if not (BUILD / "manifest.json").is_file() and not loader.can_jit("fa4"):
         pytest.skip(f"no FA4 build at {BUILD} and no CuTe DSL to compile one")
     return a
 
@@ -150,10 +151,9 @@ def test_record_writes_a_bundle(arch, tmp_path):
     assert back.meta["config"]["impl"] == "fa4"
 
 
-def test_record_a_warp_subset_and_refuse_it_for_an_old_build(arch, tmp_path):
-    """FA4 with --warps: only those warps record, the output is unchanged; a build whose
-    recorder predates the warp mask is refused before anything runs (checked against the
-    BuildDir the kernel was loaded from)."""
+def test_record_a_warp_subset_and_refuse_a_build_of_another_version(arch, tmp_path):
+    """FA4 with --warps: only those warps record, the output is unchanged; a build written by
+    another fa4trace version (here: its recorder ABI missing) is refused before anything runs."""
     import json
 
     from fa4trace.errors import Fa4traceError
@@ -174,7 +174,7 @@ def test_record_a_warp_subset_and_refuse_it_for_an_old_build(arch, tmp_path):
     (old / "manifest.json").write_text(json.dumps(manifest))
     (old / manifest.get("library", "fa4trace_kernels.so")).symlink_to(
         (BUILD / manifest.get("library", "fa4trace_kernels.so")).resolve())
-    with pytest.raises(Fa4traceError, match="built before warp selection"):
+    with pytest.raises(Fa4traceError, match="built by another fa4trace version.*rebuild"):
         record(schedule="pingpong", d=128, hq=16, hkv=1, sk=8192, b=2, sq=1, build=old, warps=[0, 4])
 
 

@@ -42,10 +42,10 @@ def test_calibration_timers_agree(timebase, kernels_available, tmp_path):
 
 
 def _markers(variant, n_ctas=264, work="smem"):
-    from fa4trace.kernel_loader import get_kernel
+    from fa4trace import loader
     from fa4trace.record import marker_inputs
 
-    fn, _ = get_kernel("markers", variant=variant, work=work)
+    fn = loader.load("markers", variant=variant, work=work).fn
     out, table = marker_inputs(n_ctas)
     return fn, out, table
 

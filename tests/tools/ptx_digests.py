@@ -3,10 +3,10 @@
     python tests/tools/ptx_digests.py --arch sm_90a -o before.json      # on the old commit
     python tests/tools/ptx_digests.py --arch sm_90a -o after.json --against before.json
 
-Compiles each variant (no GPU needed), drops what does not reach the GPU (``.loc`` / ``.file``
-debug lines, comments, the module's own file names), and keys the sha256 of the rest by the
-variant's name. ``--against`` prints every variant whose digest changed, appeared or vanished and
-exits 1 if any changed.
+Compiles each variant (no GPU needed; ``compile_pool``), drops what does not reach the GPU
+(``.loc`` / ``.file`` debug lines and comments), and keys the sha256 of the rest by the
+variant's name. ``--against`` prints every variant whose digest changed, appeared or vanished
+and exits 1 if any changed.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
-from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_pool import compile_all, variant_names  # noqa: E402
 
 
 def normalize(ptx: str) -> str:
@@ -32,23 +32,6 @@ def normalize(ptx: str) -> str:
     return "\n".join(keep)
 
 
-def _worker_init(arch: str, dump_dir: str) -> None:
-    """The DSL reads these once, at its first import: set them before it in every worker."""
-    os.environ["CUTE_DSL_ARCH"] = arch
-    os.environ["CUTE_DSL_KEEP"] = "ptx"
-    os.environ["CUTE_DSL_DUMP_DIR"] = dump_dir
-
-
-def _digest_one(arch: str, name: str) -> tuple[str, str, int]:
-    from fa4trace import kernels
-
-    for n, thunk, _entry in kernels.aot_variants(arch):
-        if n == name:
-            text = normalize(thunk().artifacts.PTX)
-            return name, hashlib.sha256(text.encode()).hexdigest(), len(text)
-    raise KeyError(name)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90a")
@@ -57,17 +40,15 @@ def main(argv=None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--only", help="a substring of the variant names to digest")
     args = ap.parse_args(argv)
-    dump = tempfile.mkdtemp(prefix="ptx_digests_")
-    _worker_init(args.arch, dump)  # workers fork from here, after the DSL's first import
-    from fa4trace import kernels
+    names = [n for n in variant_names(args.arch) if not args.only or args.only in n]
 
-    names = [n for n, _t, _e in kernels.aot_variants(args.arch) if not args.only or args.only in n]
+    def progress(i, n, r):
+        print(f"{i}/{n} {r['name']} {r['compile_s']:.1f} s", file=sys.stderr)
+
     out = {}
-    with ProcessPoolExecutor(args.jobs) as pool:
-        for i, (name, sha, size) in enumerate(pool.map(_digest_one, [args.arch] * len(names), names), 1):
-            out[name] = {"sha256": sha, "chars": size}
-            print(f"{i}/{len(names)} {name} {sha[:12]}", file=sys.stderr)
-    shutil.rmtree(dump, ignore_errors=True)
+    for name, r in compile_all(args.arch, names, args.jobs, progress).items():
+        text = normalize(r["ptx"])
+        out[name] = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "chars": len(text)}
     with open(args.out, "w") as f:
         json.dump({"arch": args.arch, "variants": out}, f, indent=1, sort_keys=True)
     if not args.against:

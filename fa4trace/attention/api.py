@@ -1,0 +1,185 @@
+"""``decode_attention`` and its traced twins on torch CUDA tensors: validate, pick the kernel
+variant, plan the split-KV launch, allocate its workspaces and launch it."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..errors import Fa4traceError
+from ..kernels.decode_spec import COUNTER_WORDS, EVENT_SETS, TILE_M, WARPS_PER_CTA, Variant, event_ids
+from .planner import Plan, default_block_rows, plan_splits, trace_capacity
+from .shapes import Shape, validate
+
+
+def variant_for(shape: Shape, schedule: str, *, events: Optional[str] = None, pdl: bool = False,
+                block_rows: Optional[int] = None) -> Variant:
+    """The kernel variant that runs ``shape``: 32-row CTAs where the packed rows fit
+    (``default_block_rows``) unless ``block_rows`` forces 64 or 32 (same results, bitwise)."""
+    if block_rows not in (None, 32, TILE_M):
+        raise ValueError(f"block_rows must be 32 or 64, got {block_rows!r}")
+    return Variant(shape.d, schedule, shape.dtype, block_rows or default_block_rows(shape), events, pdl)
+
+
+def launch_plan(shape: Shape, variant: Variant, device, num_splits: Optional[int] = None, build=None):
+    """(loaded kernel, Plan): the variant from the loader and the split plan of its launch."""
+    from .. import loader
+
+    kern = loader.load("attention", name=variant.name, build=build)
+    return kern, plan_splits(shape, variant.tile_n, num_sms(device), num_splits, variant.block_rows)
+
+
+def workspaces(shape: Shape, plan: Plan, device) -> tuple:
+    """(lse, o_part, lse_part, count): the kernel's outputs and scratch besides o for one
+    launch of ``plan`` (the counters are the device's cached ones, see ``_counters``)."""
+    import torch
+
+    n_o, n_l = plan.workspace_floats(shape)
+    return (torch.empty((shape.b, shape.hq, shape.sq), dtype=torch.float32, device=device),
+            torch.empty(n_o, dtype=torch.float32, device=device),
+            torch.empty(n_l, dtype=torch.float32, device=device),
+            _counters(device, COUNTER_WORDS * plan.groups))
+
+
+_COUNTERS: dict = {}
+
+
+def _counters(device, n: int):
+    """Per-device int32 words of the in-launch combine, COUNTER_WORDS per group: an arrival
+    count and its value at the start of the next launch (every launch leaves the two equal),
+    two spare words. Zero once at allocation."""
+    import torch
+
+    cur = _COUNTERS.get(device)
+    if cur is None or cur.numel() < n:
+        cur = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[device] = cur
+    return cur
+
+
+def num_sms(device) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
+                     softmax_scale: Optional[float] = None, trace=None, return_lse: bool = False,
+                     out=None, build=None, block_rows: Optional[int] = None,
+                     trace_events: str = "core", pdl: bool = False):
+    """Multi-token decode attention (see the package docstring).
+
+    ``schedule``: "pingpong" (QK(i+1) overlaps softmax(i)), "base" (no overlap) or "intrawg"
+    (FA3's: softmax(i) overlaps PV(i-1)); same math, outputs within rounding of each other.
+    ``trace``: a recorder buffer (``trace_buffer``) to run the instrumented kernel; None runs
+    the uninstrumented one. ``trace_events``: what the instrumented kernel records, "core" or
+    "stalls" (core plus the consumer's waits for K/V; costlier); the output is the same bits.
+    ``block_rows``: force 64- or 32-row CTAs (bitwise equal results). ``pdl``: launch with
+    programmatic dependent launch (uninstrumented only): the launch may begin while the
+    stream's previous kernel ends, and waits for it before touching memory. It hides the gap
+    between back-to-back kernels at short launches and costs at long ones (BENCHMARKS.md), so
+    it is off by default. ``build``: an AOT build folder to load the kernel from.
+    """
+    event_ids(trace_events)  # a known set, or a one-line ValueError
+    if pdl and trace is not None:
+        raise ValueError("pdl=True runs the uninstrumented kernel only: pass trace=None")
+    shape = validate(q, k, v, schedule=schedule, num_splits=num_splits, softmax_scale=softmax_scale,
+                     trace=trace)
+    import torch
+
+    if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device
+                            or not out.is_contiguous()):
+        raise ValueError("out must be a contiguous tensor with q's shape, dtype and device")
+    variant = variant_for(shape, schedule, events=trace_events if trace is not None else None, pdl=pdl,
+                          block_rows=block_rows)
+    kern, plan = launch_plan(shape, variant, q.device, num_splits, build)
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(shape.d)
+    o = out if out is not None else torch.empty_like(q)
+    lse, o_part, lse_part, count = workspaces(shape, plan, q.device)
+    kern.fn(q, k, v, o, lse, o_part, lse_part, count, *plan.kernel_args(scale), trace)
+    return (o, lse) if return_lse else o
+
+
+def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
+                 cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
+                 capacity: Optional[int] = None, build=None, block_rows: Optional[int] = None, warps=None,
+                 trace_events: str = "core"):
+    """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan).
+    ``warps``: the warp indices that record (default all five; ``LEAD_WARPS`` = one warp per role).
+    ``trace_events``: the event set the launch will record (the variant must exist)."""
+    import numpy as np
+    import torch
+
+    from ..layout import BufferSpec
+
+    shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
+    variant = variant_for(shape, schedule, events=trace_events, block_rows=block_rows)
+    _, plan = launch_plan(shape, variant, q.device, num_splits, build)
+    spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
+                               cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps)
+    buf = torch.from_numpy(spec.new_buffer().view(np.int64)).to(q.device)
+    return buf, spec, plan
+
+
+def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
+                     b: int = 1, sq: int = 1, dtype: str = "bf16", out_path: Optional[str] = None, *,
+                     num_splits: Optional[int] = None, cta_first: int = 0, cta_stride: int = 1,
+                     max_ctas: Optional[int] = None, capacity: Optional[int] = None, build=None,
+                     seed: int = 0, overwrite: bool = False, warps=None, trace_events: str = "core"):
+    """One traced launch on random inputs, decoded into a bundle (returns the Trace; saves it
+    when ``out_path`` is given). ``trace_events``: "core" or "stalls" (``EVENT_SETS``).
+
+    The uninstrumented kernel runs on the same inputs first: the traced output must equal it
+    bit for bit (else Fa4traceError). Both are timed by CUDA-graph replay on these inputs into
+    ``meta['timing']`` (``kernel_us`` untraced, ``traced_us`` recorded): one input set, so L2
+    holds what of the KV fits, unlike the cold-L2 benchmark (``fa4trace bench``).
+    """
+    from ..bench.timing import graph_time
+    from ..gpu import require_cuda
+    from ..record import TracedLaunch, record
+
+    torch = require_cuda()
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"dtype must be bf16 or fp16, got {dtype!r}")
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, dtype=tdt, device="cuda", generator=g)
+    k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
+    variant = variant_for(shape, schedule, events=trace_events)
+    _, plan = launch_plan(shape, variant, q.device, num_splits, build)
+    cap = capacity or trace_capacity(plan)
+    kw = dict(schedule=schedule, num_splits=num_splits, build=build)
+    tkw = dict(kw, trace_events=trace_events)
+
+    scratch = trace_buffer(q, k, v, capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
+                           max_ctas=max_ctas, warps=warps, **tkw)[0]
+    o_plain = torch.empty_like(q)
+    # 10 launches per graph: one launch per replay would add the graph's own launch latency.
+    us_plain, _ = graph_time(lambda i: decode_attention(q, k, v, out=o_plain, **kw), 1, 20, 10)
+    us_traced, _ = graph_time(lambda i: decode_attention(q, k, v, trace=scratch, **tkw), 1, 20, 10)
+    torch.cuda.synchronize()
+    outs = []
+
+    def run(tr):
+        outs.append(decode_attention(q, k, v, trace=tr, **tkw))
+
+    launch = TracedLaunch(kernel="decode_attention_sm90", grid_ctas=plan.n_ctas, warps_per_cta=WARPS_PER_CTA,
+                          run=run, grid=plan.grid, block=(32 * WARPS_PER_CTA, 1, 1), capacity=cap,
+                          cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps,
+                          extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
+    config = {"schedule": schedule, "head_dim": d, "d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
+              "dtype": dtype, "tile_m": TILE_M, "block_rows": plan.block_rows, "tile_n": variant.tile_n,
+              "trace_events": trace_events, "events_compiled": list(EVENT_SETS[trace_events]),
+              "n_blocks": plan.n_blocks,
+              "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
+              "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
+    trace = record([launch], kernel="decode_attention_sm90", config=config,
+                   timing={"kernel_us": us_plain, "traced_us": us_traced,
+                           "method": "CUDA graph replay (10 launches per graph), median of 20, the recorded inputs"})
+    if not torch.equal(o_plain, outs[0]):
+        raise Fa4traceError("traced and untraced outputs differ: the recorder changed the kernel's result")
+    if out_path is not None:
+        trace.save(out_path, overwrite=overwrite)
+    return trace

@@ -1,0 +1,73 @@
+"""Timing on the GPU for every benchmark: CUDA-graph replay with a cold L2.
+
+A graph holds many launches that cycle through enough input sets to rotate ``L2_ROTATE_BYTES``
+through L2, so consecutive launches read different data (cold L2), and each replay carries
+about ``REPLAY_BYTES`` of traffic, so the graph's fixed cost per replay is spread thin. Each
+replay is timed with CUDA events; the median per launch is reported.
+"""
+
+from __future__ import annotations
+
+L2_ROTATE_BYTES = 256 << 20
+# Each graph replay carries a fixed cost that the per-launch time takes a 1/launches share of
+# (on the H200 an empty kernel read ~4 us per launch at 4 launches per replay, ~0.75 us at 64),
+# so a replay holds enough launches for about REPLAY_BYTES of traffic (8..64 launches).
+REPLAY_BYTES = 8 << 30
+
+
+def launches_per_graph(set_bytes: int) -> tuple[int, int]:
+    """(input sets, launches per graph) for one input set of ``set_bytes`` of KV: enough sets
+    to rotate through L2_ROTATE_BYTES (1..64; consecutive launches read different sets, so L2
+    is cold), and a multiple of them that makes each replay about REPLAY_BYTES of traffic
+    (8..64 launches), so the replay's fixed cost is spread thin."""
+    n_sets = max(1, min(64, -(-L2_ROTATE_BYTES // set_bytes)))
+    want = max(8, min(64, -(-REPLAY_BYTES // set_bytes)))
+    return n_sets, n_sets * -(-want // n_sets)
+
+
+def graph_time(launch, n_sets: int, replays: int, per_graph: int):
+    """Median per-launch time (µs) of ``launch(i)`` over CUDA-graph replays.
+
+    One graph holds ``per_graph`` launches cycling through the input sets (so consecutive
+    launches read different KV: a cold L2); each replay is timed with events.
+    """
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(min(n_sets, 3)):  # warm-up outside the graph: module load, workspaces
+            launch(i)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for j in range(per_graph):
+            launch(j % n_sets)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b_ = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b_.record()
+        b_.synchronize()
+        times.append(a.elapsed_time(b_) * 1e3 / per_graph)
+    times.sort()
+    med = times[len(times) // 2]
+    spread = (times[int(0.9 * (len(times) - 1))] - times[int(0.1 * (len(times) - 1))]) / 2
+    del g
+    return med, spread
+
+
+def reported_us(rounds_us: list[float]) -> float:
+    """The time a benchmark row reports from its passes (see bench_shape): the last of one or
+    two, else the median of all but the first (the warm-up pass)."""
+    import statistics
+
+    if not rounds_us:
+        raise ValueError("no timing passes")
+    if len(rounds_us) < 3:
+        return float(rounds_us[-1])
+    return float(statistics.median(rounds_us[1:]))
