@@ -406,11 +406,8 @@ def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
     span's end), Q in shared memory (the last warp's LOAD_Q end), the first QK issued and the
     first PV issued, from the start of the launch (its first warp). {} without those events.
     The first QK waits for K0 to land, so the gap between the first load and it is the first
-    block's latency under the launch's burst of requests, unless Q comes later: the consumers'
-    launch-time KV prefetch stalls them before they store Q (d128 16:1 b 1 ping-pong, Q in
-    smem at 1.1 µs before it, 3.5 µs with it; eleventh session).
-    (H200, our kernel: the first KV load went out at 0.6-0.7 µs whether 1 or 132 CTAs ran
-    until the producer stopped waiting for Q before K0; 0.3 µs since.)
+    block's latency under the launch's burst of requests, unless Q comes later: in our decode
+    kernel the consumers' launch-time KV prefetch stalls them before they store Q.
     ``bounds``: ``_launch_bounds(c)``."""
     if not bounds:
         return {}

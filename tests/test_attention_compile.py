@@ -208,7 +208,7 @@ def test_consumers_prefetch_the_first_kv_tiles_after_releasing_the_producer(comp
 
 
 def test_kv_prefetch_zero_builds_the_kernel_without_it(compiled, tmp_path):
-    """kv_prefetch=0 (the A/B reference of BENCHMARKS.md, eleventh session): no prefetch."""
+    """kv_prefetch=0 (the reference build for A/B timing of the prefetch): no prefetch."""
     from fa4trace.kernels import attention_sm90 as m
 
     r = m.compile_ptx(128, "pingpong", "bf16", False, str(tmp_path), block_rows=32, kv_prefetch=0)
