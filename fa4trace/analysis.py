@@ -11,8 +11,14 @@ Definitions (all per CTA, then aggregated over CTAs weighted by time):
 * KV stream = blocks consumed over time against a perfect stream at the steady rate
   (``stream_profile``): what the start, the end and the work after the stream cost.
 * kernel span = last warp end − first warp start of a launch (recorded warps only; a
-  bundle recorded for a CTA subset says so in its metadata). If the bundle carries a
-  measured kernel time (meta["timing"]["kernel_us"]), bandwidth uses that.
+  bundle recorded for a CTA subset says so in its metadata).
+* kernel time (``kernel_time_ns``, bandwidth uses it), from the first of these the bundle's
+  meta["timing"] has, named by ``kernel_time_kind`` and ``kernel_time_source``:
+  ``bench_us``: the untraced kernel in the cold-L2 CUDA-graph benchmark (fresh inputs per
+  launch, as `fa4trace bench` times it); ``kernel_us``: the untraced kernel replayed on the
+  recorded inputs (part of the KV stays in L2, so it reads faster than the benchmark); else
+  the trace span. ``traced_us`` (the recorded launch, same inputs) is compared with
+  ``kernel_us``, never with the benchmark time.
 
 Everything is vectorized over groups (sweeps over sorted boundaries), so a 1 M-event bundle
 summarizes in well under a second.
@@ -400,11 +406,8 @@ def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
     span's end), Q in shared memory (the last warp's LOAD_Q end), the first QK issued and the
     first PV issued, from the start of the launch (its first warp). {} without those events.
     The first QK waits for K0 to land, so the gap between the first load and it is the first
-    block's latency under the launch's burst of requests, unless Q comes later: the consumers'
-    launch-time KV prefetch stalls them before they store Q (d128 16:1 b 1 ping-pong, Q in
-    smem at 1.1 µs before it, 3.5 µs with it; eleventh session).
-    (H200, our kernel: the first KV load went out at 0.6-0.7 µs whether 1 or 132 CTAs ran
-    until the producer stopped waiting for Q before K0; 0.3 µs since.)
+    block's latency under the launch's burst of requests, unless Q comes later: in our decode
+    kernel the consumers' launch-time KV prefetch stalls them before they store Q.
     ``bounds``: ``_launch_bounds(c)``."""
     if not bounds:
         return {}
@@ -453,14 +456,8 @@ def summarize(trace: Trace) -> dict:
     span = {L: end - start for L, (start, end) in bounds.items()}
     out["kernel_span_ns"] = span.get(0) if len(span) == 1 else span
     out["total_span_ns"] = int(c.end[warp_rows].max() - c.start[warp_rows].min()) if warp_rows.any() else None
-    timing = trace.meta.get("timing", {})
-    kernel_ns = timing.get("kernel_us") * 1e3 if timing.get("kernel_us") else out["total_span_ns"]
-    out["kernel_time_ns"] = kernel_ns
-    out["kernel_time_source"] = ("measured (CUDA events), untraced kernel" if timing.get("kernel_us")
-                                 else "trace span of recorded warps")
-    # The recorded launch itself is the traced kernel: its events run up to its own time, which
-    # under a power cap or at consumer-bound shapes is several percent above the untraced one.
-    out["traced_time_ns"] = timing.get("traced_us") * 1e3 if timing.get("traced_us") else None
+    out.update(kernel_time(trace.meta.get("timing") or {}, out["total_span_ns"]))
+    kernel_ns = out["kernel_time_ns"]
     nbytes = attention_bytes(out["config"])
     out["bytes"] = nbytes
     out["bandwidth_tbps"] = (nbytes / kernel_ns / 1e3) if nbytes and kernel_ns else None
@@ -550,6 +547,31 @@ def typical_cta(trace: Trace, ctas: pa.Table | None = None) -> int | None:
     return int(ctas["cta"][i].as_py())
 
 
+KERNEL_TIME_SOURCES = {
+    "cold_l2_bench": "untraced kernel, cold-L2 CUDA-graph benchmark",
+    "recorded_inputs": "untraced kernel, CUDA-graph replay on the recorded inputs (part of the KV in L2)",
+    "trace_span": "trace span of the recorded warps",
+}
+
+
+def kernel_time(timing: dict, span_ns) -> dict:
+    """The kernel time a summary shows and where it comes from (see the module docstring):
+    kernel_time_ns / _kind / _source, plus every measured time the bundle has (ns or None):
+    bench_time_ns (cold L2), recorded_kernel_time_ns and traced_time_ns (recorded inputs)."""
+    def ns(key):
+        v = timing.get(key)
+        return float(v) * 1e3 if v else None
+
+    bench, plain, traced = ns("bench_us"), ns("kernel_us"), ns("traced_us")
+    kind = "cold_l2_bench" if bench else "recorded_inputs" if plain else "trace_span"
+    value = bench if bench else plain if plain else span_ns
+    return {"kernel_time_ns": value, "kernel_time_kind": kind, "kernel_time_source": KERNEL_TIME_SOURCES[kind],
+            "bench_time_ns": bench, "recorded_kernel_time_ns": plain,
+            # The recorded launch is the traced kernel: its events run up to its own time, above the
+            # untraced kernel's on the same inputs by the tracing cost.
+            "traced_time_ns": traced}
+
+
 def compare(a: Trace, b: Trace) -> dict:
     """Side by side summaries and what changed from a to b (b is usually the ping-pong)."""
     sa, sb = summarize(a), summarize(b)
@@ -572,6 +594,11 @@ def compare(a: Trace, b: Trace) -> dict:
     speed = None
     if ka and kb:
         speed = f"kernel time {ka / 1e3:.2f} µs → {kb / 1e3:.2f} µs ({100 * (ka - kb) / ka:+.1f}% faster)"
+        if sa.get("kernel_time_kind") == sb.get("kernel_time_kind"):
+            speed += f" [{sa.get('kernel_time_source')}]"
+        else:
+            speed += (f" [A: {sa.get('kernel_time_source')}; B: {sb.get('kernel_time_source')}: "
+                      "different sources, not comparable]")
     return _clean({"a": sa, "b": sb, "diff": diff, "headline": headline, "speed": speed})
 
 

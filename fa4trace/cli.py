@@ -104,11 +104,16 @@ def _subset_note(s: dict) -> str:
 
 
 def _traced_note(s: dict) -> str:
-    """The recorded (traced) launch's own time, where the bundle measured it."""
-    t, k = s.get("traced_time_ns"), s.get("kernel_time_ns")
-    if not t or not k:
+    """The recorded (traced) launch's own time against the untraced kernel on the same inputs,
+    where the bundle measured them."""
+    t, k = s.get("traced_time_ns"), s.get("recorded_kernel_time_ns")
+    if not t:
         return ""
-    return f"; traced {_ns(t)} ({100 * (t - k) / k:+.1f}%), the launch these events come from"
+    if not k:
+        return f"\n                 recorded launch (traced) {_ns(t)}, the launch these events come from"
+    same = "" if s.get("kernel_time_kind") == "recorded_inputs" else f"untraced {_ns(k)}, "
+    return (f"\n                 on the recorded inputs: {same}traced {_ns(t)} ({100 * (t - k) / k:+.1f}%), "
+            "the launch these events come from")
 
 
 def _format_summary(s: dict) -> str:
@@ -173,6 +178,8 @@ def compare(a, b, as_json):
             ("mainloop idle share", "mainloop_idle_share", _pct), ("KV stream steady", "stream_tbps", _tbps),
             ("stream start loss", "stream_start_loss_ns", _ns), ("after the stream", "after_stream_ns", _ns),
             ("dropped", "dropped", str)]
+    short = {"cold_l2_bench": "cold-L2 bench", "recorded_inputs": "recorded inputs", "trace_span": "trace span"}
+    rows.insert(1, ("kernel time from", "kernel_time_kind", lambda k: short.get(k, "n/a")))
     click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
         click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")

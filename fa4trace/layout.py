@@ -30,8 +30,8 @@ Record (one word, one per event):
     bits 42..43  zero (a non-zero value marks foreign bytes)
     bits 44..63  payload (KV block / iteration); PAYLOAD_NONE means "no payload"
 
-Why 8-byte records with 32-bit times: the recorder is store-bound when markers are dense
-(DESIGN §2), so the smallest record wins; the 64-bit anchors in the warp header let the
+Why 8-byte records with 32-bit times: a recorder is store-bound when markers are dense,
+so the smallest record wins; the 64-bit anchors in the warp header let the
 decoder unwrap the 32-bit times (clock64 wraps 32 bits every ~2.2 s at 1.98 GHz).
 """
 

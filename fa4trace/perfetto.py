@@ -40,20 +40,16 @@ names and a clock snapshot; hot packets then hold only a delta timestamp, the se
 type, the name iid and the optional iter/flow fields. Descriptors and the per-sequence setup
 packets (rare) are built with the ``perfetto`` package's pb2 classes. ``compress=True`` wraps
 ~1 MiB batches of packets in ``compressed_packets`` (zlib, as Perfetto's own service does),
-compressed on a thread pool (zlib drops the GIL). Level 5 by default: on 1M attention slices
-it gives ~8.7 B/slice in ~0.5 s of CPU, where Perfetto's own level 6 gives ~8.5 B/slice for
-~0.9 s and level 4 ~9.2 B/slice for ~0.36 s (2-core benchmark machine, one core's worth).
+compressed on a thread pool (zlib drops the GIL). Level 5 by default: nearly the size of
+Perfetto's own level 6 in about half the CPU time.
 
-Bytes per slice (measured on 1M synthetic attention rows, see BENCHMARKS.md): a BEGIN packet
-is ~13.5 B of framing, delta timestamp, sequence id, type and name iid, plus ~6.7 B for the
-``iter`` annotation and ~4.4 B (averaged over all slices) for flow ids; an END packet ~11.6 B.
-All on: ~36.6 B/slice; flows=False ~32.2; iterations=False ~29.9; both off ~25.5; compressed
-~8.7. One packet per BEGIN and per END is the floor of the format (TrackEvent has no duration
-field at ns resolution), and the 2-byte sequence ids come from having one sequence per track.
-
-Checked against a real trace processor (Perfetto v52 wasm, in headless Chromium): slices,
-flows, ``debug.iter`` args and every slice's track/ts/dur match the Arrow rows, with no error
-or data-loss stat (BENCHMARKS.md). The pytest suite replays the same semantics in Python.
+Size: a BEGIN packet holds framing, delta timestamp, sequence id, type and name iid, plus the
+``iter`` annotation and flow ids where on; an END packet the first part only. One packet per
+BEGIN and per END is the floor of the format (TrackEvent has no duration field at ns
+resolution), and the 2-byte sequence ids come from having one sequence per track; measured
+bytes per slice are in BENCHMARKS.md (host pipeline). The pytest suite checks the semantics
+in Python; tests/test_perfetto.py also loads the output in a real trace processor where one is
+installed.
 
 Wire details used for the hot packets (field numbers are read from the pb2 descriptors):
 ``flow_ids_old`` / ``terminating_flow_ids_old`` are the varint twins of ``flow_ids`` /

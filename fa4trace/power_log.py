@@ -1,8 +1,8 @@
 """The GPU's clock and power state while a benchmark runs, from ``nvidia-smi`` polling.
 
 Why: on the H200 the long decode shapes run at the board's 700 W limit; the driver then lowers
-the SM clock (1800-1980 MHz seen) and single timing passes came out 8-25% slow (BENCHMARKS.md,
-eighth session). A benchmark row is only readable next to what the GPU was doing meanwhile.
+the SM clock and single timing passes can come out several percent slow. A benchmark row is
+only readable next to what the GPU was doing meanwhile.
 
     with PowerLog() as log:            # no nvidia-smi, or more than one GPU: log.enabled is False
         t0 = log.now(); ...; t1 = log.now()

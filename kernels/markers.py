@@ -6,8 +6,8 @@ Each warp repeats ``iters`` times: begin(BENCH, i) · a dependent chain of ``cha
 Two kinds of work (compile-time ``work``):
 * ``l2``: loads that miss L1 and hit L2 (``ld.global.cg`` through a small table): the warp
   mostly waits, as attention warps wait on loads and MMAs; with chain=1 a begin + end per
-  warp comes about every 360 cycles with few instructions in between — the shape DESIGN §2
-  used to measure IKET (+19%).
+  warp comes about every 360 cycles with few instructions in between: dense markers
+  in a memory-bound kernel.
 * ``smem``: shared-memory loads: many instructions per cycle of latency, so the SM's issue
   slots are the bottleneck and every added instruction shows (a worst case for recorders).
 

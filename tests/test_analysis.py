@@ -183,3 +183,24 @@ def test_kv_block_bytes_from_either_config_spelling():
     assert A.kv_block_bytes({"tile": [128, 128], "d": 128, "dtype": "bf16"}) == 2 * 128 * 128 * 2  # FA4 adapter
     assert A.kv_block_bytes({"tile_n": 64, "head_dim": 64, "dtype": "fp8"}) == 2 * 64 * 64
     assert A.kv_block_bytes({"d": 128}) is None and A.kv_block_bytes({"tile": [], "d": 1}) is None
+
+
+def test_kernel_time_source_order():
+    """bench_us (cold L2) over kernel_us (recorded inputs) over the trace span."""
+    k = A.kernel_time({"bench_us": 2.0, "kernel_us": 1.5, "traced_us": 1.6}, 900)
+    assert (k["kernel_time_ns"], k["kernel_time_kind"]) == (2000.0, "cold_l2_bench")
+    assert k["recorded_kernel_time_ns"] == 1500.0 and k["traced_time_ns"] == 1600.0
+    k = A.kernel_time({"kernel_us": 1.5}, 900)
+    assert (k["kernel_time_ns"], k["kernel_time_kind"]) == (1500.0, "recorded_inputs")
+    assert "recorded inputs" in k["kernel_time_source"] and k["bench_time_ns"] is None
+    k = A.kernel_time({}, 900)
+    assert (k["kernel_time_ns"], k["kernel_time_kind"], k["traced_time_ns"]) == (900, "trace_span", None)
+
+
+def test_bandwidth_uses_the_kernel_time_shown():
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=6)
+    cfg = dict(meta.get("config") or {}, d=128, hq=16, hkv=1, sk=4096, b=1, sq=1, dtype="bf16")
+    tr = Trace.from_launches([decode_buffer(buf)], dict(meta, config=cfg, timing={"bench_us": 10.0, "kernel_us": 5.0}))
+    s = A.summarize(tr)
+    assert s["kernel_time_kind"] == "cold_l2_bench"
+    assert s["bandwidth_tbps"] == pytest.approx(s["bytes"] / 10_000 / 1e3)

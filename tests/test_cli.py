@@ -144,7 +144,38 @@ def test_summary_names_the_traced_launch_time_beside_the_untraced_kernel(tmp_pat
     meta = dict(meta, timing={"kernel_us": 20.0, "traced_us": 21.0})
     p = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "t.parquet")
     r = run("summary", str(p))
-    line = next(x for x in r.stdout.splitlines() if "kernel time" in x)
-    assert "20.00 µs" in line and "untraced" in line and "traced 21.00 µs (+5.0%)" in line
+    lines = r.stdout.splitlines()
+    i = next(i for i, x in enumerate(lines) if "kernel time" in x)
+    assert "20.00 µs" in lines[i] and "untraced kernel" in lines[i] and "recorded inputs" in lines[i]
+    assert "on the recorded inputs: traced 21.00 µs (+5.0%)" in lines[i + 1]
     s = json.loads(run("summary", str(p), "--json").stdout)
     assert s["traced_time_ns"] == pytest.approx(21000.0)
+    assert s["kernel_time_kind"] == "recorded_inputs" and s["recorded_kernel_time_ns"] == pytest.approx(20000.0)
+
+
+def test_summary_prefers_the_cold_l2_benchmark_time(tmp_path):
+    """A bundle that carries the cold-L2 benchmark time shows it as the kernel time (and its
+    bandwidth); the traced launch is still compared with the untraced kernel on its own inputs."""
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=6)
+    meta = dict(meta, timing={"bench_us": 22.0, "kernel_us": 20.0, "traced_us": 21.0})
+    p = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "t.parquet")
+    lines = run("summary", str(p)).stdout.splitlines()
+    i = next(i for i, x in enumerate(lines) if "kernel time" in x)
+    assert "22.00 µs" in lines[i] and "cold-L2" in lines[i]
+    assert "untraced 20.00 µs, traced 21.00 µs (+5.0%)" in lines[i + 1]
+    s = json.loads(run("summary", str(p), "--json").stdout)
+    assert s["kernel_time_kind"] == "cold_l2_bench" and s["kernel_time_ns"] == pytest.approx(22000.0)
+    assert s["bench_time_ns"] == pytest.approx(22000.0)
+
+
+def test_compare_names_the_kernel_time_source(tmp_path):
+    buf, meta = attention_like("base", n_ctas=2, n_blocks=6)
+    a = Trace.from_launches([decode_buffer(buf)], dict(meta, timing={"kernel_us": 20.0})).save(tmp_path / "a.parquet")
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=6)
+    b = Trace.from_launches([decode_buffer(buf)], dict(meta, timing={"bench_us": 19.0})).save(tmp_path / "b.parquet")
+    out = run("compare", str(a), str(b)).stdout
+    row = next(x for x in out.splitlines() if x.startswith("kernel time from"))
+    assert "recorded inputs" in row and "cold-L2 bench" in row
+    assert "not comparable" in out
+    c = json.loads(run("compare", str(a), str(b), "--json").stdout)
+    assert c["a"]["kernel_time_kind"] == "recorded_inputs" and c["b"]["kernel_time_kind"] == "cold_l2_bench"

@@ -17,7 +17,7 @@ How a record gets to memory (``staged=True``, the default): all lanes compute th
 record, lane ``n % 32`` keeps the n-th in a register, and every 32nd event the whole warp
 writes the 32 staged records with one coalesced 256-byte store. Dense markers then cost a
 timer read and a few ALU ops each, not a lone 8-byte store each (which is what makes naive
-recorders store-bound, DESIGN §2). ``staged=False`` writes each record from lane 0 at once:
+recorders store-bound). ``staged=False`` writes each record from lane 0 at once:
 use it where events are recorded from single-lane code (inside ``elect_one``). Records are
 stored with the L2 policy evict_last, so they stay in L2 until the launch ends instead of
 going out to DRAM between a streaming kernel's reads (``_store_l2_last``).
@@ -29,11 +29,10 @@ Blocks: a mainloop iteration that records at most n events can say so,
 ``rec = rec.open_block(n)`` ... ``rec = rec.close_block()``: the room for n records is made
 once at the top, and the events inside skip the per-event "staging full?" compare, branch and
 wrap (a third of the recorder's instructions per event; the count is checked when the kernel
-compiles). In the decode-attention mainloop (12 events per step) this cut the tracing cost at
-d64 from +15-21% to +6-12% (H200); blocks of 2 events cost more than they save (BENCHMARKS.md).
-Inside a block an event also finds its staging lane as ``lane - pos0 == k`` with k a
-compile-time count (3 SASS instructions per event instead of 4; d64 ping-pong b 8 +7.4% ->
-+5.4%, BENCHMARKS.md fourth session).
+compiles). Blocks pay where a block holds many events (the decode-attention mainloop records
+up to 12 per step); a block of 2 events costs more than it saves. Inside a block an event also
+finds its staging lane as ``lane - pos0 == k`` with k a compile-time count (one instruction
+less per event).
 
 The recorder is carried through ``cutlass.range`` loops and dynamic ``if``s as a DSL value
 (``__extract_mlir_values__``): its counters and staging registers are loop-carried, nothing
@@ -618,11 +617,9 @@ _L2_EVICT_LAST = 0x14F0000000000000
 
 def _store_l2_last(trace: cute.Tensor, index, word: Int64):
     """``trace[index] = word`` as st.global with the L2 policy evict_last: records stay in L2
-    until the launch ends. Why: kernels that stream their input with evict_first (decode
-    attention) sent a third of the records to DRAM during the launch, between the stream's
-    reads (ncu on the H200, d128 b 8 ping-pong: DRAM writes 3.6 MB traced vs 2.3 MB untraced),
-    and every warp storing cost 5-9%; with this policy the writes are back at the untraced 2.3
-    MB and the d128 16:1 b 8 cost fell to +2-3% (BENCHMARKS.md, seventh session). No DSL store takes an L2 hint, so asm;
+    until the launch ends. Why: in kernels that stream their input with evict_first (decode
+    attention) the records otherwise go out to DRAM during the launch, between the stream's
+    reads, which costs the kernel more than their bytes. No DSL store takes an L2 hint, so asm;
     no memory clobber: records are ordered with nothing but the warp's own later records."""
     from cutlass._mlir.dialects import llvm
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-# (d, hq, hkv): the decode shapes of `fa4trace bench` (DESIGN §1) ...
+# (d, hq, hkv): the decode shapes of `fa4trace bench` ...
 BENCH_SHAPES = [(128, 16, 1), (128, 16, 2), (64, 16, 1), (64, 16, 2)]
 # ... and the shapes traced by default
 TRACED_SHAPES = [(128, 16, 1)]

@@ -1,0 +1,309 @@
+"""Render BENCHMARKS.md from the result files in benchmarks/results/.
+
+    python benchmarks/report.py            # rewrite BENCHMARKS.md
+    python benchmarks/report.py --check    # exit 1 if BENCHMARKS.md is not what the results render to
+
+Result files: one JSON file per area (several files may share an area; they render in file-name
+order under it). Schema:
+
+    {
+      "area":    "decode",                  # which section; see AREAS for the order and the renderer
+      "title":   "Decode attention vs ...", # heading of the table
+      "date":    "2026-11-29",              # when it was measured (ISO date or date-time)
+      "commit":  "9cf8eff",                 # the commit whose code was measured (results transcribed from
+                                            # the old journal: where known, else the commit that recorded them)
+      "gpu":     "NVIDIA H200 (...)",       # device; "none: <CPU machine>" for host-only runs, or "not recorded"
+      "command": "fa4trace bench ...",      # the command that produced it, or "not recorded"
+      "notes":   "...",                     # optional: anything needed to read it (machine state, provenance)
+      "columns": [["key", "header"], ...],  # optional, generic areas: which row keys to show, in order
+      "rows":    [ {...}, ... ]             # the measurements
+    }
+
+Rows of the areas "decode" and "decode-fa4" are `fa4trace bench` rows (`bench_json`): d, hq, hkv,
+sk, b, sq, dtype, kernel ("base", "pingpong", "intrawg", "cudnn", "flash", "fa4", "<ours>+ref",
+"<ours>+trace", "+tracelead", "+tracestalls", "<ours>@<variant>"), us, us_spread, tbps, rel_err, plus
+extras (gpu_state: power_cap_share, thermal_share, sm_mhz_min, sm_mhz_max). A tracing overhead is
+us(<s>+trace) / us(<s>+ref, else <s>) - 1. Rows transcribed from older tables may carry the
+table's own numbers instead: overhead_pct on a traced row whose us is null, vs_base_pct and
+vs_cudnn_x on the pingpong row, shape_max_rel_err on any row; the renderer prefers them.
+
+Rows of "not-kept" are {"idea", "result", "commit"} and render as one line each. Any other area
+renders as a table of its "columns" (default: every key of the rows, in first-seen order);
+None renders as "-". Files without "area" from before this schema (the FA4 SM90 device runs,
+benchmarks/fa4_sm90_device.py's results.json) render through LEGACY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+OUT = ROOT / "BENCHMARKS.md"
+REQUIRED = ("area", "title", "date", "commit", "gpu", "command", "rows")
+
+# Section order: (area, section heading). Areas not listed follow in name order.
+AREAS = [
+    ("timers", "Recorder overhead and timer calibration"),
+    ("markers", None),
+    ("markers-blocks", None),
+    ("host", "Host pipeline on the CPU"),
+    ("decode", "Decode attention"),
+    ("decode-fa4", None),
+    ("pdl", None),
+    ("trace-cost-parts", "Tracing cost"),
+    ("floors", "Bandwidth floors"),
+    ("viewer", "Viewer"),
+    ("fa4-sm90", "FlashAttention-4 SM90, traced"),
+    ("not-kept", "What was tried and not kept"),
+]
+
+LEGACY = {
+    "fa4_sm90_h200.json": {
+        "area": "fa4-sm90", "title": "FA4 4.0.0b36's SM90 forward traced through hooks (second run)",
+        "date": "2026-11-29", "commit": "b231820", "gpu": "NVIDIA H200 (torch 2.11.0+cu130)",
+        "command": "python3 benchmarks/fa4_sm90_device.py (build: python -m fa4trace.fa4.buildtool -o build/fa4_sm90)",
+        "notes": "Traced output = FA4's untraced output bit for bit. CUDA events, median; no split-KV on Hopper. "
+                 "Tracing overhead per variant: default (every warp), smem (cursor in shared memory), consumer / "
+                 "producer (one role), life (warp begin/end only).",
+    },
+    "fa4_sm90_h200_run1.json": {
+        "area": "fa4-sm90", "title": "FA4 4.0.0b36's SM90 forward traced through hooks (first run)",
+        "date": "2026-11-29", "commit": "b231820", "gpu": "NVIDIA H200 (torch 2.11.0+cu130)",
+        "command": "python3 benchmarks/fa4_sm90_device.py",
+    },
+}
+
+
+def load_results(folder: Path = RESULTS) -> list[dict]:
+    """Every result file of ``folder``, checked against the schema (ValueError names the file)."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        if "area" not in data:
+            if path.name not in LEGACY:
+                raise ValueError(f"{path.name}: no 'area' (see benchmarks/report.py's docstring)")
+            data = {**LEGACY[path.name], "rows": [], "legacy": data}
+        missing = [k for k in REQUIRED if k not in data]
+        if missing:
+            raise ValueError(f"{path.name}: missing {', '.join(missing)}")
+        if not isinstance(data["rows"], list):
+            raise ValueError(f"{path.name}: 'rows' must be a list")
+        data["_file"] = path.name
+        out.append(data)
+    return out
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v).replace("|", "\\|")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+        ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _meta(res: dict) -> list[str]:
+    lines = [f"### {res['title']}", "",
+             f"{res['date']} · commit `{res['commit']}` · {res['gpu']} · `{res['_file']}` · `{res['command']}`", ""]
+    if res.get("notes"):
+        lines += [res["notes"], ""]
+    return lines
+
+
+def _ok(r) -> bool:
+    return r is not None and r.get("us") is not None and r["us"] == r["us"]
+
+
+def _shape_key(r: dict) -> tuple:
+    return (r["d"], r["hq"], r["hkv"], r["sk"], r["b"], r["sq"], r.get("dtype", "bf16"))
+
+
+def _shape_name(key) -> str:
+    d, hq, hkv, sk, b, sq = key[:6]
+    return f"d{d} {hq}:{hkv} sk {sk} b {b}" + (f" sq {sq}" if sq != 1 else "")
+
+
+def _decode_groups(rows: list[dict]):
+    by_shape: dict = {}
+    kernels: list[str] = []
+    for r in rows:
+        by_shape.setdefault(_shape_key(r), {})[r["kernel"]] = r
+        if r["kernel"] not in kernels and "+" not in r["kernel"].partition("@")[0]:
+            kernels.append(r["kernel"])
+    return by_shape, kernels
+
+
+def _overhead(ks: dict, sched: str, suffix: str):
+    b = ks.get(sched + suffix)
+    if b is None:
+        return None
+    if not _ok(b):
+        return b.get("overhead_pct")
+    a = ks.get(sched + "+ref") if _ok(ks.get(sched + "+ref")) else ks.get(sched)
+    return 100 * (b["us"] / a["us"] - 1) if _ok(a) else None
+
+
+def render_decode(res: dict) -> list[str]:
+    """`fa4trace bench` rows: one line per shape, µs (TB/s) per kernel, the ping-pong against
+    base and cuDNN, and the power cap; then the tracing overhead at the shapes that have it."""
+    by_shape, kernels = _decode_groups(res["rows"])
+    with_base, with_cudnn = "base" in kernels, "cudnn" in kernels
+    head = ["shape"] + [f"{k} µs (TB/s)" for k in kernels] + \
+        (["pp vs base"] if with_base else []) + (["pp vs cuDNN"] if with_cudnn else []) + ["power cap / min SM MHz"]
+    body, errs = [], []
+    for key, ks in by_shape.items():
+        cells = [_shape_name(key)]
+        for k in kernels:
+            r = ks.get(k)
+            cells.append(f"{r['us']:.1f} ({r['tbps']:.2f})" if _ok(r) else "-")
+        pp, base, cud = ks.get("pingpong"), ks.get("base"), ks.get("cudnn")
+        if with_base:
+            if pp is not None and pp.get("vs_base_pct") is not None:
+                cells.append(f"{pp['vs_base_pct']:+.1f}%")
+            else:
+                cells.append(f"{100 * (base['us'] / pp['us'] - 1):+.1f}%" if _ok(pp) and _ok(base) else "-")
+        if with_cudnn:
+            if pp is not None and pp.get("vs_cudnn_x") is not None:
+                cells.append(f"{pp['vs_cudnn_x']:.2f}x")
+            else:
+                cells.append(f"{cud['us'] / pp['us']:.2f}x" if _ok(pp) and _ok(cud) else "-")
+        st = next((r["gpu_state"] for r in ks.values() if r.get("gpu_state")), None)
+        cells.append("-" if st is None or st["power_cap_share"] < 0.1 else
+                     f"{100 * st['power_cap_share']:.0f}% / {st['sm_mhz_min']}")
+        body.append(cells)
+        for r in ks.values():
+            for e in (r.get("rel_err"), r.get("shape_max_rel_err")):
+                if e is not None and e == e:
+                    errs.append(e)
+    lines = _table(head, body)
+    if errs:
+        lines += ["", f"Max relative error vs float32: {max(errs):.1e}. Power cap: share of nvidia-smi samples "
+                  "capped (from 10%) / lowest SM MHz."]
+    ours = [s for s in ("base", "pingpong", "intrawg")
+            if any(r["kernel"].partition("@")[0] == s + "+trace" for r in res["rows"])]
+    traced = [(k, ks) for k, ks in by_shape.items() if any(_overhead(ks, s, "+trace") is not None for s in ours)]
+    if traced:
+        short = {"pingpong": "pp", "intrawg": "iw"}
+        who = "/".join(short.get(s, s) for s in ours)
+        head = ["shape", f"every warp {who}", f"lead warps {who}", f"+stalls events {who}"]
+        body = []
+        for key, ks in traced:
+            cells = [_shape_name(key)]
+            for sfx in ("+trace", "+tracelead", "+tracestalls"):
+                vals = [_overhead(ks, s, sfx) for s in ours]
+                cells.append(" / ".join("-" if v is None else f"{v:+.1f}%" for v in vals))
+            body.append(cells)
+        lines += ["", "Tracing cost per schedule (same run; core events unless said; overhead against the "
+                  "untraced kernel timed next to it):", ""] + _table(head, body)
+    return lines
+
+
+def render_generic(res: dict) -> list[str]:
+    cols = res.get("columns")
+    if not cols:
+        keys: list[str] = []
+        for r in res["rows"]:
+            keys += [k for k in r if k not in keys]
+        cols = [[k, k] for k in keys]
+    def cell(r, k):
+        if k == "shape" and "shape" not in r and all(x in r for x in ("d", "hq", "hkv", "sk", "b", "sq")):
+            return _shape_name([r[x] for x in ("d", "hq", "hkv", "sk", "b", "sq")])
+        return _fmt(r.get(k))
+
+    return _table([h for _, h in cols], [[cell(r, k) for k, _ in cols] for r in res["rows"]])
+
+
+def render_not_kept(res: dict) -> list[str]:
+    return [f"- {r['idea']}: {r['result']} (`{r['commit']}`)" for r in res["rows"]]
+
+
+def render_fa4_legacy(res: dict) -> list[str]:
+    """benchmarks/fa4_sm90_device.py's results.json: FA4's untraced time per shape and the
+    tracing overhead per recorder placement."""
+    data = res["legacy"]
+    over = {(o["d"], o["hq"], o["hkv"], o["sk"], o["b"]): o for o in data.get("overhead", [])}
+    variants = ["default", "smem", "consumer", "consumer_smem", "producer", "life"] if over else []
+    head = ["d", "hq:hkv", "sk", "b", "FA4 µs (TB/s)"] + [f"{v} %" for v in variants]
+    body = []
+    for t in data.get("timing", []):
+        key = (t["d"], t["hq"], t["hkv"], t["sk"], t["b"])
+        o = over.get(key, {})
+        us = t["plain_us_median_min_max"][0]
+        body.append([str(t["d"]), f"{t['hq']}:{t['hkv']}", str(t["sk"]), str(t["b"]),
+                     f"{us:.1f} ({t['plain_TBps']:.2f})"] +
+                    [f"{o[v]['overhead_pct']:+.1f}" if v in o else "-" for v in variants])
+    return _table(head, body)
+
+
+def render_area(res: dict) -> list[str]:
+    if res["area"] in ("decode", "decode-fa4"):
+        body = render_decode(res)
+    elif res["area"] == "not-kept":
+        body = render_not_kept(res)
+    elif "legacy" in res:
+        body = render_fa4_legacy(res)
+    else:
+        body = render_generic(res)
+    if res["area"] == "not-kept":
+        return ([res["notes"], ""] if res.get("notes") else []) + body + [""]
+    return _meta(res) + body + [""]
+
+
+def render(results: list[dict], folder: Path = RESULTS) -> str:
+    order = {a: i for i, (a, _) in enumerate(AREAS)}
+    heading = {a: h for a, h in AREAS if h}
+    results = sorted(results, key=lambda r: (order.get(r["area"], len(order)), r["area"], r["_file"]))
+    lines = ["# Benchmarks", "",
+             "Current results, one table per area, with the date, commit, GPU and command of each. Generated by "
+             "`python benchmarks/report.py` from [`benchmarks/results/`](benchmarks/results/) (schema in its "
+             "docstring); do not edit by hand. Compare numbers within one table: H200s differ from machine to "
+             "machine, and at b >= 8 they run at the 700 W power cap. Earlier measurements are in this file's history.",
+             ""]
+    seen = set()
+    for res in results:
+        area = res["area"]
+        if area not in seen:
+            seen.add(area)
+            if area in heading:
+                lines += [f"## {heading[area]}", ""]
+            elif area not in order:
+                lines += [f"## {area}", ""]
+        lines += render_area(res)
+    others = sorted(p.name for p in folder.iterdir() if p.suffix != ".json") if folder.is_dir() else []
+    if others:
+        lines += ["## Other result files", "",
+                  "Raw outputs kept next to the JSON files: " +
+                  ", ".join(f"[`{n}`](benchmarks/results/{n})" for n in others) + ".", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if BENCHMARKS.md is out of date")
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    text = render(load_results(args.results), args.results)
+    if args.check:
+        current = args.out.read_text() if args.out.exists() else ""
+        if current != text:
+            print(f"{args.out} is out of date: run python benchmarks/report.py", file=sys.stderr)
+            return 1
+        print(f"{args.out} is up to date")
+        return 0
+    args.out.write_text(text)
+    print(f"wrote {args.out} ({len(text.encode())} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""benchmarks/report.py: BENCHMARKS.md is what the result files render to, and the renderer's rules."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+report = _report()
+
+
+def _meta(area, **kw):
+    return {"area": area, "title": f"{area} title", "date": "2026-12-01", "commit": "abc1234",
+            "gpu": "NVIDIA H200", "command": "fa4trace bench", **kw}
+
+
+def _row(kernel, us, **kw):
+    return {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "sq": 1, "dtype": "bf16", "kernel": kernel,
+            "us": us, "us_spread": 0.1, "tbps": None if us is None else round(67.1e6 / us / 1e6, 2),
+            "rel_err": 2e-3, **kw}
+
+
+def _write(folder: Path, name: str, obj) -> None:
+    (folder / name).write_text(json.dumps(obj))
+
+
+def test_benchmarks_md_is_up_to_date(capsys):
+    assert report.main(["--check"]) == 0, "BENCHMARKS.md is stale: run python benchmarks/report.py"
+    assert (ROOT / "BENCHMARKS.md").stat().st_size <= 25 * 1024
+
+
+def test_check_fails_on_a_stale_file(tmp_path, capsys):
+    res = tmp_path / "results"
+    res.mkdir()
+    _write(res, "a.json", _meta("floors", rows=[{"shape": "x", "read_us": 1.5}]))
+    out = tmp_path / "B.md"
+    assert report.main(["--results", str(res), "--out", str(out)]) == 0
+    assert report.main(["--check", "--results", str(res), "--out", str(out)]) == 0
+    out.write_text(out.read_text() + "edited by hand\n")
+    assert report.main(["--check", "--results", str(res), "--out", str(out)]) == 1
+    assert "out of date" in capsys.readouterr().err
+
+
+def test_decode_area_renders_bench_rows(tmp_path):
+    rows = [_row("base", 21.0), _row("pingpong", 20.0, gpu_state={"power_cap_share": 0.5, "thermal_share": 0.0,
+                                                                  "sm_mhz_min": 1500, "sm_mhz_max": 1980}),
+            _row("cudnn", 28.0), _row("pingpong+ref", 20.0), _row("pingpong+trace", 21.0),
+            _row("pingpong+tracelead", 20.5), _row("base+trace", 22.05)]
+    _write(tmp_path, "decode.json", _meta("decode", rows=rows, notes="a note"))
+    md = report.render(report.load_results(tmp_path), tmp_path)
+    assert "2026-12-01 · commit `abc1234` · NVIDIA H200" in md and "`fa4trace bench`" in md and "a note" in md
+    line = next(x for x in md.splitlines() if x.startswith("| d128 16:1 sk 131072 b 1 | 21.0"))
+    # base / pingpong = +5.0%, cuDNN / pingpong = 1.40x, half the samples power-capped
+    assert "| +5.0% | 1.40x | 50% / 1500 |" in line
+    trace = next(x for x in md.splitlines() if x.startswith("| d128 16:1 sk 131072 b 1 | +"))
+    # overhead against +ref where there is one (pingpong), else the untraced kernel (base)
+    assert trace.split(" | ")[1] == "+5.0% / +5.0%" and trace.split(" | ")[2] == "- / +2.5%"
+    assert "Max relative error vs float32: 2.0e-03" in md
+
+
+def test_decode_area_prefers_transcribed_cells(tmp_path):
+    rows = [_row("base", 7.0), _row("pingpong", 5.7, vs_base_pct=21.4, vs_cudnn_x=1.41), _row("cudnn", 8.1),
+            _row("pingpong+trace", None, overhead_pct=4.9)]
+    _write(tmp_path, "decode.json", _meta("decode", rows=rows))
+    md = report.render(report.load_results(tmp_path), tmp_path)
+    assert "| +21.4% | 1.41x |" in md
+    assert "| +4.9% |" in md
+
+
+def test_generic_not_kept_and_legacy_areas(tmp_path):
+    _write(tmp_path, "f.json", _meta("floors", columns=[["shape", "shape"], ["read_us", "read µs"]],
+                                     rows=[{"d": 64, "hq": 16, "hkv": 2, "sk": 4096, "b": 8, "sq": 4,
+                                            "read_us": 37.0}, {"shape": "other", "read_us": None}]))
+    _write(tmp_path, "n.json", _meta("not-kept", rows=[{"idea": "Work stealing", "result": "slower",
+                                                         "commit": "ca34783"}]))
+    legacy = {"timing": [{"d": 128, "hq": 16, "hkv": 1, "sk": 4096, "b": 4,
+                          "plain_us_median_min_max": [50.88, 49.9, 53.4], "plain_TBps": 0.1655}],
+              "overhead": [{"d": 128, "hq": 16, "hkv": 1, "sk": 4096, "b": 4, "default": {"overhead_pct": 19.81}}]}
+    _write(tmp_path, "fa4_sm90_h200.json", legacy)
+    md = report.render(report.load_results(tmp_path), tmp_path)
+    assert "| d64 16:2 sk 4096 b 8 sq 4 | 37.0 |" in md and "| other | - |" in md
+    assert "- Work stealing: slower (`ca34783`)" in md
+    assert "| 128 | 16:1 | 4096 | 4 | 50.9 (0.17) | +19.8 |" in md
+    # section order: floors before the FA4 SM90 files before the not-kept list
+    assert md.index("## Bandwidth floors") < md.index("## FlashAttention-4 SM90") < md.index("## What was tried")
+
+
+def test_schema_errors_name_the_file(tmp_path):
+    _write(tmp_path, "bad.json", {"area": "x", "rows": []})
+    with pytest.raises(ValueError, match="bad.json: missing title"):
+        report.load_results(tmp_path)
+    (tmp_path / "bad.json").unlink()
+    _write(tmp_path, "anon.json", {"rows": []})
+    with pytest.raises(ValueError, match="anon.json: no 'area'"):
+        report.load_results(tmp_path)
+
+
+def test_every_results_file_has_the_schema():
+    for res in report.load_results():
+        assert res["date"] and res["commit"] and res["gpu"] and res["command"], res["_file"]
