@@ -383,22 +383,13 @@ class DecodeAttentionSm90:
         them). How many: a tenth of the split's tiles (count // 5 of its 2 * count), at most
         ``kv_prefetch``.
 
-        Why: the producer's K0 goes out at ~0.27 us, but its next TMA issue blocks until ~0.65
-        us (BENCHMARKS.md, ninth session), so for the first half microsecond of a launch HBM
-        has little to do; these requests fill that gap. H200, eleventh session, against the
-        same source with ``kv_prefetch=0``, cold L2: -2.8..-7.3% at sk 131072 b 1 (all three
-        schedules, d64 and d128), -0.5..-2.1% at b 8, -0.3..-0.9% at b 32; with a warm L2
-        -1..-5% at b 1. What was worse: a fifth of the split or more (+2..+12%); prefetching
-        splits of a few blocks, whose tiles are all requested at launch anyway (up to +15%);
-        one request per tile or per 8-32 rows instead of per row (d64 16:1 b 1 -1.7..-2.3%
-        instead of -7.5..-7.9%); per-line ``prefetch.global.L2`` (smaller gains); the producer
-        issuing them (+11..+27%); and one to four extra warps issuing them (+1..+6% at b 1,
-        twelfth session). A warp that issues these requests stalls for microseconds (SASS:
-        UBLKPF takes a uniform address, so ptxas loops over the warp's rows, one request per
-        trip); the consumers can afford that before their first block lands (the LOAD_Q spans in
-        traces/ grew from ~0.5-0.8 to ~1.4-2.3 us, then they catch up), the producer cannot,
-        and neither can the traced d64 ping-pong, whose consumer sets the pace (its traced
-        time is unchanged, so its tracing overhead rose).
+        Why: the producer's K0 goes out at once, but its next TMA issue blocks for a few hundred
+        nanoseconds, so HBM has little to do at the start of a launch; these requests fill that
+        gap (the gain per shape is in BENCHMARKS.md). The consumers issue them because a warp
+        that does stalls for microseconds (UBLKPF takes a uniform address, so ptxas loops over
+        the warp's rows, one request per trip): the consumers can afford that before their
+        first block lands, the producer cannot. More tiles, per-tile or per-line requests, and
+        other warps issuing them were slower (BENCHMARKS.md, "tried and not kept").
         """
         d, tile_n = self.d, self.tile_n
         n_pf = cutlass.min(count // 5, self.kv_prefetch)
@@ -429,14 +420,11 @@ class DecodeAttentionSm90:
         v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
 
         # Q is loaded by the consumers (``issue_q`` / ``store_q``). Its loads go out before all
-        # KV requests of this CTA but the first: issued behind the first stages (6 x 32 KB per
-        # SM at d128, 25 MB GPU-wide) they waited in the same memory queues, and the consumers
-        # started 2.3-3.9 us after launch (H200 traces), leaving the stages full and no new
-        # request issued meanwhile. K0 alone goes first: the consumers need ~270 instructions
-        # (Q addresses) to issue Q, and waiting for that put the first KV request at 0.67 us;
-        # K0 first puts it at 0.27 us and the first QK 0.5 us earlier (BENCHMARKS.md, fifth
-        # session). The producer waits only for the Q loads to be *issued* (tens of ns), not to
-        # land.
+        # KV requests of this CTA but the first: issued behind the first stages they would wait
+        # in the same memory queues and start the consumers late, with the stages full and no
+        # new request issued meanwhile. K0 alone goes first, since the consumers need a few
+        # hundred instructions (Q addresses) before they can issue Q. The producer waits only
+        # for the Q loads to be *issued* (tens of ns), not to land.
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipes.k, k_state, tma.atom_k, tKgK, tKsK, work.n_begin)
         rec = rec.settle()
         cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)

@@ -1,7 +1,7 @@
 """CPU: every decode-attention variant ``fa4trace build`` exports compiles for sm_90a; facts
 read off its PTX.
 
-Needs nvidia-cutlass-dsl (no GPU). The variants compile once per test run (the session fixture
+Needs nvidia-cutlass-dsl (no GPU). The variants compile once per test run (the fixture
 ``attention_ptx`` in conftest.py, two worker processes); every test here reads that compile.
 With ptxas on the PATH (or /usr/local/cuda/bin), the register / spill report of each is read
 and written to artifacts/attention_compile_report.json, and spills fail the test.
