@@ -130,10 +130,12 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     when ``out_path`` is given). ``trace_events``: "core" or "stalls" (``EVENT_SETS``).
 
     The uninstrumented kernel runs on the same inputs first: the traced output must equal it
-    bit for bit (else Fa4traceError). Both are timed by CUDA-graph replay on these inputs into
-    ``meta['timing']`` (``kernel_us`` untraced, ``traced_us`` recorded): one input set, so L2
-    holds what of the KV fits, unlike the cold-L2 benchmark (``fa4trace bench``).
+    bit for bit (else Fa4traceError). ``meta['timing']`` holds three CUDA-graph times:
+    ``kernel_us`` (untraced) and ``traced_us`` on the recorded inputs, where L2 holds what of
+    the KV fits, and ``bench_us``, the untraced kernel as ``fa4trace bench`` times it (fresh
+    inputs per launch, cold L2), which ``fa4trace summary`` reports as the kernel's time.
     """
+    from ..bench.decode import cold_l2_inputs
     from ..bench.timing import graph_time
     from ..gpu import require_cuda
     from ..record import TracedLaunch, record
@@ -175,9 +177,15 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
               "n_blocks": plan.n_blocks,
               "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
               "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
+    sets, per_graph = cold_l2_inputs(shape, seed=seed + 1)
+    us_bench, _ = graph_time(lambda i: decode_attention(*sets[i][:3], out=sets[i][3], **kw), len(sets), 15,
+                             per_graph)
+    del sets
     trace = record([launch], kernel="decode_attention_sm90", config=config,
-                   timing={"kernel_us": us_plain, "traced_us": us_traced,
-                           "method": "CUDA graph replay (10 launches per graph), median of 20, the recorded inputs"})
+                   timing={"kernel_us": us_plain, "traced_us": us_traced, "bench_us": us_bench,
+                           "method": "CUDA graph replay (10 launches per graph), median of 20, the recorded inputs",
+                           "bench_method": "fa4trace bench's: CUDA graph replay over input sets that rotate "
+                                           ">= 256 MB of KV (cold L2), median of 15 replays"})
     if not torch.equal(o_plain, outs[0]):
         raise Fa4traceError("traced and untraced outputs differ: the recorder changed the kernel's result")
     if out_path is not None:

@@ -274,3 +274,16 @@ def test_each_schedule_overlaps_what_it_claims(schedule):
     (qk_lo, qk_hi), (pv_lo, pv_hi) = OVERLAPS[schedule]
     assert qk_lo <= s["qk_softmax_overlap"] <= qk_hi, s["qk_softmax_overlap"]
     assert pv_lo <= s["pv_softmax_overlap"] <= pv_hi, s["pv_softmax_overlap"]
+
+
+def test_a_recording_carries_the_cold_l2_time_that_summary_reports():
+    """record_attention times the untraced kernel the way ``fa4trace bench`` does (cold L2)
+    beside the recorded inputs' times; summary reports the cold-L2 one and says so."""
+    from fa4trace import analysis
+
+    tr = A.record_attention(schedule="pingpong", d=128, hq=16, hkv=1, sk=32768, b=1, sq=1)
+    t = tr.meta["timing"]
+    assert t["bench_us"] > 0 and t["kernel_us"] > 0 and t["traced_us"] > 0
+    s = analysis.summarize(tr)
+    assert s["kernel_time_kind"] == "cold_l2_bench"
+    assert abs(s["kernel_time_ns"] - t["bench_us"] * 1e3) < 1e-6
