@@ -1,10 +1,11 @@
 """Markdown table of the decode-attention bundles in traces/ (for traces/README.md).
 
-    python benchmarks/attn_traces_table.py [traces/decode_*.parquet ...] [--bench artifacts/bench.json]
+    python benchmarks/attn_traces_table.py [traces/decode_*.parquet ...] \
+        [--bench benchmarks/results/decode_h200.json]
 
-Numbers come from fa4trace.analysis.summarize (the same as `fa4trace summary`); the kernel
-time of the uninstrumented kernel at the same shape is taken from a benchmark JSON
-(bench_cli output, cold L2) when one is given.
+Numbers come from fa4trace.analysis.summarize (the same as `fa4trace summary`); the time of the
+uninstrumented kernel at the same shape comes from a `fa4trace bench` result file (cold L2)
+when one is given. A table for a README, not a measurement: no JSON output.
 """
 
 import argparse
@@ -17,9 +18,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bundles", nargs="*")
-    ap.add_argument("--bench", default=None, help="bench.json from bench_cli (cold-L2 kernel times)")
+    ap.add_argument("--bench", default=None, help="a `fa4trace bench` result file (bench.json): cold-L2 kernel times")
     args = ap.parse_args(argv)
     from fa4trace import analysis, bundle
 

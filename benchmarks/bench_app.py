@@ -16,6 +16,9 @@ Two drivers:
            from navigation to the timeline drawn by plotly and the script finished, on a fresh
            server (cold caches) and on a second page load (warm caches); then the Perfetto UI
            tab until its trace processor has the trace (export + postMessage + wasm import).
+
+``--json`` writes the "viewer" area of BENCHMARKS.md (one row per case; every number under
+"results"). Wall-clock times on a shared machine: the 1-minute load average is recorded.
 """
 
 from __future__ import annotations
@@ -181,8 +184,30 @@ def main(argv=None) -> int:
     print(f"\n1M events in one CTA, whole-CTA window: rerun {r['full_window_s']:.2f} s, {r['segments']:,} segments "
           f"sent ({r['titles'][0].split(' · ')[-1] if r['titles'] else ''})")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1))
+        from fa4trace.bench.results import envelope, write
+
+        def sec(x):
+            return None if x is None else round(x, 2)
+
+        rows = []
+        for name in ("default", "1M pair", "1M in one CTA"):
+            r = results[name]
+            b = r.get("browser", {})
+            case = name if name != "default" else f"default: {', '.join(results['default_traces'])}"
+            rows.append({"case": case, "apptest_cold": sec(r["apptest"]["cold_s"]),
+                         "apptest_warm": sec(r["apptest"]["warm_s"]),
+                         "full_window": sec(r["apptest"].get("full_window_s")),
+                         "browser_cold": sec(b.get("cold_s")), "browser_warm": sec(b.get("warm_s")),
+                         "perfetto_tab": sec(b.get("perfetto_s")), "segments": r["apptest"]["segments"],
+                         "load": f"{r['load_before']:.1f}-{r['load_after']:.1f}"})
+        doc = envelope("viewer", "Viewer (Streamlit app) speed", rows,
+                       gpu=f"none: {results['cpus']}-core {results['machine']}, Python {results['python']}",
+                       columns=[("case", "case"), ("apptest_cold", "AppTest cold s"), ("apptest_warm", "AppTest warm s"),
+                                ("full_window", "whole-CTA window s"), ("browser_cold", "browser cold s (first render)"),
+                                ("browser_warm", "browser warm s"), ("perfetto_tab", "Perfetto tab s"),
+                                ("segments", "segments sent"), ("load", "1-min load")],
+                       results=results)
+        print(f"wrote {write(args.json, doc)}")
     return 0
 
 

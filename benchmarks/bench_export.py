@@ -11,15 +11,16 @@ synthetic, never a measurement of a GPU) it times, per schedule:
   chrome    to_chrome() to a file: events/s, bytes/event
 Each step runs --repeat times after one cold run; the table shows the median wall time (and
 the best, and the median CPU time of this process: the machine is shared, so the wall clock
-can include other people's work; the load average is printed). Targets (issue 5): decode
->= 5 M events/s; Perfetto >= 0.5 M slices/s, <= 32 B/slice plain, <= 10 B/slice compressed.
+can include other people's work; the load average is printed). Targets: decode >= 5 M
+events/s; Perfetto >= 0.5 M slices/s, <= 32 B/slice plain, <= 10 B/slice compressed.
+``--json`` writes the "host" area of BENCHMARKS.md (the table's rows; every number under
+"results").
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import statistics
@@ -117,13 +118,14 @@ def bench_schedule(schedule: str, n_events: int, repeat: int, tmp: str, log=prin
     return out
 
 
-def table(results: list[dict]) -> str:
-    head = ["schedule", "step", "median s (best, CPU)", "rate", "size", "target"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def table_rows(results: list[dict]) -> list[dict]:
+    """One dict per schedule and step: schedule, step, median_s, best_s, cpu_median_s, rate, size, target."""
+    out = []
 
     def row(sched, step, r, rate, size, target):
-        t = f"{r['median_s']:.3f} ({r['best_s']:.3f}, {r['cpu_median_s']:.3f})"
-        lines.append(f"| {sched} | {step} | {t} | {rate} | {size} | {target} |")
+        out.append({"schedule": sched, "step": step, "median_s": round(r["median_s"], 3),
+                    "best_s": round(r["best_s"], 3), "cpu_median_s": round(r["cpu_median_s"], 3),
+                    "rate": rate, "size": size, "target": target})
 
     for res in results:
         s = res["schedule"]
@@ -142,6 +144,15 @@ def table(results: list[dict]) -> str:
         c = res["chrome"]
         row(s, "chrome", c, f"{c['events_per_s'] / 1e6:.2f} M events/s",
             f"{c['bytes_per_event']:.1f} B/event ({c['bytes'] / 2**20:.1f} MiB)", "-")
+    return out
+
+
+def table(results: list[dict]) -> str:
+    head = ["schedule", "step", "median s (best, CPU)", "rate", "size", "target"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table_rows(results):
+        t = f"{r['median_s']:.3f} ({r['best_s']:.3f}, {r['cpu_median_s']:.3f})"
+        lines.append(f"| {r['schedule']} | {r['step']} | {t} | {r['rate']} | {r['size']} | {r['target']} |")
     return "\n".join(lines)
 
 
@@ -167,8 +178,21 @@ def main(argv=None):
     print(md)
     print(f"load average after: {info['loadavg_after']}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**info, "targets": TARGETS, "results": results}, f, indent=1)
+        from fa4trace.bench.results import envelope, write
+
+        m = info["machine"]
+        load = f"{min(info['loadavg_before'][0], info['loadavg_after'][0]):.1f}-" \
+               f"{max(info['loadavg_before'][0], info['loadavg_after'][0]):.1f}"
+        doc = envelope("host", f"Host pipeline on a {m['cores']}-core CPU machine (decode, Perfetto, Chrome)",
+                       table_rows(results),
+                       gpu=f"none: {m['cpu']} x{m['cores']} (load {load}), Python {m['python']}, "
+                           f"numpy {m['numpy']}, pyarrow {m['pyarrow']}",
+                       columns=[("schedule", "schedule"), ("step", "step"), ("median_s", "median s"),
+                                ("rate", "rate"), ("size", "size"), ("target", "target")],
+                       notes=f"~{args.events:,} synthetic events per schedule (fa4trace.synthetic: 132 CTAs x 5 "
+                             f"warps); median of {args.repeat} runs after one cold run.",
+                       info=info, targets=TARGETS, results=results)
+        print(f"wrote {write(args.json, doc)}")
 
 
 if __name__ == "__main__":

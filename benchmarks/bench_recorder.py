@@ -1,92 +1,130 @@
-"""Recorder overhead on the marker-dense microbenchmark (run on the GPU machine).
+"""Recorder overhead on the marker-dense microbenchmark (2 events per iteration per warp).
 
-    python benchmarks/bench_recorder.py [--iters N] [--chain C] [--json out.json]
+    python benchmarks/bench_recorder.py [--config l2:1 smem:3 ...] [--iket iket.log] [--json out.json]
 
-Times the same kernel plain and with each recorder variant (CUDA events around each launch,
-median of --reps launches after warm-up; the chase table is L2-resident by design), and
-reports overhead %, added cycles per event per warp, and added issue slots per event
-(cycles per event / warps per scheduler: what an issue-bound kernel pays). IKET is timed by
-benchmarks/iket_workload.py under NVIDIA's run-iket (it cannot run in the same process).
+Times the marker kernel plain and with each recorder variant (``kernels/markers.py``), and
+reports the overhead, the added cycles per event per warp, and the added issue slots per event
+(cycles per event / warps per scheduler: what an issue-bound kernel pays). ``--json`` writes the
+"markers" area of BENCHMARKS.md.
+
+Timing: CUDA events around single launches, median of ``--reps``, not ``fa4trace.bench.timing``:
+one launch runs for milliseconds (launch cost is noise), the pointer-chase table is L2-resident
+by design (a cold L2 would measure DRAM, not the recorder), and IKET's timings
+(``benchmarks/iket_workload.py`` under NVIDIA's run-iket, in its own process; ``--iket`` reads
+its lines) are taken the same way, so the two compare directly.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import re
 import statistics
 import sys
 
-import numpy as np
+VARIANTS = ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "iket")
+# variant -> (row key, column header) of the JSON rows
+COLUMN = {"fa4trace": ("staged_pct", "fa4trace staged %"), "fa4trace_block": ("block_pct", "fa4trace_block %"),
+          "fa4trace_lane": ("lane0_pct", "fa4trace lane-0 stores %"),
+          "fa4trace_gt": ("globaltimer_pct", "fa4trace globaltimer %"),
+          "iket": ("iket_placeholders_pct", "IKET placeholders only %")}
+WARPS_PER_SCHEDULER = 16  # 8 warps per CTA, 8 CTAs per SM, 4 schedulers
 
 
-def call(fn, out, table, trace, n_ctas, iters, chain):
-    fn(out, table, trace, n_ctas, iters, chain)
-
-
-def time_variant(variant, work, n_ctas, iters, chain, reps, capacity_factor=1.0):
+def event_time(fn, args, reps: int):
+    """(median, min, max) µs of ``fn(*args)`` over ``reps`` launches after 3 warm-up launches."""
     import torch
 
-    from fa4trace import layout as L
-    from fa4trace.kernel_loader import get_kernel
-    from fa4trace.record import marker_inputs
-
-    fn, how = get_kernel("markers", variant=variant, work=work)
-    out, table = marker_inputs(n_ctas)
-    trace = None
-    if variant.startswith("fa4trace"):
-        spec = L.BufferSpec.for_grid(n_ctas, 8, int(2 * iters * capacity_factor) + 8)
-        trace = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
     for _ in range(3):
-        call(fn, out, table, trace, n_ctas, iters, chain)
+        fn(*args)
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        call(fn, out, table, trace, n_ctas, iters, chain)
+        fn(*args)
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)  # µs
-    return statistics.median(times), min(times), max(times), how
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times), min(times), max(times)
 
 
-def main(argv=None):
+def time_variant(variant: str, work: str, n_ctas: int, iters: int, chain: int, reps: int):
+    import numpy as np
+    import torch
+
+    from fa4trace import loader
+    from fa4trace.layout import BufferSpec
+    from fa4trace.record import MARKER_WARPS, marker_inputs
+
+    kern = loader.load("markers", variant=variant, work=work)
+    out, table = marker_inputs(n_ctas)
+    trace = None
+    if variant.startswith("fa4trace"):
+        spec = BufferSpec.for_grid(n_ctas, MARKER_WARPS, 2 * iters + 8)
+        trace = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
+    return (*event_time(kern.fn, (out, table, trace, n_ctas, iters, chain), reps), kern.how)
+
+
+def read_iket(path: str) -> dict:
+    """{(work, chain): median µs} from iket_workload.py's IKET_WORKLOAD lines (the last per config)."""
+    found = {}
+    for line in open(path):
+        m = re.search(r"IKET_WORKLOAD .*median_us=([\d.]+).*work=(\w+) chain=(\d+)", line)
+        if m:
+            found[(m.group(2), int(m.group(3)))] = float(m.group(1))
+    return found
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-ctas", type=int, default=1056)
     ap.add_argument("--iters", type=int, default=1600)
     ap.add_argument("--config", nargs="+", default=["l2:1", "l2:2", "smem:3", "smem:10"],
                     help="work:chain pairs (work l2 = latency-bound, smem = issue-bound)")
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--clock-ghz", type=float, default=None, help="SM clock for cycle counts (default: measured by the calibration kernel if available, else 1.98)")
+    ap.add_argument("--clock-ghz", type=float, default=1.98, help="SM clock under load, for cycle counts")
+    ap.add_argument("--iket", help="log of iket_workload.py runs under run-iket: adds the IKET column")
+    ap.add_argument("--json", help="write the 'markers' result file here")
     args = ap.parse_args(argv)
-    import torch
 
-    ghz = args.clock_ghz or 1.98
-    rows = []
+    from fa4trace.bench.results import envelope, gpu_name, write
+
+    ghz = args.clock_ghz
+    iket = read_iket(args.iket) if args.iket else {}
+    rows, detail = [], []
     for cfg in args.config:
         work, chain = cfg.split(":")[0], int(cfg.split(":")[1])
+        row = {"work": cfg}
         base = None
-        for v in ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "iket"):
+        for v in VARIANTS:
             med, lo, hi, how = time_variant(v, work, args.n_ctas, args.iters, chain, args.reps)
+            base = med if v == "plain" else base
+            added_cycles = (med - base) * 1e3 * ghz / (2 * args.iters)
+            detail.append({"work": work, "chain": chain, "variant": v, "median_us": med, "min_us": lo, "max_us": hi,
+                           "overhead_pct": 100 * (med - base) / base, "added_cycles_per_event": added_cycles,
+                           "added_issue_slots_per_event": added_cycles / WARPS_PER_SCHEDULER, "how": how})
             if v == "plain":
-                base = med
-            events_per_warp = 2 * args.iters
-            row = {"work": work, "chain": chain, "variant": v if v != "iket" else "iket (placeholders, no run-iket)",
-                   "median_us": med, "min_us": lo, "max_us": hi,
-                   "overhead_pct": 100 * (med - base) / base,
-                   "added_cycles_per_event": (med - base) * 1e3 * ghz / events_per_warp,
-                   "added_issue_slots_per_event": (med - base) * 1e3 * ghz / events_per_warp / 16,
-                   "plain_cycles_per_iteration": base * 1e3 * ghz / args.iters, "how": how}
-            rows.append(row)
-    print(f"device: {torch.cuda.get_device_name(0)}; n_ctas={args.n_ctas} x 8 warps, iters={args.iters}")
-    print(f"{'work':>4} {'chain':>5} {'variant':34s} {'median µs':>10} {'overhead':>9} {'cyc/event':>9} {'slots/ev':>8} {'cyc/iter(plain)':>15}")
-    for r in rows:
-        print(f"{r['work']:>4} {r['chain']:>5} {r['variant']:34s} {r['median_us']:10.1f} {r['overhead_pct']:8.1f}% "
-              f"{r['added_cycles_per_event']:9.1f} {r['added_issue_slots_per_event']:8.2f} {r['plain_cycles_per_iteration']:15.0f}")
+                row["plain_us"] = round(med, 1)
+                row["cycles_per_iter"] = round(med * 1e3 * ghz / args.iters)
+            else:
+                row[COLUMN[v][0]] = round(100 * (med - base) / base, 1)
+        if (work, chain) in iket:
+            row["iket_pct"] = round(100 * (iket[(work, chain)] / row["plain_us"] - 1), 1)
+        rows.append(row)
+
+    print(f"{gpu_name()}; {args.n_ctas} CTAs x 8 warps, {args.iters} iterations")
+    print(f"{'work':>4} {'chain':>5} {'variant':16s} {'median µs':>10} {'overhead':>9} {'cyc/event':>9} {'slots/ev':>8}")
+    for r in detail:
+        print(f"{r['work']:>4} {r['chain']:>5} {r['variant']:16s} {r['median_us']:10.1f} {r['overhead_pct']:8.1f}% "
+              f"{r['added_cycles_per_event']:9.1f} {r['added_issue_slots_per_event']:8.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(0), "args": vars(args), "rows": rows}, f, indent=1)
+        cols = [("work", "work:chain"), ("plain_us", "plain µs"), ("cycles_per_iter", "cycles/iter")] + \
+            [COLUMN[v] for v in VARIANTS[1:]] + ([("iket_pct", "IKET under run-iket %")] if iket else [])
+        doc = envelope("markers", "Recorder overhead: marker-dense microbenchmark, ours vs IKET", rows,
+                       columns=cols, notes=f"{args.n_ctas} CTAs x 8 warps, {args.iters} iterations, 2 events per "
+                       f"iteration per warp; CUDA events around single launches, median of {args.reps}; cycles at "
+                       f"{ghz} GHz.", variants=detail)
+        print(f"wrote {write(args.json, doc)}")
     return 0
 
 

@@ -29,8 +29,15 @@ vs_cudnn_x on the pingpong row, shape_max_rel_err on any row; the renderer prefe
 
 Rows of "not-kept" are {"idea", "result", "commit"} and render as one line each. Any other area
 renders as a table of its "columns" (default: every key of the rows, in first-seen order);
-None renders as "-". Files without "area" from before this schema (the FA4 SM90 device runs,
-benchmarks/fa4_sm90_device.py's results.json) render through LEGACY.
+None renders as "-". Files without "area" from before this schema (two FA4 SM90 device runs
+in an older output format) render through LEGACY.
+
+Which script writes which area (each takes ``--json benchmarks/results/<file>.json``; the
+envelope comes from ``fa4trace.bench.results``): decode: ``fa4trace bench`` (its bench.json);
+markers: bench_recorder.py (with iket_workload.py under run-iket); host: bench_export.py;
+viewer: bench_app.py; floors: stream_floor.py; trace-cost: trace_cost.py; fa4-sm90:
+fa4_sm90_device.py. benchmarks/device_run.sh runs the GPU ones in one go. The other areas hold
+tables made from runs of these (their "command" says which).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ AREAS = [
     ("decode-fa4", None),
     ("pdl", None),
     ("trace-cost-parts", "Tracing cost"),
+    ("trace-cost", None),
     ("floors", "Bandwidth floors"),
     ("viewer", "Viewer"),
     ("fa4-sm90", "FlashAttention-4 SM90, traced"),

@@ -2,9 +2,9 @@
 
     python benchmarks/stream_floor.py [--shapes d:hq:hkv:sk:b,...] [--json out.json]
 
-Same harness as the benchmark (``fa4trace.attention``: CUDA-graph replay with several
-launches per graph cycling through >= 256 MB of KV sets, so L2 is cold; median of replays),
-same process, same inputs:
+Timed like ``fa4trace bench`` (``fa4trace.bench.timing``: CUDA-graph replay cycling through
+input sets that rotate L2, median of replays, passes reported by ``reported_us``), in one
+process on the same inputs:
 
 - ``noop``       an empty kernel, one block: what one launch inside a graph costs;
 - ``read``       a plain streaming read of the shape's K and V (16-byte loads, grid-stride, one
@@ -12,19 +12,17 @@ same process, same inputs:
                  can consume this KV in one launch, with no compute, no Q, no combine;
 - ``bulk``       the same bytes through shared memory with 1-D TMA bulk copies
                  (``cp.async.bulk``, one CTA per SM, one issuing thread, ~192 KB in flight), the
-                 best of ``BULK_CONFIGS``: the floor for a kernel fed by TMA, as ours is (the LDG
-                 read is not an upper bound for it: our kernel streamed 4.66 TB/s at d128 16:2
-                 b 32 where the LDG read of the largest shapes reaches ~4.50);
-- ``pingpong``   ours (the AOT build in ``$FA4TRACE_BUILD``), and ``cudnn`` for reference.
+                 best of ``BULK_CONFIGS``: the floor for a kernel fed by TMA, as ours is;
+- ``pingpong``   ours and ``cudnn``, through ``fa4trace.bench.decode.bench_shape``.
 
-The read kernel is compiled by CuPy (NVRTC) on the GPU machine; it needs nothing from the
-CuTe DSL. Prints a table; ``--json`` keeps every number.
+The read kernels are compiled by CuPy (NVRTC) on the GPU machine; they need nothing from the
+CuTe DSL. Prints a table; ``--json`` writes the "floors" area of BENCHMARKS.md (every number in
+the rows).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -100,19 +98,23 @@ extern "C" __global__ void read_bulk(const char* __restrict__ a, const char* __r
 BULK_CONFIGS = ((16 << 10, 12), (32 << 10, 6), (64 << 10, 3))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="128:16:1:131072:1,64:16:1:131072:1,128:16:2:131072:1")
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="128:16:1:131072:1,128:16:1:131072:8,128:16:2:131072:8,64:16:1:131072:8,"
+                                        "64:16:2:131072:8,64:16:1:131072:32", help="d:hq:hkv:sk:b,... (sq 1, bf16)")
     ap.add_argument("--replays", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=2, help="timing passes; reported as fa4trace bench does (the last of 2, "
                     "else the median of all but the first)")
-    ap.add_argument("--json")
-    args = ap.parse_args()
+    ap.add_argument("--json", help="write the 'floors' result file here")
+    args = ap.parse_args(argv)
 
     import cupy as cp
     import torch
 
-    from fa4trace import attention as A
+    from fa4trace.attention import Shape
+    from fa4trace.bench.decode import bench_shape, cold_l2_inputs
+    from fa4trace.bench.results import envelope, write
+    from fa4trace.bench.timing import graph_time, reported_us
 
     mod = cp.RawModule(code=_SRC)
     noop, read2 = mod.get_function("noop"), mod.get_function("read2")
@@ -137,15 +139,15 @@ def main():
     print("|---|---|---|---|---|---|---|", flush=True)
     for spec in args.shapes.split(","):
         d, hq, hkv, sk, b = (int(x) for x in spec.split(":"))
-        shape = A.Shape(b, 1, hq, hkv, sk, d, "bf16")
-        sets, per_graph = A.cold_l2_inputs(shape)
+        shape = Shape(b, 1, hq, hkv, sk, d, "bf16")
+        sets, per_graph = cold_l2_inputs(shape)
         n_sets = len(sets)
         n16 = sets[0][1].numel() * 2 // 16
         kv = [(cp.from_dlpack(st[1].view(torch.int32)), cp.from_dlpack(st[2].view(torch.int32))) for st in sets]
 
         def t(fn):
-            passes = [A._graph_time(fn, n_sets, args.replays, per_graph)[0] for _ in range(args.rounds)]
-            return A.reported_us(passes)  # as fa4trace bench reports its rounds
+            passes = [graph_time(fn, n_sets, args.replays, per_graph)[0] for _ in range(args.rounds)]
+            return reported_us(passes)  # as fa4trace bench reports its rounds
 
         r = {"shape": f"d{d} {hq}:{hkv} sk{sk} b{b}", "kv_bytes": shape.kv_bytes(), "io_bytes": shape.io_bytes()}
         r["noop_us"] = t(on_torch_stream(lambda i: noop((1,), (32,), ())))
@@ -176,11 +178,19 @@ def main():
         sets.clear()
         torch.cuda.empty_cache()
         # ours and cuDNN through the benchmark itself (its own input sets, same harness)
-        for br in A.bench_shape(shape, ["pingpong", "cudnn"], replays=args.replays, rounds=args.rounds):
+        for br in bench_shape(shape, ["pingpong", "cudnn"], replays=args.replays, rounds=args.rounds):
             r[f"{br.kernel}_us"] = None if br.us != br.us else br.us
             if "error" in br.extra:  # a '-' cell: say why
                 r[f"{br.kernel}_error"] = br.extra["error"]
                 print(f"{r['shape']} {br.kernel}: {br.extra['error']}", file=sys.stderr, flush=True)
+        def tbps(us, nbytes):
+            return None if us is None else round(nbytes / us / 1e6, 2)
+
+        r["bulk_read_us"] = r["bulk_us"]
+        r["read_tbps"] = tbps(r["read_us"], r["kv_bytes"])
+        r["bulk_read_tbps"] = tbps(r["bulk_us"], r["kv_bytes"])
+        r["pingpong_tbps"] = tbps(r.get("pingpong_us"), r["io_bytes"])
+        r["cudnn_tbps"] = tbps(r.get("cudnn_us"), r["io_bytes"])
         rows.append(r)
 
         def cell(us, nbytes):
@@ -192,8 +202,13 @@ def main():
                  f"{r['bulk_us']:.1f} ({r['kv_bytes'] / r['bulk_us'] / 1e6:.2f}, {r['bulk_cfg']})") + " | "
               f"{cell(r['pingpong_us'], r['io_bytes'])} | {cell(r['cudnn_us'], r['io_bytes'])} |", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
+        cols = [("shape", "shape"), ("read_us", "read µs"), ("read_tbps", "TB/s"), ("bulk_read_us", "bulk read µs"),
+                ("bulk_read_tbps", "TB/s"), ("pingpong_us", "pingpong µs"), ("pingpong_tbps", "TB/s"),
+                ("cudnn_us", "cuDNN µs"), ("cudnn_tbps", "TB/s"), ("noop_us", "empty launch µs")]
+        doc = envelope("floors", "Bandwidth floors: plain streaming reads of the same KV bytes", rows, columns=cols,
+                       notes="read and bulk read: TB/s of K+V bytes; pingpong and cuDNN: TB/s of Q+K+V+O bytes. "
+                             f"CUDA-graph replay, cold L2, {args.rounds} passes of {args.replays} replays.")
+        print(f"wrote {write(args.json, doc)}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ class BenchRow:
 def cold_l2_inputs(shape: Shape, *, seed: int = 0, device: str = "cuda"):
     """Random (q, k, v, out) sets for timing ``shape`` with a cold L2: as many sets as make up
     L2_ROTATE_BYTES of KV (1..64), and the launches per graph that cycle through them
-    (``_graph_time``). Returns (sets, per_graph)."""
+    (``timing.launches_per_graph``). Returns (sets, per_graph)."""
     import torch
 
     tdt = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
@@ -297,7 +297,8 @@ def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flas
     "decode") and ``bench.md`` into ``out`` and returns the rows."""
     import datetime as dt
     import json
-    import subprocess
+
+    from .results import current_commit
 
     if rounds < 1 or replays < 1:
         raise Fa4traceError(f"--rounds and --replays must be >= 1, got {rounds} and {replays}")
@@ -323,11 +324,7 @@ def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flas
                          trace_overhead=trace_overhead, rounds=rounds, log=log,
                          power=power if power.enabled else None)
     md = bench_table(rows)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(__file__), check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = os.environ.get("FA4TRACE_COMMIT", "not recorded")
+    commit = current_commit()
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "bench.json"), "w") as f:
         json.dump({"area": "decode", "title": "Decode attention: ours vs cuDNN, FLASH and FA4 (cold L2)",

@@ -1,7 +1,7 @@
 """Decode attention on a real GPU (skips cleanly without one).
 
 Runs through fa4trace.attention: JIT where the CuTe DSL is installed, else the AOT build in
-$FA4TRACE_BUILD (on the H200: `FA4TRACE_BUILD=build/attn`, see benchmarks/attn_build.py).
+$FA4TRACE_BUILD (default build/kernels, made by `fa4trace build`; see fa4trace.loader).
 Every check draws fresh random inputs and poisons the output with NaN first.
 """
 
