@@ -36,6 +36,11 @@ PYTHON=${PYTHON:-python3}
 OUT=${OUT:-artifacts/device}
 STEPS=${STEPS:-tests bench recorder floors cost fa4}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# Run from a source checkout without `pip install`: the package maps kernels/ to fa4trace.kernels
+# (pyproject's package-dir); a link gives a plain PYTHONPATH the same view.
+if ! "$PYTHON" -c "import fa4trace.kernels.decode_spec" 2>/dev/null && [ ! -e fa4trace/kernels ]; then
+  ln -s ../kernels fa4trace/kernels && echo "linked fa4trace/kernels -> ../kernels (source checkout, not installed)"
+fi
 export FA4TRACE_BUILD=${FA4TRACE_BUILD:-build/kernels} FA4TRACE_FA4_BUILD=${FA4TRACE_FA4_BUILD:-build/fa4_sm90}
 mkdir -p "$OUT" || exit 1
 

@@ -298,7 +298,7 @@ def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flas
     import datetime as dt
     import json
 
-    from .results import current_commit
+    from .results import envelope, gpu_name
 
     if rounds < 1 or replays < 1:
         raise Fa4traceError(f"--rounds and --replays must be >= 1, got {rounds} and {replays}")
@@ -324,12 +324,10 @@ def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flas
                          trace_overhead=trace_overhead, rounds=rounds, log=log,
                          power=power if power.enabled else None)
     md = bench_table(rows)
-    commit = current_commit()
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "bench.json"), "w") as f:
-        json.dump({"area": "decode", "title": "Decode attention: ours vs cuDNN, FLASH and FA4 (cold L2)",
-                   "date": date[:10], "commit": commit, "gpu": dev["name"], "command": command, "device": dev,
-                   "rows": bench_json(rows)}, f, indent=1)
+        json.dump(envelope("decode", "Decode attention: ours vs cuDNN, FLASH and FA4 (cold L2)", bench_json(rows),
+                           gpu=gpu_name(), command=command, device=dev), f, indent=1)
     with open(os.path.join(out, "bench.md"), "w") as f:
         f.write(md + "\n")
     log(md)
