@@ -49,13 +49,17 @@ def _entry_name(cfg: dict) -> str:
 
 
 # ---- loading ---------------------------------------------------------------------------------
-def _gpu_arch(torch) -> str:
-    major, _minor = torch.cuda.get_device_capability()
+def fa4_arch() -> str:
+    """FA4's path for this GPU, from ``fa4trace.loader.gpu_arch``: "sm90" (H100/H200) or "sm100" (B200)."""
+    from .. import loader
+
+    arch = loader.gpu_arch()  # e.g. "sm_90a", "sm_100a"
+    major = int(arch[3:].rstrip("af")) // 10
     if major in (10, 11):
         return "sm100"
     if major == 9:
         return "sm90"
-    raise DeviceUnavailable(f"FA4 tracing supports SM100 (B200) and SM90 (H100/H200); this GPU is sm_{major}x")
+    raise DeviceUnavailable(f"FA4 tracing supports SM100 (B200) and SM90 (H100/H200); this GPU is {arch}")
 
 
 def _dtype_name(t) -> str:
@@ -115,7 +119,7 @@ def sm90_runner(q, k, v, *, build=None, out=None, traced: bool = False, trace=No
 
     if not q.is_cuda:
         raise DeviceUnavailable("sm90_runner needs CUDA tensors")
-    if _gpu_arch(torch) != "sm90":
+    if fa4_arch() != "sm90":
         raise DeviceUnavailable("sm90_runner runs FA4's SM90 kernel: it needs an H100/H200")
     b, sq, hq, d = q.shape
     hkv = k.shape[2]
@@ -158,7 +162,7 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     from ..record import record as record_launches
 
     require_cuda()
-    arch = _gpu_arch(torch)
+    arch = fa4_arch()
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     kern = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
                    traced=True, build=build, variant=variant)

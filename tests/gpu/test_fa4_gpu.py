@@ -20,12 +20,11 @@ BUILD = Path(os.environ.get("FA4TRACE_FA4_BUILD", "build/fa4_sm90"))
 
 @pytest.fixture(scope="module")
 def arch():
-    import torch
 
     from fa4trace import loader
-    from fa4trace.fa4.run import _gpu_arch
+    from fa4trace.fa4.run import fa4_arch
 
-    a = _gpu_arch(torch)
+    a = fa4_arch()
     if not (BUILD / "manifest.json").is_file() and not loader.can_jit("fa4"):
         pytest.skip(f"no FA4 build at {BUILD} and no CuTe DSL to compile one")
     return a
