@@ -90,7 +90,11 @@ def viewer_server() -> Path:
 class StreamlitServer:
     """The viewer's server on a free port of 127.0.0.1, started as `fa4trace view` starts it."""
 
-    def __init__(self, bundles=(), *, env: dict | None = None, port: int | None = None, timeout: float = 60.0):
+    def __init__(self, bundles=(), *, env: dict | None = None, port: int | None = None, timeout: float = 60.0,
+                 command: list[str] | None = None):
+        """``command``: start the server with it instead (e.g. ``[".../fa4trace", "view", "--headless"]``);
+        ``--port PORT`` and the bundles are appended."""
+        self.command = command
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.bundles = [str(Path(b).resolve()) for b in bundles]
@@ -104,6 +108,8 @@ class StreamlitServer:
                "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
                "--client.toolbarMode", "minimal",
                "--server.fileWatcherType", "none", "--", *self.bundles]
+        if self.command is not None:
+            cmd = [*self.command, "--port", str(self.port), *self.bundles]
         self.proc = _spawn(cmd, cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + self.timeout
@@ -345,3 +351,35 @@ if __name__ == "__main__":  # python tests/tools/headless.py OUT.png [--view LAB
     a = ap.parse_args()
     print(screenshot_app(a.out, a.bundles, view=a.view, width=a.width, height=a.height,
                          env={"FA4TRACE_BUNDLES": ""}))
+
+
+def page_messages(url: str, *, query_string: str = "", timeout: float = 120.0) -> list:
+    """One run of the page, without a browser: connect to the server's websocket as the
+    frontend does, ask for a script run, and return every ForwardMsg until it finished.
+
+    ``str(msg)`` is the protobuf text of each message: what a test searches for content."""
+    from urllib.parse import urlparse
+
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from websockets.sync.client import connect
+
+    u = urlparse(url)
+    back = BackMsg()
+    back.rerun_script.query_string = query_string
+    back.rerun_script.page_script_hash = ""
+    out = []
+    with connect(f"ws://{u.netloc}/_stcore/stream", subprotocols=["streamlit"], max_size=None,
+                 open_timeout=timeout, origin=f"http://{u.netloc}") as ws:
+        ws.send(back.SerializeToString())
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the page did not finish within {timeout:.0f} s")
+            raw = ws.recv(timeout=left)
+            msg = ForwardMsg()
+            msg.ParseFromString(raw)
+            out.append(msg)
+            if msg.WhichOneof("type") == "script_finished":
+                return out
