@@ -397,7 +397,9 @@ def view(bundles, port, headless):
                             f"pick another with --port, e.g. fa4trace view --port {port + 1}")
     # server.py: st.App serving main.py and the Perfetto UI. Local only, and no request leaves the
     # machine: no usage statistics, and with server.address set Streamlit looks up no external IP.
-    cmd = [sys.executable, "-m", "streamlit", "run", str(server), "--server.port", str(port),
+    # -P: the current directory stays off sys.path, so a source checkout there cannot shadow the
+    # installed package
+    cmd = [sys.executable, "-P", "-m", "streamlit", "run", str(server), "--server.port", str(port),
            "--server.address", VIEW_ADDRESS, "--browser.gatherUsageStats", "false",
            "--client.toolbarMode", "minimal"]
     if headless:

@@ -11,7 +11,7 @@ The venv is made once per test run. And the environment `make test` made is cons
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -43,8 +43,14 @@ def _run(cmd, **kw):
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
+    # from a copy of the sources: an in-tree build/ left by an earlier build could add stale modules
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for name in ("fa4trace", "kernels", "app"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "static"))
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", out], cwd=REPO)
+    _run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", out], cwd=src)
     (whl,) = out.glob("fa4trace-*.whl")
     return whl
 

@@ -104,7 +104,7 @@ class StreamlitServer:
         self.log = tempfile.TemporaryFile()
 
     def __enter__(self) -> "StreamlitServer":
-        cmd = [sys.executable, "-m", "streamlit", "run", str(viewer_server()), "--server.port", str(self.port),
+        cmd = [sys.executable, "-P", "-m", "streamlit", "run", str(viewer_server()), "--server.port", str(self.port),
                "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
                "--client.toolbarMode", "minimal",
                "--server.fileWatcherType", "none", "--", *self.bundles]
