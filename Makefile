@@ -16,15 +16,18 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
 
 $(STAMP_APP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[app]"
+	$(BIN)/python -m pip install -q -e ".[viewer]"
 	touch $@
 
-# torch 2.13.0 first: on the CI image pip takes it from a local CPU build; the extras' ranges
-# are then already satisfied (a plain range would pull a multi-GB CUDA build).
+# torch 2.13.0 first: on the CI image pip takes it from a local CPU build, and the extras'
+# ranges (torch, and flash-attn-4 / quack-kernels, which ask for any torch) are then already
+# satisfied: a plain range would pull a multi-GB CUDA build. Then one resolve of every extra,
+# with dependencies, so `pip check` is clean and nothing overrides what torch pins (a CUDA
+# torch's own triton satisfies the `fa4` extra's range; the CPU build brings none, so pip adds
+# one). `make test` runs `pip check` first, and tests/test_install.py too.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[app,dev,dsl,torch]"
-	$(BIN)/python -m pip install -q --no-deps "flash-attn-4==4.0.0b36" "quack-kernels==0.6.5" "einops>=0.8,<0.9" "triton==3.9.0"
+	$(BIN)/python -m pip install -q -e ".[viewer,test,dsl,torch,fa4]"
 	touch $@
 
 app: $(STAMP_APP)
@@ -33,6 +36,7 @@ app: $(STAMP_APP)
 view: app
 
 test: $(STAMP_TEST)
+	$(BIN)/python -m pip check
 	bash .ci/system-deps.sh
 	$(BIN)/python -m pytest -q
 

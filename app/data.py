@@ -1,7 +1,7 @@
 """Which traces the viewer shows, and loading them (cached, never touching disk for uploads).
 
 Sources, in the order the app lists them: bundles named on the command line
-(``fa4trace view A B`` → ``streamlit run app/main.py -- A B``, or $FA4TRACE_BUNDLES), the
+(``fa4trace view A B`` → ``streamlit run server.py -- A B``, or $FA4TRACE_BUNDLES), the
 bundled traces in ``traces/`` (or $FA4TRACE_TRACES_DIR), and uploads.
 
 Default pairing: bundles in ``traces/`` are paired from their metadata, not their file names:
@@ -36,8 +36,16 @@ from fa4trace import analysis
 from fa4trace.bundle import META_KEY, Trace, load
 from fa4trace.errors import Fa4traceError
 
-REPO = Path(__file__).resolve().parent.parent
-TRACES_DIR = REPO / "traces"
+
+
+def default_traces_dir() -> Path:
+    """The bundled traces: ``traces/`` of the source tree this viewer runs from (app/../traces),
+    else ``traces/`` in the current directory (an installed package ships no traces)."""
+    checkout = Path(__file__).resolve().parent.parent / "traces"
+    return checkout if checkout.is_dir() else Path.cwd() / "traces"
+
+
+TRACES_DIR = default_traces_dir()
 # The pair the app opens with (A = base, B = ping-pong). Other schedules' bundles (intrawg,
 # FA4's) are listed for the A / B pickers but never auto-paired.
 PAIR_SCHEDULES = ("base", "pingpong")

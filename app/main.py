@@ -1,30 +1,21 @@
-"""fa4trace viewer: `fa4trace view [BUNDLES...]` or `streamlit run app/main.py -- [BUNDLES...]`.
+"""The viewer's page (the script Streamlit runs per browser session); `fa4trace view [BUNDLES...]`
+serves it through server.py, which also serves the Perfetto UI.
 
 Base vs ping-pong side by side (timelines, metrics, per-iteration chart, grid overview) and the
-real Perfetto UI, offline. The logic lives in the modules next to this file.
+real Perfetto UI, offline. The logic lives in the modules next to this file (fa4trace.viewer);
+Streamlit runs this file as a script, hence the absolute imports.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-import streamlit as st  # noqa: E402
-
-from app import data, page, perfetto_ui  # noqa: E402
-from app.timeline import MAX_SEGMENTS  # noqa: E402
+from fa4trace.viewer import data, page, perfetto_ui
+from fa4trace.viewer.timeline import MAX_SEGMENTS
 
 st.set_page_config(page_title="fa4trace viewer", layout="wide")
 
-try:
-    perfetto_ui.ensure_static()
-    static_error = None
-except perfetto_ui.PerfettoUIUnavailable as exc:
-    static_error = str(exc)
+static_error = perfetto_ui.unavailable_reason()
 
 start = data.startup(page.arg_bundles(__file__), page.traces_dir())
 side = st.sidebar

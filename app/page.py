@@ -29,11 +29,12 @@ PLOTLY_CONFIG = {"displaylogo": False, "scrollZoom": True}
 def arg_bundles(main_file: str) -> list[str]:
     """Bundles named after ``--`` on the streamlit command line, and/or in $FA4TRACE_BUNDLES."""
     out = [p for p in os.environ.get("FA4TRACE_BUNDLES", "").split(os.pathsep) if p]
+    here = Path(main_file).resolve()
     try:
-        ours = Path(sys.argv[0]).resolve() == Path(main_file).resolve()
+        ours = Path(sys.argv[0]).resolve() in (here, here.with_name("server.py"))
     except (OSError, IndexError):
         ours = False
-    if ours:  # under `streamlit run app/main.py -- A B`; never pytest's argv under AppTest
+    if ours:  # under `streamlit run server.py -- A B`; never pytest's argv under AppTest
         out += [a for a in sys.argv[1:] if not a.startswith("-")]
     return out
 

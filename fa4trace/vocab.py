@@ -29,7 +29,7 @@ class EventSpec:
     id: int
     role: str  # the role that normally records it ("" = any)
     is_async: bool
-    color: str  # CSS hex, used by the app and the Chrome/Perfetto exports
+    color: str  # CSS hex, used by the viewer (the Chrome/Perfetto exports leave colors to their UIs)
     description: str = ""
 
 
@@ -55,7 +55,8 @@ _ROLES = [
 ]
 
 # Colors: a qualitative palette with loads in blues, tensor-core work in oranges/reds,
-# softmax in green so that "green under orange" reads as overlap at a glance.
+# softmax in green so that "green under orange" reads as overlap at a glance, and the consumer's
+# stalls in pinks (WAIT_K light, WAIT_V deep), apart from softmax and from each other.
 _EVENTS = [
     EventSpec("WARP", WARP_EVENT_ID, "", False, "#d9d9d9", "lifetime of a warp (decoder-made)"),
     EventSpec("LOAD_Q", 1, "producer", False, "#9ecae1", "Q tile load issued until it landed"),
@@ -67,8 +68,8 @@ _EVENTS = [
     EventSpec("PV", 7, "consumer", True, "#a63603", "O += P V in flight: MMA issue to completion"),
     EventSpec("EPILOGUE", 8, "epilogue", False, "#756bb1", "normalize and store O (and LSE)"),
     EventSpec("COMBINE", 9, "combine", False, "#bcbddc", "LSE-weighted combine of split-KV partials"),
-    EventSpec("WAIT_K", 10, "consumer", False, "#c7e9c0", "consumer waits for a K block to land"),
-    EventSpec("WAIT_V", 11, "consumer", False, "#a1d99b", "consumer waits for a V block to land"),
+    EventSpec("WAIT_K", 10, "consumer", False, "#fa9fb5", "consumer waits for a K block to land"),
+    EventSpec("WAIT_V", 11, "consumer", False, "#c51b8a", "consumer waits for a V block to land"),
     EventSpec("MARK", 12, "", False, "#636363", "generic instant / span"),
     EventSpec("CALIB", 13, "calibration", False, "#fd8d3c", "calibration sample"),
     EventSpec("BENCH", 14, "bench", False, "#bdbdbd", "microbenchmark marker"),

