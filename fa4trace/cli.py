@@ -1,4 +1,4 @@
-"""`fa4trace` command line: record | convert | summary | compare | view | build | bench.
+"""`fa4trace` command line: record | convert | summary | compare | view | build | bench | check.
 
 Every failure prints one line (``fa4trace: error: ...``) and exits non-zero; nothing a user
 recorded is overwritten without --force.
@@ -373,6 +373,37 @@ def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
         if max(ws) >= WARPS_PER_CTA:
             raise click.BadParameter(f"--warps: decode attention has warps 0..{WARPS_PER_CTA - 1}, got {spec!r}")
     return ws
+
+
+# ---- check ---------------------------------------------------------------------------------
+@main.command()
+@click.option("--out", default="fa4trace-check", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the bundles, Perfetto traces and check.json it writes (attach it to a bug report).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (progress goes to stderr).")
+@click.option("--build", "build_dir", default=None, type=click.Path(file_okay=False),
+              help="AOT build folder of fa4trace's kernels (default: JIT with the CuTe DSL where it is "
+                   "installed, else $FA4TRACE_BUILD or build/kernels).")
+@click.option("--fa4-build", default=None, type=click.Path(file_okay=False),
+              help="AOT build folder of FA4 (default: JIT where flash-attn-4 is installed, else "
+                   "$FA4TRACE_FA4_BUILD or build/fa4_sm90).")
+@click.option("--quick", is_flag=True, help="One schedule each: our ping-pong, FA4's first path.")
+@click.option("--force", is_flag=True, help="Overwrite bundles an earlier check left in --out.")
+def check(out, as_json, build_dir, fa4_build, quick, force):
+    """Can fa4trace be trusted on this GPU? Runs the timer calibration, the recorder, our decode
+    kernel (Hopper) and FA4's decode, and what tracing costs; ends with one line: usable,
+    usable with warnings or not usable.
+
+    Exit status: 0 usable, 3 usable with warnings, 1 not usable, 2 no CUDA GPU here."""
+    from . import check as C
+    from .check_rows import detect_gpu
+
+    C.prepare_out_dir(out, force, create=False)
+    if detect_gpu() is None:
+        _fail(C.NO_GPU_MESSAGE, C.EXIT_NO_GPU)
+    report = C.run_checks(out, build=build_dir, fa4_build=fa4_build, quick=quick, force=force,
+                          log=lambda m: click.echo(m, err=True))
+    click.echo(report.to_json() if as_json else C.render(report))
+    return C.exit_code(report.verdict)
 
 
 # ---- view / bench --------------------------------------------------------------------------

@@ -127,7 +127,8 @@ def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps
     in [before, after + tick); ``outside_ns`` is how far a decoded time falls outside that
     interval widened by one tick on each side (0 = within one tick). A warp is within one tick
     when none of its samples is more than ANCHOR_SLACK_NS outside (``outside_ns_max`` reports
-    the largest miss as is).
+    the largest miss as is). ``sm_skew_ns``: how far apart the SMs' median errors are (max -
+    min over SMs): events on different SMs share one time axis only as well as that.
     """
     import pyarrow.compute as pc
 
@@ -145,6 +146,8 @@ def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps
     np.maximum.at(per_warp, gw, outside)
     mid = (before + after + tick) / 2  # centre of the interval the event lies in
     err = t_abs - mid
+    sm = cal["sm"].to_numpy().astype(np.int64)
+    sm_median = [float(np.median(err[sm == s])) for s in np.unique(sm)]
     return {
         "tick_ns": tick,
         "repeat_fraction": float((steps == 0).mean()) if steps.size else None,
@@ -155,6 +158,8 @@ def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps
         "outside_ns_max": float(outside.max()) if outside.size else None,
         "warps_within_one_tick": int((per_warp <= ANCHOR_SLACK_NS).sum()),
         "warps": int(truth.shape[0]),
+        "sms": len(sm_median),
+        "sm_skew_ns": float(max(sm_median) - min(sm_median)) if sm_median else None,
     }
 
 

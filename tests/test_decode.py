@@ -273,11 +273,14 @@ def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
     def checks(miss_ns):
         start = [116, 516, 116, hi_edge + miss_ns]  # warp 1's second sample misses by miss_ns
         events = pa.table({"name": pa.array(["CALIB"] * 4).dictionary_encode(), "cta": [0, 0, 0, 0],
-                           "warp": [0, 0, 1, 1], "iter": [0, 1, 0, 1], "start_ns": start})
+                           "warp": [0, 0, 1, 1], "iter": [0, 1, 0, 1], "start_ns": start,
+                           "sm": [0, 0, 1, 1]})
         trace = SimpleNamespace(events=events, meta={"t0_globaltimer_ns": t0, "launches": [{"t0_offset_ns": 0}]})
         return calibration_checks(trace, truth, ticks, warps_per_cta=2)
 
     ok = checks(ANCHOR_SLACK_NS)
     assert ok["tick_ns"] == tick and ok["warps_within_one_tick"] == 2 and ok["outside_ns_max"] == ANCHOR_SLACK_NS
+    # SM 0's samples sit 16 ns before their brackets' centres; SM 1's median is (-16 + 64 + miss) / 2
+    assert ok["sms"] == 2 and ok["sm_skew_ns"] == (-16 + 64 + ANCHOR_SLACK_NS) / 2 + 16
     off = checks(ANCHOR_SLACK_NS + 5)
     assert off["warps_within_one_tick"] == 1 and off["outside_ns_max"] == ANCHOR_SLACK_NS + 5

@@ -1,0 +1,339 @@
+"""`fa4trace check` without a GPU: the verdict rules, the text and JSON reports, the guard words,
+the Perfetto slice count, the output folder, the orchestration (with stand-in checks) and the
+command's one-line errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fa4trace import check as C
+from fa4trace import check_rows as R
+from fa4trace import layout as L
+from fa4trace.bundle import Trace
+from fa4trace.decode import decode_buffer
+from fa4trace.synthetic import attention_like
+
+H200 = {"name": "NVIDIA H200", "arch": "sm_90a", "compute_capability": "9.0", "sm_count": 132,
+        "driver": "580.159.04", "torch": "2.11.0+cu130", "cuda_runtime": "13.0"}
+B200 = dict(H200, name="NVIDIA B200", arch="sm_100a", compute_capability="10.0", sm_count=148)
+
+
+def ok(group, name="x"):
+    return C.Row(group, name, "ok", "1 ns", "fine")
+
+
+def core_ok():
+    return [ok("setup"), ok("timer"), ok("recorder"), ok("decode")]
+
+
+# ---- rows and verdict rules -----------------------------------------------------------------
+def test_row_rejects_unknown_verdicts_groups_and_a_failure_without_next():
+    with pytest.raises(ValueError, match="verdict"):
+        C.Row("timer", "t", "maybe")
+    with pytest.raises(ValueError, match="group"):
+        C.Row("nope", "t", "ok")
+    with pytest.raises(ValueError, match="next"):
+        C.Row("timer", "t", "fail", "1", "broken")
+    assert C.Row("timer", "t", "fail", "1", "broken", "rerun").next == "rerun"
+
+
+def test_failed_row_keeps_the_first_line_of_the_error():
+    r = C.failed("decode", "ours base", RuntimeError("CUDA error: illegal address\nstack..."), "report it")
+    assert r.verdict == "fail" and r.detail == "RuntimeError: CUDA error: illegal address" and r.next == "report it"
+
+
+@pytest.mark.parametrize("extra, want", [
+    ([], C.USABLE),
+    ([C.Row("decode", "ours", "skip", "", "no decode kernel for this architecture")], C.USABLE),
+    ([C.Row("fa4", "FA4", "warn", "not available", "", "install it")], C.WARNINGS),
+    ([C.Row("fa4", "FA4 pingpong: overlap", "fail", "10%", "", "rerun")], C.WARNINGS),
+    ([C.Row("cost", "tracing cost", "warn", "+40%", "", "record fewer warps")], C.WARNINGS),
+    ([C.Row("timer", "cycles→ns per warp", "warn", "1050/1056", "", "rerun")], C.WARNINGS),
+    ([C.Row("decode", "ours base: vs fp32", "fail", "rel err 1", "", "report")], C.NOT_USABLE),
+    ([C.Row("recorder", "nothing out of bounds", "fail", "3 + 0", "", "report")], C.NOT_USABLE),
+    ([C.Row("timer", "skew", "fail", "900 ns", "", "report")], C.NOT_USABLE),
+    ([C.Row("setup", "kernels", "fail", "none", "", "build them")], C.NOT_USABLE),
+])
+def test_final_verdict_rules(extra, want):
+    assert C.final_verdict(core_ok() + extra) == want
+
+
+def test_nothing_checked_the_recorder_is_not_usable():
+    assert C.final_verdict([ok("setup"), ok("timer"), ok("decode")]) == C.NOT_USABLE
+    skipped = C.Row("recorder", "marker kernel", "skip", "", "no kernels")
+    assert C.final_verdict([ok("setup"), ok("timer"), skipped]) == C.NOT_USABLE
+    assert C.final_verdict([]) == C.NOT_USABLE
+
+
+def test_exit_codes():
+    assert [C.exit_code(v) for v in (C.USABLE, C.WARNINGS, C.NOT_USABLE)] == [0, 3, 1]
+    assert C.EXIT_NO_GPU == 2
+
+
+# ---- the report -------------------------------------------------------------------------------
+def report(rows, gpu=H200):
+    return C.Report(gpu=gpu, route={"kernels": "aot:build/kernels", "fa4": "none"}, rows=rows, out_dir="out",
+                    files=["out/calibration.parquet"])
+
+
+def test_text_report_all_ok_ends_with_the_verdict():
+    text = C.render(report(core_ok()))
+    lines = text.splitlines()
+    assert lines[0].startswith("GPU    NVIDIA H200 (sm_90a, 132 SMs")
+    assert "kernels: aot:build/kernels; fa4: none" in lines[1]
+    assert "next:" not in text
+    assert lines[-1] == "verdict: usable (4 ok, 0 warnings, 0 failed, 0 skipped)"
+    assert "wrote 1 files to out" in text
+
+
+def test_text_report_says_what_to_do_next_for_warnings_and_failures_only():
+    rows = core_ok() + [C.Row("fa4", "FA4", "warn", "not available", "no build", "pip install flash-attn-4"),
+                        C.Row("decode", "ours pingpong: overlap", "fail", "QK∥SOFTMAX 20%", "expected",
+                              "check the GPU is not throttled")]
+    lines = C.render(report(rows)).splitlines()
+    i = next(j for j, ln in enumerate(lines) if "ours pingpong: overlap" in ln)
+    assert lines[i].lstrip().startswith("FAIL") and lines[i + 1].strip() == "next: check the GPU is not throttled"
+    j = next(j for j, ln in enumerate(lines) if ln.lstrip().startswith("WARN"))
+    assert lines[j + 1].strip() == "next: pip install flash-attn-4"
+    assert sum("next:" in ln for ln in lines) == 2
+    assert lines[-1].startswith("verdict: not usable (4 ok, 1 warnings, 1 failed")
+    # rows are grouped under their group's heading, in order
+    heads = [ln for ln in lines if ln.startswith("[")]
+    assert heads[:4] == ["[setup]", "[timer]", "[recorder]", "[decode]"] and "[fa4]" in heads
+
+
+def test_json_report_round_trips():
+    rows = core_ok() + [C.Row("fa4", "FA4", "warn", "not available", "", "install", {"n": np.int64(3)})]
+    d = json.loads(report(rows).to_json())
+    assert d["verdict"] == C.WARNINGS and d["exit_code"] == 3
+    assert d["counts"] == {"ok": 4, "warn": 1, "fail": 0, "skip": 0}
+    assert d["gpu"]["name"] == "NVIDIA H200" and d["route"]["fa4"] == "none"
+    assert d["rows"][-1] == {"group": "fa4", "name": "FA4", "verdict": "warn", "measured": "not available",
+                             "detail": "", "next": "install", "values": {"n": 3}}
+
+
+# ---- guard words -----------------------------------------------------------------------------
+SPEC = L.BufferSpec.for_grid(3, 2, 5)
+
+
+def test_guarded_buffer_layout_and_intact_guards():
+    host = C.guarded_buffer(SPEC)
+    assert host.size == SPEC.words + 2 * C.GUARD_WORDS
+    view = C.buffer_view(host, SPEC)
+    assert np.array_equal(view, SPEC.new_buffer())
+    assert C.guard_damage(host, SPEC) == {"before": 0, "after": 0}
+    assert (C.GUARD_WORDS * 8) % 16 == 0  # the buffer between the guards stays 16-byte aligned
+    with pytest.raises(ValueError, match="even"):
+        C.guarded_buffer(SPEC, guard=3)
+
+
+def test_guard_damage_counts_writes_before_and_after():
+    host = C.guarded_buffer(SPEC)
+    view = C.buffer_view(host, SPEC)
+    view[:] = 7  # everything inside is allowed
+    assert C.guard_damage(host, SPEC) == {"before": 0, "after": 0}
+    host[C.GUARD_WORDS + SPEC.words] = 0  # one word past the end
+    host[C.GUARD_WORDS - 1] = 1  # one word before the start
+    host[0] = 2
+    assert C.guard_damage(host, SPEC) == {"before": 2, "after": 1}
+    with pytest.raises(ValueError, match="words"):
+        C.guard_damage(host[:-1], SPEC)
+
+
+def test_guarded_torch_buffer_slice_is_contiguous_aligned_and_decodes():
+    torch = pytest.importorskip("torch")
+    from fa4trace.synthetic import WarpEvents, write_buffer
+    from fa4trace.vocab import EV, ROLE
+
+    spec = L.BufferSpec.for_grid(1, 1, 4)
+    host = C.guarded_buffer(spec)
+    dev = torch.from_numpy(host.view(np.int64))  # the GPU path does .cuda() on this
+    buf = C.buffer_view(dev, spec)
+    assert buf.is_contiguous() and buf.numel() == spec.words
+    assert (buf.data_ptr() - dev.data_ptr()) % 16 == 0 and buf.data_ptr() % 16 == dev.data_ptr() % 16
+    w = WarpEvents(cta=0, warp=0, sm=0, role=ROLE.BENCH, clk0=1000, clk1=5000, gt0=10_000, gt1=12_000,
+                   kind=np.array([L.KIND_BEGIN, L.KIND_END]), event=np.array([EV.BENCH, EV.BENCH]),
+                   payload=np.array([0, 0]), t=np.array([2000, 3000]), attempted=9)
+    buf.copy_(torch.from_numpy(write_buffer(spec, [w]).view(np.int64)))
+    back = dev.numpy().view(np.uint64)
+    assert C.guard_damage(back, spec) == {"before": 0, "after": 0}
+    d = decode_buffer(C.buffer_view(back, spec)).summary
+    assert d["records"] == 2 and d["dropped"] == 7
+
+
+# ---- Perfetto and the bundle rows -------------------------------------------------------------
+def synthetic(schedule="pingpong"):
+    buf, meta = attention_like(schedule, n_ctas=4, n_blocks=12)
+    return Trace.from_launches([decode_buffer(buf)], meta)
+
+
+def test_perfetto_slices_equal_rows(tmp_path):
+    from fa4trace.perfetto import to_perfetto
+
+    tr = synthetic()
+    for compress in (False, True):
+        p = tmp_path / f"t{compress}.pftrace"
+        to_perfetto(tr, p, compress=compress)
+        n = C.perfetto_slices(p)
+        assert n["slices"] == len(tr) and n["ends"] == n["begins"] > 0
+
+
+def ctx_for(tmp_path, gpu=H200, **kw):
+    return R.Context(out=tmp_path, gpu=gpu, **kw)
+
+
+def test_bundle_rows_pass_for_the_schedule_they_show_and_fail_otherwise(tmp_path):
+    ctx = ctx_for(tmp_path)
+    # the synthetic ping-pong overlaps QK with SOFTMAX (not PV): FA4's SM100 ping-pong range
+    rows = R._bundle_rows("fa4", "FA4 pingpong", synthetic(), ctx, "fa4_pingpong",
+                          R.FA4_OVERLAPS["pingpong"], "report")
+    assert [r.verdict for r in rows] == ["ok", "ok"], rows
+    assert (tmp_path / "fa4_pingpong.parquet").is_file() and (tmp_path / "fa4_pingpong.pftrace").is_file()
+    assert rows[0].values["slices"] == rows[0].values["rows"]
+    bad = R._bundle_rows("decode", "ours base", synthetic(), ctx, "decode_base", R.OUR_OVERLAPS["base"], "report")
+    assert bad[1].verdict == "fail" and "throttled" in bad[1].next and "QK∥SOFTMAX in [0%, 10%]" in bad[1].detail
+
+
+def test_timer_rows_from_a_calibration_result(tmp_path, monkeypatch):
+    import fa4trace.record as rec
+
+    checks = {"tick_ns": 32, "repeat_fraction": 0.3, "samples": 100, "err_vs_bracket_mid_ns_median": 0.0,
+              "outside_ns_max": 0.0, "warps_within_one_tick": 20, "warps": 20, "sms": 4, "sm_skew_ns": 16.0}
+    monkeypatch.setattr(rec, "record_calibration", lambda **kw: (synthetic(), dict(checks)))
+    rows = R.timer_rows(ctx_for(tmp_path))
+    assert [r.name for r in rows] == ["globaltimer tick", "clock64 rate", "skew across SMs", "cycles→ns per warp"]
+    assert all(r.verdict == "ok" for r in rows), rows
+    assert rows[1].values["clock_ghz_median"] == pytest.approx(1.98, rel=0.02)
+    monkeypatch.setattr(rec, "record_calibration",
+                        lambda **kw: (synthetic(), dict(checks, sm_skew_ns=900.0, warps_within_one_tick=10)))
+    rows = {r.name: r for r in R.timer_rows(ctx_for(tmp_path))}
+    assert rows["skew across SMs"].verdict == "fail" and rows["cycles→ns per warp"].verdict == "fail"
+
+
+# ---- orchestration ----------------------------------------------------------------------------
+def test_plan_per_architecture(tmp_path):
+    route = {"kernels": "jit", "fa4": "jit"}
+    rows, steps = C.plan(ctx_for(tmp_path), route)
+    names = [s[1] for s in steps]
+    assert names == ["timer calibration", "recorder", "ours base", "ours pingpong", "ours intrawg", "FA4 fa3"]
+    rows, steps = C.plan(ctx_for(tmp_path, gpu=B200), route)
+    assert [s[1] for s in steps] == ["timer calibration", "recorder", "FA4 pingpong", "FA4 base"]
+    skip = [r for r in rows if r.group == "decode"]
+    assert skip[0].verdict == "skip" and "no decode kernel for this architecture" in skip[0].detail
+    rows, steps = C.plan(ctx_for(tmp_path, gpu=B200, quick=True), {"kernels": "jit", "fa4": "none"})
+    assert [s[1] for s in steps] == ["timer calibration", "recorder"]
+    assert any(r.group == "fa4" and r.verdict == "warn" and "flash-attn-4" in r.next for r in rows)
+    rows, steps = C.plan(ctx_for(tmp_path, quick=True), {"kernels": "none", "fa4": "none"})
+    assert steps == [] and rows[0].verdict == "fail" and "fa4trace build" in rows[0].next
+    assert C.final_verdict(rows) == C.NOT_USABLE
+
+
+def test_run_checks_survives_a_check_that_raises(tmp_path, monkeypatch):
+    monkeypatch.setattr(R, "detect_gpu", lambda: dict(H200))
+    monkeypatch.setattr(R, "detect_route", lambda ctx: {"kernels": "jit", "fa4": "jit"})
+
+    def timer(ctx):
+        ctx.path("calibration.parquet").write_bytes(b"x")
+        return [ok("timer", "globaltimer tick")]
+
+    def boom(ctx, **kw):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+
+    monkeypatch.setattr(R, "timer_rows", timer)
+    monkeypatch.setattr(R, "recorder_rows", lambda ctx: [ok("recorder", "overflow counted")])
+    monkeypatch.setattr(R, "decode_rows", lambda ctx, schedule: [ok("decode", f"ours {schedule}")])
+    monkeypatch.setattr(R, "fa4_rows", boom)
+    seen = []
+    rep = C.run_checks(tmp_path / "out", log=seen.append)
+    names = [r.name for r in rep.rows]
+    assert names[:3] == ["kernels", "globaltimer tick", "overflow counted"]
+    assert "ours intrawg" in names  # the checks after the failing one still ran
+    bad = [r for r in rep.rows if r.verdict == "fail"]
+    assert len(bad) == 1 and bad[0].group == "fa4" and bad[0].detail.endswith("was encountered")
+    assert rep.verdict == C.WARNINGS
+    assert "checking FA4 fa3 ..." in seen
+    saved = json.loads((tmp_path / "out" / C.REPORT_NAME).read_text())
+    assert saved["verdict"] == C.WARNINGS and saved["files"][-1].endswith(C.REPORT_NAME)
+    assert any(f.endswith("calibration.parquet") for f in saved["files"])
+    with pytest.raises(Exception, match="refusing to overwrite"):
+        C.run_checks(tmp_path / "out")
+    assert C.run_checks(tmp_path / "out", force=True).verdict == C.WARNINGS
+
+
+def test_run_checks_without_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(R, "detect_gpu", lambda: None)
+    with pytest.raises(C.NoGpu, match="no CUDA GPU here"):
+        C.run_checks(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# ---- the output folder ------------------------------------------------------------------------
+def test_out_dir_rules(tmp_path):
+    d = tmp_path / "d"
+    assert C.prepare_out_dir(d, False, create=False) == d and not d.exists()
+    assert C.prepare_out_dir(d, False).is_dir()
+    (d / "notes.txt").write_text("mine")
+    C.prepare_out_dir(d, False)  # other files are left alone
+    for name in ("calibration.parquet", "x.pftrace", "check.json"):
+        (d / name).write_text("")
+        with pytest.raises(Exception, match=f"{name} exists; refusing"):
+            C.prepare_out_dir(d, False)
+        assert C.prepare_out_dir(d, True) == d
+        (d / name).unlink()
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(Exception, match="not a folder"):
+        C.prepare_out_dir(f, True)
+
+
+# ---- the command ------------------------------------------------------------------------------
+def cli(*args, cwd=None):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU, even on a GPU machine
+    return subprocess.run([sys.executable, "-m", "fa4trace", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def test_cli_without_a_gpu_says_so_in_one_line_and_exits_2(tmp_path):
+    for args in ((), ("--json",), ("--quick", "--out", "x")):
+        r = cli("check", *args, cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr == "fa4trace: error: no CUDA GPU here: fa4trace check needs one\n" and r.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_cli_bad_arguments_and_refusing_to_overwrite(tmp_path):
+    r = cli("check", "--bogus", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--bogus" in r.stderr
+    (tmp_path / "f").write_text("")
+    r = cli("check", "--out", "f", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    (tmp_path / "fa4trace-check").mkdir()
+    (tmp_path / "fa4trace-check" / "decode_base.parquet").write_text("")
+    r = cli("check", cwd=tmp_path)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and "refusing to overwrite" in r.stderr
+    assert "add --force" in r.stderr
+    r = cli("check", "--force", cwd=tmp_path)
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr
+
+
+@pytest.mark.parametrize("rows, code", [
+    (core_ok(), 0),
+    (core_ok() + [C.Row("fa4", "FA4", "warn", "not available", "", "install it")], 3),
+    (core_ok() + [C.Row("recorder", "nothing out of bounds", "fail", "1 + 0", "", "report")], 1),
+])
+def test_cli_prints_the_report_and_exits_by_verdict(rows, code, tmp_path, monkeypatch, capsys):
+    from fa4trace.cli import main
+
+    monkeypatch.setattr(R, "detect_gpu", lambda: dict(H200))
+    monkeypatch.setattr(C, "run_checks", lambda out, **kw: report(list(rows)))
+    assert main.main(args=["check", "--out", str(tmp_path / "o")]) == code
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1].startswith(f"verdict: {[C.USABLE, C.NOT_USABLE, '', C.WARNINGS][code]}")
+    assert main.main(args=["check", "--json", "--out", str(tmp_path / "o")]) == code
+    assert json.loads(capsys.readouterr().out)["exit_code"] == code
