@@ -383,7 +383,7 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
     with ``cost``, what tracing costs it)."""
     import torch
 
-    from .fa4.run import _gpu_arch, call_args, load_fn, record
+    from .fa4.run import call_args, fa4_arch, load_fn, record
 
     label = f"FA4 {schedule}"
     nxt = f"do not trust FA4 traces on this GPU (our own rows still hold); {REPORT_BUG}"
@@ -391,7 +391,7 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
     scale = 1.0 / math.sqrt(s["d"])
     rows = []
     try:
-        arch = _gpu_arch(torch)
+        arch = fa4_arch()
         kw = dict(schedule=schedule, d=s["d"], hq=s["hq"], hkv=s["hkv"], sq=s["sq"], dtype="bf16",
                   build=ctx.fa4_build)
         plain = load_fn(arch, traced=False, **kw)
