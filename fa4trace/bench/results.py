@@ -16,12 +16,16 @@ from typing import Optional
 
 
 def current_commit() -> str:
-    """The short hash of the checkout fa4trace runs from, else $FA4TRACE_COMMIT, else "not recorded"."""
+    """$FA4TRACE_COMMIT when set (a copy of a checkout whose .git is not the tree's own, as on a
+    machine the sources were copied to), else the short hash of the checkout fa4trace runs
+    from, else "not recorded"."""
+    if os.environ.get("FA4TRACE_COMMIT"):
+        return os.environ["FA4TRACE_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("FA4TRACE_COMMIT", "not recorded")
+        return "not recorded"
 
 
 def gpu_name() -> str:
