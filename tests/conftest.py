@@ -48,15 +48,24 @@ def tmp_bundle(tmp_path):
 os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
 
 
+# The PDL twin the PTX tests read (every untraced variant has one; their names are checked).
+PDL_VARIANT = "decode_attn_sm90_d64_pingpong_bf16_r32_pdl"
+# Compiled kernels are kept here between runs, keyed by the bytes of their sources
+# (tests/tools/compile_pool.py): a run after an unchanged kernel reads them instead of compiling.
+PTX_CACHE = os.environ.get("FA4TRACE_PTX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "fa4trace", "ptx"))
+
+
 @pytest.fixture(scope="session")
 def attention_ptx():
-    """{variant name: {"ptx", "config", "compile_s"}} for every decode-attention variant that
-    ``fa4trace build`` exports for sm_90a, compiled once per test run in two worker processes
-    (tests/tools/compile_pool.py). Skips without the CuTe DSL."""
+    """{variant name: {"ptx", "config", "compile_s"}} for the sm_90a decode-attention variants the
+    PTX tests read - every one ``fa4trace build`` exports but the PDL twins, and one of those -
+    compiled once per run in two worker processes, or read from PTX_CACHE for this exact source.
+    Skips without the CuTe DSL."""
     pytest.importorskip("cutlass")
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
     from compile_pool import compile_all, variant_names
 
-    return compile_all("sm_90a", variant_names("sm_90a", kinds=("attention",)), jobs=2)
+    names = [n for n in variant_names("sm_90a", kinds=("attention",)) if not n.endswith("_pdl") or n == PDL_VARIANT]
+    return compile_all("sm_90a", names, jobs=2, cache=PTX_CACHE)

@@ -5,15 +5,26 @@ Workers are spawned (not forked) so that each sets the DSL's environment before 
 the target arch and a PTX dump folder of its own (the DSL names a dump after the host function
 and argument types, which variants share, so processes sharing a folder would read each
 other's files).
+
+``cache``: a folder of results keyed by everything a compile reads - the DSL's version, the
+target, the variant's name, the options and the bytes of every source file the kernels are
+built from (``kernels/``, ``fa4trace/device/``, ``vocab.py``, ``layout.py``, ``aot.py``). A
+changed line anywhere there is a new key, so a hit is the compile of exactly this source.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import os
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("kernels", "fa4trace/device", "fa4trace/vocab.py", "fa4trace/layout.py", "fa4trace/aot.py")
 
 
 def _init(arch: str, dump_dir: str) -> None:
@@ -53,15 +64,43 @@ def variant_names(arch: str, kinds=None) -> list[str]:
     return [n for n, _t, e in kernels.aot_variants(arch) if kinds is None or e.kind in kinds]
 
 
-def compile_all(arch: str, names: list[str], jobs: int | None = None, progress=None) -> dict[str, dict]:
-    """{name: {"ptx", "config", "kind", "compile_s"}} for each name, compiled in ``jobs`` processes."""
+def source_key(arch: str) -> str:
+    """sha256 of the DSL version, the target and every source file a kernel compile reads."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256(f"nvidia-cutlass-dsl {version('nvidia-cutlass-dsl')} {arch}\n".encode())
+    for top in SOURCES:
+        path = ROOT / top
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def compile_all(arch: str, names: list[str], jobs: int | None = None, progress=None,
+                cache: str | os.PathLike | None = None) -> dict[str, dict]:
+    """{name: {"ptx", "config", "kind", "compile_s"}} for each name, compiled in ``jobs`` processes
+    (or read from ``cache`` when this exact source was compiled before; see the module doc)."""
     jobs = jobs or os.cpu_count() or 1
     out = {}
-    with tempfile.TemporaryDirectory(prefix="fa4trace_ptx_") as dump, \
-            ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                initializer=_init, initargs=(arch, dump)) as pool:
-        for i, r in enumerate(pool.map(_compile, [arch] * len(names), names), 1):
-            out[r["name"]] = r
-            if progress:
-                progress(i, len(names), r)
-    return out
+    folder = Path(cache) / source_key(arch) if cache else None
+    todo = []
+    for name in names:
+        hit = folder / f"{name}.json" if folder else None
+        if hit is not None and hit.is_file():
+            out[name] = json.loads(hit.read_text())
+        else:
+            todo.append(name)
+    if todo:
+        with tempfile.TemporaryDirectory(prefix="fa4trace_ptx_") as dump, \
+                ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=_init, initargs=(arch, dump)) as pool:
+            for i, r in enumerate(pool.map(_compile, [arch] * len(todo), todo), 1):
+                out[r["name"]] = r
+                if folder is not None:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    tmp = folder / f".{r['name']}.{os.getpid()}.tmp"
+                    tmp.write_text(json.dumps(r))
+                    tmp.replace(folder / f"{r['name']}.json")  # atomic: a reader never sees half a file
+                if progress:
+                    progress(i, len(todo), r)
+    return {name: out[name] for name in names}
