@@ -38,7 +38,7 @@ view: app
 test: $(STAMP_TEST)
 	$(BIN)/python -m pip check
 	bash .ci/system-deps.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 clean-venv:
 	rm -rf $(VENV)

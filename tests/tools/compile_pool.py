@@ -6,8 +6,8 @@ the target arch and a PTX dump folder of its own (the DSL names a dump after the
 and argument types, which variants share, so processes sharing a folder would read each
 other's files).
 
-``cache``: a folder of results keyed by everything a compile reads - the DSL's version, the
-target, the variant's name, the options and the bytes of every source file the kernels are
+``cache``: a folder of results keyed by everything a compile reads - the DSL's and Python's
+versions, the target, the variant's name and the bytes of every source file the kernels are
 built from (``kernels/``, ``fa4trace/device/``, ``vocab.py``, ``layout.py``, ``aot.py``). A
 changed line anywhere there is a new key, so a hit is the compile of exactly this source.
 """
@@ -18,6 +18,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -68,7 +69,7 @@ def source_key(arch: str) -> str:
     """sha256 of the DSL version, the target and every source file a kernel compile reads."""
     from importlib.metadata import version
 
-    h = hashlib.sha256(f"nvidia-cutlass-dsl {version('nvidia-cutlass-dsl')} {arch}\n".encode())
+    h = hashlib.sha256(f"nvidia-cutlass-dsl {version('nvidia-cutlass-dsl')} {arch} {sys.version}\n".encode())
     for top in SOURCES:
         path = ROOT / top
         for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
