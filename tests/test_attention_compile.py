@@ -108,7 +108,7 @@ def test_stage_probe_never_blocks_and_q_goes_first(compiled, variant):
         assert "fence.acq_rel.gpu" not in ptx
 
 
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.block_rows == 32], ids=_id)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.block_rows == 32 and not v.pdl], ids=_id)
 def test_32_row_ctas_emit_the_softmax_for_one_row_per_thread(compiled, variant):
     """r32: one row per thread, so about half the exp2 of the 64-row variant (the padding row
     keeps one multiply per element so that ptxas keeps the wgmma async; checked above)."""
