@@ -65,12 +65,13 @@ def variant_names(arch: str, kinds=None) -> list[str]:
     return [n for n, _t, e in kernels.aot_variants(arch) if kinds is None or e.kind in kinds]
 
 
-def source_key(arch: str) -> str:
-    """sha256 of the DSL version, the target and every source file a kernel compile reads."""
+def source_key(arch: str, sources=SOURCES, packages=("nvidia-cutlass-dsl",), extra: str = "") -> str:
+    """sha256 of the installed ``packages``' versions, Python's, the target, ``extra`` and every
+    source file under ``sources`` (paths from the checkout's root)."""
     from importlib.metadata import version
 
-    h = hashlib.sha256(f"nvidia-cutlass-dsl {version('nvidia-cutlass-dsl')} {arch} {sys.version}\n".encode())
-    for top in SOURCES:
+    h = hashlib.sha256(f"{[(p, version(p)) for p in packages]} {arch} {sys.version} {extra}\n".encode())
+    for top in sources:
         path = ROOT / top
         for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
