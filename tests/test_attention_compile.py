@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +22,9 @@ pytest.importorskip("cutlass")
 from fa4trace.kernels.decode_spec import SCALAR_ARGS, TENSOR_ARGS, Variant, all_variants  # noqa: E402
 
 from conftest import PDL_VARIANT, PTX_CACHE  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
+from compile_pool import cached_json  # noqa: E402
 
 # What the fixture compiles: every exported variant but the PDL twins, and one of those.
 VARIANTS = [v for v in all_variants() if not v.pdl or v.name == PDL_VARIANT]
@@ -137,18 +141,9 @@ def test_resource_report_has_no_spills(compiled, tmp_path):
         # a report is a function of the PTX and the ptxas that reads it: kept beside the compiles
         ver = subprocess.run([_ptxas(), "--version"], capture_output=True, text=True).stdout
         key = hashlib.sha256((ver + r["ptx"]).encode()).hexdigest()
-        hit = os.path.join(PTX_CACHE, "ptxas", key + ".json")
-        if os.path.isfile(hit):
-            with open(hit) as f:
-                return json.load(f)
         work = os.path.join(str(tmp_path), r["name"])
         os.makedirs(work, exist_ok=True)
-        rep = _ptxas_report(r["ptx"], work)
-        os.makedirs(os.path.dirname(hit), exist_ok=True)
-        with open(hit + f".{os.getpid()}.tmp", "w") as f:
-            json.dump(rep, f)
-        os.replace(hit + f".{os.getpid()}.tmp", hit)
-        return rep
+        return cached_json(os.path.join(PTX_CACHE, "ptxas", key + ".json"), lambda: _ptxas_report(r["ptx"], work))
 
     with ThreadPoolExecutor(2) as pool:  # ptxas runs as a subprocess: two at a time on two cores
         reps = list(pool.map(one, compiled.values()))

@@ -49,15 +49,15 @@ def _worker(arch: str, schedule: str, variants: list) -> dict:
     Kept in the PTX cache (conftest.PTX_CACHE) under a key of everything the compile reads: the
     fa4trace sources it traces, flash-attn-4's, quack's and the DSL's versions, the request."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
-    from compile_pool import SOURCES, source_key
+    from compile_pool import SOURCES, cached_json, source_key
     from conftest import PTX_CACHE
 
     key = source_key(arch, SOURCES + ("fa4trace/fa4",), ("nvidia-cutlass-dsl", "flash-attn-4", "quack-kernels"),
                      json.dumps([schedule, variants]))
-    hit = os.path.join(PTX_CACHE, "fa4", key + ".json")
-    if os.path.isfile(hit):
-        with open(hit) as f:
-            return json.load(f)
+    return cached_json(os.path.join(PTX_CACHE, "fa4", key + ".json"), lambda: _compile_fa4(arch, schedule, variants))
+
+
+def _compile_fa4(arch: str, schedule: str, variants: list) -> dict:
     code = (
         "import json, sys, re\n"
         "from fa4trace.fa4.build import compile_fa4\n"
@@ -80,10 +80,6 @@ def _worker(arch: str, schedule: str, variants: list) -> dict:
                        capture_output=True, text=True, env=env, timeout=900)
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")]
     assert p.returncode == 0 and line, f"compile worker failed:\n{p.stderr[-4000:]}"
-    os.makedirs(os.path.dirname(hit), exist_ok=True)
-    with open(hit + f".{os.getpid()}.tmp", "w") as f:
-        f.write(line[-1][len("RESULT"):])
-    os.replace(hit + f".{os.getpid()}.tmp", hit)
     return json.loads(line[-1][len("RESULT"):])
 
 

@@ -94,24 +94,19 @@ def _run(arch: str, which: str, tmp_path, **env):
     import types
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
-    from compile_pool import SOURCES, source_key
+    from compile_pool import SOURCES, cached_json, source_key
     from conftest import PTX_CACHE
 
+    def compile_():
+        script = tmp_path / "k.py"
+        script.write_text(KERNELS)
+        e = dict(os.environ, CUTE_DSL_ARCH=arch, **env)
+        r = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=e,
+                           cwd=tmp_path, timeout=300)
+        return {"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}
+
     key = source_key(arch, SOURCES, extra=json.dumps([KERNELS, which, sorted(env.items())]))
-    hit = os.path.join(PTX_CACHE, "recorder", key + ".json")
-    if os.path.isfile(hit):
-        with open(hit) as f:
-            return types.SimpleNamespace(**json.load(f))
-    script = tmp_path / "k.py"
-    script.write_text(KERNELS)
-    e = dict(os.environ, CUTE_DSL_ARCH=arch, **env)
-    r = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=e,
-                       cwd=tmp_path, timeout=300)
-    os.makedirs(os.path.dirname(hit), exist_ok=True)
-    with open(hit + f".{os.getpid()}.tmp", "w") as f:
-        json.dump({"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}, f)
-    os.replace(hit + f".{os.getpid()}.tmp", hit)
-    return r
+    return types.SimpleNamespace(**cached_json(os.path.join(PTX_CACHE, "recorder", key + ".json"), compile_))
 
 
 def _ptx(arch: str, which: str, tmp_path, **env) -> str:

@@ -78,6 +78,20 @@ def source_key(arch: str, sources=SOURCES, packages=("nvidia-cutlass-dsl",), ext
     return h.hexdigest()
 
 
+def cached_json(path: str | os.PathLike, make):
+    """The JSON in ``path`` if it is there, else ``make()``'s result, written there atomically (a
+    reader never sees half a file, two processes may race harmlessly)."""
+    path = Path(path)
+    if path.is_file():
+        return json.loads(path.read_text())
+    value = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value))
+    tmp.replace(path)
+    return value
+
+
 def compile_all(arch: str, names: list[str], jobs: int | None = None, progress=None,
                 cache: str | os.PathLike | None = None) -> dict[str, dict]:
     """{name: {"ptx", "config", "kind", "compile_s"}} for each name, compiled in ``jobs`` processes
@@ -97,12 +111,7 @@ def compile_all(arch: str, names: list[str], jobs: int | None = None, progress=N
                 ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
                                     initializer=_init, initargs=(arch, dump)) as pool:
             for i, r in enumerate(pool.map(_compile, [arch] * len(todo), todo), 1):
-                out[r["name"]] = r
-                if folder is not None:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    tmp = folder / f".{r['name']}.{os.getpid()}.tmp"
-                    tmp.write_text(json.dumps(r))
-                    tmp.replace(folder / f"{r['name']}.json")  # atomic: a reader never sees half a file
+                out[r["name"]] = cached_json(folder / f"{r['name']}.json", lambda r=r: r) if folder else r
                 if progress:
                     progress(i, len(todo), r)
     return {name: out[name] for name in names}
