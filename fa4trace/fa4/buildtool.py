@@ -1,4 +1,4 @@
-"""Build FA4 kernels ahead of time for a GPU machine without the CuTe DSL (e.g. the H200 here).
+"""Build FA4 kernels ahead of time for a GPU machine without the CuTe DSL (an H100/H200 with tvm-ffi only).
 
     python -m fa4trace.fa4.buildtool -o build/fa4_sm90            # SM90: traced + plain decode kernels
 
