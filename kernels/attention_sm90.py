@@ -187,8 +187,6 @@ class DecodeAttentionSm90:
         # finishes; every thread waits for that kernel (griddepcontrol.wait) before it touches
         # global memory, and the CTAs let the next kernel launch once their mainloop is done.
         self.pdl = variant.pdl
-        # K / V tiles after K0 the consumers may prefetch into L2 at launch (``prefetch_kv``).
-        self.kv_prefetch = PREFETCH_TILES
 
     def config(self) -> dict:
         """The variant's manifest config plus what this kernel derives from it."""
@@ -381,7 +379,7 @@ class DecodeAttentionSm90:
         first K / V tiles after K0 (V0, K1, V1, ...), one key row per thread
         (cp.async.bulk.prefetch with the evict_first policy of the TMA loads that will then hit
         them). How many: a tenth of the split's tiles (count // 5 of its 2 * count), at most
-        ``kv_prefetch``.
+        ``PREFETCH_TILES``.
 
         Why: the producer's K0 goes out at once, but its next TMA issue blocks for a few hundred
         nanoseconds, so HBM has little to do at the start of a launch; these requests fill that
@@ -392,10 +390,10 @@ class DecodeAttentionSm90:
         other warps issuing them were slower (BENCHMARKS.md, "tried and not kept").
         """
         d, tile_n = self.d, self.tile_n
-        n_pf = cutlass.min(count // 5, self.kv_prefetch)
+        n_pf = cutlass.min(count // 5, PREFETCH_TILES)
         if n_pf > 0:
             key0 = n_begin * tile_n + tidx
-            for i in cutlass.range_constexpr(self.kv_prefetch):
+            for i in cutlass.range_constexpr(PREFETCH_TILES):
                 # request i of V0, K1, V1, K2, ...: K0 is the producer's first TMA
                 src = mV if i % 2 == 0 else mK
                 key = key0 + ((i + 1) // 2) * tile_n
@@ -549,8 +547,8 @@ class DecodeAttentionSm90:
                                    scope="gpu")
         rec.begin(EV.LOAD_Q, work.m_block)
         q_frags = self.issue_q(gmem.q, tidx, work.b_idx, work.h_idx, work.m_block, work.ratio, work.rows_total)
-        if const_expr(self.kv_prefetch > 0):  # while Q is on its way (see prefetch_kv)
-            self.prefetch_kv(gmem.k, gmem.v, tidx, work.b_idx, work.h_idx, work.n_begin, work.blocks, work.sk)
+        # while Q is on its way (see prefetch_kv)
+        self.prefetch_kv(gmem.k, gmem.v, tidx, work.b_idx, work.h_idx, work.n_begin, work.blocks, work.sk)
         self.store_q(smem.q, tidx, q_frags)
         rec.end(EV.LOAD_Q, work.m_block)
         rec = rec.settle()
