@@ -62,7 +62,8 @@ def query(root, sql: str) -> pa.Table:
         rel = con.execute(sql)
         if rel.description is None:  # a statement without a result
             return pa.table({})
-        return rel.fetch_arrow_table()
+        # to_arrow_table: duckdb >= 1.4; fetch_arrow_table before (deprecated since)
+        return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.fetch_arrow_table()
     except duckdb.Error as exc:
         msg = str(exc).strip().splitlines()
         raise Fa4traceError(f"query failed: {msg[0] if msg else type(exc).__name__}") from None
