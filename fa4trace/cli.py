@@ -1,4 +1,4 @@
-"""`fa4trace` command line: record | convert | summary | compare | view | build | bench | check.
+"""`fa4trace` command line: record | convert | summary | compare | view | build | bench | check | sweep | query.
 
 Every failure prints one line (``fa4trace: error: ...``) and exits non-zero; nothing a user
 recorded is overwritten without --force.
@@ -490,6 +490,82 @@ def bench(quick, kernels, replays, rounds, no_trace_overhead, only, out):
     run(quick=quick, kernels=kernels, replays=replays, rounds=rounds, trace_overhead=not no_trace_overhead,
         only=only, out=out, command=" ".join(["fa4trace", *sys.argv[1:]]),
         log=lambda m: click.echo(m))
+
+
+# ---- sweep / query -------------------------------------------------------------------------
+@main.command()
+@click.option("--grid", "grid_file", default=None, type=click.Path(dir_okay=False),
+              help="A TOML grid (kernels, d, heads, sk, b, sq or q_len, dtype; [[product]] tables for unions).")
+@click.option("--seed-grid", is_flag=True,
+              help="Colfax's decode grid: d {64,128} x {16:1,16:2} x sk 1024..131072 at b 1 q_len 1, plus "
+                   "q_len {1,2,4,8} at sk 131072 (44 points).")
+@click.option("--kernels", default="base,pingpong,intrawg,cudnn,flash,fa4", show_default=True,
+              help="Comma list of base, pingpong, intrawg (ours) and cudnn, flash, fa4 (peers).")
+@click.option("--d", "d", default=None, help="Head dims, comma list [default: 128].")
+@click.option("--heads", default=None, help="hq:hkv pairs, comma list, e.g. 16:1,16:2 [default: 16:1].")
+@click.option("--sk", default=None, help="KV lengths, comma list [default: 131072].")
+@click.option("--b", "b", default=None, help="Batch sizes, comma list [default: 1].")
+@click.option("--sq", "--q-len", "sq", default=None, help="Query tokens per sequence, comma list [default: 1].")
+@click.option("--dtype", default=None, help="bf16 and/or fp16, comma list [default: bf16].")
+@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
+              help="Dataset folder (made if missing; points already in it are skipped).")
+@click.option("--force", is_flag=True, help="Re-run points whose results are already in the dataset.")
+@click.option("--no-bundles", is_flag=True, help="Time only: record no trace bundles.")
+@click.option("--rounds", default=2, type=click.IntRange(min=1), show_default=True,
+              help="Interleaved timing passes over the kernels of a point (see fa4trace bench).")
+@click.option("--replays", default=15, type=click.IntRange(min=1), show_default=True,
+              help="Timed CUDA-graph replays per kernel and pass.")
+def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, out, force, no_bundles, rounds, replays):
+    """Time every kernel over a grid of decode shapes into a Parquet dataset (one result file
+    per point and kernel, one trace bundle per point and schedule of ours); query it with
+    fa4trace query. Resumable: an interrupted sweep picks up where it stopped."""
+    from .sweep import grid as G
+
+    axes = {"d": d, "heads": heads, "sk": sk, "b": b, "sq": sq, "dtype": dtype}
+    if grid_file and seed_grid:
+        raise click.UsageError("give --grid or --seed-grid, not both")
+    if (grid_file or seed_grid) and any(v is not None for v in axes.values()):
+        raise click.UsageError("shape flags (--d, --heads, --sk, --b, --sq, --dtype) go without --grid / --seed-grid")
+    if grid_file:
+        g = G.from_toml(grid_file)
+    elif seed_grid:
+        g = G.seed_grid(kernels)
+    else:
+        g = G.from_flags(kernels=kernels, **axes)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise Fa4traceError(f"{out} is a file, not a dataset folder")
+    from .check_rows import detect_gpu
+
+    if detect_gpu() is None:
+        _fail("no CUDA GPU here: fa4trace sweep needs one (fa4trace query reads a dataset on any machine)", EXIT_USAGE)
+    from .sweep.run import CudaRunner, run_sweep
+
+    runner = CudaRunner(rounds=rounds, replays=replays)
+    try:
+        doc = run_sweep(g, out, runner, force=force, bundles=not no_bundles,
+                        command=" ".join(["fa4trace", *sys.argv[1:]]), log=lambda m: click.echo(m, err=True))
+    finally:
+        runner.close()
+    click.echo(f"sweep {doc['sweep_id']}: {doc['points_run']} points run, {doc['error_rows']} error rows; "
+               f"dataset {out}")
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.argument("sql")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list of objects.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
+def query(dataset, sql, as_json, as_csv):
+    """SQL (DuckDB) over a sweep dataset in place: views results and sweeps.
+
+    Example: fa4trace query runs/h200 "SELECT kernel, median(tbps) FROM results WHERE error IS NULL GROUP BY kernel"
+    """
+    from .sweep.query import format_table, query as run_query, to_csv, to_json
+
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
+    t = run_query(dataset, sql)
+    click.echo(to_json(t) if as_json else to_csv(t).rstrip("\n") if as_csv else format_table(t))
 
 
 if __name__ == "__main__":  # pragma: no cover

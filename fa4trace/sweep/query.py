@@ -1,0 +1,122 @@
+"""SQL over a sweep dataset in place, with embedded DuckDB.
+
+Two views: ``results`` (every result file, hive partitions kernel / d / hkv included) and
+``sweeps`` (one row per sweep.json; ``grid`` and ``clocks`` as JSON text, for ``json_extract``).
+
+    query("runs/h200", "SELECT kernel, median(tbps) FROM results GROUP BY kernel")  # a pyarrow.Table
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..errors import Fa4traceError
+from .dataset import RESULT_SCHEMA, Dataset, find_dataset
+
+SWEEP_SCHEMA = pa.schema([
+    ("sweep_id", pa.string()), ("gpu", pa.string()), ("worker", pa.string()), ("commit", pa.string()),
+    ("command", pa.string()), ("status", pa.string()), ("points", pa.int64()), ("points_run", pa.int64()),
+    ("error_rows", pa.int64()), ("started_at", pa.string()), ("finished_at", pa.string()),
+    ("grid", pa.string()), ("clocks", pa.string()),
+])
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def connect(root):
+    """An in-memory DuckDB connection with the dataset's ``results`` and ``sweeps`` views."""
+    import duckdb
+
+    p = find_dataset(root)
+    if p is None:
+        raise Fa4traceError(f"{root}: not a sweep dataset (no results/ or sweeps/ folder in it)")
+    con = duckdb.connect(":memory:")
+    if any((p / "results").glob("kernel=*/d=*/hkv=*/*.parquet")):
+        glob = (p / "results").as_posix() + "/kernel=*/d=*/hkv=*/*.parquet"
+        con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet({_sql_str(glob)}, hive_partitioning=true, "
+                    "hive_types={'kernel': VARCHAR, 'd': INTEGER, 'hkv': INTEGER})")
+    else:
+        con.register("results", RESULT_SCHEMA.empty_table())
+    rows = []
+    for doc in Dataset(p).sweeps():
+        row = {n: doc.get(n) for n in SWEEP_SCHEMA.names}
+        for key in ("grid", "clocks"):
+            row[key] = None if doc.get(key) is None else json.dumps(doc[key])
+        rows.append(row)
+    con.register("_sweeps_table", pa.Table.from_pylist(rows, schema=SWEEP_SCHEMA))
+    con.execute("CREATE VIEW sweeps AS SELECT * FROM _sweeps_table")
+    return con
+
+
+def query(root, sql: str) -> pa.Table:
+    """Run ``sql`` over the dataset at ``root``; bad SQL raises a one-line Fa4traceError."""
+    import duckdb
+
+    con = connect(root)
+    try:
+        rel = con.execute(sql)
+        if rel.description is None:  # a statement without a result
+            return pa.table({})
+        # to_arrow_table: duckdb >= 1.4; fetch_arrow_table before (deprecated since)
+        return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.fetch_arrow_table()
+    except duckdb.Error as exc:
+        msg = str(exc).strip().splitlines()
+        raise Fa4traceError(f"query failed: {msg[0] if msg else type(exc).__name__}") from None
+    finally:
+        con.close()
+
+
+def _cell(x) -> str:
+    if x is None:
+        return "NULL"
+    if isinstance(x, float):
+        return "NaN" if x != x else f"{x:.6g}"
+    return str(x)
+
+
+def format_table(t: pa.Table, max_rows: int = 200) -> str:
+    """Aligned text: a header, a rule, the rows (numbers right-aligned), and a row count."""
+    names = t.column_names
+    if not names:
+        return "(no result)"
+    data = t.slice(0, max_rows).to_pylist()
+    cells = [[_cell(r[n]) for n in names] for r in data]
+    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
+    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+               for f in t.schema]
+    def fmt(row):
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)).rstrip()
+    lines = [fmt(names), "  ".join("-" * w for w in widths)] + [fmt(c) for c in cells]
+    more = f" (first {max_rows} shown)" if t.num_rows > max_rows else ""
+    lines.append(f"({t.num_rows} row{'s' if t.num_rows != 1 else ''}{more})")
+    return "\n".join(lines)
+
+
+def to_json(t: pa.Table) -> str:
+    rows = t.to_pylist()
+    for r in rows:
+        for k, v in r.items():
+            if isinstance(v, float) and v != v:
+                r[k] = None
+    return json.dumps(rows, indent=1, default=str)
+
+
+def to_csv(t: pa.Table) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(t.column_names)
+    for r in t.to_pylist():
+        w.writerow(["" if v is None else v for v in r.values()])
+    return buf.getvalue()
+
+
+def dataset_exists(root) -> bool:
+    return find_dataset(Path(root)) is not None
