@@ -337,6 +337,11 @@ def save(fig: go.Figure, path: str | Path, *, width: int = 1400) -> Path:
     problem = static_export_problem()
     if problem:
         raise Fa4traceError(problem)
+    import logging
+
+    quiet = logging.getLogger("choreographer")  # the browser driver logs stray pipe messages it ignores
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
         fig.write_image(path, width=width, height=int(fig.layout.height or 700), scale=2 if ext == ".png" else 1)
     except Exception as exc:  # kaleido's own errors (no Chrome, a crashed renderer) as one line
