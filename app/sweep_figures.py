@@ -64,11 +64,9 @@ def load(root: str | Path) -> pd.DataFrame:
     glob = str(res / "**" / "*.parquet")
     con = duckdb.connect()
     try:
-        rel = con.read_parquet(glob, hive_partitioning=True, union_by_name=True)
-        have = set(rel.columns)
-        cols = ", ".join(f'"{c}"' for c in COLUMNS if c in have)
-        df = con.execute(f"select {cols} from read_parquet(?, hive_partitioning=true, union_by_name=true)",
-                         [glob]).df()
+        # the files' own columns: the hive keys (kernel, d, hkv) repeat three of them
+        df = con.execute("select * from read_parquet(?, hive_partitioning=false, union_by_name=true)", [glob]).df()
+        df = df[[c for c in COLUMNS if c in df.columns]]
     except duckdb.Error as exc:
         raise DatasetError(f"{root}: cannot read the results ({str(exc).splitlines()[0]})") from None
     finally:
@@ -163,12 +161,23 @@ def _grid(ds: list[int], gqas: list[str], title: str, y_title: str, x_title: str
     return fig
 
 
+def _refs(fig: go.Figure, row: int, col: int) -> dict:
+    sp = fig.get_subplot(row, col)
+    return {"xref": sp.xaxis.plotly_name.replace("axis", ""), "yref": sp.yaxis.plotly_name.replace("axis", "")}
+
+
+def _annotate(fig: go.Figure, notes: list[dict]) -> None:
+    """Add annotations at once (plotly's add_annotation re-validates them all per call)."""
+    if notes:
+        fig.update_layout(annotations=[*fig.layout.annotations, *notes])
+
+
 def _bars(df: pd.DataFrame, x: str, kernels, title: str, x_title: str, *, per_panel=None) -> go.Figure:
     """Grouped bars of tbps over column ``x``; one panel per (d, gqa); gains and failures annotated."""
     kernels = [k for k in (kernels or DEFAULT_KERNELS) if k in set(df["kernel"])]
     ds, gqas = _panels(df)
     fig = _grid(ds, gqas, title, "TB/s", x_title)
-    shown = set()
+    shown, notes = set(), []
     for r, d in enumerate(ds, 1):
         for c, g in enumerate(gqas, 1):
             sub = df[(df["d"] == d) & (df["gqa"] == g)]
@@ -178,12 +187,12 @@ def _bars(df: pd.DataFrame, x: str, kernels, title: str, x_title: str, *, per_pa
             cats = [sk_label(v) if x == "sk" else str(v) for v in xs]
             top = {}
             for k in kernels:
-                kk = sub[sub["kernel"] == k].set_index(x)
-                if kk.empty:
+                kk = {int(rec[x]): rec for rec in sub[sub["kernel"] == k].to_dict("records")}  # dicts: fast lookups
+                if not kk:
                     continue
                 ys, hover = [], []
                 for v, cat in zip(xs, cats):
-                    row = kk.loc[v] if v in kk.index else None
+                    row = kk.get(v)
                     y = None if row is None or pd.isna(row["tbps"]) else float(row["tbps"])
                     ys.append(y)
                     if y is not None:
@@ -197,12 +206,12 @@ def _bars(df: pd.DataFrame, x: str, kernels, title: str, x_title: str, *, per_pa
                               row=r, col=c)
                 shown.add(k)
                 for v, cat in zip(xs, cats):
-                    row = kk.loc[v] if v in kk.index else None
+                    row = kk.get(v)
                     if row is not None and row["failed"]:
-                        fig.add_annotation(x=cat, y=0, text="✕", showarrow=False, yshift=8, name="error",
-                                           font={"color": COLORS.get(k, "#000"), "size": 12},
-                                           hovertext=f"{NAMES.get(k, k)} failed at {x} {v}: {row['error']}",
-                                           row=r, col=c)
+                        notes.append(dict(x=cat, y=0, text="✕", showarrow=False, yshift=8, name="error",
+                                          font={"color": COLORS.get(k, "#000"), "size": 12},
+                                          hovertext=f"{NAMES.get(k, k)} failed at {x} {v}: {row['error']}",
+                                          **_refs(fig, r, c)))
             if {"base", "pingpong"} <= set(kernels):
                 base = sub[sub["kernel"] == "base"].set_index(x)["tbps"]
                 pp = sub[sub["kernel"] == "pingpong"].set_index(x)["tbps"]
@@ -210,10 +219,11 @@ def _bars(df: pd.DataFrame, x: str, kernels, title: str, x_title: str, *, per_pa
                     gain = _gain(base.get(v), pp.get(v))
                     if gain is None:
                         continue
-                    fig.add_annotation(x=cat, y=top.get(cat, 0.0), text=f"{gain:+.0f}%", showarrow=False,
-                                       yanchor="bottom", yshift=2, name="gain", font={"size": 10},
-                                       hovertext=f"ping-pong vs base at {x} {v}: {gain:+.1f}%", row=r, col=c)
+                    notes.append(dict(x=cat, y=top.get(cat, 0.0), text=f"{gain:+.0f}%", showarrow=False,
+                                      yanchor="bottom", yshift=2, name="gain", font={"size": 10},
+                                      hovertext=f"ping-pong vs base at {x} {v}: {gain:+.1f}%", **_refs(fig, r, c)))
             fig.update_xaxes(type="category", categoryorder="array", categoryarray=cats, row=r, col=c)
+    _annotate(fig, notes)
     if not fig.data:
         fig.add_annotation(text="No points of these kernels in this selection", showarrow=False, x=0.5, y=0.5,
                            xref="paper", yref="paper", name="empty")
@@ -247,7 +257,7 @@ def overlap_figure(df: pd.DataFrame, *, b: int | None = None, sq: int = 1) -> go
     sub = _frame(df, b=b, sq=sq)
     ds, gqas = _panels(sub)
     fig = _grid(ds, gqas, f"Measured overlap per point (q_len {sq}, batch {b})", "overlap %", "KV length")
-    shown = set()
+    shown, notes = set(), []
     for r, d in enumerate(ds, 1):
         for c, g in enumerate(gqas, 1):
             panel = sub[(sub["d"] == d) & (sub["gqa"] == g)]
@@ -266,11 +276,13 @@ def overlap_figure(df: pd.DataFrame, *, b: int | None = None, sq: int = 1) -> go
                 shown.add(k)
                 for v, cat in zip(xs, cats):
                     if v in kk.index and kk.loc[v, "failed"]:
-                        fig.add_annotation(x=cat, y=0, text="✕", showarrow=False, yshift=8, name="error",
-                                           font={"color": COLORS[k], "size": 12},
-                                           hovertext=f"{NAMES[k]} failed at sk {v}: {kk.loc[v, 'error']}", row=r, col=c)
+                        notes.append(dict(x=cat, y=0, text="✕", showarrow=False, yshift=8, name="error",
+                                          font={"color": COLORS[k], "size": 12},
+                                          hovertext=f"{NAMES[k]} failed at sk {v}: {kk.loc[v, 'error']}",
+                                          **_refs(fig, r, c)))
             fig.update_xaxes(type="category", categoryorder="array", categoryarray=cats, row=r, col=c)
     fig.update_yaxes(range=[0, 105])
+    _annotate(fig, notes)
     if not fig.data:
         fig.add_annotation(text="No overlap recorded (ping-pong / intrawg points with a bundle)", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper", name="empty")

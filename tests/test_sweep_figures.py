@@ -78,7 +78,11 @@ def test_load_reads_the_layout_newest_row_per_point(df):
     assert set(df["gqa"]) == {"16:1", "16:2"} and int(df["failed"].sum()) == 2
     assert df.loc[df["failed"], "tbps"].isna().all()
     assert F.kernels_in(df) == ["base", "pingpong", "intrawg", "cudnn"]
-    assert F.sweep_info(df.attrs.get("root", "")) == [] and F.batches(df) == [1]
+    assert F.batches(df) == [1] and F.default_b(df) == 1
+
+
+def test_sweep_info_reads_sweep_json(dataset):
+    assert [(r["sweep"], r["gpu"]) for r in F.sweep_info(dataset)] == [("s1", "synthetic")]
 
 
 def test_load_names_a_folder_without_results(tmp_path):
