@@ -234,3 +234,24 @@ def test_sweep_tab_without_a_dataset_and_with_a_bad_one(monkeypatch, tmp_path, d
     assert not at.exception and any("no sweep results" in e.value for e in at.error)
     at.text_input(key="sweep_root").set_value(str(dataset)).run()
     assert not at.exception and _chart(at, "sweep_chart")["data"]
+
+
+def test_view_sweep_hands_the_dataset_to_the_page(monkeypatch, dataset, tmp_path):
+    from click.testing import CliRunner
+
+    from fa4trace import cli
+
+    seen = {}
+
+    def fake_execv(exe, cmd):
+        seen["cmd"], seen["sweep"] = cmd, os.environ.get("FA4TRACE_SWEEP")
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli.os, "execv", fake_execv)
+    monkeypatch.delenv("FA4TRACE_SWEEP", raising=False)
+    r = CliRunner().invoke(cli.main, ["view", "--headless", "--port", "8799", "--sweep", str(dataset)])
+    assert r.exit_code == 0, r.output
+    assert seen["sweep"] == str(dataset.resolve()) and "streamlit" in seen["cmd"]
+    monkeypatch.delenv("FA4TRACE_SWEEP", raising=False)
+    r = CliRunner().invoke(cli.main, ["view", "--sweep", str(tmp_path / "missing")])
+    assert r.exit_code != 0 and "does not exist" in r.output
