@@ -244,14 +244,13 @@ def test_view_sweep_hands_the_dataset_to_the_page(monkeypatch, dataset, tmp_path
     seen = {}
 
     def fake_execv(exe, cmd):
-        seen["cmd"], seen["sweep"] = cmd, os.environ.get("FA4TRACE_SWEEP")
+        seen["cmd"], seen["sweep"] = cmd, os.environ.pop("FA4TRACE_SWEEP", None)  # leaves no trace for other tests
         raise SystemExit(0)
 
     monkeypatch.setattr(cli.os, "execv", fake_execv)
-    monkeypatch.delenv("FA4TRACE_SWEEP", raising=False)
+    monkeypatch.setenv("FA4TRACE_SWEEP", "")  # restored (removed) after the test
     r = CliRunner().invoke(cli.main, ["view", "--headless", "--port", "8799", "--sweep", str(dataset)])
     assert r.exit_code == 0, r.output
     assert seen["sweep"] == str(dataset.resolve()) and "streamlit" in seen["cmd"]
-    monkeypatch.delenv("FA4TRACE_SWEEP", raising=False)
     r = CliRunner().invoke(cli.main, ["view", "--sweep", str(tmp_path / "missing")])
     assert r.exit_code != 0 and "does not exist" in r.output
