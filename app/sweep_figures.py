@@ -167,7 +167,8 @@ def _refs(fig: go.Figure, row: int, col: int) -> dict:
 
 
 def _annotate(fig: go.Figure, notes: list[dict]) -> None:
-    """Add annotations at once (plotly's add_annotation re-validates them all per call)."""
+    """Add annotations at once (plotly's add_annotation re-validates them all per call). Their x is
+    the category's index: on a category axis plotly reads a numeric-looking string ("4") as one."""
     if notes:
         fig.update_layout(annotations=[*fig.layout.annotations, *notes])
 
@@ -205,21 +206,21 @@ def _bars(df: pd.DataFrame, x: str, kernels, title: str, x_title: str, *, per_pa
                                      hovertemplate=f"{NAMES.get(k, k)} · %{{x}}<br>%{{customdata}}<extra></extra>"),
                               row=r, col=c)
                 shown.add(k)
-                for v, cat in zip(xs, cats):
+                for i, (v, cat) in enumerate(zip(xs, cats)):
                     row = kk.get(v)
                     if row is not None and row["failed"]:
-                        notes.append(dict(x=cat, y=0, text="✕", showarrow=False, yshift=8, name="error",
+                        notes.append(dict(x=i, y=0, text="✕", showarrow=False, yshift=8, name="error",
                                           font={"color": COLORS.get(k, "#000"), "size": 12},
                                           hovertext=f"{NAMES.get(k, k)} failed at {x} {v}: {row['error']}",
                                           **_refs(fig, r, c)))
             if {"base", "pingpong"} <= set(kernels):
                 base = sub[sub["kernel"] == "base"].set_index(x)["tbps"]
                 pp = sub[sub["kernel"] == "pingpong"].set_index(x)["tbps"]
-                for v, cat in zip(xs, cats):
+                for i, (v, cat) in enumerate(zip(xs, cats)):
                     gain = _gain(base.get(v), pp.get(v))
                     if gain is None:
                         continue
-                    notes.append(dict(x=cat, y=top.get(cat, 0.0), text=f"{gain:+.0f}%", showarrow=False,
+                    notes.append(dict(x=i, y=top.get(cat, 0.0), text=f"{gain:+.0f}%", showarrow=False,
                                       yanchor="bottom", yshift=2, name="gain", font={"size": 10},
                                       hovertext=f"ping-pong vs base at {x} {v}: {gain:+.1f}%", **_refs(fig, r, c)))
             fig.update_xaxes(type="category", categoryorder="array", categoryarray=cats, row=r, col=c)
@@ -274,9 +275,9 @@ def overlap_figure(df: pd.DataFrame, *, b: int | None = None, sq: int = 1) -> go
                                          meta={"kernel": k, "d": d, "gqa": g},
                                          hovertemplate=f"{name} · %{{x}}: %{{y:.1f}}%<extra></extra>"), row=r, col=c)
                 shown.add(k)
-                for v, cat in zip(xs, cats):
+                for i, (v, cat) in enumerate(zip(xs, cats)):
                     if v in kk.index and kk.loc[v, "failed"]:
-                        notes.append(dict(x=cat, y=0, text="✕", showarrow=False, yshift=8, name="error",
+                        notes.append(dict(x=i, y=0, text="✕", showarrow=False, yshift=8, name="error",
                                           font={"color": COLORS[k], "size": 12},
                                           hovertext=f"{NAMES[k]} failed at sk {v}: {kk.loc[v, 'error']}",
                                           **_refs(fig, r, c)))

@@ -101,6 +101,8 @@ def test_figure_9_panels_bars_gains_and_gaps(df):
     # ping-pong's gain over base on each pair: synthetic TB/s 2.5 vs 2.0 -> +25%; none where ping-pong failed
     gains = _ann(fig, "gain")
     assert len(gains) == 4 * 3 - 1 and {g["text"] for g in gains} == {"+25%"}
+    assert {(g["x"], g["xref"]) for g in gains if g["xref"] == "x"} == {(0, "x"), (1, "x"), (2, "x")}
+    assert {g["yref"] for g in gains} == {"y", "y2", "y3", "y4"}
     # failures are gaps (None), not zeros, with an x naming the error
     cudnn = next(t for t in fig.data if t.meta == {"kernel": "cudnn", "d": 64, "gqa": "16:1"})
     assert cudnn.y[1] is None and cudnn.y[0] > 0 and "failed: unsupported head dim" in cudnn.customdata[1]
@@ -126,7 +128,8 @@ def test_figure_10_is_over_query_length_at_the_longest_kv(df):
     assert all(list(t.x) == ["1", "4"] for t in fig.data) and len(fig.data) == 8
     base = next(t for t in fig.data if t.meta == {"kernel": "base", "d": 128, "gqa": "16:1"})
     assert list(base.y) == pytest.approx([3.0, 3.0])
-    assert len(_ann(fig, "gain")) == 8
+    # on the pair, not at the category a numeric-looking label would name ("4" is not index 4)
+    assert sorted(a["x"] for a in _ann(fig, "gain")) == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 def test_overlap_lines_per_panel(df):
