@@ -414,8 +414,8 @@ def sweep_section(root: str, p: Picked | None, sel: dict | None, budget: int) ->
     bs = sweep_figures.batches(df)
     b = c3.selectbox("Batch", bs, index=bs.index(sweep_figures.default_b(df)), key="sweep_b")
     fig = sweep_figures.figure(df, which, kernels, b=b)
-    st.plotly_chart(fig, config={**PLOTLY_CONFIG, "toImageButtonOptions": {"format": "svg", "filename": f"sweep_{which}"}},
-                    key="sweep_chart")
+    event = st.plotly_chart(fig, config={**PLOTLY_CONFIG, "toImageButtonOptions": {"format": "svg", "filename": f"sweep_{which}"}},
+                            key="sweep_chart", on_select="rerun", selection_mode="points")
     if int(df["failed"].sum()):
         st.caption("✕: the kernel failed at that point (a gap, not a zero); hover it for the error.")
     d1, d2, d3, _ = st.columns([1, 1, 1, 3])
@@ -432,7 +432,14 @@ def sweep_section(root: str, p: Picked | None, sel: dict | None, budget: int) ->
         st.info("No bundles recorded in this dataset (bundles/kernel=*/d=*/*.parquet).")
         return
     labels = [sweep_figures.point_label(r) for _, r in pts.iterrows()]
-    i = st.selectbox("Point with bundles", range(len(labels)), format_func=labels.__getitem__, key="sweep_point")
+    picked = sweep_figures.clicked_point(fig, ((event or {}).get("selection") or {}).get("points") or [], pts)
+    if picked is not None and st.session_state.get("_sweep_clicked") != (which, picked):
+        st.session_state["_sweep_clicked"] = (which, picked)  # a click picks the point once; the box can change it
+        st.session_state["sweep_point"] = picked
+    if st.session_state.get("sweep_point") not in range(len(labels)):
+        st.session_state["sweep_point"] = 0
+    i = st.selectbox("Point with bundles", range(len(labels)), format_func=labels.__getitem__, key="sweep_point",
+                     help="Or click a bar (or a line's point) of a shape that has bundles.")
     row = pts.iloc[i]
     st.button("Open base vs ping-pong", key="sweep_open", on_click=_open_point, args=(row["base"], row["pingpong"]),
               help="Opens the point's bundles as A and B (every tab shows them).")

@@ -285,7 +285,7 @@ def overlap_figure(df: pd.DataFrame, *, b: int | None = None, sq: int = 1) -> go
     fig.update_yaxes(range=[0, 105])
     _annotate(fig, notes)
     if not fig.data:
-        fig.add_annotation(text="No overlap recorded (ping-pong / intrawg points with a bundle)", showarrow=False,
+        fig.add_annotation(text="No overlap recorded (ping-pong / intrawg rows of this batch)", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper", name="empty")
     return fig
 
@@ -317,6 +317,38 @@ def bundle_points(df: pd.DataFrame, root: str | Path) -> pd.DataFrame:
     out = pd.DataFrame(list(rows.values()), columns=[*shape, "base", "pingpong"])
     out = out[out["base"].notna() | out["pingpong"].notna()]
     return out.sort_values(shape, kind="stable").reset_index(drop=True)
+
+
+def clicked_point(fig: go.Figure, points: list[dict], pts: pd.DataFrame) -> int | None:
+    """The row of ``pts`` (:func:`bundle_points`) a click on ``fig`` picked, or None.
+
+    ``points``: plotly's selection (``curve_number`` and ``x``, the category label). A trace's
+    ``meta`` names its panel (d, GQA); the title's batch and q_len or KV length complete the point."""
+    import re
+
+    title = fig.layout.title.text or ""
+    b = int(re.search(r"batch (\d+)", title).group(1)) if re.search(r"batch (\d+)", title) else None
+    for pt in points or ():
+        i = pt.get("curve_number")
+        if i is None or not 0 <= i < len(fig.data) or not isinstance(fig.data[i].meta, dict):
+            continue
+        meta, label = fig.data[i].meta, str(pt.get("x"))
+        hq, hkv = (int(v) for v in meta["gqa"].split(":"))
+        want = (pts["d"] == meta["d"]) & (pts["hq"] == hq) & (pts["hkv"] == hkv)
+        if b is not None:
+            want &= pts["b"] == b
+        if "over query length" in title:
+            want &= pts["sq"].astype(str) == label
+            sk = re.search(r"KV length ([^,)]+)", title)
+            cand = pts[want]
+            if sk and not cand.empty:
+                want &= pts["sk"].map(sk_label).isin([t.strip() for t in sk.group(1).split(",")])
+        else:
+            want &= (pts["sk"].map(sk_label) == label) & (pts["sq"] == 1)
+        hits = pts.index[want]
+        if len(hits):
+            return int(hits[0])
+    return None
 
 
 def point_label(p) -> str:

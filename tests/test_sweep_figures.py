@@ -151,6 +151,20 @@ def test_bundle_points(df, dataset):
     assert F.point_label(p).startswith("d 128 · GQA 16:1 · sk 128k · b 1 · q_len 1")
 
 
+def test_a_click_picks_the_point_with_bundles(df, dataset):
+    pts = F.bundle_points(df, dataset)
+    fig = F.bandwidth_vs_sk(df, ["base", "pingpong"])
+    at = {(t.meta["kernel"], t.meta["d"], t.meta["gqa"]): i for i, t in enumerate(fig.data)}
+    assert F.clicked_point(fig, [{"curve_number": at["pingpong", 128, "16:1"], "x": "128k"}], pts) == 0
+    assert F.clicked_point(fig, [{"curve_number": at["pingpong", 128, "16:1"], "x": "8k"}], pts) is None
+    assert F.clicked_point(fig, [{"curve_number": at["base", 64, "16:1"], "x": "128k"}], pts) is None
+    f10 = F.bandwidth_vs_sq(df, ["base", "pingpong"])
+    i = next(i for i, t in enumerate(f10.data) if t.meta == {"kernel": "base", "d": 128, "gqa": "16:1"})
+    assert F.clicked_point(f10, [{"curve_number": i, "x": "1"}], pts) == 0
+    assert F.clicked_point(f10, [{"curve_number": i, "x": "4"}], pts) is None
+    assert F.clicked_point(fig, [], pts) is None and F.clicked_point(fig, [{"curve_number": 99, "x": "1k"}], pts) is None
+
+
 def _plot(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fa4trace", "plot", *map(str, args)], capture_output=True, text=True,
                           timeout=300)
