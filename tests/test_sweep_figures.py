@@ -271,3 +271,33 @@ def test_view_sweep_hands_the_dataset_to_the_page(monkeypatch, dataset, tmp_path
     assert seen["sweep"] == str(dataset.resolve()) and "streamlit" in seen["cmd"]
     r = CliRunner().invoke(cli.main, ["view", "--sweep", str(tmp_path / "missing")])
     assert r.exit_code != 0 and "does not exist" in r.output
+
+
+@pytest.mark.slow
+def test_clicking_a_bar_in_the_browser_picks_its_point(tmp_path):
+    pytest.importorskip("websockets")
+    from tests.tools import headless
+
+    if headless.find_chromium() is None:
+        pytest.skip("chromium not installed")
+    rows = S.grid_rows(kernels=("base", "pingpong"), ds=(128,), hkvs=(1,), sks=(1024, 131072))
+    for r in rows:  # two points with bundles: sk 1k (picked first) and 128k
+        r["bundle"] = _bundle(tmp_path, r["kernel"], r)
+    S.write_rows(tmp_path, rows)
+    env = {"FA4TRACE_BUNDLES": "", "FA4TRACE_SWEEP": str(tmp_path), "FA4TRACE_TRACES_DIR": str(tmp_path / "none")}
+    boxes = "[...document.querySelectorAll('[data-testid=stSelectbox] input')].map(e => e.value).join(' || ')"
+    idle = "!document.querySelector('[data-testid=stStatusWidget]')"
+    with headless.StreamlitServer((), env=env, timeout=120) as srv, \
+            headless.Chromium(width=1500, height=1500, offline=True) as br:
+        br.navigate(srv.url + "/?view=Sweep")
+        br.wait_for("!!document.querySelector('.js-plotly-plot .main-svg')", timeout=180)
+        br.wait_for(idle, timeout=180)
+        assert "sk 1k" in br.evaluate(boxes)
+        # the base bar at 128k: trace 0 (base), its second point
+        x, y = br.evaluate("(() => { const t = document.querySelectorAll('.js-plotly-plot g.trace.bars')[0];"
+                           " const r = t.querySelectorAll('.point path')[1].getBoundingClientRect();"
+                           " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            br.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "clickCount": 0 if kind == "mouseMoved" else 1,
+                                                 "button": "none" if kind == "mouseMoved" else "left"})
+        br.wait_for(f"({boxes}).includes('sk 128k')", timeout=120)
