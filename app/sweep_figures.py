@@ -43,6 +43,7 @@ COLUMNS = {"sweep_id": "str", "point_id": "str", "kernel": "str", "d": "int", "h
 POINT = ["kernel", "d", "hq", "hkv", "sk", "b", "sq", "dtype"]  # what makes two rows the same measurement
 OVERLAP = {"pingpong": ("qk_softmax_overlap", "QK ∥ SOFTMAX"), "intrawg": ("pv_softmax_overlap", "PV ∥ SOFTMAX")}
 FIGURES = ("9", "10", "overlap")
+BARGAP = 0.18  # between the groups of bars, a fraction of a category's width
 
 
 class DatasetError(Fa4traceError):
@@ -148,7 +149,7 @@ def _grid(ds: list[int], gqas: list[str], title: str, y_title: str, x_title: str
     # The title sits in the top margin (container coordinates), the legend right of the plot area:
     # neither covers the other nor a panel title.
     fig.update_layout(height=90 + height_per_row * max(1, len(ds)), plot_bgcolor="white", barmode="group",
-                      bargap=0.18, bargroupgap=0.04,
+                      bargap=BARGAP, bargroupgap=0.04,
                       margin={"l": 10, "r": 10, "t": 80, "b": 50},
                       title={"text": title, "font": {"size": 15}, "x": 0, "xanchor": "left", "xref": "paper",
                              "y": 1, "yref": "container", "yanchor": "top", "pad": {"t": 12}},
@@ -186,7 +187,7 @@ def _bars(df: pd.DataFrame, x: str, kernels, title: str, x_title: str, *, per_pa
                 sub = per_panel(sub)
             xs = sorted(int(v) for v in sub[x].unique())
             cats = [sk_label(v) if x == "sk" else str(v) for v in xs]
-            top = {}
+            top, slots, fails = {}, [], []
             for k in kernels:
                 kk = {int(rec[x]): rec for rec in sub[sub["kernel"] == k].to_dict("records")}  # dicts: fast lookups
                 if not kk:
@@ -206,13 +207,20 @@ def _bars(df: pd.DataFrame, x: str, kernels, title: str, x_title: str, *, per_pa
                                      hovertemplate=f"{NAMES.get(k, k)} · %{{x}}<br>%{{customdata}}<extra></extra>"),
                               row=r, col=c)
                 shown.add(k)
+                slots.append(k)
                 for i, (v, cat) in enumerate(zip(xs, cats)):
                     row = kk.get(v)
                     if row is not None and row["failed"]:
-                        notes.append(dict(x=i, y=0, text="✕", showarrow=False, yshift=8, name="error",
-                                          font={"color": COLORS.get(k, "#000"), "size": 12},
-                                          hovertext=f"{NAMES.get(k, k)} failed at {x} {v}: {row['error']}",
-                                          **_refs(fig, r, c)))
+                        fails.append((k, i, dict(y=0, text="✕", showarrow=False, yshift=8, name="error",
+                                                 font={"color": COLORS.get(k, "#000"), "size": 12},
+                                                 hovertext=f"{NAMES.get(k, k)} failed at {x} {v}: {row['error']}",
+                                                 **_refs(fig, r, c))))
+            # each ✕ where its kernel's bar would stand: grouped bars share the category's width
+            # (less the bar gap) in equal slots, in trace order
+            width = 1.0 - BARGAP
+            for k, i, note in fails:
+                j = slots.index(k)
+                notes.append({"x": i - width / 2 + (j + 0.5) * width / len(slots), **note})
             if {"base", "pingpong"} <= set(kernels):
                 base = sub[sub["kernel"] == "base"].set_index(x)["tbps"]
                 pp = sub[sub["kernel"] == "pingpong"].set_index(x)["tbps"]

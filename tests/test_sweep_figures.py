@@ -110,6 +110,10 @@ def test_figure_9_panels_bars_gains_and_gaps(df):
     assert pp.y[1] is None
     errs = _ann(fig, "error")
     assert len(errs) == 2 and any("unsupported head dim" in e["hovertext"] for e in errs)
+    # each over its own bar's slot: cuDNN is the 4th of 4 bars at 8k (index 1), ping-pong the 2nd
+    xs = sorted(e["x"] for e in errs)
+    w = 1 - F.BARGAP
+    assert xs == pytest.approx([1 - w / 2 + 1.5 * w / 4, 1 - w / 2 + 3.5 * w / 4])
     # the title in the top margin, the legend right of the panels: they never meet
     assert lay["title"]["yref"] == "container" and lay["title"]["yanchor"] == "top"
     assert lay["legend"]["x"] > 1 and lay["legend"]["xanchor"] == "left" and lay["legend"]["y"] <= 1
