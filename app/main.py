@@ -1,12 +1,15 @@
 """The viewer's page (the script Streamlit runs per browser session); `fa4trace view [BUNDLES...]`
 serves it through server.py, which also serves the Perfetto UI.
 
-Base vs ping-pong side by side (timelines, metrics, per-iteration chart, grid overview) and the
-real Perfetto UI, offline. The logic lives in the modules next to this file (fa4trace.viewer);
+Base vs ping-pong side by side (timelines, metrics, per-iteration chart, grid overview), the
+real Perfetto UI, offline, and a sweep dataset's figures (`fa4trace view --sweep DATASET`) whose
+points open as A and B. The logic lives in the modules next to this file (fa4trace.viewer);
 Streamlit runs this file as a script, hence the absolute imports.
 """
 
 from __future__ import annotations
+
+import os
 
 import streamlit as st
 
@@ -24,11 +27,15 @@ up_sources, blobs, up_errors = page.uploads_section(side)
 for e in up_errors:
     side.error(e)
 page.auto_select_uploads(up_sources, blobs)
-sources = start.sources + up_sources
+side.header("Sweep")
+sweep_root = page.sweep_dataset(side)
+sources = start.sources + up_sources + page.sweep_sources()
 if not sources:
     st.title("fa4trace viewer")
     for n in start.notes + start.errors:
         st.info(n)
+    if sweep_root:
+        page.sweep_section(sweep_root, None, None, MAX_SEGMENTS)
     st.stop()
 
 ka, kb = page.pickers(side, sources, start.default_a, start.default_b)
@@ -66,10 +73,11 @@ if picked.trace_b is not None:
 
 page.header(picked, start.notes, start.errors)
 page.metrics_section(picked)
-tabs = st.tabs(["Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info"], key="view", bind="query-params")
+tabs = st.tabs(["Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info", "Sweep"], key="view",
+               bind="query-params", default="Sweep" if os.environ.get(page.SWEEP_ENV) else None)
 sections = (lambda: page.timeline_section(picked, sel, budget), lambda: page.iterations_section(picked),
             lambda: page.grid_section(picked), lambda: page.perfetto_section(picked, sel, static_error),
-            lambda: page.info_section(picked))
+            lambda: page.info_section(picked), lambda: page.sweep_section(sweep_root, picked, sel, budget))
 for tab, draw in zip(tabs, sections):
     if tab.open:  # only the open tab renders: the others cost nothing until picked
         with tab:

@@ -18,7 +18,7 @@ import streamlit as st
 from fa4trace.analysis import typical_cta
 from fa4trace.bundle import Trace
 
-from . import data, grid, iterations, metrics, perfetto_ui, stream, timeline
+from . import data, grid, iterations, metrics, perfetto_ui, stream, sweep_figures, timeline
 
 NONE = ""  # the "no trace B" option
 EMBED_WHOLE_MAX_ROWS = 300_000  # above this the Perfetto tab opens the selected CTAs by default
@@ -348,3 +348,106 @@ def info_section(p: Picked) -> None:
         c1, c2 = st.columns([2, 3])
         c1.json(json.loads(json.dumps(meta, default=str)), expanded=1)
         c2.dataframe(data.per_cta_cached(src.key, tr).to_pandas(), hide_index=True, height=320, width="stretch")
+
+
+# ---- sweep -------------------------------------------------------------------------------------
+SWEEP_ENV = "FA4TRACE_SWEEP"  # `fa4trace view --sweep DATASET` sets it
+
+
+def sweep_dataset(container) -> str:
+    """The sweep dataset folder: the sidebar field, first filled from ``fa4trace view --sweep``."""
+    st.session_state.setdefault("sweep_root", os.environ.get(SWEEP_ENV, ""))
+    return container.text_input("Sweep dataset (folder)", key="sweep_root",
+                                help="A sweep's output folder (results/kernel=*/d=*/hkv=*/*.parquet): its figures "
+                                     "show in the Sweep tab, its base / ping-pong bundles open as A and B.").strip()
+
+
+def sweep_sources() -> list[data.Source]:
+    """The bundles of the sweep point opened last (the Sweep tab's button), as sources A and B."""
+    out = []
+    for p in st.session_state.get("sweep_pair") or ():
+        if p and Path(p).is_file():
+            try:
+                out.append(data.source_for_path(Path(p), "sweep"))
+            except data.Fa4traceError:
+                continue
+    return out
+
+
+def _dataset_stamp(root: str) -> tuple:
+    files = list(Path(root).glob("results/**/*.parquet"))
+    return len(files), max((f.stat().st_mtime_ns for f in files), default=0)
+
+
+@st.cache_data(show_spinner="Reading the sweep…", max_entries=4)
+def _sweep_frame(root: str, _stamp: tuple):
+    return sweep_figures.load(root)
+
+
+def _open_point(base: str | None, pingpong: str | None) -> None:
+    """Button callback (runs before the rerun): the point's bundles become A and B."""
+    st.session_state["sweep_pair"] = (base, pingpong)
+    keys = [data.path_key(Path(p)) if p else NONE for p in (base, pingpong)]
+    first, second = (keys[0], keys[1]) if base else (keys[1], NONE)
+    st.session_state["trace_a"], st.session_state["trace_b"] = first, second
+
+
+def sweep_section(root: str, p: Picked | None, sel: dict | None, budget: int) -> None:
+    """Figures of the dataset, downloads, and a point's base / ping-pong timelines side by side."""
+    if not root:
+        st.info("Name a sweep dataset in the sidebar (or start with `fa4trace view --sweep DATASET`).")
+        return
+    try:
+        df = _sweep_frame(root, _dataset_stamp(root))
+    except (sweep_figures.DatasetError, OSError) as exc:
+        st.error(str(exc).splitlines()[0])
+        return
+    runs = sweep_figures.sweep_info(root)
+    st.caption(f"{root}: {len(df):,} points, {int(df['failed'].sum()):,} failed"
+               + "".join(f" · sweep {r['sweep']} on {r.get('gpu', '?')} at {r.get('commit', '?')}" for r in runs[-3:]))
+    have = sweep_figures.kernels_in(df)
+    c1, c2, c3 = st.columns([1, 3, 1])
+    names = {"9": "TB/s over KV length", "10": "TB/s over query length", "overlap": "overlap per point"}
+    which = c1.radio("Figure", list(names), format_func=names.get, key="sweep_fig")
+    kernels = c2.multiselect("Kernels", have, default=have, key=f"sweep_kernels:{'|'.join(have)}",
+                             format_func=lambda k: sweep_figures.NAMES.get(k, k), disabled=which == "overlap")
+    bs = sweep_figures.batches(df)
+    b = c3.selectbox("Batch", bs, index=bs.index(sweep_figures.default_b(df)), key="sweep_b")
+    fig = sweep_figures.figure(df, which, kernels, b=b)
+    event = st.plotly_chart(fig, config={**PLOTLY_CONFIG, "toImageButtonOptions": {"format": "svg", "filename": f"sweep_{which}"}},
+                            key="sweep_chart", on_select="rerun", selection_mode="points")
+    if int(df["failed"].sum()):
+        st.caption("✕: the kernel failed at that point (a gap, not a zero); hover it for the error.")
+    d1, d2, d3, _ = st.columns([1, 1, 1, 3])
+    d1.download_button("HTML", data=lambda: fig.to_html(include_plotlyjs=True), file_name=f"sweep_{which}.html",
+                       mime="text/html", key="sweep_dl_html", on_click="ignore")
+    problem = sweep_figures.static_export_problem()
+    for col, fmt, mime in ((d2, "png", "image/png"), (d3, "svg", "image/svg+xml")):
+        col.download_button(fmt.upper(), data=(lambda f=fmt: fig.to_image(format=f, width=1400, scale=2 if f == "png" else 1)),
+                            file_name=f"sweep_{which}.{fmt}", mime=mime, key=f"sweep_dl_{fmt}", on_click="ignore",
+                            disabled=problem is not None, help=problem)
+    pts = sweep_figures.bundle_points(df, root)
+    st.subheader("A point's timelines")
+    if pts.empty:
+        st.info("No bundles recorded in this dataset (bundles/kernel=*/d=*/*.parquet).")
+        return
+    labels = [sweep_figures.point_label(r) for _, r in pts.iterrows()]
+    picked = sweep_figures.clicked_point(fig, ((event or {}).get("selection") or {}).get("points") or [], pts)
+    if picked is not None and st.session_state.get("_sweep_clicked") != (which, picked):
+        st.session_state["_sweep_clicked"] = (which, picked)  # a click picks the point once; the box can change it
+        st.session_state["sweep_point"] = picked
+    if st.session_state.get("sweep_point") not in range(len(labels)):
+        st.session_state["sweep_point"] = 0
+    i = st.selectbox("Point with bundles", range(len(labels)), format_func=labels.__getitem__, key="sweep_point",
+                     help="Or click a bar (or a line's point) of a shape that has bundles.")
+    row = pts.iloc[i]
+    st.button("Open base vs ping-pong", key="sweep_open", on_click=_open_point, args=(row["base"], row["pingpong"]),
+              help="Opens the point's bundles as A and B (every tab shows them).")
+    opened = st.session_state.get("sweep_pair")
+    if p is None or not opened:
+        return
+    paths = {str(s.path) for s in (p.a, p.b) if s is not None and s.path is not None}
+    if not paths or not paths <= {str(x) for x in opened if x}:
+        st.caption("A and B are not this sweep's point any more: open it again.")
+        return
+    timeline_section(p, sel, budget)

@@ -19,7 +19,7 @@ order under it). Schema:
       "rows":    [ {...}, ... ]             # the measurements
     }
 
-Rows of the areas "decode" and "decode-fa4" are `fa4trace bench` rows (`bench_json`): d, hq, hkv,
+Rows of the area "decode" are `fa4trace bench` rows (`bench_json`): d, hq, hkv,
 sk, b, sq, dtype, kernel ("base", "pingpong", "intrawg", "cudnn", "flash", "fa4", "<ours>+ref",
 "<ours>+trace", "+tracelead", "+tracestalls", "<ours>@<variant>"), us, us_spread, tbps, rel_err, plus
 extras (gpu_state: power_cap_share, thermal_share, sm_mhz_min, sm_mhz_max). A tracing overhead is
@@ -60,12 +60,13 @@ AREAS = [
     ("markers-blocks", None),
     ("host", "Host pipeline on the CPU"),
     ("decode", "Decode attention"),
-    ("decode-fa4", None),
     ("pdl", None),
     ("trace-cost-parts", "Tracing cost"),
     ("trace-cost", None),
     ("floors", "Bandwidth floors"),
     ("viewer", "Viewer"),
+    ("sweep-page", "Sweeps"),
+    ("sweep-query", None),
     ("fa4-sm90", "FlashAttention-4 SM90, traced"),
     ("not-kept", "What was tried and not kept"),
 ]
@@ -253,7 +254,7 @@ def render_fa4_legacy(res: dict) -> list[str]:
 
 
 def render_area(res: dict) -> list[str]:
-    if res["area"] in ("decode", "decode-fa4"):
+    if res["area"] == "decode":
         body = render_decode(res)
     elif res["area"] == "not-kept":
         body = render_not_kept(res)

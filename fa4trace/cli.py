@@ -1,4 +1,4 @@
-"""`fa4trace` command line: record | convert | summary | compare | view | build | bench | check | sweep | query.
+"""`fa4trace` command line: record | convert | summary | compare | view | plot | build | bench | check | sweep | query.
 
 Every failure prints one line (``fa4trace: error: ...``) and exits non-zero; nothing a user
 recorded is overwritten without --force.
@@ -427,7 +427,9 @@ def _port_free(address: str, port: int) -> bool:
 @click.argument("bundles", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--port", default=8501, type=click.IntRange(1, 65535), show_default=True)
 @click.option("--headless", is_flag=True, help="Do not open a browser.")
-def view(bundles, port, headless):
+@click.option("--sweep", "sweep", default=None, type=click.Path(file_okay=False, exists=True),
+              help="A sweep dataset folder: its figures in the Sweep tab, its points' bundles open as A and B.")
+def view(bundles, port, headless, sweep):
     """Open the Streamlit viewer (default: the bundled traces in traces/), on 127.0.0.1 only."""
     import subprocess
 
@@ -455,6 +457,8 @@ def view(bundles, port, headless):
     if headless:
         cmd += ["--server.headless", "true"]
     cmd += ["--", *[str(Path(b).resolve()) for b in bundles]]
+    if sweep:
+        os.environ["FA4TRACE_SWEEP"] = str(Path(sweep).resolve())  # read by the page (viewer.page.SWEEP_ENV)
     if os.name == "posix":
         # become the server: signals (SIGTERM from a supervisor, not only Ctrl-C) reach it directly
         # and no orphaned server survives this command
@@ -462,6 +466,25 @@ def view(bundles, port, headless):
         sys.stderr.flush()
         os.execv(sys.executable, cmd)
     return subprocess.call(cmd)
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="fig.html, fig.png or fig.svg.")
+@click.option("--figure", "which", default="9", type=click.Choice(["9", "10", "overlap"]), show_default=True,
+              help="9: TB/s over KV length; 10: TB/s over query length at the longest KV length; overlap: "
+                   "QK/PV ∥ SOFTMAX per point.")
+@click.option("--b", "b", default=None, type=int, help="Batch of the points shown (default: 1 when measured).")
+@click.option("--kernels", default=None, help="Comma list of kernels to draw (default: every kernel in the dataset).")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+def plot(dataset, output, which, b, kernels, force):
+    """Draw a sweep dataset's figure (results/kernel=*/d=*/hkv=*/*.parquet) to HTML, PNG or SVG."""
+    from .viewer import sweep_figures as F
+
+    out = _check_out(output, force)
+    df = F.load(dataset)
+    ks = [k.strip() for k in kernels.split(",") if k.strip()] if kernels else F.kernels_in(df)
+    click.echo(f"wrote {F.save(F.figure(df, which, ks, b=b), out)}")
 
 
 @main.command()
