@@ -87,7 +87,11 @@ def test_app_renders_and_screenshot_is_kept(server, startup):
         src = next(s for s in startup.sources if s.key == startup.default_a)
         roles = {str(r) for r in data.load_path(src.key, str(src.path)).events["role"].unique().to_pylist()}
         assert labels and any(any(r in lb for r in roles) for lb in labels)
-        # the KV-stream chart as drawn: its title and its legend do not meet
+        # the KV-stream chart as drawn: its title and its legend do not meet (plotly draws each
+        # chart when its turn comes: on a loaded machine it can follow the first by seconds)
+        kv_chart = ("Array.from(document.querySelectorAll('.js-plotly-plot .gtitle'))"
+                    ".some(t => t.textContent === 'KV blocks consumed per time bin (TB/s)')")
+        br.wait_for(kv_chart, timeout=60)
         boxes = br.evaluate("""(() => {
           const p = Array.from(document.querySelectorAll('.js-plotly-plot')).find(
             q => (q.querySelector('.gtitle') || {}).textContent === 'KV blocks consumed per time bin (TB/s)');
