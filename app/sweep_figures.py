@@ -395,10 +395,21 @@ def save(fig: go.Figure, path: str | Path, *, width: int = 1400) -> Path:
     quiet = logging.getLogger("choreographer")  # the browser driver logs stray pipe messages it ignores
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    # Kaleido drives a fresh browser per export; on a loaded machine its first call can run
+    # before the page's own scripts are ready ("kaleido_scopes is not defined"): one more try
+    # with a new browser, then one line.
     try:
-        fig.write_image(path, width=width, height=int(fig.layout.height or 700), scale=2 if ext == ".png" else 1)
-    except Exception as exc:  # kaleido's own errors (no Chrome, a crashed renderer) as one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise Fa4traceError(f"{path}: static export failed ({first}); kaleido needs Chrome or Chromium "
-                            "(plotly_get_chrome installs one)") from None
+        for attempt in range(2):
+            try:
+                fig.write_image(path, width=width, height=int(fig.layout.height or 700),
+                                scale=2 if ext == ".png" else 1)
+                return path
+            except Exception as exc:  # kaleido's own errors (no Chrome, a crashed renderer) as one line
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                if attempt == 0 and "kaleido_scopes is not defined" in first:
+                    continue
+                raise Fa4traceError(f"{path}: static export failed ({first}); kaleido needs Chrome or Chromium "
+                                    "(plotly_get_chrome installs one)") from None
+    finally:
+        quiet.setLevel(level)
     return path
