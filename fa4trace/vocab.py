@@ -4,6 +4,14 @@ A kernel records events by numeric id (a compile-time constant, 1..255); everyth
 downstream speaks names. Each bundle stores the vocabulary it was decoded with, so a trace
 that uses kernel-registered events still opens on a machine that never saw that kernel.
 
+Events placed automatically by ``fa4trace.instrument`` (any CuTe DSL kernel) are registered per
+kernel at compile time, one id per (family, op, resource): ``family`` is "pipeline", "tma",
+"mma" or "barrier"; ``op`` what the call did (acquire, commit, wait, release; load, store;
+commit, wait; sync, arrive); ``resource`` the pipeline's name or the barrier id; ``stages`` a
+pipeline's stage count. Their payload (``iter``) is the pipeline state's running count (stage =
+count % stages) or the wgmma groups left in flight (mma wait) or the barrier id. Their names
+read ``resource.op`` (``ab.wait``) or ``family.op`` (``tma.load``, ``mma.wait``).
+
 ``sync`` events are work the recording warp itself does (SOFTMAX, LOAD_K issue...):
 they nest on the warp's own track. ``async`` events are work the warp started and later
 waited for (QK in flight from wgmma issue to wait): on Hopper they overlap the same warp's
@@ -19,6 +27,8 @@ from typing import Iterable
 
 from .errors import TraceFormatError
 
+WAIT_OPS = frozenset({"acquire", "wait", "sync"})  # automatic ops during which a warp waits
+FAMILIES = ("pipeline", "tma", "mma", "barrier")  # automatic event families (fa4trace.instrument)
 WARP_EVENT_ID = 0  # reserved: the decoder emits one WARP row per warp lifetime
 MAX_EVENT_ID = 255  # the record keeps 8 bits of event id
 
@@ -31,6 +41,15 @@ class EventSpec:
     is_async: bool
     color: str  # CSS hex, used by the viewer (the Chrome/Perfetto exports leave colors to their UIs)
     description: str = ""
+    family: str = ""  # automatic events: pipeline | tma | mma | barrier ("" = hand-placed)
+    op: str = ""  # automatic events: what the hooked call did (wait, acquire, commit, ...)
+    resource: str = ""  # automatic events: the pipeline's name or the barrier id
+    stages: int = 0  # automatic pipeline events: the pipeline's stage count
+
+    @property
+    def is_wait(self) -> bool:
+        """A span in which the warp waits for another warp or unit (automatic events)."""
+        return self.op in WAIT_OPS
 
 
 @dataclass(frozen=True)
@@ -89,16 +108,21 @@ class Vocabulary:
             self.register_role(r.name, r.id, r.description)
         for e in events:
             self.register(e.name, e.id, role=e.role, is_async=e.is_async, color=e.color,
-                          description=e.description)
+                          description=e.description, family=e.family, op=e.op, resource=e.resource,
+                          stages=e.stages)
 
     # ---- registration -------------------------------------------------------------------
     def register(self, name: str, id: int, *, role: str = "", is_async: bool = False,
-                 color: str = "#969696", description: str = "") -> EventSpec:
+                 color: str = "#969696", description: str = "", family: str = "", op: str = "",
+                 resource: str = "", stages: int = 0) -> EventSpec:
         if not (0 <= int(id) <= MAX_EVENT_ID):
             raise ValueError(f"event id {id} for {name!r} is outside 0..{MAX_EVENT_ID}")
-        if not name or not name.replace("_", "").isalnum():
-            raise ValueError(f"event name {name!r} must be a non-empty identifier")
-        spec = EventSpec(name, int(id), role, bool(is_async), color, description)
+        if not name or not all(p.replace("_", "").isalnum() for p in name.split(".")):
+            raise ValueError(f"event name {name!r} must be identifiers joined by dots")
+        if family and family not in FAMILIES:
+            raise ValueError(f"event family {family!r} is not one of {FAMILIES}")
+        spec = EventSpec(name, int(id), role, bool(is_async), color, description, family, op, resource,
+                         int(stages))
         old = self._events.get(spec.id) or self._events_by_name.get(name)
         if old is not None:
             if old == spec:
