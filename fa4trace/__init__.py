@@ -13,7 +13,7 @@ from .vocab import EV, ROLE, VOCAB, Vocabulary  # noqa: E402
 from .bundle import Trace, load  # noqa: E402
 
 __all__ = ["__version__", "EV", "ROLE", "VOCAB", "Vocabulary", "Fa4traceError", "TraceFormatError",
-           "DeviceUnavailable", "Trace", "load", "decode_attention"]
+           "DeviceUnavailable", "Trace", "load", "decode_attention", "instrument"]
 
 
 def __getattr__(name):
@@ -23,4 +23,8 @@ def __getattr__(name):
         from .attention import decode_attention
 
         return decode_attention
+    if name == "instrument":  # needs the CuTe DSL only when a kernel compiles under it
+        from .auto.api import instrument
+
+        return instrument
     raise AttributeError(f"module 'fa4trace' has no attribute {name!r}")

@@ -1,0 +1,118 @@
+"""``fa4trace.instrument``: per-warp timelines of any CuTe DSL kernel, without editing it.
+
+    with fa4trace.instrument() as session:          # around the code that compiles
+        gemm = cute.compile(my_gemm, a, b, c, stream)   # or any library call that compiles
+    gemm(a, b, c, stream)                          # runs traced: a buffer is appended
+    session.trace().save("gemm.parquet")           # one bundle: Perfetto, analysis, viewer
+
+Inside the block ``cute.compile`` (under every name it is imported by) compiles with automatic
+events (``fa4trace.auto.compiler``) and returns an ``Instrumented`` callable that takes the
+same arguments as the plain compiled function. Everything is put back when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+from .events import FAMILIES
+from .patches import Patches
+from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions
+
+
+class Session:
+    """What one ``instrument`` block compiled: ``kernels`` (Instrumented, in compile order)."""
+
+    def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta):
+        self.families = tuple(families)
+        self.extra_kernels = tuple(kernels)
+        self.roles = dict(roles) if roles else None
+        self.cursor = cursor
+        self.options = options
+        self.warps_per_cta = warps_per_cta
+        self.kernels: list[Instrumented] = []
+
+    def compile(self, real_compile, fn, *args, **kwargs) -> Instrumented:
+        from .compiler import compile_traced
+
+        c = compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=self.cursor,
+                           check=self.options.check, compile_fn=real_compile, **kwargs)
+        meta = dict(c.meta, roles=self.roles, params=c.params)
+        if self.warps_per_cta:
+            meta["warps_per_cta"] = int(self.warps_per_cta)
+        tvm_ffi = "enable-tvm-ffi" in str(kwargs.get("options", "")) or "enable-tvm-ffi" in str(
+            getattr(real_compile, "_compile_options", ""))
+        k = Instrumented(c.fn, c.vocab, meta, plain=c.plain, options=self.options,
+                         to_arg=(lambda t: t) if tvm_ffi else _from_dlpack)
+        k.compiled = c
+        self.kernels.append(k)
+        return k
+
+    def trace(self, index: int = -1, **kw):
+        """The bundle of the ``index``-th compiled kernel's launches (default: the last)."""
+        from ..errors import Fa4traceError
+
+        if not self.kernels:
+            raise Fa4traceError("nothing was compiled inside fa4trace.instrument()")
+        return self.kernels[index].trace(**kw)
+
+
+def _from_dlpack(t):
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(t, assumed_align=16)
+
+
+class _CompileProxy:
+    """Stands in for ``cute.compile`` (a CompileCallable): same call, same ``[options]``."""
+
+    def __init__(self, real, session: Session):
+        self._real, self._session = real, session
+
+    def __getitem__(self, options):
+        return _CompileProxy(self._real[options], self._session)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def __call__(self, fn, *args, **kwargs):
+        return self._session.compile(self._real, fn, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "gmem",
+               ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
+               warps=None, check: bool = True, warps_per_cta: Optional[int] = None):
+    """Compile every CuTe DSL kernel inside the block with automatic events.
+
+    ``families``: which of pipeline, tma, mma, barrier to record (fewer cost less; warp
+    lifetimes always record). ``kernels``: classes or ``@cute.kernel`` functions to instrument
+    beyond those of the compiled entry. ``roles``: {"producer": [8, 9, 10, 11], ...} names warps
+    by index in the CTA (else inferred from what they record). ``ctas`` / ``cta_stride`` /
+    ``warps`` / ``capacity``: who records, how much. ``check``: each launch also runs the plain
+    kernel and must match it bit for bit.
+    """
+    import sys
+
+    import cutlass.cute as cute
+
+    from .compiler import require_dsl
+
+    require_dsl()
+    session = Session(families=families, kernels=kernels, roles=roles, cursor=cursor,
+                      options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
+                                            warps=tuple(warps) if warps else None, check=check),
+                      warps_per_cta=warps_per_cta)
+    real = cute.compile
+    proxy = _CompileProxy(real, session)
+    patches = Patches()
+    for mod in list(sys.modules.values()):
+        d = getattr(mod, "__dict__", None)
+        if isinstance(d, dict):
+            for k, v in list(d.items()):
+                if v is real:
+                    patches.set(mod, k, proxy)
+    try:
+        yield session
+    finally:
+        patches.restore()

@@ -1,0 +1,208 @@
+"""Compile any CuTe DSL kernel with automatic events (needs nvidia-cutlass-dsl, no GPU).
+
+``compile_traced(fn, *args)`` is ``cute.compile(fn, *args)`` with fa4trace in it: the hooks of
+the chosen families are placed (``families.install``), every ``@cute.kernel`` the entry
+launches takes the trace buffer as one more argument (``entry.traced_kernel``), the entry
+takes it last (``entry.traced_entry``), and everything is put back once the DSL has traced.
+The result knows its event vocabulary, its warps per CTA (from the launch) and which families
+it found, so a buffer it fills decodes into a bundle on any machine.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import Fa4traceError
+from . import entry as E
+from . import families as F
+from .events import FAMILIES, EventTable
+from .patches import Patches
+from .state import STATE
+
+COMPILE_CONTROLS = ("options", "is_experimental", "trace_finalize_hooks")
+SUPPORTED_DSL = ("4.8",)  # nvidia-cutlass-dsl versions the hooks were written against
+
+
+@dataclass
+class CompiledTraced:
+    """A traced compile: ``fn`` takes the entry's runtime arguments plus the trace buffer
+    (last); ``meta`` says what was instrumented (fa4trace.auto.run uses it)."""
+
+    fn: Any
+    params: list  # the entry's parameter names, then fa4trace_buf
+    vocab: Any
+    meta: dict = field(default_factory=dict)
+    plain: Any = None  # the same entry compiled without fa4trace (for the output check)
+
+    @property
+    def ptx(self) -> Optional[str]:
+        return getattr(self.fn, "__ptx__", None)
+
+
+def dsl_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("nvidia-cutlass-dsl")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def require_dsl() -> str:
+    v = dsl_version()
+    if not any(v.startswith(s) for s in SUPPORTED_DSL):
+        raise Fa4traceError(f"fa4trace.instrument supports nvidia-cutlass-dsl {', '.join(s + '.x' for s in SUPPORTED_DSL)}; "
+                            f"this environment has {v}")
+    return v
+
+
+def _kernels_of_class(cls) -> list[tuple[Any, str, Any, bool]]:
+    out, seen = [], set()
+    for c in cls.__mro__:
+        for name, attr in vars(c).items():
+            if name not in seen and E.is_kernel(attr) and not getattr(attr, "__fa4trace_hook__", False):
+                out.append((c, name, attr, True))
+                seen.add(name)
+    return out
+
+
+def _kernels_of_function(fn) -> list[tuple[Any, str, Any, bool]]:
+    raw = getattr(fn, "__wrapped__", fn)
+    mod = sys.modules.get(raw.__module__)
+    return [(mod, raw.__name__, fn, False)] if mod is not None and vars(mod).get(raw.__name__) is fn else []
+
+
+def find_kernels(fn, extra=()) -> list[tuple[Any, str, Any, bool]]:
+    """(owner, attribute, kernel, is_method) of every kernel to give the buffer to: the kernels
+    of the entry's class, the kernels in the entry's module, and ``extra`` (classes or kernels)."""
+    found = []
+    if E.is_jit(getattr(type(fn), "__call__", None)) and not E.is_jit(fn):
+        found += _kernels_of_class(type(fn))
+    else:
+        raw = getattr(fn, "__wrapped__", fn)
+        mod = sys.modules.get(raw.__module__)
+        for name, v in vars(mod).items() if mod else ():
+            if E.is_kernel(v):
+                found.append((mod, name, v, False))
+    for x in extra:
+        if isinstance(x, type):
+            found += _kernels_of_class(x)
+        elif E.is_kernel(x):
+            found += _kernels_of_function(x)
+        else:
+            raise Fa4traceError(f"kernels= takes classes with @cute.kernel methods or @cute.kernel functions, got {x!r}")
+    uniq, seen = [], set()
+    for k in found:
+        if (id(k[0]), k[1]) not in seen:
+            uniq.append(k)
+            seen.add((id(k[0]), k[1]))
+    return uniq
+
+
+def _entry_of(fn):
+    """(entry jit function, bound object or None)."""
+    if E.is_jit(fn):
+        return fn, None
+    call = getattr(type(fn), "__call__", None)
+    if E.is_jit(call):
+        return call, fn
+    raise Fa4traceError(f"fa4trace.instrument compiles a @cute.jit function or an object whose __call__ is "
+                        f"@cute.jit; got {type(fn).__name__}")
+
+
+def _split_kwargs(kwargs: dict) -> tuple[dict, dict]:
+    ctl = {k: v for k, v in kwargs.items() if k in COMPILE_CONTROLS}
+    return ctl, {k: v for k, v in kwargs.items() if k not in COMPILE_CONTROLS}
+
+
+def _block_warps(launches: list[dict]) -> Optional[int]:
+    for kw in launches:
+        block = kw.get("block")
+        try:
+            n = 1
+            for b in block:
+                n *= int(b)
+            return (n + 31) // 32
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "gmem", check: bool = True,
+                   compile_fn=None, **kwargs) -> CompiledTraced:
+    """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
+
+    ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
+    each warp keeps its record count between events ("gmem": the warp's header; "smem": 128 B of
+    static shared memory). ``check``: also compile the plain kernel, for the output check.
+    """
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ..device.recorder import SegmentRecorder
+
+    require_dsl()
+    compile_fn = compile_fn or cute.compile
+    entry, obj = _entry_of(fn)
+    targets = find_kernels(fn, kernels)
+    if not targets:
+        raise Fa4traceError(f"no @cute.kernel found for {getattr(entry, '__qualname__', entry)}: pass kernels=[...]")
+    ctl, fkw = _split_kwargs(kwargs)
+    raw = getattr(entry, "__wrapped__", entry)
+    sig = inspect.signature(raw)
+    bound = sig.bind(*((obj,) if obj is not None else ()), *args, **fkw)
+    bound.apply_defaults()
+    full = list(bound.arguments.values())
+    table = EventTable()
+    STATE.reset(table, families, cursor)
+
+    def on_buffer(buf):
+        STATE.host_buf = buf
+
+    def on_enter(buf):
+        STATE.buf = buf
+        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor)
+
+    def on_exit():
+        if STATE.rec is not None:
+            STATE.rec.finish()
+        STATE.rec = STATE.buf = None
+
+    patches = Patches()
+    try:
+        F.install(patches, families)
+        for owner, name, k, method in targets:
+            patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
+                                                     on_launch=STATE.launches.append))
+        traced = E.traced_entry(entry, on_buffer)
+        buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
+        compiled = compile_fn(traced, *full, buf, **ctl)
+        meta = {
+            "kernel": f"{raw.__module__}.{raw.__qualname__}",
+            "kernels": [f"{getattr(o, '__name__', o)}.{n}" for o, n, _k, _m in targets],
+            "families": sorted(set(families)),
+            "found": dict(STATE.found),
+            "missing": sorted(set(families) - set(STATE.found)),
+            "placed": dict(table.placed),
+            "pipelines": dict(table.pipelines),
+            "warps_per_cta": _block_warps(STATE.launches),
+            "cursor": cursor,
+            "arch": _arch(),
+            "dsl": dsl_version(),
+        }
+    finally:
+        patches.restore()
+        STATE.reset()
+    names = [p for p in sig.parameters][1 if obj is not None else 0:]
+    plain = compile_fn(fn, *args, **kwargs) if check else None
+    return CompiledTraced(compiled, names + [E.BUF], table.vocab, meta, plain)
+
+
+def _arch() -> str:
+    import os
+
+    return os.environ.get("CUTE_DSL_ARCH", "")

@@ -1,0 +1,220 @@
+"""The automatic event families: hooks on the building blocks every pipelined CuTe DSL
+kernel calls, placed while it compiles (``install``) and removed after (``Patches.restore``).
+
+    pipeline   every ``cutlass.pipeline.PipelineAsync`` subclass (TMA, cp.async, UMMA, quack's
+               and FA4's own): producer_acquire (span), producer_commit (instant),
+               consumer_wait (span), consumer_release (instant); payload = the state's
+               running count, name = the pipeline's variable name at the call site
+    tma        ``cute.copy`` with a bulk-tensor (TMA) atom: load / store issue (instants)
+    mma        ``warpgroup.commit_group`` and ``tcgen05.commit`` (instant ``mma.commit``),
+               ``warpgroup.wait_group(k)`` (span ``mma.wait``, payload k)
+    barrier    ``cute.arch.barrier`` (span ``barrier.sync``), ``cute.arch.barrier_arrive``
+               (instant), payload = the barrier id
+
+Each hooked call is one segment of the calling warp's ``SegmentRecorder`` (the recorder that
+needs no carrying through someone else's loops). A hooked call inside another hooked call
+records nothing: the outer one already brackets it (quack's pipelines call their parents').
+Functions are replaced under every module name they are reachable by (``from x import copy``
+included), found by identity in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, Optional
+
+from .events import FAMILIES
+from .patches import Patches
+from .state import STATE
+
+PIPELINE_METHODS = {
+    "producer_acquire": "acquire",
+    "producer_commit": "commit",
+    "consumer_wait": "wait",
+    "consumer_release": "release",
+}
+
+
+def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "", stages: int = 0,
+             payload=None):
+    """Run ``call()`` as one event of the current warp (a span around it, or an instant after)."""
+    st = STATE
+    rec = st.rec
+    if rec is None or not rec.enabled or family not in st.families or rec.current is not None:
+        return call()
+    table = st.table
+    eid = table.event(family, op, resource, stages)
+    seg = rec.open()
+    if table.is_span(family, op):
+        seg.begin(eid, payload)
+        ret = call()
+        seg.end(eid, payload)
+    else:
+        ret = call()
+        seg.instant(eid, payload)
+    seg.close()
+    st.found[family] = st.found.get(family, 0) + 1
+    return ret
+
+
+# ---- pipeline ---------------------------------------------------------------------------------
+def _strip_pipeline(name: str) -> str:
+    short = name.replace("pipeline", "").strip("_")
+    return short or name
+
+
+def pipeline_name(obj) -> str:
+    """The pipeline's variable name where the kernel uses it (``ab_pipeline`` -> ``ab``), else
+    its class name and a number. Stable for one compile (cached by object)."""
+    st = STATE
+    key = id(obj)
+    hit = st.names.get(key)
+    if hit is not None:
+        return hit[0]
+    name = None
+    generic = None  # a parameter called just "pipeline": used only if nothing says more
+    f = sys._getframe(2)
+    for _ in range(16):
+        if f is None or name:
+            break
+        if not f.f_globals.get("__name__", "").startswith(("fa4trace.auto", "cutlass.")):
+            cands = [k for k, v in f.f_locals.items() if v is obj and k != "self"]
+            slf = f.f_locals.get("self")
+            if slf is not None and slf is not obj:
+                cands += [k for k, v in getattr(slf, "__dict__", {}).items() if v is obj]
+            for k in cands:
+                if _strip_pipeline(k) != k or k not in ("pipeline", "pipe", "p"):
+                    name = _strip_pipeline(k)
+                    break
+                generic = generic or k
+        f = f.f_back
+    name = name or generic
+    if not name:
+        name = f"{type(obj).__name__}{sum(1 for n, _ in st.names.values() if n.startswith(type(obj).__name__))}"
+    taken = {n for n, _ in st.names.values()}
+    base, i = name, 2
+    while name in taken:
+        name, i = f"{base}{i}", i + 1
+    st.names[key] = (name, obj)  # keep obj alive: its id must not be reused during the compile
+    st.table.pipelines[name] = {"class": type(obj).__name__, "stages": int(getattr(obj, "num_stages", 0) or 0)}
+    return name
+
+
+def _state_count(args, kwargs):
+    state = kwargs.get("state", args[0] if args else None)
+    return getattr(state, "count", None)
+
+
+def _pipeline_wrapper(orig: Callable, op: str) -> Callable:
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        if STATE.rec is None or "pipeline" not in STATE.families:
+            return orig(self, *args, **kwargs)
+        return recorded("pipeline", op, lambda: orig(self, *args, **kwargs), resource=pipeline_name(self),
+                        stages=int(getattr(self, "num_stages", 0) or 0), payload=_state_count(args, kwargs))
+
+    wrapper.__fa4trace_hook__ = True
+    return wrapper
+
+
+def _subclasses(cls) -> list:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo.extend(c.__subclasses__())
+    return out
+
+
+def _patch_pipelines(patches: Patches):
+    from cutlass.pipeline import PipelineAsync
+
+    for cls in _subclasses(PipelineAsync):
+        for meth, op in PIPELINE_METHODS.items():
+            fn = vars(cls).get(meth)
+            if fn is not None and callable(fn) and not getattr(fn, "__fa4trace_hook__", False):
+                patches.set(cls, meth, _pipeline_wrapper(fn, op))
+
+
+# ---- functions: tma, mma, barrier ---------------------------------------------------------------
+def _tma_kind(atom) -> Optional[str]:
+    name = type(getattr(atom, "op", None)).__name__
+    if "BulkTensor" not in name:
+        return None
+    return "load" if "G2S" in name else "store" if "S2G" in name else None
+
+
+def _copy_wrapper(orig):
+    @functools.wraps(orig)
+    def copy(atom, *args, **kwargs):
+        kind = _tma_kind(atom) if STATE.rec is not None else None
+        if kind is None:
+            return orig(atom, *args, **kwargs)
+        return recorded("tma", kind, lambda: orig(atom, *args, **kwargs))
+
+    return copy
+
+
+def _commit_wrapper(orig):
+    @functools.wraps(orig)
+    def commit(*args, **kwargs):
+        return recorded("mma", "commit", lambda: orig(*args, **kwargs))
+
+    return commit
+
+
+def _wait_group_wrapper(orig):
+    @functools.wraps(orig)
+    def wait_group(group, *args, **kwargs):
+        return recorded("mma", "wait", lambda: orig(group, *args, **kwargs), payload=group)
+
+    return wait_group
+
+
+def _barrier_wrapper(orig, op: str):
+    @functools.wraps(orig)
+    def barrier(*args, **kwargs):
+        return recorded("barrier", op, lambda: orig(*args, **kwargs), payload=kwargs.get("barrier_id"))
+
+    return barrier
+
+
+def _function_hooks() -> list[tuple[str, Callable, Callable]]:
+    """(family, original, replacement) for every hooked free function."""
+    import cutlass.cute as cute
+    from cutlass.cute.nvgpu import tcgen05, warpgroup
+
+    return [
+        ("tma", cute.copy, _copy_wrapper(cute.copy)),
+        ("mma", warpgroup.commit_group, _commit_wrapper(warpgroup.commit_group)),
+        ("mma", warpgroup.wait_group, _wait_group_wrapper(warpgroup.wait_group)),
+        ("mma", tcgen05.commit, _commit_wrapper(tcgen05.commit)),
+        ("barrier", cute.arch.barrier, _barrier_wrapper(cute.arch.barrier, "sync")),
+        ("barrier", cute.arch.barrier_arrive, _barrier_wrapper(cute.arch.barrier_arrive, "arrive")),
+    ]
+
+
+def _patch_everywhere(patches: Patches, swaps: dict[int, tuple[Callable, Callable]]):
+    """Replace each original under every module-level name that holds it."""
+    for mod in list(sys.modules.values()):
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for k, v in list(d.items()):
+            hit = swaps.get(id(v))
+            if hit is not None and hit[0] is v:
+                patches.set(mod, k, hit[1])
+
+
+def install(patches: Patches, families) -> None:
+    """Hook the chosen families (the rest of the kernel compiles as it is)."""
+    fams = set(families)
+    unknown = fams - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"unknown event families {sorted(unknown)}; families are {list(FAMILIES)}")
+    if "pipeline" in fams:
+        _patch_pipelines(patches)
+    swaps = {id(orig): (orig, new) for fam, orig, new in _function_hooks() if fam in fams}
+    _patch_everywhere(patches, swaps)

@@ -1,0 +1,37 @@
+"""Swap attributes of other people's modules and classes while a kernel compiles, then put
+them back exactly as they were.
+
+The CuTe DSL traces Python: a function replaced for the length of a compile is what the
+compiled kernel runs, and nothing of the original source is edited or copied. ``Patches`` is
+the one place that swaps and restores (the automatic event families and the FA4 hooks use it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Patches:
+    """``set(owner, name, new)`` swaps an attribute; ``restore()`` undoes every swap in reverse."""
+
+    def __init__(self):
+        self._saved: list[tuple[Any, str, Any, bool]] = []
+
+    def set(self, owner, name: str, new) -> None:
+        had = name in vars(owner)
+        self._saved.append((owner, name, vars(owner)[name] if had else None, had))
+        setattr(owner, name, new)
+
+    def restore(self) -> None:
+        while self._saved:
+            owner, name, old, had = self._saved.pop()
+            if had:
+                setattr(owner, name, old)
+            else:
+                delattr(owner, name)
+
+    def __bool__(self) -> bool:
+        return bool(self._saved)
+
+    def __len__(self) -> int:
+        return len(self._saved)

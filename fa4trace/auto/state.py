@@ -1,0 +1,34 @@
+"""What the hooks know while one kernel compiles (the DSL traces on one thread, one kernel
+at a time): the trace buffer of the kernel being traced, the warp's recorder, the event table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class TraceState:
+    host_buf: Any = None  # the entry's trace tensor (host side), passed on to the kernel launch
+    buf: Any = None  # the kernel's trace tensor
+    rec: Any = None  # this kernel's SegmentRecorder (every warp starts one at entry)
+    table: Any = None  # events.EventTable of this compile
+    families: frozenset = frozenset()
+    cursor: str = "gmem"
+    names: dict = field(default_factory=dict)  # id(pipeline) -> (name, object)
+    found: dict = field(default_factory=dict)  # family -> hooked calls traced
+    launches: list = field(default_factory=list)  # launch configs seen (block, grid, cluster)
+
+    def reset(self, table=None, families=(), cursor: str = "gmem"):
+        self.host_buf = self.buf = self.rec = None
+        self.table = table
+        self.families = frozenset(families)
+        self.cursor = cursor
+        self.names, self.found, self.launches = {}, {}, []
+
+
+STATE = TraceState()
+
+
+def active() -> Optional[TraceState]:
+    return STATE if STATE.table is not None else None
