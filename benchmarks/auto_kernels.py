@@ -59,7 +59,7 @@ def quack_gemm_entry(arch_major: int = 9):
 
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
-                       cursor: str = "gmem"):
+                       cursor: str = "smem"):
     """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from fa4trace.auto.compiler import compile_traced
@@ -72,9 +72,9 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
 
 
 # (name suffix, cursor, families): the default build and the cost-by-family variants
-VARIANTS = [("", "gmem", None), ("_smem", "smem", None), ("_smem_pipeline", "smem", ("pipeline",)),
-            ("_smem_mma", "smem", ("mma",)), ("_smem_tma", "smem", ("tma",)), ("_smem_barrier", "smem", ("barrier",)),
-            ("_smem_none", "smem", ())]
+VARIANTS = [("", "smem", None), ("_gmem", "gmem", None), ("_pipeline", "smem", ("pipeline",)),
+            ("_mma", "smem", ("mma",)), ("_tma", "smem", ("tma",)), ("_barrier", "smem", ("barrier",)),
+            ("_none", "smem", ())]
 
 
 def build(out: str, force: bool) -> None:

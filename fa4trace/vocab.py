@@ -7,7 +7,7 @@ that uses kernel-registered events still opens on a machine that never saw that 
 Events placed automatically by ``fa4trace.instrument`` (any CuTe DSL kernel) are registered per
 kernel at compile time, one id per (family, op, resource): ``family`` is "pipeline", "tma",
 "mma" or "barrier"; ``op`` what the call did (acquire, commit, wait, release; load, store;
-commit, wait; sync, arrive); ``resource`` the pipeline's name or the barrier id; ``stages`` a
+commit, issue, wait; sync, arrive); ``resource`` the pipeline's name or the barrier id; ``stages`` a
 pipeline's stage count. Their payload (``iter``) is the pipeline state's running count (stage =
 count % stages) or the wgmma groups left in flight (mma wait) or the barrier id. Their names
 read ``resource.op`` (``ab.wait``) or ``family.op`` (``tma.load``, ``mma.wait``).

@@ -80,7 +80,7 @@ class _CompileProxy:
 
 
 @contextlib.contextmanager
-def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "gmem",
+def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
                warps=None, check: bool = True, warps_per_cta: Optional[int] = None):
     """Compile every CuTe DSL kernel inside the block with automatic events.

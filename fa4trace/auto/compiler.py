@@ -87,11 +87,23 @@ def find_kernels(fn, extra=()) -> list[tuple[Any, str, Any, bool]]:
         for name, v in vars(mod).items() if mod else ():
             if E.is_kernel(v):
                 found.append((mod, name, v, False))
+        for cell in raw.__closure__ or ():  # kernels the entry closes over (defined in a function)
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            if E.is_kernel(v):
+                found.append((cell, "cell_contents", v, False))
     for x in extra:
         if isinstance(x, type):
             found += _kernels_of_class(x)
         elif E.is_kernel(x):
-            found += _kernels_of_function(x)
+            if not any(k[2] is x for k in found):
+                mine = _kernels_of_function(x)
+                if not mine:
+                    raise Fa4traceError(f"kernel {getattr(x, '__qualname__', x)} is neither module-level nor closed "
+                                        "over by the compiled entry: fa4trace cannot reach it")
+                found += mine
         else:
             raise Fa4traceError(f"kernels= takes classes with @cute.kernel methods or @cute.kernel functions, got {x!r}")
     uniq, seen = [], set()
@@ -131,13 +143,14 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
     return None
 
 
-def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "gmem", check: bool = True,
+def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    compile_fn=None, **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
-    each warp keeps its record count between events ("gmem": the warp's header; "smem": 128 B of
-    static shared memory). ``check``: also compile the plain kernel, for the output check.
+    each warp keeps its record count between events: "smem" (default; 128 B of static shared
+    memory, read back in tens of cycles) or "gmem" (the warp's header: no shared memory, for a
+    kernel that uses all of it, but an L2 round trip per event; see BENCHMARKS.md). ``check``: also compile the plain kernel, for the output check.
     """
     import cutlass
     import cutlass.cute as cute
@@ -183,7 +196,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "gmem
         compiled = compile_fn(traced, *full, buf, **ctl)
         meta = {
             "kernel": f"{raw.__module__}.{raw.__qualname__}",
-            "kernels": [f"{getattr(o, '__name__', o)}.{n}" for o, n, _k, _m in targets],
+            "kernels": [getattr(getattr(k, "__wrapped__", k), "__qualname__", n) for _o, n, k, _m in targets],
             "families": sorted(set(families)),
             "found": dict(STATE.found),
             "missing": sorted(set(families) - set(STATE.found)),

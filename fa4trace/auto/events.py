@@ -25,6 +25,7 @@ OPS = {
     ("tma", "load"): (False, "TMA load issued (global -> shared)"),
     ("tma", "store"): (False, "TMA store issued (shared -> global)"),
     ("mma", "commit"): (False, "MMA group committed (wgmma commit_group / tcgen05 commit)"),
+    ("mma", "issue"): (False, "tcgen05 MMA issued (Blackwell)"),
     ("mma", "wait"): (True, "warp waits until all but the newest k MMA groups finished"),
     ("barrier", "sync"): (True, "named barrier: arrive and wait"),
     ("barrier", "arrive"): (False, "named barrier: arrive without waiting"),
@@ -32,7 +33,7 @@ OPS = {
 
 _COLORS = {
     "acquire": "#fdd0a2", "commit": "#6baed6", "wait": "#fa9fb5", "release": "#a1d99b",
-    "load": "#3182bd", "store": "#756bb1", "sync": "#c51b8a", "arrive": "#bcbddc",
+    "load": "#3182bd", "issue": "#e6550d", "store": "#756bb1", "sync": "#c51b8a", "arrive": "#bcbddc",
 }
 
 

@@ -7,7 +7,8 @@ kernel calls, placed while it compiles (``install``) and removed after (``Patche
                running count, name = the pipeline's variable name at the call site
     tma        ``cute.copy`` with a bulk-tensor (TMA) atom: load / store issue (instants)
     mma        ``warpgroup.commit_group`` and ``tcgen05.commit`` (instant ``mma.commit``),
-               ``warpgroup.wait_group(k)`` (span ``mma.wait``, payload k)
+               ``warpgroup.wait_group(k)`` (span ``mma.wait``, payload k), ``cute.gemm`` with a
+               tcgen05 atom (instant ``mma.issue``; Blackwell, compile-checked only)
     barrier    ``cute.arch.barrier`` (span ``barrier.sync``), ``cute.arch.barrier_arrive``
                (instant), payload = the barrier id
 
@@ -157,6 +158,24 @@ def _copy_wrapper(orig):
     return copy
 
 
+def _is_tcgen05(atom) -> bool:
+    op = getattr(atom, "op", None)
+    return "tcgen05" in type(op).__module__
+
+
+def _gemm_wrapper(orig):
+    """``cute.gemm`` with a tcgen05 (UMMA) atom: one ``mma.issue`` instant per call (Blackwell,
+    where completion is signalled through a pipeline, not waited for by the issuing warp)."""
+
+    @functools.wraps(orig)
+    def gemm(atom, *args, **kwargs):
+        if STATE.rec is None or not _is_tcgen05(atom):
+            return orig(atom, *args, **kwargs)
+        return recorded("mma", "issue", lambda: orig(atom, *args, **kwargs))
+
+    return gemm
+
+
 def _commit_wrapper(orig):
     @functools.wraps(orig)
     def commit(*args, **kwargs):
@@ -191,6 +210,7 @@ def _function_hooks() -> list[tuple[str, Callable, Callable]]:
         ("mma", warpgroup.commit_group, _commit_wrapper(warpgroup.commit_group)),
         ("mma", warpgroup.wait_group, _wait_group_wrapper(warpgroup.wait_group)),
         ("mma", tcgen05.commit, _commit_wrapper(tcgen05.commit)),
+        ("mma", cute.gemm, _gemm_wrapper(cute.gemm)),
         ("barrier", cute.arch.barrier, _barrier_wrapper(cute.arch.barrier, "sync")),
         ("barrier", cute.arch.barrier_arrive, _barrier_wrapper(cute.arch.barrier_arrive, "arrive")),
     ]

@@ -8,6 +8,7 @@ the one place that swaps and restores (the automatic event families and the FA4 
 
 from __future__ import annotations
 
+from types import CellType
 from typing import Any
 
 
@@ -18,6 +19,10 @@ class Patches:
         self._saved: list[tuple[Any, str, Any, bool]] = []
 
     def set(self, owner, name: str, new) -> None:
+        if isinstance(owner, CellType):  # a closure variable of a function (name: "cell_contents")
+            self._saved.append((owner, name, owner.cell_contents, True))
+            owner.cell_contents = new
+            return
         had = name in vars(owner)
         self._saved.append((owner, name, vars(owner)[name] if had else None, had))
         setattr(owner, name, new)

@@ -1,0 +1,79 @@
+"""The host side of fa4trace.instrument: event naming, patches, bad input (no GPU, no compile)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fa4trace.auto.events import FIRST_ID, EventTable
+from fa4trace.auto.patches import Patches
+from fa4trace.errors import Fa4traceError
+
+
+def test_event_table_names_ids_and_vocabulary():
+    t = EventTable()
+    a = t.event("pipeline", "wait", "ab", 4)
+    assert a == FIRST_ID
+    assert t.event("pipeline", "wait", "ab", 4) == a  # same call site kind: same id
+    b = t.event("tma", "load")
+    assert b == FIRST_ID + 1
+    e = t.vocab.event("ab.wait")
+    assert (e.family, e.op, e.resource, e.stages, e.is_wait) == ("pipeline", "wait", "ab", 4, True)
+    assert not t.vocab.event("tma.load").is_wait
+    assert t.placed == {"ab.wait": 2, "tma.load": 1}
+    assert t.families_found() == {"pipeline", "tma"}
+    # the vocabulary round-trips through a bundle's JSON with the new fields
+    from fa4trace.vocab import Vocabulary
+
+    back = Vocabulary.from_json(t.vocab.to_json())
+    assert back.event("ab.wait") == e
+
+
+def test_event_names_are_identifiers():
+    t = EventTable()
+    t.event("pipeline", "acquire", "my-pipe[0]", 2)
+    assert "my_pipe_0.acquire" in {e.name for e in t.vocab.events}
+
+
+def test_patches_restore_exactly():
+    class A:
+        x = 1
+
+    p = Patches()
+    p.set(A, "x", 2)
+    p.set(A, "y", 3)
+    assert (A.x, A.y) == (2, 3)
+    p.restore()
+    assert A.x == 1 and not hasattr(A, "y") and not p
+
+
+def test_old_bundle_vocabulary_still_reads():
+    from fa4trace.vocab import Vocabulary
+
+    v = Vocabulary.from_json({"events": [{"name": "QK", "id": 4, "role": "consumer", "is_async": True,
+                                          "color": "#000000", "description": ""}], "roles": []})
+    assert v.event("QK").family == "" and not v.event("QK").is_wait
+
+
+def test_unsupported_dsl_version_is_one_line(monkeypatch):
+    pytest.importorskip("cutlass")
+    from fa4trace.auto import compiler
+
+    monkeypatch.setattr(compiler, "dsl_version", lambda: "9.9.9")
+    with pytest.raises(Fa4traceError, match="supports nvidia-cutlass-dsl 4.8.x; this environment has 9.9.9"):
+        compiler.require_dsl()
+
+
+def test_not_a_jit_function_is_one_line():
+    pytest.importorskip("cutlass")
+    from fa4trace.auto.compiler import compile_traced
+
+    with pytest.raises(Fa4traceError, match="compiles a @cute.jit function"):
+        compile_traced(lambda x: x, 1)
+
+
+def test_unknown_family_is_refused():
+    pytest.importorskip("cutlass")
+    from fa4trace.auto.families import install
+
+    with pytest.raises(ValueError, match="unknown event families"):
+        install(Patches(), ["pipeline", "dma"])

@@ -1,0 +1,85 @@
+"""Compile a kernel under fa4trace's automatic events in this (fresh) process and print a JSON
+summary: what the compile found, the PTX's marker counts, and whether every hook was removed.
+
+    python tests/tools/auto_probe.py quack_gemm sm_90a [--families pipeline,mma] [--cursor smem]
+    python tests/tools/auto_probe.py plain_copy sm_90a
+"""
+
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks"))
+
+
+def _copy_kernel():
+    """An element-wise copy with no pipeline, no TMA, no MMA, no named barrier."""
+    import cutlass.cute as cute
+
+    @cute.kernel
+    def copy_kernel(src: cute.Tensor, dst: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * 128 + tidx
+        dst[i] = src[i]
+
+    @cute.jit
+    def copy_entry(src: cute.Tensor, dst: cute.Tensor):
+        copy_kernel(src, dst).launch(grid=(src.shape[0] // 128, 1, 1), block=(128, 1, 1))
+
+    return copy_entry, copy_kernel
+
+
+def originals():
+    import cutlass.cute as cute
+    from cutlass.cute.nvgpu import warpgroup
+    from cutlass.pipeline import PipelineTmaAsync
+
+    return {"copy": cute.copy, "wait_group": warpgroup.wait_group, "barrier": cute.arch.barrier,
+            "compile": cute.compile, "acquire": PipelineTmaAsync.producer_acquire}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy"])
+    ap.add_argument("arch")
+    ap.add_argument("--families", default=None)
+    ap.add_argument("--cursor", default="smem")
+    a = ap.parse_args()
+    os.environ["CUTE_DSL_ARCH"] = a.arch
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from fa4trace.auto.compiler import compile_traced
+
+    fams = tuple(f for f in a.families.split(",") if f) if a.families is not None else None
+    before = originals()
+    if a.kernel == "quack_gemm":
+        import auto_kernels as ak
+
+        c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor)
+        plain_ptx = None
+    else:
+        entry, kern = _copy_kernel()
+        t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
+        kw = {} if fams is None else {"families": fams}
+        c = compile_traced(entry, t, t, kernels=[kern], check=True, cursor=a.cursor, options="--keep-ptx", **kw)
+        plain_ptx = c.plain.__ptx__
+    after = originals()
+    ptx = c.ptx or ""
+    print(json.dumps({
+        "meta": c.meta, "params": c.params,
+        "vocab": [e.name for e in c.vocab.events if e.family],
+        "restored": all(before[k] is after[k] for k in before),
+        "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_clock64": ptx.count("%clock64"),
+        "ptx_record_stores": ptx.count("st.global.L2::cache_hint"),
+        "plain_globaltimer": None if plain_ptx is None else plain_ptx.count("%globaltimer"),
+    }))
+
+
+if __name__ == "__main__":
+    main()
