@@ -432,6 +432,8 @@ def flat_metrics(s: dict) -> dict:
     """The comparable numbers of a summary, by flat key (what `compare` puts side by side)."""
     out = {"kernel_time_ns": s.get("kernel_time_ns"), "total_span_ns": s.get("total_span_ns")}
     for r, f in (s.get("role_fractions") or {}).items():
+        if r == "idle":  # idle warps are idle by definition
+            continue
         for k in ("busy", "waiting", "idle"):
             out[f"role.{r}.{k}"] = f.get(k)
     for p, d in (s.get("pipelines") or {}).items():
