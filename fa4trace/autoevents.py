@@ -83,7 +83,7 @@ class AutoCols(_Cols):
         self.cta_of_warp[self.warp_gid] = self.cta_gid
 
     @classmethod
-    def of(cls, trace: Trace) -> "AutoCols":
+    def of(cls, trace: Trace) -> AutoCols:
         inst = trace.meta.get("instrument") if isinstance(trace.meta.get("instrument"), dict) else {}
         return cls(trace.events, trace.vocab, inst.get("pipelines") or {})
 

@@ -123,7 +123,7 @@ def waiting_by_event(c: AutoCols) -> dict:
     """{role: {wait event: share of the role's lifetime spent in it}} over the whole trace."""
     if c.n == 0 or not c.is_wait.any():
         return {}
-    life, idle, waiting, role = _warp_times(c)
+    life, _, _, role = _warp_times(c)
     w = c.is_wait
     n_names = len(c.name_dict)
     g = c.warp_gid[w] * n_names + c.name_codes[w]

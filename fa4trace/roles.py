@@ -19,7 +19,7 @@ an index that does a role's work in one CTA does it in all of them.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa

@@ -34,7 +34,6 @@ import numpy as np
 import pyarrow as pa
 
 from .autoevents import AutoCols
-from .bundle import Trace
 
 _T_BITS = 41  # ns offsets below 2**41 pack beside a dense key in one int64
 
@@ -51,7 +50,7 @@ def latest_at_or_before(src_key, src_t, src_gid, q_key, q_t):
     out_g = np.full(q_key.size, -1, np.int64)
     if src_key.size == 0 or q_key.size == 0:
         return out_t, out_g
-    keys, inv = np.unique(np.concatenate([src_key, q_key]), return_inverse=True)
+    _, inv = np.unique(np.concatenate([src_key, q_key]), return_inverse=True)
     inv = inv.reshape(-1)
     sk, qk = inv[:src_key.size], inv[src_key.size:]
     base = int(min(src_t.min(), q_t.min()))

@@ -81,6 +81,6 @@ def test_compare_of_one_kernel(paths):
     (["summary", "attention", "--roles", "a=1"], "--roles applies to bundles of automatically traced kernels"),
 ])
 def test_errors_are_one_line(paths, args, message):
-    code, out, err = run(*[paths.get(a, a) for a in args])
+    code, _, err = run(*[paths.get(a, a) for a in args])
     lines = err.strip().splitlines()
     assert code != 0 and len(lines) == 1 and lines[0].startswith("fa4trace: error:") and message in lines[0], err

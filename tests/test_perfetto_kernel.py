@@ -35,7 +35,7 @@ def counters_by_cta(P, name: str) -> dict:
 
 def test_tiny_counter_is_the_hand_worked_series():
     tr = bundle(n_ctas=1, k_tiles=4, stages=2, consumer_warps=1, idle_warps=0, load_ns=100, mma_ns=50, store_ns=100)
-    data, stats = export(tr)
+    data, _ = export(tr)
     P = parse(data)
     (series,) = counters_by_cta(P, "ab stages held").values()
     assert series == [(70, 1), (100, 2), (260, 1), (280, 2), (360, 1), (380, 2), (470, 1), (570, 0)]
