@@ -98,11 +98,6 @@ class AutoCols(_Cols):
             m &= np.isin(self.op, [self.ops.index(o) for o in ops if o in self.ops])
         return m
 
-    @property
-    def automatic(self) -> np.ndarray:
-        """Rows of automatic events (any family)."""
-        return self.family != self.families.index("") if "" in self.families else np.ones(self.n, bool)
-
     def pipelines(self) -> list[str]:
         """Names of the pipelines that have events, in name order."""
         m = self.where("pipeline")
