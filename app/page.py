@@ -143,7 +143,7 @@ def window_picker(container, counts: list[int], key_suffix: str, unit: str = "KV
         return None
     n_max, n_min = max(counts), min(counts)
     if n_max == 1:
-        container.caption(f"One of the {unit} per CTA.")
+        container.caption("One KV block per CTA." if unit == "KV blocks" else f"One of the {unit} per CTA.")
         return 0, 0
     k0 = max(0, n_min // 2 - 4)
     v = container.slider(f"{unit[0].upper()}{unit[1:]} of each CTA (0 = its first)", 0, n_max - 1,
