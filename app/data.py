@@ -32,9 +32,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import streamlit as st
 
-from fa4trace import analysis
+from fa4trace import analysis, kernel_analysis
+from fa4trace.autoevents import AutoCols, is_automatic
 from fa4trace.bundle import META_KEY, Trace, load
 from fa4trace.errors import Fa4traceError
+from fa4trace.roles import assign_roles
+from fa4trace.wait_chain import wait_chains
 
 
 
@@ -338,17 +341,18 @@ def cta_rows(trace: Trace, launch: int, cta: int) -> pa.Table:
     return ev.filter(m)
 
 
-def iteration_values(rows: pa.Table) -> np.ndarray:
+def iteration_values(rows: pa.Table, events=None) -> np.ndarray:
     """Sorted distinct KV-block numbers (``iter``) of one CTA's per-iteration events.
 
-    Only the events analysis.per_iteration reads (LOAD_K ... PV) count: other events may carry
-    other payloads (a combine partition, a ticket). Split-KV kernels number blocks globally, so
-    CTA c may hold blocks 8c..8c+7: the viewer windows by position in this list, not by number.
-    Falls back to every row with a payload when the trace has none of those events.
+    Only the events analysis.per_iteration reads (LOAD_K ... PV) count (or ``events``: for
+    automatically traced kernels :func:`iter_events`, whose iter is a pipeline count): other
+    events may carry other payloads (a combine partition, a ticket). Split-KV kernels number
+    blocks globally, so CTA c may hold blocks 8c..8c+7: the viewer windows by position in this
+    list, not by number. Falls back to every row with a payload when the trace has none of those.
     """
     names = rows["name"].cast(pa.string()) if rows.num_rows else pa.array([], pa.string())
     it = rows["iter"]
-    m = pc.and_(pc.is_in(names, pa.array(analysis.ITER_EVENTS)), pc.greater_equal(it, 0))
+    m = pc.and_(pc.is_in(names, pa.array(list(events or analysis.ITER_EVENTS), pa.string())), pc.greater_equal(it, 0))
     vals = pc.filter(it, m)
     if len(vals) == 0:
         vals = pc.filter(it, pc.greater_equal(it, 0))
@@ -430,3 +434,58 @@ def pftrace_cached(key: str, scope: str, _t: Trace) -> bytes:
     from .perfetto_ui import export_pftrace
 
     return export_pftrace(_t)
+
+
+# ---- bundles of automatically traced kernels (fa4trace.instrument) -------------------------
+def is_kernel(trace: Trace | None) -> bool:
+    """A bundle of an automatically traced kernel: the any-kernel analysis and views apply."""
+    return trace is not None and is_automatic(trace)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def view_trace(key: str, _t: Trace) -> Trace:
+    """What the timeline draws: for automatically traced kernels, the trace with its roles
+    assigned (fa4trace.roles); other bundles as they are."""
+    return assign_roles(_t) if is_automatic(_t) else _t
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def kernel_summary_cached(key: str, _t: Trace) -> dict:
+    return kernel_analysis.summarize_kernel(_t)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def kernel_compare_cached(key_a: str, key_b: str, _a: Trace, _b: Trace) -> dict:
+    return kernel_analysis.compare_kernels(_a, _b)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def occupancy_cached(key: str, _t: Trace) -> pa.Table:
+    return kernel_analysis.occupancy_series(view_trace(key, _t))
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def chains_cached(key: str, _t: Trace) -> pa.Table:
+    return wait_chains(view_trace(key, _t))
+
+
+def of_cta(table: pa.Table, launch: int, cta: int) -> pa.Table:
+    """The rows of one (launch, CTA) of a per-CTA table (occupancy series, wait chains)."""
+    if table.num_rows == 0:
+        return table
+    return table.filter(pc.and_(pc.equal(table["launch"], launch), pc.equal(table["cta"], cta)))
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def iter_events(key: str, _t: Trace) -> tuple[str, ...] | None:
+    """The events whose iter windows the timeline: for automatically traced kernels the
+    pipeline events of the pipeline with the most counts (iter = its running count); None
+    (analysis.ITER_EVENTS) for other bundles."""
+    if not is_automatic(_t):
+        return None
+    c = AutoCols.of(_t)
+    pipes = c.pipelines()
+    if not pipes:
+        return ()
+    best = max(pipes, key=lambda p: int(np.unique(c.iter[c.where("pipeline", resource=p)]).size))
+    return tuple(sorted({c.name_dict[k] for k in np.unique(c.name_codes[c.where("pipeline", resource=best)])}))

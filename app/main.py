@@ -60,9 +60,10 @@ side.header("View")
 sel = {"A": page.cta_picker(side, "A", picked.a, picked.trace_a)}
 if picked.trace_b is not None:
     sel["B"] = page.cta_picker(side, "B", picked.b, picked.trace_b)
-counts = [data.iteration_values(data.cta_rows_cached(s.key, *sel[w], t)).size
+counts = [data.iteration_values(data.cta_rows_cached(s.key, *sel[w], t), data.iter_events(s.key, t)).size
           for w, s, t in (("A", picked.a, picked.trace_a), ("B", picked.b, picked.trace_b)) if t is not None]
-sel["window"] = page.window_picker(side, counts, f"{ka}|{kb}")
+any_kernel = data.is_kernel(picked.trace_a) or data.is_kernel(picked.trace_b)
+sel["window"] = page.window_picker(side, counts, f"{ka}|{kb}", unit="pipeline counts" if any_kernel else "KV blocks")
 with side.expander("Display"):
     budget = int(st.number_input("Max segments sent to the browser", 2_000, 1_000_000, MAX_SEGMENTS, step=10_000,
                                  key="budget", help="Above this the timeline merges segments into time bins on the server."))

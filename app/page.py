@@ -17,8 +17,11 @@ import streamlit as st
 
 from fa4trace.analysis import typical_cta
 from fa4trace.bundle import Trace
+from fa4trace.errors import Fa4traceError
+from fa4trace.kernel_analysis import flat_metrics
+from fa4trace.kernel_text import _delta, _fmt
 
-from . import data, grid, iterations, metrics, perfetto_ui, stream, sweep_figures, timeline
+from . import data, grid, iterations, kernel_view, metrics, perfetto_ui, stream, sweep_figures, timeline
 
 NONE = ""  # the "no trace B" option
 EMBED_WHOLE_MAX_ROWS = 300_000  # above this the Perfetto tab opens the selected CTAs by default
@@ -131,18 +134,20 @@ def cta_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[i
     return pick >> 32, pick & 0xFFFFFFFF
 
 
-def window_picker(container, counts: list[int], key_suffix: str) -> tuple[int, int] | None:
-    """Positions k0..k1 in each CTA's own list of KV blocks (0 = the CTA's first block)."""
+def window_picker(container, counts: list[int], key_suffix: str, unit: str = "KV blocks") -> tuple[int, int] | None:
+    """Positions k0..k1 in each CTA's own list of KV blocks (0 = the CTA's first block); for
+    automatically traced kernels ``unit`` is "pipeline counts" (data.iter_events)."""
     counts = [c for c in counts if c]
     if not counts:
         container.caption("No iteration payloads in these CTAs: the whole CTA is shown.")
         return None
     n_max, n_min = max(counts), min(counts)
     if n_max == 1:
-        container.caption("One KV block per CTA.")
+        container.caption("One KV block per CTA." if unit == "KV blocks" else f"One of the {unit} per CTA.")
         return 0, 0
     k0 = max(0, n_min // 2 - 4)
-    v = container.slider("KV blocks of each CTA (0 = its first)", 0, n_max - 1, (k0, min(n_max - 1, k0 + 7)),
+    v = container.slider(f"{unit[0].upper()}{unit[1:]} of each CTA (0 = its first)", 0, n_max - 1,
+                         (k0, min(n_max - 1, k0 + 7)),
                          key=f"window:{n_max}:{key_suffix}",
                          help="Both timelines show these positions in their CTA's own block sequence (split-KV "
                               "kernels number blocks globally), each from the window's first event.")
@@ -162,7 +167,9 @@ def export_buttons(container, which: str, src: data.Source, trace: Trace) -> Non
 
 # ---- sections ----------------------------------------------------------------------------------
 def header(p: Picked, notes: list[str], errors: list[str]) -> None:
-    st.title("fa4trace · base vs ping-pong" if p.trace_b is not None else "fa4trace viewer")
+    any_kernel = data.is_kernel(p.trace_a) or data.is_kernel(p.trace_b)
+    st.title(("fa4trace · A vs B" if any_kernel else "fa4trace · base vs ping-pong") if p.trace_b is not None
+             else "fa4trace viewer")
     st.caption(f"**A** {p.a.label}" + (f"  \n**B** {p.b.label}" if p.b else ""))
     for n in notes:
         st.info(n)
@@ -184,6 +191,13 @@ CARDS = [("kernel time", "kernel_time_ns", "ns", True), ("hidden softmax / iter"
 
 def metrics_section(p: Picked) -> dict:
     """Cards, sentences, the table (HTML, light to draw) and the raw compare/summary dict."""
+    ka, kb = data.is_kernel(p.trace_a), data.is_kernel(p.trace_b)
+    if p.trace_b is not None and ka != kb:
+        st.warning("A and B are different kinds of bundle (one of an automatically traced kernel, one not): "
+                   "their numbers are not compared; A's are shown.")
+        p = Picked(p.a, None, p.trace_a, None)
+    if ka:
+        return kernel_metrics_section(p)
     if p.trace_b is None:
         s = data.summary_cached(p.a.key, p.trace_a)
         for col, (label, key, kind, _) in zip(st.columns(len(CARDS)), CARDS):
@@ -220,6 +234,49 @@ def metrics_section(p: Picked) -> dict:
     return cmp
 
 
+def kernel_metrics_section(p: Picked) -> dict:
+    """Any kernel: cards, the per-role busy/waiting/idle table, the metrics table (A, B, B − A:
+    `fa4trace compare --json`'s numbers), lag per stage, the raw dict."""
+    sb = None
+    if p.trace_b is None:
+        s = raw = data.kernel_summary_cached(p.a.key, p.trace_a)
+    else:
+        try:
+            raw = data.kernel_compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
+            s, sb = raw["a"], raw["b"]
+        except Fa4traceError as exc:
+            st.warning(f"{str(exc).splitlines()[0]}: A's numbers alone.")
+            s = raw = data.kernel_summary_cached(p.a.key, p.trace_a)
+    fa, fb = flat_metrics(s), flat_metrics(sb) if sb else None
+    cards = kernel_view.cards(s)
+    for col, (label, key) in zip(st.columns(len(cards)), cards):
+        if fb is None:
+            col.metric(f"{label} (A)", _fmt(key, fa.get(key)))
+        else:
+            col.metric(f"{label} (B)", _fmt(key, fb.get(key)), _delta(key, fa.get(key), fb.get(key)) or None,
+                       delta_color="inverse" if key.endswith("_ns") else "normal")
+    left, right = st.columns([2, 3])
+    facts = [f"{_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · kernel {s.get('kernel')}"
+             + (f" ({s['arch']})" if s.get("arch") else ""),
+             f"kernel time from the {s.get('kernel_time_source')}"]
+    if isinstance(raw, dict) and raw.get("speed"):
+        facts.append(raw["speed"])
+    left.markdown("\n".join(f"- {f}" for f in facts))
+    for which, summ in (("A", s), ("B", sb)):
+        if summ is None:
+            continue
+        left.caption(f"{which}: busy / waiting / idle per role (of the warps' lifetimes, all CTAs)")
+        left.table(kernel_view.fraction_rows(summ), hide_index=True, border="horizontal")
+    right.table(kernel_view.metric_rows(s, sb), hide_index=True, border="horizontal")
+    lags = kernel_view.lag_rows(s)
+    if lags:
+        right.caption("A: lag from the producer's commit to the consumer's wait end, per stage")
+        right.table(lags, hide_index=True, border="horizontal")
+    with left.expander("Raw numbers (= fa4trace " + ("compare --json A B)" if sb else "summary --json A)")):
+        st.json(raw, expanded=False)
+    return raw
+
+
 def _stream_chart(summaries: list[tuple[str, dict]], uirevision: str) -> None:
     fig = stream.stream_figure(summaries, uirevision=uirevision)
     if fig is not None:
@@ -229,22 +286,30 @@ def _stream_chart(summaries: list[tuple[str, dict]], uirevision: str) -> None:
 def timeline_section(p: Picked, sel: dict, budget: int) -> None:
     panels = []
     per_panel = max(1000, budget // (2 if p.trace_b is not None else 1))
+    kernels = []  # (which, src, trace, launch, cta, panel) of automatically traced kernels
     for which, src, tr in (("A", p.a, p.trace_a), ("B", p.b, p.trace_b)):
         if tr is None:
             continue
         launch, cta = sel[which]
-        rows = data.cta_rows_cached(src.key, launch, cta, tr)
+        kernel = data.is_kernel(tr)
+        view = data.view_trace(src.key, tr)  # roles assigned for automatically traced kernels
+        rows = data.cta_rows_cached(src.key + (":roles" if kernel else ""), launch, cta, view)
         win = sel["window"]
-        vals = data.iteration_values(rows)
+        events = data.iter_events(src.key, tr)
+        vals = data.iteration_values(rows, events)
         blocks = data.window_blocks(vals, *win) if win else None
-        bounds = timeline.window_bounds(rows, *blocks) if blocks else None
+        bounds = timeline.window_bounds(rows, *blocks, events=events) if blocks else None
         title = f"{which}: {tr.name} · CTA {cta}"
+        unit = "counts" if kernel else "KV blocks"
         if win and blocks:
-            title += f" · KV blocks {blocks[0]}–{blocks[1]} (of {vals[0]}–{vals[-1]})"
+            title += f" · {unit} {blocks[0]}–{blocks[1]} (of {vals[0]}–{vals[-1]})"
         elif win:
-            title += f" · has {vals.size} KV block(s), none at positions {win[0]}–{win[1]}"
+            title += f" · has {vals.size} {'count(s)' if kernel else 'KV block(s)'}, none at positions {win[0]}–{win[1]}"
             rows = rows.slice(0, 0)
-        panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel, vocab=tr.vocab)
+        panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel, vocab=tr.vocab,
+                                     group_by_role=kernel)
+        if kernel:
+            kernels.append((which, src, tr, launch, cta, panel))
         if panel.decimated_from:
             panel.title += f" · {panel.decimated_from:,} segments merged to {panel.n_segments:,} time bins"
         panels.append(panel)
@@ -258,9 +323,41 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
     if any(pn.decimated_from for pn in panels):
         st.caption(f"More than {budget:,} segments in this window: each lane shows, per event, the time bins in "
                    "which it ran (merged on the server). Narrow the iteration window to see every event.")
+    if kernels:
+        st.caption("Each warp has its own lane, grouped by role (given, named by the kernel, or inferred from what "
+                   "the warp recorded: fa4trace.roles). Waits (pipeline acquire / wait, mma.wait, barrier.sync, "
+                   "tma.store_wait) are hollow bars, work and issue events solid; ◆ marks instants (commits, "
+                   "releases, TMA issues). Drag to zoom (both traces follow), double-click to reset.")
+        kernel_panels_section(kernels)
+        return
     st.caption("Each warp has its own lane (role in the label); right under it, QK and PV *in flight* (MMA issue to "
                "wait) on their own lanes: SOFTMAX in green above an orange in-flight bar is overlap. Drag to zoom "
                "(both traces follow), double-click to reset, click legend entries to hide events.")
+
+
+def kernel_panels_section(kernels: list) -> None:
+    """Under the timeline of automatically traced kernels: stages held over time in the shown
+    CTAs, on the timeline's x axis, and each shown CTA's wait chain (fa4trace.wait_chain)."""
+    items = []
+    for which, src, tr, launch, cta, panel in kernels:
+        occ = data.of_cta(data.occupancy_cached(src.key, tr), launch, cta)
+        pipes = (tr.meta.get("instrument") or {}).get("pipelines") or {}
+        stages = {p: int((v or {}).get("stages", 0) or 0) for p, v in pipes.items() if isinstance(v, dict)}
+        items.append((f"{which}: CTA {cta}", occ, panel.origin_ns, panel.span_ns, stages))
+    fig = kernel_view.occupancy_figure(items, uirevision="|".join(f"{w}{c}" for w, _, _, _, c, _ in kernels))
+    if fig is not None:
+        st.plotly_chart(fig, config=PLOTLY_CONFIG, key="occupancy")
+    cols = st.columns(len(kernels))
+    for col, (which, src, tr, launch, cta, panel) in zip(cols, kernels):
+        chain = data.of_cta(data.chains_cached(src.key, tr), launch, cta)
+        waited = int(sum(chain["wait_ns"].to_pylist())) if chain.num_rows else 0
+        col.markdown(f"**{which}: wait chain of CTA {cta}** — {chain.num_rows} waits, {waited:,} ns of waiting the "
+                     "CTA's end could not avoid")
+        col.dataframe(kernel_view.chain_rows(chain, panel.origin_ns), hide_index=True, height=260, width="stretch",
+                      key=f"chain_{which}")
+    st.caption("Wait chain: from the warp that ends last, back through its waits; where a wait was released by another "
+               "warp while it waited (a commit, the last release of the stage, the last barrier arrival) the chain "
+               "moves to that warp. 'counts' is the part of each wait on that path.")
 
 
 X_POSITION = "position in the CTA (median over CTAs)"
@@ -268,6 +365,10 @@ X_BLOCK = "KV block number (fa4trace.analysis.per_iteration)"
 
 
 def iterations_section(p: Picked) -> None:
+    if data.is_kernel(p.trace_a) and (p.trace_b is None or data.is_kernel(p.trace_b)):
+        st.info("The per-iteration chart reads attention events (QK, SOFTMAX, PV per KV block). For this kernel the "
+                "lag per pipeline stage is in the metrics above, and each CTA's wait chain under the Timeline.")
+        return
     mode = st.radio("x axis", [X_POSITION, X_BLOCK], horizontal=True, key="iter_x",
                     help="Split-KV kernels number blocks globally: by number, each bar is one CTA's block; "
                          "by position, the k-th block of every CTA. Equal when every CTA starts at block 0.")

@@ -12,6 +12,11 @@ below ``SVG_LIMIT`` segments, where it draws faster than a WebGL context starts)
 keeps the zoom across reruns until the selection changes. Above ``budget`` segments the
 server merges segments per (lane, event) into time bins (:func:`decimate`), so the browser
 never receives more than ``budget`` segments whatever the trace size.
+
+Bundles of automatically traced kernels: ``build_panel(group_by_role=True)`` orders the lanes
+by role (producer, mma, consumer, epilogue, ..., idle), and wait spans (pipeline acquire/wait,
+mma.wait, barrier.sync, tma.store_wait: fa4trace.autoevents) are drawn hollow: a faint wide bar
+with a thin line of the same colour through it, so waiting reads apart from work at a glance.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fa4trace.autoevents import is_wait_op
 from fa4trace.perfetto import layout_tracks
+from fa4trace.roles import role_rank
 from fa4trace.vocab import VOCAB, Vocabulary
 
 MAX_SEGMENTS = 200_000  # per figure, all panels together
@@ -31,6 +38,8 @@ SVG_LIMIT = 5_000  # segments: above this the timeline draws with WebGL (Scatter
 LANE_PX = 26
 EVENT_PX = 16
 WARP_PX = 5
+WAIT_OPACITY = 0.3  # the wide bar of a wait span; a WAIT_PX line of full colour runs through it
+WAIT_PX = 3
 
 
 # ---- decimation ------------------------------------------------------------------------------
@@ -123,8 +132,9 @@ def _lane_label(lay, t: int) -> tuple[str, bool]:
 
 
 def build_panel(rows: pa.Table, title: str, *, window: tuple[int, int] | None = None,
-                vocab: Vocabulary | None = None, budget: int = MAX_SEGMENTS) -> Panel:
-    """Lanes and segments for the rows of one CTA, clipped to ``window`` (absolute ns)."""
+                vocab: Vocabulary | None = None, budget: int = MAX_SEGMENTS, group_by_role: bool = False) -> Panel:
+    """Lanes and segments for the rows of one CTA, clipped to ``window`` (absolute ns).
+    ``group_by_role``: lanes ordered by the warps' roles (roles.ROLE_ORDER), then warp index."""
     vocab = vocab or VOCAB
     if window is not None:
         lo, hi = window
@@ -147,18 +157,28 @@ def build_panel(rows: pa.Table, title: str, *, window: tuple[int, int] | None = 
     xe = (np.clip(end, lo, hi) - lo).astype(np.float64)
     lane = lay.row_track.astype(np.int64)
     labels = [_lane_label(lay, t) for t in range(lay.n_tracks)]
+    if group_by_role and lay.n_tracks:
+        # tracks come in (warp, class, lane) order: a stable sort by role keeps each warp's tracks together
+        by = sorted(range(lay.n_tracks), key=lambda t: role_rank(lay.warp_role[int(lay.track_warp[t])]))
+        pos = np.empty(lay.n_tracks, np.int64)
+        pos[np.asarray(by)] = np.arange(lay.n_tracks)
+        lane = pos[lane]
+        labels = [labels[t] for t in by]
     is_inst = kind == "instant"
     seg = ~is_inst
 
     seg_lane, seg_name = lane[seg], code[seg]
     seg_s, seg_e = xs[seg], xe[seg]
     decimated_from = 0
-    if seg_lane.size > budget:
+    wait_codes = [i for i, nm in enumerate(names) if _is_wait(vocab, nm)]
+    n_wait = int(np.isin(seg_name, wait_codes).sum()) if wait_codes else 0  # drawn twice (hollow bars)
+    if seg_lane.size + n_wait > budget:
         # decimate per (lane, event) so each event keeps its own color
         n_names = max(len(names), 1)
         g = seg_lane * n_names + seg_name
         ug, inv = np.unique(g, return_inverse=True)
-        dg, ds, de, _ = decimate(inv.reshape(-1), seg_s, seg_e, ug.size, budget, 0.0, float(hi - lo))
+        dg, ds, de, _ = decimate(inv.reshape(-1), seg_s, seg_e, ug.size, budget // 2 if n_wait else budget,
+                                 0.0, float(hi - lo))
         decimated_from = int(seg_lane.size)
         seg_lane, seg_name, seg_s, seg_e = ug[dg] // n_names, ug[dg] % n_names, ds, de
     seg_text = None
@@ -169,6 +189,14 @@ def build_panel(rows: pa.Table, title: str, *, window: tuple[int, int] | None = 
                  seg_lane, seg_s, seg_e, seg_name, seg_text,
                  lane[is_inst], xs[is_inst], code[is_inst], inst_text,
                  rows=n, decimated_from=decimated_from, origin_ns=int(lo), span_ns=float(hi - lo))
+
+
+def _is_wait(vocab: Vocabulary, name: str) -> bool:
+    try:
+        e = vocab.event(name)
+    except KeyError:
+        return False
+    return bool(e.family) and is_wait_op(e.op)
 
 
 def _hover(rows: pa.Table, mask: np.ndarray, names, code, start, end, lay) -> list[str]:
@@ -222,6 +250,7 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
     colors.update({n: c for n, c in VOCAB.colors().items() if n in colors})
     for v in vocabs:
         order += [e.name for e in v.events if e.name not in order]
+    wait_names = {e.name for v in vocabs for e in v.events if e.family and is_wait_op(e.op)}
     n_lanes = [max(len(p.lanes), 1) for p in panels]
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.08 if len(panels) > 1 else 0.02,
                         row_heights=[k / sum(n_lanes) for k in n_lanes],
@@ -246,11 +275,17 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
                           "hovertemplate": "%{text}<br>t = %{x:,.0f} ns<extra></extra>"}
                 else:
                     kw = {"hoverinfo": "skip"}
+                wait = name in wait_names
                 fig.add_trace(Scatter(
-                    x=x, y=y, mode="lines", name=("warp lifetime" if name == "WARP" else
+                    x=x, y=y, mode="lines", name=("warp lifetime" if name == "WARP" else f"{name} (wait)" if wait else
                                                   f"{name} (in flight)" if name in async_names else name),
                     legendgroup=name, showlegend=name not in shown, connectgaps=False,
+                    opacity=WAIT_OPACITY if wait else None,
                     line={"color": color, "width": WARP_PX if name == "WARP" else EVENT_PX}, **kw), row=r, col=1)
+                if wait:  # the thin line through the faint bar: a hollow bar
+                    fig.add_trace(Scatter(x=x, y=y, mode="lines", name=f"{name} (wait)", legendgroup=name,
+                                          showlegend=False, connectgaps=False, hoverinfo="skip",
+                                          line={"color": color, "width": WAIT_PX}), row=r, col=1)
                 shown.add(name)
             mi = p.inst_name == c
             if mi.any():

@@ -62,10 +62,16 @@ def _us(ns: np.ndarray) -> pa.Array:
 
 
 def to_chrome(trace, path_or_file, *, chunk_rows: int = CHUNK_ROWS) -> ChromeStats:
-    """Write ``trace`` (bundle Trace or anything with ``.events``/``.meta``) as Chrome JSON."""
+    """Write ``trace`` (bundle Trace or anything with ``.events``/``.meta``) as Chrome JSON.
+    Warps of automatically traced kernels (meta["instrument"]) are named by their assigned role."""
     t_all = time.perf_counter()
     events: pa.Table = trace.events
     meta: dict = dict(getattr(trace, "meta", {}) or {})
+    if isinstance(meta.get("instrument"), dict) and events.num_rows:
+        from .bundle import Trace
+        from .roles import assign_roles
+
+        events = assign_roles(Trace(events, meta)).events
     r = _rows(events)
     lay = layout_tracks(events, _vocab_of(meta), _rows_cache=r)
     t0 = int(r.start.min()) if r.n else 0

@@ -67,19 +67,54 @@ def main():
 
 
 # ---- summary / compare ---------------------------------------------------------------------
+ROLES_HELP = ("Any-kernel bundles: the role of some warps, ROLE=WARPS (e.g. producer=4 or mma=0-3,8); repeat for "
+              "more roles. Wins over the roles the bundle names or the analysis infers.")
+
+
 @main.command()
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def summary(bundle, as_json):
-    """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events."""
-    from .analysis import summarize
+@click.option("--roles", "roles", multiple=True, metavar="ROLE=WARPS", help=ROLES_HELP)
+def summary(bundle, as_json, roles):
+    """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events; for a
+    kernel traced automatically: roles, busy/waiting/idle, stage occupancy, lag, wait chain."""
+    from .autoevents import is_automatic
     from .bundle import load
 
-    s = summarize(load(bundle))
+    trace = load(bundle)
+    if is_automatic(trace):
+        from .kernel_analysis import summarize_kernel
+        from .kernel_text import format_kernel_summary
+
+        s = summarize_kernel(trace, _parse_roles(roles))
+        click.echo(json.dumps(s, indent=1, sort_keys=True) if as_json else format_kernel_summary(s))
+        return
+    if roles:
+        raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
+    from .analysis import summarize
+
+    s = summarize(trace)
     if as_json:
         click.echo(json.dumps(s, indent=1, sort_keys=True))
         return
     click.echo(_format_summary(s))
+
+
+def _parse_roles(values) -> dict:
+    """('producer=4', 'mma=0-3,8') -> {'producer': [4], 'mma': [0, 1, 2, 3, 8]}."""
+    out: dict = {}
+    for v in values:
+        role, sep, warps = v.partition("=")
+        role = role.strip()
+        if not sep or not role or not warps.strip():
+            raise click.BadParameter(f"--roles takes ROLE=WARPS (e.g. producer=4 or mma=0-3), got {v!r}")
+        try:
+            for part in warps.split(","):
+                a, _, b = part.strip().partition("-")
+                out.setdefault(role, []).extend(range(int(a), int(b or a) + 1))
+        except ValueError:
+            raise click.BadParameter(f"--roles {v!r}: warps must be indices or ranges like 0-3") from None
+    return out
 
 
 def _pct(x):
@@ -163,12 +198,30 @@ def _format_summary(s: dict) -> str:
 @click.argument("a", type=click.Path(dir_okay=False))
 @click.argument("b", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare(a, b, as_json):
-    """Compare two bundles (A usually base, B ping-pong): overlap, period, kernel time."""
+@click.option("--roles", "roles", multiple=True, metavar="ROLE=WARPS", help=ROLES_HELP)
+def compare(a, b, as_json, roles):
+    """Compare two bundles (A usually base, B ping-pong): overlap, period, kernel time; for two
+    bundles of one automatically traced kernel: roles' busy/waiting/idle, lag, wait chain."""
     from .analysis import compare as cmp
+    from .autoevents import is_automatic
     from .bundle import load
 
-    c = cmp(load(a), load(b))
+    ta, tb = load(a), load(b)
+    auto = (is_automatic(ta), is_automatic(tb))
+    if any(auto):
+        if not all(auto):
+            which = "A" if auto[0] else "B"
+            raise Fa4traceError(f"{which} is a bundle of an automatically traced kernel and the other is not: "
+                                "compare needs two bundles of the same kernel")
+        from .kernel_analysis import compare_kernels
+        from .kernel_text import format_kernel_compare
+
+        c = compare_kernels(ta, tb, _parse_roles(roles))
+        click.echo(json.dumps(c, indent=1, sort_keys=True) if as_json else format_kernel_compare(c))
+        return
+    if roles:
+        raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
+    c = cmp(ta, tb)
     if as_json:
         click.echo(json.dumps(c, indent=1, sort_keys=True))
         return

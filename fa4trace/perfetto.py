@@ -647,20 +647,33 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
 
     compress: wrap the packets in zlib ``compressed_packets`` batches of ~chunk_bytes.
     flows: QK(i) -> SOFTMAX(i) -> PV(i) flow arrows. iterations: ``iter`` debug annotation.
-    counters: a "warps active" counter per launch. inflight_counters: an "async in flight"
+    counters: a "warps active" counter per launch and, for bundles of automatically traced
+    kernels (meta["instrument"]), a "<pipeline> stages held" counter per CTA and pipeline
+    (fa4trace.kernel_analysis.occupancy_series). inflight_counters: an "async in flight"
     counter per CTA (two more packets per async span: off by default, it costs bytes).
+    Warps of automatically traced kernels are named by their assigned role (fa4trace.roles).
     """
     t_all = time.perf_counter()
     tm: dict = {}
     events: pa.Table = trace.events
     meta: dict = dict(getattr(trace, "meta", {}) or {})
     vocab = _vocab_of(meta)
+    occupancy = None
+    if isinstance(meta.get("instrument"), dict) and events.num_rows:
+        from .bundle import Trace
+        from .kernel_analysis import occupancy_series
+        from .roles import assign_roles
+
+        assigned = assign_roles(Trace(events, meta))
+        events = assigned.events
+        occupancy = occupancy_series(assigned) if counters else None
 
     t = time.perf_counter()
     r = _rows(events)
+    ts_shift = 0
     if r.n and r.start.min() < 0:  # perfetto timestamps are unsigned: rebase
-        shift = -int(r.start.min())
-        r.start, r.end = r.start + shift, r.end + shift
+        ts_shift = -int(r.start.min())
+        r.start, r.end = r.start + ts_shift, r.end + ts_shift
     lay = layout_tracks(events, vocab, _rows_cache=r)
     tm["layout"] = time.perf_counter() - t
 
@@ -691,7 +704,7 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
     t = time.perf_counter()
     launches = np.unique(lay.warp_launch) if lay.warp_launch.size else np.zeros(0, np.int64)
     multi = launches.size > 1
-    ctr_specs: list[tuple[str, int, int]] = []  # (kind, launch, cta)
+    ctr_specs: list[tuple[str, int, int, str]] = []  # (kind, launch, cta, track name)
     c_trk, c_ts, c_val = [], [], []
     if counters and r.n:
         wr = np.flatnonzero(r.kind == 2)
@@ -700,7 +713,7 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
             k, tt, v = _counter_points(np.concatenate([lk, lk]), np.concatenate([r.start[wr], r.end[wr]]),
                                        np.concatenate([np.ones(wr.size, np.int64), -np.ones(wr.size, np.int64)]))
             base = len(ctr_specs)
-            ctr_specs += [("warps", int(launches[i]), -1) for i in range(launches.size)]
+            ctr_specs += [("warps", int(launches[i]), -1, "warps active") for i in range(launches.size)]
             c_trk.append(n_slice_tracks + base + k)
             c_ts.append(tt)
             c_val.append(v)
@@ -713,10 +726,26 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
             k, tt, v = _counter_points(np.concatenate([inv, inv]), np.concatenate([r.start[ar], r.end[ar]]),
                                        np.concatenate([np.ones(ar.size, np.int64), -np.ones(ar.size, np.int64)]))
             base = len(ctr_specs)
-            ctr_specs += [("inflight", int(x >> 32), int(x & 0xFFFFFFFF)) for x in uk]
+            ctr_specs += [("inflight", int(x >> 32), int(x & 0xFFFFFFFF), "async in flight") for x in uk]
             c_trk.append(n_slice_tracks + base + k)
             c_ts.append(tt)
             c_val.append(v)
+    if occupancy is not None and occupancy.num_rows:
+        # one track per (launch, CTA, pipeline): the analysis's own step series, on the export's time axis
+        o_l = occupancy["launch"].to_numpy().astype(np.int64)
+        o_c = occupancy["cta"].to_numpy().astype(np.int64)
+        o_p = occupancy["pipeline"].to_pylist()
+        pnames = sorted(set(o_p))
+        ok = (o_l << 40) | (o_c << 8) | np.array([pnames.index(x) for x in o_p], np.int64)
+        uk, inv = np.unique(ok, return_inverse=True)
+        base = len(ctr_specs)
+        ctr_specs += [("occupancy", int(x >> 40), int((x >> 8) & 0xFFFFFFFF), f"{pnames[int(x & 0xFF)]} stages held")
+                      for x in uk]
+        inv = inv.reshape(-1)
+        o = np.argsort(inv, kind="stable")  # packets of a track together, in time order (the series is)
+        c_trk.append(n_slice_tracks + base + inv[o])
+        c_ts.append(occupancy["t_ns"].to_numpy().astype(np.int64)[o] + ts_shift)
+        c_val.append(occupancy["stages_full"].to_numpy().astype(np.int64)[o])
     n_ctr_points = int(sum(x.size for x in c_ts))
     if c_trk:
         c_trk_a, c_ts_a, c_val_a = np.concatenate(c_trk), np.concatenate(c_ts), np.concatenate(c_val)
@@ -819,13 +848,13 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
             parent = warp_track_uuid[w]  # tracks are in (warp, class, lane) order: lane 0 of class 0 first
             rank = lay.child_rank(tix)
         descriptor(u_, parent, lay.track_label(tix), rank=rank)
-    for ci, (kind, li, cta) in enumerate(ctr_specs):
+    for ci, (kind, li, cta, label) in enumerate(ctr_specs):
         u_ = new_uuid()
         track_uuid[n_slice_tracks + ci] = u_
         if kind == "warps":
-            descriptor(u_, launch_uuid[li], "warps active", rank=-1, counter=True)
+            descriptor(u_, launch_uuid[li], label, rank=-1, counter=True)
         else:
-            descriptor(u_, cta_uuid[(li, cta)], "async in flight", rank=-1, counter=True)
+            descriptor(u_, cta_uuid[(li, cta)], label, rank=-2 if kind == "occupancy" else -1, counter=True)
 
     # interned names per sequence: only those its packets use
     pairs = np.unique(s_trk * (len(r.names) + 1) + names_used) if s_trk.size else np.zeros(0, np.int64)

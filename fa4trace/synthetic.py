@@ -155,3 +155,154 @@ def attention_like(schedule: str, *, n_ctas: int = 132, n_blocks: int = 64, sms:
             "config": {"schedule": schedule, "n_blocks": n_blocks},
             "grid": [n_ctas, 1, 1], "block": [32 * warps_per_cta, 1, 1]}
     return buf, meta
+
+
+# ---- any kernel: a producer/consumer GEMM-like CTA set ------------------------------------------
+PIPELINE = "ab"  # the synthetic mainloop pipeline's name
+# (name, family, op, resource, is a span, color): the events fa4trace.instrument would register
+_AUTO_EVENTS = (
+    ("{p}.acquire", "pipeline", "acquire", "{p}", True, "#fcbba1"),
+    ("{p}.commit", "pipeline", "commit", "{p}", False, "#3182bd"),
+    ("{p}.wait", "pipeline", "wait", "{p}", True, "#de2d26"),
+    ("{p}.release", "pipeline", "release", "{p}", False, "#9ecae1"),
+    ("tma.load", "tma", "load", "", False, "#6baed6"),
+    ("tma.store", "tma", "store", "", False, "#756bb1"),
+    ("tma.store_wait", "tma", "store_wait", "", True, "#fb6a4a"),
+    ("mma.commit", "mma", "commit", "", False, "#e6550d"),
+    ("mma.wait", "mma", "wait", "", True, "#fd8d3c"),
+    ("barrier.sync", "barrier", "sync", "", True, "#c51b8a"),
+    ("barrier.arrive", "barrier", "arrive", "", False, "#8c6bb1"),
+)
+AUTO_FIRST_ID = 32  # automatic events take ids from here on
+
+
+def pipelined_vocab(stages: int, pipeline: str = PIPELINE):
+    """The shared vocabulary plus the automatic events of :func:`pipelined_like` (ids >= 32),
+    with the fields fa4trace.instrument gives them (family, op, resource, stages)."""
+    from .vocab import VOCAB
+
+    v = VOCAB.copy()
+    for i, (name, fam, op, res, _span, color) in enumerate(_AUTO_EVENTS):
+        res = res.format(p=pipeline)
+        v.register(name.format(p=pipeline), AUTO_FIRST_ID + i, family=fam, op=op, resource=res,
+                   stages=stages if fam == "pipeline" else 0, color=color,
+                   description=f"synthetic {fam} {op}" + (f" of pipeline {res}" if res else ""))
+    return v
+
+
+def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consumer_warps: int = 4,
+                   idle_warps: int = 2, load_ns=400, mma_ns: int = 300, store_ns: int = 200,
+                   consumer_stagger_ns: int = 4, straggler_ns: int = 0, producer_gap_ns: int = 10,
+                   consumer_gap_ns: int = 10, cta_offset_ns: int = 100, sms: int = 132,
+                   roles: dict | None = None, kernel: str = "synthetic.gemm_like"):
+    """A GEMM-like warp-specialized CTA set recorded by automatic events (known answers for tests).
+
+    Warps of each CTA: 0..W-1 consumers (``consumer_warps``), W the producer, then ``idle_warps``
+    that record nothing, then one epilogue warp. Times are exact ns (globaltimer timebase), from
+    the CTA's start (CTA i starts ``i * cta_offset_ns`` after CTA 0). Per k-tile count c
+    (stage c % stages):
+
+    * producer: ``ab.acquire(c)`` from ``acq`` until ``max(acq, last consumer release of
+      c - stages) + 10``, ``tma.load`` 5 ns after, ``ab.commit(c)`` 10 ns after; the next
+      acquire ``producer_gap_ns`` after the commit (the first at 50). The tile lands
+      ``load_ns`` (+ ``extra`` of that CTA and count: ``load_ns`` may be an array broadcast to
+      (n_ctas, k_tiles)) after the commit.
+    * consumer w: ``ab.wait(c)`` from ``q`` until ``max(q, landed) + 10``; ``mma.commit`` 10 ns
+      after; ``mma.wait`` (iter 0) from 20 ns after the wait for ``mma_ns + w *
+      consumer_stagger_ns``; ``ab.release(c)`` 10 ns after; the next wait ``consumer_gap_ns``
+      after the release (the first at 50).
+    * epilogue: consumer w arrives at ``barrier.sync`` (id 1) 20 ns after its last release
+      (the last consumer ``straggler_ns`` later), all leave 10 ns after the last arrives,
+      ``barrier.arrive`` (id 2) 100 ns later; the epilogue warp waits at ``barrier.sync`` (id 2)
+      from 50 until 10 ns after the last consumer arrived, then ``tma.store`` (+20) and
+      ``tma.store_wait`` (+30, ``store_ns`` long). Warps end 30 ns (consumers), 50 ns
+      (producer, epilogue) after their last event; idle warps live 200 ns.
+
+    Returns (buffer words, metadata marked synthetic with meta["instrument"], vocabulary to
+    decode it with). ``roles``: meta["instrument"]["roles"] (role -> warp indices), default
+    None (the analysis infers them). Vectorized over CTAs; one step per k-tile.
+    """
+    if stages < 1 or k_tiles < 1 or consumer_warps < 1 or n_ctas < 1:
+        raise ValueError("stages, k_tiles, consumer_warps and n_ctas must be >= 1")
+    vocab = pipelined_vocab(stages)
+    ev = {e.name: e.id for e in vocab.events}
+    P = PIPELINE
+    W = consumer_warps
+    prod, epi = W, W + idle_warps + 1
+    warps_per_cta = epi + 1
+    load = np.broadcast_to(np.asarray(load_ns, np.int64), (n_ctas, k_tiles))
+    Bk, Ek, Ik = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT
+    progs: dict[int, list] = {w: [] for w in range(warps_per_cta)}  # warp -> [(t[n_ctas], id, kind, payload)]
+
+    def rec(w, t, name, kind, payload=-1):
+        progs[w].append((np.asarray(t, np.int64), ev[name], kind, payload))
+
+    zero = np.zeros(n_ctas, np.int64)
+    p_next = zero + 50
+    q_next = [zero + 50 for _ in range(W)]
+    released = np.zeros((k_tiles, n_ctas), np.int64)  # last consumer release per count
+    rel_w = [zero] * W
+    for c in range(k_tiles):
+        acq_s = p_next
+        free = acq_s if c < stages else np.maximum(acq_s, released[c - stages])
+        acq_e = free + 10
+        rec(prod, acq_s, f"{P}.acquire", Bk, c)
+        rec(prod, acq_e, f"{P}.acquire", Ek, c)
+        rec(prod, acq_e + 5, "tma.load", Ik)
+        commit = acq_e + 10
+        rec(prod, commit, f"{P}.commit", Ik, c)
+        p_next = commit + producer_gap_ns
+        landed = commit + load[:, c]
+        for w in range(W):
+            ws = q_next[w]
+            we = np.maximum(ws, landed) + 10
+            rec(w, ws, f"{P}.wait", Bk, c)
+            rec(w, we, f"{P}.wait", Ek, c)
+            rec(w, we + 10, "mma.commit", Ik)
+            me = we + 20 + mma_ns + w * consumer_stagger_ns
+            rec(w, we + 20, "mma.wait", Bk, 0)
+            rec(w, me, "mma.wait", Ek, 0)
+            rel_w[w] = me + 10
+            rec(w, rel_w[w], f"{P}.release", Ik, c)
+            q_next[w] = rel_w[w] + consumer_gap_ns
+        released[c] = np.max(np.stack(rel_w), axis=0)
+    bar_in = [rel_w[w] + 20 + (straggler_ns if w == W - 1 else 0) for w in range(W)]
+    bar_out = np.max(np.stack(bar_in), axis=0) + 10
+    ends = {}
+    for w in range(W):
+        rec(w, bar_in[w], "barrier.sync", Bk, 1)
+        rec(w, bar_out, "barrier.sync", Ek, 1)
+        rec(w, bar_out + 100, "barrier.arrive", Ik, 2)
+        ends[w] = bar_out + 130
+    ends[prod] = p_next - producer_gap_ns + 50
+    e_out = bar_out + 100 + 10
+    rec(epi, zero + 50, "barrier.sync", Bk, 2)
+    rec(epi, e_out, "barrier.sync", Ek, 2)
+    rec(epi, e_out + 20, "tma.store", Ik)
+    rec(epi, e_out + 30, "tma.store_wait", Bk)
+    rec(epi, e_out + 30 + store_ns, "tma.store_wait", Ek)
+    ends[epi] = e_out + 30 + store_ns + 50
+    for w in range(prod + 1, epi):
+        ends[w] = zero + 200
+
+    cap = max(8, max(len(p) for p in progs.values()))
+    spec = L.BufferSpec(warps_per_cta, n_ctas, cap)
+    gt_base = 1_700_000_000_000_000_000
+    warps = []
+    for cta in range(n_ctas):
+        g0 = gt_base + cta * cta_offset_ns
+        for w in range(warps_per_cta):
+            p = progs[w]
+            t = np.array([r[0][cta] for r in p], np.int64) + g0
+            g1 = g0 + int(ends[w][cta])
+            warps.append(WarpEvents(cta, w, cta % sms, ROLE.UNKNOWN, g0, g1, g0, g1,
+                                    np.array([r[2] for r in p], np.int64), np.array([r[1] for r in p], np.int64),
+                                    np.array([r[3] for r in p], np.int64), t))
+    buf = write_buffer(spec, warps, timebase=L.TIMEBASE_GLOBALTIMER)
+    meta = {"kernel": kernel, "synthetic": True,
+            "config": {"k_tiles": k_tiles, "stages": stages, "consumer_warps": W},
+            "grid": [n_ctas, 1, 1], "block": [32 * warps_per_cta, 1, 1],
+            "instrument": {"kernel": kernel, "arch": "sm_90a", "families": ["pipeline", "tma", "mma", "barrier"],
+                           "pipelines": {P: {"class": "PipelineTmaAsync", "stages": stages}},
+                           "roles": roles, "warps_per_cta": warps_per_cta, "synthetic": True}}
+    return buf, meta, vocab

@@ -25,6 +25,13 @@ CODE = textwrap.dedent('''
     assert plan.n_ctas <= 132 and decode_spec.Variant(128, "pingpong").name
     import fa4trace.viewer.data, fa4trace.viewer.timeline, fa4trace.viewer.metrics  # noqa
     import fa4trace.viewer.grid, fa4trace.viewer.iterations, fa4trace.viewer.perfetto_ui, fa4trace.viewer.page  # noqa
+    import fa4trace.viewer.kernel_view  # noqa
+    from fa4trace import autoevents, kernel_analysis, kernel_text, roles, wait_chain  # noqa
+    from fa4trace.synthetic import pipelined_like
+    kb, km, kv = pipelined_like(n_ctas=2, k_tiles=4)
+    kt = fa4trace.Trace.from_launches([decode.decode_buffer(kb, vocab=kv)], km, vocab=kv)
+    assert kernel_analysis.summarize_kernel(kt)["wait_chain"]["steps"] > 0
+    perfetto.to_perfetto(kt, __import__("io").BytesIO())
     from fa4trace.synthetic import attention_like
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
     t = fa4trace.Trace.from_launches([decode.decode_buffer(buf)], meta)

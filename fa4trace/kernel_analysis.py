@@ -1,0 +1,469 @@
+"""What a trace of any kernel says: the numbers behind `summary` / `compare` of automatic bundles.
+
+Bundles of kernels traced by fa4trace.instrument carry pipeline, TMA, MMA and barrier events
+(vocab.EventSpec.family); roles come from fa4trace.roles. Definitions:
+
+* **busy / waiting / idle** of a warp, over its lifetime (its WARP row): *waiting* is the union
+  of its wait spans (autoevents: acquire, wait, sync, store_wait); *idle* is the time before
+  its first event and after its last one (all of it for a warp with no event); *busy* is the
+  rest: between its first and last event and not waiting. A role's fractions are its warps'
+  ns summed over their lifetimes summed, per CTA and over the whole trace.
+* **stage occupancy** of a pipeline in a CTA: stages holding data, a step series. Count c
+  fills its stage at the producer's first commit of c (the end of its acquire of c where the
+  pipeline records no commits) and frees it at the last release of c by any consumer warp (the
+  CTA's last event where none was recorded). For TMA pipelines a commit is the load's issue,
+  so a held stage is a load in flight or data not yet consumed. Per series, over its window
+  (first fill to last free): time-weighted mean, max, and the shares of the window with every
+  stage held (``full_share``: the producer cannot run ahead) and none (``empty_share``: the
+  consumers have nothing to start on).
+* **producer -> consumer lag** of count c for a consumer warp: the end of its wait of c minus
+  the fill of c (above); median and p90 per stage (c % stages) and over all stages.
+* **wait chain**: fa4trace.wait_chain.
+
+Vectorized over rows (numpy sorts and bincounts); the loops are over pipelines, stages and roles.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .analysis import _clean, kernel_time, union_length
+from .autoevents import AutoCols, is_automatic
+from .bundle import Trace
+from .errors import Fa4traceError
+from .roles import assign_roles, role_rank
+from .wait_chain import chain_per_cta, wait_chains
+
+_T_BITS = 41
+
+
+def require_automatic(trace: Trace) -> None:
+    """One clear line when a bundle has no automatic events to analyse."""
+    if not is_automatic(trace):
+        raise Fa4traceError(
+            f"{trace.name}: not a bundle of an automatically traced kernel (its metadata has no 'instrument' "
+            "entry); fa4trace summary / compare show the attention analysis for it")
+
+
+# ---- busy / waiting / idle per role ------------------------------------------------------------
+def _warp_times(c: AutoCols):
+    """Per warp gid: lifetime bounds, idle ns, waiting ns, role code."""
+    n = c.n_warps
+    life0 = np.full(n, np.iinfo(np.int64).max)
+    life1 = np.full(n, np.iinfo(np.int64).min)
+    wr = c.is_warp_row if c.is_warp_row.any() else np.ones(c.n, bool)
+    np.minimum.at(life0, c.warp_gid[wr], c.start[wr])
+    np.maximum.at(life1, c.warp_gid[wr], c.end[wr])
+    ev = ~c.is_warp_row
+    first = np.full(n, np.iinfo(np.int64).max)
+    last = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(first, c.warp_gid[ev], c.start[ev])
+    np.maximum.at(last, c.warp_gid[ev], c.end[ev])
+    has = last > np.iinfo(np.int64).min
+    life = np.maximum(life1 - life0, 0)
+    idle = np.where(has, np.maximum(first - life0, 0) + np.maximum(life1 - last, 0), life)
+    idle = np.minimum(idle, life)
+    w = c.is_wait
+    g = c.warp_gid[w]
+    s = np.clip(c.start[w], life0[g], life1[g])
+    e = np.clip(c.end[w], life0[g], life1[g])
+    waiting = np.minimum(union_length(g, s, e, n), life - idle)
+    role = np.zeros(n, np.int64)
+    role[c.warp_gid] = c.role_codes
+    return life, idle, waiting, role
+
+
+def role_fractions(trace_or_cols) -> pa.Table:
+    """Per (launch, CTA, role): warps, lifetime_ns, busy_ns, waiting_ns, idle_ns and the three
+    fractions of lifetime_ns (module docstring). Roles as the table's role column says:
+    call it on :func:`fa4trace.roles.assign_roles`'s trace."""
+    c = trace_or_cols if isinstance(trace_or_cols, AutoCols) else AutoCols.of(trace_or_cols)
+    if c.n == 0:
+        return pa.table({k: pa.array([], t) for k, t in (("launch", pa.int16()), ("cta", pa.int32()), ("role", pa.string()))})
+    life, idle, waiting, role = _warp_times(c)
+    n_roles = max(len(c.role_dict), 1)
+    key = c.cta_of_warp * n_roles + role
+    uk, inv = np.unique(key, return_inverse=True)
+    inv = inv.reshape(-1)
+
+    def tot(x):
+        return np.bincount(inv, weights=x.astype(np.float64), minlength=uk.size)
+
+    lt, it, wt = tot(life), tot(idle), tot(waiting)
+    bt = np.maximum(lt - it - wt, 0)
+    cta = uk // n_roles
+    denom = np.maximum(lt, 1)
+    return pa.table({
+        "launch": pa.array(c.cta_keys[cta, 0].astype(np.int16)), "cta": pa.array(c.cta_keys[cta, 1].astype(np.int32)),
+        "role": pa.array([c.role_dict[r] if c.role_dict else "unknown" for r in (uk % n_roles)], pa.string()),
+        "warps": pa.array(np.bincount(inv, minlength=uk.size).astype(np.int64)),
+        "lifetime_ns": pa.array(lt.astype(np.int64)), "busy_ns": pa.array(bt.astype(np.int64)),
+        "waiting_ns": pa.array(wt.astype(np.int64)), "idle_ns": pa.array(it.astype(np.int64)),
+        "busy": pa.array(bt / denom), "waiting": pa.array(wt / denom), "idle": pa.array(it / denom),
+    })
+
+
+def _fractions_overall(per_cta: pa.Table) -> dict:
+    """{role: {busy, waiting, idle, waiting_cta_min, waiting_cta_max}} summed over CTAs."""
+    if per_cta.num_rows == 0:
+        return {}
+    d = per_cta.to_pydict()
+    out = {}
+    for r in sorted(set(d["role"]), key=role_rank):
+        idx = [i for i, x in enumerate(d["role"]) if x == r]
+        lt = sum(d["lifetime_ns"][i] for i in idx) or 1
+        out[r] = {k: sum(d[f"{k}_ns"][i] for i in idx) / lt for k in ("busy", "waiting", "idle")}
+        w = [d["waiting"][i] for i in idx]
+        out[r]["waiting_cta_min"], out[r]["waiting_cta_max"] = min(w), max(w)
+    return out
+
+
+def waiting_by_event(c: AutoCols) -> dict:
+    """{role: {wait event: share of the role's lifetime spent in it}} over the whole trace."""
+    if c.n == 0 or not c.is_wait.any():
+        return {}
+    life, _, _, role = _warp_times(c)
+    w = c.is_wait
+    n_names = len(c.name_dict)
+    g = c.warp_gid[w] * n_names + c.name_codes[w]
+    per = union_length(g, c.start[w], c.end[w], c.n_warps * n_names).reshape(c.n_warps, n_names)
+    out = {}
+    for r in np.unique(role).tolist():
+        mine = role == r
+        lt = float(life[mine].sum()) or 1.0
+        tot = per[mine].sum(axis=0)
+        name = c.role_dict[r] if c.role_dict else "unknown"
+        shares = {c.name_dict[k]: float(tot[k] / lt) for k in np.flatnonzero(tot)}
+        if shares:
+            out[name] = dict(sorted(shares.items(), key=lambda kv: -kv[1]))
+    return dict(sorted(out.items(), key=lambda kv: role_rank(kv[0])))
+
+
+# ---- pipeline fills, frees, occupancy and lag ---------------------------------------------------
+def _key(c: AutoCols, rows: np.ndarray, it=None) -> np.ndarray:
+    it = c.iter[rows] if it is None else it
+    return (c.cta_gid[rows].astype(np.int64) << 30) | (c.resource[rows].astype(np.int64) << 21) | (it + 1)
+
+
+def _first_per_key(keys: np.ndarray, t: np.ndarray, latest: bool = False):
+    """Distinct keys (sorted) and the earliest (or latest) time of each."""
+    if keys.size == 0:
+        return keys, t
+    o = np.lexsort((t, keys))
+    k, tt = keys[o], t[o]
+    edge = np.r_[k[1:] != k[:-1], True] if latest else np.r_[True, k[1:] != k[:-1]]
+    return k[edge], tt[edge]
+
+
+def _fills(c: AutoCols, pipeline: str):
+    """(key, count, cta gid, fill time) per pipeline count per CTA (module docstring)."""
+    commits = np.flatnonzero(c.where("pipeline", "commit", pipeline) & (c.iter >= 0))
+    if commits.size:
+        rows, t = commits, c.start[commits]
+    else:
+        rows = np.flatnonzero(c.where("pipeline", "acquire", pipeline) & (c.kind == 0) & (c.iter >= 0))
+        t = c.end[rows]
+    keys, ft = _first_per_key(_key(c, rows), t)
+    return keys, ft
+
+
+def _cta_end(c: AutoCols) -> np.ndarray:
+    ev = ~c.is_warp_row
+    out = np.full(c.n_ctas, np.iinfo(np.int64).min)
+    np.maximum.at(out, c.cta_gid[ev], c.end[ev])
+    return out
+
+
+def _fills_and_frees(c: AutoCols, pipeline: str):
+    keys, fill = _fills(c, pipeline)
+    rel = np.flatnonzero(c.where("pipeline", "release", pipeline) & (c.iter >= 0))
+    rk, rt = _first_per_key(_key(c, rel), c.start[rel], latest=True)
+    free = np.full(keys.size, -1, np.int64)
+    if rk.size and keys.size:
+        pos = np.minimum(np.searchsorted(rk, keys), rk.size - 1)
+        hit = rk[pos] == keys
+        free[hit] = rt[pos[hit]]
+    cta = keys >> 30
+    free = np.where(free < 0, _cta_end(c)[cta] if keys.size else free, free)
+    return keys, cta, fill, np.maximum(free, fill)
+
+
+def step_series(key: np.ndarray, ts: np.ndarray, delta: np.ndarray):
+    """Step series from +/-1 changes: per key, the value after all changes at each time
+    (sorted by key, then time). Returns (key, time, value)."""
+    if key.size == 0:
+        return key, ts, delta
+    bits = int(max(int(ts.max()) - int(ts.min()), 0)).bit_length() + 1
+    o = np.lexsort(((ts - ts.min()) * 2 + (delta > 0), key)) if bits > 61 else \
+        np.argsort((key.astype(np.int64) << bits) | ((ts - ts.min()) * 2 + (delta > 0)), kind="stable")
+    k, t, dl = key[o], ts[o], delta[o]
+    val = np.cumsum(dl)
+    seg_start = np.r_[True, k[1:] != k[:-1]]
+    seg = np.cumsum(seg_start) - 1
+    val = val - (val - dl)[seg_start][seg]
+    last = np.r_[(k[1:] != k[:-1]) | (t[1:] != t[:-1]), True]
+    return k[last], t[last], val[last]
+
+
+OCC_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("pipeline", pa.string()),
+                        ("t_ns", pa.int64()), ("stages_full", pa.int32())])
+
+
+def occupancy_series(trace_or_cols) -> pa.Table:
+    """Stage occupancy per (launch, CTA, pipeline) as step points: at t_ns the pipeline holds
+    stages_full stages (module docstring); the last point of each series is 0."""
+    c = trace_or_cols if isinstance(trace_or_cols, AutoCols) else AutoCols.of(trace_or_cols)
+    parts = []
+    for p in c.pipelines():
+        keys, cta, fill, free = _fills_and_frees(c, p)
+        if not keys.size:
+            continue
+        k, t, v = step_series(np.concatenate([cta, cta]), np.concatenate([fill, free]),
+                              np.concatenate([np.ones(cta.size, np.int64), -np.ones(cta.size, np.int64)]))
+        parts.append(pa.table({"launch": pa.array(c.cta_keys[k, 0].astype(np.int16)),
+                               "cta": pa.array(c.cta_keys[k, 1].astype(np.int32)),
+                               "pipeline": pa.array([p] * k.size, pa.string()),
+                               "t_ns": pa.array(t.astype(np.int64)), "stages_full": pa.array(v.astype(np.int32))},
+                              schema=OCC_SCHEMA))
+    return pa.concat_tables(parts) if parts else OCC_SCHEMA.empty_table()
+
+
+def occupancy_stats(series: pa.Table, stages: dict[str, int]) -> pa.Table:
+    """Per (launch, CTA, pipeline) of :func:`occupancy_series`: window_ns, mean, max,
+    full_share, empty_share (module docstring); ``stages``: pipeline -> stage count."""
+    if series.num_rows == 0:
+        return pa.table({"launch": pa.array([], pa.int16()), "cta": pa.array([], pa.int32()),
+                         "pipeline": pa.array([], pa.string())})
+    launch = series["launch"].to_numpy().astype(np.int64)
+    cta = series["cta"].to_numpy().astype(np.int64)
+    pipes = series["pipeline"].to_pylist()
+    names = sorted(set(pipes))
+    pcode = np.array([names.index(x) for x in pipes], np.int64)
+    t = series["t_ns"].to_numpy()
+    v = series["stages_full"].to_numpy().astype(np.int64)
+    key = (launch << 48) | (cta << 16) | pcode
+    new = np.r_[True, key[1:] != key[:-1]]
+    gid = np.cumsum(new) - 1
+    n = int(gid[-1]) + 1
+    same_next = np.r_[~new[1:], False]  # the next point belongs to the same series
+    dur = np.where(same_next, np.r_[np.diff(t), 0], 0).astype(np.float64)
+    cap = np.array([stages.get(p, 0) for p in names], np.int64)[pcode]
+    start = t[new]
+    end = np.zeros(n, np.int64)
+    np.maximum.at(end, gid, t)
+    window = (end - start).astype(np.float64)
+    area = np.bincount(gid, weights=v * dur, minlength=n)
+    full = np.bincount(gid, weights=dur * ((cap > 0) & (v >= cap)), minlength=n)
+    empty = np.bincount(gid, weights=dur * (v == 0), minlength=n)
+    vmax = np.zeros(n, np.int64)
+    np.maximum.at(vmax, gid, v)
+    w = np.maximum(window, 1.0)
+    first = np.flatnonzero(new)
+    return pa.table({"launch": pa.array(launch[first].astype(np.int16)), "cta": pa.array(cta[first].astype(np.int32)),
+                     "pipeline": pa.array([names[i] for i in pcode[first]], pa.string()),
+                     "window_ns": pa.array(window.astype(np.int64)), "area": pa.array(area),
+                     "mean": pa.array(area / w), "max": pa.array(vmax),
+                     "full_share": pa.array(full / w), "empty_share": pa.array(empty / w)})
+
+
+LAG_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("pipeline", pa.string()), ("iter", pa.int32()),
+                        ("stage", pa.int32()), ("warp", pa.int16()), ("lag_ns", pa.int64())])
+
+
+def pipeline_lags(trace_or_cols) -> pa.Table:
+    """One row per consumer wait of a filled count: launch, cta, pipeline, iter (the count),
+    stage (count % stages, -1 if the stage count is unknown), warp, lag_ns = wait end - fill."""
+    c = trace_or_cols if isinstance(trace_or_cols, AutoCols) else AutoCols.of(trace_or_cols)
+    parts = []
+    for p in c.pipelines():
+        keys, fill = _fills(c, p)
+        waits = np.flatnonzero(c.where("pipeline", "wait", p) & (c.kind == 0) & (c.iter >= 0))
+        if not keys.size or not waits.size:
+            continue
+        wk = _key(c, waits)
+        pos = np.minimum(np.searchsorted(keys, wk), keys.size - 1)
+        hit = keys[pos] == wk
+        rows, f = waits[hit], fill[pos[hit]]
+        st = c.stages_of(p)
+        parts.append(pa.table({
+            "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
+            "pipeline": pa.array([p] * rows.size, pa.string()), "iter": pa.array(c.iter[rows].astype(np.int32)),
+            "stage": pa.array((c.iter[rows] % st if st else np.full(rows.size, -1)).astype(np.int32)),
+            "warp": pa.array(c.warp[rows].astype(np.int16)), "lag_ns": pa.array((c.end[rows] - f).astype(np.int64))},
+            schema=LAG_SCHEMA))
+    return pa.concat_tables(parts) if parts else LAG_SCHEMA.empty_table()
+
+
+def _q(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if x.size else None
+
+
+def lag_stats(lags: pa.Table) -> dict:
+    """{pipeline: {median_ns, p90_ns, n, per_stage: [{stage, median_ns, p90_ns, n}]}}."""
+    out = {}
+    if lags.num_rows == 0:
+        return out
+    pipes = np.asarray(lags["pipeline"].to_pylist())
+    stage = lags["stage"].to_numpy()
+    lag = lags["lag_ns"].to_numpy().astype(np.float64)
+    for p in sorted(set(pipes.tolist())):
+        m = pipes == p
+        per = [{"stage": int(s), "median_ns": _q(lag[m & (stage == s)], 50), "p90_ns": _q(lag[m & (stage == s)], 90),
+                "n": int((m & (stage == s)).sum())} for s in np.unique(stage[m]).tolist()]
+        out[p] = {"median_ns": _q(lag[m], 50), "p90_ns": _q(lag[m], 90), "n": int(m.sum()), "per_stage": per}
+    return out
+
+
+# ---- summary and comparison ---------------------------------------------------------------------
+def _cta_spans(c: AutoCols) -> np.ndarray:
+    wr = c.is_warp_row
+    first = np.full(c.n_ctas, np.iinfo(np.int64).max)
+    last = np.full(c.n_ctas, np.iinfo(np.int64).min)
+    np.minimum.at(first, c.cta_gid[wr], c.start[wr])
+    np.maximum.at(last, c.cta_gid[wr], c.end[wr])
+    return np.maximum(last - first, 0)
+
+
+def _typical(c: AutoCols, spans: np.ndarray) -> int | None:
+    if spans.size == 0:
+        return None
+    return int(np.argmin(np.abs(spans - np.median(spans))))
+
+
+def _stats(x) -> dict | None:
+    x = np.asarray(x, np.float64)
+    return {"min": float(x.min()), "median": float(np.median(x)), "max": float(x.max())} if x.size else None
+
+
+def summarize_kernel(trace: Trace, roles=None) -> dict:
+    """Everything `fa4trace summary --json` prints for an automatic bundle (module docstring).
+
+    ``roles``: warp index -> role (or role -> warp indices), winning over the bundle's own."""
+    require_automatic(trace)
+    tr = assign_roles(trace, roles)
+    c = AutoCols.of(tr)
+    ra = tr.meta["role_assignment"]
+    decided = {"by_warp": {int(w): r for w, r in ra["by_warp"].items()},
+               "source": {int(w): s for w, s in ra["source"].items()}}
+    inst = trace.meta.get("instrument") or {}
+    wr = c.is_warp_row
+    out: dict = {
+        "name": trace.name, "kernel": inst.get("kernel") or trace.meta.get("kernel"), "arch": inst.get("arch"),
+        "config": trace.meta.get("config", {}), "synthetic": bool(trace.meta.get("synthetic", False)),
+        "gpu": (trace.meta.get("gpu") or {}).get("name"), "rows": int(c.n),
+        "launches": len(trace.meta.get("launches", [])) or int(np.unique(c.launch).size),
+        "ctas": int(c.n_ctas), "warps": int(wr.sum()), "warp_subset": trace.meta.get("warp_subset"),
+        "dropped": int(c.dropped.sum()), "overflowed_warps": int(((c.dropped > 0) & wr).sum()),
+        "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))
+                   if c.name_dict[k] != "WARP" and v},
+    }
+    out["total_span_ns"] = int(c.end[wr].max() - c.start[wr].min()) if wr.any() else None
+    out.update(kernel_time(trace.meta.get("timing") or {}, out["total_span_ns"]))
+    by_role: dict = {}
+    for w, r in decided["by_warp"].items():
+        by_role.setdefault(r, {"warps": [], "source": []})
+        by_role[r]["warps"].append(w)
+        by_role[r]["source"].append(decided["source"][w])
+    out["roles"] = {r: {"warps": v["warps"], "source": "/".join(sorted(set(v["source"])))}
+                    for r, v in sorted(by_role.items(), key=lambda kv: role_rank(kv[0]))}
+    fr = role_fractions(c)
+    out["role_fractions"] = _fractions_overall(fr)
+    out["waiting_by_event"] = waiting_by_event(c)
+
+    occ = occupancy_series(c)
+    stages = {p: c.stages_of(p) for p in c.pipelines()}
+    ost = occupancy_stats(occ, stages)
+    lags = lag_stats(pipeline_lags(c))
+    pipes = {}
+    for p in c.pipelines():
+        d: dict = {"stages": stages[p] or None,
+                   "counts_per_cta": _stats(np.bincount(_fills(c, p)[0] >> 30, minlength=c.n_ctas))}
+        if ost.num_rows:
+            m = np.asarray(ost["pipeline"].to_pylist()) == p
+            if m.any():
+                area, win = np.asarray(ost["area"])[m], np.asarray(ost["window_ns"])[m].astype(np.float64)
+                dur_full = np.asarray(ost["full_share"])[m] * np.maximum(win, 1)
+                dur_empty = np.asarray(ost["empty_share"])[m] * np.maximum(win, 1)
+                tot = max(win.sum(), 1.0)
+                d.update({"occupancy_mean": float(area.sum() / tot), "occupancy_max": int(np.asarray(ost["max"])[m].max()),
+                          "full_share": float(dur_full.sum() / tot), "empty_share": float(dur_empty.sum() / tot)})
+        if p in lags:
+            d.update({"lag_median_ns": lags[p]["median_ns"], "lag_p90_ns": lags[p]["p90_ns"],
+                      "lag_per_stage": lags[p]["per_stage"]})
+        pipes[p] = d
+    out["pipelines"] = pipes
+
+    spans = _cta_spans(c)
+    typ = _typical(c, spans)
+    out["typical_cta"] = int(c.cta_keys[typ, 1]) if typ is not None else None
+    out["cta_span_ns"] = _stats(spans)
+    chains = wait_chains(c)
+    per = chain_per_cta(chains)
+    out["wait_chain_ns"] = _stats(per["wait_ns"].to_numpy()) if per.num_rows else None
+    out["wait_chain_steps"] = _stats(per["steps"].to_numpy()) if per.num_rows else None
+    if per.num_rows:
+        longest = int(np.argmax(per["wait_ns"].to_numpy()))
+        out["longest_chain_cta"] = int(per["cta"][longest].as_py())
+    if typ is not None:
+        out["wait_chain"] = chain_of(chains, int(c.cta_keys[typ, 0]), int(c.cta_keys[typ, 1]), span_ns=int(spans[typ]))
+    return _clean(out)
+
+
+def chain_of(chains: pa.Table, launch: int, cta: int, *, span_ns: int | None = None) -> dict:
+    """One CTA's chain as a dict: cta, steps, wait_ns, share of the CTA's span, wait_ns per
+    event name, and the steps (last wait first)."""
+    import pyarrow.compute as pc
+
+    mine = chains.filter(pc.and_(pc.equal(chains["launch"], launch), pc.equal(chains["cta"], cta)))
+    d = mine.to_pydict()
+    by_event: dict = {}
+    for name, w in zip(d["name"], d["wait_ns"]):
+        by_event[name] = by_event.get(name, 0) + w
+    total = sum(d["wait_ns"])
+    keys = ("step", "warp", "role", "name", "iter", "start_ns", "end_ns", "wait_ns", "released_by_warp", "release_ns")
+    return {"launch": launch, "cta": cta, "steps": mine.num_rows, "wait_ns": int(total),
+            "share_of_cta": (total / span_ns) if span_ns else None,
+            "by_event": dict(sorted(by_event.items(), key=lambda kv: -kv[1])),
+            "chain": [{k: d[k][i] for k in keys} for i in range(mine.num_rows)]}
+
+
+def flat_metrics(s: dict) -> dict:
+    """The comparable numbers of a summary, by flat key (what `compare` puts side by side)."""
+    out = {"kernel_time_ns": s.get("kernel_time_ns"), "total_span_ns": s.get("total_span_ns")}
+    for r, f in (s.get("role_fractions") or {}).items():
+        if r == "idle":  # idle warps are idle by definition
+            continue
+        for k in ("busy", "waiting", "idle"):
+            out[f"role.{r}.{k}"] = f.get(k)
+    for p, d in (s.get("pipelines") or {}).items():
+        for k in ("occupancy_mean", "full_share", "empty_share", "lag_median_ns", "lag_p90_ns"):
+            out[f"pipeline.{p}.{k}"] = d.get(k)
+    out["wait_chain_ns"] = (s.get("wait_chain_ns") or {}).get("median")
+    out["wait_chain_steps"] = (s.get("wait_chain_steps") or {}).get("median")
+    out["dropped"] = s.get("dropped")
+    return out
+
+
+def compare_kernels(a: Trace, b: Trace, roles=None) -> dict:
+    """Side by side summaries of two bundles of the same kernel and what changed from a to b."""
+    for t in (a, b):
+        require_automatic(t)
+    ka, kb = (t.meta["instrument"].get("kernel") or t.meta.get("kernel") for t in (a, b))
+    if ka != kb:
+        raise Fa4traceError(f"A is kernel {ka}, B is kernel {kb}: compare needs two bundles of the same kernel")
+    sa, sb = summarize_kernel(a, roles), summarize_kernel(b, roles)
+    fa, fb = flat_metrics(sa), flat_metrics(sb)
+    diff = {}
+    for key in dict.fromkeys([*fa, *fb]):
+        va, vb = fa.get(key), fb.get(key)
+        if va is None or vb is None:
+            continue
+        diff[key] = {"a": va, "b": vb, "delta": vb - va, "ratio": (vb / va) if va else None}
+    speed = None
+    ta, tb = sa.get("kernel_time_ns"), sb.get("kernel_time_ns")
+    if ta and tb:
+        speed = f"kernel time {ta / 1e3:.2f} µs → {tb / 1e3:.2f} µs ({100 * (ta - tb) / ta:+.1f}% faster)"
+        speed += (f" [{sa.get('kernel_time_source')}]" if sa.get("kernel_time_kind") == sb.get("kernel_time_kind") else
+                  f" [A: {sa.get('kernel_time_source')}; B: {sb.get('kernel_time_source')}: different sources, not comparable]")
+    return _clean({"a": sa, "b": sb, "diff": diff, "speed": speed})

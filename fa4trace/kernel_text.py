@@ -1,0 +1,123 @@
+"""Text of `fa4trace summary` / `compare` for bundles of automatically traced kernels.
+
+The numbers are fa4trace.kernel_analysis's (summarize_kernel, compare_kernels), formatted only.
+"""
+
+from __future__ import annotations
+
+
+def pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def ns(x) -> str:
+    return "n/a" if x is None else (f"{x / 1e3:.2f} µs" if abs(x) >= 1e4 else f"{x:.0f} ns")
+
+
+def warps_text(ws) -> str:
+    """[0, 1, 2, 3, 5] -> '0-3,5'."""
+    ws = sorted(int(w) for w in ws)
+    runs, i = [], 0
+    while i < len(ws):
+        j = i
+        while j + 1 < len(ws) and ws[j + 1] == ws[j] + 1:
+            j += 1
+        runs.append(str(ws[i]) if i == j else f"{ws[i]}-{ws[j]}")
+        i = j + 1
+    return ",".join(runs)
+
+
+def format_kernel_summary(s: dict) -> str:
+    cfg = s.get("config") or {}
+    lines = [
+        f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
+        f"  gpu            {s.get('gpu') or 'n/a'}{'  arch ' + s['arch'] if s.get('arch') else ''}",
+        f"  config         {' '.join(f'{k}={v}' for k, v in cfg.items()) or 'n/a'}",
+        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))",
+        f"  kernel time    {ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
+        f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
+        "  roles          " + ", ".join(f"{r} {warps_text(v['warps'])} ({v['source']})"
+                                        for r, v in (s.get("roles") or {}).items()),
+    ]
+    fr, wbe = s.get("role_fractions") or {}, s.get("waiting_by_event") or {}
+    if fr:
+        lines.append(f"  {'role':13s}{'busy':>8s}{'waiting':>9s}{'idle':>8s}   waiting in")
+        for r, f in fr.items():
+            top = ", ".join(f"{n} {pct(v)}" for n, v in list((wbe.get(r) or {}).items())[:3])
+            lines.append(f"  {r:13s}{pct(f['busy']):>8s}{pct(f['waiting']):>9s}{pct(f['idle']):>8s}   {top}")
+    for p, d in (s.get("pipelines") or {}).items():
+        cnt = (d.get("counts_per_cta") or {}).get("median")
+        head = f"  pipeline {p:5s}{d.get('stages') or '?'} stages, {cnt:.0f} counts per CTA (median)" if cnt is not None \
+            else f"  pipeline {p:5s}{d.get('stages') or '?'} stages"
+        lines.append(head)
+        if d.get("occupancy_mean") is not None:
+            lines.append(f"                 stages held: mean {d['occupancy_mean']:.2f}, max {d['occupancy_max']}; "
+                         f"all held {pct(d['full_share'])}, none {pct(d['empty_share'])} of the time")
+        if d.get("lag_median_ns") is not None:
+            per = ", ".join(f"{x['stage']}: {ns(x['median_ns'])}" for x in d.get("lag_per_stage") or [])
+            lines.append(f"                 lag commit → consumer wait end: median {ns(d['lag_median_ns'])}, "
+                         f"p90 {ns(d['lag_p90_ns'])}; median per stage {per}")
+    ch = s.get("wait_chain")
+    if ch:
+        by = ", ".join(f"{n} {ns(v)}" for n, v in list(ch["by_event"].items())[:4])
+        lines.append(f"  wait chain     CTA {ch['cta']} (typical): {ch['steps']} waits, {ns(ch['wait_ns'])} "
+                     f"({pct(ch.get('share_of_cta'))} of the CTA): {by or 'none'}")
+        stats = s.get("wait_chain_ns") or {}
+        if stats:
+            lines.append(f"                 over CTAs: median {ns(stats['median'])}, max {ns(stats['max'])} "
+                         f"(CTA {s.get('longest_chain_cta')})")
+    return "\n".join(lines)
+
+
+def _fmt(key: str, v) -> str:
+    if v is None:
+        return "n/a"
+    if key.endswith(("busy", "waiting", "idle", "_share")):
+        return pct(v)
+    if key.endswith("_ns"):
+        return ns(v)
+    if isinstance(v, float):
+        return f"{v:.0f}" if v.is_integer() else f"{v:.2f}"
+    return str(v)
+
+
+def _delta(key: str, a, b) -> str:
+    if a is None or b is None:
+        return ""
+    d = b - a
+    if key.endswith(("busy", "waiting", "idle", "_share")):
+        return f"{100 * d:+.1f} pts"
+    if key.endswith("_ns"):
+        return (f"{d / 1e3:+.2f} µs" if abs(d) >= 1e4 else f"{d:+.0f} ns") + (f" ({100 * d / a:+.1f}%)" if a else "")
+    return f"{d:+.2f}" if isinstance(d, float) and not d.is_integer() else f"{int(d):+d}"
+
+
+LABELS = {"kernel_time_ns": "kernel time", "total_span_ns": "trace span", "wait_chain_ns": "wait chain (median CTA)",
+          "wait_chain_steps": "wait chain steps", "dropped": "dropped records"}
+
+
+def label(key: str) -> str:
+    if key in LABELS:
+        return LABELS[key]
+    if key.startswith("role."):
+        _, r, k = key.split(".", 2)
+        return f"{r} {k}"
+    if key.startswith("pipeline."):
+        _, p, k = key.split(".", 2)
+        return f"{p} {k.replace('_ns', '').replace('_', ' ')}"
+    return key
+
+
+def format_kernel_compare(c: dict) -> str:
+    from .kernel_analysis import flat_metrics
+
+    fa, fb = flat_metrics(c["a"]), flat_metrics(c["b"])
+    out = [f"{'':28s}{'A: ' + c['a']['name']:>24s}  {'B: ' + c['b']['name']:>24s}  {'B − A':>18s}"]
+    for key in dict.fromkeys([*fa, *fb]):
+        a, b = fa.get(key), fb.get(key)
+        if a is None and b is None:
+            continue
+        out.append(f"{label(key):28s}{_fmt(key, a):>24s}  {_fmt(key, b):>24s}  {_delta(key, a, b):>18s}")
+    if c.get("speed"):
+        out.append(c["speed"])
+    return "\n".join(out)

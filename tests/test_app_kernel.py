@@ -1,0 +1,156 @@
+"""The viewer on bundles of automatically traced kernels (streamlit.testing.v1.AppTest).
+
+Synthetic GEMM-like bundles (fa4trace.synthetic.pipelined_like, marked synthetic) with known
+shapes: A with 2 pipeline stages, B with 6, loads of 2000 ns.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from fa4trace.analysis import per_cta, typical_cta  # noqa: E402
+from fa4trace.bundle import Trace, load  # noqa: E402
+from fa4trace.decode import decode_buffer  # noqa: E402
+from fa4trace.kernel_analysis import compare_kernels, occupancy_series  # noqa: E402
+from fa4trace.roles import assign_roles, role_rank  # noqa: E402
+from fa4trace.synthetic import attention_like, pipelined_like  # noqa: E402
+from fa4trace.viewer import kernel_view, perfetto_ui  # noqa: E402
+from fa4trace.wait_chain import wait_chains  # noqa: E402
+
+MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
+
+
+def save(path: Path, **kw) -> Path:
+    buf, meta, vocab = pipelined_like(**kw)
+    return Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab).save(path, overwrite=True)
+
+
+@pytest.fixture(scope="module")
+def kpair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("app_kernel")
+    return (save(d / "gemm_s2.parquet", n_ctas=3, k_tiles=16, stages=2, load_ns=2000),
+            save(d / "gemm_s6.parquet", n_ctas=3, k_tiles=16, stages=6, load_ns=2000))
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    empty = tmp_path / "no_traces"
+    empty.mkdir()
+    monkeypatch.setenv("FA4TRACE_TRACES_DIR", str(empty))
+    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
+    return monkeypatch
+
+
+def run_app(**session) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    for k, v in session.items():
+        at.session_state[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def figure(at: AppTest, key: str) -> dict:
+    charts = [c for c in at.get("plotly_chart") if c.proto.id and c.proto.id.endswith(key)]
+    assert charts, f"no {key} chart"
+    return json.loads(charts[0].proto.spec)
+
+
+def values(v) -> np.ndarray:
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+    return np.asarray(v, dtype=np.float64)
+
+
+def test_two_bundles_of_one_kernel_side_by_side(env, kpair):
+    a, b = kpair
+    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    at = run_app()
+    assert at.title[0].value == "fa4trace · A vs B"
+    want = json.loads(json.dumps(compare_kernels(load(a), load(b))))
+    assert json.loads(at.json[0].proto.body) == want  # = fa4trace compare --json A B
+    metric_table = next(t.value for t in at.table if "metric" in t.value.columns)
+    assert metric_table.to_dict("records") == kernel_view.metric_rows(want["a"], want["b"])
+    cards = {m.label: m.value for m in at.metric}
+    assert cards["ab: stages held (mean) (B)"] == f"{want['b']['pipelines']['ab']['occupancy_mean']:.2f}"
+
+    # role lanes, grouped by role; waits drawn hollow (a faint wide bar and a thin line)
+    fig = figure(at, "timeline")
+    titles = [x["text"] for x in fig["layout"]["annotations"]]
+    assert titles[0].startswith("A: ") and titles[1].startswith("B: ") and "counts" in titles[0]
+    lanes = fig["layout"]["yaxis"]["ticktext"]
+    roles = [lb.split(" · ")[1] for lb in lanes]
+    assert roles[0] == "producer" and "mma" in roles and "epilogue" in roles
+    assert [role_rank(r) for r in roles] == sorted(role_rank(r) for r in roles)
+    waits = [t for t in fig["data"] if t["name"] == "ab.wait (wait)" and t.get("yaxis", "y") == "y"]
+    assert len(waits) == 2 and waits[0]["opacity"] == 0.3 and waits[1]["line"]["width"] == 3
+    assert any(t["name"] == "ab.commit (instant)" for t in fig["data"])
+
+    # the occupancy chart draws analysis.occupancy_series of the shown CTAs, on the timeline's axis
+    occ_fig = figure(at, "occupancy")
+    assert [t["name"] for t in occ_fig["data"]] == ["A: ab (2 stages)", "B: ab (6 stages)"]
+    for tr_path, tr_fig in zip((a, b), occ_fig["data"]):
+        tr = load(tr_path)
+        cta = typical_cta(tr, per_cta(tr))
+        s = occupancy_series(assign_roles(tr)).to_pandas().query("cta == @cta")
+        assert np.array_equal(values(tr_fig["y"]), s["stages_full"].to_numpy(np.float64))
+        x = values(tr_fig["x"])
+        assert np.allclose(np.diff(x), np.diff(s["t_ns"].to_numpy(np.float64)))
+    # each shown CTA's wait chain, as wait_chains computes it
+    assert len(at.dataframe) == 2
+    for df, tr_path in zip(at.dataframe, (a, b)):
+        tr = load(tr_path)
+        cta = typical_cta(tr, per_cta(tr))
+        ch = wait_chains(assign_roles(tr)).to_pandas().query("cta == @cta")
+        assert df.value["wait"].tolist() == ch["name"].tolist() and df.value["warp"].tolist() == ch["warp"].tolist()
+
+
+def test_window_by_pipeline_counts(env, kpair):
+    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join(str(p) for p in kpair))
+    at = run_app()
+    sl = at.slider[0]
+    assert sl.label == "Pipeline counts of each CTA (0 = its first)" and sl.max == 15
+    sl.set_value((0, 3)).run()
+    assert not at.exception
+    titles = [x["text"] for x in figure(at, "timeline")["layout"]["annotations"]]
+    assert "counts 0–3 (of 0–15)" in titles[0] and "counts 0–3 (of 0–15)" in titles[1]
+
+
+def test_one_bundle_and_every_tab(env, kpair):
+    env.setenv("FA4TRACE_BUNDLES", str(kpair[0]))
+    at = run_app()
+    assert at.title[0].value == "fa4trace viewer"
+    assert any(m.label == "kernel time (A)" for m in at.metric)
+    assert any(w.value.startswith("Synthetic bundle") for w in at.warning)
+    at = run_app(view="Per iteration")
+    assert any("per-iteration chart reads attention events" in i.value for i in at.info)
+    for view in ("Grid", "Bundle info"):
+        run_app(view=view)
+    at = run_app(view="Perfetto UI")
+    doc = at.get("iframe")[0].proto.srcdoc
+    b64 = doc.split('const B64 = "')[1].split('"')[0]
+    assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(kpair[0]))  # with its occupancy counters
+
+
+def test_mixed_or_different_kernels_are_shown_not_compared(env, kpair, tmp_path):
+    buf, meta = attention_like("base", n_ctas=2, n_blocks=4)
+    att = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "att.parquet")
+    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(kpair[0]), str(att)]))
+    at = run_app()
+    assert any("different kinds of bundle" in w.value for w in at.warning)
+    assert len(figure(at, "timeline")["layout"]["annotations"]) == 2
+    other = save(tmp_path / "other.parquet", n_ctas=2, k_tiles=8, kernel="other.kernel")
+    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(kpair[0]), str(other)]))
+    at = run_app()
+    assert any("compare needs two bundles of the same kernel: A's numbers alone" in w.value for w in at.warning)
