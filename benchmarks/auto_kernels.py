@@ -22,6 +22,13 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 GEMM_SHAPES = {"square_8192": (8192, 8192, 8192), "skinny_64x8192x8192": (64, 8192, 8192)}
+# FA4 SM90 forward prefill: b, seqlen (q = k), heads, d
+FA4_PREFILL = {"b": 2, "seqlen": 8192, "h": 16, "d": 128}
+# our decode kernel, uninstrumented source, traced by the generic layer alone (beside the
+# hand-placed bundle traces/decode_d128_16to1_sk131072_b1_pingpong.parquet)
+DECODE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "sq": 1, "schedule": "pingpong"}
+FA4_SPANS = {"softmax": "flash_attn.cute.softmax:Softmax.online_softmax",
+             "rescale": "flash_attn.cute.softmax:Softmax.rescale_O"}
 H200_SMS = 132
 CLUSTER = (2, 1, 1)
 TILE = (128, 256)
@@ -77,6 +84,52 @@ VARIANTS = [("", "smem", None), ("_gmem", "gmem", None), ("_pipeline", "smem", (
             ("_none", "smem", ())]
 
 
+# FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans)
+FA4_VARIANTS = [("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
+                ("_barrier", ("barrier",), False), ("_tma", ("tma",), False), ("_spans", (), True), ("_none", (), False)]
+
+
+def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = True, cursor: str = "smem",
+                        families=None, spans: bool = True):
+    """FA4's SM90 forward for a prefill shape, through FA4's own interface (its tile, its
+    schedule), instrumented by the generic layer plus two named spans (softmax, rescale)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from fa4trace.auto.compiler import compile_traced
+    from fa4trace.fa4.build import capture, target
+
+    p = FA4_PREFILL
+    with target("sm90"):
+        cap = capture("sm90", schedule="pingpong", d=p["d"], hq=p["h"], hkv=p["h"], sq=p["seqlen"], sk=p["seqlen"],
+                      b=p["b"], causal=causal)
+        opts = cap.options + (" --keep-ptx" if keep_ptx else "")
+        from fa4trace.auto.events import FAMILIES
+
+        c = compile_traced(cap.kernel, *cap.args, spans=FA4_SPANS if spans else None, check=check, cursor=cursor,
+                           families=FAMILIES if families is None else families, options=opts)
+    return c, cap.config
+
+
+def decode_shape():
+    from fa4trace.attention.shapes import Shape
+
+    p = DECODE
+    return Shape(b=p["b"], sq=p["sq"], hq=p["hq"], hkv=p["hkv"], sk=p["sk"], d=p["d"], dtype="bf16")
+
+
+def compile_decode(*, keep_ptx: bool = False, check: bool = True):
+    """Our decode kernel's uninstrumented variant, with the generic layer's events only."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from fa4trace.attention.api import variant_for
+    from fa4trace.auto.compiler import compile_traced
+    from fa4trace.kernels import attention_sm90 as A
+
+    variant = variant_for(decode_shape(), DECODE["schedule"])
+    opts = f"--enable-tvm-ffi --gpu-arch {A.ARCH} {A.PTXAS_OPTIONS}" + (" --keep-ptx" if keep_ptx else "")
+    c = compile_traced(A.DecodeAttentionSm90(variant), *A.fake_arguments(variant.head_dim, variant.dtype, False),
+                       check=check, options=opts)
+    return c, variant
+
+
 def build(out: str, force: bool) -> None:
     from fa4trace.aot import build_library
     from fa4trace.auto.build import entries
@@ -89,6 +142,20 @@ def build(out: str, force: bool) -> None:
                             {"kernel": "quack GemmSm90", "tile": list(TILE), "cluster": list(CLUSTER),
                              "quack": _version("quack-kernels"), "cursor": cursor,
                              "families": sorted(c.meta["families"])}))
+    for causal in (False, True):
+        c, cfg = compile_fa4_prefill(causal=causal)
+        ents.update(entries(f"fa4_sm90_prefill_{'causal' if causal else 'full'}", c,
+                            dict(cfg, kernel=f"FA4 {cfg['kernel_class']} prefill{' causal' if causal else ''}",
+                                 cursor="smem", families=sorted(c.meta["families"]), spans=sorted(FA4_SPANS))))
+    for sfx, fams, sp in FA4_VARIANTS:
+        c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False)
+        ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
+                            dict(cfg, kernel="FA4 prefill", cursor="smem", families=sorted(c.meta["families"]),
+                                 spans=sorted(FA4_SPANS) if sp else [])))
+    c, variant = compile_decode()
+    ents.update(entries("decode_sm90_generic", c, {"kernel": f"fa4trace decode ({variant.name}), generic events only",
+                                                   "variant": variant.name, "cursor": "smem",
+                                                   "families": sorted(c.meta["families"]), **DECODE}))
     build_library(ents, out, arch="sm_90a", overwrite=force)
     print(f"built {', '.join(ents)} into {out} in {time.time() - t:.0f} s")
 
@@ -159,6 +226,8 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
                          "events": len(trace) if nm == names[0] else None, "dropped": dropped if nm == names[0] else None,
                          "bundle": os.path.basename(path) if nm == names[0] else None})
             print(json.dumps(rows[-1]), flush=True)
+    rows += run_fa4(build_dir, out, rounds, replays)
+    rows += run_decode(build_dir, out, rounds, replays)
     if json_path:
         doc = results.envelope("auto-kernels", "Automatic events on kernels fa4trace never saw", rows,
                                columns=[["kernel", "kernel"], ["shape", "m x n x k"], ["cursor", "cursor"],
@@ -168,6 +237,141 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
                                notes="traced = every warp of every CTA records, all four families on; "
                                      "the bundle records 8 CTAs. CUDA-graph replay, cold L2, rounds interleaved.")
         results.write(json_path, doc)
+
+
+def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
+    """FA4 SM90 prefill, causal and not: bundle (8 CTAs spread, every warp, output checked) and
+    cost (every CTA, every warp), against the plain build, rounds interleaved."""
+    import math
+
+    import torch
+
+    from fa4trace.auto.build import load
+    from fa4trace.auto.run import RecordOptions
+    from fa4trace.bench.timing import graph_time
+    from fa4trace.fa4.run import call_args
+    from fa4trace.record import new_trace_tensor
+
+    p = FA4_PREFILL
+    rows = []
+    for variant in ("full", "causal"):
+        name = f"fa4_sm90_prefill_{variant}"
+        torch.manual_seed(1)
+        n_sets = 4
+        sets = []
+        for _ in range(n_sets):
+            q, k, v = (torch.randn(p["b"], p["seqlen"], p["h"], p["d"], device="cuda", dtype=torch.bfloat16)
+                       for _ in range(3))
+            sets.append((q, k, v, torch.empty_like(q)))
+        scale = 1.0 / math.sqrt(p["d"])
+        kern = load(build_dir, name, options=RecordOptions(ctas=8, cta_stride=17, capacity=1 << 15))
+        params = kern.meta["params"][:-1]
+
+        def args(i, trace=None):
+            q, k, v, o = sets[i]
+            return call_args(params, q=q, k=k, v=v, out=o, softmax_scale=scale, trace=trace)
+
+        kern(*args(0))
+        q, k, v, o = sets[0]
+        ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2).float(), k.transpose(1, 2).float(),
+                                                               v.transpose(1, 2).float(), is_causal=variant == "causal")
+        rel = float(((o.transpose(1, 2).float() - ref).norm() / ref.norm()).item())
+        trace = kern.trace(config={"b": p["b"], "seqlen": p["seqlen"], "h": p["h"], "d": p["d"], "dtype": "bf16",
+                                   "causal": variant == "causal"})
+        path = os.path.join(out, f"{name}.parquet")
+        trace.save(path, overwrite=True)
+        n_ctas = p["b"] * p["h"] * math.ceil(p["seqlen"] / 128)
+        full = load(build_dir, name, options=RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False))
+        spec = full.options.spec(full.warps_per_cta)
+        bufs = [new_trace_tensor(spec) for _ in range(n_sets)]
+        from fa4trace.aot import BuildDir
+
+        others = [] if variant != "full" else [name + sfx for sfx, _f, _s in FA4_VARIANTS
+                                               if name + sfx in BuildDir(build_dir).functions]
+        fns = {nm: load(build_dir, nm, options=full.options).fn for nm in others}
+        tp, tt, to = [], [], {nm: [] for nm in others}
+        for _ in range(rounds):
+            tp.append(graph_time(lambda i: full.plain(*args(i)), n_sets, replays, n_sets * 2)[0])
+            tt.append(graph_time(lambda i: full.fn(*args(i), bufs[i]), n_sets, replays, n_sets * 2)[0])
+            for nm, fn in fns.items():
+                to[nm].append(graph_time(lambda i: fn(*args(i), bufs[i]), n_sets, replays, n_sets * 2)[0])
+        mp, mt = sorted(tp)[len(tp) // 2], sorted(tt)[len(tt) // 2]
+        for nm in others:
+            cfg = BuildDir(build_dir).functions[nm]["config"]
+            mo = sorted(to[nm])[len(to[nm]) // 2]
+            rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
+                         "build": nm, "cursor": "smem",
+                         "families": ("+".join(cfg["families"]) or "lifetimes only")
+                         + (" + softmax, rescale spans" if cfg.get("spans") else ""),
+                         "plain_us": round(mp, 2), "traced_us": round(mo, 2), "cost_pct": round(100 * (mo / mp - 1), 2)})
+            print(json.dumps(rows[-1]), flush=True)
+        flops = 4 * p["b"] * p["h"] * p["seqlen"] ** 2 * p["d"] / (2 if variant == "causal" else 1)
+        rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
+                     "build": name, "cursor": "smem", "families": "barrier+mma+pipeline+tma + softmax, rescale spans",
+                     "plain_us": round(mp, 2), "traced_us": round(mt, 2), "cost_pct": round(100 * (mt / mp - 1), 2),
+                     "tflops_plain": round(flops / mp / 1e6, 1), "bitwise_equal": all(kern.checked),
+                     "rel_err_vs_fp32": rel, "events": len(trace),
+                     "dropped": int(trace.events.column("dropped").to_numpy().max()), "bundle": os.path.basename(path)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
+    """Our decode kernel traced by the generic layer alone: bundle (every CTA and warp, output
+    checked) and cost against the same variant's plain build."""
+    import math
+
+    import torch
+
+    from fa4trace.attention.api import variant_for
+    from fa4trace.attention.planner import plan_splits
+    from fa4trace.auto.build import load
+    from fa4trace.auto.run import RecordOptions
+    from fa4trace.bench.timing import graph_time
+    from fa4trace.record import new_trace_tensor
+
+    p, shape = DECODE, decode_shape()
+    variant = variant_for(shape, p["schedule"])
+    plan = plan_splits(shape, variant.tile_n, torch.cuda.get_device_properties(0).multi_processor_count, None,
+                       variant.block_rows)
+    n_sets = 8
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sets = []
+    for _ in range(n_sets):
+        q = torch.randn(p["b"], p["sq"], p["hq"], p["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        k = torch.randn(p["b"], p["sk"], p["hkv"], p["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        v = torch.randn(p["b"], p["sk"], p["hkv"], p["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        sets.append((q, k, v, torch.empty_like(q)))
+    n_o, n_l = plan.workspace_floats(shape)
+    lse = torch.empty((p["b"], p["hq"], p["sq"]), dtype=torch.float32, device="cuda")
+    o_part = torch.empty(n_o, dtype=torch.float32, device="cuda")
+    lse_part = torch.empty(n_l, dtype=torch.float32, device="cuda")
+    count = torch.zeros(4096, dtype=torch.int32, device="cuda")
+    scale = 1.0 / math.sqrt(p["d"])
+
+    def args(i):
+        q, k, v, o = sets[i]
+        return (q, k, v, o, lse, o_part, lse_part, count, *plan.kernel_args(scale), None)
+
+    kern = load(build_dir, "decode_sm90_generic", options=RecordOptions(ctas=plan.n_ctas, capacity=4096))
+    kern(*args(0))
+    trace = kern.trace(config=dict(p, dtype="bf16", variant=variant.name))
+    path = os.path.join(out, "decode_d128_16to1_sk131072_b1_pingpong_generic.parquet")
+    trace.save(path, overwrite=True)
+    full = load(build_dir, "decode_sm90_generic", options=RecordOptions(ctas=plan.n_ctas, capacity=4096, check=False))
+    bufs = [new_trace_tensor(full.options.spec(full.warps_per_cta)) for _ in range(n_sets)]
+    tp, tt = [], []
+    for _ in range(rounds):
+        tp.append(graph_time(lambda i: full.plain(*args(i)), n_sets, replays, n_sets * 8)[0])
+        tt.append(graph_time(lambda i: full.fn(*args(i), bufs[i]), n_sets, replays, n_sets * 8)[0])
+    mp, mt = sorted(tp)[len(tp) // 2], sorted(tt)[len(tt) // 2]
+    row = {"kernel": "fa4trace decode, generic events only", "shape": "d128 16:1 sk131072 b1 pingpong",
+           "build": "decode_sm90_generic", "cursor": "smem", "families": "barrier+mma+pipeline+tma",
+           "plain_us": round(mp, 2), "traced_us": round(mt, 2), "cost_pct": round(100 * (mt / mp - 1), 2),
+           "bitwise_equal": all(kern.checked), "events": len(trace),
+           "dropped": int(trace.events.column("dropped").to_numpy().max()), "bundle": os.path.basename(path)}
+    print(json.dumps(row), flush=True)
+    return [row]
 
 
 def main(argv=None):

@@ -47,8 +47,8 @@ def format_kernel_summary(s: dict) -> str:
             lines.append(f"  {r:13s}{pct(f['busy']):>8s}{pct(f['waiting']):>9s}{pct(f['idle']):>8s}   {top}")
     for p, d in (s.get("pipelines") or {}).items():
         cnt = (d.get("counts_per_cta") or {}).get("median")
-        head = f"  pipeline {p:5s}{d.get('stages') or '?'} stages, {cnt:.0f} counts per CTA (median)" if cnt is not None \
-            else f"  pipeline {p:5s}{d.get('stages') or '?'} stages"
+        head = f"  pipeline {p + ':':10s} {d.get('stages') or '?'} stages, {cnt:.0f} counts per CTA (median)" if cnt is not None \
+            else f"  pipeline {p + ':':10s} {d.get('stages') or '?'} stages"
         lines.append(head)
         if d.get("occupancy_mean") is not None:
             lines.append(f"                 stages held: mean {d['occupancy_mean']:.2f}, max {d['occupancy_max']}; "

@@ -27,8 +27,8 @@ from typing import Iterable
 
 from .errors import TraceFormatError
 
-WAIT_OPS = frozenset({"acquire", "wait", "sync"})  # automatic ops during which a warp waits
-FAMILIES = ("pipeline", "tma", "mma", "barrier")  # automatic event families (fa4trace.instrument)
+WAIT_OPS = frozenset({"acquire", "wait", "sync", "store_wait"})  # automatic ops during which a warp waits
+FAMILIES = ("pipeline", "tma", "mma", "barrier", "user")  # fa4trace.instrument's event families
 WARP_EVENT_ID = 0  # reserved: the decoder emits one WARP row per warp lifetime
 MAX_EVENT_ID = 255  # the record keeps 8 bits of event id
 

@@ -23,20 +23,21 @@ from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions
 class Session:
     """What one ``instrument`` block compiled: ``kernels`` (Instrumented, in compile order)."""
 
-    def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta):
+    def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None):
         self.families = tuple(families)
         self.extra_kernels = tuple(kernels)
         self.roles = dict(roles) if roles else None
         self.cursor = cursor
         self.options = options
         self.warps_per_cta = warps_per_cta
+        self.spans = dict(spans or {})
         self.kernels: list[Instrumented] = []
 
     def compile(self, real_compile, fn, *args, **kwargs) -> Instrumented:
         from .compiler import compile_traced
 
         c = compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=self.cursor,
-                           check=self.options.check, compile_fn=real_compile, **kwargs)
+                           check=self.options.check, spans=self.spans, compile_fn=real_compile, **kwargs)
         meta = dict(c.meta, roles=self.roles, params=c.params)
         if self.warps_per_cta:
             meta["warps_per_cta"] = int(self.warps_per_cta)
@@ -82,7 +83,7 @@ class _CompileProxy:
 @contextlib.contextmanager
 def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
-               warps=None, check: bool = True, warps_per_cta: Optional[int] = None):
+               warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None):
     """Compile every CuTe DSL kernel inside the block with automatic events.
 
     ``families``: which of pipeline, tma, mma, barrier to record (fewer cost less; warp
@@ -90,7 +91,8 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     beyond those of the compiled entry. ``roles``: {"producer": [8, 9, 10, 11], ...} names warps
     by index in the CTA (else inferred from what they record). ``ctas`` / ``cta_stride`` /
     ``warps`` / ``capacity``: who records, how much. ``check``: each launch also runs the plain
-    kernel and must match it bit for bit.
+    kernel and must match it bit for bit. ``spans``: {"softmax": "module:Class.method", ...}:
+    every call of those functions becomes a span of that name (what no generic hook can know).
     """
     import sys
 
@@ -102,7 +104,7 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     session = Session(families=families, kernels=kernels, roles=roles, cursor=cursor,
                       options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
                                             warps=tuple(warps) if warps else None, check=check),
-                      warps_per_cta=warps_per_cta)
+                      warps_per_cta=warps_per_cta, spans=spans)
     real = cute.compile
     proxy = _CompileProxy(real, session)
     patches = Patches()

@@ -41,5 +41,7 @@ def load(build: str | os.PathLike, name: str, *, options: RecordOptions | None =
     cfg = info["config"]
     plain = b.function(f"{name}_plain") if f"{name}_plain" in b.functions else None
     meta = dict(cfg["meta"], roles=roles, params=cfg["params"], build=str(b.path), entry=name)
+    if cfg.get("kernel"):
+        meta["kernel"] = cfg["kernel"]  # the builder's name for it beats the entry's qualified name
     return Instrumented(b.function(name), Vocabulary.from_json(cfg["vocab"]), meta, plain=plain,
                         options=options or RecordOptions())

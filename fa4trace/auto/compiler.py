@@ -32,7 +32,7 @@ class CompiledTraced:
     (last); ``meta`` says what was instrumented (fa4trace.auto.run uses it)."""
 
     fn: Any
-    params: list  # the entry's parameter names, then fa4trace_buf
+    params: list  # the runtime parameter names (env streams left out), then fa4trace_buf
     vocab: Any
     meta: dict = field(default_factory=dict)
     plain: Any = None  # the same entry compiled without fa4trace (for the output check)
@@ -144,7 +144,7 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
 
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
-                   compile_fn=None, **kwargs) -> CompiledTraced:
+                   spans: Optional[dict] = None, compile_fn=None, **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -171,7 +171,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     bound.apply_defaults()
     full = list(bound.arguments.values())
     table = EventTable()
-    STATE.reset(table, families, cursor)
+    STATE.reset(table, tuple(families) + (("user",) if spans else ()), cursor)
 
     def on_buffer(buf):
         STATE.host_buf = buf
@@ -187,7 +187,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
 
     patches = Patches()
     try:
-        F.install(patches, families)
+        F.install(patches, families, spans)
         for owner, name, k, method in targets:
             patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
                                                      on_launch=STATE.launches.append))
@@ -198,8 +198,10 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             "kernel": f"{raw.__module__}.{raw.__qualname__}",
             "kernels": [getattr(getattr(k, "__wrapped__", k), "__qualname__", n) for _o, n, k, _m in targets],
             "families": sorted(set(families)),
+            "spans": sorted(spans or {}),
             "found": dict(STATE.found),
             "missing": sorted(set(families) - set(STATE.found)),
+            "spans_missing": sorted(set(spans or {}) - {n for n in table.placed}),
             "placed": dict(table.placed),
             "pipelines": dict(table.pipelines),
             "warps_per_cta": _block_warps(STATE.launches),
@@ -210,7 +212,9 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     finally:
         patches.restore()
         STATE.reset()
-    names = [p for p in sig.parameters][1 if obj is not None else 0:]
+    # runtime parameters: the entry's, less any stream tvm-ffi takes from the environment
+    names = [n for n, v in list(bound.arguments.items())[1 if obj is not None else 0:]
+             if not getattr(v, "use_tvm_ffi_env_stream", False)]
     plain = compile_fn(fn, *args, **kwargs) if check else None
     return CompiledTraced(compiled, names + [E.BUF], table.vocab, meta, plain)
 

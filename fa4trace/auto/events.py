@@ -14,7 +14,7 @@ import re
 from ..vocab import MAX_EVENT_ID, VOCAB, Vocabulary
 
 FIRST_ID = 32  # hand-placed events use 1..31; 255 is the anchor
-FAMILIES = ("pipeline", "tma", "mma", "barrier")
+FAMILIES = ("pipeline", "tma", "mma", "barrier")  # the automatic ones; "user" spans are named by the user
 
 # What each op is: (span?, description). Spans are waits or issue windows of the warp itself.
 OPS = {
@@ -29,11 +29,12 @@ OPS = {
     ("mma", "wait"): (True, "warp waits until all but the newest k MMA groups finished"),
     ("barrier", "sync"): (True, "named barrier: arrive and wait"),
     ("barrier", "arrive"): (False, "named barrier: arrive without waiting"),
+    ("user", "span"): (True, "a function the user named (fa4trace.instrument spans=)"),
 }
 
 _COLORS = {
     "acquire": "#fdd0a2", "commit": "#6baed6", "wait": "#fa9fb5", "release": "#a1d99b",
-    "load": "#3182bd", "issue": "#e6550d", "store": "#756bb1", "sync": "#c51b8a", "arrive": "#bcbddc",
+    "load": "#3182bd", "issue": "#e6550d", "span": "#31a354", "store": "#756bb1", "sync": "#c51b8a", "arrive": "#bcbddc",
 }
 
 
@@ -60,7 +61,8 @@ class EventTable:
             if eid >= MAX_EVENT_ID:
                 raise RuntimeError(f"fa4trace: more than {MAX_EVENT_ID - FIRST_ID} distinct automatic events "
                                    "in one kernel; record fewer families")
-            name = f"{_ident(resource)}.{op}" if family == "pipeline" else f"{family}.{op}"
+            name = (f"{_ident(resource)}.{op}" if family == "pipeline" else _ident(resource) if family == "user"
+                    else f"{family}.{op}")
             desc = f"{resource}: {what}" if resource else what
             self.vocab.register(name, eid, role="", is_async=False, color=_COLORS.get(op, "#969696"),
                                 description=desc, family=family, op=op, resource=str(resource),

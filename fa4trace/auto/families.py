@@ -11,6 +11,9 @@ kernel calls, placed while it compiles (``install``) and removed after (``Patche
                tcgen05 atom (instant ``mma.issue``; Blackwell, compile-checked only)
     barrier    ``cute.arch.barrier`` (span ``barrier.sync``), ``cute.arch.barrier_arrive``
                (instant), payload = the barrier id
+    user       spans the user names: ``spans={"softmax": "flash_attn.cute.softmax:Softmax.online_softmax"}``
+               makes every call of that function a span called ``softmax`` (what a generic layer
+               cannot know: which code is the softmax)
 
 Each hooked call is one segment of the calling warp's ``SegmentRecorder`` (the recorder that
 needs no carrying through someone else's loops). A hooked call inside another hooked call
@@ -228,9 +231,52 @@ def _patch_everywhere(patches: Patches, swaps: dict[int, tuple[Callable, Callabl
                 patches.set(mod, k, hit[1])
 
 
-def install(patches: Patches, families) -> None:
-    """Hook the chosen families (the rest of the kernel compiles as it is)."""
-    fams = set(families)
+def resolve(target):
+    """(owner, attribute) of a span target: "module:Class.method", "module:function" or a tuple."""
+    import importlib
+
+    if isinstance(target, tuple) and len(target) == 2:
+        return target
+    if not isinstance(target, str) or ":" not in target:
+        raise ValueError(f"a span target is 'module:Class.method' or (owner, name), got {target!r}")
+    mod_name, path = target.split(":", 1)
+    try:
+        owner = importlib.import_module(mod_name)
+        *parents, attr = path.split(".")
+        for p in parents:
+            owner = getattr(owner, p)
+        getattr(owner, attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"span target {target!r} not found: {exc}") from None
+    return owner, attr
+
+
+def _span_wrapper(fn, label: str):
+    @functools.wraps(fn)
+    def span(*args, **kwargs):
+        return recorded("user", "span", lambda: fn(*args, **kwargs), resource=label)
+
+    return span
+
+
+def _patch_spans(patches: Patches, spans: dict):
+    for label, target in spans.items():
+        owner, attr = resolve(target)
+        raw = vars(owner).get(attr, getattr(owner, attr)) if hasattr(owner, "__dict__") else getattr(owner, attr)
+        if isinstance(raw, staticmethod):
+            new = staticmethod(_span_wrapper(raw.__func__, label))
+        elif isinstance(raw, classmethod):
+            new = classmethod(_span_wrapper(raw.__func__, label))
+        else:
+            new = _span_wrapper(raw, label)
+        patches.set(owner, attr, new)
+
+
+def install(patches: Patches, families, spans: dict | None = None) -> None:
+    """Hook the chosen families and the user's spans (the rest of the kernel compiles as it is)."""
+    if spans:
+        _patch_spans(patches, spans)
+    fams = set(families) - {"user"}
     unknown = fams - set(FAMILIES)
     if unknown:
         raise ValueError(f"unknown event families {sorted(unknown)}; families are {list(FAMILIES)}")

@@ -150,7 +150,7 @@ class _CuteProxy:
 
 
 def capture(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int = 1, sk: int, b: int = 1,
-            dtype: str = "bf16", num_splits: int = 1) -> Captured:
+            dtype: str = "bf16", num_splits: int = 1, causal: bool = False) -> Captured:
     """Run FA4's interface on fake tensors and stop at its ``cute.compile`` call."""
     version = require_fa4()
     if schedule not in ("base", "pingpong"):
@@ -176,7 +176,8 @@ def capture(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int = 1,
             k = torch.empty(b, sk, hkv, d, dtype=tdt, device="cuda")
             v = torch.empty(b, sk, hkv, d, dtype=tdt, device="cuda")
             try:
-                interface._flash_attn_fwd(q, k, v, num_splits=num_splits, _arch=100 if arch == "sm100" else 90)
+                interface._flash_attn_fwd(q, k, v, num_splits=num_splits, causal=causal,
+                                          _arch=100 if arch == "sm100" else 90)
             except _Capture:
                 pass
     finally:
@@ -193,7 +194,7 @@ def capture(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int = 1,
     config = {
         "impl": "fa4", "fa4_version": version, "arch": arch, "schedule": schedule if arch == "sm100" else "fa3",
         "kernel_class": type(kobj).__name__, "d": d, "hq": hq, "hkv": hkv, "sq": sq, "dtype": dtype,
-        "s_ping_pong": pingpong,
+        "s_ping_pong": pingpong, "causal": bool(causal),
         "intra_wg_overlap": bool(getattr(kobj, "intra_wg_overlap", False)),
         "tile": [int(x) for x in _tile(kobj)],
         "pack_gqa": bool(getattr(kobj, "pack_gqa", False)),
