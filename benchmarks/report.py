@@ -68,6 +68,7 @@ AREAS = [
     ("sweep-page", "Sweeps"),
     ("sweep-query", None),
     ("fa4-sm90", "FlashAttention-4 SM90, traced"),
+    ("auto-kernels", "Automatic events on any CuTe DSL kernel"),
     ("not-kept", "What was tried and not kept"),
 ]
 

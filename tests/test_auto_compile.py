@@ -94,3 +94,27 @@ def test_kernel_without_pipeline_records_lifetimes_and_says_what_it_lacks():
 def test_gmem_cursor_compiles_too():
     r = probe("plain_copy", "sm_90a", "--cursor", "gmem")
     assert r["meta"]["cursor"] == "gmem" and r["ptx_globaltimer"] >= 2
+
+
+def test_instrument_context_intercepts_cute_compile():
+    """fa4trace.instrument() turns a cute.compile inside the block into an instrumented compile
+    and restores cute.compile afterwards (running it needs a GPU: see tests/gpu)."""
+    code = (
+        "import os, json; os.environ['CUTE_DSL_ARCH'] = 'sm_90a'\n"
+        "import sys; sys.path.insert(0, 'tests/tools')\n"
+        "import auto_probe, cutlass, cutlass.cute as cute, fa4trace\n"
+        "from cutlass.cute.runtime import make_fake_compact_tensor\n"
+        "entry, kern = auto_probe._copy_kernel()\n"
+        "t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)\n"
+        "real = cute.compile\n"
+        "with fa4trace.instrument(kernels=[kern], families=('barrier',), roles={'copy': [0, 1, 2, 3]}) as s:\n"
+        "    k = cute.compile(entry, t, t)\n"
+        "print(json.dumps({'type': type(k).__name__, 'restored': cute.compile is real, 'n': len(s.kernels),\n"
+        "                  'families': k.meta['families'], 'roles': k.meta['roles'], 'params': k.meta['params'],\n"
+        "                  'plain': k.plain is not None}))\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"type": "Instrumented", "restored": True, "n": 1, "families": ["barrier"],
+                   "roles": {"copy": [0, 1, 2, 3]}, "params": ["src", "dst", "fa4trace_buf"], "plain": True}

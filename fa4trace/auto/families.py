@@ -84,6 +84,10 @@ def pipeline_name(obj) -> str:
             break
         if not f.f_globals.get("__name__", "").startswith(("fa4trace.auto", "cutlass.")):
             cands = [k for k, v in f.f_locals.items() if v is obj and k != "self"]
+            for v in f.f_locals.values():  # a field of a NamedTuple the kernel passes around (pipes.k)
+                for k in getattr(v, "_fields", ()):
+                    if getattr(v, k, None) is obj:
+                        cands.insert(0, k)
             slf = f.f_locals.get("self")
             if slf is not None and slf is not obj:
                 cands += [k for k, v in getattr(slf, "__dict__", {}).items() if v is obj]
