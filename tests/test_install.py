@@ -127,3 +127,16 @@ def test_installed_view_serves_the_viewer(venv, tmp_path):
     assert not log.exists() or not log.read_text().strip(), log.read_text()
     site = Path(_run([venv / "python", "-c", "import fa4trace; print(fa4trace.__file__)"], cwd=tmp_path).stdout.strip()).parent
     assert not (site / "viewer" / "static").exists() and not list(site.rglob("*.wasm"))
+
+
+def test_every_subpackage_is_in_the_wheel_list():
+    """pyproject lists packages explicitly: a new fa4trace/<pkg>/ must be added there too."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"fa4trace." + p.parent.relative_to(root / "fa4trace").as_posix().replace("/", ".")
+             for p in (root / "fa4trace").glob("*/__init__.py")}
+    found.discard("fa4trace.kernels")  # a link to kernels/ in some checkouts; mapped by package-dir
+    assert found <= listed, f"add to pyproject [tool.setuptools] packages: {sorted(found - listed)}"
