@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -222,66 +221,30 @@ def _tile(kobj):
 
 
 # ---- the traced entry and kernel ------------------------------------------------------------
-def _params_source(params, ns: dict, prefix: str) -> list[str]:
-    out = []
-    for p in params:
-        s = p.name
-        if p.annotation is not inspect.Parameter.empty:
-            ns[f"{prefix}ann_{p.name}"] = p.annotation
-            s += f": {prefix}ann_{p.name}"
-        if p.default is not inspect.Parameter.empty:
-            ns[f"{prefix}def_{p.name}"] = p.default
-            s += f" = {prefix}def_{p.name}"
-        out.append(s)
-    return out
-
-
+# The buffer reaches FA4's kernel through the machinery every instrumented kernel uses
+# (fa4trace.auto.entry): FA4's __call__ plus ``fa4trace_buf`` just before ``stream`` (FA4 keeps
+# the stream last), and FA4's kernel plus ``fa4trace_buf``, whose body hands the buffer to the
+# hooks (which start each role's recorder themselves).
 def _traced_entry(cls):
     """``__call__(self, <FA4's parameters>, fa4trace_buf, stream)`` -> FA4's ``__call__``."""
-    import cutlass.cute as cute
+    from ..auto.entry import traced_entry
 
-    raw = cls.__call__.__wrapped__
-    params = list(inspect.signature(raw).parameters.values())
-    if params[-1].name != "stream":
+    params = list(inspect.signature(cls.__call__.__wrapped__).parameters)
+    if params[-1] != "stream":
         raise Fa4traceError(f"{cls.__name__}.__call__ no longer ends with `stream`: FA4 changed, update fa4trace.fa4")
-    ns = {"_fa4_call": cls.__call__, "_Tensor": cute.Tensor}
-    src = _params_source(params, ns, "_")
-    src.insert(len(src) - 1, "fa4trace_buf: _Tensor = None")
-    names = [p.name for p in params]
-    code = (f"def __call__({', '.join(src)}):\n"
-            f"    self._fa4trace_host_buf = fa4trace_buf\n"
-            f"    return _fa4_call({', '.join(names)})\n")
-    exec(compile(code, f"<fa4trace entry for {cls.__name__}>", "exec"), ns)
-    return cute.jit(preprocess=False)(ns["__call__"])
+
+    def on_buffer(buf):
+        hooks.STATE.host_buf = buf
+
+    return traced_entry(cls.__call__, on_buffer, before="stream")
 
 
 def _traced_kernel(cls, kernel_jit):
-    """A ``@cute.kernel`` with FA4's kernel parameters plus ``fa4trace_buf``; its body hands the
-    buffer to the hooks and inlines FA4's kernel body (a fresh function object over FA4's code)."""
-    import cutlass.cute as cute
+    """FA4's ``kernel`` with ``fa4trace_buf`` added; its body hands the buffer to the hooks."""
+    from ..auto.entry import traced_kernel
 
-    raw = kernel_jit.__wrapped__
-    code0 = getattr(raw, "_original_code", raw.__code__)
-    body = types.FunctionType(code0, raw.__globals__, raw.__name__, raw.__defaults__, raw.__closure__)
-    body.__kwdefaults__ = raw.__kwdefaults__
-    body.__annotations__ = dict(raw.__annotations__)
-    body.__qualname__, body.__module__ = raw.__qualname__, raw.__module__
-    body_jit = cute.jit(body)
-    params = list(inspect.signature(raw).parameters.values())
-    ns = {"_fa4_body": body_jit, "_Tensor": cute.Tensor, "_set_buf": _set_kernel_buf}
-    src = _params_source(params, ns, "_")
-    names = [p.name for p in params]
-    code = (f"def kernel({', '.join(src)}, fa4trace_buf: _Tensor = None):\n"
-            f"    _set_buf(fa4trace_buf)\n"
-            f"    _fa4_body({', '.join(names)})\n"
-            f"    _set_buf(None)\n")
-    exec(compile(code, f"<fa4trace kernel for {cls.__name__}>", "exec"), ns)
-    traced = cute.kernel(preprocess=False)(ns["kernel"])
-
-    def kernel_entry(self, *args, **kwargs):
-        return traced(self, *args, fa4trace_buf=self._fa4trace_host_buf, **kwargs)
-
-    return kernel_entry
+    return traced_kernel(kernel_jit, _set_kernel_buf, lambda: _set_kernel_buf(None), lambda: hooks.STATE.host_buf,
+                         method=True)
 
 
 def _set_kernel_buf(buf):
@@ -339,8 +302,7 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
             counts = dict(hooks.STATE.counts)
         finally:
             cls.kernel = saved_kernel
-            if hasattr(cap.kernel, "_fa4trace_host_buf"):
-                del cap.kernel._fa4trace_host_buf
+            hooks.STATE.host_buf = None
             hooks.uninstall()
         params = names[:-1] + ["fa4trace_buf"]
         roles = hooks.SM100_ROLES if arch == "sm100" else hooks.SM90_ROLES

@@ -47,6 +47,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..auto.patches import Patches
 from ..vocab import EV, ROLE
 
 # Role names (for ``events=``) and the hooks that record events in each.
@@ -59,6 +60,7 @@ class _State:
     """Python-side state while one kernel is traced (the DSL traces on one thread)."""
 
     installed: bool = False
+    host_buf: Any = None  # the entry's trace tensor, passed on to the kernel launch
     buf: Any = None  # the kernel's trace tensor (set by the traced kernel entry)
     rec: Any = None  # SegmentRecorder of the warp role being traced
     role: Optional[str] = None
@@ -399,7 +401,7 @@ def _patches_sm90():
     ]
 
 
-_saved: list = []
+_saved = Patches()
 
 
 def clear_fa4_compile_cache():
@@ -425,9 +427,7 @@ def install(arch: str, events=None, cursor: str = "gmem"):
     if unknown:
         raise ValueError(f"unknown {arch} role(s) {sorted(unknown)}; roles are {list(roles)}")
     for owner, name, new in patches:
-        had = name in vars(owner)
-        _saved.append((owner, name, vars(owner)[name] if had else None, had))
-        setattr(owner, name, new)
+        _saved.set(owner, name, new)
     STATE.installed = True
     STATE.events = ev
     STATE.cursor = cursor
@@ -437,12 +437,7 @@ def install(arch: str, events=None, cursor: str = "gmem"):
 
 def uninstall():
     """Put every original back (in reverse order) and clear FA4's compile cache."""
-    while _saved:
-        owner, name, old, had = _saved.pop()
-        if had:
-            setattr(owner, name, old)
-        else:
-            delattr(owner, name)
+    _saved.restore()
     STATE.installed = False
     STATE.buf = STATE.rec = STATE.role = None
     clear_fa4_compile_cache()
