@@ -339,12 +339,27 @@ def build(arch, output, only, force):
 @click.option("--capacity", default=None, type=int, help="Records per warp slot (default: sized from the shape).")
 @click.option("--build", "build_dir", default=None, type=click.Path(file_okay=False),
               help="AOT build folder (default $FA4TRACE_BUILD or build/kernels) when the DSL cannot JIT here.")
+@click.option("--script", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Run this Python script under fa4trace.instrument: every CuTe DSL kernel it compiles gets "
+                   "automatic events; each one it launches is written as a bundle (-o, then -o's stem + _1, _2...).")
+@click.option("--families", default=None,
+              help="--script: comma list of event families (pipeline,tma,mma,barrier; default all).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timebase, variant, ctas, warps,
-           events, capacity, build_dir, output, force):
-    """Run a kernel on this machine's GPU with tracing on and write a bundle."""
+           events, capacity, build_dir, script, families, output, force, script_args):
+    """Run a kernel on this machine's GPU with tracing on and write a bundle.
+
+    With --script, run your own script instead (arguments after --): fa4trace record --script
+    gemm.py -o gemm.parquet -- --m 8192."""
     out = _check_out(output, force)
+    if script_args and not script:
+        raise click.BadParameter(f"unexpected arguments {' '.join(script_args)} (they go to --script)")
+    if script:
+        _record_script(script, script_args, out, force, families, capacity, _parse_ctas(ctas),
+                       _parse_warps(warps, "script", "") if warps else None)
+        return
     if kind == "attention":
         _check_attention_args(impl, schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=num_splits)
     if capacity is not None and capacity < 1:
@@ -381,6 +396,48 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
     click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
 
 
+def _record_script(script, script_args, out: Path, force: bool, families, capacity, subset: dict, warps):
+    """``fa4trace record --script``: the script runs under ``fa4trace.instrument``."""
+    import runpy
+
+    from .auto.api import instrument
+    from .auto.events import FAMILIES
+
+    fams = FAMILIES if not families else tuple(f.strip() for f in families.split(",") if f.strip())
+    bad = set(fams) - set(FAMILIES)
+    if bad:
+        raise click.BadParameter(f"--families: unknown {', '.join(sorted(bad))}; families are {', '.join(FAMILIES)}")
+    opts = dict(families=fams, warps=warps, ctas=subset.get("max_ctas", 256), cta_stride=subset.get("cta_stride", 1))
+    if subset.get("cta_first"):
+        raise click.BadParameter("--ctas with --script: FIRST must be 0 (FIRST:COUNT[:STRIDE])")
+    if capacity:
+        opts["capacity"] = capacity
+    argv = sys.argv
+    sys.argv = [script, *script_args]
+    try:
+        with instrument(**opts) as session:
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            _fail(f"{script} exited with {e.code}", EXIT_FAIL)
+    finally:
+        sys.argv = argv
+    launched = [k for k in session.kernels if k._launches]
+    if not session.kernels:
+        _fail(f"{script} compiled no CuTe DSL kernel (cute.compile) while it ran: nothing to trace", EXIT_FAIL)
+    if not launched:
+        _fail(f"{script} compiled {len(session.kernels)} kernel(s) but launched none of them", EXIT_FAIL)
+    paths = [out] + [out.with_name(f"{out.stem}_{i}{out.suffix}") for i in range(1, len(launched))]
+    for p in paths[1:]:
+        _check_out(str(p), force)
+    for k, p in zip(launched, paths):
+        t = k.trace()
+        t.save(p, overwrite=force)
+        missing = t.meta["instrument"].get("missing") or []
+        click.echo(f"wrote {p}: {t.meta['kernel']}, {len(t)} rows"
+                   + (f"; no {', '.join(missing)} events found in this kernel" if missing else ""))
+
+
 def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
     """The shape flags, checked before anything looks for a GPU (``attention.shape_problem``:
     the rules of ``fa4trace.decode_attention``; for FA4 only the general ones, it checks its
@@ -413,7 +470,7 @@ def _parse_ctas(spec: str | None) -> dict:
 
 def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
     if spec == "lead":
-        if kind != "attention" or impl != "ours":
+        if kind != "attention" or impl != "ours":  # (also --script: warp roles are the kernel's own)
             raise click.BadParameter("--warps lead is defined for our decode attention; give warp indices")
         return LEAD_WARPS
     try:
@@ -422,7 +479,7 @@ def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
         raise click.BadParameter(f"--warps must be comma warp indices or 'lead', got {spec!r}") from None
     if not ws or min(ws) < 0:
         raise click.BadParameter(f"--warps must be comma warp indices >= 0 or 'lead', got {spec!r}")
-    if kind == "attention" and impl == "ours":
+    if kind == "attention" and impl == "ours" and kind != "script":
         if max(ws) >= WARPS_PER_CTA:
             raise click.BadParameter(f"--warps: decode attention has warps 0..{WARPS_PER_CTA - 1}, got {spec!r}")
     return ws

@@ -1,0 +1,60 @@
+"""``fa4trace record --script``: a user's script under fa4trace.instrument (CPU side: what it
+compiles is instrumented; without a launch there is nothing to write, said in one line)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+COMPILES_ONLY = """
+import os, sys
+sys.path.insert(0, {tools!r})
+import auto_probe, cutlass, cutlass.cute as cute
+from cutlass.cute.runtime import make_fake_compact_tensor
+entry, kern = auto_probe._copy_kernel()
+t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
+cute.compile(entry, t, t)
+print("compiled", sys.argv[1:])
+"""
+
+
+def run(args, tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), CUTE_DSL_ARCH="sm_90a")
+    return subprocess.run([sys.executable, "-m", "fa4trace", "record", *args], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=600)
+
+
+def test_script_that_compiles_but_launches_nothing(tmp_path):
+    pytest.importorskip("cutlass")
+    script = tmp_path / "user.py"
+    script.write_text(COMPILES_ONLY.format(tools=os.path.join(ROOT, "tests", "tools")))
+    r = run(["--script", str(script), "-o", "out.parquet", "--", "--m", "8"], tmp_path)
+    assert r.returncode == 1
+    assert "compiled ['--m', '8']" in r.stdout  # the script ran, with its own arguments
+    assert r.stderr.strip().splitlines()[-1].endswith("compiled 1 kernel(s) but launched none of them")
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_script_that_compiles_nothing(tmp_path):
+    script = tmp_path / "noop.py"
+    script.write_text("print('hello')\n")
+    r = run(["--script", str(script), "-o", "out.parquet"], tmp_path)
+    if "nvidia-cutlass-dsl" in r.stderr and "supports" in r.stderr:
+        pytest.skip("no CuTe DSL here")
+    assert r.returncode == 1
+    assert "compiled no CuTe DSL kernel" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unknown_family_and_stray_arguments_are_one_line(tmp_path):
+    script = tmp_path / "noop.py"
+    script.write_text("pass\n")
+    r = run(["--script", str(script), "--families", "pipeline,dma", "-o", "o.parquet"], tmp_path)
+    assert r.returncode == 2 and "unknown dma" in r.stderr and "Traceback" not in r.stderr
+    r = run(["--kernel", "calibration", "-o", "o.parquet", "extra"], tmp_path)
+    assert r.returncode == 2 and "they go to --script" in r.stderr
