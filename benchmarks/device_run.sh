@@ -23,6 +23,7 @@
 #   DEVICE_ENV      a file to source first that sets up Python and CUDA (default .devkit/device-env.sh,
 #                   sourced when it exists)
 #   FA4TRACE_BUILD, FA4TRACE_FA4_BUILD   the AOT builds (default build/kernels, build/fa4_sm90)
+#   FA4TRACE_AUTO_BUILD   benchmarks/auto_kernels.py's build (default build/auto; tests/gpu/test_auto_gpu.py)
 #   BENCH_ARGS      extra arguments for `fa4trace bench` (e.g. "--quick --kernels pingpong,cudnn")
 #   STEP_TIMEOUT    seconds per step, where `timeout` exists (default: no limit)
 set -u

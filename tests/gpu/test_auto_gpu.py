@@ -1,0 +1,59 @@
+"""fa4trace.instrument's runtime on a real GPU, through the AOT build of benchmarks/auto_kernels.py
+($FA4TRACE_AUTO_BUILD, default build/auto; make it on any machine with the CuTe DSL:
+``python benchmarks/auto_kernels.py build -o build/auto``).
+
+quack's GEMM traced by the generic layer: the output equals the plain build's bit for bit, the
+bundle holds every family the compile found, on the warps the roles say, with nothing dropped.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+BUILD = os.environ.get("FA4TRACE_AUTO_BUILD", "build/auto")
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    if not os.path.isfile(os.path.join(BUILD, "manifest.json")):
+        pytest.skip(f"no instrumented build at {BUILD} (python benchmarks/auto_kernels.py build -o {BUILD})")
+    from fa4trace.auto.build import load
+    from fa4trace.auto.run import RecordOptions
+
+    return load(BUILD, "quack_gemm_sm90", options=RecordOptions(ctas=4, cta_stride=8, capacity=8192))
+
+
+def test_quack_gemm_traced_equals_plain_and_decodes(gemm):
+    import torch
+
+    torch.manual_seed(0)
+    m, n, k = 1024, 2048, 4096
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    gemm(a, b, d)
+    assert gemm.checked == [True]
+    ref = a.float() @ b.float().T
+    assert float(((d.float() - ref).norm() / ref.norm()).item()) < 1e-2
+    t = gemm.trace(config={"m": m, "n": n, "k": k})
+    ev = t.events
+    names = set(ev.column("name").to_pylist())
+    assert {"ab.acquire", "ab.commit", "ab.wait", "ab.release", "tma.load", "mma.commit", "mma.wait"} <= names
+    assert int(ev.column("dropped").to_numpy().max()) == 0
+    from fa4trace.kernel_analysis import summarize_kernel
+
+    s = summarize_kernel(t)
+    assert s["roles"]["producer"]["warps"] == [8] and s["roles"]["mma"]["warps"] == list(range(8))
+    # every k-tile the producer filled, the consumers waited for and released (per CTA, same counts)
+    k_tiles = k // 64
+    per_cta = {}
+    for cta, name in zip(ev.column("cta").to_pylist(), ev.column("name").to_pylist()):
+        if name in ("ab.commit", "ab.release"):
+            per_cta.setdefault((cta, name), 0)
+            per_cta[(cta, name)] += 1
+    for (cta, name), cnt in per_cta.items():
+        assert cnt % k_tiles == 0, (cta, name, cnt)
