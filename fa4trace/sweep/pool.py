@@ -205,6 +205,7 @@ class Pool:
             proc.start()
         child.close()
         w.proc, w.conn, w.state, w.task = proc, parent, "starting", None
+        w.info["pid"] = proc.pid
 
     def start(self, log) -> None:
         if threading.current_thread() is threading.main_thread():
