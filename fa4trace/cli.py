@@ -600,6 +600,7 @@ def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, replay, out
         from .sweep.replay import ReplayJob
 
         ex = RayExecutor(ReplayJob() if replay else CudaJob(rounds=rounds, replays=replays), address)
+        ex.start(lambda m: click.echo(m, err=True))  # unreachable: one line before anything is written
     elif replay:
         from .sweep.replay import ReplayJob, ReplayRunner
 
@@ -623,6 +624,7 @@ def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, replay, out
         doc = run_sweep(g, out, executor=ex, force=force, bundles=not no_bundles, compact=not no_compact,
                         command=" ".join(["fa4trace", *sys.argv[1:]]), log=lambda m: click.echo(m, err=True))
     finally:
+        ex.close()
         if runner is not None:
             runner.close()
     lost = f", {len(doc['lost'])} lost to dead workers (retried)" if doc.get("lost") else ""

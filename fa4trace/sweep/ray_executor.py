@@ -84,6 +84,9 @@ class RayExecutor:
         return None
 
     def start(self, log) -> None:
+        """Connect (once; the command line does it before the sweep starts writing)."""
+        if self._remote is not None:
+            return
         try:
             import ray
         except ImportError:
@@ -147,4 +150,4 @@ class RayExecutor:
         self._refs.clear()
         if self._owns and ray.is_initialized():
             ray.shutdown()
-            self._owns = False
+        self._owns, self._remote = False, None
