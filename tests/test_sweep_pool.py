@@ -309,6 +309,24 @@ def test_power_log_of_one_gpu_among_several(tmp_path):
         assert one.enabled
         time.sleep(0.3)
     assert calls.read_text().splitlines()[-1].startswith("-i 3 --query-gpu=")
+    # a process killed with SIGKILL (a sweep worker) leaves no nvidia-smi behind: its next line
+    # goes to a pipe nobody reads (SIGPIPE)
+    pidfile = tmp_path / "smi.pid"
+    fake.write_text("#!/bin/sh\n"
+                    'if [ "$1" = "-L" ]; then echo "GPU 0: H200"; exit 0; fi\n'
+                    f"echo $$ > {pidfile}\n"
+                    "while true; do echo '1980, 650.00, 700.00, 0x0'; sleep 0.05; done\n")
+    code = (f"import os, signal, time\nfrom fa4trace.power_log import PowerLog\n"
+            f"log = PowerLog(period_ms=50, exe={str(fake)!r}).__enter__()\n"
+            f"while not os.path.exists({str(pidfile)!r}): time.sleep(0.02)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    r = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert r.returncode == -signal.SIGKILL
+    smi = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(smi) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(smi)
 
 
 # ---- the command line --------------------------------------------------------------------------

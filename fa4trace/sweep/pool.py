@@ -121,6 +121,7 @@ def _environ(env: dict):
 def _worker_main(conn, job, gpu: Optional[str], name: str, env: dict) -> None:
     """A worker: build the runner, say ready, then run points until told to stop (or the driver goes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    signal.signal(signal.SIGTERM, _exit_on_term)  # the driver stopping it: close the runner on the way out
     os.environ.update(env)
     try:
         power_gpu = gpu if gpu and (env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" or gpu.startswith("GPU-")) else None
@@ -208,6 +209,9 @@ class Pool:
         w.info["pid"] = proc.pid
 
     def start(self, log) -> None:
+        """Start every worker and wait until each is ready (once: a started pool is left as is)."""
+        if any(w.proc is not None for w in self._w):
+            return
         if threading.current_thread() is threading.main_thread():
             self._old_term = signal.signal(signal.SIGTERM, _term_as_interrupt)
         for w in self._w:
@@ -358,3 +362,7 @@ class Pool:
 
 def _term_as_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _exit_on_term(signum, frame):
+    raise SystemExit(128 + signum)
