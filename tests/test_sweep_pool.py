@@ -342,6 +342,9 @@ def test_sweep_replay_command_with_two_workers(src, tmp_path):
     files = list((tmp_path / "ds" / "results").rglob("*.parquet"))
     assert files and all(f.name.startswith("compact-") for f in files)  # compacted at the end
     assert len(rows_by_point(tmp_path / "ds")) == N
+    r = fa4trace("query", str(tmp_path / "ds"), "SELECT executor, json_array_length(workers) AS n, "
+                 "json_extract_string(workers, '$[1].worker') AS w FROM sweeps", "--csv")
+    assert r.stdout.splitlines() == ["executor,n,w", f"pool,2,{P.host()}/cpu#1"]
     r = fa4trace("sweep", "--replay", str(src), "-o", str(tmp_path / "ds"), "--workers", "2")
     assert r.returncode == 0 and f"{N} done already, 0 to run" in r.stderr and "workers:" not in r.stderr
 
