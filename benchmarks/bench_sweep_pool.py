@@ -123,12 +123,11 @@ def main(argv=None):
         from fa4trace.bench.results import envelope, write
 
         workers = m["sweeps"][1].get("workers") or []
-        doc = envelope("sweep-pool", f"Sweep pool: {len(grid.points())} points, 1 vs {len(gpus)} workers",
+        doc = envelope("sweep-pool", f"Sweep pool, {len(grid.points())} points: 1 vs {len(gpus)} workers (medians)",
                        m["rows"], gpu=next((w["gpu"] for w in workers if w.get("gpu")), None),
                        columns=[["workers", "workers"], ["start_s", "start s"], ["wall_s", "sweep s"],
                                 ["point_s", "point s"], ["time_s", "timing s"], ["us_diff", "us vs 1 worker"]],
-                       notes="Medians per point; us: median (worst) difference per point and kernel, and the "
-                             "lone worker's spread.", compare=m["compare"], sweeps=m["sweeps"])
+                       compare=m["compare"], sweeps=m["sweeps"])
         write(args.json, doc)
         print(f"wrote {args.json}")
     return 0

@@ -130,8 +130,7 @@ def main(argv=None):
                        gpu=f"none: {platform.node() or 'this machine'} ({os.cpu_count()} CPUs)",
                        columns=[["layout", "layout"], ["files", "files"], ["first_s", "first query (s)"],
                                 ["median_s", "median (s)"], ["met", "<= 1 s"]],
-                       notes=f"Rows written through fa4trace.sweep.Dataset; a fresh connection per query, as "
-                             f"`fa4trace query`; DuckDB {duckdb.__version__}.")
+                       notes=f"A fresh connection per query; DuckDB {duckdb.__version__}.")
         write(args.json, doc)
         print(f"wrote {args.json}")
     return 0
