@@ -91,7 +91,8 @@ class Runner(BaseRunner):
                      pv_softmax_overlap=summary.get("pv_softmax_overlap"))
         record_s = time.perf_counter() - t if recorded else None
         for k in kernels:
-            out.rows.append(row(task, k, {**res[k], "time_s": time_s, "record_s": record_s}, self, job=self.job))
+            out.rows.append(row(task, k, {**res[k], "time_s": time_s, "record_s": record_s}, gpu=self.gpu,
+                                worker=self.worker, job=self.job))
         return out
 
     def _record(self, point, schedule: str, seed: int) -> tuple[bytes, dict]:

@@ -94,7 +94,7 @@ def host() -> str:
     return socket.gethostname()
 
 
-def row(task: Task, kernel: str, r: dict, runner, *, job: str) -> dict:
+def row(task: Task, kernel: str, r: dict, *, gpu: str, worker: str, job: str) -> dict:
     """A result row of ``task``'s point for ``kernel`` from ``r`` (us, us_spread, tbps, rel_err,
     error, qk/pv_softmax_overlap, bundle, time_s, record_s). finished_at and point_s are the
     driver's to fill."""
@@ -104,21 +104,14 @@ def row(task: Task, kernel: str, r: dict, runner, *, job: str) -> dict:
             "us": r.get("us"), "us_spread": r.get("us_spread"), "tbps": r.get("tbps"), "rel_err": r.get("rel_err"),
             "error": r.get("error"), "qk_softmax_overlap": r.get("qk_softmax_overlap"),
             "pv_softmax_overlap": r.get("pv_softmax_overlap"), "bundle": r.get("bundle"),
-            "gpu": runner.gpu, "worker": runner.worker, "finished_at": None, "job": job,
+            "gpu": gpu, "worker": worker, "finished_at": None, "job": job,
             "point_s": None, "time_s": r.get("time_s"), "record_s": r.get("record_s")}
-
-
-@dataclass
-class _Where:
-    gpu: str
-    worker: str
 
 
 def lost_result(task: Task, why: str, *, gpu: str = "unknown", worker: str = "unknown", job: str = "cuda") -> PointResult:
     """The error rows of a point no worker could finish (its worker died, twice)."""
-    where = _Where(gpu, worker)
-    return PointResult(task.point.id, [row(task, k, {"error": why}, where, job=job) for k in task.kernels],
-                       worker=worker)
+    return PointResult(task.point.id, [row(task, k, {"error": why}, gpu=gpu, worker=worker, job=job)
+                                       for k in task.kernels], worker=worker)
 
 
 def bundle_bytes(trace) -> bytes:

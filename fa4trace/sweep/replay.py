@@ -140,7 +140,7 @@ class ReplayRunner(BaseRunner):
         except Exception as exc:  # noqa: BLE001 - a buffer that does not decode is this point's error row
             r = {"error": "replay failed: " + line(exc)}
         r["record_s"] = time.perf_counter() - t
-        out.rows.append(row(task, KERNEL, r, self, job=self.job))
+        out.rows.append(row(task, KERNEL, r, gpu=self.gpu, worker=self.worker, job=self.job))
         return out
 
 
