@@ -199,6 +199,20 @@ def test_a_hung_point_is_killed_after_the_point_timeout(src, tmp_path):
     assert doc["error_rows"] == 1
 
 
+def test_a_restart_that_hangs_is_given_up_and_the_other_worker_goes_on(src, tmp_path):
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    victim = "d128_h16kv1_sk1024_pingpong"
+    logs = []
+    pool = P.Pool(TestJob(sleep=1.0, die=victim, flags=str(flags), slow_restart=True), [None, None], max_restarts=1,
+                  start_timeout=5)
+    doc = run_sweep(ReplayGrid(src), tmp_path / "ds", executor=pool, log=logs.append)
+    rows = rows_by_point(tmp_path / "ds")
+    assert doc["status"] == "finished" and len(rows) == N and all(r["error"] is None for r in rows.values())
+    assert [x["point_id"] for x in doc["lost"]] == [victim]
+    assert any("not started within 5 s" in m for m in logs) and any("not restarted" in m for m in logs)
+
+
 def test_a_worker_that_cannot_start_stops_the_sweep_in_one_line(src, tmp_path):
     with pytest.raises(Fa4traceError) as e:
         run_sweep(ReplayGrid(src), tmp_path, executor=P.Pool(TestJob(fail_start="no GPU here\nmore"), [None, None]),

@@ -205,7 +205,7 @@ class Pool:
                                      name=f"fa4trace-sweep-{w.slot}")
             proc.start()
         child.close()
-        w.proc, w.conn, w.state, w.task = proc, parent, "starting", None
+        w.proc, w.conn, w.state, w.task, w.since = proc, parent, "starting", None, time.monotonic()
         w.info["pid"] = proc.pid
 
     def start(self, log) -> None:
@@ -269,18 +269,18 @@ class Pool:
                 raise Fa4traceError(f"every worker died (see above); {len(queue)} points not run: "
                                     "run the sweep again to resume")
             waiting = [w for w in live if w.state in ("busy", "starting")]
-            timeout = None
-            if self.point_timeout is not None:
-                ends = [w.since + self.point_timeout - time.monotonic() for w in waiting if w.task is not None]
-                timeout = max(0.0, min(ends)) if ends else None
-            ready = wait([w.conn for w in waiting] + [w.proc.sentinel for w in waiting], timeout)
+            ends = [w.since + limit - time.monotonic() for w in waiting if (limit := self._limit(w)) is not None]
+            ready = wait([w.conn for w in waiting] + [w.proc.sentinel for w in waiting],
+                         max(0.0, min(ends)) if ends else None)
             for w in waiting:
                 if w.conn not in ready and w.proc.sentinel not in ready:
-                    if self.point_timeout is not None and w.task is not None \
-                            and time.monotonic() - w.since > self.point_timeout:
+                    limit = self._limit(w)
+                    if limit is not None and time.monotonic() - w.since > limit:
                         w.proc.kill()
                         w.proc.join(10)
-                        yield from self._died(w, queue, log, f"over the point timeout of {self.point_timeout:g} s")
+                        why = (f"over the point timeout of {limit:g} s" if w.task is not None
+                               else f"not started within {limit:g} s")
+                        yield from self._died(w, queue, log, why)
                     continue
                 msg = self._recv(w)
                 if msg is None:
@@ -299,6 +299,12 @@ class Pool:
                     w.proc.join(10)
                     w.state = "dead"
                     log(f"worker {w.name} could not restart: {msg[1]}")
+
+    def _limit(self, w: _Worker) -> Optional[float]:
+        """How long ``w`` may stay as it is: a restarting worker, to be ready; a busy one, its point."""
+        if w.state == "starting":
+            return self.start_timeout
+        return self.point_timeout if w.task is not None else None
 
     def _died(self, w: _Worker, queue: deque, log, why: str):
         """A dead worker: its point back to the queue (or, the second time, error rows); restart it."""

@@ -27,7 +27,14 @@ class _Runner(ReplayRunner):
                 (Path(j.flags) / f"inflight-{os.getpid()}").write_text(name)
             time.sleep(600)
         if name == j.die:
+            if j.flags:  # once: the retry runs normally
+                if (Path(j.flags) / "died").exists():
+                    return self._compute(task)
+                (Path(j.flags) / "died").write_text(name)
             os.kill(os.getpid(), signal.SIGKILL)
+        return self._compute(task)
+
+    def _compute(self, task):
         res = super().compute(task)
         for r in res.rows:  # what this worker process sees, on each of its rows
             r["gpu"] = f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"
@@ -38,8 +45,9 @@ class _Runner(ReplayRunner):
 class TestJob:
     """A replay job whose worker: sleeps ``sleep`` s per point; hangs on point ``hang`` (writing
     ``flags``/inflight-<pid> first) until ``flags``/released exists; kills itself (SIGKILL) on
-    point ``die``; refuses to start with ``fail_start``. Rows' gpu column: the worker's
-    CUDA_VISIBLE_DEVICES."""
+    point ``die`` (once where ``flags`` is given); refuses to start with ``fail_start``; with
+    ``slow_restart``, a worker started after the first two hangs while starting. Rows' gpu
+    column: the worker's CUDA_VISIBLE_DEVICES."""
 
     __test__ = False  # not a pytest class
     sleep: float = 0.0
@@ -47,10 +55,15 @@ class TestJob:
     die: Optional[str] = None
     flags: Optional[str] = None
     fail_start: Optional[str] = None
+    slow_restart: bool = False
     kind = "replay"
     num_gpus = 0
 
     def make_runner(self, gpu=None):
         if self.fail_start:
             raise RuntimeError(self.fail_start)
+        if self.slow_restart:
+            (Path(self.flags) / f"start-{os.getpid()}").write_text("")
+            if len(list(Path(self.flags).glob("start-*"))) > 2:
+                time.sleep(600)
         return _Runner(self)
