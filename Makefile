@@ -27,7 +27,7 @@ $(STAMP_APP): pyproject.toml | $(BIN)/python
 # one). `make test` runs `pip check` first, and tests/test_install.py too.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[viewer,test,dsl,torch,fa4]"
+	$(BIN)/python -m pip install -q -e ".[viewer,test,dsl,torch,fa4,ray]"
 	touch $@
 
 app: $(STAMP_APP)

@@ -13,12 +13,14 @@
 #   floors    benchmarks/stream_floor.py (needs CuPy)           -> $OUT/floors.json
 #   cost      benchmarks/trace_cost.py                          -> $OUT/trace_cost.json
 #   fa4       benchmarks/fa4_sm90_device.py (+ log, bundles)    -> $OUT/fa4_sm90.json, $OUT/fa4_sm90/
+#   sweep-overhead  benchmarks/bench_sweep_overhead.py          -> $OUT/sweep_overhead.json
+#   sweep-pool      benchmarks/bench_sweep_pool.py (2 workers)  -> $OUT/sweep_pool.json
 # then a summary table (also in $OUT/summary.md). The JSON files are result files in the schema
 # of benchmarks/report.py: copy one to benchmarks/results/ and run `python benchmarks/report.py`.
 #
 # Environment (all optional):
 #   OUT             output folder (default artifacts/device)
-#   STEPS           which steps, in order (default "tests bench recorder floors cost fa4")
+#   STEPS           which steps, in order (default "tests bench recorder floors cost fa4 sweep-overhead sweep-pool")
 #   PYTHON          the interpreter (default python3)
 #   DEVICE_ENV      a file to source first that sets up Python and CUDA (default .devkit/device-env.sh,
 #                   sourced when it exists)
@@ -35,7 +37,7 @@ if [ -f "$DEVICE_ENV" ]; then
 fi
 PYTHON=${PYTHON:-python3}
 OUT=${OUT:-artifacts/device}
-STEPS=${STEPS:-tests bench recorder floors cost fa4}
+STEPS=${STEPS:-tests bench recorder floors cost fa4 sweep-overhead sweep-pool}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Run from a source checkout without `pip install`: the package maps kernels/ to fa4trace.kernels
 # (pyproject's package-dir); a link gives a plain PYTHONPATH the same view.
@@ -87,7 +89,11 @@ for step in $STEPS; do
     cost)     run_step cost "$OUT/trace_cost.json" "$PYTHON" benchmarks/trace_cost.py --json "$OUT/trace_cost.json" ;;
     fa4)      run_step fa4 "$OUT/fa4_sm90.json" "$PYTHON" benchmarks/fa4_sm90_device.py --out "$OUT/fa4_sm90" \
                   --json "$OUT/fa4_sm90.json" ;;
-    *)        echo "unknown step $step (known: tests bench recorder floors cost fa4)"
+    sweep-overhead) run_step sweep-overhead "$OUT/sweep_overhead.json" "$PYTHON" benchmarks/bench_sweep_overhead.py \
+                  --json "$OUT/sweep_overhead.json" ;;
+    sweep-pool) run_step sweep-pool "$OUT/sweep_pool.json" "$PYTHON" benchmarks/bench_sweep_pool.py --gpus 0,0 \
+                  --json "$OUT/sweep_pool.json" ;;
+    *)        echo "unknown step $step (known: tests bench recorder floors cost fa4 sweep-overhead sweep-pool)"
               SUMMARY+=("| $step | **unknown step** | 0 | - |") ;;
   esac
 done

@@ -1,4 +1,5 @@
-"""`fa4trace` command line: record | convert | summary | compare | view | plot | build | bench | check | sweep | query.
+"""`fa4trace` command line: record | convert | summary | compare | view | plot | build | bench | check | sweep |
+compact | query.
 
 Every failure prints one line (``fa4trace: error: ...``) and exits non-zero; nothing a user
 recorded is overwritten without --force.
@@ -625,41 +626,73 @@ def bench(quick, kernels, replays, rounds, no_trace_overhead, only, out):
         log=lambda m: click.echo(m))
 
 
-# ---- sweep / query -------------------------------------------------------------------------
+# ---- sweep / compact / query -------------------------------------------------------------
 @main.command()
 @click.option("--grid", "grid_file", default=None, type=click.Path(dir_okay=False),
               help="A TOML grid (kernels, d, heads, sk, b, sq or q_len, dtype; [[product]] tables for unions).")
 @click.option("--seed-grid", is_flag=True,
               help="Colfax's decode grid: d {64,128} x {16:1,16:2} x sk 1024..131072 at b 1 q_len 1, plus "
                    "q_len {1,2,4,8} at sk 131072 (44 points).")
-@click.option("--kernels", default="base,pingpong,intrawg,cudnn,flash,fa4", show_default=True,
-              help="Comma list of base, pingpong, intrawg (ours) and cudnn, flash, fa4 (peers).")
+@click.option("--kernels", default=None,
+              help="Comma list of base, pingpong, intrawg (ours) and cudnn, flash, fa4 (peers) [default: all six].")
 @click.option("--d", "d", default=None, help="Head dims, comma list [default: 128].")
 @click.option("--heads", default=None, help="hq:hkv pairs, comma list, e.g. 16:1,16:2 [default: 16:1].")
 @click.option("--sk", default=None, help="KV lengths, comma list [default: 131072].")
 @click.option("--b", "b", default=None, help="Batch sizes, comma list [default: 1].")
 @click.option("--sq", "--q-len", "sq", default=None, help="Query tokens per sequence, comma list [default: 1].")
 @click.option("--dtype", default=None, help="bf16 and/or fp16, comma list [default: bf16].")
+@click.option("--replay", "replay", default=None, type=click.Path(file_okay=False),
+              help="Instead of a grid: a folder of recorded raw trace buffers (NAME.bin + NAME.json), each "
+                   "decoded, converted and analysed on the CPU into the dataset (kernel 'replay'; no timings).")
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
               help="Dataset folder (made if missing; points already in it are skipped).")
+@click.option("--gpus", default=None,
+              help="GPUs of this host, one worker process each: all, or comma indices (0,1; 0,0 = two workers "
+                   "sharing GPU 0) [default: all]. One GPU runs in this process.")
+@click.option("--workers", default=1, type=click.IntRange(min=1), show_default=True,
+              help="--replay: worker processes (CPU).")
+@click.option("--executor", default="local", type=click.Choice(["local", "ray"]), show_default=True,
+              help="local: this host's GPUs (--gpus); ray: one Ray task per point on a Ray cluster (--address).")
+@click.option("--address", default="auto", show_default=True,
+              help="--executor ray: the cluster (auto: the one this node belongs to; HOST:PORT; ray://HOST:10001).")
+@click.option("--point-timeout", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a point may take before its worker process is killed (the point is retried once).")
+@click.option("--no-compact", is_flag=True, help="Leave one result file per point (no merge at the end).")
 @click.option("--force", is_flag=True, help="Re-run points whose results are already in the dataset.")
 @click.option("--no-bundles", is_flag=True, help="Time only: record no trace bundles.")
 @click.option("--rounds", default=2, type=click.IntRange(min=1), show_default=True,
               help="Interleaved timing passes over the kernels of a point (see fa4trace bench).")
 @click.option("--replays", default=15, type=click.IntRange(min=1), show_default=True,
               help="Timed CUDA-graph replays per kernel and pass.")
-def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, out, force, no_bundles, rounds, replays):
+def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, replay, out, gpus, workers, executor, address,
+          point_timeout, no_compact, force, no_bundles, rounds, replays):
     """Time every kernel over a grid of decode shapes into a Parquet dataset (one result file
-    per point and kernel, one trace bundle per point and schedule of ours); query it with
-    fa4trace query. Resumable: an interrupted sweep picks up where it stopped."""
+    per point and kernel, merged per partition at the end; one trace bundle per point and
+    schedule of ours); query it with fa4trace query. Resumable: an interrupted sweep picks up
+    where it stopped. Every GPU of the host by default (--gpus), or a Ray cluster (--executor ray)."""
     from .sweep import grid as G
 
     axes = {"d": d, "heads": heads, "sk": sk, "b": b, "sq": sq, "dtype": dtype}
+    if replay and (grid_file or seed_grid or kernels or any(v is not None for v in axes.values())):
+        raise click.UsageError("--replay takes its points from its folder: give no grid options with it")
     if grid_file and seed_grid:
         raise click.UsageError("give --grid or --seed-grid, not both")
     if (grid_file or seed_grid) and any(v is not None for v in axes.values()):
         raise click.UsageError("shape flags (--d, --heads, --sk, --b, --sq, --dtype) go without --grid / --seed-grid")
-    if grid_file:
+    if replay and gpus is not None:
+        raise click.UsageError("--gpus is for GPU sweeps; replay points run on the CPU (--workers N)")
+    if not replay and workers != 1:
+        raise click.UsageError("--workers is for --replay; GPU sweeps take one worker per --gpus entry (0,0: two on GPU 0)")
+    if executor == "ray" and (gpus is not None or workers != 1):
+        raise click.UsageError("--executor ray places tasks on the cluster's GPUs: give no --gpus or --workers")
+    if executor == "ray" and point_timeout is not None:
+        raise click.UsageError("--point-timeout is for --executor local")
+    kernels = kernels or ",".join(G.KERNELS)
+    if replay:
+        from .sweep.replay import ReplayGrid
+
+        g = ReplayGrid(replay)
+    elif grid_file:
         g = G.from_toml(grid_file)
     elif seed_grid:
         g = G.seed_grid(kernels)
@@ -667,20 +700,66 @@ def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, out, force,
         g = G.from_flags(kernels=kernels, **axes)
     if Path(out).exists() and not Path(out).is_dir():
         raise Fa4traceError(f"{out} is a file, not a dataset folder")
-    from .check_rows import detect_gpu
+    from .sweep import pool as P
+    from .sweep.run import CudaJob, CudaRunner, InProcess, run_sweep
 
-    if detect_gpu() is None:
-        _fail("no CUDA GPU here: fa4trace sweep needs one (fa4trace query reads a dataset on any machine)", EXIT_USAGE)
-    from .sweep.run import CudaRunner, run_sweep
+    picked = None if replay or executor == "ray" else P.parse_gpus(gpus)
+    runner = None
+    if executor == "ray":
+        from .sweep.ray_executor import RayExecutor
+        from .sweep.replay import ReplayJob
 
-    runner = CudaRunner(rounds=rounds, replays=replays)
+        ex = RayExecutor(ReplayJob() if replay else CudaJob(rounds=rounds, replays=replays), address)
+        ex.start(lambda m: click.echo(m, err=True))  # unreachable: one line before anything is written
+    elif replay:
+        from .sweep.replay import ReplayJob, ReplayRunner
+
+        if workers > 1 or point_timeout is not None:
+            ex = P.Pool(ReplayJob(), [None] * workers, point_timeout=point_timeout)
+        else:
+            runner = ReplayRunner()
+            ex = InProcess(runner)
+    else:
+        visible = P.visible_gpus()
+        if visible < 1:
+            _fail("no CUDA GPU here: fa4trace sweep needs one (fa4trace query reads a dataset on any machine)", EXIT_USAGE)
+        idx = P.pick_gpus(picked, visible)
+        if idx == [0] and point_timeout is None:
+            runner = CudaRunner(rounds=rounds, replays=replays)
+            ex = InProcess(runner)
+        else:
+            ex = P.Pool(CudaJob(rounds=rounds, replays=replays), [P.device_id(i) for i in idx],
+                        point_timeout=point_timeout)
     try:
-        doc = run_sweep(g, out, runner, force=force, bundles=not no_bundles,
+        doc = run_sweep(g, out, executor=ex, force=force, bundles=not no_bundles, compact=not no_compact,
                         command=" ".join(["fa4trace", *sys.argv[1:]]), log=lambda m: click.echo(m, err=True))
     finally:
-        runner.close()
-    click.echo(f"sweep {doc['sweep_id']}: {doc['points_run']} points run, {doc['error_rows']} error rows; "
+        ex.close()
+        if runner is not None:
+            runner.close()
+    lost = f", {len(doc['lost'])} lost to dead workers (retried)" if doc.get("lost") else ""
+    click.echo(f"sweep {doc['sweep_id']}: {doc['points_run']} points run, {doc['error_rows']} error rows{lost}; "
                f"dataset {out}")
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(file_okay=False))
+def compact(dataset):
+    """Merge a sweep dataset's result files into one file per partition (kernel / d / hkv), so
+    that queries open a few files instead of one per point. fa4trace sweep does it at the end;
+    this is for datasets written with --no-compact or by older versions. Safe to re-run; a
+    crash in the middle loses no row (readers keep the newest row per point and kernel)."""
+    from .sweep.compact import compact as compact_dataset
+    from .sweep.dataset import find_dataset
+
+    if find_dataset(dataset) is None:
+        raise Fa4traceError(f"{dataset}: not a sweep dataset (no results/ or sweeps/ folder in it)")
+    st = compact_dataset(dataset)
+    if not st["merged"]:
+        click.echo(f"{dataset}: nothing to compact ({st['partitions']} partitions, each one file already)")
+        return
+    click.echo(f"compacted {dataset}: {st['merged']} result files into {st['written']} "
+               f"({st['rows']} rows; {st['partitions']} partitions)")
 
 
 @main.command()

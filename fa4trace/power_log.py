@@ -5,6 +5,7 @@ the SM clock and single timing passes can come out several percent slow. A bench
 only readable next to what the GPU was doing meanwhile.
 
     with PowerLog() as log:            # no nvidia-smi, or more than one GPU: log.enabled is False
+                                       # (PowerLog(gpu="3") logs that GPU of several)
         t0 = log.now(); ...; t1 = log.now()
         log.summary(t0, t1)            # {"samples", "sm_mhz_min", "power_w_max", "power_cap_share", ...}
 
@@ -40,8 +41,9 @@ def parse_line(line: str) -> Optional[tuple]:
 
 
 class PowerLog:
-    def __init__(self, period_ms: int = 250, exe: Optional[str] = None):
+    def __init__(self, period_ms: int = 250, exe: Optional[str] = None, gpu: Optional[str] = None):
         self.period_ms = period_ms
+        self.gpu = gpu  # nvidia-smi's index (or UUID) of the GPU to log; None: the only one
         self.exe = exe or shutil.which("nvidia-smi")
         self.samples: list = []  # (monotonic time, sm MHz, W, limit W, reasons)
         self.why_off: Optional[str] = None
@@ -56,8 +58,9 @@ class PowerLog:
         if self.exe is None:
             self.why_off = "no nvidia-smi"
             return self
+        pick = [] if self.gpu is None else ["-i", str(self.gpu)]
         try:
-            gpus = subprocess.run([self.exe, "-L"], capture_output=True, text=True, timeout=20).stdout
+            gpus = subprocess.run([self.exe, "-L", *pick], capture_output=True, text=True, timeout=20).stdout
         except (OSError, subprocess.SubprocessError) as exc:
             self.why_off = f"nvidia-smi -L failed: {exc}"
             return self
@@ -67,7 +70,7 @@ class PowerLog:
             self.why_off = f"nvidia-smi lists {n} GPUs (logging needs exactly one)"
             return self
         self._proc = subprocess.Popen(
-            [self.exe, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", str(self.period_ms)],
+            [self.exe, *pick, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", str(self.period_ms)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()

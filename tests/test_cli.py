@@ -111,7 +111,7 @@ def test_record_without_gpu_says_so(tmp_path):
 
 
 def test_help_for_every_command():
-    for cmd in ("record", "convert", "summary", "compare", "view", "build", "bench"):
+    for cmd in ("record", "convert", "summary", "compare", "view", "build", "bench", "sweep", "compact", "query"):
         r = run(cmd, "--help")
         assert r.returncode == 0 and "Usage" in r.stdout, cmd
 

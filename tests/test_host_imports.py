@@ -38,6 +38,15 @@ CODE = textwrap.dedent('''
     s = analysis.summarize(t)
     import io
     perfetto.to_perfetto(t, io.BytesIO()); chrome.to_chrome(t, io.BytesIO())
+    # sweeps: the driver, the pool, the Ray executor (ray itself imported only when used), compaction,
+    # and a replay sweep in this process
+    import tempfile
+    from fa4trace.sweep import compact, cuda, dataset, grid, job, pool, query, ray_executor, replay, run  # noqa
+    d = tempfile.mkdtemp()
+    replay.make_synthetic(d + "/src", 2)
+    doc = run.run_sweep(replay.ReplayGrid(d + "/src"), d + "/ds", replay.ReplayRunner(), log=lambda m: None, compact=True)
+    assert doc["points_run"] == 2 and dataset.Dataset(d + "/ds").read_results().num_rows == 2
+    assert pool.visible_gpus() == 0 and "ray" not in sys.modules
     print("ok", s["qk_softmax_overlap"] is not None and s["rows"] == t.events.num_rows)
 ''')
 

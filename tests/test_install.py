@@ -75,7 +75,7 @@ def test_wheel_holds_the_whole_tool(wheel):
     assert not any("headless" in n for n in names)  # test tooling stays out of the package
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
-    for extra in ("dsl", "torch", "fa4", "viewer", "test"):
+    for extra in ("dsl", "torch", "fa4", "viewer", "test", "ray"):
         assert f"Provides-Extra: {extra}" in text
 
 

@@ -240,6 +240,31 @@ def test_sweep_page_figures_and_opening_a_point(sweep_env):
     assert len(dl) == 3
 
 
+def test_sweep_tab_on_a_compacted_dataset(monkeypatch, tmp_path, dataset, df):
+    import shutil
+
+    from fa4trace.sweep.compact import compact
+
+    root = tmp_path / "compacted"
+    shutil.copytree(dataset, root)
+    assert compact(root)["written"] > 0 and not [f for f in (root / "results").rglob("*.parquet")
+                                                 if not f.name.startswith("compact-")]
+    got = F.load(root)
+    cols = ["kernel", "d", "hkv", "sk", "sq", "tbps", "error", "bundle", "sweep_id"]
+    assert got.sort_values(cols[:5])[cols].reset_index(drop=True).equals(df.sort_values(cols[:5])[cols].reset_index(drop=True))
+    empty = tmp_path / "no_traces"
+    empty.mkdir()
+    monkeypatch.setenv("FA4TRACE_TRACES_DIR", str(empty))
+    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
+    monkeypatch.setenv("FA4TRACE_SWEEP", str(root))
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert {a["text"] for a in _chart(at, "sweep_chart")["layout"]["annotations"] if a.get("name") == "gain"} == {"+25%"}
+    at.button(key="sweep_open").click().run()
+    assert not at.exception and "kernel=pingpong" in at.session_state["trace_b"]
+
+
 def test_sweep_tab_without_a_dataset_and_with_a_bad_one(monkeypatch, tmp_path, dataset):
     from tests.test_app import make_bundle
 

@@ -1,7 +1,9 @@
 """SQL over a sweep dataset in place, with embedded DuckDB.
 
-Two views: ``results`` (every result file, hive partitions kernel / d / hkv included) and
-``sweeps`` (one row per sweep.json; ``grid`` and ``clocks`` as JSON text, for ``json_extract``).
+Two views: ``results`` (the result files, per-point and compacted, hive partitions kernel / d /
+hkv included; one row per (point_id, kernel), the newest when a point was stored twice) and
+``sweeps`` (one row per sweep.json; ``grid``, ``clocks`` and ``workers`` as JSON text, for
+``json_extract``).
 
     query("runs/h200", "SELECT kernel, median(tbps) FROM results GROUP BY kernel")  # a pyarrow.Table
 """
@@ -14,14 +16,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import Fa4traceError
-from .dataset import RESULT_SCHEMA, Dataset, find_dataset
+from .dataset import RESULT_GLOB, RESULT_SCHEMA, Dataset, find_dataset
 
 SWEEP_SCHEMA = pa.schema([
     ("sweep_id", pa.string()), ("gpu", pa.string()), ("worker", pa.string()), ("commit", pa.string()),
     ("command", pa.string()), ("status", pa.string()), ("points", pa.int64()), ("points_run", pa.int64()),
     ("error_rows", pa.int64()), ("started_at", pa.string()), ("finished_at", pa.string()),
-    ("grid", pa.string()), ("clocks", pa.string()),
+    ("grid", pa.string()), ("clocks", pa.string()), ("executor", pa.string()), ("workers", pa.string()),
 ])
+JSON_FIELDS = ("grid", "clocks", "workers")
 
 
 def _sql_str(s: str) -> str:
@@ -36,16 +39,19 @@ def connect(root):
     if p is None:
         raise Fa4traceError(f"{root}: not a sweep dataset (no results/ or sweeps/ folder in it)")
     con = duckdb.connect(":memory:")
-    if any((p / "results").glob("kernel=*/d=*/hkv=*/*.parquet")):
-        glob = (p / "results").as_posix() + "/kernel=*/d=*/hkv=*/*.parquet"
+    if next((p / "results").glob(RESULT_GLOB), None) is not None:
+        glob = (p / "results").as_posix() + "/" + RESULT_GLOB
+        # union_by_name: files written before a column existed read it as null
         con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet({_sql_str(glob)}, hive_partitioning=true, "
-                    "hive_types={'kernel': VARCHAR, 'd': INTEGER, 'hkv': INTEGER})")
+                    "hive_types={'kernel': VARCHAR, 'd': INTEGER, 'hkv': INTEGER}, union_by_name=true) "
+                    "QUALIFY row_number() OVER (PARTITION BY point_id, kernel "
+                    "ORDER BY finished_at DESC NULLS LAST) = 1")
     else:
         con.register("results", RESULT_SCHEMA.empty_table())
     rows = []
     for doc in Dataset(p).sweeps():
         row = {n: doc.get(n) for n in SWEEP_SCHEMA.names}
-        for key in ("grid", "clocks"):
+        for key in JSON_FIELDS:
             row[key] = None if doc.get(key) is None else json.dumps(doc[key])
         rows.append(row)
     con.register("_sweeps_table", pa.Table.from_pylist(rows, schema=SWEEP_SCHEMA))

@@ -1,132 +1,43 @@
-"""The sweep loop and the GPU work behind it.
+"""The sweep loop: hand out the missing points, write what comes back, keep the sweep's record.
 
-``run_sweep`` walks a grid's points, skips the (point, kernel) pairs whose result file exists
-(resume; ``force`` re-runs them), asks a ``Runner`` for the timings of the rest and one
-recorded bundle per schedule of ours, and writes bundles first, result rows last. A point that
-fails (CUDA out of memory, a shape a kernel refuses) becomes rows with an ``error`` and the
-sweep goes on; an interrupt (Ctrl-C, a kill) loses only the point in flight.
+``run_sweep`` walks a grid's points, skips the (point, kernel) pairs already in the dataset
+(resume; ``force`` re-runs them), hands the rest to an executor and writes each finished
+point: its bundles first, its result rows last (``write_point``). Executors:
 
-``CudaRunner`` is the runner of a real GPU: ``fa4trace.bench.decode.bench_shape`` for the
-timings (CUDA-graph replay, cold L2, every kernel on the same inputs) and
-``attention.record_attention`` (lead warps, a CTA subset) for the bundles.
+    InProcess  a runner in this process (one GPU: ``fa4trace sweep`` without ``--gpus``)
+    pool.Pool  one worker process per GPU of this host (``--gpus all|0,1|0,0``)
+    ray_executor.RayExecutor   one Ray task per point on a Ray cluster (``--executor ray``)
+
+A point that fails (CUDA out of memory, a shape a kernel refuses) becomes rows with an
+``error`` and the sweep goes on; an interrupt (Ctrl-C, a kill) loses only the points in flight.
+The GPU work is in ``cuda`` (``Runner``, ``CudaRunner``), the CPU replay job in ``replay``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import socket
+import os
 import sys
 import time
 import uuid
 import zlib
-from typing import Callable, Optional
+from pathlib import PurePosixPath
+from typing import Callable, Iterator, Optional
 
+from .cuda import BUNDLE_ROWS, MAX_BUNDLE_BYTES, CudaJob, CudaRunner, Runner, bundle_subset  # noqa: F401
 from .dataset import Dataset
-from .grid import OURS, Grid, Point
+from .grid import Grid, Point
+from .job import BaseRunner, PointResult, Task, host, now
 
-MAX_BUNDLE_BYTES = 1 << 20  # a bundle stays <= 1 MB
-BUNDLE_ROWS = 60_000  # first try: recorded slots hold at most this many records (~6-8 B per row on disk)
-
-
-def bundle_subset(n_ctas: int, capacity: int, warps: int, budget: int = BUNDLE_ROWS) -> dict:
-    """The CTAs to record so that ``warps`` warps per CTA x ``capacity`` records stay within
-    ``budget`` records: at most ``max_ctas`` of them, spread over the grid by ``cta_stride``."""
-    if n_ctas < 1 or capacity < 1 or warps < 1:
-        raise ValueError(f"n_ctas, capacity and warps must be >= 1, got {n_ctas}, {capacity}, {warps}")
-    max_ctas = max(1, min(n_ctas, budget // (warps * capacity)))
-    return {"cta_first": 0, "cta_stride": max(1, n_ctas // max_ctas), "max_ctas": max_ctas}
+Log = Callable[[str], None]
 
 
-class Runner:
-    """The GPU work of a sweep. ``time`` returns one dict per kernel (kernel, us, us_spread,
-    tbps, rel_err, error: None or a line); it may raise (the point's rows then all carry the
-    error). ``record`` returns a ``fa4trace.Trace`` of one launch of ``schedule`` whose recorded
-    slots hold at most ``budget`` records. ``clocks`` summarizes the GPU's clock and power over
-    the sweep (or None)."""
-
-    gpu: str = "unknown"
-    worker: str = "unknown"
-
-    def time(self, point: Point, kernels: list[str], *, seed: int) -> list[dict]:
-        raise NotImplementedError
-
-    def record(self, point: Point, schedule: str, *, seed: int, budget: int):
-        raise NotImplementedError
-
-    def clocks(self) -> Optional[dict]:
-        return None
-
-    def close(self):
-        pass
-
-
-class CudaRunner(Runner):
-    """Timings with ``bench_shape``, bundles with ``record_attention`` on CUDA device 0."""
-
-    def __init__(self, *, rounds: int = 2, replays: int = 15, power: bool = True):
-        from ..bench.results import gpu_name
-        from ..gpu import require_cuda
-
-        require_cuda()
-        self.rounds, self.replays = rounds, replays
-        self.gpu = gpu_name()
-        self.worker = f"{socket.gethostname()}/cuda:0"
-        self._power = None
-        self._t0 = time.monotonic()
-        if power:
-            from ..power_log import PowerLog
-
-            self._power = PowerLog().__enter__()
-
-    def time(self, point, kernels, *, seed):
-        import torch
-
-        from ..bench.decode import bench_shape
-
-        try:
-            rows = bench_shape(point.shape, kernels, replays=self.replays, seed=seed, rounds=self.rounds)
-        finally:
-            torch.cuda.empty_cache()  # an out-of-memory point leaves nothing behind for the next
-        return [{"kernel": r.kernel, "us": r.us, "us_spread": r.us_spread,
-                 "tbps": r.tbps if r.us == r.us else None, "rel_err": r.rel_err,
-                 "error": r.extra.get("error")} for r in rows]
-
-    def record(self, point, schedule, *, seed, budget):
-        import torch
-
-        from ..attention import LEAD_WARPS, launch_plan, record_attention, trace_capacity, variant_for
-
-        try:
-            _, plan = launch_plan(point.shape, variant_for(point.shape, schedule, events="core"), "cuda")
-            subset = bundle_subset(plan.n_ctas, trace_capacity(plan), len(LEAD_WARPS), budget)
-            return record_attention(schedule, d=point.d, hq=point.hq, hkv=point.hkv, sk=point.sk, b=point.b,
-                                    sq=point.sq, dtype=point.dtype, seed=seed, warps=LEAD_WARPS, **subset)
-        finally:
-            torch.cuda.empty_cache()
-
-    def clocks(self):
-        if self._power is None or not self._power.enabled:
-            return None
-        return self._power.summary(self._t0, self._power.now())
-
-    def close(self):
-        if self._power is not None:
-            self._power.__exit__(None, None, None)
-            self._power = None
-
-
-def _line(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {msg[0]}"[:300] if msg else type(exc).__name__
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+def _stderr(m: str) -> None:
+    print(m, file=sys.stderr, flush=True)
 
 
 def new_sweep_id() -> str:
     """UTC start time plus a short random tail: sortable, unique across workers."""
-    return _now().strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    return now().strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
 def point_seed(point: Point) -> int:
@@ -139,102 +50,156 @@ def _eta(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def run_point(ds: Dataset, runner: Runner, point: Point, kernels: list[str], *, sweep_id: str,
+class InProcess:
+    """Run every task here, one after the other, with ``runner``."""
+
+    kind = "serial"
+
+    def __init__(self, runner: BaseRunner):
+        self.runner = runner
+        self.workers = [{"worker": runner.worker, "host": host(), "gpu": runner.gpu, "pid": os.getpid(),
+                         "job": runner.job}]
+        self.lost: list = []
+
+    def start(self, log: Log) -> None:
+        pass
+
+    def run(self, tasks: list[Task], log: Log) -> Iterator[tuple[Task, PointResult]]:
+        for task in tasks:
+            t = time.perf_counter()
+            res = self.runner.compute(task.loaded())
+            res.elapsed_s = time.perf_counter() - t
+            yield task, res
+
+    def clocks(self) -> Optional[dict]:
+        return self.runner.clocks()
+
+    def close(self) -> None:
+        pass
+
+
+def _safe_rel(rel: str) -> str:
+    p = PurePosixPath(rel)
+    if p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] != "bundles":
+        raise ValueError(f"a worker sent a bundle path outside bundles/: {rel!r}")
+    return rel
+
+
+def write_point(ds: Dataset, res: PointResult) -> list[dict]:
+    """Remove the point's stale bundles, write its new ones, then its rows (last: a row means
+    done). Fills ``point_s`` (the executor's ``elapsed_s`` plus the bundle writes) and
+    ``finished_at`` (this machine's clock: the newest row of a point wins)."""
+    t = time.perf_counter()
+    for rel in res.drop:
+        (ds.root / _safe_rel(rel)).unlink(missing_ok=True)
+    for rel, data in res.bundles.items():
+        ds.write_bytes(_safe_rel(rel), data)
+    elapsed = getattr(res, "elapsed_s", None)
+    point_s = None if elapsed is None else elapsed + time.perf_counter() - t
+    finished = now()
+    for r in res.rows:
+        r["point_s"], r["finished_at"] = point_s, finished
+        ds.write_result(r)
+    return res.rows
+
+
+def run_point(ds: Dataset, runner: BaseRunner, point: Point, kernels: list[str], *, sweep_id: str,
               bundles: bool = True) -> list[dict]:
-    """Time ``kernels`` on ``point``, record our schedules' bundles, write the rows; returns them."""
-    seed = point_seed(point)
-    refused = point.ours_problem()
-    res: dict = {}
-    if refused:
-        for k in kernels:
-            if k in OURS:
-                res[k] = {"error": f"our kernels refuse this shape: {refused}"}
-    runnable = [k for k in kernels if k not in res]
-    if runnable:
-        try:
-            got = {r["kernel"]: r for r in runner.time(point, runnable, seed=seed)}
-        except Exception as exc:  # noqa: BLE001 - out of memory, a driver error: this point's rows say so
-            got = {k: {"error": _line(exc)} for k in runnable}
-        for k in runnable:
-            res[k] = got.get(k) or {"error": "the runner returned no row for this kernel"}
-    for k in kernels:
-        r = res[k]
-        r["qk_softmax_overlap"] = r["pv_softmax_overlap"] = r["bundle"] = None
-        if k not in OURS or r.get("error"):
-            continue
-        if not bundles:
-            ds.bundle_path(point, k).unlink(missing_ok=True)  # no stale bundle beside a re-run row
-            continue
-        try:
-            r.update(_record(ds, runner, point, k, seed))
-        except Exception as exc:  # noqa: BLE001 - the timing stands; the row says why there is no bundle
-            r["error"] = "recording failed: " + _line(exc)
-    rows = []
-    for k in kernels:
-        r = res[k]
-        row = {"sweep_id": sweep_id, "point_id": point.id, "kernel": k, "d": point.d, "hq": point.hq,
-               "hkv": point.hkv, "sk": point.sk, "b": point.b, "sq": point.sq, "dtype": point.dtype,
-               "us": r.get("us"), "us_spread": r.get("us_spread"), "tbps": r.get("tbps"),
-               "rel_err": r.get("rel_err"), "error": r.get("error"),
-               "qk_softmax_overlap": r["qk_softmax_overlap"], "pv_softmax_overlap": r["pv_softmax_overlap"],
-               "bundle": r["bundle"], "gpu": runner.gpu, "worker": runner.worker, "finished_at": _now()}
-        ds.write_result(row)
-        rows.append(row)
-    return rows
+    """Run ``kernels`` on ``point`` here and write its bundles and rows; returns the rows."""
+    t = time.perf_counter()
+    res = runner.compute(Task(point, list(kernels), sweep_id, bundles))
+    res.elapsed_s = time.perf_counter() - t
+    return write_point(ds, res)
 
 
-def _record(ds: Dataset, runner: Runner, point: Point, schedule: str, seed: int) -> dict:
-    """Record, save, and halve the CTA budget while the bundle is over MAX_BUNDLE_BYTES."""
-    from ..analysis import summarize
+def _cells(rows: list[dict]) -> str:
+    def one(r):
+        if r.get("error"):
+            return f"{r['kernel']}=err"
+        if r.get("us") is not None and r["us"] == r["us"]:
+            return f"{r['kernel']}={r['us']:.1f}"
+        if r.get("qk_softmax_overlap") is not None:
+            return f"{r['kernel']}: QK∥SOFTMAX {100 * r['qk_softmax_overlap']:.0f}%"
+        return f"{r['kernel']}=ok"
 
-    budget = BUNDLE_ROWS
-    while True:
-        trace = runner.record(point, schedule, seed=seed, budget=budget)
-        rel = ds.write_bundle(point, schedule, trace)
-        if (ds.root / rel).stat().st_size <= MAX_BUNDLE_BYTES or budget <= 1:
-            break
-        budget //= 2
-    s = summarize(trace)
-    return {"bundle": rel, "qk_softmax_overlap": s.get("qk_softmax_overlap"),
-            "pv_softmax_overlap": s.get("pv_softmax_overlap")}
+    return " ".join(one(r) for r in rows)
 
 
-def run_sweep(grid: Grid, root, runner: Runner, *, force: bool = False, bundles: bool = True,
-              command: str = "", log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
-              sweep_id: Optional[str] = None) -> dict:
-    """Run every missing (point, kernel) of ``grid`` into the dataset at ``root``. Returns the
-    sweep's record (also ``ROOT/sweeps/sweep=<id>/sweep.json``)."""
+def _names(workers: list[dict], key: str) -> Optional[str]:
+    vals = list(dict.fromkeys(str(w[key]) for w in workers if w.get(key)))
+    return ", ".join(vals) if vals else None
+
+
+def run_sweep(grid: Grid, root, runner: Optional[BaseRunner] = None, *, executor=None, force: bool = False,
+              bundles: bool = True, command: str = "", log: Log = _stderr, sweep_id: Optional[str] = None,
+              compact: bool = False) -> dict:
+    """Run every missing (point, kernel) of ``grid`` into the dataset at ``root``, with
+    ``executor`` (default: ``InProcess(runner)``). ``compact``: merge the result files of each
+    partition once the sweep is done (``compact.compact``). Returns the sweep's record (also
+    ``ROOT/sweeps/sweep=<id>/sweep.json``)."""
     from ..bench.results import current_commit
 
+    if executor is None:
+        if runner is None:
+            raise ValueError("run_sweep needs a runner or an executor")
+        executor = InProcess(runner)
     ds = Dataset(root)
     points = grid.points()
     todo = [(p, list(grid.kernels) if force else ds.missing(p, grid.kernels)) for p in points]
     todo = [(p, ks) for p, ks in todo if ks]
     sweep_id = sweep_id or new_sweep_id()
-    doc = {"sweep_id": sweep_id, "gpu": runner.gpu, "worker": runner.worker, "commit": current_commit(),
+    inputs = getattr(grid, "inputs", lambda p: {})
+    tasks = [Task(p, ks, sweep_id, bundles, inputs=inputs(p)) for p, ks in todo]
+    doc = {"sweep_id": sweep_id, "gpu": None, "worker": None, "commit": current_commit(),
            "command": command, "grid": grid.to_json(), "points": len(points), "points_run": 0,
-           "error_rows": 0, "started_at": _now().isoformat(timespec="seconds"), "finished_at": None,
-           "status": "running", "clocks": None}
+           "error_rows": 0, "started_at": now().isoformat(timespec="seconds"), "finished_at": None,
+           "status": "running", "clocks": None, "executor": executor.kind, "workers": [], "lost": []}
     ds.write_sweep(sweep_id, doc)
     log(f"sweep {sweep_id}: {len(points)} points x {len(grid.kernels)} kernels into {root}; "
         f"{len(points) - len(todo)} done already, {len(todo)} to run")
     t0 = time.monotonic()
+    started = False
+
+    def workers_now():
+        doc["workers"] = list(executor.workers)
+        doc["gpu"], doc["worker"] = _names(doc["workers"], "gpu"), _names(doc["workers"], "worker")
+
     try:
-        for i, (p, ks) in enumerate(todo, 1):
-            t = time.monotonic()
-            rows = run_point(ds, runner, p, ks, sweep_id=sweep_id, bundles=bundles)
-            doc["points_run"] = i
-            doc["error_rows"] += sum(r["error"] is not None for r in rows)
-            cells = " ".join(f"{r['kernel']}=" + (f"{r['us']:.1f}" if r["us"] is not None and r["us"] == r["us"]
-                                                    else "err") for r in rows)
-            eta = (time.monotonic() - t0) / i * (len(todo) - i)
-            log(f"[{i}/{len(todo)}] {p.id}: {cells} ({time.monotonic() - t:.1f} s, ETA {_eta(eta)})")
+        if tasks:
+            executor.start(log)
+            started = True
+            workers_now()
+            ds.write_sweep(sweep_id, doc)
+            many = len(executor.workers) > 1 or executor.kind == "ray"
+            for i, (task, res) in enumerate(executor.run(tasks, log), 1):
+                rows = write_point(ds, res)
+                doc["points_run"] = i
+                doc["error_rows"] += sum(r["error"] is not None for r in rows)
+                took = rows[0]["point_s"] if rows and rows[0]["point_s"] is not None else 0.0
+                eta = (time.monotonic() - t0) / i * (len(tasks) - i)
+                where = f" on {res.worker}" if many and res.worker else ""
+                log(f"[{i}/{len(tasks)}] {task.point.id}: {_cells(rows)} ({took:.1f} s{where}, ETA {_eta(eta)})")
         doc["status"] = "finished"
-    except BaseException:
+    except KeyboardInterrupt:
         doc["status"] = "interrupted"
         raise
+    except BaseException:
+        doc["status"] = "failed"
+        raise
     finally:
-        doc["finished_at"] = _now().isoformat(timespec="seconds")
-        doc["clocks"] = runner.clocks()
+        if started:
+            executor.close()
+            doc["clocks"] = executor.clocks()
+            workers_now()
+            doc["lost"] = list(executor.lost)
+        doc["finished_at"] = now().isoformat(timespec="seconds")
         ds.write_sweep(sweep_id, doc)
+    if compact:
+        from .compact import compact as compact_dataset
+
+        stats = compact_dataset(ds)
+        doc["compacted"] = stats
+        ds.write_sweep(sweep_id, doc)
+        if stats["merged"]:
+            log(f"compacted {stats['merged']} result files into {stats['written']} ({stats['partitions']} partitions)")
     return doc
