@@ -15,12 +15,13 @@
 #   fa4       benchmarks/fa4_sm90_device.py (+ log, bundles)    -> $OUT/fa4_sm90.json, $OUT/fa4_sm90/
 #   sweep-overhead  benchmarks/bench_sweep_overhead.py          -> $OUT/sweep_overhead.json
 #   sweep-pool      benchmarks/bench_sweep_pool.py (2 workers)  -> $OUT/sweep_pool.json
+#   auto      benchmarks/auto_kernels.py run (instrumented quack GEMM, FA4 prefill, decode) -> $OUT/auto_kernels.json, $OUT/auto/
 # then a summary table (also in $OUT/summary.md). The JSON files are result files in the schema
 # of benchmarks/report.py: copy one to benchmarks/results/ and run `python benchmarks/report.py`.
 #
 # Environment (all optional):
 #   OUT             output folder (default artifacts/device)
-#   STEPS           which steps, in order (default "tests bench recorder floors cost fa4 sweep-overhead sweep-pool")
+#   STEPS           which steps, in order (default "tests bench recorder floors cost fa4 sweep-overhead sweep-pool auto")
 #   PYTHON          the interpreter (default python3)
 #   DEVICE_ENV      a file to source first that sets up Python and CUDA (default .devkit/device-env.sh,
 #                   sourced when it exists)
@@ -37,7 +38,7 @@ if [ -f "$DEVICE_ENV" ]; then
 fi
 PYTHON=${PYTHON:-python3}
 OUT=${OUT:-artifacts/device}
-STEPS=${STEPS:-tests bench recorder floors cost fa4 sweep-overhead sweep-pool}
+STEPS=${STEPS:-tests bench recorder floors cost fa4 sweep-overhead sweep-pool auto}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Run from a source checkout without `pip install`: the package maps kernels/ to fa4trace.kernels
 # (pyproject's package-dir); a link gives a plain PYTHONPATH the same view.
@@ -93,7 +94,9 @@ for step in $STEPS; do
                   --json "$OUT/sweep_overhead.json" ;;
     sweep-pool) run_step sweep-pool "$OUT/sweep_pool.json" "$PYTHON" benchmarks/bench_sweep_pool.py --gpus 0,0 \
                   --json "$OUT/sweep_pool.json" ;;
-    *)        echo "unknown step $step (known: tests bench recorder floors cost fa4 sweep-overhead sweep-pool)"
+    auto)     run_step auto "$OUT/auto_kernels.json" "$PYTHON" benchmarks/auto_kernels.py run \
+                  "${FA4TRACE_AUTO_BUILD:-build/auto}" --out "$OUT/auto" --json "$OUT/auto_kernels.json" ;;
+    *)        echo "unknown step $step (known: tests bench recorder floors cost fa4 sweep-overhead sweep-pool auto)"
               SUMMARY+=("| $step | **unknown step** | 0 | - |") ;;
   esac
 done
