@@ -115,10 +115,15 @@ def read_info(path: str | os.PathLike) -> BundleInfo:
 
 
 def discover(folder: str | os.PathLike) -> list[BundleInfo]:
+    """Bundles in ``folder`` and one level of subfolders (traces/auto/), except subfolders that
+    are sweep datasets (their bundles open from the Sweep tab)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return [read_info(p) for p in sorted(folder.glob("*.parquet")) if p.is_file()]
+    subs = [d for d in sorted(folder.iterdir()) if d.is_dir() and not (d / "results").is_dir()
+            and not (d / "sweeps").is_dir()]
+    paths = sorted(folder.glob("*.parquet")) + [p for d in subs for p in sorted(d.glob("*.parquet"))]
+    return [read_info(p) for p in paths if p.is_file()]
 
 
 def _num(v):
@@ -137,8 +142,8 @@ def find_pairs(infos: list[BundleInfo]) -> list[tuple[BundleInfo, BundleInfo]]:
     """(base, pingpong) pairs with equal config apart from the schedule; preferred shape first."""
     groups: dict[str, dict[str, list[BundleInfo]]] = {}
     for info in infos:
-        if info.error or info.schedule not in PAIR_SCHEDULES:
-            continue
+        if info.error or info.schedule not in PAIR_SCHEDULES or "instrument" in info.meta:
+            continue  # (automatic-event bundles pair by kernel in their own page, not as attention)
         groups.setdefault(info.pair_key, {}).setdefault(info.schedule, []).append(info)
     pairs = []
     for g in groups.values():
@@ -182,7 +187,9 @@ def describe(meta: dict, rows: int) -> str:
 
 def source_for_path(path: Path, origin: str, info: BundleInfo | None = None) -> Source:
     info = info or read_info(path)
-    return Source(path_key(path), f"{path.name} — {describe(info.meta, info.rows)}", origin, path=path)
+    shown = f"{path.parent.name}/{path.name}" if path.parent.resolve() != TRACES_DIR.resolve() and \
+        path.parent.parent.resolve() == TRACES_DIR.resolve() else path.name
+    return Source(path_key(path), f"{shown} — {describe(info.meta, info.rows)}", origin, path=path)
 
 
 @dataclass

@@ -581,3 +581,25 @@ def test_downloads_are_the_exporters_output(pair):
     chrome = json.loads(perfetto_ui.export_chrome(tr))
     evs = chrome["traceEvents"] if isinstance(chrome, dict) else chrome
     assert sum(1 for e in evs if e.get("ph") in ("X", "i")) == len(tr)
+
+
+def test_bundled_subfolders_are_listed_but_sweeps_and_auto_do_not_pair(tmp_path):
+    """traces/auto/*.parquet are listed; a sweep dataset's bundles are not; an automatic-event
+    bundle with an attention shape never replaces the hand-placed one in the default pair."""
+    import shutil
+
+    from app import data  # noqa: F811
+
+    src = data.TRACES_DIR
+    (tmp_path / "auto").mkdir()
+    shutil.copy(src / "decode_d128_16to1_sk131072_b1_base.parquet", tmp_path)
+    shutil.copy(src / "decode_d128_16to1_sk131072_b1_pingpong.parquet", tmp_path)
+    shutil.copy(src / "auto" / "decode_d128_16to1_sk131072_b1_pingpong_generic.parquet", tmp_path / "auto" / "a.parquet")
+    (tmp_path / "sweep" / "results").mkdir(parents=True)
+    shutil.copy(src / "auto" / "quack_gemm_sm90_skinny_64x8192x8192.parquet", tmp_path / "sweep" / "b.parquet")
+    infos = data.discover(tmp_path)
+    assert sorted(i.path.relative_to(tmp_path).as_posix() for i in infos) == [
+        "auto/a.parquet", "decode_d128_16to1_sk131072_b1_base.parquet", "decode_d128_16to1_sk131072_b1_pingpong.parquet"]
+    pairs = data.find_pairs(infos)
+    assert [(a.path.name, b.path.name) for a, b in pairs] == [
+        ("decode_d128_16to1_sk131072_b1_base.parquet", "decode_d128_16to1_sk131072_b1_pingpong.parquet")]
