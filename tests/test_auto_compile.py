@@ -118,3 +118,30 @@ def test_instrument_context_intercepts_cute_compile():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out == {"type": "Instrumented", "restored": True, "n": 1, "families": ["barrier"],
                    "roles": {"copy": [0, 1, 2, 3]}, "params": ["src", "dst", "fa4trace_buf"], "plain": True}
+
+
+def _needs_fa4():
+    try:
+        from fa4trace.fa4 import FA4_VERSIONS, fa4_version
+    except ImportError as e:  # pragma: no cover
+        pytest.skip(f"fa4trace.fa4 does not import: {e}")
+    if fa4_version() not in FA4_VERSIONS:
+        pytest.skip(f"flash-attn-4 {FA4_VERSIONS} is not installed")
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_fa4_prefill_through_the_generic_layer(arch):
+    """FA4's forward (prefill) with nothing but the generic layer and one named span; sm_100a is
+    compile-checked only (no B200 here)."""
+    _needs_fa4()
+    r = probe("fa4_prefill", arch)
+    m = r["meta"]
+    assert r["restored"] and m["spans_missing"] == [] and "softmax" in r["vocab"]
+    assert {"pipeline", "tma", "barrier"} <= set(m["found"])
+    classes = {p["class"] for p in m["pipelines"].values()}
+    if arch == "sm_90a":
+        assert m["missing"] == [] and classes == {"PipelineTmaAsync"} and m["warps_per_cta"] == 12
+        assert set(m["pipelines"]) == {"q", "k", "v"}
+    else:  # FA4 issues its tcgen05 MMAs through its own PTX helpers: no mma events to find
+        assert m["missing"] == ["mma"] and {"PipelineTmaUmma", "PipelineUmmaAsync"} <= classes
+    assert r["ptx_record_stores"] >= sum(m["placed"].values())

@@ -44,7 +44,7 @@ def originals():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy"])
+    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "fa4_prefill"])
     ap.add_argument("arch")
     ap.add_argument("--families", default=None)
     ap.add_argument("--cursor", default="smem")
@@ -58,7 +58,22 @@ def main():
 
     fams = tuple(f for f in a.families.split(",") if f) if a.families is not None else None
     before = originals()
-    if a.kernel == "quack_gemm":
+    if a.kernel == "fa4_prefill":
+        # FA4's forward for a prefill shape through FA4's own interface; on sm_100a with a span
+        # named on FA4's softmax step (its tcgen05 MMAs are issued by FA4's own PTX helpers)
+        from fa4trace.fa4.build import capture, target
+
+        arch = "sm100" if a.arch.startswith("sm_100") else "sm90"
+        spans = {"softmax": ("flash_attn.cute.flash_fwd_sm100:FlashAttentionForwardSm100.softmax_step" if arch == "sm100"
+                             else "flash_attn.cute.softmax:Softmax.online_softmax")}
+        with target(arch):
+            cap = capture(arch, schedule="base" if arch == "sm100" else "pingpong", d=128, hq=16, hkv=16, sq=8192,
+                          sk=8192, b=2)
+            kw = {} if fams is None else {"families": fams}
+            c = compile_traced(cap.kernel, *cap.args, spans=spans, check=False, cursor=a.cursor,
+                               options=cap.options + " --keep-ptx", **kw)
+        plain_ptx = None
+    elif a.kernel == "quack_gemm":
         import auto_kernels as ak
 
         c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor)
