@@ -66,7 +66,7 @@ def quack_gemm_entry(arch_major: int = 9):
 
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
-                       cursor: str = "smem"):
+                       cursor: str = "smem", l2: str = "first"):
     """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from fa4trace.auto.compiler import compile_traced
@@ -75,22 +75,23 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
     entry, args, cls = quack_gemm_entry(9 if arch.startswith("sm_90") else 10)
     opts = "--enable-tvm-ffi" + (" --keep-ptx" if keep_ptx else "")
     return compile_traced(entry, *args, kernels=[cls], families=FAMILIES if families is None else families,
-                          check=check, options=opts, cursor=cursor)
+                          check=check, options=opts, cursor=cursor, l2=l2)
 
 
 # (name suffix, cursor, families): the default build and the cost-by-family variants
-VARIANTS = [("", "smem", None), ("_gmem", "gmem", None), ("_pipeline", "smem", ("pipeline",)),
-            ("_mma", "smem", ("mma",)), ("_tma", "smem", ("tma",)), ("_barrier", "smem", ("barrier",)),
-            ("_none", "smem", ())]
+VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_gmem", "gmem", None, "first"),
+            ("_pipeline", "smem", ("pipeline",), "first"), ("_mma", "smem", ("mma",), "first"),
+            ("_tma", "smem", ("tma",), "first"), ("_barrier", "smem", ("barrier",), "first"),
+            ("_none", "smem", (), "first")]
 
 
 # FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans)
-FA4_VARIANTS = [("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
+FA4_VARIANTS = [("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
                 ("_barrier", ("barrier",), False), ("_tma", ("tma",), False), ("_spans", (), True), ("_none", (), False)]
 
 
 def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = True, cursor: str = "smem",
-                        families=None, spans: bool = True):
+                        families=None, spans: bool = True, l2: str = "first"):
     """FA4's SM90 forward for a prefill shape, through FA4's own interface (its tile, its
     schedule), instrumented by the generic layer plus two named spans (softmax, rescale)."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -105,7 +106,7 @@ def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = T
         from fa4trace.auto.events import FAMILIES
 
         c = compile_traced(cap.kernel, *cap.args, spans=FA4_SPANS if spans else None, check=check, cursor=cursor,
-                           families=FAMILIES if families is None else families, options=opts)
+                           families=FAMILIES if families is None else families, options=opts, l2=l2)
     return c, cap.config
 
 
@@ -116,7 +117,7 @@ def decode_shape():
     return Shape(b=p["b"], sq=p["sq"], hq=p["hq"], hkv=p["hkv"], sk=p["sk"], d=p["d"], dtype="bf16")
 
 
-def compile_decode(*, keep_ptx: bool = False, check: bool = True):
+def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "first"):
     """Our decode kernel's uninstrumented variant, with the generic layer's events only."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from fa4trace.attention.api import variant_for
@@ -126,7 +127,7 @@ def compile_decode(*, keep_ptx: bool = False, check: bool = True):
     variant = variant_for(decode_shape(), DECODE["schedule"])
     opts = f"--enable-tvm-ffi --gpu-arch {A.ARCH} {A.PTXAS_OPTIONS}" + (" --keep-ptx" if keep_ptx else "")
     c = compile_traced(A.DecodeAttentionSm90(variant), *A.fake_arguments(variant.head_dim, variant.dtype, False),
-                       check=check, options=opts)
+                       check=check, options=opts, l2=l2)
     return c, variant
 
 
@@ -136,11 +137,11 @@ def build(out: str, force: bool) -> None:
 
     t = time.time()
     ents = {}
-    for suffix, cursor, fams in VARIANTS:
-        c = compile_quack_gemm(cursor=cursor, families=fams, check=not ents)
+    for suffix, cursor, fams, l2 in VARIANTS:
+        c = compile_quack_gemm(cursor=cursor, families=fams, check=not ents, l2=l2)
         ents.update(entries("quack_gemm_sm90" + suffix, c,
                             {"kernel": "quack GemmSm90", "tile": list(TILE), "cluster": list(CLUSTER),
-                             "quack": _version("quack-kernels"), "cursor": cursor,
+                             "quack": _version("quack-kernels"), "cursor": cursor, "l2": l2,
                              "families": sorted(c.meta["families"])}))
     for causal in (False, True):
         c, cfg = compile_fa4_prefill(causal=causal)
@@ -148,14 +149,16 @@ def build(out: str, force: bool) -> None:
                             dict(cfg, kernel=f"FA4 {cfg['kernel_class']} prefill{' causal' if causal else ''}",
                                  cursor="smem", families=sorted(c.meta["families"]), spans=sorted(FA4_SPANS))))
     for sfx, fams, sp in FA4_VARIANTS:
-        c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False)
+        c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False,
+                                     l2="last" if sfx == "_l2last" else "first")
         ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
-                            dict(cfg, kernel="FA4 prefill", cursor="smem", families=sorted(c.meta["families"]),
+                            dict(cfg, kernel="FA4 prefill", cursor="smem", l2=c.meta["l2"], families=sorted(c.meta["families"]),
                                  spans=sorted(FA4_SPANS) if sp else [])))
-    c, variant = compile_decode()
-    ents.update(entries("decode_sm90_generic", c, {"kernel": f"fa4trace decode ({variant.name}), generic events only",
-                                                   "variant": variant.name, "cursor": "smem",
-                                                   "families": sorted(c.meta["families"]), **DECODE}))
+    for sfx, l2 in (("", "first"), ("_l2last", "last")):
+        c, variant = compile_decode(l2=l2, check=not sfx)
+        ents.update(entries("decode_sm90_generic" + sfx, c,
+                            {"kernel": f"fa4trace decode ({variant.name}), generic events only", "variant": variant.name,
+                             "cursor": "smem", "l2": l2, "families": sorted(c.meta["families"]), **DECODE}))
     build_library(ents, out, arch="sm_90a", overwrite=force)
     print(f"built {', '.join(ents)} into {out} in {time.time() - t:.0f} s")
 
@@ -199,7 +202,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         from fa4trace.aot import BuildDir
         from fa4trace.record import new_trace_tensor
 
-        names = [f"quack_gemm_sm90{sfx}" for sfx, _c, _f in VARIANTS if f"quack_gemm_sm90{sfx}" in BuildDir(build_dir).functions]
+        names = [f"quack_gemm_sm90{sfx}" for sfx, _c, _f, _l in VARIANTS if f"quack_gemm_sm90{sfx}" in BuildDir(build_dir).functions]
         opts = RecordOptions(ctas=H200_SMS, capacity=1 << 15, check=False)
         kerns = {nm: load(build_dir, nm, options=opts) for nm in names}
         plain = kerns[names[0]].plain
@@ -216,7 +219,8 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         dropped = int(trace.events.column("dropped").to_numpy().max()) if len(trace) else 0
         for nm in names:
             cfg = BuildDir(build_dir).functions[nm]["config"]
-            rows.append({"kernel": "quack GemmSm90", "shape": f"{m}x{n}x{k}", "build": nm, "cursor": cfg["cursor"],
+            rows.append({"kernel": "quack GemmSm90", "shape": f"{m}x{n}x{k}", "build": nm,
+                         "cursor": cfg["cursor"] + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
                          "families": "+".join(cfg["families"]) or "lifetimes only",
                          "plain_us": round(tp, 2), "traced_us": round(med[nm], 2),
                          "cost_pct": round(100 * (med[nm] / tp - 1), 2),
@@ -310,7 +314,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
             cfg = BuildDir(build_dir).functions[nm]["config"]
             mo = sorted(to[nm])[len(to[nm]) // 2]
             rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
-                         "build": nm, "cursor": "smem",
+                         "build": nm, "cursor": "smem" + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
                          "families": ("+".join(cfg["families"]) or "lifetimes only")
                          + (" + softmax, rescale spans" if cfg.get("spans") else ""),
                          "plain_us": round(mp, 2), "traced_us": round(mo, 2), "cost_pct": round(100 * (mo / mp - 1), 2)})
@@ -369,19 +373,25 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
     path = os.path.join(out, "decode_d128_16to1_sk131072_b1_pingpong_generic.parquet")
     trace.save(path, overwrite=True)
     full = load(build_dir, "decode_sm90_generic", options=RecordOptions(ctas=plan.n_ctas, capacity=4096, check=False))
+    last = load(build_dir, "decode_sm90_generic_l2last", options=full.options).fn
     bufs = [new_trace_tensor(full.options.spec(full.warps_per_cta)) for _ in range(n_sets)]
-    tp, tt = [], []
+    tp, tt, tl = [], [], []
     for _ in range(rounds):
         tp.append(graph_time(lambda i: full.plain(*args(i)), n_sets, replays, n_sets * 8)[0])
         tt.append(graph_time(lambda i: full.fn(*args(i), bufs[i]), n_sets, replays, n_sets * 8)[0])
-    mp, mt = sorted(tp)[len(tp) // 2], sorted(tt)[len(tt) // 2]
+        tl.append(graph_time(lambda i: last(*args(i), bufs[i]), n_sets, replays, n_sets * 8)[0])
+    mp, mt, ml = sorted(tp)[len(tp) // 2], sorted(tt)[len(tt) // 2], sorted(tl)[len(tl) // 2]
+    extra = {"kernel": "fa4trace decode, generic events only", "shape": "d128 16:1 sk131072 b1 pingpong",
+             "build": "decode_sm90_generic_l2last", "cursor": "smem, L2 evict_last", "families": "barrier+mma+pipeline+tma",
+             "plain_us": round(mp, 2), "traced_us": round(ml, 2), "cost_pct": round(100 * (ml / mp - 1), 2)}
+    print(json.dumps(extra), flush=True)
     row = {"kernel": "fa4trace decode, generic events only", "shape": "d128 16:1 sk131072 b1 pingpong",
            "build": "decode_sm90_generic", "cursor": "smem", "families": "barrier+mma+pipeline+tma",
            "plain_us": round(mp, 2), "traced_us": round(mt, 2), "cost_pct": round(100 * (mt / mp - 1), 2),
            "bitwise_equal": all(kern.checked), "events": len(trace),
            "dropped": int(trace.events.column("dropped").to_numpy().max()), "bundle": os.path.basename(path)}
     print(json.dumps(row), flush=True)
-    return [row]
+    return [extra, row]
 
 
 def main(argv=None):

@@ -23,7 +23,8 @@ from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions
 class Session:
     """What one ``instrument`` block compiled: ``kernels`` (Instrumented, in compile order)."""
 
-    def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None):
+    def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None,
+                 l2: str = "first"):
         self.families = tuple(families)
         self.extra_kernels = tuple(kernels)
         self.roles = dict(roles) if roles else None
@@ -31,13 +32,14 @@ class Session:
         self.options = options
         self.warps_per_cta = warps_per_cta
         self.spans = dict(spans or {})
+        self.l2 = l2
         self.kernels: list[Instrumented] = []
 
     def compile(self, real_compile, fn, *args, **kwargs) -> Instrumented:
         from .compiler import compile_traced
 
         c = compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=self.cursor,
-                           check=self.options.check, spans=self.spans, compile_fn=real_compile, **kwargs)
+                           check=self.options.check, spans=self.spans, l2=self.l2, compile_fn=real_compile, **kwargs)
         meta = dict(c.meta, roles=self.roles, params=c.params)
         if self.warps_per_cta:
             meta["warps_per_cta"] = int(self.warps_per_cta)
@@ -83,7 +85,8 @@ class _CompileProxy:
 @contextlib.contextmanager
 def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
-               warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None):
+               warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None,
+               l2: str = "first"):
     """Compile every CuTe DSL kernel inside the block with automatic events.
 
     ``families``: which of pipeline, tma, mma, barrier to record (fewer cost less; warp
@@ -93,6 +96,7 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     ``warps`` / ``capacity``: who records, how much. ``check``: each launch also runs the plain
     kernel and must match it bit for bit. ``spans``: {"softmax": "module:Class.method", ...}:
     every call of those functions becomes a span of that name (what no generic hook can know).
+    ``l2``: the record stores' L2 policy, "first" (records leave L2 before reused data) or "last".
     """
     import sys
 
@@ -104,7 +108,7 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     session = Session(families=families, kernels=kernels, roles=roles, cursor=cursor,
                       options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
                                             warps=tuple(warps) if warps else None, check=check),
-                      warps_per_cta=warps_per_cta, spans=spans)
+                      warps_per_cta=warps_per_cta, spans=spans, l2=l2)
     real = cute.compile
     proxy = _CompileProxy(real, session)
     patches = Patches()

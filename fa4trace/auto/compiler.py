@@ -144,13 +144,15 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
 
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
-                   spans: Optional[dict] = None, compile_fn=None, **kwargs) -> CompiledTraced:
+                   spans: Optional[dict] = None, l2: str = "first", compile_fn=None, **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
     each warp keeps its record count between events: "smem" (default; 128 B of static shared
     memory, read back in tens of cycles) or "gmem" (the warp's header: no shared memory, for a
-    kernel that uses all of it, but an L2 round trip per event; see BENCHMARKS.md). ``check``: also compile the plain kernel, for the output check.
+    kernel that uses all of it, but an L2 round trip per event; see BENCHMARKS.md). ``l2``: the
+    record stores' L2 policy, "first" (default: records leave L2 before the kernel's reused data)
+    or "last" (records stay in L2; for kernels that stream their inputs once). ``check``: also compile the plain kernel, for the output check.
     """
     import cutlass
     import cutlass.cute as cute
@@ -178,7 +180,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
 
     def on_enter(buf):
         STATE.buf = buf
-        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor)
+        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
 
     def on_exit():
         if STATE.rec is not None:
@@ -206,6 +208,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             "pipelines": dict(table.pipelines),
             "warps_per_cta": _block_warps(STATE.launches),
             "cursor": cursor,
+            "l2": l2,
             "arch": _arch(),
             "dsl": dsl_version(),
         }

@@ -448,12 +448,13 @@ class SegmentRecorder:
     record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
     """
 
-    def __init__(self, trace, role, timebase, invariants, smem_cursor=None):
+    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last"):
         self.trace = trace
         self.role = role
         self.timebase = timebase
         self._inv = invariants
         self._smem = smem_cursor  # (cute tensor of 32 Int32 in shared memory, warp index) or None
+        self._policy = L2_POLICY[l2]
         self._open: Optional["Segment"] = None
 
     @property
@@ -462,7 +463,7 @@ class SegmentRecorder:
 
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem") -> "SegmentRecorder":
+              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last") -> "SegmentRecorder":
         """Claim this warp's slot, write the start of its header and zero its cursor.
 
         ``cursor``: where the cursor lives between segments. "gmem" (default): the header word
@@ -471,7 +472,15 @@ class SegmentRecorder:
         a segment then waits on a shared-memory load instead of a global one, which matters
         for short segments; the kernel's shared-memory budget grows by that much (plus
         alignment of the dynamic region that follows static shared memory).
+
+        ``l2``: the L2 policy of the record stores. "last" (evict_last, default): records stay in
+        L2 until the launch ends, right for kernels that stream their inputs once (decode
+        attention). "first" (evict_first): records leave L2 first, right for kernels whose
+        inputs are reused through L2 (GEMM, prefill attention), where millions of pinned records
+        would push that reuse out to DRAM.
         """
+        if l2 not in L2_POLICY:
+            raise ValueError(f"l2 must be one of {sorted(L2_POLICY)}, got {l2!r}")
         if const_expr(trace is None):
             return SegmentRecorder(None, role, timebase, None)
         if timebase not in L.TIMEBASE_NAMES:
@@ -483,7 +492,7 @@ class SegmentRecorder:
         if cursor == "smem":
             ptr = cute.arch.alloc_smem(Int32, 32, alignment=16)
             smem = (cute.make_tensor(ptr, cute.make_layout(32)), cute.arch.warp_idx() % 32)
-        rec = SegmentRecorder(trace, role, timebase, inv, smem)
+        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2)
         rec._store_cursor(Int32(0))
         return rec
 
@@ -552,7 +561,7 @@ class SegmentRecorder:
         header, cap, _lane = self._inv
         trace = self.trace
         if pos < cap:
-            _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word)
+            _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
 
 
 class Segment:
@@ -613,9 +622,11 @@ class Segment:
 
 # L2 policy of record stores (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_LAST).
 _L2_EVICT_LAST = 0x14F0000000000000
+_L2_EVICT_FIRST = 0x12F0000000000000  # CacheHintSm90::EVICT_FIRST
+L2_POLICY = {"last": _L2_EVICT_LAST, "first": _L2_EVICT_FIRST}
 
 
-def _store_l2_last(trace: cute.Tensor, index, word: Int64):
+def _store_l2_last(trace: cute.Tensor, index, word: Int64, policy: int = _L2_EVICT_LAST):
     """``trace[index] = word`` as st.global with the L2 policy evict_last: records stay in L2
     until the launch ends. Why: in kernels that stream their input with evict_first (decode
     attention) the records otherwise go out to DRAM during the launch, between the stream's
@@ -624,7 +635,7 @@ def _store_l2_last(trace: cute.Tensor, index, word: Int64):
     from cutlass._mlir.dialects import llvm
 
     ptr = (trace.iterator + index).llvm_ptr
-    llvm.inline_asm(None, [ptr, Int64(word).ir_value(), Int64(_L2_EVICT_LAST).ir_value()],
+    llvm.inline_asm(None, [ptr, Int64(word).ir_value(), Int64(policy).ir_value()],
                     "st.global.L2::cache_hint.b64 [$0], $1, $2;", "l,l,l",
                     has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
 
