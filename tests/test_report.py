@@ -38,7 +38,7 @@ def _write(folder: Path, name: str, obj) -> None:
 
 def test_benchmarks_md_is_up_to_date(capsys):
     assert report.main(["--check"]) == 0, "BENCHMARKS.md is stale: run python benchmarks/report.py"
-    assert (ROOT / "BENCHMARKS.md").stat().st_size <= 30 * 1024  # current numbers only: a page, not a diary
+    assert (ROOT / "BENCHMARKS.md").stat().st_size <= 34 * 1024  # current numbers only: a page, not a diary
 
 
 def test_check_fails_on_a_stale_file(tmp_path, capsys):
