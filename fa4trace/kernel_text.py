@@ -57,6 +57,11 @@ def format_kernel_summary(s: dict) -> str:
             per = ", ".join(f"{x['stage']}: {ns(x['median_ns'])}" for x in d.get("lag_per_stage") or [])
             lines.append(f"                 lag commit → consumer wait end: median {ns(d['lag_median_ns'])}, "
                          f"p90 {ns(d['lag_p90_ns'])}; median per stage {per}")
+    mf = s.get("mma_in_flight")
+    if mf:
+        ov = ", ".join(f"{n} {pct(v)}" for n, v in (mf.get("overlap") or {}).items() if v is not None)
+        lines.append(f"  mma in flight  {mf['groups']} groups, median {ns(mf['median_ns'])} from commit to retire"
+                     + (f"; named spans with the warp's MMAs in flight: {ov}" if ov else ""))
     ch = s.get("wait_chain")
     if ch:
         by = ", ".join(f"{n} {ns(v)}" for n, v in list(ch["by_event"].items())[:4])
