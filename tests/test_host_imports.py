@@ -26,7 +26,8 @@ CODE = textwrap.dedent('''
     import fa4trace.viewer.data, fa4trace.viewer.timeline, fa4trace.viewer.metrics  # noqa
     import fa4trace.viewer.grid, fa4trace.viewer.iterations, fa4trace.viewer.perfetto_ui, fa4trace.viewer.page  # noqa
     import fa4trace.viewer.kernel_view  # noqa
-    from fa4trace import autoevents, kernel_analysis, kernel_text, roles, wait_chain  # noqa
+    from fa4trace import autoevents, kernel_analysis, kernel_text, mma_flight, roles, wait_chain  # noqa
+    from fa4trace.auto import api, build, compiler, entry, events, families, patches, run, state  # noqa: no cutlass until a compile
     from fa4trace.synthetic import pipelined_like
     kb, km, kv = pipelined_like(n_ctas=2, k_tiles=4)
     kt = fa4trace.Trace.from_launches([decode.decode_buffer(kb, vocab=kv)], km, vocab=kv)
