@@ -44,4 +44,8 @@ def main(folder="traces/auto"):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", nargs="?", default="traces/auto")
+    main(ap.parse_args().folder)

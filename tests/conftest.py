@@ -21,7 +21,7 @@ HAS_CUDA = _cuda_available()
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200 through the device tool)")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run tests/gpu on a machine with one: benchmarks/device_run.sh)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
