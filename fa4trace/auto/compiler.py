@@ -195,7 +195,15 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                                                      on_launch=STATE.launches.append))
         traced = E.traced_entry(entry, on_buffer)
         buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
-        compiled = compile_fn(traced, *full, buf, **ctl)
+        try:
+            compiled = compile_fn(traced, *full, buf, **ctl)
+        except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            if not msg.startswith("fa4trace:"):
+                raise
+            raise Fa4traceError(f"fa4trace cannot follow {raw.__qualname__}: {msg[len('fa4trace:'):].strip()} "
+                                f"(families {', '.join(FAMILIES)} on nvidia-cutlass-dsl {', '.join(SUPPORTED_DSL)}; "
+                                "try families= without the family named, or report the kernel)") from None
         meta = {
             "kernel": f"{raw.__module__}.{raw.__qualname__}",
             "kernels": [getattr(getattr(k, "__wrapped__", k), "__qualname__", n) for _o, n, k, _m in targets],
