@@ -69,3 +69,13 @@ def attention_ptx():
 
     names = [n for n in variant_names("sm_90a", kinds=("attention",)) if not n.endswith("_pdl") or n == PDL_VARIANT]
     return compile_all("sm_90a", names, jobs=2, cache=PTX_CACHE)
+
+
+@pytest.fixture
+def app_env(monkeypatch, tmp_path):
+    """Run the viewer with no bundled traces (an empty traces dir) unless a test passes some."""
+    empty = tmp_path / "no_traces"
+    empty.mkdir()
+    monkeypatch.setenv("FA4TRACE_TRACES_DIR", str(empty))
+    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
+    return monkeypatch

@@ -50,16 +50,6 @@ def pair(tmp_path_factory):
             make_bundle(d / "syn_pingpong.parquet", "pingpong", config=SHAPE))
 
 
-@pytest.fixture
-def app_env(monkeypatch, tmp_path):
-    """Run the app with no bundled traces (an empty traces dir) unless a test passes some."""
-    empty = tmp_path / "no_traces"
-    empty.mkdir()
-    monkeypatch.setenv("FA4TRACE_TRACES_DIR", str(empty))
-    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
-    return monkeypatch
-
-
 def run_app(**session) -> AppTest:
     at = AppTest.from_file(MAIN, default_timeout=120)
     for k, v in session.items():

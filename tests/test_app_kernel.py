@@ -43,22 +43,7 @@ def kpair(tmp_path_factory):
             save(d / "gemm_s6.parquet", n_ctas=3, k_tiles=16, stages=6, load_ns=2000))
 
 
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    empty = tmp_path / "no_traces"
-    empty.mkdir()
-    monkeypatch.setenv("FA4TRACE_TRACES_DIR", str(empty))
-    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
-    return monkeypatch
-
-
-def run_app(**session) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=120)
-    for k, v in session.items():
-        at.session_state[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+from test_app import run_app  # noqa: E402  (the viewer's AppTest harness)
 
 
 def figure(at: AppTest, key: str) -> dict:
@@ -73,9 +58,9 @@ def values(v) -> np.ndarray:
     return np.asarray(v, dtype=np.float64)
 
 
-def test_two_bundles_of_one_kernel_side_by_side(env, kpair):
+def test_two_bundles_of_one_kernel_side_by_side(app_env, kpair):
     a, b = kpair
-    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
     at = run_app()
     assert at.title[0].value == "fa4trace · A vs B"
     want = json.loads(json.dumps(compare_kernels(load(a), load(b))))
@@ -116,8 +101,8 @@ def test_two_bundles_of_one_kernel_side_by_side(env, kpair):
         assert df.value["wait"].tolist() == ch["name"].tolist() and df.value["warp"].tolist() == ch["warp"].tolist()
 
 
-def test_window_by_pipeline_counts(env, kpair):
-    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join(str(p) for p in kpair))
+def test_window_by_pipeline_counts(app_env, kpair):
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join(str(p) for p in kpair))
     at = run_app()
     sl = at.slider[0]
     assert sl.label == "Pipeline counts of each CTA (0 = its first)" and sl.max == 15
@@ -127,8 +112,8 @@ def test_window_by_pipeline_counts(env, kpair):
     assert "counts 0–3 (of 0–15)" in titles[0] and "counts 0–3 (of 0–15)" in titles[1]
 
 
-def test_one_bundle_and_every_tab(env, kpair):
-    env.setenv("FA4TRACE_BUNDLES", str(kpair[0]))
+def test_one_bundle_and_every_tab(app_env, kpair):
+    app_env.setenv("FA4TRACE_BUNDLES", str(kpair[0]))
     at = run_app()
     assert at.title[0].value == "fa4trace viewer"
     assert any(m.label == "kernel time (A)" for m in at.metric)
@@ -143,14 +128,14 @@ def test_one_bundle_and_every_tab(env, kpair):
     assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(kpair[0]))  # with its occupancy counters
 
 
-def test_mixed_or_different_kernels_are_shown_not_compared(env, kpair, tmp_path):
+def test_mixed_or_different_kernels_are_shown_not_compared(app_env, kpair, tmp_path):
     buf, meta = attention_like("base", n_ctas=2, n_blocks=4)
     att = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "att.parquet")
-    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(kpair[0]), str(att)]))
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(kpair[0]), str(att)]))
     at = run_app()
     assert any("different kinds of bundle" in w.value for w in at.warning)
     assert len(figure(at, "timeline")["layout"]["annotations"]) == 2
     other = save(tmp_path / "other.parquet", n_ctas=2, k_tiles=8, kernel="other.kernel")
-    env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(kpair[0]), str(other)]))
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(kpair[0]), str(other)]))
     at = run_app()
     assert any("compare needs two bundles of the same kernel: A's numbers alone" in w.value for w in at.warning)
