@@ -226,7 +226,11 @@ def test_a_worker_that_cannot_start_stops_the_sweep_in_one_line(src, tmp_path):
 
 
 SCRIPT = textwrap.dedent('''
+    import signal
     import sys
+    # a terminal's Ctrl-C raises KeyboardInterrupt; a shell's background job (how CI may run the
+    # tests) starts with SIGINT ignored, and Python keeps it so: give the sweep a terminal's handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from fa4trace.sweep.pool import Pool
     from fa4trace.sweep.replay import ReplayGrid
     from fa4trace.sweep.run import run_sweep
