@@ -144,7 +144,8 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
 
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
-                   spans: Optional[dict] = None, l2: str = "first", compile_fn=None, **kwargs) -> CompiledTraced:
+                   spans: Optional[dict] = None, l2: str = "first", compile_fn=None, _probe: str = "",
+                   **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -174,13 +175,14 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     full = list(bound.arguments.values())
     table = EventTable()
     STATE.reset(table, tuple(families) + (("user",) if spans else ()), cursor)
+    STATE.probe = _probe  # cost diagnosis: records without timer reads, or timer reads without records
 
     def on_buffer(buf):
         STATE.host_buf = buf
 
     def on_enter(buf):
         STATE.buf = buf
-        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
+        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2, one_lane=STATE.probe == "one_lane")
 
     def on_exit():
         if STATE.rec is not None:

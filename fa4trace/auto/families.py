@@ -49,14 +49,17 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
         return call()
     table = st.table
     eid = table.event(family, op, resource, stages)
+    t = 0 if st.probe == "no_timer" else None  # cost diagnosis builds only (compile_traced _probe=)
     seg = rec.open()
     if table.is_span(family, op):
-        seg.begin(eid, payload)
+        seg.begin(eid, payload, t=t)
         ret = call()
-        seg.end(eid, payload)
+        seg.end(eid, payload, t=t)
     else:
         ret = call()
-        seg.instant(eid, payload)
+        seg.instant(eid, payload, t=t)
+    if st.probe == "no_store":
+        seg._words.clear()
     seg.close()
     st.found[family] = st.found.get(family, 0) + 1
     return ret

@@ -18,6 +18,7 @@ class TraceState:
     names: dict = field(default_factory=dict)  # id(pipeline) -> (name, object)
     found: dict = field(default_factory=dict)  # family -> hooked calls traced
     launches: list = field(default_factory=list)  # launch configs seen (block, grid, cluster)
+    probe: str = ""  # cost diagnosis only: "no_timer" (constant times) or "no_store" (records dropped)
 
     def reset(self, table=None, families=(), cursor: str = "gmem"):
         self.host_buf = self.buf = self.rec = None
@@ -25,6 +26,7 @@ class TraceState:
         self.families = frozenset(families)
         self.cursor = cursor
         self.names, self.found, self.launches = {}, {}, []
+        self.probe = ""
 
 
 STATE = TraceState()
