@@ -448,9 +448,8 @@ class SegmentRecorder:
     record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
     """
 
-    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last", one_lane: bool = False):
+    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last"):
         self.trace = trace
-        self.one_lane = one_lane  # stores from the first active lane only (the others' are the same)
         self.role = role
         self.timebase = timebase
         self._inv = invariants
@@ -464,8 +463,7 @@ class SegmentRecorder:
 
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last",
-              one_lane: bool = False) -> "SegmentRecorder":
+              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last") -> "SegmentRecorder":
         """Claim this warp's slot, write the start of its header and zero its cursor.
 
         ``cursor``: where the cursor lives between segments. "gmem" (default): the header word
@@ -480,10 +478,6 @@ class SegmentRecorder:
         attention). "first" (evict_first): records leave L2 first, right for kernels whose
         inputs are reused through L2 (GEMM, prefill attention), where millions of pinned records
         would push that reuse out to DRAM.
-
-        ``one_lane``: every active lane computes the same records; with this only the first active
-        lane stores them and the cursor (``activemask`` / ``lanemask_lt`` per segment), where by
-        default every active lane stores the same word to the same address.
         """
         if l2 not in L2_POLICY:
             raise ValueError(f"l2 must be one of {sorted(L2_POLICY)}, got {l2!r}")
@@ -498,7 +492,7 @@ class SegmentRecorder:
         if cursor == "smem":
             ptr = cute.arch.alloc_smem(Int32, 32, alignment=16)
             smem = (cute.make_tensor(ptr, cute.make_layout(32)), cute.arch.warp_idx() % 32)
-        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2, one_lane)
+        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2)
         rec._store_cursor(Int32(0))
         return rec
 
@@ -509,32 +503,19 @@ class SegmentRecorder:
         header, _cap, _lane = self._inv
         return Int32(self.trace[header + L.W_COUNTS])
 
-    def _store_cursor(self, cursor: Int32, leader=None):
+    def _store_cursor(self, cursor: Int32):
         if self._smem is not None:
-            if const_expr(leader is None):
-                cur, w = self._smem
-                cur[w] = cursor
-            else:
-                self._store_cursor_smem_if(cursor, leader)
-        else:
-            self._store_cursor_gmem(cursor, leader)
-
-    @cute.jit
-    def _store_cursor_smem_if(self, cursor: Int32, leader):
-        cur, w = self._smem
-        if leader:
+            cur, w = self._smem
             cur[w] = cursor
+        else:
+            self._store_cursor_gmem(cursor)
 
     @cute.jit
-    def _store_cursor_gmem(self, cursor: Int32, leader=None):
+    def _store_cursor_gmem(self, cursor: Int32):
         header, cap, _lane = self._inv
         trace = self.trace
-        if const_expr(leader is None):
-            if cap > 0:
-                trace[header + L.W_COUNTS] = Int64(cursor)
-        else:
-            if (cap > 0) & leader:
-                trace[header + L.W_COUNTS] = Int64(cursor)
+        if cap > 0:
+            trace[header + L.W_COUNTS] = Int64(cursor)
 
     def open(self) -> "Segment":
         if self._open is not None:
@@ -576,15 +557,11 @@ class SegmentRecorder:
             trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
 
     @cute.jit
-    def _store_record(self, pos: Int32, word: Int64, leader=None):
+    def _store_record(self, pos: Int32, word: Int64):
         header, cap, _lane = self._inv
         trace = self.trace
-        if const_expr(leader is None):
-            if pos < cap:
-                _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
-        else:
-            if (pos < cap) & leader:
-                _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
+        if pos < cap:
+            _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
 
 
 class Segment:
@@ -636,14 +613,10 @@ class Segment:
         if const_expr(rec.trace is not None):
             if _current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
-            leader = None
-            if const_expr(bool(rec.one_lane) and len(self._words) > 0):
-                # the first active lane: no active lane below it
-                leader = (cute.arch.activemask() & cute.arch.lanemask_lt()) == 0
             for j, word in enumerate(self._words):
-                rec._store_record(self._cursor + j, word, leader)
+                rec._store_record(self._cursor + j, word)
             if self._words:
-                rec._store_cursor(self._cursor + len(self._words), leader)
+                rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
 
 
