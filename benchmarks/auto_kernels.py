@@ -84,11 +84,12 @@ VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_g
             ("_pipeline", "smem", ("pipeline",), "first"), ("_mma", "smem", ("mma",), "first"),
             ("_tma", "smem", ("tma",), "first"), ("_barrier", "smem", ("barrier",), "first"),
             ("_none", "smem", (), "first"), ("_mma_notimer", "smem", ("mma",), "first"),
-            ("_mma_nostore", "smem", ("mma",), "first")]
+            ("_mma_nostore", "smem", ("mma",), "first"), ("_mma_nocursor", "smem", ("mma",), "first"),
+            ("_mma_norecords", "smem", ("mma",), "first")]
 
 
 # FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans)
-FA4_VARIANTS = [("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
+FA4_VARIANTS = [("_spans_nocursor", (), True), ("_spans_norecords", (), True), ("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
                 ("_barrier", ("barrier",), False), ("_tma", ("tma",), False), ("_spans", (), True), ("_none", (), False)]
 
 
@@ -142,7 +143,8 @@ def build(out: str, force: bool) -> None:
     ents = {}
     for suffix, cursor, fams, l2 in VARIANTS:
         c = compile_quack_gemm(cursor=cursor, families=fams, check=not ents, l2=l2,
-                               probe={"_mma_notimer": "no_timer", "_mma_nostore": "no_store"}.get(suffix, ""))
+                               probe={"_mma_notimer": "no_timer", "_mma_nostore": "no_store", "_mma_nocursor": "no_cursor",
+                                      "_mma_norecords": "no_records"}.get(suffix, ""))
         ents.update(entries("quack_gemm_sm90" + suffix, c,
                             {"kernel": "quack GemmSm90", "tile": list(TILE), "cluster": list(CLUSTER),
                              "quack": _version("quack-kernels"), "cursor": cursor, "l2": l2,
@@ -156,7 +158,8 @@ def build(out: str, force: bool) -> None:
     for sfx, fams, sp in FA4_VARIANTS:
         c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False,
                                      l2="last" if sfx == "_l2last" else "first",
-                                     probe={"_spans_notimer": "no_timer", "_spans_nostore": "no_store"}.get(sfx, ""))
+                                     probe={"_spans_notimer": "no_timer", "_spans_nostore": "no_store", "_spans_nocursor": "no_cursor",
+                                            "_spans_norecords": "no_records"}.get(sfx, ""))
         ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
                             dict(cfg, kernel="FA4 prefill", cursor="smem", l2=c.meta["l2"], probe=sfx[7:] if "_spans_no" in sfx else "",
                                  families=sorted(c.meta["families"]),
@@ -237,7 +240,9 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
             cfg = BuildDir(build_dir).functions[nm]["config"]
             rows.append({"kernel": "quack GemmSm90", "shape": f"{m}x{n}x{k}", "build": nm,
                          "cursor": cfg["cursor"] + (", L2 evict_last" if cfg.get("l2") == "last" else "")
-                         + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)"}.get(cfg.get("probe", ""), ""),
+                         + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",
+                            "nocursor": " (diagnosis: records, no cursor store)",
+                            "norecords": " (diagnosis: cursor store, no records)"}.get(cfg.get("probe", ""), ""),
                          "families": "+".join(cfg["families"]) or "lifetimes only",
                          "plain_us": round(tp, 2), "traced_us": round(med[nm], 2),
                          "cost_pct": round(100 * (med[nm] / tp - 1), 2),
@@ -344,7 +349,9 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
                          "build": nm, "cursor": "smem" + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
                          "families": ("+".join(cfg["families"]) or "lifetimes only")
                          + (" + softmax, rescale spans" if cfg.get("spans") else "")
-                         + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)"}.get(cfg.get("probe", ""), ""),
+                         + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",
+                            "nocursor": " (diagnosis: records, no cursor store)",
+                            "norecords": " (diagnosis: cursor store, no records)"}.get(cfg.get("probe", ""), ""),
                          "plain_us": round(mp, 2), "traced_us": round(mo, 2), "cost_pct": round(100 * (mo / mp - 1), 2)})
             print(json.dumps(rows[-1]), flush=True)
         flops = 4 * p["b"] * p["h"] * p["seqlen"] ** 2 * p["d"] / (2 if variant == "causal" else 1)

@@ -60,6 +60,9 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
         seg.instant(eid, payload, t=t)
     if st.probe == "no_store":
         seg._words.clear()
+    if st.probe in ("no_cursor", "no_records"):  # diagnosis: keep only the record stores / only the cursor's
+        seg.close_probe(records=st.probe == "no_cursor", cursor=st.probe == "no_records")
+        return ret
     seg.close()
     st.found[family] = st.found.get(family, 0) + 1
     return ret
