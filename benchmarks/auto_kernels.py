@@ -80,7 +80,7 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
 
 
 # (name suffix, cursor, families): the default build and the cost-by-family variants
-VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_l2none", "smem", None, "none"), ("_gmem", "gmem", None, "first"),
+VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_gmem", "gmem", None, "first"),
             ("_pipeline", "smem", ("pipeline",), "first"), ("_mma", "smem", ("mma",), "first"),
             ("_tma", "smem", ("tma",), "first"), ("_barrier", "smem", ("barrier",), "first"),
             ("_none", "smem", (), "first"), ("_mma_notimer", "smem", ("mma",), "first"),
@@ -89,7 +89,7 @@ VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_l
 
 
 # FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans)
-FA4_VARIANTS = [("_l2none", None, True), ("_spans_nocursor", (), True), ("_spans_norecords", (), True), ("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
+FA4_VARIANTS = [("_spans_nocursor", (), True), ("_spans_norecords", (), True), ("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
                 ("_barrier", ("barrier",), False), ("_tma", ("tma",), False), ("_spans", (), True), ("_none", (), False)]
 
 
@@ -157,7 +157,7 @@ def build(out: str, force: bool) -> None:
                                  cursor="smem", families=sorted(c.meta["families"]), spans=sorted(FA4_SPANS))))
     for sfx, fams, sp in FA4_VARIANTS:
         c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False,
-                                     l2={"_l2last": "last", "_l2none": "none"}.get(sfx, "first"),
+                                     l2="last" if sfx == "_l2last" else "first",
                                      probe={"_spans_notimer": "no_timer", "_spans_nostore": "no_store", "_spans_nocursor": "no_cursor",
                                             "_spans_norecords": "no_records"}.get(sfx, ""))
         ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
@@ -239,7 +239,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         for nm in names:
             cfg = BuildDir(build_dir).functions[nm]["config"]
             rows.append({"kernel": "quack GemmSm90", "shape": f"{m}x{n}x{k}", "build": nm,
-                         "cursor": cfg["cursor"] + {"last": ", L2 evict_last", "none": ", plain stores"}.get(cfg.get("l2"), "")
+                         "cursor": cfg["cursor"] + (", L2 evict_last" if cfg.get("l2") == "last" else "")
                          + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",
                             "nocursor": " (diagnosis: records, no cursor store)",
                             "norecords": " (diagnosis: cursor store, no records)"}.get(cfg.get("probe", ""), ""),
@@ -346,7 +346,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
             cfg = BuildDir(build_dir).functions[nm]["config"]
             mo = sorted(to[nm])[len(to[nm]) // 2]
             rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
-                         "build": nm, "cursor": "smem" + {"last": ", L2 evict_last", "none": ", plain stores"}.get(cfg.get("l2"), ""),
+                         "build": nm, "cursor": "smem" + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
                          "families": ("+".join(cfg["families"]) or "lifetimes only")
                          + (" + softmax, rescale spans" if cfg.get("spans") else "")
                          + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",

@@ -477,7 +477,7 @@ class SegmentRecorder:
         L2 until the launch ends, right for kernels that stream their inputs once (decode
         attention). "first" (evict_first): records leave L2 first, right for kernels whose
         inputs are reused through L2 (GEMM, prefill attention), where millions of pinned records
-        would push that reuse out to DRAM. "none": a plain store, no L2 hint.
+        would push that reuse out to DRAM.
         """
         if l2 not in L2_POLICY:
             raise ValueError(f"l2 must be one of {sorted(L2_POLICY)}, got {l2!r}")
@@ -561,10 +561,7 @@ class SegmentRecorder:
         header, cap, _lane = self._inv
         trace = self.trace
         if pos < cap:
-            if const_expr(self._policy is None):
-                trace[header + L.WARP_HEADER_WORDS + pos] = word
-            else:
-                _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
+            _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
 
 
 class Segment:
@@ -637,7 +634,7 @@ class Segment:
 # L2 policy of record stores (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_LAST).
 _L2_EVICT_LAST = 0x14F0000000000000
 _L2_EVICT_FIRST = 0x12F0000000000000  # CacheHintSm90::EVICT_FIRST
-L2_POLICY = {"last": _L2_EVICT_LAST, "first": _L2_EVICT_FIRST, "none": None}  # none: a plain st.global
+L2_POLICY = {"last": _L2_EVICT_LAST, "first": _L2_EVICT_FIRST}
 
 
 def _store_l2_last(trace: cute.Tensor, index, word: Int64, policy: int = _L2_EVICT_LAST):
