@@ -481,11 +481,10 @@ class SegmentRecorder:
         inputs are reused through L2 (GEMM, prefill attention), where millions of pinned records
         would push that reuse out to DRAM.
 
-        ``staged`` (needs the smem cursor): records go to a two-block ring per warp in shared
-        memory (768 B for up to 12 warps per CTA, which with the cursor stays within the 1 KB the
-        static region takes anyway) and reach global memory STAGE_BLOCK at a time, one store by
-        that many lanes, instead of one store per record. Where fewer than all 32 lanes run the
-        segment that fills a block (an elected lane), they store its words one by one.
+        ``staged`` (needs the smem cursor): records go to a 16-entry ring per warp in shared
+        memory (2 KB for up to 16 warps per CTA) and reach global memory 8 at a time, one store
+        by 8 lanes, instead of one store per record per segment. Where fewer than all 32 lanes
+        run the segment that fills a block (an elected lane), they store the 8 words one by one.
         """
         if staged and cursor != "smem":
             raise ValueError("staged=True keeps its records next to the smem cursor: pass cursor='smem'")
@@ -504,9 +503,9 @@ class SegmentRecorder:
             smem = (cute.make_tensor(ptr, cute.make_layout(32)), cute.arch.warp_idx() % 32)
         stage = None
         if staged:
-            sptr = cute.arch.alloc_smem(Int64, STAGE_WARPS * 2 * STAGE_BLOCK, alignment=16)
-            stage = (cute.make_tensor(sptr, cute.make_layout(STAGE_WARPS * 2 * STAGE_BLOCK)),
-                     (cute.arch.warp_idx() % STAGE_WARPS) * 2 * STAGE_BLOCK)
+            sptr = cute.arch.alloc_smem(Int64, STAGE_WARPS * 16, alignment=16)
+            stage = (cute.make_tensor(sptr, cute.make_layout(STAGE_WARPS * 16)),
+                     (cute.arch.warp_idx() % STAGE_WARPS) * 16)
         rec = SegmentRecorder(trace, role, timebase, inv, smem, l2, stage)
         rec._store_cursor(Int32(0))
         return rec
@@ -576,21 +575,21 @@ class SegmentRecorder:
 
     @cute.jit
     def _maybe_flush(self, cursor: Int32, n: cutlass.Constexpr):
-        """After n records from ``cursor`` went to the ring: store the block they completed."""
+        """After n records from ``cursor`` went to the ring: store the block of 8 they completed."""
         header, cap, lane = self._inv
         ring, base = self._stage
         trace = self.trace
-        if (cursor & (STAGE_BLOCK - 1)) + n >= STAGE_BLOCK:
-            blk = cursor // STAGE_BLOCK
-            half = base + (blk & 1) * STAGE_BLOCK
+        if (cursor & 7) + n >= 8:
+            blk = cursor >> 3
+            half = base + (blk & 1) * 8
             if cute.arch.activemask() == Int32(-1):
-                if lane < STAGE_BLOCK:
-                    pos = blk * STAGE_BLOCK + lane
+                if lane < 8:
+                    pos = blk * 8 + lane
                     if pos < cap:
                         _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, ring[half + lane], self._policy)
             else:
-                for k in cutlass.range_constexpr(STAGE_BLOCK):
-                    pos = blk * STAGE_BLOCK + k
+                for k in cutlass.range_constexpr(8):
+                    pos = blk * 8 + k
                     if pos < cap:
                         _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, ring[half + k], self._policy)
 
@@ -600,11 +599,11 @@ class SegmentRecorder:
         header, cap, lane = self._inv
         ring, base = self._stage
         trace = self.trace
-        blk = cursor // STAGE_BLOCK
-        half = base + (blk & 1) * STAGE_BLOCK
-        for k in cutlass.range_constexpr(STAGE_BLOCK):
-            pos = blk * STAGE_BLOCK + k
-            if (k < (cursor & (STAGE_BLOCK - 1))) & (pos < cap):
+        blk = cursor >> 3
+        half = base + (blk & 1) * 8
+        for k in cutlass.range_constexpr(8):
+            pos = blk * 8 + k
+            if (k < (cursor & 7)) & (pos < cap):
                 _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, ring[half + k], self._policy)
 
     @cute.jit
@@ -678,7 +677,7 @@ class Segment:
             if const_expr(rec._stage is not None and len(self._words) > 0):
                 ring, base = rec._stage
                 for j, word in enumerate(self._words):
-                    ring[base + ((self._cursor + j) & (2 * STAGE_BLOCK - 1))] = word
+                    ring[base + ((self._cursor + j) & 15)] = word
                 rec._maybe_flush(self._cursor, len(self._words))
             else:
                 for j, word in enumerate(self._words):
@@ -692,8 +691,7 @@ class Segment:
 _L2_EVICT_LAST = 0x14F0000000000000
 _L2_EVICT_FIRST = 0x12F0000000000000  # CacheHintSm90::EVICT_FIRST
 L2_POLICY = {"last": _L2_EVICT_LAST, "first": _L2_EVICT_FIRST}
-STAGE_WARPS = 12  # staged SegmentRecorder: ring slots per CTA (a warp's slot is warp % 12)
-STAGE_BLOCK = 4  # records per global store; the ring holds two blocks
+STAGE_WARPS = 16  # staged SegmentRecorder: ring slots (warps of a CTA beyond this share by warp % 16)
 
 
 def _store_l2_last(trace: cute.Tensor, index, word: Int64, policy: int = _L2_EVICT_LAST):
