@@ -85,11 +85,11 @@ VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_g
             ("_tma", "smem", ("tma",), "first"), ("_barrier", "smem", ("barrier",), "first"),
             ("_none", "smem", (), "first"), ("_mma_notimer", "smem", ("mma",), "first"),
             ("_mma_nostore", "smem", ("mma",), "first"), ("_mma_nocursor", "smem", ("mma",), "first"),
-            ("_mma_norecords", "smem", ("mma",), "first"), ("_staged", "smem", None, "first")]
+            ("_mma_norecords", "smem", ("mma",), "first")]
 
 
 # FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans)
-FA4_VARIANTS = [("_staged", None, True), ("_spans_nocursor", (), True), ("_spans_norecords", (), True), ("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
+FA4_VARIANTS = [("_spans_nocursor", (), True), ("_spans_norecords", (), True), ("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
                 ("_barrier", ("barrier",), False), ("_tma", ("tma",), False), ("_spans", (), True), ("_none", (), False)]
 
 
@@ -144,11 +144,11 @@ def build(out: str, force: bool) -> None:
     for suffix, cursor, fams, l2 in VARIANTS:
         c = compile_quack_gemm(cursor=cursor, families=fams, check=not ents, l2=l2,
                                probe={"_mma_notimer": "no_timer", "_mma_nostore": "no_store", "_mma_nocursor": "no_cursor",
-                                      "_mma_norecords": "no_records", "_staged": "staged"}.get(suffix, ""))
+                                      "_mma_norecords": "no_records"}.get(suffix, ""))
         ents.update(entries("quack_gemm_sm90" + suffix, c,
                             {"kernel": "quack GemmSm90", "tile": list(TILE), "cluster": list(CLUSTER),
                              "quack": _version("quack-kernels"), "cursor": cursor, "l2": l2,
-                             "probe": suffix[5:] if "_mma_no" in suffix else "staged" if suffix == "_staged" else "",
+                             "probe": suffix[5:] if "_mma_no" in suffix else "",
                              "families": sorted(c.meta["families"])}))
     for causal in (False, True):
         c, cfg = compile_fa4_prefill(causal=causal)
@@ -159,9 +159,9 @@ def build(out: str, force: bool) -> None:
         c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False,
                                      l2="last" if sfx == "_l2last" else "first",
                                      probe={"_spans_notimer": "no_timer", "_spans_nostore": "no_store", "_spans_nocursor": "no_cursor",
-                                            "_spans_norecords": "no_records", "_staged": "staged"}.get(sfx, ""))
+                                            "_spans_norecords": "no_records"}.get(sfx, ""))
         ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
-                            dict(cfg, kernel="FA4 prefill", cursor="smem", l2=c.meta["l2"], probe=sfx[7:] if "_spans_no" in sfx else "staged" if sfx == "_staged" else "",
+                            dict(cfg, kernel="FA4 prefill", cursor="smem", l2=c.meta["l2"], probe=sfx[7:] if "_spans_no" in sfx else "",
                                  families=sorted(c.meta["families"]),
                                  spans=sorted(FA4_SPANS) if sp else [])))
     for sfx, l2 in (("", "first"), ("_l2last", "last")):
@@ -207,25 +207,6 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         trace = kern.trace(config={"m": m, "n": n, "k": k, "dtype": "bf16", "tile": list(TILE)})
         path = os.path.join(out, f"quack_gemm_sm90_{label}.parquet")
         trace.save(path, overwrite=True)
-        # 1b) the staged build records the same events (its own bundle, decoded and counted)
-        from fa4trace.aot import BuildDir as _BD
-
-        if "quack_gemm_sm90_staged" in _BD(build_dir).functions:
-            sk = load(build_dir, "quack_gemm_sm90_staged", options=RecordOptions(ctas=8, cta_stride=16, capacity=16384,
-                                                                                check=False))
-            sk.plain = kern.plain
-            sk.options.check = True
-            sk(a, b, d)
-            st = sk.trace(config={"m": m, "n": n, "k": k})
-            import collections
-
-            same = collections.Counter(st.events.column("name").to_pylist()) == \
-                collections.Counter(trace.events.column("name").to_pylist())
-            print(json.dumps({"staged_bundle": label, "rows": len(st), "same_event_counts": same,
-                              "bitwise_equal": sk.checked}), flush=True)
-            staged_ok = same and all(sk.checked)
-        else:
-            staged_ok = None
         # 2) the cost: every warp of every CTA records; each variant against the plain build,
         #    rounds interleaved (plain, variant 1, variant 2, ... per round)
         from fa4trace.aot import BuildDir
@@ -261,14 +242,12 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
                          "cursor": cfg["cursor"] + (", L2 evict_last" if cfg.get("l2") == "last" else "")
                          + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",
                             "nocursor": " (diagnosis: records, no cursor store)",
-                            "norecords": " (diagnosis: cursor store, no records)",
-                            "staged": ", records staged in smem, stored 8 at a time"}.get(cfg.get("probe", ""), ""),
+                            "norecords": " (diagnosis: cursor store, no records)"}.get(cfg.get("probe", ""), ""),
                          "families": "+".join(cfg["families"]) or "lifetimes only",
                          "plain_us": round(tp, 2), "traced_us": round(med[nm], 2),
                          "cost_pct": round(100 * (med[nm] / tp - 1), 2),
                          "tflops_plain": round(2 * m * n * k / tp / 1e6, 1),
-                         "bitwise_equal": ((all(kern.checked) if kern.checked else None) if nm == names[0] else
-                                           staged_ok if nm.endswith("_staged") else None),
+                         "bitwise_equal": (all(kern.checked) if kern.checked else None) if nm == names[0] else None,
                          "rel_err_vs_fp32": rel if nm == names[0] else None,
                          "events": len(trace) if nm == names[0] else None, "dropped": dropped if nm == names[0] else None,
                          "bundle": os.path.basename(path) if nm == names[0] else None})
@@ -368,8 +347,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
                          + (" + softmax, rescale spans" if cfg.get("spans") else "")
                          + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",
                             "nocursor": " (diagnosis: records, no cursor store)",
-                            "norecords": " (diagnosis: cursor store, no records)",
-                            "staged": ", records staged in smem, stored 8 at a time"}.get(cfg.get("probe", ""), ""),
+                            "norecords": " (diagnosis: cursor store, no records)"}.get(cfg.get("probe", ""), ""),
                          "plain_us": round(mp, 2), "traced_us": round(mo, 2), "cost_pct": round(100 * (mo / mp - 1), 2)})
             print(json.dumps(rows[-1]), flush=True)
         flops = 4 * p["b"] * p["h"] * p["seqlen"] ** 2 * p["d"] / (2 if variant == "causal" else 1)

@@ -182,7 +182,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
 
     def on_enter(buf):
         STATE.buf = buf
-        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2, staged=STATE.probe == "staged")
+        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
 
     def on_exit():
         if STATE.rec is not None:

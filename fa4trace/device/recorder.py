@@ -448,9 +448,8 @@ class SegmentRecorder:
     record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
     """
 
-    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last", stage=None):
+    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last"):
         self.trace = trace
-        self._stage = stage  # (cute tensor of STAGE_WARPS x 16 Int64 in shared memory, warp slot) or None
         self.role = role
         self.timebase = timebase
         self._inv = invariants
@@ -464,8 +463,7 @@ class SegmentRecorder:
 
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last",
-              staged: bool = False) -> "SegmentRecorder":
+              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last") -> "SegmentRecorder":
         """Claim this warp's slot, write the start of its header and zero its cursor.
 
         ``cursor``: where the cursor lives between segments. "gmem" (default): the header word
@@ -480,14 +478,7 @@ class SegmentRecorder:
         attention). "first" (evict_first): records leave L2 first, right for kernels whose
         inputs are reused through L2 (GEMM, prefill attention), where millions of pinned records
         would push that reuse out to DRAM.
-
-        ``staged`` (needs the smem cursor): records go to a 16-entry ring per warp in shared
-        memory (2 KB for up to 16 warps per CTA) and reach global memory 8 at a time, one store
-        by 8 lanes, instead of one store per record per segment. Where fewer than all 32 lanes
-        run the segment that fills a block (an elected lane), they store the 8 words one by one.
         """
-        if staged and cursor != "smem":
-            raise ValueError("staged=True keeps its records next to the smem cursor: pass cursor='smem'")
         if l2 not in L2_POLICY:
             raise ValueError(f"l2 must be one of {sorted(L2_POLICY)}, got {l2!r}")
         if const_expr(trace is None):
@@ -501,12 +492,7 @@ class SegmentRecorder:
         if cursor == "smem":
             ptr = cute.arch.alloc_smem(Int32, 32, alignment=16)
             smem = (cute.make_tensor(ptr, cute.make_layout(32)), cute.arch.warp_idx() % 32)
-        stage = None
-        if staged:
-            sptr = cute.arch.alloc_smem(Int64, STAGE_WARPS * 16, alignment=16)
-            stage = (cute.make_tensor(sptr, cute.make_layout(STAGE_WARPS * 16)),
-                     (cute.arch.warp_idx() % STAGE_WARPS) * 16)
-        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2, stage)
+        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2)
         rec._store_cursor(Int32(0))
         return rec
 
@@ -557,10 +543,7 @@ class SegmentRecorder:
         if self._open is not None:
             raise RuntimeError("fa4trace: finish() with a segment still open")
         if const_expr(self.trace is not None):
-            cur = self._load_cursor()
-            if const_expr(self._stage is not None):
-                self._flush_rest(cur)
-            self._finish(cur)
+            self._finish(self._load_cursor())
 
     @cute.jit
     def _finish(self, cursor: Int32):
@@ -572,39 +555,6 @@ class SegmentRecorder:
             trace[header + L.W_GT1] = gt1
             trace[header + L.W_CLK1] = clk1
             trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
-
-    @cute.jit
-    def _maybe_flush(self, cursor: Int32, n: cutlass.Constexpr):
-        """After n records from ``cursor`` went to the ring: store the block of 8 they completed."""
-        header, cap, lane = self._inv
-        ring, base = self._stage
-        trace = self.trace
-        if (cursor & 7) + n >= 8:
-            blk = cursor >> 3
-            half = base + (blk & 1) * 8
-            if cute.arch.activemask() == Int32(-1):
-                if lane < 8:
-                    pos = blk * 8 + lane
-                    if pos < cap:
-                        _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, ring[half + lane], self._policy)
-            else:
-                for k in cutlass.range_constexpr(8):
-                    pos = blk * 8 + k
-                    if pos < cap:
-                        _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, ring[half + k], self._policy)
-
-    @cute.jit
-    def _flush_rest(self, cursor: Int32):
-        """At finish: the records of the last, unfilled block."""
-        header, cap, lane = self._inv
-        ring, base = self._stage
-        trace = self.trace
-        blk = cursor >> 3
-        half = base + (blk & 1) * 8
-        for k in cutlass.range_constexpr(8):
-            pos = blk * 8 + k
-            if (k < (cursor & 7)) & (pos < cap):
-                _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, ring[half + k], self._policy)
 
     @cute.jit
     def _store_record(self, pos: Int32, word: Int64):
@@ -674,14 +624,8 @@ class Segment:
         if const_expr(rec.trace is not None):
             if _current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
-            if const_expr(rec._stage is not None and len(self._words) > 0):
-                ring, base = rec._stage
-                for j, word in enumerate(self._words):
-                    ring[base + ((self._cursor + j) & 15)] = word
-                rec._maybe_flush(self._cursor, len(self._words))
-            else:
-                for j, word in enumerate(self._words):
-                    rec._store_record(self._cursor + j, word)
+            for j, word in enumerate(self._words):
+                rec._store_record(self._cursor + j, word)
             if self._words:
                 rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
@@ -691,7 +635,6 @@ class Segment:
 _L2_EVICT_LAST = 0x14F0000000000000
 _L2_EVICT_FIRST = 0x12F0000000000000  # CacheHintSm90::EVICT_FIRST
 L2_POLICY = {"last": _L2_EVICT_LAST, "first": _L2_EVICT_FIRST}
-STAGE_WARPS = 16  # staged SegmentRecorder: ring slots (warps of a CTA beyond this share by warp % 16)
 
 
 def _store_l2_last(trace: cute.Tensor, index, word: Int64, policy: int = _L2_EVICT_LAST):
