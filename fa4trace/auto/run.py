@@ -37,6 +37,13 @@ class RecordOptions:
                                      cta_stride=self.cta_stride, max_ctas=self.ctas, warps=self.warps)
 
 
+def _bits(t):
+    """A tensor's bytes (bit-for-bit comparison: NaN payloads and signed zeros included)."""
+    import torch
+
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
 def _tensors(args) -> list:
     import torch
 
@@ -81,8 +88,7 @@ class Instrumented:
         self._launches.append((buf, spec))
         if check:
             torch.cuda.synchronize()
-            same = all(torch.equal(t.view(torch.uint8) if t.is_contiguous() else t, w.view(torch.uint8)
-                                   if w.is_contiguous() else w) for t, w in zip(_tensors(args), want))
+            same = all(torch.equal(_bits(t), _bits(w)) for t, w in zip(_tensors(args), want))
             self.checked.append(same)
             if not same:
                 raise Fa4traceError("instrumentation changed the kernel's output (traced != untraced, bitwise): "
