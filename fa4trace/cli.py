@@ -416,18 +416,18 @@ def _record_script(script, script_args, out: Path, force: bool, families, capaci
     argv = sys.argv
     sys.argv = [script, *script_args]
     try:
-        with instrument(**opts) as session:
+        with instrument(**opts) as recording:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
             _fail(f"{script} exited with {e.code}", EXIT_FAIL)
     finally:
         sys.argv = argv
-    launched = [k for k in session.kernels if k._launches]
-    if not session.kernels:
+    launched = [k for k in recording.kernels if k._launches]
+    if not recording.kernels:
         _fail(f"{script} compiled no CuTe DSL kernel (cute.compile) while it ran: nothing to trace", EXIT_FAIL)
     if not launched:
-        _fail(f"{script} compiled {len(session.kernels)} kernel(s) but launched none of them", EXIT_FAIL)
+        _fail(f"{script} compiled {len(recording.kernels)} kernel(s) but launched none of them", EXIT_FAIL)
     paths = [out] + [out.with_name(f"{out.stem}_{i}{out.suffix}") for i in range(1, len(launched))]
     for p in paths[1:]:
         _check_out(str(p), force)

@@ -90,3 +90,26 @@ def test_output_check_compares_bits():
     assert not torch.equal(_bits(torch.tensor([0.0])), _bits(torch.tensor([-0.0])))
     x = torch.arange(12.0).reshape(3, 4).T
     assert torch.equal(_bits(x), _bits(x.contiguous())) and _bits(x).numel() == 48
+
+
+def test_set_everywhere_replaces_every_alias_and_restores():
+    import types
+    import sys as _sys
+
+    def f():
+        return 1
+
+    def g():
+        return 2
+
+    mod = types.ModuleType("fa4trace_test_alias")
+    mod.f, mod.alias = f, f
+    _sys.modules[mod.__name__] = mod
+    try:
+        p = Patches()
+        p.set_everywhere({id(f): (f, g)})
+        assert mod.f is g and mod.alias is g
+        p.restore()
+        assert mod.f is f and mod.alias is f
+    finally:
+        del _sys.modules[mod.__name__]

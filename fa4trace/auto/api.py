@@ -1,9 +1,9 @@
 """``fa4trace.instrument``: per-warp timelines of any CuTe DSL kernel, without editing it.
 
-    with fa4trace.instrument() as session:          # around the code that compiles
+    with fa4trace.instrument() as recording:          # around the code that compiles
         gemm = cute.compile(my_gemm, a, b, c, stream)   # or any library call that compiles
     gemm(a, b, c, stream)                          # runs traced: a buffer is appended
-    session.trace().save("gemm.parquet")           # one bundle: Perfetto, analysis, viewer
+    recording.trace().save("gemm.parquet")           # one bundle: Perfetto, analysis, viewer
 
 Inside the block ``cute.compile`` (under every name it is imported by) compiles with automatic
 events (``fa4trace.auto.compiler``) and returns an ``Instrumented`` callable that takes the
@@ -20,7 +20,7 @@ from .patches import Patches
 from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions
 
 
-class Session:
+class Recording:
     """What one ``instrument`` block compiled: ``kernels`` (Instrumented, in compile order)."""
 
     def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None,
@@ -69,17 +69,17 @@ def _from_dlpack(t):
 class _CompileProxy:
     """Stands in for ``cute.compile`` (a CompileCallable): same call, same ``[options]``."""
 
-    def __init__(self, real, session: Session):
-        self._real, self._session = real, session
+    def __init__(self, real, recording: Recording):
+        self._real, self._recording = real, recording
 
     def __getitem__(self, options):
-        return _CompileProxy(self._real[options], self._session)
+        return _CompileProxy(self._real[options], self._recording)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
     def __call__(self, fn, *args, **kwargs):
-        return self._session.compile(self._real, fn, *args, **kwargs)
+        return self._recording.compile(self._real, fn, *args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -98,27 +98,20 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     every call of those functions becomes a span of that name (what no generic hook can know).
     ``l2``: the record stores' L2 policy, "first" (records leave L2 before reused data) or "last".
     """
-    import sys
-
     import cutlass.cute as cute
 
     from .compiler import require_dsl
 
     require_dsl()
-    session = Session(families=families, kernels=kernels, roles=roles, cursor=cursor,
-                      options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
-                                            warps=tuple(warps) if warps else None, check=check),
-                      warps_per_cta=warps_per_cta, spans=spans, l2=l2)
+    recording = Recording(families=families, kernels=kernels, roles=roles, cursor=cursor,
+                          options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
+                                                warps=tuple(warps) if warps else None, check=check),
+                          warps_per_cta=warps_per_cta, spans=spans, l2=l2)
     real = cute.compile
-    proxy = _CompileProxy(real, session)
+    proxy = _CompileProxy(real, recording)
     patches = Patches()
-    for mod in list(sys.modules.values()):
-        d = getattr(mod, "__dict__", None)
-        if isinstance(d, dict):
-            for k, v in list(d.items()):
-                if v is real:
-                    patches.set(mod, k, proxy)
+    patches.set_everywhere({id(real): (real, proxy)})
     try:
-        yield session
+        yield recording
     finally:
         patches.restore()

@@ -229,18 +229,6 @@ def _function_hooks() -> list[tuple[str, Callable, Callable]]:
     ]
 
 
-def _patch_everywhere(patches: Patches, swaps: dict[int, tuple[Callable, Callable]]):
-    """Replace each original under every module-level name that holds it."""
-    for mod in list(sys.modules.values()):
-        d = getattr(mod, "__dict__", None)
-        if not isinstance(d, dict):
-            continue
-        for k, v in list(d.items()):
-            hit = swaps.get(id(v))
-            if hit is not None and hit[0] is v:
-                patches.set(mod, k, hit[1])
-
-
 def resolve(target):
     """(owner, attribute) of a span target: "module:Class.method", "module:function" or a tuple."""
     import importlib
@@ -293,4 +281,4 @@ def install(patches: Patches, families, spans: dict | None = None) -> None:
     if "pipeline" in fams:
         _patch_pipelines(patches)
     swaps = {id(orig): (orig, new) for fam, orig, new in _function_hooks() if fam in fams}
-    _patch_everywhere(patches, swaps)
+    patches.set_everywhere(swaps)

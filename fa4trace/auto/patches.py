@@ -8,6 +8,7 @@ the one place that swaps and restores (the automatic event families and the FA4 
 
 from __future__ import annotations
 
+import sys
 from types import CellType
 from typing import Any
 
@@ -26,6 +27,18 @@ class Patches:
         had = name in vars(owner)
         self._saved.append((owner, name, vars(owner)[name] if had else None, had))
         setattr(owner, name, new)
+
+    def set_everywhere(self, swaps: dict) -> None:
+        """``swaps``: {id(original): (original, replacement)}. Replace each original under every
+        module-level name that holds it (``import x`` and ``from x import f`` alike)."""
+        for mod in list(sys.modules.values()):
+            d = getattr(mod, "__dict__", None)
+            if not isinstance(d, dict):
+                continue
+            for k, v in list(d.items()):
+                hit = swaps.get(id(v))
+                if hit is not None and hit[0] is v:
+                    self.set(mod, k, hit[1])
 
     def restore(self) -> None:
         while self._saved:
