@@ -407,21 +407,21 @@ def summarize_kernel(trace: Trace, roles=None) -> dict:
         out["longest_chain_cta"] = int(per["cta"][longest].as_py())
     if typ is not None:
         out["wait_chain"] = chain_of(chains, int(c.cta_keys[typ, 0]), int(c.cta_keys[typ, 1]), span_ns=int(spans[typ]))
-    out["mma_in_flight"] = _mma_flight(trace)
+    out["mma_in_flight"] = _mma_flight(c, trace.vocab)
     return _clean(out)
 
 
-def _mma_flight(trace: Trace) -> dict | None:
+def _mma_flight(c: AutoCols, vocab) -> dict | None:
     """MMA groups in flight (fa4trace.mma_flight) and how much of each named span they overlap."""
     from .mma_flight import mma_in_flight, overlap_share
 
-    fl = mma_in_flight(trace)
+    fl = mma_in_flight(c)
     if not fl.num_rows:
         return None
     d = fl.column("end_ns").to_numpy() - fl.column("start_ns").to_numpy()
-    user = [e.name for e in trace.vocab.events if e.family == "user"]
+    user = [e.name for e in vocab.events if e.family == "user"]
     return {"groups": int(fl.num_rows), "median_ns": float(np.median(d)),
-            "overlap": {u: overlap_share(trace, u, fl) for u in user}}
+            "overlap": {u: overlap_share(c, u, fl) for u in user}}
 
 
 def chain_of(chains: pa.Table, launch: int, cta: int, *, span_ns: int | None = None) -> dict:

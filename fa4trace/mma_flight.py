@@ -13,54 +13,42 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .bundle import Trace
+from .analysis import _Cols, _group_ids
 
 FLIGHT_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("warp", pa.int16()),
                            ("start_ns", pa.int64()), ("end_ns", pa.int64())])
 
 
-def _labels(col) -> np.ndarray:
-    """A dictionary (or string) column as an object array, decoded once per distinct value."""
-    import pyarrow.compute as pc
-
-    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if not pa.types.is_dictionary(col.type):
-        col = pc.dictionary_encode(col)
-    return np.asarray(col.dictionary.to_pylist(), dtype=object)[col.indices.to_numpy(zero_copy_only=False)]
+def _cols(trace_or_cols) -> _Cols:
+    """The analysis' columns (names decoded once) and a dense id per (launch, cta, warp)."""
+    c = trace_or_cols if isinstance(trace_or_cols, _Cols) else _Cols(trace_or_cols.events)
+    if not hasattr(c, "warp_gid"):
+        c.warp_gid, c.n_warps, c.warp_keys = _group_ids(c.launch, c.cta, c.warp)
+    return c
 
 
-def _cols(trace: Trace):
-    ev = trace.events
-    name = _labels(ev.column("name"))
-    kind = _labels(ev.column("kind"))
-    key = (ev.column("launch").to_numpy().astype(np.int64) << 40) | (ev.column("cta").to_numpy().astype(np.int64) << 8) \
-        | ev.column("warp").to_numpy().astype(np.int64)
-    return ev, name, kind, key
-
-
-def mma_in_flight(trace: Trace) -> pa.Table:
+def mma_in_flight(trace_or_cols) -> pa.Table:
     """One row per committed MMA group that a later wait retired: (launch, cta, warp, commit, retire)."""
-    ev, name, kind, key = _cols(trace)
-    start = ev.column("start_ns").to_numpy()
-    end = ev.column("end_ns").to_numpy()
-    it = ev.column("iter").to_numpy()
-    com = np.flatnonzero(name == "mma.commit")
-    wai = np.flatnonzero((name == "mma.wait") & (kind == "span"))
+    c = _cols(trace_or_cols)
+    key, start, end, it = c.warp_gid, c.start, c.end, c.iter
+    com = np.flatnonzero(c.mask("mma.commit"))
+    wai = np.flatnonzero(c.mask("mma.wait"))  # always a span (fa4trace.auto.events)
     out = {f: [] for f in FLIGHT_SCHEMA.names}
     for k in np.unique(key[com]):
-        c = np.sort(start[com[key[com] == k]])
+        t_com = np.sort(start[com[key[com] == k]])
         w = wai[key[wai] == k]
         w = w[np.argsort(start[w], kind="stable")]
-        if not c.size or not w.size:
+        if not w.size:
             continue
-        before = np.searchsorted(c, start[w], side="left")  # groups committed before each wait began
+        before = np.searchsorted(t_com, start[w], side="left")  # groups committed before each wait began
         retired = np.maximum.accumulate(np.maximum(before - np.maximum(it[w], 0), 0))
-        j = np.searchsorted(retired, np.arange(1, c.size + 1), side="left")  # first wait retiring group i
+        j = np.searchsorted(retired, np.arange(1, t_com.size + 1), side="left")  # first wait retiring group i
         ok = j < w.size
-        out["launch"].append(np.full(ok.sum(), k >> 40))
-        out["cta"].append(np.full(ok.sum(), (k >> 8) & 0xFFFFFFFF))
-        out["warp"].append(np.full(ok.sum(), k & 0xFF))
-        out["start_ns"].append(c[ok])
+        launch, cta, warp = c.warp_keys[k]
+        out["launch"].append(np.full(ok.sum(), launch))
+        out["cta"].append(np.full(ok.sum(), cta))
+        out["warp"].append(np.full(ok.sum(), warp))
+        out["start_ns"].append(t_com[ok])
         out["end_ns"].append(end[w[j[ok]]])
     if not out["start_ns"]:
         return FLIGHT_SCHEMA.empty_table()
@@ -79,17 +67,18 @@ def _union(s: np.ndarray, e: np.ndarray):
     return us, ue
 
 
-def overlap_share(trace: Trace, span: str, flight: pa.Table | None = None) -> float | None:
+def overlap_share(trace_or_cols, span: str, flight: pa.Table | None = None) -> float | None:
     """Share of the time in ``span`` spans during which the same warp had an MMA group in flight."""
-    ev, name, kind, key = _cols(trace)
-    flight = mma_in_flight(trace) if flight is None else flight
-    rows = np.flatnonzero((name == span) & (kind == "span"))
+    c = _cols(trace_or_cols)
+    flight = mma_in_flight(c) if flight is None else flight
+    rows = np.flatnonzero(c.mask(span))
     if not rows.size or not flight.num_rows:
         return None
-    fkey = (flight.column("launch").to_numpy().astype(np.int64) << 40) | \
-        (flight.column("cta").to_numpy().astype(np.int64) << 8) | flight.column("warp").to_numpy().astype(np.int64)
+    gid = {tuple(int(x) for x in k): i for i, k in enumerate(c.warp_keys)}
+    fkey = np.array([gid.get(k, -1) for k in zip(flight.column("launch").to_pylist(), flight.column("cta").to_pylist(),
+                                                 flight.column("warp").to_pylist())], np.int64)
     fs, fe = flight.column("start_ns").to_numpy(), flight.column("end_ns").to_numpy()
-    s, e = ev.column("start_ns").to_numpy(), ev.column("end_ns").to_numpy()
+    s, e, key = c.start, c.end, c.warp_gid
     total = covered = 0
     for k in np.unique(key[rows]):
         r = rows[key[rows] == k]
