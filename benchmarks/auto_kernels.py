@@ -83,14 +83,14 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
 VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_gmem", "gmem", None, "first"),
             ("_pipeline", "smem", ("pipeline",), "first"), ("_mma", "smem", ("mma",), "first"),
             ("_tma", "smem", ("tma",), "first"), ("_barrier", "smem", ("barrier",), "first"),
-            ("_none", "smem", (), "first")]
+            ("_none", "smem", (), "first"), ("_mma_notimer", "smem", ("mma",), "first"),
+            ("_mma_nostore", "smem", ("mma",), "first"), ("_mma_nocursor", "smem", ("mma",), "first"),
+            ("_mma_norecords", "smem", ("mma",), "first")]
 
 
-# FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans); the
-# "_none_gmem" build keeps the cursors in global memory (no shared memory added to FA4's)
-FA4_VARIANTS = [("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False),
-                ("_mma", ("mma",), False), ("_barrier", ("barrier",), False), ("_tma", ("tma",), False),
-                ("_spans", (), True), ("_none", (), False), ("_none_gmem", (), False)]
+# FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans)
+FA4_VARIANTS = [("_spans_nocursor", (), True), ("_spans_norecords", (), True), ("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
+                ("_barrier", ("barrier",), False), ("_tma", ("tma",), False), ("_spans", (), True), ("_none", (), False)]
 
 
 def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = True, cursor: str = "smem",
@@ -158,11 +158,10 @@ def build(out: str, force: bool) -> None:
     for sfx, fams, sp in FA4_VARIANTS:
         c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False,
                                      l2="last" if sfx == "_l2last" else "first",
-                                     cursor="gmem" if sfx.endswith("_gmem") else "smem",
                                      probe={"_spans_notimer": "no_timer", "_spans_nostore": "no_store", "_spans_nocursor": "no_cursor",
                                             "_spans_norecords": "no_records"}.get(sfx, ""))
         ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
-                            dict(cfg, kernel="FA4 prefill", cursor=c.meta["cursor"], l2=c.meta["l2"], probe=sfx[7:] if "_spans_no" in sfx else "",
+                            dict(cfg, kernel="FA4 prefill", cursor="smem", l2=c.meta["l2"], probe=sfx[7:] if "_spans_no" in sfx else "",
                                  families=sorted(c.meta["families"]),
                                  spans=sorted(FA4_SPANS) if sp else [])))
     for sfx, l2 in (("", "first"), ("_l2last", "last")):
@@ -343,7 +342,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
             cfg = BuildDir(build_dir).functions[nm]["config"]
             mo = sorted(to[nm])[len(to[nm]) // 2]
             rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
-                         "build": nm, "cursor": cfg.get("cursor", "smem") + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
+                         "build": nm, "cursor": "smem" + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
                          "families": ("+".join(cfg["families"]) or "lifetimes only")
                          + (" + softmax, rescale spans" if cfg.get("spans") else "")
                          + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",

@@ -128,8 +128,6 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
         j = int(np.flatnonzero((written > spec.capacity) | (dropped >= 1 << 31))[0])
         raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: {written[j]} records written, slot holds {spec.capacity}")
 
-    _trim_unwritten_tail(words, spec, idx, written, dropped)
-
     # ---- records: gather the written part of every present slot --------------------------
     n_w = idx.size
     counts = written
@@ -274,22 +272,6 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
         "span_ns": int(gt1.max() - t0),
     }
     return DecodedLaunch(table, t0, summary)
-
-
-def _trim_unwritten_tail(words: np.ndarray, spec: L.BufferSpec, idx: np.ndarray, written: np.ndarray,
-                         dropped: np.ndarray) -> None:
-    """In a slot that overflowed, the records after the last one stored may be zero words: the
-    segment recorder stores a segment whole or not at all, so the segment that did not fit
-    left its part of the slot as the zeroed buffer had it. Those count as dropped, not as
-    records (in place on ``written`` / ``dropped``). A record is never zero: event id 0 is
-    reserved for warp lifetimes."""
-    for j in np.flatnonzero((dropped > 0) & (written > 0)):
-        base = L.GLOBAL_HEADER_WORDS + int(idx[j]) * spec.slot_words + L.WARP_HEADER_WORDS
-        part = words[base:base + int(written[j])]
-        nz = np.flatnonzero(part)
-        keep = int(nz[-1]) + 1 if nz.size else 0
-        dropped[j] += int(written[j]) - keep
-        written[j] = keep
 
 
 def _as_words(buffer) -> np.ndarray:

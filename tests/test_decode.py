@@ -88,20 +88,6 @@ def test_overflowed_warp_is_flagged_and_its_cut_span_dropped():
     assert r[0]["dropped"] == 3
 
 
-def test_segment_dropped_whole_leaves_a_zero_tail_counted_as_dropped():
-    # capacity 4: one 2-record segment fits, the next 2-record segment fits, the third
-    # (needing slots 4..5) does not. A segment recorder at cursor 3 with a 2-record segment
-    # stores neither record, so slot 3 stays zero while the header says 4 written.
-    spec = L.BufferSpec(1, 1, 4)
-    w = warp(events=[(B, EV.QK, 0, 1), (E, EV.QK, 0, 2), (I, EV.MARK, -1, 3)], attempted=7)
-    buf = write_buffer(spec, [w])
-    hdr = L.GLOBAL_HEADER_WORDS
-    buf[hdr + L.W_COUNTS] = 4 | (3 << 32)  # as the device wrote it: min(cursor 7, cap 4) written
-    d = decode_buffer(buf)
-    assert d.summary["dropped"] == 4 and d.summary["overflowed_warps"] == 1
-    assert [x["name"] for x in rows(d.table)] == ["WARP", "QK", "MARK"]
-
-
 def test_unmatched_begin_in_a_complete_warp_is_an_error_naming_the_record():
     spec = L.BufferSpec(2, 1, 8)
     w = warp(w=1, events=[(B, EV.QK, 0, 1), (B, EV.SOFTMAX, 0, 2), (E, EV.SOFTMAX, 0, 3)])

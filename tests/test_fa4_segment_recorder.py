@@ -75,9 +75,8 @@ def _ptx(fn, *args):
 
 def test_segment_recorder_compiles_and_stores_in_a_loop():
     ptx = _ptx(_build(_Hooked()), _fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
-    # start + finish anchors read clock64 and globaltimer; each segment reads the 32-bit clock
-    # twice (begin and end)
-    assert ptx.count("%clock64") >= 2 and ptx.count("%clock;") >= 2
+    # start + finish read both timers; each segment reads clock64 twice (begin and end)
+    assert ptx.count("%clock64") >= 4
     assert ptx.count("%globaltimer") >= 2  # start and finish anchors (NVVM may duplicate one)
     # the cursor is reloaded from the header word W_COUNTS inside the loop (no register
     # carries it) and stored back there; finish reads it once more
@@ -85,10 +84,9 @@ def test_segment_recorder_compiles_and_stores_in_a_loop():
     loads = [ln for ln in ptx.splitlines() if "ld.global" in ln and counts in ln]
     stores = [ln for ln in ptx.splitlines() if "st.global" in ln and counts in ln]
     assert len(loads) == 2 and len(stores) == 3, (loads, stores)  # start, per segment, finish
-    # two records per segment, stored together under one bounds check (an 8-byte vector each,
-    # L2 evict_last), besides the header words (start 5, finish 3) and the cursor
-    seg = [ln for ln in ptx.splitlines() if "st.global.L2::cache_hint.v2.b32" in ln]
-    assert len(seg) == 1 and seg[0].count("@p st.global") == 2 and seg[0].count("setp.") == 1, seg
+    # two records per segment, each with its own bounds-checked store (L2 evict_last), besides
+    # the header words (start 5, finish 3) and the cursor
+    assert ptx.count("st.global.L2::cache_hint.b64") >= 2
     assert ptx.count("st.global.b64") >= 5 + 1 + 3
 
 
@@ -118,7 +116,7 @@ def test_segment_recorder_off_compiles_to_nothing():
     pa = _ptx(la, _fake(cutlass.Float32), Int32(8))
     pb = _ptx(lb, _fake(cutlass.Float32), Int32(8))
     body = lambda p: [ln for ln in p.splitlines() if ln.startswith("\t") and "kernel" not in ln]  # noqa: E731
-    assert "%clock" not in pa and "%globaltimer" not in pa
+    assert "%clock64" not in pa and "%globaltimer" not in pa
     assert body(pa) == body(pb)
 
 

@@ -533,13 +533,10 @@ class SegmentRecorder:
         return self._open
 
     def timer(self):
-        """Read this recorder's timer now (for events whose record is written later): its low
-        32 bits, all a record keeps. ``%clock`` rather than ``%clock64``: ptxas then reads it
-        straight into a vector register (CS2R.32), where the 64-bit read went through a uniform
-        register and a move, a variable-latency wait the next instruction paid (SASS)."""
+        """Read this recorder's timer now (for events whose record is written later)."""
         if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
-            return cute.arch.globaltimer_lo()
-        return cute.arch.clock()
+            return cute.arch.globaltimer()
+        return cute.arch.clock64()
 
     def finish(self):
         """Close the header: end anchors and written/dropped counts (as ``Recorder.finish``)."""
@@ -559,30 +556,12 @@ class SegmentRecorder:
             trace[header + L.W_CLK1] = clk1
             trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
 
-    def _store_records(self, cursor: Int32, records: list):
-        """Store a segment's records at ``cursor``: all of them if they fit in the slot, none
-        otherwise (one compare per segment, not one per record). Each record is two 32-bit
-        words (timer low word, tag word) stored as one 8-byte vector: no 64-bit packing.
-
-        One inline PTX block: the compare, the address and the stores, each store with the
-        L2 policy of ``start(l2=)``. A segment that does not fit is dropped whole and every
-        later one too (the cursor only grows); the slot's tail it leaves unwritten stays zero
-        (buffers are zeroed) and the decoder counts it as dropped."""
-        from cutlass._mlir.dialects import llvm
-
+    @cute.jit
+    def _store_record(self, pos: Int32, word: Int64):
         header, cap, _lane = self._inv
-        n = len(records)
-        base = (self.trace.iterator + (header + L.WARP_HEADER_WORDS)).llvm_ptr
-        ops = [base, Int32(cursor + n).ir_value(), Int32(cap).ir_value(), Int32(cursor).ir_value(),
-               Int64(self._policy).ir_value()]
-        stores = []
-        for j, (lo, hi) in enumerate(records):
-            ops += [Int32(lo).ir_value(), Int32(hi).ir_value()]
-            stores.append(f"@p st.global.L2::cache_hint.v2.b32 [a+{8 * j}], {{${5 + 2 * j}, ${6 + 2 * j}}}, $4;")
-        asm = ("{ .reg .pred p; .reg .s64 o; .reg .u64 a; setp.le.s32 p, $1, $2; mul.wide.s32 o, $3, 8; "
-               "add.s64 a, $0, o; " + " ".join(stores) + " }")
-        llvm.inline_asm(None, ops, asm, "l,r,r,r,l" + ",r,r" * n, has_side_effects=True, is_align_stack=False,
-                        asm_dialect=llvm.AsmDialect.AD_ATT)
+        trace = self.trace
+        if pos < cap:
+            _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
 
 
 class Segment:
@@ -617,22 +596,23 @@ class Segment:
             raise RuntimeError(
                 f"fa4trace: event {event} recorded in another region than its segment was opened in "
                 "(a hook inside a loop or dynamic if of a hooked call): open a segment there instead")
-        hi = L.record_tag(int(event), kind) >> 32  # the record's upper word: event, kind, payload
+        tag = L.record_tag(int(event), kind)
         if t is None:
             t = rec.timer()
         if payload is None:
-            hi = _signed32(hi | (L.PAYLOAD_NONE << (L.PAYLOAD_SHIFT - 32)))
+            tag |= L.PAYLOAD_NONE << L.PAYLOAD_SHIFT
+            word = (Int64(t) & _LO32) | Int64(tag)
         else:
-            hi = ((Int32(payload) & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32)) | Int32(hi)
-        self._words.append((Int32(t), Int32(hi)))
+            word = (Int64(t) & _LO32) | (Int64(Int32(payload) & _PAYLOAD_MASK) << L.PAYLOAD_SHIFT) | Int64(tag)
+        self._words.append(word)
 
     def close_probe(self, *, records: bool, cursor: bool):
         """Cost diagnosis only (fa4trace.auto's probe builds): close storing only the records or
         only the cursor. The trace it leaves is not decodable."""
         rec = self._rec
         if const_expr(rec.trace is not None):
-            if records and self._words:
-                rec._store_records(self._cursor, self._words)
+            for j, word in enumerate(self._words if records else []):
+                rec._store_record(self._cursor + j, word)
             if cursor and self._words:
                 rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
@@ -644,8 +624,9 @@ class Segment:
         if const_expr(rec.trace is not None):
             if _current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
+            for j, word in enumerate(self._words):
+                rec._store_record(self._cursor + j, word)
             if self._words:
-                rec._store_records(self._cursor, self._words)
                 rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
 
@@ -668,12 +649,6 @@ def _store_l2_last(trace: cute.Tensor, index, word: Int64, policy: int = _L2_EVI
     llvm.inline_asm(None, [ptr, Int64(word).ir_value(), Int64(policy).ir_value()],
                     "st.global.L2::cache_hint.b64 [$0], $1, $2;", "l,l,l",
                     has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
-
-
-def _signed32(v: int) -> int:
-    """A 32-bit pattern as the signed value an Int32 constant holds."""
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v >= 1 << 31 else v
 
 
 @cute.jit

@@ -7,7 +7,6 @@ summary: what the compile found, the PTX's marker counts, and whether every hook
 
 
 import argparse
-import re
 import json
 import os
 import sys
@@ -91,7 +90,7 @@ def main():
         "meta": c.meta, "params": c.params,
         "vocab": [e.name for e in c.vocab.events if e.family],
         "restored": all(before[k] is after[k] for k in before),
-        "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_timer_reads": len(re.findall(r"%clock(?:64)?;", ptx)),
+        "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_clock64": ptx.count("%clock64"),
         "ptx_record_stores": ptx.count("st.global.L2::cache_hint"),
         "plain_globaltimer": None if plain_ptx is None else plain_ptx.count("%globaltimer"),
     }))
