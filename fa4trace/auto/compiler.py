@@ -145,7 +145,7 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, _probe: str = "",
-                   _defer=(), **kwargs) -> CompiledTraced:
+                   **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -176,7 +176,6 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     table = EventTable()
     STATE.reset(table, tuple(families) + (("user",) if spans else ()), cursor)
     STATE.probe = _probe  # cost diagnosis: records without timer reads, or timer reads without records
-    STATE.defer = frozenset(_defer)
 
     def on_buffer(buf):
         STATE.host_buf = buf
@@ -186,8 +185,6 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
         STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
 
     def on_exit():
-        STATE.lost += sum(len(w) for _b, w in STATE.pending)
-        STATE.pending = []
         if STATE.rec is not None:
             STATE.rec.finish()
         STATE.rec = STATE.buf = None
@@ -201,13 +198,6 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
         traced = E.traced_entry(entry, on_buffer)
         buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
         try:
-            if _defer:  # a first pass learns which hooks have a next one in the same block
-                STATE.same_next = []
-                compile_fn(traced, *full, buf, **ctl)
-                plan = STATE.same_next + [False]
-                table = EventTable()
-                STATE.reset(table, tuple(families) + (("user",) if spans else ()), cursor)
-                STATE.defer, STATE.plan = frozenset(_defer), plan
             compiled = compile_fn(traced, *full, buf, **ctl)
         except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -230,7 +220,6 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             "cursor": cursor,
             "l2": l2,
             "arch": _arch(),
-            "deferred_lost": STATE.lost,
             "dsl": dsl_version(),
         }
     finally:

@@ -51,7 +51,6 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
     eid = table.event(family, op, resource, stages)
     t = 0 if st.probe == "no_timer" else None  # cost diagnosis builds only (compile_traced _probe=)
     seg = rec.open()
-    _take_pending(st, seg)
     if table.is_span(family, op):
         seg.begin(eid, payload, t=t)
         ret = call()
@@ -64,33 +63,9 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
     if st.probe in ("no_cursor", "no_records"):  # diagnosis: keep only the record stores / only the cursor's
         seg.close_probe(records=st.probe == "no_cursor", cursor=st.probe == "no_records")
         return ret
-    i = st.hook_i
-    st.hook_i += 1
-    if st.same_next is not None:
-        if i > 0:
-            st.same_next.append(seg._block == st.last_block)
-        st.last_block = seg._block
-    if st.plan is not None and i < len(st.plan) and st.plan[i]:
-        st.pending.append((seg._block, list(seg._words)))
-        rec._open = None  # stored by the next segment of this block (its cursor did not move)
-    else:
-        seg.close()
+    seg.close()
     st.found[family] = st.found.get(family, 0) + 1
     return ret
-
-
-def _take_pending(st, seg) -> None:
-    """Deferred records of this segment's block go first in it; others can no longer be stored."""
-    if not st.pending:
-        return
-    keep = []
-    for block, words in st.pending:
-        if block == seg._block:
-            keep += words
-        else:
-            st.lost += len(words)
-    st.pending = []
-    seg._words[:0] = keep
 
 
 # ---- pipeline ---------------------------------------------------------------------------------

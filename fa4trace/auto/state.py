@@ -19,13 +19,6 @@ class TraceState:
     found: dict = field(default_factory=dict)  # family -> hooked calls traced
     launches: list = field(default_factory=list)  # launch configs seen (block, grid, cluster)
     probe: str = ""  # cost diagnosis only: "no_timer" (constant times) or "no_store" (records dropped)
-    defer: frozenset = frozenset()  # (family, op) whose records are stored with the next segment
-    pending: list = field(default_factory=list)  # [(block, words)] deferred, not stored yet
-    lost: int = 0  # deferred records no later segment of their block stored
-    same_next: Any = None  # first pass: [hook i's next hook is in its block]
-    plan: Any = None  # second pass: the first pass's same_next
-    hook_i: int = 0
-    last_block: Any = None
 
     def reset(self, table=None, families=(), cursor: str = "gmem"):
         self.host_buf = self.buf = self.rec = None
@@ -34,9 +27,6 @@ class TraceState:
         self.cursor = cursor
         self.names, self.found, self.launches = {}, {}, []
         self.probe = ""
-        self.defer, self.pending, self.lost = frozenset(), [], 0
-        self.same_next = self.plan = self.last_block = None
-        self.hook_i = 0
 
 
 STATE = TraceState()
