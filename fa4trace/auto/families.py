@@ -49,8 +49,6 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
         return call()
     table = st.table
     eid = table.event(family, op, resource, stages)
-    if st.probe == "indexed" and payload is not None:
-        return _indexed(st, rec, table, family, op, eid, payload, call)
     t = 0 if st.probe == "no_timer" else None  # cost diagnosis builds only (compile_traced _probe=)
     seg = rec.open()
     if table.is_span(family, op):
@@ -66,33 +64,6 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
         seg.close_probe(records=st.probe == "no_cursor", cursor=st.probe == "no_records")
         return ret
     seg.close()
-    st.found[family] = st.found.get(family, 0) + 1
-    return ret
-
-
-def _indexed(st, rec, table, family, op, eid, payload, call):
-    """Experiment: a record's place from (payload, call site), no cursor."""
-    from cutlass import Int32, Int64
-
-    from .. import layout as L
-
-    if getattr(st, "busy", False):
-        return call()
-    st.busy = True
-    span = table.is_span(family, op)
-    site = getattr(st, "sites", 0)
-    st.sites = site + (2 if span else 1)
-    pos = Int32(payload) * 32 + site
-    t0 = rec.timer() if span else None
-    ret = call()
-    t1 = rec.timer()
-    hi = Int64(Int32(payload) & ((1 << L.PAYLOAD_BITS) - 1)) << L.PAYLOAD_SHIFT
-    if span:
-        rec._store_record(pos, (Int64(t0) & 0xFFFFFFFF) | hi | Int64(L.record_tag(eid, L.KIND_BEGIN)))
-        rec._store_record(pos + 1, (Int64(t1) & 0xFFFFFFFF) | hi | Int64(L.record_tag(eid, L.KIND_END)))
-    else:
-        rec._store_record(pos, (Int64(t1) & 0xFFFFFFFF) | hi | Int64(L.record_tag(eid, L.KIND_INSTANT)))
-    st.busy = False
     st.found[family] = st.found.get(family, 0) + 1
     return ret
 
