@@ -444,10 +444,8 @@ class SegmentRecorder:
     must not overlap in time (the second would read a stale cursor). Both are properties of where
     the hooks sit, so a violation fails the compile, never the trace.
 
-    Cost per segment: the timer reads, then at ``close`` one branch on "this warp records";
-    behind it one load of the cursor, one store per record, one store for the cursor. A warp
-    outside the recorded CTAs or warps pays the timer reads and the branch only.
-    ``trace=None`` compiles to nothing, as for ``Recorder``.
+    Cost per segment: one global load (its result is needed only at ``close``), one store per
+    record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
     """
 
     def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last"):
@@ -524,6 +522,7 @@ class SegmentRecorder:
             raise RuntimeError("fa4trace: a segment of this warp is already open (segments must not overlap)")
         seg = Segment(self)
         if self.enabled:
+            seg._cursor = self._load_cursor()
             seg._block = _current_block()
         self._open = seg
         return seg
@@ -558,18 +557,6 @@ class SegmentRecorder:
             trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
 
     @cute.jit
-    def _close_gated(self, items, cursor_store: cutlass.Constexpr = True, records: cutlass.Constexpr = True):
-        """A segment's stores, behind one branch on "this warp records": a warp outside the
-        recorded CTAs / warps pays the branch, not the cursor, the records' packing and stores."""
-        header, cap, _lane = self._inv
-        if cap > 0:
-            cursor = self._load_cursor()
-            if const_expr(records):
-                _store_items(self, cursor, items)
-            if const_expr(cursor_store):
-                self._store_cursor(cursor + len(items))
-
-    @cute.jit
     def _store_record(self, pos: Int32, word: Int64):
         header, cap, _lane = self._inv
         trace = self.trace
@@ -582,7 +569,8 @@ class Segment:
 
     def __init__(self, rec: SegmentRecorder):
         self._rec = rec
-        self._words = []  # (timer, tag, payload) per record, stored at close
+        self._words = []
+        self._cursor = None
         self._block = None
 
     def begin(self, event: int, payload=None, t=None):
@@ -611,17 +599,22 @@ class Segment:
         tag = L.record_tag(int(event), kind)
         if t is None:
             t = rec.timer()
-        # (timer, tag, payload): packed into the record word where it is stored (close), so a
-        # warp that does not record skips the packing too; -1 = no payload
-        self._words.append((t, tag, -1 if payload is None else payload))
+        if payload is None:
+            tag |= L.PAYLOAD_NONE << L.PAYLOAD_SHIFT
+            word = (Int64(t) & _LO32) | Int64(tag)
+        else:
+            word = (Int64(t) & _LO32) | (Int64(Int32(payload) & _PAYLOAD_MASK) << L.PAYLOAD_SHIFT) | Int64(tag)
+        self._words.append(word)
 
     def close_probe(self, *, records: bool, cursor: bool):
         """Cost diagnosis only (fa4trace.auto's probe builds): close storing only the records or
         only the cursor. The trace it leaves is not decodable."""
         rec = self._rec
         if const_expr(rec.trace is not None):
-            if self._words:
-                rec._close_gated(self._words, cursor_store=cursor, records=records)
+            for j, word in enumerate(self._words if records else []):
+                rec._store_record(self._cursor + j, word)
+            if cursor and self._words:
+                rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
 
     def close(self):
@@ -631,19 +624,11 @@ class Segment:
         if const_expr(rec.trace is not None):
             if _current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
+            for j, word in enumerate(self._words):
+                rec._store_record(self._cursor + j, word)
             if self._words:
-                rec._close_gated(self._words)
+                rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
-
-
-def _store_items(rec: "SegmentRecorder", cursor, items):
-    """Store a segment's (timer, tag, payload) items as records at cursor, cursor + 1, ..."""
-    for j, (t, tag, payload) in enumerate(items):
-        if isinstance(payload, int) and payload < 0:
-            word = (Int64(t) & _LO32) | Int64(tag | (L.PAYLOAD_NONE << L.PAYLOAD_SHIFT))
-        else:
-            word = (Int64(t) & _LO32) | (Int64(Int32(payload) & _PAYLOAD_MASK) << L.PAYLOAD_SHIFT) | Int64(tag)
-        rec._store_record(cursor + j, word)
 
 
 # L2 policy of record stores (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_LAST).
