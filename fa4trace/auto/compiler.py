@@ -145,7 +145,7 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, _probe: str = "",
-                   _observe=None, **kwargs) -> CompiledTraced:
+                   **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -183,26 +183,8 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     def on_enter(buf):
         STATE.buf = buf
         STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
-        if _observe is not None:  # experiment: (observer warp, pipeline name)
-            from .observer import alloc_done_counter
-
-            STATE.done = alloc_done_counter()
 
     def on_exit():
-        if _observe is not None and STATE.rec is not None and STATE.rec.enabled:
-            from . import observer
-            from .. import layout as LL
-
-            warp_obs, index = _observe
-            pipe = STATE.created[index]
-            pname = f"pipe{index}"
-            stages = int(pipe.num_stages)
-            eid = STATE.table.event("pipeline", "full", pname, stages)
-            header, cap, _lane = STATE.rec._inv
-            n_warps = _block_warps(STATE.launches)
-            observer.exit_hook(warp_obs, pipe.sync_object_full.mbarrier_base, stages, STATE.done, n_warps - 1,
-                               STATE.buf, header + LL.WARP_HEADER_WORDS, cap, STATE.rec._smem[0],
-                               LL.record_tag(eid, LL.KIND_INSTANT))
         if STATE.rec is not None:
             STATE.rec.finish()
         STATE.rec = STATE.buf = None
@@ -210,11 +192,6 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     patches = Patches()
     try:
         F.install(patches, families, spans)
-        if _observe is not None:
-            from .observer import patch_creation
-
-            STATE.created = []
-            patch_creation(patches, STATE.created)
         for owner, name, k, method in targets:
             patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
                                                      on_launch=STATE.launches.append))

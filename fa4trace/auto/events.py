@@ -22,7 +22,6 @@ OPS = {
     ("pipeline", "commit"): (False, "producer marks a stage filled / its copy issued"),
     ("pipeline", "wait"): (True, "consumer waits for a full stage"),
     ("pipeline", "release"): (False, "consumer frees a stage"),
-    ("pipeline", "full"): (False, "a stage's full barrier completed (seen by an observer warp)"),
     ("tma", "load"): (False, "TMA load issued (global -> shared)"),
     ("tma", "store"): (False, "TMA store issued (shared -> global)"),
     ("mma", "commit"): (False, "MMA group committed (wgmma commit_group / tcgen05 commit)"),
