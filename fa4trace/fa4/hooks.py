@@ -38,6 +38,12 @@ SM90 (H100/H200):
 
 Every hooked call is one ``SegmentRecorder`` segment (see fa4trace.device.recorder): FA4's loops
 carry only their own state, so the per-warp cursor travels through the warp header in memory.
+The swaps go through fa4trace.auto's ``Patches``: methods on their classes, and
+``warpgroup.wait_group`` (called by FA4 and by quack's wgmma helpers) in every module that holds
+it, as the generic mma family places its hook. quack's ``copy_utils.tma_get_copy_fn`` is seen
+through flash_fwd_sm90's reference only (a stand-in module): FA4's epilogue stores O through the
+same function elsewhere. What stays here is what only FA4 tells: its roles, which wgmma is QK
+or PV and of which KV block, where the softmax and the correction are.
 """
 
 from __future__ import annotations
@@ -217,8 +223,8 @@ def _close_inflight(keep: int):
 
 def _wrap_mma_fn(fn: Callable, event: int, payload) -> Callable:
     """mma_qk_fn / mma_pv_fn (``functools.partial`` of quack's wgmma helpers): QK/PV begin at
-    issue; with ``wg_wait=k >= 0`` the helper waits itself, which retires all but k."""
-    default_wait = _signature(getattr(fn, "func", fn)).parameters["wg_wait"].default
+    issue. They end at the ``wait_group`` that retires them (``wait_group_wrapper``), whether
+    the helper waits itself (``wg_wait=k >= 0``) or FA4 does."""
 
     def wrapped(*args, **kwargs):
         st = STATE
@@ -226,31 +232,26 @@ def _wrap_mma_fn(fn: Callable, event: int, payload) -> Callable:
         seg.begin(event, payload)
         st.count(1, with_iter=payload is not None)
         st.inflight.append((event, payload))
-        ret = fn(*args, **kwargs)
-        wait = kwargs.get("wg_wait", default_wait)
-        if isinstance(wait, int) and wait >= 0:
-            _close_inflight(wait)
-        return ret
+        return fn(*args, **kwargs)
 
     return wrapped
 
 
-class _WarpgroupProxy:
-    """Stands in for ``cutlass.cute.nvgpu.warpgroup`` inside flash_fwd_sm90: ``wait_group(k)``
-    ends the async spans it retires; everything else is the real module's."""
+def wait_group_wrapper(orig: Callable) -> Callable:
+    """``warpgroup.wait_group(k)``, wherever FA4 or quack's wgmma helpers call it (swapped in
+    every module that holds it, as the generic mma family's hook is): ends the async spans it
+    retires, all but the newest k."""
 
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def wait_group(self, group, *args, **kwargs):
-        ret = self._real.wait_group(group, *args, **kwargs)
+    @functools.wraps(orig)
+    def wait_group(group, *args, **kwargs):
+        ret = orig(group, *args, **kwargs)
         st = STATE
         if st.recording() and st.rec.current is not None and isinstance(group, int):
             _close_inflight(group)
         return ret
+
+    wait_group.__fa4trace_hook__ = True
+    return wait_group
 
 
 def sm90_block_wrapper(orig: Callable, kind: str, is_local: Callable[[Any], bool]) -> Callable:
@@ -374,6 +375,17 @@ def _patches_sm100():
     ]
 
 
+def _function_swaps(arch: str) -> dict:
+    """{id(original): (original, replacement)} for free functions, replaced in every module
+    that holds them (``Patches.set_everywhere``, the generic families' mechanism)."""
+    if arch != "sm90":
+        return {}
+    from cutlass.cute.nvgpu import warpgroup
+
+    orig = warpgroup.wait_group
+    return {id(orig): (orig, wait_group_wrapper(orig))}
+
+
 def _patches_sm90():
     from flash_attn.cute import flash_fwd_sm90 as m90
     from flash_attn.cute.softmax import Softmax
@@ -389,7 +401,6 @@ def _patches_sm90():
         (K, "mma", role_wrapper(d["mma"], "consumer", ROLE.CONSUMER)),
         (K, "load_KV", span_wrapper(d["load_KV"], _kv_event, lambda a: a["block"])),
         (m90, "copy_utils", _CopyUtilsProxy(m90.copy_utils)),
-        (m90, "warpgroup", _WarpgroupProxy(m90.warpgroup)),
         (K, "first_half_block_overlap", sm90_block_wrapper(d["first_half_block_overlap"], "first", local)),
         (K, "mma_one_n_block_intrawg_overlap",
          sm90_block_wrapper(d["mma_one_n_block_intrawg_overlap"], "overlap", local)),
@@ -428,6 +439,7 @@ def install(arch: str, events=None, cursor: str = "gmem"):
         raise ValueError(f"unknown {arch} role(s) {sorted(unknown)}; roles are {list(roles)}")
     for owner, name, new in patches:
         _saved.set(owner, name, new)
+    _saved.set_everywhere(_function_swaps(arch))
     STATE.installed = True
     STATE.events = ev
     STATE.cursor = cursor
