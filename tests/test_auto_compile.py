@@ -91,6 +91,28 @@ def test_kernel_without_pipeline_records_lifetimes_and_says_what_it_lacks():
     assert r["restored"]
 
 
+def test_span_payload_is_the_named_argument():
+    """spans={"step": {"target": ..., "payload": "i"}}: each call's loop index is the span's
+    payload, read at run time (the plain span folds "no payload" into a constant instead)."""
+    plain = probe("span_loop", "sm_90a")
+    assert plain["vocab"] == ["step"] and plain["meta"]["placed"] == {"step": 1}
+    assert plain["ptx_payload_ops"] == 0
+    with_payload = probe("span_loop", "sm_90a", "--payload", "i")
+    assert with_payload["vocab"] == ["step"] and with_payload["ptx_record_stores"] == plain["ptx_record_stores"]
+    assert with_payload["ptx_payload_ops"] >= 1
+    assert with_payload["restored"]
+
+
+@pytest.mark.parametrize("arg, error, words", [
+    ("dst", "Fa4traceError", ["argument 'dst' is a", "not an integer"]),
+    ("nope", "ValueError", ["has no parameter 'nope'", "dst, i, scale"]),
+])
+def test_bad_span_payload_is_one_line(arg, error, words):
+    r = probe("span_loop", "sm_90a", "--payload", arg)
+    assert r["error"] == error and "\n" not in r["message"]
+    assert all(w in r["message"] for w in words), r["message"]
+
+
 def test_gmem_cursor_compiles_too():
     r = probe("plain_copy", "sm_90a", "--cursor", "gmem")
     assert r["meta"]["cursor"] == "gmem" and r["ptx_globaltimer"] >= 2

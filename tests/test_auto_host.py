@@ -113,3 +113,18 @@ def test_set_everywhere_replaces_every_alias_and_restores():
         assert mod.f is f and mod.alias is f
     finally:
         del _sys.modules[mod.__name__]
+
+
+def test_span_spec_forms_and_bad_entries():
+    import json
+
+    from fa4trace.auto.families import span_spec
+
+    assert span_spec("a", "json:dumps") == (json, "dumps", None)
+    assert span_spec("a", {"target": "json:dumps", "payload": "obj"}) == (json, "dumps", "obj")
+    assert span_spec("a", {"target": (json, "dumps")}) == (json, "dumps", None)
+    for bad, words in (({"payload": "x"}, "takes 'target'"), ({"target": "json:dumps", "extra": 1}, "takes 'target'"),
+                       ({"target": "json:dumps", "payload": 3}, "names an argument"),
+                       ("json:nothing_here", "not found"), ("no_colon", "'module:Class.method'")):
+        with pytest.raises(ValueError, match=words):
+            span_spec("a", bad)

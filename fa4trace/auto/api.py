@@ -95,7 +95,9 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     by index in the CTA (else inferred from what they record). ``ctas`` / ``cta_stride`` /
     ``warps`` / ``capacity``: who records, how much. ``check``: each launch also runs the plain
     kernel and must match it bit for bit. ``spans``: {"softmax": "module:Class.method", ...}:
-    every call of those functions becomes a span of that name (what no generic hook can know).
+    every call of those functions becomes a span of that name (what no generic hook can know);
+    {"step": {"target": "module:Class.method", "payload": "n_block"}} also records that integer
+    argument of each call as the span's iteration.
     ``l2``: the record stores' L2 policy, "first" (records leave L2 before reused data) or "last".
     """
     import cutlass.cute as cute

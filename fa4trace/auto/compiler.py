@@ -203,6 +203,8 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             if not msg.startswith("fa4trace:"):
                 raise
+            if msg.startswith("fa4trace: span "):  # the user's spans= entry, not a hook
+                raise Fa4traceError(f"{raw.__qualname__}: {msg[len('fa4trace:'):].strip()}") from None
             raise Fa4traceError(f"fa4trace cannot follow {raw.__qualname__}: {msg[len('fa4trace:'):].strip()} "
                                 f"(families {', '.join(FAMILIES)} on nvidia-cutlass-dsl {', '.join(SUPPORTED_DSL)}; "
                                 "try families= without the family named, or report the kernel)") from None

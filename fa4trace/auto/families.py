@@ -13,7 +13,8 @@ kernel calls, placed while it compiles (``install``) and removed after (``Patche
                (instant), payload = the barrier id
     user       spans the user names: ``spans={"softmax": "flash_attn.cute.softmax:Softmax.online_softmax"}``
                makes every call of that function a span called ``softmax`` (what a generic layer
-               cannot know: which code is the softmax)
+               cannot know: which code is the softmax); ``{"target": ..., "payload": "n_block"}``
+               gives each span the value of that integer argument as its iteration
 
 Each hooked call is one segment of the calling warp's ``SegmentRecorder`` (the recorder that
 needs no carrying through someone else's loops). A hooked call inside another hooked call
@@ -249,24 +250,63 @@ def resolve(target):
     return owner, attr
 
 
-def _span_wrapper(fn, label: str):
+def span_spec(label: str, spec) -> tuple[Any, str, Optional[str]]:
+    """(owner, attribute, payload argument or None) of one ``spans`` entry: a target
+    ("module:Class.method", "module:function" or (owner, name)), or {"target": ..., "payload":
+    "argument"} whose named argument (an integer: a loop index, a KV block) becomes each span's
+    payload, as a pipeline event's is its stage count."""
+    if isinstance(spec, dict):
+        if "target" not in spec or set(spec) - {"target", "payload"}:
+            raise ValueError(f"span {label!r}: a dict takes 'target' and optionally 'payload', got {sorted(spec)}")
+        owner, attr = resolve(spec["target"])
+        payload = spec.get("payload")
+        if payload is not None and not isinstance(payload, str):
+            raise ValueError(f"span {label!r}: 'payload' names an argument of the function, got {payload!r}")
+        return owner, attr, payload
+    owner, attr = resolve(spec)
+    return owner, attr, None
+
+
+def _span_wrapper(fn, label: str, payload_arg: Optional[str] = None):
+    sig = None
+    if payload_arg is not None:
+        import inspect
+
+        sig = inspect.signature(fn)
+        if payload_arg not in sig.parameters:
+            raise ValueError(f"span {label!r}: {getattr(fn, '__qualname__', fn)} has no parameter {payload_arg!r} "
+                             f"(it has {', '.join(sig.parameters)})")
+
     @functools.wraps(fn)
     def span(*args, **kwargs):
-        return recorded("user", "span", lambda: fn(*args, **kwargs), resource=label)
+        payload = None
+        if sig is not None:
+            bound = sig.bind_partial(*args, **kwargs)
+            bound.apply_defaults()
+            payload = _integer_payload(label, payload_arg, bound.arguments.get(payload_arg))
+        return recorded("user", "span", lambda: fn(*args, **kwargs), resource=label, payload=payload)
 
     return span
 
 
+def _integer_payload(label: str, arg: str, value):
+    """A span payload must be an integer (Python or DSL); anything else fails the compile in one line."""
+    from cutlass import Integer
+
+    if isinstance(value, bool) or not isinstance(value, (int, Integer)):
+        raise RuntimeError(f"fa4trace: span {label!r}: argument {arg!r} is a {type(value).__name__}, "
+                           "not an integer (a span payload is an iteration or block index)")
+    return value
+
+
 def _patch_spans(patches: Patches, spans: dict):
-    for label, target in spans.items():
-        owner, attr = resolve(target)
+    for label, spec in spans.items():
+        owner, attr, payload_arg = span_spec(label, spec)
         raw = vars(owner).get(attr, getattr(owner, attr)) if hasattr(owner, "__dict__") else getattr(owner, attr)
-        if isinstance(raw, staticmethod):
-            new = staticmethod(_span_wrapper(raw.__func__, label))
-        elif isinstance(raw, classmethod):
-            new = classmethod(_span_wrapper(raw.__func__, label))
+        if isinstance(raw, (staticmethod, classmethod)):
+            new = type(raw)(_span_wrapper(raw.__func__, label, payload_arg))
         else:
-            new = _span_wrapper(raw, label)
+            new = _span_wrapper(raw, label, payload_arg)
         patches.set(owner, attr, new)
 
 

@@ -7,6 +7,7 @@ summary: what the compile found, the PTX's marker counts, and whether every hook
 
 
 import argparse
+import re
 import json
 import os
 import sys
@@ -44,7 +45,8 @@ def originals():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "fa4_prefill"])
+    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "fa4_prefill", "span_loop"])
+    ap.add_argument("--payload", default=None, help="span_loop: the step span's payload argument")
     ap.add_argument("arch")
     ap.add_argument("--families", default=None)
     ap.add_argument("--cursor", default="smem")
@@ -78,6 +80,21 @@ def main():
 
         c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor)
         plain_ptx = None
+    elif a.kernel == "span_loop":
+        # a module-level helper, named as a user names one: "module:function"
+        import span_loop_kernel as sk
+        from fa4trace.errors import Fa4traceError
+
+        spec = "span_loop_kernel:step" if a.payload is None else {"target": "span_loop_kernel:step",
+                                                                  "payload": a.payload}
+        t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
+        try:
+            c = compile_traced(sk.loop_entry, t, cutlass.Int32(4), kernels=[sk.loop_kernel], families=(),
+                               spans={"step": spec}, check=False, options="--keep-ptx")
+        except (Fa4traceError, ValueError) as exc:
+            print(json.dumps({"error": type(exc).__name__, "message": str(exc), "restored": True}))
+            return
+        plain_ptx = None
     else:
         entry, kern = _copy_kernel()
         t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
@@ -92,6 +109,8 @@ def main():
         "restored": all(before[k] is after[k] for k in before),
         "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_clock64": ptx.count("%clock64"),
         "ptx_record_stores": ptx.count("st.global.L2::cache_hint"),
+        # a payload read at run time: shifted into bits 44.. or, in a loop, stepped by 1 << 44
+        "ptx_payload_ops": len(re.findall(r"shl\.b64\s+%rd\d+,\s*%rd\d+,\s*44;|,\s*17592186044416;", ptx)),
         "plain_globaltimer": None if plain_ptx is None else plain_ptx.count("%globaltimer"),
     }))
 
