@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analysis import _Cols, _group_ids
+from .analysis import _Cols, _group_ids, overlap_length
 
 FLIGHT_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("warp", pa.int16()),
                            ("start_ns", pa.int64()), ("end_ns", pa.int64())])
@@ -55,20 +55,12 @@ def mma_in_flight(trace_or_cols) -> pa.Table:
     return pa.table({f: np.concatenate(v) for f, v in out.items()}, schema=FLIGHT_SCHEMA)
 
 
-def _union(s: np.ndarray, e: np.ndarray):
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    hi = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > hi[:-1]]
-    idx = np.cumsum(new) - 1
-    us = s[new]
-    ue = np.zeros(us.size, dtype=e.dtype)
-    np.maximum.at(ue, idx, e)
-    return us, ue
-
-
 def overlap_share(trace_or_cols, span: str, flight: pa.Table | None = None) -> float | None:
-    """Share of the time in ``span`` spans during which the same warp had an MMA group in flight."""
+    """Share of the time in ``span`` spans during which the same warp had an MMA group in flight.
+
+    One sweep per warp (``analysis.overlap_length``: the spans' union against the groups'
+    union). A warp's spans of one name are disjoint (a hooked call inside another records
+    nothing), so their union is their total time."""
     c = _cols(trace_or_cols)
     flight = mma_in_flight(c) if flight is None else flight
     rows = np.flatnonzero(c.mask(span))
@@ -77,19 +69,9 @@ def overlap_share(trace_or_cols, span: str, flight: pa.Table | None = None) -> f
     gid = {tuple(int(x) for x in k): i for i, k in enumerate(c.warp_keys)}
     fkey = np.array([gid.get(k, -1) for k in zip(flight.column("launch").to_pylist(), flight.column("cta").to_pylist(),
                                                  flight.column("warp").to_pylist())], np.int64)
-    fs, fe = flight.column("start_ns").to_numpy(), flight.column("end_ns").to_numpy()
-    s, e, key = c.start, c.end, c.warp_gid
-    total = covered = 0
-    for k in np.unique(key[rows]):
-        r = rows[key[rows] == k]
-        m = fkey == k
-        total += int((e[r] - s[r]).sum())
-        if not m.any():
-            continue
-        us, ue = _union(fs[m], fe[m])
-        for a, b in zip(s[r], e[r]):  # spans of one warp: few per block
-            i0 = np.searchsorted(ue, a, side="right")
-            i1 = np.searchsorted(us, b, side="left")
-            if i1 > i0:
-                covered += int((np.minimum(ue[i0:i1], b) - np.maximum(us[i0:i1], a)).clip(min=0).sum())
-    return covered / total if total else None
+    known = fkey >= 0
+    _, _, both = overlap_length(c.warp_gid[rows], c.start[rows], c.end[rows], fkey[known],
+                                flight.column("start_ns").to_numpy()[known], flight.column("end_ns").to_numpy()[known],
+                                c.n_warps)
+    total = int((c.end[rows] - c.start[rows]).sum())
+    return float(both.sum()) / total if total else None
