@@ -128,3 +128,17 @@ def test_span_spec_forms_and_bad_entries():
                        ("json:nothing_here", "not found"), ("no_colon", "'module:Class.method'")):
         with pytest.raises(ValueError, match=words):
             span_spec("a", bad)
+
+
+def test_patches_set_env_restores_set_and_unset_variables(monkeypatch):
+    import os
+
+    monkeypatch.setenv("FA4TRACE_TEST_SET", "before")
+    monkeypatch.delenv("FA4TRACE_TEST_UNSET", raising=False)
+    p = Patches()
+    p.set_env("FA4TRACE_TEST_SET", "during")
+    p.set_env("FA4TRACE_TEST_UNSET", "during")
+    assert os.environ["FA4TRACE_TEST_SET"] == os.environ["FA4TRACE_TEST_UNSET"] == "during"
+    p.restore()
+    assert os.environ["FA4TRACE_TEST_SET"] == "before" and "FA4TRACE_TEST_UNSET" not in os.environ
+    assert not p

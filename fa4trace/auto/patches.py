@@ -3,11 +3,13 @@ them back exactly as they were.
 
 The CuTe DSL traces Python: a function replaced for the length of a compile is what the
 compiled kernel runs, and nothing of the original source is edited or copied. ``Patches`` is
-the one place that swaps and restores (the automatic event families and the FA4 hooks use it).
+the one place that swaps and restores (the automatic event families and the FA4 hooks use it;
+``set_env`` does the same for environment variables).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from types import CellType
 from typing import Any
@@ -28,6 +30,12 @@ class Patches:
         self._saved.append((owner, name, vars(owner)[name] if had else None, had))
         setattr(owner, name, new)
 
+    def set_env(self, name: str, value: str) -> None:
+        """``os.environ[name] = value`` until ``restore()`` (which unsets it if it was unset)."""
+        had = name in os.environ
+        self._saved.append((os.environ, name, os.environ.get(name), had))
+        os.environ[name] = value
+
     def set_everywhere(self, swaps: dict) -> None:
         """``swaps``: {id(original): (original, replacement)}. Replace each original under every
         module-level name that holds it (``import x`` and ``from x import f`` alike)."""
@@ -43,7 +51,12 @@ class Patches:
     def restore(self) -> None:
         while self._saved:
             owner, name, old, had = self._saved.pop()
-            if had:
+            if owner is os.environ:
+                if had:
+                    os.environ[name] = old
+                else:
+                    os.environ.pop(name, None)
+            elif had:
                 setattr(owner, name, old)
             else:
                 delattr(owner, name)

@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..auto.patches import Patches
 from ..errors import Fa4traceError
 from . import hooks
 
@@ -98,27 +99,19 @@ def target(arch: str, num_sms: Optional[int] = None):
                             f"(CUTE_DSL_ARCH={want})")
     os.environ["CUTE_DSL_ARCH"] = want
     n = num_sms or _visible_sm_count() or SM_COUNT[arch]
-    saved_env = {k: os.environ.get(k) for k in ("FLASH_ATTENTION_NUM_SMS",)}
-    os.environ["FLASH_ATTENTION_NUM_SMS"] = str(n)
-    patched = []
+    patches = Patches()
+    patches.set_env("FLASH_ATTENTION_NUM_SMS", str(n))
     if not _cuda_visible():
         import cutlass.utils  # after CUTE_DSL_ARCH is set: the DSL reads it once
         import flash_attn.cute.tile_scheduler as ts
 
         stand_in = type("HardwareInfo", (_HardwareInfoStandIn,), {"sm_count": n})
         for owner in (cutlass.utils, ts):
-            patched.append((owner, "HardwareInfo", getattr(owner, "HardwareInfo")))
-            setattr(owner, "HardwareInfo", stand_in)
+            patches.set(owner, "HardwareInfo", stand_in)
     try:
         yield
     finally:
-        for owner, name, old in reversed(patched):
-            setattr(owner, name, old)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        patches.restore()
 
 
 # ---- capturing FA4's compile ----------------------------------------------------------------

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Iterator, Optional
 
+from ..auto.patches import Patches
 from ..errors import Fa4traceError
 from .job import PointResult, Task, host, line, lost_result
 
@@ -106,16 +107,13 @@ def exit_reason(code: Optional[int]) -> str:
 
 @contextlib.contextmanager
 def _environ(env: dict):
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    patches = Patches()
+    for k, v in env.items():
+        patches.set_env(k, v)
     try:
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        patches.restore()
 
 
 def _worker_main(conn, job, gpu: Optional[str], name: str, env: dict) -> None:
