@@ -153,7 +153,8 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     memory, read back in tens of cycles) or "gmem" (the warp's header: no shared memory, for a
     kernel that uses all of it, but an L2 round trip per event; see BENCHMARKS.md). ``l2``: the
     record stores' L2 policy, "first" (default: records leave L2 before the kernel's reused data)
-    or "last" (records stay in L2; for kernels that stream their inputs once). ``check``: also compile the plain kernel, for the output check.
+    or "last" (records stay in L2; for kernels that stream their inputs once). ``check``: also
+    compile the plain kernel, for the output check.
     """
     import cutlass
     import cutlass.cute as cute
@@ -174,7 +175,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     bound.apply_defaults()
     full = list(bound.arguments.values())
     table = EventTable()
-    STATE.reset(table, tuple(families) + (("user",) if spans else ()), cursor)
+    STATE.reset(table, tuple(families) + (("user",) if spans else ()))
     STATE.probe = _probe  # cost diagnosis: records without timer reads, or timer reads without records
 
     def on_buffer(buf):
@@ -203,9 +204,10 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             if not msg.startswith("fa4trace:"):
                 raise
-            if msg.startswith("fa4trace: span "):  # the user's spans= entry, not a hook
-                raise Fa4traceError(f"{raw.__qualname__}: {msg[len('fa4trace:'):].strip()}") from None
-            raise Fa4traceError(f"fa4trace cannot follow {raw.__qualname__}: {msg[len('fa4trace:'):].strip()} "
+            why = msg[len("fa4trace:"):].strip()
+            if why.startswith("span "):  # the user's spans= entry, not a hook
+                raise Fa4traceError(f"{raw.__qualname__}: {why}") from None
+            raise Fa4traceError(f"fa4trace cannot follow {raw.__qualname__}: {why} "
                                 f"(families {', '.join(FAMILIES)} on nvidia-cutlass-dsl {', '.join(SUPPORTED_DSL)}; "
                                 "try families= without the family named, or report the kernel)") from None
         meta = {

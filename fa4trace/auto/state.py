@@ -4,7 +4,7 @@ at a time): the trace buffer of the kernel being traced, the warp's recorder, th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 
 @dataclass
@@ -14,23 +14,18 @@ class TraceState:
     rec: Any = None  # this kernel's SegmentRecorder (every warp starts one at entry)
     table: Any = None  # events.EventTable of this compile
     families: frozenset = frozenset()
-    cursor: str = "gmem"
     names: dict = field(default_factory=dict)  # id(pipeline) -> (name, object)
     found: dict = field(default_factory=dict)  # family -> hooked calls traced
     launches: list = field(default_factory=list)  # launch configs seen (block, grid, cluster)
-    probe: str = ""  # cost diagnosis only: "no_timer" (constant times) or "no_store" (records dropped)
+    probe: str = ""  # cost diagnosis only: "no_timer", "no_store", "no_cursor", "no_records" (compile_traced _probe)
 
-    def reset(self, table=None, families=(), cursor: str = "gmem"):
+    def reset(self, table=None, families=()):
         self.host_buf = self.buf = self.rec = None
         self.table = table
         self.families = frozenset(families)
-        self.cursor = cursor
         self.names, self.found, self.launches = {}, {}, []
         self.probe = ""
 
 
 STATE = TraceState()
 
-
-def active() -> Optional[TraceState]:
-    return STATE if STATE.table is not None else None
