@@ -20,7 +20,7 @@ timer read and a few ALU ops each, not a lone 8-byte store each (which is what m
 recorders store-bound). ``staged=False`` writes each record from lane 0 at once:
 use it where events are recorded from single-lane code (inside ``elect_one``). Records are
 stored with the L2 policy evict_last, so they stay in L2 until the launch ends instead of
-going out to DRAM between a streaming kernel's reads (``_store_l2_last``).
+going out to DRAM between a streaming kernel's reads (``_store_record_word``).
 
 Every store is bounds-checked against the warp's slot: a full slot keeps counting, so the
 header tells how many records were dropped, and never writes past its slot.
@@ -296,7 +296,7 @@ class Recorder:
         pos, base, st_lo, st_hi = self._state
         idx = base + lane
         if (lane < pos) & (idx < cap):
-            _store_l2_last(self.trace, header + L.WARP_HEADER_WORDS + idx, _pack(st_lo, st_hi))
+            _store_record_word(self.trace, header + L.WARP_HEADER_WORDS + idx, _pack(st_lo, st_hi))
 
     def _record(self, event: int, kind: int, payload, when=None):
         if const_expr(self.records(event)):
@@ -359,12 +359,12 @@ class Recorder:
                 if _where(when, pos == 31):
                     idx = base + lane
                     if idx < cap:
-                        _store_l2_last(self.trace, records + idx, _pack(st_lo, st_hi))
+                        _store_record_word(self.trace, records + idx, _pack(st_lo, st_hi))
                     base = base + 32
                 pos = _advance(when, (pos + 1) & 31, pos)
         else:
             if _where(when, (lane == 0) & (base < cap)):
-                _store_l2_last(self.trace, records + base, _pack(t, hi))
+                _store_record_word(self.trace, records + base, _pack(t, hi))
             base = _advance(when, base + 1, base)
         self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
 
@@ -561,7 +561,7 @@ class SegmentRecorder:
         header, cap, _lane = self._inv
         trace = self.trace
         if pos < cap:
-            _store_l2_last(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
+            _store_record_word(trace, header + L.WARP_HEADER_WORDS + pos, word, self._policy)
 
 
 class Segment:
@@ -637,12 +637,14 @@ _L2_EVICT_FIRST = 0x12F0000000000000  # CacheHintSm90::EVICT_FIRST
 L2_POLICY = {"last": _L2_EVICT_LAST, "first": _L2_EVICT_FIRST}
 
 
-def _store_l2_last(trace: cute.Tensor, index, word: Int64, policy: int = _L2_EVICT_LAST):
-    """``trace[index] = word`` as st.global with the L2 policy evict_last: records stay in L2
-    until the launch ends. Why: in kernels that stream their input with evict_first (decode
-    attention) the records otherwise go out to DRAM during the launch, between the stream's
-    reads, which costs the kernel more than their bytes. No DSL store takes an L2 hint, so asm;
-    no memory clobber: records are ordered with nothing but the warp's own later records."""
+def _store_record_word(trace: cute.Tensor, index, word: Int64, policy: int = _L2_EVICT_LAST):
+    """``trace[index] = word`` as st.global with an L2 cache policy, evict_last unless told
+    (``SegmentRecorder.start(l2=)`` picks evict_first for kernels that reuse their inputs
+    through L2). Why evict_last: records stay in L2 until the launch ends; in kernels that stream
+    their input with evict_first (decode attention) they otherwise go out to DRAM during the
+    launch, between the stream's reads, which costs the kernel more than their bytes. No DSL
+    store takes an L2 hint, so asm; no memory clobber: records are ordered with nothing but the
+    warp's own later records."""
     from cutlass._mlir.dialects import llvm
 
     ptr = (trace.iterator + index).llvm_ptr
