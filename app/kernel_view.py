@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from fa4trace.kernel_analysis import flat_metrics
+from fa4trace.kernel_analysis import metric_pairs
 from fa4trace.kernel_text import _delta, _fmt, label, ns, pct
 
 CARDS = [("kernel time", "kernel_time_ns"), ("wait chain (median CTA)", "wait_chain_ns")]
@@ -30,12 +30,8 @@ def cards(s: dict) -> list[tuple[str, str]]:
 
 def metric_rows(sa: dict, sb: dict | None = None) -> list[dict]:
     """One row per comparable number (kernel_analysis.flat_metrics): metric, A[, B, B − A]."""
-    fa, fb = flat_metrics(sa), flat_metrics(sb) if sb else {}
     rows = []
-    for key in dict.fromkeys([*fa, *fb]):
-        a, b = fa.get(key), fb.get(key)
-        if a is None and b is None:
-            continue
+    for key, a, b in metric_pairs(sa, sb):
         row = {"metric": label(key), "A": _fmt(key, a)}
         if sb is not None:
             row.update({"B": _fmt(key, b), "B − A": _delta(key, a, b)})

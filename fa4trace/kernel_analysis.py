@@ -459,6 +459,16 @@ def flat_metrics(s: dict) -> dict:
     return out
 
 
+def metric_pairs(sa: dict, sb: dict | None = None):
+    """(metric, A, B) for every flat metric (``flat_metrics``) either summary has, A's order
+    first; B is None without ``sb``. What compare, its text and the viewer's table walk."""
+    fa, fb = flat_metrics(sa), flat_metrics(sb) if sb else {}
+    for key in dict.fromkeys([*fa, *fb]):
+        a, b = fa.get(key), fb.get(key)
+        if a is not None or b is not None:
+            yield key, a, b
+
+
 def compare_kernels(a: Trace, b: Trace, roles=None) -> dict:
     """Side by side summaries of two bundles of the same kernel and what changed from a to b."""
     for t in (a, b):
@@ -467,13 +477,8 @@ def compare_kernels(a: Trace, b: Trace, roles=None) -> dict:
     if ka != kb:
         raise Fa4traceError(f"A is kernel {ka}, B is kernel {kb}: compare needs two bundles of the same kernel")
     sa, sb = summarize_kernel(a, roles), summarize_kernel(b, roles)
-    fa, fb = flat_metrics(sa), flat_metrics(sb)
-    diff = {}
-    for key in dict.fromkeys([*fa, *fb]):
-        va, vb = fa.get(key), fb.get(key)
-        if va is None or vb is None:
-            continue
-        diff[key] = {"a": va, "b": vb, "delta": vb - va, "ratio": (vb / va) if va else None}
+    diff = {key: {"a": va, "b": vb, "delta": vb - va, "ratio": (vb / va) if va else None}
+            for key, va, vb in metric_pairs(sa, sb) if va is not None and vb is not None}
     speed = None
     ta, tb = sa.get("kernel_time_ns"), sb.get("kernel_time_ns")
     if ta and tb:

@@ -114,14 +114,10 @@ def label(key: str) -> str:
 
 
 def format_kernel_compare(c: dict) -> str:
-    from .kernel_analysis import flat_metrics
+    from .kernel_analysis import metric_pairs
 
-    fa, fb = flat_metrics(c["a"]), flat_metrics(c["b"])
     out = [f"{'':28s}{'A: ' + c['a']['name']:>24s}  {'B: ' + c['b']['name']:>24s}  {'B − A':>18s}"]
-    for key in dict.fromkeys([*fa, *fb]):
-        a, b = fa.get(key), fb.get(key)
-        if a is None and b is None:
-            continue
+    for key, a, b in metric_pairs(c["a"], c["b"]):
         out.append(f"{label(key):28s}{_fmt(key, a):>24s}  {_fmt(key, b):>24s}  {_delta(key, a, b):>18s}")
     if c.get("speed"):
         out.append(c["speed"])
