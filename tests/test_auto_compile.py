@@ -68,6 +68,16 @@ def test_quack_gemm_sm90_fewer_families_fewer_markers(gemm90):
     assert 0 < only["ptx_record_stores"] < gemm90["ptx_record_stores"]
 
 
+def test_ctas_that_do_not_record_run_an_untouched_copy(gemm90):
+    """split (the default): the kernel holds its body twice, every wgmma twice, but the
+    records once: the copy the unselected CTAs run has no fa4trace instruction in it."""
+    one = probe("quack_gemm", "sm_90a", "--no-split")
+    assert one["ptx_mma"] > 0 and gemm90["ptx_mma"] == 2 * one["ptx_mma"]
+    assert gemm90["ptx_record_stores"] == one["ptx_record_stores"] > 0
+    assert gemm90["ptx_clock64"] == one["ptx_clock64"]
+    assert gemm90["meta"]["placed"] == one["meta"]["placed"]
+
+
 def test_quack_gemm_sm100_compile_checked():
     """Blackwell: compile-checked only (no B200 here); the UMMA pipelines and tcgen05 issue are seen."""
     _needs_quack()
@@ -164,6 +174,10 @@ def test_fa4_prefill_through_the_generic_layer(arch):
     if arch == "sm_90a":
         assert m["missing"] == [] and classes == {"PipelineTmaAsync"} and m["warps_per_cta"] == 12
         assert set(m["pipelines"]) == {"q", "k", "v"}
+        assert m["split"] is True and r["ptx_mma"] > 0
     else:  # FA4 issues its tcgen05 MMAs through its own PTX helpers: no mma events to find
         assert m["missing"] == ["mma"] and {"PipelineTmaUmma", "PipelineUmmaAsync"} <= classes
+        # those helpers declare PTX registers by name: a second copy of the body cannot be
+        # compiled, so every CTA runs the instrumented one, and the bundle's metadata says why
+        assert m["split"] is False and "inline PTX" in m["split_refused"]
     assert r["ptx_record_stores"] >= sum(m["placed"].values())

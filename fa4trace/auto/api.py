@@ -24,7 +24,7 @@ class Recording:
     """What one ``instrument`` block compiled: ``kernels`` (Instrumented, in compile order)."""
 
     def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None,
-                 l2: str = "first"):
+                 l2: str = "first", split: bool = True):
         self.families = tuple(families)
         self.extra_kernels = tuple(kernels)
         self.roles = dict(roles) if roles else None
@@ -33,13 +33,15 @@ class Recording:
         self.warps_per_cta = warps_per_cta
         self.spans = dict(spans or {})
         self.l2 = l2
+        self.split = split
         self.kernels: list[Instrumented] = []
 
     def compile(self, real_compile, fn, *args, **kwargs) -> Instrumented:
         from .compiler import compile_traced
 
         c = compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=self.cursor,
-                           check=self.options.check, spans=self.spans, l2=self.l2, compile_fn=real_compile, **kwargs)
+                           check=self.options.check, spans=self.spans, l2=self.l2, split=self.split,
+                           compile_fn=real_compile, **kwargs)
         meta = dict(c.meta, roles=self.roles, params=c.params)
         if self.warps_per_cta:
             meta["warps_per_cta"] = int(self.warps_per_cta)
@@ -86,7 +88,7 @@ class _CompileProxy:
 def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
                warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None,
-               l2: str = "first"):
+               l2: str = "first", split: bool = True):
     """Compile every CuTe DSL kernel inside the block with automatic events.
 
     ``families``: which of pipeline, tma, mma, barrier to record (fewer cost less; warp
@@ -99,6 +101,8 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     {"step": {"target": "module:Class.method", "payload": "n_block"}} also records that integer
     argument of each call as the span's iteration.
     ``l2``: the record stores' L2 policy, "first" (records leave L2 before reused data) or "last".
+    ``split``: CTAs that do not record run a copy of the kernel body with no instrumentation in
+    it (default; a sampled launch then slows only the CTAs it records); False compiles one body.
     """
     import cutlass.cute as cute
 
@@ -108,7 +112,7 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     recording = Recording(families=families, kernels=kernels, roles=roles, cursor=cursor,
                           options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
                                                 warps=tuple(warps) if warps else None, check=check),
-                          warps_per_cta=warps_per_cta, spans=spans, l2=l2)
+                          warps_per_cta=warps_per_cta, spans=spans, l2=l2, split=split)
     real = cute.compile
     proxy = _CompileProxy(real, recording)
     patches = Patches()

@@ -144,8 +144,8 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
 
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
-                   spans: Optional[dict] = None, l2: str = "first", compile_fn=None, _probe: str = "",
-                   **kwargs) -> CompiledTraced:
+                   spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
+                   _probe: str = "", **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -154,7 +154,9 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     kernel that uses all of it, but an L2 round trip per event; see BENCHMARKS.md). ``l2``: the
     record stores' L2 policy, "first" (default: records leave L2 before the kernel's reused data)
     or "last" (records stay in L2; for kernels that stream their inputs once). ``check``: also
-    compile the plain kernel, for the output check.
+    compile the plain kernel, for the output check. ``split`` (default): the kernel holds its
+    body twice, and CTAs the trace buffer does not select run the copy without instrumentation
+    (``fa4trace.auto.split``); False: one instrumented body for every CTA (half the compile).
     """
     import cutlass
     import cutlass.cute as cute
@@ -174,61 +176,75 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     bound = sig.bind(*((obj,) if obj is not None else ()), *args, **fkw)
     bound.apply_defaults()
     full = list(bound.arguments.values())
-    table = EventTable()
-    STATE.reset(table, tuple(families) + (("user",) if spans else ()))
-    STATE.probe = _probe  # cost diagnosis: records without timer reads, or timer reads without records
 
-    def on_buffer(buf):
-        STATE.host_buf = buf
+    def attempt(split: bool):  # trace with the hooks in, compile, take the hooks out
+        table = EventTable()
+        STATE.reset(table, tuple(families) + (("user",) if spans else ()))
+        STATE.probe = _probe  # cost diagnosis: records without timer reads, or timer reads without records
 
-    def on_enter(buf):
-        STATE.buf = buf
-        STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
+        def on_buffer(buf):
+            STATE.host_buf = buf
 
-    def on_exit():
-        if STATE.rec is not None:
-            STATE.rec.finish()
-        STATE.rec = STATE.buf = None
+        def on_enter(buf):
+            STATE.buf = buf
+            STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
 
-    patches = Patches()
-    try:
-        F.install(patches, families, spans)
-        for owner, name, k, method in targets:
-            patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
-                                                     on_launch=STATE.launches.append))
-        traced = E.traced_entry(entry, on_buffer)
-        buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
+        def on_exit():
+            if STATE.rec is not None:
+                STATE.rec.finish()
+            STATE.rec = STATE.buf = None
+
+        patches = Patches()
         try:
-            compiled = compile_fn(traced, *full, buf, **ctl)
-        except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            if not msg.startswith("fa4trace:"):
-                raise
-            why = msg[len("fa4trace:"):].strip()
-            if why.startswith("span "):  # the user's spans= entry, not a hook
-                raise Fa4traceError(f"{raw.__qualname__}: {why}") from None
-            raise Fa4traceError(f"fa4trace cannot follow {raw.__qualname__}: {why} "
-                                f"(families {', '.join(FAMILIES)} on nvidia-cutlass-dsl {', '.join(SUPPORTED_DSL)}; "
-                                "try families= without the family named, or report the kernel)") from None
-        meta = {
-            "kernel": f"{raw.__module__}.{raw.__qualname__}",
-            "kernels": [getattr(getattr(k, "__wrapped__", k), "__qualname__", n) for _o, n, k, _m in targets],
-            "families": sorted(set(families)),
-            "spans": sorted(spans or {}),
-            "found": dict(STATE.found),
-            "missing": sorted(set(families) - set(STATE.found)),
-            "spans_missing": sorted(set(spans or {}) - {n for n in table.placed}),
-            "placed": dict(table.placed),
-            "pipelines": dict(table.pipelines),
-            "warps_per_cta": _block_warps(STATE.launches),
-            "cursor": cursor,
-            "l2": l2,
-            "arch": _arch(),
-            "dsl": dsl_version(),
-        }
-    finally:
-        patches.restore()
-        STATE.reset()
+            F.install(patches, families, spans)
+            for owner, name, k, method in targets:
+                patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
+                                                         on_launch=STATE.launches.append, split=split))
+            traced = E.traced_entry(entry, on_buffer)
+            buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
+            try:
+                compiled = compile_fn(traced, *full, buf, **ctl)
+            except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                if not msg.startswith("fa4trace:"):
+                    raise
+                why = msg[len("fa4trace:"):].strip()
+                if why.startswith("span "):  # the user's spans= entry, not a hook
+                    raise Fa4traceError(f"{raw.__qualname__}: {why}") from None
+                raise Fa4traceError(f"fa4trace cannot follow {raw.__qualname__}: {why} "
+                                    f"(families {', '.join(FAMILIES)} on nvidia-cutlass-dsl {', '.join(SUPPORTED_DSL)}; "
+                                    "try families= without the family named, or report the kernel)") from None
+            meta = {
+                "kernel": f"{raw.__module__}.{raw.__qualname__}",
+                "kernels": [getattr(getattr(k, "__wrapped__", k), "__qualname__", n) for _o, n, k, _m in targets],
+                "families": sorted(set(families)),
+                "spans": sorted(spans or {}),
+                "found": dict(STATE.found),
+                "missing": sorted(set(families) - set(STATE.found)),
+                "spans_missing": sorted(set(spans or {}) - {n for n in table.placed}),
+                "placed": dict(table.placed),
+                "pipelines": dict(table.pipelines),
+                "warps_per_cta": _block_warps(STATE.launches),
+                "cursor": cursor,
+                "l2": l2,
+                "split": bool(split),
+                "arch": _arch(),
+                "dsl": dsl_version(),
+            }
+        finally:
+            patches.restore()
+            STATE.reset()
+        return compiled, table, meta
+
+    try:
+        compiled, table, meta = attempt(split)
+    except Exception as exc:  # noqa: BLE001 (the DSL raises its own types; only this message is ours to handle)
+        if not (split and "Duplicate definition" in str(exc)):
+            raise
+        # inline PTX that declares names at function scope (FA4's SM100 tcgen05 helpers) cannot
+        # be there twice: one instrumented body for every CTA instead
+        compiled, table, meta = attempt(False)
+        meta["split_refused"] = "the kernel's inline PTX declares names that a second copy of its body would redeclare"
     # runtime parameters: the entry's, less any stream tvm-ffi takes from the environment
     names = [n for n, v in list(bound.arguments.items())[1 if obj is not None else 0:]
              if not getattr(v, "use_tvm_ffi_env_stream", False)]

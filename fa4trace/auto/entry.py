@@ -5,7 +5,7 @@
 calls the user's entry, which the DSL inlines. ``traced_kernel`` makes a ``@cute.kernel``
 with the kernel's parameters plus ``fa4trace_buf`` whose body starts every warp's recorder,
 runs the kernel's own body (a fresh function over its code object: nothing is edited) and
-finishes the recorder. The buffer is a real kernel argument, so one compile serves every
+finishes the recorder (with ``split``, in the recording CTAs only). The buffer is a real kernel argument, so one compile serves every
 buffer and AOT export works. FA4's adapter and ``fa4trace.instrument`` (fa4trace.auto) both build on these.
 """
 
@@ -90,10 +90,12 @@ class _LaunchSpy:
 
 
 def traced_kernel(kernel: Callable, on_enter: Callable, on_exit: Callable, buffer: Callable, *,
-                  method: bool, on_launch: Optional[Callable] = None) -> Callable:
+                  method: bool, on_launch: Optional[Callable] = None, split: bool = False) -> Callable:
     """A replacement for ``kernel`` (a ``@cute.kernel``) that takes ``fa4trace_buf`` from
     ``buffer()`` at launch, calls ``on_enter(buf)`` at the top of the kernel, then the kernel's
-    own body, then ``on_exit()``. ``method``: the kernel is a method (first parameter self)."""
+    own body, then ``on_exit()``. ``method``: the kernel is a method (first parameter self).
+    ``split``: only in the CTAs the buffer selects; the others run the body alone
+    (``fa4trace.auto.split``)."""
     import cutlass.cute as cute
 
     raw = _raw(kernel)
@@ -104,13 +106,22 @@ def traced_kernel(kernel: Callable, on_enter: Callable, on_exit: Callable, buffe
     body.__qualname__, body.__module__ = raw.__qualname__, raw.__module__
     body_jit = cute.jit(body)
     params = list(inspect.signature(raw).parameters.values())
-    ns = {"_body": body_jit, "_Tensor": cute.Tensor, "_enter": on_enter, "_exit": on_exit}
+
+    def run(buf, body):  # the instrumented body
+        on_enter(buf)
+        body()
+        on_exit()
+
+    def run_split(buf, body):  # ... in the CTAs that record; the others run the body untouched
+        from .split import split_by_cta
+
+        split_by_cta(buf, lambda: run(buf, body), body)
+
+    ns = {"_body": body_jit, "_Tensor": cute.Tensor, "_run": run_split if split else run}
     src = params_source(params, ns)
     names = [p.name for p in params]
     code = (f"def kernel({', '.join(src)}, {BUF}: _Tensor = None):\n"
-            f"    _enter({BUF})\n"
-            f"    _body({', '.join(names)})\n"
-            f"    _exit()\n")
+            f"    _run({BUF}, lambda: _body({', '.join(names)}))\n")
     exec(compile(code, f"<fa4trace kernel for {raw.__qualname__}>", "exec"), ns)
     fn = ns["kernel"]
     fn.__qualname__, fn.__name__, fn.__module__ = raw.__qualname__, raw.__name__, raw.__module__

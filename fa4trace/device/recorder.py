@@ -685,3 +685,20 @@ def _edge_anchor():
         g = cute.arch.globaltimer()
         c = cute.arch.clock64()
     return g, c
+
+
+@cute.jit
+def cta_records(trace: cute.Tensor) -> cutlass.Boolean:
+    """Whether this CTA is one of those the buffer's header selects (first, stride, count):
+    the same test as the warp slot's claim, CTA-uniform."""
+    g2 = trace[2]
+    g3 = trace[3]
+    cta_first = Int32(g2 & _LO32)
+    cta_stride = Int32(g2 >> 32)
+    n_cta = Int32(g3 & _LO32)
+    bx, by, bz = cute.arch.block_idx()
+    gx, gy, _ = cute.arch.grid_dim()
+    rel = bx + gx * (by + gy * bz) - cta_first
+    cta_slot = rel // cta_stride
+    return (rel >= 0) & (rel == cta_slot * cta_stride) & (cta_slot < n_cta)
+

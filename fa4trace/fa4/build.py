@@ -232,12 +232,14 @@ def _traced_entry(cls):
     return traced_entry(cls.__call__, on_buffer, before="stream")
 
 
-def _traced_kernel(cls, kernel_jit):
-    """FA4's ``kernel`` with ``fa4trace_buf`` added; its body hands the buffer to the hooks."""
+def _traced_kernel(cls, kernel_jit, arch: str):
+    """FA4's ``kernel`` with ``fa4trace_buf`` added; its body hands the buffer to the hooks. On
+    SM90 the CTAs the buffer does not select run FA4's body untouched (``fa4trace.auto.split``);
+    FA4's SM100 tcgen05 helpers declare PTX registers by name, which a second copy would redeclare."""
     from ..auto.entry import traced_kernel
 
     return traced_kernel(kernel_jit, _set_kernel_buf, lambda: _set_kernel_buf(None), lambda: hooks.STATE.host_buf,
-                         method=True)
+                         method=True, split=arch == "sm90")
 
 
 def _set_kernel_buf(buf):
@@ -287,7 +289,7 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
         hooks.install(arch, events=events, cursor=cursor)
         saved_kernel = cls.__dict__["kernel"]
         try:
-            cls.kernel = _traced_kernel(cls, saved_kernel)
+            cls.kernel = _traced_kernel(cls, saved_kernel, arch)
             entry = _traced_entry(cls)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
             args = (*cap.args[:-1], buf, cap.args[-1])

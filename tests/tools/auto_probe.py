@@ -50,6 +50,7 @@ def main():
     ap.add_argument("arch")
     ap.add_argument("--families", default=None)
     ap.add_argument("--cursor", default="smem")
+    ap.add_argument("--no-split", action="store_true", help="one instrumented body for every CTA (split=False)")
     a = ap.parse_args()
     os.environ["CUTE_DSL_ARCH"] = a.arch
     import cutlass
@@ -78,7 +79,8 @@ def main():
     elif a.kernel == "quack_gemm":
         import auto_kernels as ak
 
-        c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor)
+        c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor,
+                                  split=not a.no_split)
         plain_ptx = None
     elif a.kernel == "span_loop":
         # a module-level helper, named as a user names one: "module:function"
@@ -112,6 +114,7 @@ def main():
         # a payload read at run time: shifted into bits 44.. or, in a loop, stepped by 1 << 44
         "ptx_payload_ops": len(re.findall(r"shl\.b64\s+%rd\d+,\s*%rd\d+,\s*44;|,\s*17592186044416;", ptx)),
         "plain_globaltimer": None if plain_ptx is None else plain_ptx.count("%globaltimer"),
+        "ptx_mma": len(re.findall(r"wgmma\.mma_async|tcgen05\.mma", ptx)),
     }))
 
 

@@ -1,0 +1,194 @@
+"""What a sampled trace costs: a launch where only some CTAs record, with the kernel's body
+split (CTAs that do not record run an uninstrumented copy; fa4trace.auto.split, the default)
+and as one instrumented body for every CTA (``split=False``).
+
+    python benchmarks/bench_cta_sample.py build build/sample          # here (CuTe DSL, no GPU)
+    python benchmarks/bench_cta_sample.py run build/sample --json benchmarks/results/cta_sample_h200.json
+
+Kernels: those of auto_kernels.py (quack's SM90 GEMM, FA4's SM90 prefill full and causal, our
+decode kernel through the generic layer), all automatic families on. Per kernel: the sampled
+launch's output against the plain build (bit for bit) and its bundle (the CTAs asked for and
+no others), then plain, split and one-body builds timed in interleaved rounds, with every CTA
+recording and with the sample. CUDA-graph replay, inputs rotating (cold L2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import auto_kernels as ak  # noqa: E402
+
+SPLITS = (("", True), ("_onebody", False))
+
+
+def build(out: str) -> None:
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from fa4trace.aot import build_library
+    from fa4trace.auto import compiler
+    from fa4trace.auto.build import entries
+
+    real = compiler.compile_traced
+    ents = {}
+    try:
+        for sfx, split in SPLITS:
+            compiler.compile_traced = lambda *a, _s=split, **k: real(*a, **{**k, "split": _s})
+            c = ak.compile_quack_gemm(check=split)
+            ents.update(entries("gemm" + sfx, c, {"kernel": "quack GemmSm90", "split": split}))
+            for causal in (False, True):
+                c, cfg = ak.compile_fa4_prefill(causal=causal, check=split)
+                ents.update(entries(("fa4_causal" if causal else "fa4_full") + sfx, c, dict(cfg, split=split)))
+            c, variant = ak.compile_decode(check=split)
+            ents.update(entries("decode" + sfx, c, {"kernel": "decode", "variant": variant.name, "split": split}))
+    finally:
+        compiler.compile_traced = real
+    build_library(ents, out, arch="sm_90a", overwrite=True)
+    print("built", ", ".join(ents))
+
+
+def _grid_ctas(bdir: str, base: str, args, upper: int) -> int:
+    """How many CTAs a launch has: one traced launch with room for every CTA up to ``upper``
+    and a few records per warp, counted in its bundle."""
+    from fa4trace.auto.build import load
+    from fa4trace.auto.run import RecordOptions
+
+    kern = load(bdir, base, options=RecordOptions(ctas=upper, capacity=8, check=False))
+    kern(*args(0))
+    return len(set(kern.trace(config={}).events.column("cta").to_pylist()))
+
+
+def _cases(bdir: str):
+    """(kernel, shape, build base name, args(i), input sets, grid CTAs, [(sample label, ctas, stride)], per graph)."""
+    import torch
+
+    from fa4trace.attention.api import variant_for
+    from fa4trace.attention.planner import plan_splits
+    from fa4trace.auto.build import load
+    from fa4trace.fa4.run import call_args
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for (m, n, k) in ak.GEMM_SHAPES.values():
+        ns = max(1, min(8, (256 << 20) // ((m * k + n * k) * 2)))
+        sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                 torch.randn(n, k, device="cuda", dtype=torch.bfloat16),
+                 torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(ns)]
+        grid = _grid_ctas(bdir, "gemm", lambda i, s=sets: s[i], sms)  # persistent: at most one CTA per SM
+        yield ("quack GemmSm90", f"{m}x{n}x{k}", "gemm", lambda i, s=sets: s[i], ns, grid,
+               [(f"{min(16, grid // 2)} CTAs spread", min(16, grid // 2), max(1, grid // 16))], 4)
+    p = ak.FA4_PREFILL
+    scale = 1 / math.sqrt(p["d"])
+    n_ctas = p["b"] * p["h"] * math.ceil(p["seqlen"] / 128)
+    for v in ("full", "causal"):
+        sets = []
+        for _ in range(4):
+            q, kk, vv = (torch.randn(p["b"], p["seqlen"], p["h"], p["d"], device="cuda", dtype=torch.bfloat16)
+                         for _ in range(3))
+            sets.append((q, kk, vv, torch.empty_like(q)))
+        params = load(bdir, f"fa4_{v}").meta["params"][:-1]
+        yield (f"FA4 SM90 prefill{', causal' if v == 'causal' else ''}", f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
+               f"fa4_{v}", lambda i, s=sets, pr=params: call_args(pr, q=s[i][0], k=s[i][1], v=s[i][2], out=s[i][3],
+                                                                 softmax_scale=scale, trace=None),
+               4, n_ctas, [("128 CTAs spread", 128, n_ctas // 128), ("the first 256 CTAs (API default)", 256, 1)], 2)
+    d, shape = ak.DECODE, ak.decode_shape()
+    variant = variant_for(shape, d["schedule"])
+    plan = plan_splits(shape, variant.tile_n, sms, None, variant.block_rows)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sets = []
+    for _ in range(8):
+        q = torch.randn(d["b"], d["sq"], d["hq"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        kk = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        vv = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        sets.append((q, kk, vv, torch.empty_like(q)))
+    n_o, n_l = plan.workspace_floats(shape)
+    ws = (torch.empty((d["b"], d["hq"], d["sq"]), dtype=torch.float32, device="cuda"),
+          torch.empty(n_o, dtype=torch.float32, device="cuda"), torch.empty(n_l, dtype=torch.float32, device="cuda"),
+          torch.zeros(4096, dtype=torch.int32, device="cuda"))
+    yield ("our decode, generic events", f"d{d['d']} {d['hq']}:{d['hkv']} sk {d['sk']} b {d['b']}", "decode",
+           lambda i, s=sets: (*s[i], *ws, *plan.kernel_args(1 / math.sqrt(d["d"])), None), 8, plan.n_ctas,
+           [("16 CTAs spread", 16, max(1, plan.n_ctas // 16))], 8)
+
+
+def run(bdir: str, rounds: int, replays: int) -> list:
+    import torch
+
+    from fa4trace.auto.build import load
+    from fa4trace.auto.run import RecordOptions
+    from fa4trace.bench.timing import graph_time
+    from fa4trace.record import new_trace_tensor
+
+    rows = []
+    for kernel, shape, base, args, n_sets, n_ctas, samples, per in _cases(bdir):
+        every = RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False)
+        timed = {"plain": None}
+        for sfx, _split in SPLITS:
+            kern = load(bdir, base + sfx, options=every)
+            timed[f"every{sfx}"] = (kern.fn, [new_trace_tensor(every.spec(kern.warps_per_cta)) for _ in range(n_sets)])
+            timed["plain"] = timed["plain"] or (kern.plain, None)
+        checks = {}
+        for label, ctas, stride in samples:
+            chk = load(bdir, base, options=RecordOptions(ctas=ctas, cta_stride=stride, capacity=1 << 14))
+            chk(*args(0))
+            torch.cuda.synchronize()
+            tr = chk.trace(config={})
+            got = sorted(set(tr.events.column("cta").to_pylist()))
+            want = [c for c in range(0, n_ctas, stride)][:ctas]
+            checks[label] = {"bitwise_equal": all(chk.checked), "ctas_recorded": len(got),
+                             "only_those_asked": set(got) <= set(want), "events": len(tr)}
+            opts = RecordOptions(ctas=ctas, cta_stride=stride, capacity=1 << 13, check=False)
+            for sfx, _split in SPLITS:
+                kern = load(bdir, base + sfx, options=opts)
+                timed[f"{label}{sfx}"] = (kern.fn, [new_trace_tensor(opts.spec(kern.warps_per_cta)) for _ in range(n_sets)])
+        times: dict = {k: [] for k in timed}
+        for _ in range(rounds):
+            for nm, (fn, bufs) in timed.items():
+                launch = (lambda i, f=fn: f(*args(i))) if bufs is None else (lambda i, f=fn, b=bufs: f(*args(i), b[i]))
+                times[nm].append(graph_time(launch, n_sets, replays, n_sets * per)[0])
+        med = {nm: sorted(v)[len(v) // 2] for nm, v in times.items()}
+        cost = {nm: round(100 * (t / med["plain"] - 1), 2) for nm, t in med.items()}
+        for label, _c, _s in [("every CTA", n_ctas, 1)] + samples:
+            key = "every" if label == "every CTA" else label
+            ck = checks.get(label, {})
+            rows.append({"kernel": kernel, "shape": shape, "grid_ctas": n_ctas, "recording": label,
+                         "plain_us": round(med["plain"], 2), "cost_split_pct": cost[key],
+                         "cost_one_body_pct": cost[key + "_onebody"],
+                         "bitwise_equal": ck.get("bitwise_equal"), "ctas_recorded": ck.get("ctas_recorded"),
+                         "only_those_asked": ck.get("only_those_asked")})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("out")
+    r = sub.add_parser("run")
+    r.add_argument("build")
+    r.add_argument("--json", default=None)
+    r.add_argument("--rounds", type=int, default=7)
+    r.add_argument("--replays", type=int, default=20)
+    a = ap.parse_args(argv)
+    if a.cmd == "build":
+        build(a.out)
+        return
+    rows = run(a.build, a.rounds, a.replays)
+    if a.json:
+        from fa4trace.bench import results
+
+        doc = results.envelope(
+            "auto-sample", "A sampled trace: CTAs that do not record run the plain body", rows,
+            columns=[["kernel", "kernel"], ["shape", "shape"], ["recording", "CTAs recording"],
+                     ["grid_ctas", "grid"], ["plain_us", "plain µs"], ["cost_split_pct", "cost % (split, default)"],
+                     ["cost_one_body_pct", "cost % (one body)"], ["bitwise_equal", "output = plain"]],
+            notes="All four automatic families on, every warp of a recording CTA. split: the CTAs not recording "
+                  "run an uninstrumented copy of the body; one body: they run the instrumented body with "
+                  "their stores off. Interleaved rounds, median of rounds; CUDA graphs, cold L2.")
+        results.write(a.json, doc)
+
+
+if __name__ == "__main__":
+    main()
