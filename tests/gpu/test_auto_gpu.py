@@ -44,6 +44,8 @@ def test_quack_gemm_traced_equals_plain_and_decodes(gemm):
     names = set(ev.column("name").to_pylist())
     assert {"ab.acquire", "ab.commit", "ab.wait", "ab.release", "tma.load", "mma.commit", "mma.wait"} <= names
     assert int(ev.column("dropped").to_numpy().max()) == 0
+    # the CTAs asked for (4, every 8th from 0) and no other: the rest ran the uninstrumented copy
+    assert set(ev.column("cta").to_pylist()) <= {0, 8, 16, 24} and len(set(ev.column("cta").to_pylist())) > 1
     from fa4trace.kernel_analysis import summarize_kernel
 
     s = summarize_kernel(t)

@@ -50,7 +50,7 @@ def _fns(arch, variant="default", d=128, hq=16, hkv=1):
     return plain, traced
 
 
-def _run_pair(arch, b, sk, seed, variant="default"):
+def _run_pair(arch, b, sk, seed, variant="default", cta_first=0, cta_stride=1):
     import torch
 
     from fa4trace import layout as L
@@ -66,7 +66,8 @@ def _run_pair(arch, b, sk, seed, variant="default"):
     o_traced = torch.full_like(q, float("nan"))
     pf(*call_args(pp, q=q, k=k, v=v, out=o_plain, softmax_scale=scale))
     ctas = b  # hkv = 1, 16 packed query heads fit one 128-row tile
-    spec = L.BufferSpec.for_grid(ctas, tcfg["warps_per_cta"], capacity_for(arch, sk))
+    spec = L.BufferSpec.for_grid(ctas, tcfg["warps_per_cta"], capacity_for(arch, sk), cta_first=cta_first,
+                                 cta_stride=cta_stride)
     buf = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
     tf(*call_args(tp, q=q, k=k, v=v, out=o_traced, softmax_scale=scale, trace=buf))
     torch.cuda.synchronize()
@@ -87,6 +88,17 @@ def test_traced_output_is_bitwise_fa4s(arch, b, sk):
     rel = float((o_plain.float() - ref).norm() / ref.norm())
     assert rel < 1e-2, rel
     assert dec.summary["dropped"] == 0 and dec.summary["ctas_recorded"] == b
+
+
+def test_ctas_not_recording_run_fa4_untouched(arch):
+    """A subset of CTAs records (1 and 3 of 4): on SM90 the others run FA4's body without hooks
+    (fa4trace.auto.split). The output still equals FA4's bit for bit, and only those CTAs recorded."""
+    import torch
+
+    _q, _k, _v, o_plain, o_traced, dec = _run_pair(arch, 4, 8192, seed=11, cta_first=1, cta_stride=2)
+    assert not torch.isnan(o_traced).any() and torch.equal(o_plain, o_traced)
+    ctas = sorted(set(dec.table.column("cta").to_pylist()))
+    assert ctas == [1, 3] and dec.summary["dropped"] == 0
 
 
 def test_sm90_trace_structure(arch):
