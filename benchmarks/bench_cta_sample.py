@@ -184,7 +184,7 @@ def main(argv=None) -> None:
             columns=[["kernel", "kernel"], ["shape", "shape (grid)"], ["recording", "CTAs recording"],
                      ["plain_us", "plain µs"], ["cost_split_pct", "cost % split (default)"],
                      ["cost_one_body_pct", "cost % one body"]],
-            notes=(f"All four families on; FA4: prefill b{ak.FA4_PREFILL['b']} s{ak.FA4_PREFILL['seqlen']} "
+            notes=(f"All families on; FA4: prefill b{ak.FA4_PREFILL['b']} s{ak.FA4_PREFILL['seqlen']} "
                    f"h{ak.FA4_PREFILL['h']} d{ak.FA4_PREFILL['d']}; decode: d{ak.DECODE['d']} {ak.DECODE['hq']}:"
                    f"{ak.DECODE['hkv']} sk {ak.DECODE['sk']} b {ak.DECODE['b']}. split: the other CTAs run an "
                    "uninstrumented copy of the body; one body: the instrumented one, stores off. Sampled outputs "
