@@ -5,8 +5,9 @@
 calls the user's entry, which the DSL inlines. ``traced_kernel`` makes a ``@cute.kernel``
 with the kernel's parameters plus ``fa4trace_buf`` whose body starts every warp's recorder,
 runs the kernel's own body (a fresh function over its code object: nothing is edited) and
-finishes the recorder (with ``split``, in the recording CTAs only). The buffer is a real kernel argument, so one compile serves every
-buffer and AOT export works. FA4's adapter and ``fa4trace.instrument`` (fa4trace.auto) both build on these.
+finishes the recorder (with ``split``, in the recording CTAs only). The buffer is a real kernel
+argument, so one compile serves every buffer and AOT export works. FA4's adapter and
+``fa4trace.instrument`` (fa4trace.auto) both build on these.
 """
 
 from __future__ import annotations

@@ -9,7 +9,12 @@ kernel's), and the recorded CTAs run among neighbours at full speed.
 Shared memory: both copies must use the same bytes, not twice as many. Every
 ``SmemAllocator`` allocation of the first copy is emitted before the branch (allocations are
 typed and static, they take no operand), and the second copy's allocations, one for one in
-the same order and type, get the first copy's pointers back.
+the same order and type, get the first copy's pointers back. (Static shared memory a body
+takes with ``cute.arch.alloc_smem`` is not shared: each copy has its own.)
+
+Costs: each CTA reads two words of the buffer's header before it branches; the compile traces
+and assembles the body twice. Inline PTX that declares names at function scope cannot appear
+twice (ptxas: "Duplicate definition"); ``compile_traced`` then compiles one body.
 """
 
 from __future__ import annotations
