@@ -36,9 +36,12 @@ TILE = (128, 256)
 
 
 # ---- build (CuTe DSL, no GPU) ---------------------------------------------------------------
-def quack_gemm_entry(arch_major: int = 9):
+def quack_gemm_entry(arch_major: int = 9, dynamic: bool = False):
     """A host entry over quack's GEMM: (A (m,k), B (n,k), D (m,n), stream), D = A @ B^T in bf16,
-    everything else of quack's call fixed (no C, no epilogue extras, static persistent scheduler)."""
+    everything else of quack's call fixed (no C, no epilogue extras, static persistent scheduler).
+    ``dynamic``: quack's dynamic persistent scheduler instead (CTAs take the next tile from an
+    Int32 counter in global memory, which wraps back to 0 by itself): the entry takes the
+    counter's address after D, (A, B, D, semaphore, stream)."""
     import cutlass.cute as cute
     from cutlass import BFloat16, Float32, Int32
     from quack.gemm_default_epi import GemmDefaultSm90, GemmDefaultSm100  # noqa: F401
@@ -54,26 +57,39 @@ def quack_gemm_entry(arch_major: int = 9):
     gemm.cd_packed = None
     epi = cls.EpilogueArguments(alpha=None, beta=None, mRowVecBroadcast=None, mColVecBroadcast=None,
                                 add_to_output=False, rounding_mode=0, sr_seed=None)
-    sched = TileSchedulerOptions(max_active_clusters=Int32(H200_SMS // (CLUSTER[0] * CLUSTER[1])))
+    clusters = Int32(H200_SMS // (CLUSTER[0] * CLUSTER[1]))
+    mA, mB, mD, _mC, *_ = make_fake_gemm_tensors(BFloat16, BFloat16, BFloat16, None, "k", "k", "n", "n",
+                                                 batched=False)
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    if dynamic:
+        from cutlass.cute.runtime import make_ptr
+
+        @cute.jit
+        def quack_gemm_dynamic(mA, mB, mD, semaphore, stream):
+            sched = TileSchedulerOptions(max_active_clusters=clusters, tile_count_semaphore=semaphore)
+            gemm(mA, mB, mD, None, epi, sched, None, stream, None, None)
+
+        sem = make_ptr(Int32, 0, cute.AddressSpace.gmem, assumed_align=4)
+        return quack_gemm_dynamic, (mA, mB, mD, sem, stream), type(gemm)
+
+    sched = TileSchedulerOptions(max_active_clusters=clusters)
 
     @cute.jit
     def quack_gemm(mA, mB, mD, stream):
         gemm(mA, mB, mD, None, epi, sched, None, stream, None, None)
 
-    mA, mB, mD, _mC, *_ = make_fake_gemm_tensors(BFloat16, BFloat16, BFloat16, None, "k", "k", "n", "n",
-                                                 batched=False)
-    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
     return quack_gemm, (mA, mB, mD, stream), type(gemm)
 
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
-                       cursor: str = "smem", l2: str = "first", probe: str = "", split: bool = True):
+                       cursor: str = "smem", l2: str = "first", probe: str = "", split: bool = True,
+                       dynamic: bool = False):
     """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from fa4trace.auto.compiler import compile_traced
     from fa4trace.auto.events import FAMILIES
 
-    entry, args, cls = quack_gemm_entry(9 if arch.startswith("sm_90") else 10)
+    entry, args, cls = quack_gemm_entry(9 if arch.startswith("sm_90") else 10, dynamic=dynamic)
     opts = "--enable-tvm-ffi" + (" --keep-ptx" if keep_ptx else "")
     return compile_traced(entry, *args, kernels=[cls], families=FAMILIES if families is None else families,
                           check=check, options=opts, cursor=cursor, l2=l2, split=split, _probe=probe)

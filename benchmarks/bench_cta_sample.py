@@ -5,8 +5,9 @@ and as one instrumented body for every CTA (``split=False``).
     python benchmarks/bench_cta_sample.py build build/sample          # here (CuTe DSL, no GPU)
     python benchmarks/bench_cta_sample.py run build/sample --json benchmarks/results/cta_sample_h200.json
 
-Kernels: those of auto_kernels.py (quack's SM90 GEMM, FA4's SM90 prefill full and causal, our
-decode kernel through the generic layer), all automatic families on. Per kernel: the sampled
+Kernels: those of auto_kernels.py (quack's SM90 GEMM, also with quack's dynamic persistent
+scheduler, FA4's SM90 prefill full and causal, our decode kernel through the generic layer), all
+automatic families on. Per kernel: the sampled
 launch's output against the plain build (bit for bit) and its bundle (the CTAs asked for and
 no others), then plain, split and one-body builds timed in interleaved rounds, with every CTA
 recording and with the sample. CUDA-graph replay, inputs rotating (cold L2).
@@ -39,6 +40,8 @@ def build(out: str) -> None:
             compiler.compile_traced = lambda *a, _s=split, **k: real(*a, **{**k, "split": _s})
             c = ak.compile_quack_gemm(check=split)
             ents.update(entries("gemm" + sfx, c, {"kernel": "quack GemmSm90", "split": split}))
+            c = ak.compile_quack_gemm(check=split, dynamic=True)
+            ents.update(entries("gemm_dynamic" + sfx, c, {"kernel": "quack GemmSm90, dynamic scheduler", "split": split}))
             for causal in (False, True):
                 c, cfg = ak.compile_fa4_prefill(causal=causal, check=split)
                 ents.update(entries(("fa4_causal" if causal else "fa4_full") + sfx, c, dict(cfg, split=split)))
@@ -77,8 +80,14 @@ def _cases(bdir: str):
                  torch.randn(n, k, device="cuda", dtype=torch.bfloat16),
                  torch.empty(m, n, device="cuda", dtype=torch.bfloat16)) for _ in range(ns)]
         grid = _grid_ctas(bdir, "gemm", lambda i, s=sets: s[i], sms)  # persistent: at most one CTA per SM
-        yield ("quack GEMM", f"{m}x{n}x{k} ({grid} CTAs)".replace("8192x8192x8192", "8192^3"), "gemm", lambda i, s=sets: s[i], ns, grid,
+        shape = f"{m}x{n}x{k} ({grid} CTAs)".replace("8192x8192x8192", "8192^3")
+        yield ("quack GEMM", shape, "gemm", lambda i, s=sets: s[i], ns, grid,
                [(f"{min(16, grid // 2)} spread", min(16, grid // 2), max(1, grid // 16))], 4)
+        if m == n:  # quack's dynamic persistent scheduler: CTAs take tiles from a counter as they finish
+            sem = torch.zeros(1, dtype=torch.int32, device="cuda")  # wraps back to 0 at the end of each launch
+            dyn = (lambda i, s=sets, sem=sem: (*s[i], sem.data_ptr()))
+            yield ("quack GEMM, dynamic", shape, "gemm_dynamic", dyn, ns, grid,
+                   [(f"{min(16, grid // 2)} spread", min(16, grid // 2), max(1, grid // 16))], 4)
     p = ak.FA4_PREFILL
     scale = 1 / math.sqrt(p["d"])
     n_ctas = p["b"] * p["h"] * math.ceil(p["seqlen"] / 128)
