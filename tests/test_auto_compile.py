@@ -78,6 +78,16 @@ def test_ctas_that_do_not_record_run_an_untouched_copy(gemm90):
     assert gemm90["meta"]["placed"] == one["meta"]["placed"]
 
 
+def test_both_copies_share_static_shared_memory():
+    """A body that takes 32 KB with cute.arch.alloc_smem: the split kernel holds the body twice
+    but the 32 KB once (plus the 128 B of warp cursors)."""
+    two = probe("static_smem", "sm_90a")
+    one = probe("static_smem", "sm_90a", "--no-split")
+    assert two["meta"]["split"] is True and one["meta"]["split"] is False
+    assert two["ptx_barriers"] == 2 * one["ptx_barriers"] > 0
+    assert two["ptx_static_smem"] == one["ptx_static_smem"] == 32768 + 128
+
+
 def test_quack_gemm_sm100_compile_checked():
     """Blackwell: compile-checked only (no B200 here); the UMMA pipelines and tcgen05 issue are seen."""
     _needs_quack()
@@ -87,6 +97,7 @@ def test_quack_gemm_sm100_compile_checked():
     assert {"PipelineTmaUmma", "PipelineUmmaAsync"} <= {p["class"] for p in m["pipelines"].values()}
     assert "mma.issue" in r["vocab"]
     assert r["ptx_record_stores"] >= sum(m["placed"].values())
+    assert m["split"] is True and r["ptx_mma"] > 0  # its body compiles twice (unlike FA4's SM100 one)
     assert r["restored"]
 
 

@@ -143,6 +143,13 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
     return None
 
 
+# ptxas errors a second copy of a kernel's body can cause, and what they mean (fa4trace.auto.split)
+SPLIT_REFUSALS = {
+    "Duplicate definition": "the kernel's inline PTX declares names that a second copy of its body would redeclare",
+    "too much shared data": "the kernel's static shared memory (cute.arch.alloc_smem) does not fit twice",
+}
+
+
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
                    _probe: str = "", **kwargs) -> CompiledTraced:
@@ -238,13 +245,12 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
 
     try:
         compiled, table, meta = attempt(split)
-    except Exception as exc:  # noqa: BLE001 (the DSL raises its own types; only this message is ours to handle)
-        if not (split and "Duplicate definition" in str(exc)):
+    except Exception as exc:  # noqa: BLE001 (the DSL raises its own types; only these messages are ours to handle)
+        why = next((w for key, w in SPLIT_REFUSALS.items() if key in str(exc)), None) if split else None
+        if why is None:
             raise
-        # inline PTX that declares names at function scope (FA4's SM100 tcgen05 helpers) cannot
-        # be there twice: one instrumented body for every CTA instead
-        compiled, table, meta = attempt(False)
-        meta["split_refused"] = "the kernel's inline PTX declares names that a second copy of its body would redeclare"
+        compiled, table, meta = attempt(False)  # one instrumented body for every CTA instead
+        meta["split_refused"] = why
     # runtime parameters: the entry's, less any stream tvm-ffi takes from the environment
     names = [n for n, v in list(bound.arguments.items())[1 if obj is not None else 0:]
              if not getattr(v, "use_tvm_ffi_env_stream", False)]

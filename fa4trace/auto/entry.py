@@ -116,7 +116,7 @@ def traced_kernel(kernel: Callable, on_enter: Callable, on_exit: Callable, buffe
     def run_split(buf, body):  # ... in the CTAs that record; the others run the body untouched
         from .split import split_by_cta
 
-        split_by_cta(buf, lambda: run(buf, body), body)
+        split_by_cta(buf, body, before=lambda: on_enter(buf), after=on_exit)
 
     ns = {"_body": body_jit, "_Tensor": cute.Tensor, "_run": run_split if split else run}
     src = params_source(params, ns)

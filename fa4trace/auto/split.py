@@ -6,11 +6,10 @@ body as the kernel's authors wrote it, with not one instruction of fa4trace in i
 that records a sample of CTAs then costs the others nothing (their code is the plain
 kernel's), and the recorded CTAs run among neighbours at full speed.
 
-Shared memory: both copies must use the same bytes, not twice as many. Every
-``SmemAllocator`` allocation of the first copy is emitted before the branch (allocations are
-typed and static, they take no operand), and the second copy's allocations, one for one in
-the same order and type, get the first copy's pointers back. (Static shared memory a body
-takes with ``cute.arch.alloc_smem`` is not shared: each copy has its own.)
+Shared memory: both copies must use the same bytes, not twice as many. Every allocation the
+first copy's body makes (``SmemAllocator``, ``cute.arch.alloc_smem``) is emitted before the
+branch (allocations are typed and static, they take no operand), and the second copy's
+allocations, one for one in the same order and type, get the first copy's pointers back.
 
 Costs: each CTA reads two words of the buffer's header before it branches; the compile traces
 and assembles the body twice. Inline PTX that declares names at function scope cannot appear
@@ -28,6 +27,7 @@ from cutlass import Int32
 
 from ..device.recorder import cta_records
 from ..errors import Fa4traceError
+from .patches import Patches
 
 
 @cute.jit
@@ -38,55 +38,72 @@ def _branch(trace: cute.Tensor, traced: cutlass.Constexpr, plain: cutlass.Conste
         plain()
 
 
+def _differ():
+    return Fa4traceError("fa4trace: the kernel's two copies allocate shared memory differently "
+                         "(compile with split=False)")
+
+
 @contextlib.contextmanager
 def _allocations(anchor, shared: list, replay: bool):
-    """SmemAllocator allocations emitted before ``anchor`` (first copy: ``shared`` collects
+    """Shared-memory allocations emitted before ``anchor`` (first copy: ``shared`` collects
     them) or handed back from ``shared`` in order (second copy)."""
     from cutlass._mlir import ir
     from cutlass.memory.smem import SmemAllocator
 
-    orig = SmemAllocator.__dict__["_smem_alloca"]
     taken = [0]
 
-    def alloca(self, layout, dtype, byte_alignment, swizzle=None, struct_fields=None, **kwargs):
-        key = (str(layout.type), str(dtype), int(byte_alignment), str(swizzle.type) if swizzle is not None else "",
-               tuple(struct_fields or ()))
-        if not replay:
-            with ir.InsertionPoint(anchor):
-                ptr = orig(self, layout, dtype, byte_alignment, swizzle, struct_fields,
-                           **{k: v for k, v in kwargs.items() if k not in ("ip", "loc")})
-            shared.append((key, ptr))
-            return ptr
-        i = taken[0]
-        taken[0] += 1
-        if i >= len(shared) or shared[i][0] != key:
-            raise Fa4traceError("fa4trace: the kernel's two copies allocate shared memory differently "
-                                "(compile with split=False)")
-        return shared[i][1]
+    def hoisted(orig, key_of):
+        def alloc(*args, **kwargs):
+            key = key_of(*args, **kwargs)
+            if not replay:
+                with ir.InsertionPoint(anchor):
+                    ptr = orig(*args, **{k: v for k, v in kwargs.items() if k not in ("ip", "loc")})
+                shared.append((key, ptr))
+                return ptr
+            i = taken[0]
+            taken[0] += 1
+            if i >= len(shared) or shared[i][0] != key:
+                raise _differ()
+            return shared[i][1]
 
-    SmemAllocator._smem_alloca = alloca
+        return alloc
+
+    def allocator_key(_self, layout, dtype, byte_alignment, swizzle=None, struct_fields=None, **_kw):
+        return ("SmemAllocator", str(layout.type), str(dtype), int(byte_alignment),
+                str(swizzle.type) if swizzle is not None else "", tuple(struct_fields or ()))
+
+    def static_key(element_type, size_in_elems, alignment=None, **_kw):
+        return ("alloc_smem", str(element_type), int(size_in_elems), alignment)
+
+    patches = Patches()
+    patches.set(SmemAllocator, "_smem_alloca", hoisted(SmemAllocator.__dict__["_smem_alloca"], allocator_key))
+    real = cute.arch.alloc_smem
+    patches.set_everywhere({id(real): (real, hoisted(real, static_key))})
     try:
         yield
     finally:
-        SmemAllocator._smem_alloca = orig
+        patches.restore()
     if replay and taken[0] != len(shared):
-        raise Fa4traceError("fa4trace: the kernel's two copies allocate shared memory differently "
-                            "(compile with split=False)")
+        raise _differ()
 
 
-def split_by_cta(trace: cute.Tensor, traced: Callable[[], None], plain: Callable[[], None]):
-    """``traced()`` in the CTAs that record, ``plain()`` in the others (see the module)."""
+def split_by_cta(trace: cute.Tensor, body: Callable[[], None], *, before: Callable[[], None],
+                 after: Callable[[], None]):
+    """In the CTAs that record: ``before()``, ``body()``, ``after()``; in the others ``body()``
+    alone (see the module). What ``before`` / ``after`` allocate is theirs alone."""
     from cutlass._mlir.dialects import arith
 
     anchor = arith.ConstantOp(Int32.mlir_type, 0).operation  # marks the point before the branch
     shared: list = []
 
-    def first():
+    def traced():
+        before()
         with _allocations(anchor, shared, replay=False):
-            traced()
+            body()
+        after()
 
-    def second():
+    def plain():
         with _allocations(anchor, shared, replay=True):
-            plain()
+            body()
 
-    _branch(trace, first, second)
+    _branch(trace, traced, plain)

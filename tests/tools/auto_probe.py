@@ -34,6 +34,29 @@ def _copy_kernel():
     return copy_entry, copy_kernel
 
 
+def _static_smem_kernel():
+    """A copy through 32 KB of static shared memory (cute.arch.alloc_smem): it fits the 48 KB a
+    kernel may hold statically once, not twice."""
+    import cutlass
+    import cutlass.cute as cute
+
+    @cute.kernel
+    def smem_kernel(src: cute.Tensor, dst: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        buf = cute.make_tensor(cute.arch.alloc_smem(cutlass.Float32, 8192, alignment=16), cute.make_layout(8192))
+        i = bidx * 128 + tidx
+        buf[tidx * 64] = src[i]
+        cute.arch.sync_threads()
+        dst[i] = buf[tidx * 64]
+
+    @cute.jit
+    def smem_entry(src: cute.Tensor, dst: cute.Tensor):
+        smem_kernel(src, dst).launch(grid=(src.shape[0] // 128, 1, 1), block=(128, 1, 1))
+
+    return smem_entry, smem_kernel
+
+
 def originals():
     import cutlass.cute as cute
     from cutlass.cute.nvgpu import warpgroup
@@ -45,7 +68,7 @@ def originals():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "fa4_prefill", "span_loop"])
+    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "static_smem", "fa4_prefill", "span_loop"])
     ap.add_argument("--payload", default=None, help="span_loop: the step span's payload argument")
     ap.add_argument("arch")
     ap.add_argument("--families", default=None)
@@ -98,10 +121,11 @@ def main():
             return
         plain_ptx = None
     else:
-        entry, kern = _copy_kernel()
+        entry, kern = _static_smem_kernel() if a.kernel == "static_smem" else _copy_kernel()
         t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
         kw = {} if fams is None else {"families": fams}
-        c = compile_traced(entry, t, t, kernels=[kern], check=True, cursor=a.cursor, options="--keep-ptx", **kw)
+        c = compile_traced(entry, t, t, kernels=[kern], check=True, cursor=a.cursor, options="--keep-ptx",
+                           split=not a.no_split, **kw)
         plain_ptx = c.plain.__ptx__
     after = originals()
     ptx = c.ptx or ""
@@ -115,6 +139,8 @@ def main():
         "ptx_payload_ops": len(re.findall(r"shl\.b64\s+%rd\d+,\s*%rd\d+,\s*44;|,\s*17592186044416;", ptx)),
         "plain_globaltimer": None if plain_ptx is None else plain_ptx.count("%globaltimer"),
         "ptx_mma": len(re.findall(r"wgmma\.mma_async|tcgen05\.mma", ptx)),
+        "ptx_static_smem": sum(int(n) for n in re.findall(r"^\s*\.shared\s.*\.b8\s+\w+\[(\d+)\];", ptx, re.M)),
+        "ptx_barriers": len(re.findall(r"\bbar(rier)?\.sync", ptx)),
     }))
 
 
