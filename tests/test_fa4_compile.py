@@ -52,8 +52,8 @@ def _worker(arch: str, schedule: str, variants: list) -> dict:
     from compile_pool import SOURCES, cached_json, source_key
     from conftest import PTX_CACHE
 
-    key = source_key(arch, SOURCES + ("fa4trace/fa4",), ("nvidia-cutlass-dsl", "flash-attn-4", "quack-kernels"),
-                     json.dumps([schedule, variants]))
+    key = source_key(arch, SOURCES + ("fa4trace/fa4", "fa4trace/auto"),  # the adapter builds on fa4trace.auto
+                     ("nvidia-cutlass-dsl", "flash-attn-4", "quack-kernels"), json.dumps([schedule, variants]))
     return cached_json(os.path.join(PTX_CACHE, "fa4", key + ".json"), lambda: _compile_fa4(arch, schedule, variants))
 
 

@@ -10,6 +10,7 @@ Shared memory: both copies must use the same bytes, not twice as many. Every all
 first copy's body makes (``SmemAllocator``, ``cute.arch.alloc_smem``) is emitted before the
 branch (allocations are typed and static, they take no operand), and the second copy's
 allocations, one for one in the same order and type, get the first copy's pointers back.
+fa4trace's own allocations (the recorders' cursors) stay in the instrumented copy.
 
 Costs: each CTA reads two words of the buffer's header before it branches; the compile traces
 and assembles the body twice. Inline PTX that declares names at function scope cannot appear
@@ -19,6 +20,7 @@ twice (ptxas: "Duplicate definition"); ``compile_traced`` then compiles one body
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Callable
 
 import cutlass
@@ -54,6 +56,8 @@ def _allocations(anchor, shared: list, replay: bool):
 
     def hoisted(orig, key_of):
         def alloc(*args, **kwargs):
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("fa4trace."):
+                return orig(*args, **kwargs)  # the recorder's own (FA4's role recorders start inside the body)
             key = key_of(*args, **kwargs)
             if not replay:
                 with ir.InsertionPoint(anchor):
