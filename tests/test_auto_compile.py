@@ -88,6 +88,16 @@ def test_both_copies_share_static_shared_memory():
     assert two["ptx_static_smem"] == one["ptx_static_smem"] == 32768 + 128
 
 
+def test_a_body_that_changes_state_compiles_twice():
+    """A kernel that sets a runtime field of its TiledMma argument and replaces an attribute of
+    its object while traced (as CUTLASS's Hopper GEMM examples do): each copy of the split body
+    starts from the same state, else the second uses values made inside the first."""
+    two = probe("stateful", "sm_90a")
+    one = probe("stateful", "sm_90a", "--no-split")
+    assert two["meta"]["split"] is True and one["meta"]["split"] is False
+    assert two["ptx_globaltimer"] == one["ptx_globaltimer"] > 0 and two["restored"]
+
+
 def test_quack_gemm_sm100_compile_checked():
     """Blackwell: compile-checked only (no B200 here); the UMMA pipelines and tcgen05 issue are seen."""
     _needs_quack()

@@ -108,21 +108,21 @@ def traced_kernel(kernel: Callable, on_enter: Callable, on_exit: Callable, buffe
     body_jit = cute.jit(body)
     params = list(inspect.signature(raw).parameters.values())
 
-    def run(buf, body):  # the instrumented body
+    def run(buf, args):  # the instrumented body
         on_enter(buf)
-        body()
+        body_jit(*args)
         on_exit()
 
-    def run_split(buf, body):  # ... in the CTAs that record; the others run the body untouched
+    def run_split(buf, args):  # ... in the CTAs that record; the others run the body untouched
         from .split import split_by_cta
 
-        split_by_cta(buf, body, before=lambda: on_enter(buf), after=on_exit)
+        split_by_cta(buf, body_jit, args, before=lambda: on_enter(buf), after=on_exit, method=method)
 
-    ns = {"_body": body_jit, "_Tensor": cute.Tensor, "_run": run_split if split else run}
+    ns = {"_Tensor": cute.Tensor, "_run": run_split if split else run}
     src = params_source(params, ns)
     names = [p.name for p in params]
     code = (f"def kernel({', '.join(src)}, {BUF}: _Tensor = None):\n"
-            f"    _run({BUF}, lambda: _body({', '.join(names)}))\n")
+            f"    _run({BUF}, [{', '.join(names)}])\n")
     exec(compile(code, f"<fa4trace kernel for {raw.__qualname__}>", "exec"), ns)
     fn = ns["kernel"]
     fn.__qualname__, fn.__name__, fn.__module__ = raw.__qualname__, raw.__name__, raw.__module__

@@ -12,6 +12,9 @@ branch (allocations are typed and static, they take no operand), and the second 
 allocations, one for one in the same order and type, get the first copy's pointers back.
 fa4trace's own allocations (the recorders' cursors) stay in the instrumented copy.
 
+State: each copy is traced from the same starting point. It gets fresh wrappers of the
+kernel's arguments, and a kernel object's attributes are put back before the second copy.
+
 Costs: each CTA reads two words of the buffer's header before it branches; the compile traces
 and assembles the body twice. Inline PTX that declares names at function scope cannot appear
 twice (ptxas: "Duplicate definition"); ``compile_traced`` then compiles one body.
@@ -91,23 +94,44 @@ def _allocations(anchor, shared: list, replay: bool):
         raise _differ()
 
 
-def split_by_cta(trace: cute.Tensor, body: Callable[[], None], *, before: Callable[[], None],
-                 after: Callable[[], None]):
-    """In the CTAs that record: ``before()``, ``body()``, ``after()``; in the others ``body()``
-    alone (see the module). What ``before`` / ``after`` allocate is theirs alone."""
+def _fresh(arg):
+    """A new wrapper over the same kernel-parameter values: what one copy of the body does to
+    it (``tiled_mma.set(ACCUMULATE, ...)`` rebinds the atom's value) stays in that copy."""
+    extract = getattr(arg, "__extract_mlir_values__", None)
+    rebuild = getattr(arg, "__new_from_mlir_values__", None)
+    if isinstance(arg, type) or extract is None or rebuild is None:
+        return arg
+    return rebuild(extract())
+
+
+def split_by_cta(trace: cute.Tensor, body: Callable, args: list, *, before: Callable[[], None],
+                 after: Callable[[], None], method: bool = False):
+    """In the CTAs that record: ``before()``, ``body(*args)``, ``after()``; in the others
+    ``body(*args)`` alone (see the module). What ``before`` / ``after`` allocate is theirs
+    alone. Each copy gets its own wrappers of the arguments, and with ``method`` (args[0] is the
+    kernel's object) the second copy starts from the object's attributes as they were before
+    the first: state one copy leaves behind would not dominate the other's uses."""
     from cutlass._mlir.dialects import arith
 
     anchor = arith.ConstantOp(Int32.mlir_type, 0).operation  # marks the point before the branch
     shared: list = []
+    owner = args[0] if method else None
+    saved = dict(vars(owner)) if owner is not None and hasattr(owner, "__dict__") else None
+
+    def own_args():
+        return [a if (owner is not None and i == 0) else _fresh(a) for i, a in enumerate(args)]
 
     def traced():
         before()
         with _allocations(anchor, shared, replay=False):
-            body()
+            body(*own_args())
         after()
 
     def plain():
+        if saved is not None:
+            vars(owner).clear()
+            vars(owner).update(saved)
         with _allocations(anchor, shared, replay=True):
-            body()
+            body(*own_args())
 
     _branch(trace, traced, plain)

@@ -1,0 +1,30 @@
+"""A kernel that changes state while it is traced, as CUTLASS's Hopper GEMM examples do: it
+sets a runtime field of the TiledMma it is passed (``tiled_mma.set(ACCUMULATE, False)``) and
+replaces an attribute of its object with a traced value (``self.bias``), after reading it. fa4trace's split traces such a body twice:
+each copy must start from the same state (tests/test_auto_compile.py). Import after
+CUTE_DSL_ARCH is set."""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import warpgroup
+
+
+class StatefulKernel:
+    @cute.jit
+    def __call__(self, dst: cute.Tensor):
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            cutlass.Float16, cutlass.Float16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K,
+            cutlass.Float32, (1, 1, 1), tiler_mn=(64, 64))
+        self.bias = 1.0
+        self.kernel(tiled_mma, dst).launch(grid=(1, 1, 1), block=(128, 1, 1))
+
+    @cute.kernel
+    def kernel(self, tiled_mma: cute.TiledMma, dst: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        thr_mma = tiled_mma.get_slice(tidx)  # uses the atom's value: in the second copy too
+        bias = self.bias  # the host's 1.0: in the second copy too, not the first copy's value
+        self.bias = dst[tidx] * 2.0 + bias
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+        acc = thr_mma.partition_shape_C((64, 64))
+        dst[tidx] = self.bias + cute.size(acc)
