@@ -98,6 +98,14 @@ def test_a_body_that_changes_state_compiles_twice():
     assert two["ptx_globaltimer"] == one["ptx_globaltimer"] > 0 and two["restored"]
 
 
+def test_state_the_split_cannot_separate_falls_back_to_one_body():
+    """A body that keeps a traced value in a module global: its two copies would share it, so the
+    kernel is compiled with one body and its metadata says why."""
+    r = probe("global_state", "sm_90a")
+    assert r["meta"]["split"] is False and "outside its arguments" in r["meta"]["split_refused"]
+    assert r["ptx_globaltimer"] > 0 and r["restored"]
+
+
 def test_quack_gemm_sm100_compile_checked():
     """Blackwell: compile-checked only (no B200 here); the UMMA pipelines and tcgen05 issue are seen."""
     _needs_quack()

@@ -68,8 +68,8 @@ def originals():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "static_smem", "stateful", "fa4_prefill",
-                                       "span_loop"])
+    ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "static_smem", "stateful", "global_state",
+                                       "fa4_prefill", "span_loop"])
     ap.add_argument("--payload", default=None, help="span_loop: the step span's payload argument")
     ap.add_argument("arch")
     ap.add_argument("--families", default=None)
@@ -121,11 +121,12 @@ def main():
             print(json.dumps({"error": type(exc).__name__, "message": str(exc), "restored": True}))
             return
         plain_ptx = None
-    elif a.kernel == "stateful":
+    elif a.kernel in ("stateful", "global_state"):
         import stateful_kernel as sk
 
         t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
-        c = compile_traced(sk.StatefulKernel(), t, check=False, options="--keep-ptx", split=not a.no_split)
+        k = sk.StatefulKernel() if a.kernel == "stateful" else sk.GlobalStateKernel()
+        c = compile_traced(k, t, check=False, options="--keep-ptx", split=not a.no_split)
         plain_ptx = None
     else:
         entry, kern = _static_smem_kernel() if a.kernel == "static_smem" else _copy_kernel()

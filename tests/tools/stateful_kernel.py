@@ -1,8 +1,9 @@
-"""A kernel that changes state while it is traced, as CUTLASS's Hopper GEMM examples do: it
-sets a runtime field of the TiledMma it is passed (``tiled_mma.set(ACCUMULATE, False)``) and
-replaces an attribute of its object with a traced value (``self.bias``), after reading it. fa4trace's split traces such a body twice:
-each copy must start from the same state (tests/test_auto_compile.py). Import after
-CUTE_DSL_ARCH is set."""
+"""Kernels that change state while they are traced. ``StatefulKernel``, as CUTLASS's Hopper
+GEMM examples do, sets a runtime field of the TiledMma it is passed (``tiled_mma.set(ACCUMULATE,
+False)``) and replaces an attribute of its object with a traced value (``self.bias``) after
+reading it: fa4trace's split traces the body twice, and each copy must start from the same
+state. ``GlobalStateKernel`` keeps its state where fa4trace cannot reach it (tests in
+tests/test_auto_compile.py). Import after CUTE_DSL_ARCH is set."""
 
 import cutlass
 import cutlass.cute as cute
@@ -28,3 +29,23 @@ class StatefulKernel:
         tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
         acc = thr_mma.partition_shape_C((64, 64))
         dst[tidx] = self.bias + cute.size(acc)
+
+
+MEMO: dict = {}  # state kept where fa4trace cannot give each copy its own
+
+
+class GlobalStateKernel:
+    """Keeps a traced value in a module-level dict and reuses it when present: the second copy
+    of a split body would use the first copy's value (compile_traced then compiles one body)."""
+
+    @cute.jit
+    def __call__(self, dst: cute.Tensor):
+        MEMO.clear()
+        self.kernel(dst).launch(grid=(1, 1, 1), block=(32, 1, 1))
+
+    @cute.kernel
+    def kernel(self, dst: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        if cutlass.const_expr("scale" not in MEMO):
+            MEMO["scale"] = dst[0] * 2.0
+        dst[tidx] = dst[tidx] * MEMO["scale"]
