@@ -147,7 +147,6 @@ def _block_warps(launches: list[dict]) -> Optional[int]:
 # (fa4trace.auto.split)
 SPLIT_REFUSALS = {
     "Duplicate definition": "the kernel's inline PTX declares names that a second copy of its body would redeclare",
-    "too much shared data": "the kernel's static shared memory (cute.arch.alloc_smem) does not fit twice",
     "does not dominate": "the kernel's body keeps traced state outside its arguments and its object "
                          "(a global, a class attribute), which both copies of the body would share",
 }

@@ -17,7 +17,8 @@ kernel's arguments, and a kernel object's attributes are put back before the sec
 
 Costs: each CTA reads two words of the buffer's header before it branches; the compile traces
 and assembles the body twice. Inline PTX that declares names at function scope cannot appear
-twice (ptxas: "Duplicate definition"); ``compile_traced`` then compiles one body.
+twice (ptxas: "Duplicate definition"), nor can traced state a body keeps where no copy has its
+own (a module global: "does not dominate"); ``compile_traced`` then compiles one body.
 """
 
 from __future__ import annotations
