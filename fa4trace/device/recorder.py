@@ -174,25 +174,17 @@ class Recorder:
         """This warp's slot from the header words; writes the start of its warp header."""
         slot_words = Int32(g1 & _LO32)
         warps = Int32(g1 >> 32)
-        cta_first = Int32(g2 & _LO32)
-        cta_stride = Int32(g2 >> 32)
-        n_cta = Int32(g3 & _LO32)
         warp_mask = Int32(g3 >> 32)  # 0: warps 0..warps-1 record; else bit w: warp w does
-
-        bx, by, bz = cute.arch.block_idx()
-        gx, gy, _ = cute.arch.grid_dim()
-        cta = bx + gx * (by + gy * bz)
+        cta, cta_slot, cta_ok = _cta_selection(g2, g3)
         warp = cute.arch.warp_idx()
         lane = cute.arch.lane_idx()
 
-        rel = cta - cta_first
-        cta_slot = rel // cta_stride
         # With a warp mask, a selected warp's slot in its CTA is the number of selected warps below it.
         in_mask = ((warp_mask >> warp) & 1) == 1
         below = cute.arch.popc(warp_mask & ((Int32(1) << warp) - 1))
         warp_ok = cutlass.select_(warp_mask == 0, warp < warps, in_mask)
         warp_slot = cutlass.select_(warp_mask == 0, warp, Int32(below))
-        active = (rel >= 0) & (rel == cta_slot * cta_stride) & (cta_slot < n_cta) & warp_ok
+        active = cta_ok & warp_ok
         header = L.GLOBAL_HEADER_WORDS + (cta_slot * warps + warp_slot) * slot_words
         header = cutlass.select_(active, header, Int32(0))
         cap = cutlass.select_(active, slot_words - L.WARP_HEADER_WORDS, Int32(0))
@@ -687,18 +679,25 @@ def _edge_anchor():
     return g, c
 
 
+
 @cute.jit
-def cta_records(trace: cute.Tensor) -> cutlass.Boolean:
-    """Whether this CTA is one of those the buffer's header selects (first, stride, count):
-    the same test as the warp slot's claim, CTA-uniform."""
-    g2 = trace[2]
-    g3 = trace[3]
+def _cta_selection(g2: Int64, g3: Int64):
+    """(linear CTA index, its slot among the recording CTAs, whether it records) from the
+    buffer header's words 2 and 3 (first, stride, count of the CTAs that record)."""
     cta_first = Int32(g2 & _LO32)
     cta_stride = Int32(g2 >> 32)
     n_cta = Int32(g3 & _LO32)
     bx, by, bz = cute.arch.block_idx()
     gx, gy, _ = cute.arch.grid_dim()
-    rel = bx + gx * (by + gy * bz) - cta_first
+    cta = bx + gx * (by + gy * bz)
+    rel = cta - cta_first
     cta_slot = rel // cta_stride
-    return (rel >= 0) & (rel == cta_slot * cta_stride) & (cta_slot < n_cta)
+    return cta, cta_slot, (rel >= 0) & (rel == cta_slot * cta_stride) & (cta_slot < n_cta)
 
+
+@cute.jit
+def cta_records(trace: cute.Tensor) -> cutlass.Boolean:
+    """Whether this CTA is one of those the buffer's header selects (CTA-uniform): the test
+    each warp's slot claim makes, for fa4trace.auto.split's branch."""
+    _cta, _slot, selected = _cta_selection(trace[2], trace[3])
+    return selected
