@@ -232,7 +232,7 @@ def _traced_entry(cls):
     return traced_entry(cls.__call__, on_buffer, before="stream")
 
 
-def _traced_kernel(cls, kernel_jit, arch: str):
+def _traced_kernel(kernel_jit, arch: str):
     """FA4's ``kernel`` with ``fa4trace_buf`` added; its body hands the buffer to the hooks. On
     SM90 the CTAs the buffer does not select run FA4's body untouched (``fa4trace.auto.split``);
     FA4's SM100 tcgen05 helpers declare PTX registers by name, which a second copy would redeclare."""
@@ -289,7 +289,7 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
         hooks.install(arch, events=events, cursor=cursor)
         saved_kernel = cls.__dict__["kernel"]
         try:
-            cls.kernel = _traced_kernel(cls, saved_kernel, arch)
+            cls.kernel = _traced_kernel(saved_kernel, arch)
             entry = _traced_entry(cls)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
             args = (*cap.args[:-1], buf, cap.args[-1])
