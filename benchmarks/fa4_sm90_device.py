@@ -8,7 +8,7 @@ Per shape: FA4's untraced output against an fp32 reference; where the build hold
 kernel, its output equals the untraced one bit for bit (outputs poisoned with NaN first) and
 its buffer decodes. Then FA4's time per shape and the tracing cost of every traced variant of
 the build, timed like ``fa4trace bench`` (``fa4trace.bench.timing``: CUDA-graph replay, cold
-L2), and one bundle per variant "default" / "smem" through ``fa4trace.fa4.record`` (what
+L2), and one bundle per variant "default" / "generic" through ``fa4trace.fa4.record`` (what
 ``fa4trace record --impl fa4`` calls). ``--json`` writes the "fa4-sm90" area of BENCHMARKS.md;
 the log and the bundles go to ``--out``.
 """
@@ -47,7 +47,8 @@ def trace_tensor(n_ctas, config, sk):
     from fa4trace.fa4.run import capacity_for
     from fa4trace.layout import BufferSpec
 
-    spec = BufferSpec.for_grid(n_ctas, config["warps_per_cta"], capacity_for("sm90", sk))
+    spec = BufferSpec.for_grid(n_ctas, config["warps_per_cta"],
+                               capacity_for("sm90", sk, generic=bool(config.get("families"))))
     return torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
 
 
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
         log("time", json.dumps(row))
         rows.append(row)
     bundles = []
-    for var in ("default", "smem"):
+    for var in ("default", "generic"):
         if var not in variants:
             continue
         try:
@@ -184,9 +185,11 @@ def main(argv=None) -> int:
         cols = [("shape", "shape"), ("fa4_us", "FA4 µs"), ("tbps", "TB/s"), ("rel_err", "rel err vs fp32"),
                 ("bitwise_equal", "traced = untraced")] + [(f"{v}_pct", f"{v} %") for v in variants]
         doc = envelope("fa4-sm90", "FA4's SM90 forward traced through hooks", rows, columns=cols,
-                       notes="Untraced FA4 time and the tracing cost per traced variant of the build (default: every "
-                             "warp; smem: cursor in shared memory; consumer / producer: one role; life: warp begin/end "
-                             "only), CUDA-graph replay, cold L2; no split-KV on Hopper.",
+                       notes="Untraced FA4 time and the tracing cost per traced variant of the build (default: FA4's "
+                             "events, every warp, cursor in shared memory; gmem: cursor in global memory; consumer / "
+                             "producer: one role's events (consumer_gmem: global cursor); life: warp lifetimes only; "
+                             "generic: FA4's events and every generic family), CUDA-graph replay, cold L2; no split-KV "
+                             "on Hopper.",
                        checks=checks, bundles=bundles, errors=errors)
         log("wrote", write(args.json, doc))
     return 1 if errors else 0

@@ -344,7 +344,8 @@ def build(arch, output, only, force):
               help="Run this Python script under fa4trace.instrument: every CuTe DSL kernel it compiles gets "
                    "automatic events; each one it launches is written as a bundle (-o, then -o's stem + _1, _2...).")
 @click.option("--families", default=None,
-              help="--script: comma list of event families (pipeline,tma,mma,barrier; default all).")
+              help="Comma list of generic event families (pipeline,tma,mma,barrier). --script: what is "
+                   "recorded (default all). --impl fa4: recorded besides FA4's own events (default none).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -367,6 +368,8 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
         raise click.BadParameter(f"--capacity must be >= 1, got {capacity}")
     if events is not None and (kind != "attention" or impl != "ours"):
         raise click.BadParameter("--events picks the event set of our decode attention kernels only")
+    if families is not None and (kind != "attention" or impl != "fa4"):
+        raise click.BadParameter("--families goes with --script or --impl fa4 (our kernels place their events by hand)")
     subset = _parse_ctas(ctas)
     if warps is not None:
         if kind == "calibration":
@@ -386,7 +389,7 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
         from . import fa4
 
         trace = fa4.record(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
-                           capacity=capacity, build=build_dir, **subset)
+                           capacity=capacity, build=build_dir, families=_parse_families(families) or (), **subset)
     else:
         from . import attention
 
@@ -397,6 +400,17 @@ def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timeb
     click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
 
 
+def _parse_families(families: str | None) -> tuple:
+    """``--families a,b``: the generic event families named (empty for None)."""
+    from .auto.events import FAMILIES
+
+    fams = tuple(f.strip() for f in (families or "").split(",") if f.strip())
+    bad = set(fams) - set(FAMILIES)
+    if bad:
+        raise click.BadParameter(f"--families: unknown {', '.join(sorted(bad))}; families are {', '.join(FAMILIES)}")
+    return fams
+
+
 def _record_script(script, script_args, out: Path, force: bool, families, capacity, subset: dict, warps):
     """``fa4trace record --script``: the script runs under ``fa4trace.instrument``."""
     import runpy
@@ -404,10 +418,7 @@ def _record_script(script, script_args, out: Path, force: bool, families, capaci
     from .auto.api import instrument
     from .auto.events import FAMILIES
 
-    fams = FAMILIES if not families else tuple(f.strip() for f in families.split(",") if f.strip())
-    bad = set(fams) - set(FAMILIES)
-    if bad:
-        raise click.BadParameter(f"--families: unknown {', '.join(sorted(bad))}; families are {', '.join(FAMILIES)}")
+    fams = _parse_families(families) or FAMILIES
     opts = dict(families=fams, warps=warps, ctas=subset.get("max_ctas", 256), cta_stride=subset.get("cta_stride", 1))
     if subset.get("cta_first"):
         raise click.BadParameter("--ctas with --script: FIRST must be 0 (FIRST:COUNT[:STRIDE])")

@@ -90,7 +90,7 @@ def load(kind: str, *, name: Optional[str] = None, build: str | os.PathLike | No
     if use_jit(build, kind):
         arch = gpu_arch()
         os.environ.setdefault("CUTE_DSL_ARCH", arch)
-        key = (kind, arch, name, tuple(sorted(config.items())))
+        key = (kind, arch, name, repr(sorted(config.items())))
         if key not in _JIT:
             _JIT[key] = _compile(kind, arch, name, config)
         return _JIT[key]

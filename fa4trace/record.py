@@ -17,6 +17,7 @@ from . import layout as L
 from .bundle import Trace
 from .decode import decode_buffer
 from .gpu import gpu_facts, require_cuda
+from .vocab import VOCAB
 
 
 @dataclass
@@ -48,16 +49,18 @@ def new_trace_tensor(spec: L.BufferSpec, device="cuda"):
 
 
 def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: dict | None = None,
-           notes: str | None = None) -> Trace:
-    """Launch each (in order, one buffer each), wait, decode, and join into one Trace."""
+           notes: str | None = None, vocab=None) -> Trace:
+    """Launch each (in order, one buffer each), wait, decode, and join into one Trace.
+    ``vocab``: the kernel's event vocabulary where it records more than the attention one."""
     torch = require_cuda()
+    vocab = vocab or VOCAB
     bufs = []
     for ln in launches:
         buf = new_trace_tensor(ln.spec())
         ln.run(buf)
         bufs.append(buf)
     torch.cuda.synchronize()
-    decoded = [decode_buffer(b.cpu().numpy(), launch_index=i, grid_ctas=ln.grid_ctas)
+    decoded = [decode_buffer(b.cpu().numpy(), launch_index=i, grid_ctas=ln.grid_ctas, vocab=vocab)
                for i, (ln, b) in enumerate(zip(launches, bufs))]
     launch_meta = []
     for ln in launches:
@@ -83,7 +86,7 @@ def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: d
         meta["timing"] = timing
     if notes:
         meta["notes"] = notes
-    return Trace.from_launches(decoded, meta)
+    return Trace.from_launches(decoded, meta, vocab=vocab)
 
 
 # ---- the calibration kernel ------------------------------------------------------------------

@@ -78,6 +78,8 @@ def test_convert_refuses_to_overwrite(bundles, tmp_path):
     (["record", "--capacity", "0", "-o", "z.parquet"], "--capacity must be >= 1"),
     (["record", "--events", "all", "-o", "z.parquet"], "Invalid value for '--events'"),
     (["record", "--impl", "fa4", "--events", "stalls", "-o", "z.parquet"], "--events picks the event set"),
+    (["record", "--families", "barrier", "-o", "z.parquet"], "--families goes with --script or --impl fa4"),
+    (["record", "--impl", "fa4", "--families", "tma,warp", "-o", "z.parquet"], "--families: unknown warp"),
     (["frobnicate"], "No such command"),
 ])
 def test_errors_are_one_line_and_nonzero(args, message, tmp_path):

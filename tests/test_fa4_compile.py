@@ -64,8 +64,9 @@ def _compile_fa4(arch: str, schedule: str, variants: list) -> dict:
         "from fa4trace.fa4 import hooks\n"
         "arch, schedule, variants = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])\n"
         "res = {}\n"
-        "for name, traced, events in variants:\n"
-        "    c = compile_fa4(arch, schedule=schedule, traced=traced, events=events, keep_ptx=True)\n"
+        "for name, traced, events, *fams in variants:\n"
+        "    kw = dict(families=fams[0]) if fams else {}\n"
+        "    c = compile_fa4(arch, schedule=schedule, traced=traced, events=events, keep_ptx=True, **kw)\n"
         f"    ptx = c.ptx\n"
         f"    body = re.sub(r'{ENTRY.pattern}', 'K', ptx)\n"
         f"    res[name] = dict(clock=len(re.findall(r'{CLOCK.pattern}', ptx)), counts=c.counts,\n"
@@ -112,7 +113,7 @@ def test_sm100_both_decode_paths_have_markers_in_mma_softmax_and_load_warps(sche
 def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
     variants = [["all", True, ["producer", "consumer"]], ["plain", False, None],
                 ["no_producer", True, ["consumer"]], ["no_consumer", True, ["producer"]],
-                ["plain_again", False, None]]
+                ["plain_again", False, None], ["generic", True, None, ["pipeline", "tma", "mma", "barrier"]]]
     res = _worker("sm90", "pingpong", variants)
     full = res["all"]
     assert full["config"]["kernel_class"] == "FlashAttentionForwardSm90"
@@ -122,11 +123,22 @@ def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
         placed = full["counts"].get(role, 0)
         assert placed > 0, full["counts"]
         assert full["clock"] - res[f"no_{role}"]["clock"] >= placed
-    # SM90 keeps each warp's cursor in 128 B of static shared memory per role (producer, consumer)
-    assert full["config"]["cursor"] == "smem" and full["static_smem"] == 2
+    # SM90 keeps each warp's cursor in 128 B of static shared memory (fa4trace.auto starts every
+    # warp's recorder at kernel entry: one allocation)
+    assert full["config"]["cursor"] == "smem" and full["static_smem"] == 1
     assert res["plain"]["static_smem"] == 0
+    assert full["params"][-1] == "fa4trace_buf" and full["config"]["families"] == []
     # after a traced compile the hooks are gone: FA4 compiles to the same PTX as before it
     assert res["plain_again"]["body_hash"] == res["plain"]["body_hash"]
+    # the generic families on top of FA4's hooks: FA4's events are placed as before, and the
+    # generic layer finds every family (the consumers' barriers and pipeline waits record into
+    # the segment FA4's hook opened around each KV block)
+    gen = res["generic"]
+    assert gen["counts"] == full["counts"] and gen["params"] == full["params"]
+    assert gen["config"]["missing"] == [] and gen["clock"] > full["clock"]
+    assert {"barrier", "pipeline", "tma", "mma"} <= set(gen["config"]["found"])
+    names = {e["name"] for e in gen["config"]["vocab"]["events"]}
+    assert {"QK", "PV", "SOFTMAX", "barrier.sync", "k.wait", "v.wait"} <= names, sorted(names)
 
 
 def test_unsupported_fa4_version_fails_with_one_line(monkeypatch):

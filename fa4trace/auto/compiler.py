@@ -154,7 +154,7 @@ SPLIT_REFUSALS = {
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
-                   _probe: str = "", **kwargs) -> CompiledTraced:
+                   hooks=None, buffer_before: Optional[str] = None, _probe: str = "", **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -166,6 +166,11 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     compile the plain kernel, for the output check. ``split`` (default): the kernel holds its
     body twice, and CTAs the trace buffer does not select run the copy without instrumentation
     (``fa4trace.auto.split``); False: one instrumented body for every CTA (half the compile).
+
+    For adapters of one kernel (fa4trace.fa4): ``hooks(patches)`` places the kernel's own hooks
+    after the families' (so they wrap them; ``patches`` puts everything back), and
+    ``buffer_before`` names the entry parameter the buffer goes in front of (FA4 keeps its
+    stream last).
     """
     import cutlass
     import cutlass.cute as cute
@@ -206,13 +211,16 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
         patches = Patches()
         try:
             F.install(patches, families, spans)
+            if hooks is not None:
+                hooks(patches)
             for owner, name, k, method in targets:
                 patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
                                                          on_launch=STATE.launches.append, split=split))
-            traced = E.traced_entry(entry, on_buffer)
+            traced = E.traced_entry(entry, on_buffer, before=buffer_before)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
+            at = list(bound.arguments).index(buffer_before) if buffer_before else len(full)
             try:
-                compiled = compile_fn(traced, *full, buf, **ctl)
+                compiled = compile_fn(traced, *full[:at], buf, *full[at:], **ctl)
             except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 if not msg.startswith("fa4trace:"):
@@ -253,11 +261,14 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             raise
         compiled, table, meta = attempt(False)  # one instrumented body for every CTA instead
         meta["split_refused"] = why
-    # runtime parameters: the entry's, less any stream tvm-ffi takes from the environment
-    names = [n for n, v in list(bound.arguments.items())[1 if obj is not None else 0:]
-             if not getattr(v, "use_tvm_ffi_env_stream", False)]
+    # runtime parameters: the entry's with the buffer where the entry takes it, less any stream
+    # tvm-ffi takes from the environment
+    params = list(bound.arguments.items())[1 if obj is not None else 0:]
+    at = next((i for i, (n, _v) in enumerate(params) if n == buffer_before), len(params))
+    params.insert(at, (E.BUF, None))
+    names = [n for n, v in params if not getattr(v, "use_tvm_ffi_env_stream", False)]
     plain = compile_fn(fn, *args, **kwargs) if check else None
-    return CompiledTraced(compiled, names + [E.BUF], table.vocab, meta, plain)
+    return CompiledTraced(compiled, names, table.vocab, meta, plain)
 
 
 def _arch() -> str:

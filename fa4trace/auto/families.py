@@ -19,6 +19,8 @@ kernel calls, placed while it compiles (``install``) and removed after (``Patche
 Each hooked call is one segment of the calling warp's ``SegmentRecorder`` (the recorder that
 needs no carrying through someone else's loops). A hooked call inside another hooked call
 records nothing: the outer one already brackets it (quack's pipelines call their parents').
+Inside a segment a kernel's own hooks opened ``shared`` (FA4's, around one KV block), hooked
+calls record into that segment, where it is open in the same region (fa4trace.fa4.hooks).
 Functions are replaced under every module name they are reachable by (``from x import copy``
 included), found by identity in ``sys.modules``.
 """
@@ -46,12 +48,15 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
     """Run ``call()`` as one event of the current warp (a span around it, or an instant after)."""
     st = STATE
     rec = st.rec
-    if rec is None or not rec.enabled or family not in st.families or rec.current is not None:
+    if rec is None or not rec.enabled or family not in st.families:
+        return call()
+    joined = rec.current
+    if joined is not None and not joined.joinable():
         return call()
     table = st.table
     eid = table.event(family, op, resource, stages)
     t = 0 if st.probe == "no_timer" else None  # cost diagnosis builds only (compile_traced _probe=)
-    seg = rec.open()
+    seg = joined if joined is not None else rec.open()
     if table.is_span(family, op):
         seg.begin(eid, payload, t=t)
         ret = call()
@@ -59,13 +64,15 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
     else:
         ret = call()
         seg.instant(eid, payload, t=t)
+    st.found[family] = st.found.get(family, 0) + 1
+    if joined is not None:  # the kernel's own hook that opened the segment closes it
+        return ret
     if st.probe == "no_store":
         seg._words.clear()
     if st.probe in ("no_cursor", "no_records"):  # diagnosis: keep only the record stores / only the cursor's
         seg.close_probe(records=st.probe == "no_cursor", cursor=st.probe == "no_records")
         return ret
     seg.close()
-    st.found[family] = st.found.get(family, 0) + 1
     return ret
 
 

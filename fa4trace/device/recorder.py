@@ -488,6 +488,22 @@ class SegmentRecorder:
         rec._store_cursor(Int32(0))
         return rec
 
+    def set_role(self, role: int):
+        """Write ``role`` into this warp's header (a warp whose recorder started before its role
+        was known: fa4trace.auto starts every warp at kernel entry, a kernel's own hooks say
+        later which role the warp took). One store; no-op when tracing is off."""
+        if const_expr(self.trace is not None):
+            self.role = role
+            self._store_role(role)
+
+    @cute.jit
+    def _store_role(self, role: cutlass.Constexpr):
+        header, cap, _lane = self._inv
+        trace = self.trace
+        if cap > 0:
+            w0 = L.WARP_MAGIC | (L.FORMAT_VERSION << 32) | (self.timebase << 40) | (int(role) << 48)
+            trace[header + L.W_MAGIC] = Int64(w0)
+
     def _load_cursor(self) -> Int32:
         if self._smem is not None:
             cur, w = self._smem
@@ -509,10 +525,13 @@ class SegmentRecorder:
         if cap > 0:
             trace[header + L.W_COUNTS] = Int64(cursor)
 
-    def open(self) -> "Segment":
+    def open(self, *, shared: bool = False) -> "Segment":
+        """Start a segment. ``shared``: hooks called inside it record into it (``Segment.joinable``)
+        instead of recording nothing, as a kernel's own hooks want for the generic families."""
         if self._open is not None:
             raise RuntimeError("fa4trace: a segment of this warp is already open (segments must not overlap)")
         seg = Segment(self)
+        seg.shared = shared
         if self.enabled:
             seg._cursor = self._load_cursor()
             seg._block = _current_block()
@@ -564,6 +583,12 @@ class Segment:
         self._words = []
         self._cursor = None
         self._block = None
+        self.shared = False
+
+    def joinable(self) -> bool:
+        """A hook called now may record into this segment: it was opened ``shared`` and the
+        trace is in the region it was opened in (events elsewhere could not be stored at close)."""
+        return self.shared and (self._rec.trace is None or _current_block() == self._block)
 
     def begin(self, event: int, payload=None, t=None):
         """Start of a span. ``t``: a timer value read earlier (``rec.timer()``), else now."""

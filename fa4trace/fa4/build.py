@@ -1,16 +1,14 @@
 """Compile upstream FA4's forward kernel with fa4trace markers (or without), here or for AOT.
 
-How the trace buffer reaches the kernel without changing FA4's public API:
 FA4's own ``interface._flash_attn_fwd`` chooses the kernel and its configuration (tile sizes,
 pack-GQA, S/P ping-pong...) and ends in ``cute.compile(kernel_object, *args)``. We run it in
-``FakeTensorMode`` with that one call intercepted, which hands us FA4's exact kernel object and
-arguments. We then compile a thin entry whose signature is FA4's ``__call__`` plus one tensor,
-``fa4trace_buf``, placed just before the stream (FA4 keeps the stream last), and the kernel
-launched inside gets the same extra parameter: ``FlashAttentionForwardSm*.kernel`` is swapped,
-for this compile only, for a ``@cute.kernel`` with FA4's parameters plus ``fa4trace_buf`` whose
-body stores the tensor for the hooks and inlines FA4's kernel body. The buffer is therefore a
-real kernel argument (one compile serves every buffer; AOT works), and callers of FA4's API
-never see it. Uninstrumented builds go through FA4's own ``__call__`` unchanged.
+``FakeTensorMode`` with that one call intercepted (``capture``), which hands us FA4's exact
+kernel object and arguments. A traced build is then fa4trace.auto's ``compile_traced`` of that
+object, as for any CuTe DSL kernel: the buffer becomes one more kernel argument (placed before
+FA4's ``stream``, which FA4 keeps last), every warp records its lifetime, the generic event
+families asked for are placed, and FA4's own hooks (fa4trace.fa4.hooks: roles, Q/K/V loads,
+QK/PV, softmax, correction) name what only FA4 knows. One compile serves every buffer; AOT
+works; callers of FA4's API never see the buffer. Plain builds go through FA4's ``__call__``.
 """
 
 from __future__ import annotations
@@ -213,39 +211,6 @@ def _tile(kobj):
     return kobj.tile_m, kobj.tile_n
 
 
-# ---- the traced entry and kernel ------------------------------------------------------------
-# The buffer reaches FA4's kernel through the machinery every instrumented kernel uses
-# (fa4trace.auto.entry): FA4's __call__ plus ``fa4trace_buf`` just before ``stream`` (FA4 keeps
-# the stream last), and FA4's kernel plus ``fa4trace_buf``, whose body hands the buffer to the
-# hooks (which start each role's recorder themselves).
-def _traced_entry(cls):
-    """``__call__(self, <FA4's parameters>, fa4trace_buf, stream)`` -> FA4's ``__call__``."""
-    from ..auto.entry import traced_entry
-
-    params = list(inspect.signature(cls.__call__.__wrapped__).parameters)
-    if params[-1] != "stream":
-        raise Fa4traceError(f"{cls.__name__}.__call__ no longer ends with `stream`: FA4 changed, update fa4trace.fa4")
-
-    def on_buffer(buf):
-        hooks.STATE.host_buf = buf
-
-    return traced_entry(cls.__call__, on_buffer, before="stream")
-
-
-def _traced_kernel(kernel_jit, arch: str):
-    """FA4's ``kernel`` with ``fa4trace_buf`` added; its body hands the buffer to the hooks. On
-    SM90 the CTAs the buffer does not select run FA4's body untouched (``fa4trace.auto.split``);
-    FA4's SM100 tcgen05 helpers declare PTX registers by name, which a second copy would redeclare."""
-    from ..auto.entry import traced_kernel
-
-    return traced_kernel(kernel_jit, _set_kernel_buf, lambda: _set_kernel_buf(None), lambda: hooks.STATE.host_buf,
-                         method=True, split=arch == "sm90")
-
-
-def _set_kernel_buf(buf):
-    hooks.STATE.buf = buf
-
-
 @dataclass
 class Compiled:
     fn: Any  # the compiled function (JitCompiledFunction; tvm-ffi callable, export_to_c)
@@ -261,20 +226,21 @@ class Compiled:
 
 def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1,
                 sq: int = 1, sk: int = 32768, b: int = 1, dtype: str = "bf16", traced: bool = True,
-                events=None, cursor: Optional[str] = None, variant: str = "default", keep_ptx: bool = False,
-                num_sms: Optional[int] = None) -> Compiled:
+                events=None, families=(), cursor: Optional[str] = None, variant: str = "default",
+                keep_ptx: bool = False, num_sms: Optional[int] = None) -> Compiled:
     """Compile FA4's forward kernel for this decode shape, with markers (``traced``) or as FA4
     itself compiles it. Shapes other than d/hq/hkv/sq/dtype are dynamic in the result.
 
     ``events``: which roles' event hooks record (default all; see hooks.SM100_ROLES/SM90_ROLES).
-    ``cursor``: "gmem" or "smem" (SegmentRecorder.start; default: ``default_cursor``).
-    ``variant``: a name for builds that differ only in these (stored in the config; loaders pick
-    "default").
+    ``families``: generic event families recorded as well (fa4trace.auto.events.FAMILIES: FA4's
+    pipeline waits, TMA copies, wgmma waits, named barriers; default none, the attention
+    vocabulary alone). ``cursor``: "gmem" or "smem" (SegmentRecorder.start; default:
+    ``default_cursor``). ``variant``: a name for builds that differ only in these (stored in the
+    config; loaders pick "default").
     """
     cursor = cursor or default_cursor(arch, d)
     with target(arch, num_sms):
         import cutlass.cute as cute
-        from cutlass.cute.runtime import make_fake_compact_tensor
 
         cap = capture(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, sk=sk, b=b, dtype=dtype)
         cls = type(cap.kernel)
@@ -284,24 +250,22 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
             hooks.clear_fa4_compile_cache()
             fn = cute.compile(cap.kernel, *cap.args, options=options)
             return Compiled(fn, False, dict(cap.config, traced=False, variant="default"), names[:-1])
-        import cutlass
+        from ..auto.compiler import compile_traced
 
-        hooks.install(arch, events=events, cursor=cursor)
-        saved_kernel = cls.__dict__["kernel"]
+        if names[-1] != "stream":
+            raise Fa4traceError(f"{cls.__name__}.__call__ no longer ends with `stream`: FA4 changed, update fa4trace.fa4")
+        ev = hooks.check_events(arch, events)
+        # SM90: CTAs the buffer does not select run FA4's body untouched (fa4trace.auto.split).
+        # SM100: FA4's tcgen05 helpers declare PTX registers by name, which a second copy of the
+        # body would redeclare; compile_traced would find that out by compiling twice.
         try:
-            cls.kernel = _traced_kernel(saved_kernel, arch)
-            entry = _traced_entry(cls)
-            buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
-            args = (*cap.args[:-1], buf, cap.args[-1])
-            fn = cute.compile(entry, cap.kernel, *args, options=options)
-            counts = dict(hooks.STATE.counts)
+            c = compile_traced(cap.kernel, *cap.args, families=tuple(families), cursor=cursor, l2="last",
+                               check=False, split=arch == "sm90", buffer_before="stream",
+                               hooks=lambda patches: hooks.place(patches, arch, ev), options=options)
         finally:
-            cls.kernel = saved_kernel
-            hooks.STATE.host_buf = None
-            hooks.uninstall()
-        params = names[:-1] + ["fa4trace_buf"]
-        roles = hooks.SM100_ROLES if arch == "sm100" else hooks.SM90_ROLES
-        cfg = dict(cap.config, traced=True, variant=variant, cursor=cursor,
-                   events=sorted(roles if events is None else events))
-        return Compiled(fn, True, cfg, params, counts)
-
+            hooks.clear_fa4_compile_cache()
+        cfg = dict(cap.config, traced=True, variant=variant, cursor=cursor, events=sorted(ev),
+                   families=sorted(families))
+        if families:  # the generic events' names travel with the build, for the decoder
+            cfg.update(vocab=c.vocab.to_json(), found=c.meta["found"], missing=c.meta["missing"])
+        return Compiled(c.fn, True, cfg, c.params, dict(hooks.STATE.counts))

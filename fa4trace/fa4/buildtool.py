@@ -2,6 +2,9 @@
 
     python -m fa4trace.fa4.buildtool -o build/fa4_sm90            # SM90: traced + plain decode kernels
 
+The traced kernels: FA4's events at the traced shapes, and variant "generic" (FA4's events plus
+every generic family) at the first one.
+
 Runs on any machine with nvidia-cutlass-dsl and flash-attn-4 (no GPU needed); the folder it
 writes is loaded by ``fa4trace record --impl fa4 --build DIR`` and the bench hook with tvm-ffi only.
 """
@@ -9,6 +12,8 @@ writes is loaded by ``fa4trace record --impl fa4 --build DIR`` and the bench hoo
 from __future__ import annotations
 
 import argparse
+
+from ..auto.events import FAMILIES
 
 # (d, hq, hkv): the decode shapes of `fa4trace bench` ...
 BENCH_SHAPES = [(128, 16, 1), (128, 16, 2), (64, 16, 1), (64, 16, 2)]
@@ -22,6 +27,10 @@ OVERHEAD_VARIANTS = {
              ("consumer", ["consumer"], "smem"), ("consumer_gmem", ["consumer"], "gmem")],
     "sm100": [("smem", None, "smem"), ("life", [], "gmem")],
 }
+
+
+# FA4's events and every generic family (fa4trace.auto), for the first traced shape
+GENERIC_VARIANT = ("generic", FAMILIES)
 
 
 def main(argv=None):
@@ -41,6 +50,9 @@ def main(argv=None):
               for d, hq, hkv in BENCH_SHAPES]
     shapes += [dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True)
                for d, hq, hkv in TRACED_SHAPES]
+    d, hq, hkv = TRACED_SHAPES[0]
+    shapes.append(dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True,
+                       variant=GENERIC_VARIANT[0], families=GENERIC_VARIANT[1]))
     if a.overhead_variants:
         d, hq, hkv = TRACED_SHAPES[0]
         shapes += [dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True,

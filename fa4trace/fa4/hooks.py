@@ -36,14 +36,19 @@ SM90 (H100/H200):
                                            overlap SOFTMAX), SOFTMAX (``online_softmax``),
                                            CORRECTION (``rescale_O``); EPILOGUE (``epilogue``)
 
-Every hooked call is one ``SegmentRecorder`` segment (see fa4trace.device.recorder): FA4's loops
-carry only their own state, so the per-warp cursor travels through the warp header in memory.
-The swaps go through fa4trace.auto's ``Patches``: methods on their classes, and
-``warpgroup.wait_group`` (called by FA4 and by quack's wgmma helpers) in every module that holds
-it, as the generic mma family places its hook. quack's ``copy_utils.tma_get_copy_fn`` is seen
-through flash_fwd_sm90's reference only (a stand-in module): FA4's epilogue stores O through the
-same function elsewhere. What stays here is what only FA4 tells: its roles, which wgmma is QK
-or PV and of which KV block, where the softmax and the correction are.
+These hooks are what the generic layer (fa4trace.auto) cannot know, placed through it:
+``compile_traced`` gives FA4's kernel the trace buffer, starts every warp's ``SegmentRecorder``
+at kernel entry and finishes it at exit, places the generic families the caller asked for, and
+calls ``place`` for these. A role hook then only writes the warp's role into its header. Every
+other hooked call is one segment of that recorder, opened ``shared``: generic events inside a
+KV block's call (its pipeline waits, the warp-scheduler barriers of the two consumer
+warpgroups) record into it. The swaps go through fa4trace.auto's ``Patches``: methods on their
+classes, and ``warpgroup.wait_group`` (called by FA4 and by quack's wgmma helpers) in every
+module that holds it, over the generic mma hook when that family is on. quack's
+``copy_utils.tma_get_copy_fn`` is seen through flash_fwd_sm90's reference only (a stand-in
+module): FA4's epilogue stores O through the same function elsewhere. What stays here is what
+only FA4 tells: its roles, which copy is Q, K or V, which wgmma is QK or PV and of which KV
+block, where the softmax and the correction are.
 """
 
 from __future__ import annotations
@@ -63,29 +68,37 @@ SM90_ROLES = ("producer", "consumer")
 
 @dataclass
 class _State:
-    """Python-side state while one kernel is traced (the DSL traces on one thread)."""
+    """Python-side state while one kernel is traced (the DSL traces on one thread); the warp's
+    recorder is fa4trace.auto's (``_rec``)."""
 
-    installed: bool = False
-    host_buf: Any = None  # the entry's trace tensor, passed on to the kernel launch
-    buf: Any = None  # the kernel's trace tensor (set by the traced kernel entry)
-    rec: Any = None  # SegmentRecorder of the warp role being traced
     role: Optional[str] = None
     events: frozenset = frozenset()  # roles whose event hooks record (role lifetimes always do)
-    cursor: str = "gmem"  # where each warp's cursor lives between segments (SegmentRecorder.start)
     kernel: Any = None  # the FA4 kernel object whose role is being traced
     kv_wait: Any = None  # SM100 MMA warp: (kv pipeline count, MLIR block) of the last K/V wait
     n_block: Any = None  # SM90: KV block of the open consumer segment
     inflight: list = field(default_factory=list)  # SM90: async spans (event, payload) in issue order
     counts: dict = field(default_factory=dict)  # events placed per role (trace time), for tests
 
+    @property
+    def rec(self):
+        return _rec()
+
     def recording(self) -> bool:
-        return self.rec is not None and self.rec.enabled and self.role in self.events
+        rec = _rec()
+        return rec is not None and rec.enabled and self.role in self.events
 
     def count(self, n=1, with_iter: bool = False):
         self.counts[self.role] = self.counts.get(self.role, 0) + n
         if with_iter:
             key = f"{self.role}:iter"
             self.counts[key] = self.counts.get(key, 0) + n
+
+
+def _rec():
+    """The recorder of the warp being traced (started by fa4trace.auto at kernel entry)."""
+    from ..auto.state import STATE as AUTO
+
+    return AUTO.rec
 
 
 STATE = _State()
@@ -104,21 +117,20 @@ def _signature(fn):
 
 # ---- wrappers -------------------------------------------------------------------------------
 def role_wrapper(orig: Callable, role: str, role_id: int) -> Callable:
-    """Warp-role entry: start this warp's recorder, run the role, finish the recorder."""
-    from ..device.recorder import SegmentRecorder
+    """Warp-role entry: write the role into this warp's header; the role's hooks record."""
 
     @functools.wraps(orig)
     def wrapper(self, *args, **kwargs):
         st = STATE
-        if st.buf is None:
+        rec = _rec()
+        if rec is None or not rec.enabled:
             return orig(self, *args, **kwargs)
-        outer = (st.rec, st.role, st.kernel)
-        st.rec = SegmentRecorder.start(st.buf, role=role_id, cursor=st.cursor)
+        outer = (st.role, st.kernel)
+        rec.set_role(role_id)
         st.role, st.kernel = role, self
         st.inflight, st.kv_wait = [], None
         ret = orig(self, *args, **kwargs)
-        st.rec.finish()
-        st.rec, st.role, st.kernel = outer
+        st.role, st.kernel = outer
         st.kv_wait = None
         return ret
 
@@ -147,7 +159,7 @@ def span_wrapper(orig: Callable, event: Callable | int, payload: Callable | None
         p = payload(a) if callable(payload) else payload
         own = seg is None
         if own:
-            seg = st.rec.open()
+            seg = st.rec.open(shared=True)
         seg.begin(ev, p)
         ret = orig(self, *args, **kwargs)
         seg.end(ev, p)
@@ -275,7 +287,7 @@ def sm90_block_wrapper(orig: Callable, kind: str, is_local: Callable[[Any], bool
         for name in ("mma_qk_fn", "mma_pv_fn"):
             if name in a and name not in kwargs:  # FA4 b36 binds them by name (functools.partial)
                 raise RuntimeError(f"fa4trace: {orig.__name__} got {name} positionally; FA4 changed, update hooks")
-        seg = st.rec.open()
+        seg = st.rec.open(shared=True)
         st.n_block = n_block
         st.inflight = []
         if "mma_qk_fn" in kwargs and kind != "last":
@@ -332,7 +344,7 @@ class _CopyUtilsProxy:
             st = STATE
             if not st.recording():
                 return fn(*a, **k)
-            seg = st.rec.open()
+            seg = st.rec.open(shared=True)
             seg.begin(EV.LOAD_Q)
             r = fn(*a, **k)
             seg.end(EV.LOAD_Q)
@@ -376,14 +388,15 @@ def _patches_sm100():
 
 
 def _function_swaps(arch: str) -> dict:
-    """{id(original): (original, replacement)} for free functions, replaced in every module
-    that holds them (``Patches.set_everywhere``, the generic families' mechanism)."""
+    """{id(current): (current, replacement)} for free functions, replaced in every module that
+    holds them (``Patches.set_everywhere``). The current ``wait_group`` is the generic mma
+    family's hook when that family is on: FA4's wraps it."""
     if arch != "sm90":
         return {}
     from cutlass.cute.nvgpu import warpgroup
 
-    orig = warpgroup.wait_group
-    return {id(orig): (orig, wait_group_wrapper(orig))}
+    cur = warpgroup.wait_group
+    return {id(cur): (cur, wait_group_wrapper(cur))}
 
 
 def _patches_sm90():
@@ -412,9 +425,6 @@ def _patches_sm90():
     ]
 
 
-_saved = Patches()
-
-
 def clear_fa4_compile_cache():
     """FA4's in-memory compile cache is keyed without our patches: empty it on every change."""
     from flash_attn.cute import interface
@@ -425,35 +435,38 @@ def clear_fa4_compile_cache():
             cache.clear()
 
 
-def install(arch: str, events=None, cursor: str = "gmem"):
-    """Patch FA4 for ``arch`` ("sm100" | "sm90"). ``events``: roles whose event hooks record
-    (default all; role lifetimes are always recorded). ``cursor``: see SegmentRecorder.start.
-    Reinstalling first uninstalls."""
-    if _saved:
-        uninstall()
-    patches = _patches_sm100() if arch == "sm100" else _patches_sm90()
-    roles = SM100_ROLES if arch == "sm100" else SM90_ROLES
+def roles_of(arch: str) -> tuple:
+    return SM100_ROLES if arch == "sm100" else SM90_ROLES
+
+
+def check_events(arch: str, events) -> frozenset:
+    """The roles whose event hooks record (``events``; None: all), or ValueError naming the roles."""
+    roles = roles_of(arch)
     ev = frozenset(roles if events is None else events)
     unknown = ev - set(roles)
     if unknown:
         raise ValueError(f"unknown {arch} role(s) {sorted(unknown)}; roles are {list(roles)}")
-    for owner, name, new in patches:
-        _saved.set(owner, name, new)
-    _saved.set_everywhere(_function_swaps(arch))
-    STATE.installed = True
-    STATE.events = ev
-    STATE.cursor = cursor
+    return ev
+
+
+def place(patches: Patches, arch: str, events=None):
+    """Place FA4's hooks for ``arch`` ("sm100" | "sm90") in ``patches`` (``compile_traced``'s
+    ``hooks``: after the generic families, before tracing; ``patches.restore()`` takes them out).
+    ``events``: roles whose event hooks record (default all; role lifetimes always are)."""
+    STATE.events = check_events(arch, events)
     STATE.counts = {}
-    clear_fa4_compile_cache()
-
-
-def uninstall():
-    """Put every original back (in reverse order) and clear FA4's compile cache."""
-    _saved.restore()
-    STATE.installed = False
-    STATE.buf = STATE.rec = STATE.role = None
+    STATE.role = STATE.kernel = None
+    for owner, name, new in (_patches_sm100() if arch == "sm100" else _patches_sm90()):
+        patches.set(owner, name, new)
+    patches.set_everywhere(_function_swaps(arch))
     clear_fa4_compile_cache()
 
 
 def installed() -> bool:
-    return bool(_saved)
+    """Whether any FA4 hook is in place now (after a compile, none must be)."""
+    from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
+    from flash_attn.cute.flash_fwd_sm100 import FlashAttentionForwardSm100
+    from flash_attn.cute.softmax import Softmax
+
+    return any(getattr(v, "__fa4trace_hook__", False)
+               for cls in (FlashAttentionForwardSm90, FlashAttentionForwardSm100, Softmax) for v in vars(cls).values())

@@ -17,6 +17,7 @@ import math
 from typing import Callable, NamedTuple, Optional
 
 from ..errors import DeviceUnavailable, Fa4traceError
+from ..vocab import Vocabulary
 
 KIND = "fa4"
 
@@ -81,14 +82,26 @@ class LoadedKernel(NamedTuple):
 
 
 def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dtype: str, traced: bool,
-            build=None, variant: str = "default") -> LoadedKernel:
+            build=None, variant: str = "default", families=()) -> LoadedKernel:
     """The kernel for this configuration through ``fa4trace.loader``: compiled here where the DSL,
     flash-attn-4 and a GPU are present and no build folder is named, else from the AOT build
-    (``build``, ``$FA4TRACE_FA4_BUILD`` or build/fa4_sm90). On SM90 FA4 runs FA3's schedule."""
+    (``build``, ``$FA4TRACE_FA4_BUILD`` or build/fa4_sm90). On SM90 FA4 runs FA3's schedule.
+    ``families``: generic event families recorded besides FA4's own events (traced builds; an
+    AOT build holds them in its variant "generic", with every family)."""
     from .. import loader
+    from ..auto.events import FAMILIES
 
+    jit = loader.use_jit(build, KIND)
+    if variant == "generic":
+        families, variant = families or FAMILIES, "default"
     shape = dict(arch=arch, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
-    if loader.use_jit(build, KIND):
+    if traced and (families or variant == "default"):  # other named variants say their families themselves
+        shape["families"] = sorted(families)
+        if families and not jit:
+            variant = "generic"
+    elif families:
+        raise Fa4traceError("event families are recorded by traced builds only")
+    if jit:
         if variant != "default":
             raise Fa4traceError(f"variant {variant!r} exists only in AOT builds (build it with build_aot)")
         kern = loader.load(KIND, schedule=schedule if schedule in ("base", "pingpong") else "pingpong", **shape)
@@ -137,21 +150,24 @@ def sm90_runner(q, k, v, *, build=None, out=None, traced: bool = False, trace=No
 
 
 # ---- record ----------------------------------------------------------------------------------
-def capacity_for(arch: str, sk: int, tile_n: int = 128, tiles_per_cta: int = 1) -> int:
+def capacity_for(arch: str, sk: int, tile_n: int = 128, tiles_per_cta: int = 1, generic: bool = False) -> int:
     """Records per warp slot: the busiest warp records ≤ 8 per KV block (SM90 consumer: QK, PV,
-    SOFTMAX, CORRECTION begin+end), plus a margin for per-tile events."""
+    SOFTMAX, CORRECTION begin+end), plus a margin for per-tile events. ``generic``: the build
+    records generic families too (pipeline waits and releases, MMA waits, barriers: up to 16
+    more per block)."""
     n_blocks = -(-sk // tile_n)
-    per_block = 8 if arch == "sm90" else 4
+    per_block = (8 if arch == "sm90" else 4) + (16 if generic else 0)
     return tiles_per_cta * (per_block * n_blocks + 32)
 
 
 def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
            b: int = 1, sq: int = 1, dtype: str = "bf16", cta_first: int = 0, max_ctas: Optional[int] = None,
            cta_stride: int = 1, capacity: Optional[int] = None, build=None, check: bool = True, seed: int = 0,
-           variant: str = "default", warps=None):
+           variant: str = "default", warps=None, families=()):
     """One traced launch of FA4's forward on this GPU (SM100 on B200, SM90 on H100/H200).
 
     Returns a ``Trace`` whose metadata holds the FA4 version, kernel path and configuration.
+    ``families``: generic event families (fa4trace.auto) recorded besides FA4's own events.
     With ``check`` the traced output is compared with an untraced launch of the same kernel
     (bitwise: the markers must not change results) and the result stored in the metadata.
     """
@@ -165,7 +181,7 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     arch = fa4_arch()
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     kern = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
-                   traced=True, build=build, variant=variant)
+                   traced=True, build=build, variant=variant, families=families)
     cfg, how = kern.config, kern.how
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=tdt, generator=g)
@@ -178,17 +194,19 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     heads = hkv if cfg["pack_gqa"] else hq
     tiles = b * heads * -(-rows // tile_m)
     grid = tiles if arch == "sm90" else min(tiles, torch.cuda.get_device_properties(0).multi_processor_count)
-    cap = capacity or capacity_for(arch, sk, tile_n, -(-tiles // grid))
+    cap = capacity or capacity_for(arch, sk, tile_n, -(-tiles // grid), generic=bool(cfg.get("families")))
     launch = TracedLaunch(
         kernel=f"fa4_{arch}", grid_ctas=grid, warps_per_cta=cfg["warps_per_cta"],
         run=lambda tr: kern.fn(*call_args(kern.params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=tr)),
         grid=(grid, 1, 1), block=(32 * cfg["warps_per_cta"], 1, 1), capacity=cap,
         cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps, extra={"how": how})
-    config = {k2: cfg[k2] for k2 in cfg if k2 != "params"}
+    config = {k2: cfg[k2] for k2 in cfg if k2 not in ("params", "vocab")}
     config.update({"b": b, "sk": sk, "schedule_requested": schedule})
-    notes = ("FlashAttention-4 forward, instrumented at compile time by fa4trace.fa4 hooks "
+    notes = ("FlashAttention-4 forward, instrumented at compile time by fa4trace.auto and fa4trace.fa4 hooks "
              "(FA4 source unchanged); no split-KV on SM90")
-    trace = record_launches([launch], kernel=f"fa4_{arch}_{cfg['schedule']}", config=config, notes=notes)
+    vocab = Vocabulary.from_json(cfg["vocab"]) if cfg.get("vocab") else None
+    trace = record_launches([launch], kernel=f"fa4_{arch}_{cfg['schedule']}", config=config, notes=notes,
+                            vocab=vocab)
     if check:
         plain = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=False,
                         build=build)

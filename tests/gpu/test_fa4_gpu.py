@@ -56,6 +56,7 @@ def _run_pair(arch, b, sk, seed, variant="default", cta_first=0, cta_stride=1):
     from fa4trace import layout as L
     from fa4trace.decode import decode_buffer
     from fa4trace.fa4.run import call_args, capacity_for
+    from fa4trace.vocab import VOCAB, Vocabulary
 
     plain, traced = _fns(arch, variant)
     pf, pp = plain.fn, plain.params
@@ -66,12 +67,14 @@ def _run_pair(arch, b, sk, seed, variant="default", cta_first=0, cta_stride=1):
     o_traced = torch.full_like(q, float("nan"))
     pf(*call_args(pp, q=q, k=k, v=v, out=o_plain, softmax_scale=scale))
     ctas = b  # hkv = 1, 16 packed query heads fit one 128-row tile
-    spec = L.BufferSpec.for_grid(ctas, tcfg["warps_per_cta"], capacity_for(arch, sk), cta_first=cta_first,
-                                 cta_stride=cta_stride)
+    generic = bool(tcfg.get("families"))
+    spec = L.BufferSpec.for_grid(ctas, tcfg["warps_per_cta"], capacity_for(arch, sk, generic=generic),
+                                 cta_first=cta_first, cta_stride=cta_stride)
     buf = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
     tf(*call_args(tp, q=q, k=k, v=v, out=o_traced, softmax_scale=scale, trace=buf))
     torch.cuda.synchronize()
-    return q, k, v, o_plain, o_traced, decode_buffer(buf.cpu().numpy(), grid_ctas=ctas)
+    vocab = Vocabulary.from_json(tcfg["vocab"]) if generic else VOCAB
+    return q, k, v, o_plain, o_traced, decode_buffer(buf.cpu().numpy(), grid_ctas=ctas, vocab=vocab)
 
 
 @pytest.mark.parametrize("b,sk", [(1, 4096), (4, 32768), (1, 131072)])
@@ -128,6 +131,34 @@ def test_sm90_trace_structure(arch):
         assert w.loc[("QK", i), "end_ns"] <= w.loc[("SOFTMAX", i), "start_ns"]
         assert w.loc[("PV", i + 1), "start_ns"] < w.loc[("QK", i), "end_ns"]
         assert w.loc[("PV", i + 1), "end_ns"] <= w.loc[("SOFTMAX", i), "end_ns"] + 2000
+
+
+def test_generic_families_join_fa4s_events(arch):
+    """Build variant "generic": FA4's hooks and every generic family. The output is still FA4's
+    bit for bit, FA4's events are all there, and the consumers' K and V waits (FA4's pipelines,
+    seen by the generic layer) are recorded inside the segments FA4's hooks open per KV block:
+    once per block and warp."""
+    import json
+
+    import torch
+
+    if arch != "sm90":
+        pytest.skip("SM90 event structure")
+    mf = BUILD / "manifest.json"
+    if mf.is_file() and not any(f["config"].get("variant") == "generic"
+                                for f in json.loads(mf.read_text())["functions"].values()):
+        pytest.skip("no generic variant in the build (python -m fa4trace.fa4.buildtool)")
+    sk = 16384
+    n = sk // 128
+    _q, _k, _v, o_plain, o_traced, dec = _run_pair(arch, 1, sk, seed=5, variant="generic")
+    assert torch.equal(o_plain, o_traced) and dec.summary["dropped"] == 0
+    df = dec.table.to_pandas()
+    cons = df[(df.kind == "span") & (df.role == "consumer")]
+    for name in ("QK", "PV", "SOFTMAX", "k.wait", "v.wait"):
+        per = cons[cons.name == name].groupby("warp").size()
+        assert len(per) == 8 and (per == n).all(), (name, per.to_dict())
+    prod = df[df.role == "producer"]
+    assert {"LOAD_K", "LOAD_V"} <= set(prod.name), sorted(set(prod.name))
 
 
 def test_other_traced_variants_match(arch):
