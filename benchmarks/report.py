@@ -33,8 +33,7 @@ vs_cudnn_x on the pingpong row, shape_max_rel_err on any row; the renderer prefe
 
 Rows of "not-kept" are {"idea", "result", "commit"} and render as one line each. Any other area
 renders as a table of its "columns" (default: every key of the rows, in first-seen order);
-None renders as "-". Files without "area" from before this schema (two FA4 SM90 device runs
-in an older output format) render through LEGACY.
+None renders as "-". A file without "area" is an error.
 
 Which script writes which area (each takes ``--json benchmarks/results/<file>.json``; the
 envelope comes from ``fa4trace.bench.results``): decode: ``fa4trace bench`` (its bench.json);
@@ -81,26 +80,13 @@ AREAS = [
     ("not-kept", "What was tried and not kept"),
 ]
 
-LEGACY = {
-    "fa4_sm90_h200.json": {
-        "area": "fa4-sm90", "title": "FA4 4.0.0b36's SM90 forward traced through hooks",
-        "date": "2026-11-29", "commit": "b231820", "gpu": "NVIDIA H200 (torch 2.11.0+cu130)",
-        "command": "python3 benchmarks/fa4_sm90_device.py (build: python -m fa4trace.fa4.buildtool -o build/fa4_sm90)",
-        "notes": "Traced output = FA4's untraced output bit for bit. CUDA events, median. Variants: default (every "
-                 "warp), smem (cursor in shared memory), consumer / producer (one role), life (warp lifetimes only).",
-    },
-}
-
-
 def load_results(folder: Path = RESULTS) -> list[dict]:
     """Every result file of ``folder``, checked against the schema (ValueError names the file)."""
     out = []
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text())
         if "area" not in data:
-            if path.name not in LEGACY:
-                raise ValueError(f"{path.name}: no 'area' (see benchmarks/report.py's docstring)")
-            data = {**LEGACY[path.name], "rows": [], "legacy": data}
+            raise ValueError(f"{path.name}: no 'area' (see benchmarks/report.py's docstring)")
         missing = [k for k in REQUIRED if k not in data]
         if missing:
             raise ValueError(f"{path.name}: missing {', '.join(missing)}")
@@ -263,31 +249,11 @@ def render_not_kept(res: dict) -> list[str]:
     return [f"- {r['idea']}: {r['result']} (`{r['commit']}`)" for r in res["rows"]]
 
 
-def render_fa4_legacy(res: dict) -> list[str]:
-    """benchmarks/fa4_sm90_device.py's results.json: FA4's untraced time per shape and the
-    tracing overhead per recorder placement."""
-    data = res["legacy"]
-    over = {(o["d"], o["hq"], o["hkv"], o["sk"], o["b"]): o for o in data.get("overhead", [])}
-    variants = ["default", "smem", "consumer", "consumer_smem", "producer", "life"] if over else []
-    head = ["d", "hq:hkv", "sk", "b", "FA4 µs (TB/s)"] + [f"{v} %" for v in variants]
-    body = []
-    for t in data.get("timing", []):
-        key = (t["d"], t["hq"], t["hkv"], t["sk"], t["b"])
-        o = over.get(key, {})
-        us = t["plain_us_median_min_max"][0]
-        body.append([str(t["d"]), f"{t['hq']}:{t['hkv']}", str(t["sk"]), str(t["b"]),
-                     f"{us:.1f} ({t['plain_TBps']:.2f})"] +
-                    [f"{o[v]['overhead_pct']:+.1f}" if v in o else "-" for v in variants])
-    return _table(head, body)
-
-
 def render_area(res: dict, gpu: str = "") -> list[str]:
     if res["area"] == "decode":
         body = render_decode(res)
     elif res["area"] == "not-kept":
         body = render_not_kept(res)
-    elif "legacy" in res:
-        body = render_fa4_legacy(res)
     elif "pivot" in res:
         body = render_pivot(res)
     else:

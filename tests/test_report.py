@@ -79,20 +79,19 @@ def test_decode_area_prefers_transcribed_cells(tmp_path):
     assert "| +4.9% |" in md
 
 
-def test_generic_not_kept_and_legacy_areas(tmp_path):
+def test_generic_and_not_kept_areas(tmp_path):
     _write(tmp_path, "f.json", _meta("floors", columns=[["shape", "shape"], ["read_us", "read µs"]],
                                      rows=[{"d": 64, "hq": 16, "hkv": 2, "sk": 4096, "b": 8, "sq": 4,
                                             "read_us": 37.0}, {"shape": "other", "read_us": None}]))
     _write(tmp_path, "n.json", _meta("not-kept", rows=[{"idea": "Work stealing", "result": "slower",
                                                          "commit": "ca34783"}]))
-    legacy = {"timing": [{"d": 128, "hq": 16, "hkv": 1, "sk": 4096, "b": 4,
-                          "plain_us_median_min_max": [50.88, 49.9, 53.4], "plain_TBps": 0.1655}],
-              "overhead": [{"d": 128, "hq": 16, "hkv": 1, "sk": 4096, "b": 4, "default": {"overhead_pct": 19.81}}]}
-    _write(tmp_path, "fa4_sm90_h200.json", legacy)
+    _write(tmp_path, "fa4.json", _meta("fa4-sm90", columns=[["shape", "shape"], ["default_pct", "default %"]],
+                                        rows=[{"d": 128, "hq": 16, "hkv": 1, "sk": 4096, "b": 4, "sq": 1,
+                                               "default_pct": 19.7}]))
     md = report.render(report.load_results(tmp_path), tmp_path)
     assert "| d64 16:2 sk 4096 b 8 sq 4 | 37.0 |" in md and "| other | - |" in md
     assert "- Work stealing: slower (`ca34783`)" in md
-    assert "| 128 | 16:1 | 4096 | 4 | 50.9 (0.17) | +19.8 |" in md
+    assert "| d128 16:1 sk 4096 b 4 | 19.7 |" in md  # sq 1 goes unsaid
     # section order: floors before the FA4 SM90 files before the not-kept list
     assert md.index("## Bandwidth floors") < md.index("## FlashAttention-4 SM90") < md.index("## What was tried")
 
