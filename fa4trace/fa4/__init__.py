@@ -1,6 +1,6 @@
 """Trace upstream FlashAttention-4 (flash-attn-4, pinned) with fa4trace markers.
 
-    compile_fa4(arch, schedule=..., d=..., hq=..., hkv=...)   # build.py: hooks + traced entry
+    compile_fa4(arch, schedule=..., d=..., hq=..., hkv=...)   # build.py: capture + compile_traced + hooks
     record(schedule=..., d=..., ...)                          # run.py: one traced launch -> Trace
     sm90_runner(q, k, v, build=...)                           # run.py: FA4 SM90 for `fa4trace bench`
 

@@ -196,9 +196,9 @@ def capture(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int = 1,
 def default_cursor(arch: str, d: int) -> str:
     """Where warps keep their event cursor by default (SegmentRecorder.start ``cursor``).
 
-    SM90: shared memory (128 B per role, 1 KB with the alignment of FA4's dynamic region):
-    measured on the H200 (d128 decode) at 17-19% kernel time with every event on, against
-    20-23% with the cursor in global memory, outputs bitwise equal either way. Head dims above
+    SM90: shared memory (128 B, 1 KB with the alignment of FA4's dynamic region): cheaper than
+    the cursor in global memory on the H200 (d128 decode; BENCHMARKS.md), outputs bitwise equal
+    either way. Head dims above
     128 take more of the shared memory, so they keep the global cursor. SM100: global memory,
     since FA4 fills ~224 KB of shared memory there and no B200 was at hand to check more.
     """

@@ -2,9 +2,9 @@
 
 The CuTe DSL traces Python, so replacing a method of FA4's kernel class (or a helper FA4 looks
 up in a module) with a wrapper that records and then calls the original puts the markers into
-the compiled kernel. Nothing of FA4 is edited or copied: ``install()`` swaps attributes,
-``uninstall()`` puts the originals back, and both clear FA4's in-memory compile cache (its key
-ignores patches).
+the compiled kernel. Nothing of FA4 is edited or copied: ``place()`` swaps attributes into a
+``Patches`` that puts the originals back once the kernel is traced, and FA4's in-memory compile
+cache is cleared around it (its key ignores patches).
 
 Where the events come from (flash-attn-4 4.0.0b36):
 
