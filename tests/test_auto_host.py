@@ -142,3 +142,19 @@ def test_patches_set_env_restores_set_and_unset_variables(monkeypatch):
     p.restore()
     assert os.environ["FA4TRACE_TEST_SET"] == "before" and "FA4TRACE_TEST_UNSET" not in os.environ
     assert not p
+
+
+def test_fa4_aot_build_takes_no_family_or_all_of_them(tmp_path, monkeypatch):
+    """FA4's AOT build holds FA4's events alone and, as variant "generic", with every family: a
+    subset of the families is refused in one line before any build is opened."""
+    from fa4trace import loader
+    from fa4trace.fa4.run import load_fn
+
+    monkeypatch.setattr(loader, "use_jit", lambda build=None, kind="attention": False)
+    with pytest.raises(Fa4traceError) as e:
+        load_fn("sm90", schedule="fa3", d=128, hq=16, hkv=1, sq=1, dtype="bf16", traced=True,
+                build=tmp_path, families=("barrier",))
+    assert "pipeline,tma,mma,barrier" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(Fa4traceError, match="traced builds only"):
+        load_fn("sm90", schedule="fa3", d=128, hq=16, hkv=1, sq=1, dtype="bf16", traced=False,
+                build=tmp_path, families=("barrier",))

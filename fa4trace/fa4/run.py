@@ -98,6 +98,10 @@ def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dty
     if traced and (families or variant == "default"):  # other named variants say their families themselves
         shape["families"] = sorted(families)
         if families and not jit:
+            if set(families) != set(FAMILIES):
+                raise Fa4traceError(f"an FA4 AOT build records either no generic family or all of them "
+                                    f"({','.join(FAMILIES)}; variant 'generic'); a subset needs the CuTe DSL here "
+                                    "to compile in process")
             variant = "generic"
     elif families:
         raise Fa4traceError("event families are recorded by traced builds only")
