@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
+
+# Compiles with --keep-ptx write their PTX into the working directory unless the DSL is told
+# where: keep it out of the checkout, in one folder per test process (subprocesses inherit it).
+if "CUTE_DSL_DUMP_DIR" not in os.environ:
+    _dump = tempfile.mkdtemp(prefix="fa4trace-tests-ptx-")
+    os.environ["CUTE_DSL_DUMP_DIR"] = _dump
+    atexit.register(shutil.rmtree, _dump, True)
 
 
 def _cuda_available() -> bool:
