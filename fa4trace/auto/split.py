@@ -10,7 +10,8 @@ Shared memory: both copies must use the same bytes, not twice as many. Every all
 first copy's body makes (``SmemAllocator``, ``cute.arch.alloc_smem``) is emitted before the
 branch (allocations are typed and static, they take no operand), and the second copy's
 allocations, one for one in the same order and type, get the first copy's pointers back.
-fa4trace's own allocations (the recorders' cursors) stay in the instrumented copy.
+The recorder's own allocation (its cursor) is made before the body's are taken over, so it
+stays in the instrumented copy.
 
 State: each copy is traced from the same starting point. It gets fresh wrappers of the
 kernel's arguments, and a kernel object's attributes are put back before the second copy.
@@ -24,7 +25,6 @@ own (a module global: "does not dominate"); ``compile_traced`` then compiles one
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Callable
 
 import cutlass
@@ -60,8 +60,6 @@ def _allocations(anchor, shared: list, replay: bool):
 
     def hoisted(orig, key_of):
         def alloc(*args, **kwargs):
-            if sys._getframe(1).f_globals.get("__name__", "").startswith("fa4trace."):
-                return orig(*args, **kwargs)  # the recorder's own (FA4's role recorders start inside the body)
             key = key_of(*args, **kwargs)
             if not replay:
                 with ir.InsertionPoint(anchor):
