@@ -190,6 +190,8 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     bound = sig.bind(*((obj,) if obj is not None else ()), *args, **fkw)
     bound.apply_defaults()
     full = list(bound.arguments.values())
+    # where the buffer goes among the entry's arguments: before ``buffer_before``, else last
+    at = list(bound.arguments).index(buffer_before) if buffer_before else len(full)
 
     def attempt(split: bool):  # trace with the hooks in, compile, take the hooks out
         table = EventTable()
@@ -218,7 +220,6 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                                                          on_launch=STATE.launches.append, split=split))
             traced = E.traced_entry(entry, on_buffer, before=buffer_before)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
-            at = list(bound.arguments).index(buffer_before) if buffer_before else len(full)
             try:
                 compiled = compile_fn(traced, *full[:at], buf, *full[at:], **ctl)
             except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
@@ -261,12 +262,11 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             raise
         compiled, table, meta = attempt(False)  # one instrumented body for every CTA instead
         meta["split_refused"] = why
-    # runtime parameters: the entry's with the buffer where the entry takes it, less any stream
-    # tvm-ffi takes from the environment
-    params = list(bound.arguments.items())[1 if obj is not None else 0:]
-    at = next((i for i, (n, _v) in enumerate(params) if n == buffer_before), len(params))
+    # runtime parameters: the entry's with the buffer where the entry takes it, less the bound
+    # object and any stream tvm-ffi takes from the environment
+    params = list(bound.arguments.items())
     params.insert(at, (E.BUF, None))
-    names = [n for n, v in params if not getattr(v, "use_tvm_ffi_env_stream", False)]
+    names = [n for n, v in params[1 if obj is not None else 0:] if not getattr(v, "use_tvm_ffi_env_stream", False)]
     plain = compile_fn(fn, *args, **kwargs) if check else None
     return CompiledTraced(compiled, names, table.vocab, meta, plain)
 
