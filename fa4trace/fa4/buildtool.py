@@ -54,7 +54,6 @@ def main(argv=None):
     shapes.append(dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True,
                        variant=GENERIC_VARIANT[0], families=GENERIC_VARIANT[1]))
     if a.overhead_variants:
-        d, hq, hkv = TRACED_SHAPES[0]
         shapes += [dict(d=d, hq=hq, hkv=hkv, sq=a.sq, dtype=a.dtype, schedule=a.schedule, traced=True,
                         variant=name, events=events, cursor=cursor)
                    for name, events, cursor in OVERHEAD_VARIANTS[a.arch]]

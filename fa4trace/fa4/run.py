@@ -92,19 +92,19 @@ def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dty
     from ..auto.events import FAMILIES
 
     jit = loader.use_jit(build, KIND)
-    if variant == "generic":
-        families, variant = families or FAMILIES, "default"
+    if variant == "generic":  # the AOT build's name for every family
+        families = families or FAMILIES
+    if families:
+        if not traced:
+            raise Fa4traceError("event families are recorded by traced builds only")
+        if not jit and set(families) != set(FAMILIES):
+            raise Fa4traceError(f"an FA4 AOT build records either no generic family or all of them "
+                                f"({','.join(FAMILIES)}; variant 'generic'); a subset needs the CuTe DSL here "
+                                "to compile in process")
+        variant = "default" if jit else "generic"
     shape = dict(arch=arch, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype, traced=traced)
     if traced and (families or variant == "default"):  # other named variants say their families themselves
         shape["families"] = sorted(families)
-        if families and not jit:
-            if set(families) != set(FAMILIES):
-                raise Fa4traceError(f"an FA4 AOT build records either no generic family or all of them "
-                                    f"({','.join(FAMILIES)}; variant 'generic'); a subset needs the CuTe DSL here "
-                                    "to compile in process")
-            variant = "generic"
-    elif families:
-        raise Fa4traceError("event families are recorded by traced builds only")
     if jit:
         if variant != "default":
             raise Fa4traceError(f"variant {variant!r} exists only in AOT builds (build it with build_aot)")
