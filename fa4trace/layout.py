@@ -52,6 +52,13 @@ WARP_MAGIC = 0x57543446  # b"F4TW" little-endian
 GLOBAL_HEADER_WORDS = 8
 WARP_HEADER_WORDS = 8
 
+
+def warp_word0(timebase=0, role=0):
+    """Word 0 of a warp header: magic, format version, timebase and role (layout above).
+    Integers or numpy arrays."""
+    return WARP_MAGIC | (FORMAT_VERSION << 32) | (timebase << 40) | (role << 48)
+
+
 KIND_BEGIN, KIND_END, KIND_INSTANT = 0, 1, 2
 KIND_NAMES = ("begin", "end", "instant")
 

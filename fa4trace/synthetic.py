@@ -50,7 +50,7 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
         attempted = n if w.attempted is None else w.attempted
         written = min(attempted, spec.capacity, n)
         hdr = slots[s, :L.WARP_HEADER_WORDS]
-        hdr[L.W_MAGIC] = L.WARP_MAGIC | (L.FORMAT_VERSION << 32) | (timebase << 40) | (w.role << 48)
+        hdr[L.W_MAGIC] = L.warp_word0(timebase, w.role)
         hdr[L.W_IDS] = (w.sm & 0xFFFFFFFF) | (w.cta << 32)
         hdr[L.W_WARP] = w.warp
         hdr[L.W_GT0], hdr[L.W_CLK0], hdr[L.W_GT1], hdr[L.W_CLK1] = w.gt0, w.clk0, w.gt1, w.clk1
@@ -143,7 +143,7 @@ def attention_like(schedule: str, *, n_ctas: int = 132, n_blocks: int = 64, sms:
         slots[s[:, None], L.WARP_HEADER_WORDS + np.arange(n)[None, :]] = pack_records(
             full[:, :n], evs[:, :n], kds[:, :n], pay[:, :n])
         clk1 = base_clk + np.rint(end_c).astype(np.int64)
-        slots[s, L.W_MAGIC] = L.WARP_MAGIC | (L.FORMAT_VERSION << 32) | (role << 48)
+        slots[s, L.W_MAGIC] = L.warp_word0(role=role)
         slots[s, L.W_IDS] = (np.arange(n_ctas) % sms).astype(np.uint64) | (np.arange(n_ctas).astype(np.uint64) << np.uint64(32))
         slots[s, L.W_WARP] = w
         slots[s, L.W_GT0] = gt_start

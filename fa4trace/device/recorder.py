@@ -190,8 +190,7 @@ class Recorder:
         cap = cutlass.select_(active, slot_words - L.WARP_HEADER_WORDS, Int32(0))
 
         if active & (lane == 0):
-            w0 = L.WARP_MAGIC | (L.FORMAT_VERSION << 32) | (timebase << 40)
-            trace[header + L.W_MAGIC] = Int64(w0) | (Int64(role) << 48)
+            trace[header + L.W_MAGIC] = Int64(L.warp_word0(timebase)) | (Int64(role) << 48)
             trace[header + L.W_IDS] = Int64(cute.arch.smid()) | (Int64(cta) << 32)
             trace[header + L.W_WARP] = Int64(warp)
             trace[header + L.W_GT0] = gt0
@@ -501,8 +500,7 @@ class SegmentRecorder:
         header, cap, _lane = self._inv
         trace = self.trace
         if cap > 0:
-            w0 = L.WARP_MAGIC | (L.FORMAT_VERSION << 32) | (self.timebase << 40) | (int(role) << 48)
-            trace[header + L.W_MAGIC] = Int64(w0)
+            trace[header + L.W_MAGIC] = Int64(L.warp_word0(self.timebase, int(role)))
 
     def _load_cursor(self) -> Int32:
         if self._smem is not None:
