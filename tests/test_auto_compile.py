@@ -128,6 +128,9 @@ def test_kernel_without_pipeline_records_lifetimes_and_says_what_it_lacks():
     # the warp's start and finish anchors read %globaltimer; the plain kernel never does
     assert r["ptx_globaltimer"] >= 2 and r["plain_globaltimer"] == 0
     assert r["restored"]
+    # CTAs are chosen in cluster order (a sampled CTA brings its whole cluster): the selection
+    # reads the cluster's index, the grid's cluster count, the cluster size and the CTA's rank
+    assert r["ptx_cluster_sregs"] == ["cluster_ctarank", "cluster_nctarank", "clusterid", "nclusterid"]
 
 
 def test_span_payload_is_the_named_argument():

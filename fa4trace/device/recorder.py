@@ -706,16 +706,28 @@ def _edge_anchor():
 @cute.jit
 def _cta_selection(g2: Int64, g3: Int64):
     """(linear CTA index, its slot among the recording CTAs, whether it records) from the
-    buffer header's words 2 and 3 (first, stride, count of the CTAs that record)."""
+    buffer header's words 2 and 3 (first, stride, count of the CTAs that record).
+
+    CTAs are taken in cluster order (cluster index, then rank in the cluster) and the stride
+    steps over whole clusters, so a sampled CTA brings its whole cluster: a CTA records when
+    its cluster's place (from ``first``, in CTAs of that order) is a multiple of the stride
+    and its slot is below the count. A launch without clusters has clusters of one CTA: the
+    order is then the linear CTA index, and the selection the plain first/stride/count."""
     cta_first = Int32(g2 & _LO32)
     cta_stride = Int32(g2 >> 32)
     n_cta = Int32(g3 & _LO32)
     bx, by, bz = cute.arch.block_idx()
     gx, gy, _ = cute.arch.grid_dim()
     cta = bx + gx * (by + gy * bz)
-    rel = cta - cta_first
-    cta_slot = rel // cta_stride
-    return cta, cta_slot, (rel >= 0) & (rel == cta_slot * cta_stride) & (cta_slot < n_cta)
+    cx, cy, cz = cute.arch.cluster_idx()
+    ncx, ncy, _ = cute.arch.cluster_dim()
+    size = cute.arch.cluster_size()
+    rank = cute.arch.block_idx_in_cluster()
+    rel = (cx + ncx * (cy + ncy * cz)) * size + rank - cta_first
+    group = rel // size
+    group_slot = group // cta_stride
+    cta_slot = group_slot * size + rank
+    return cta, cta_slot, (rel >= 0) & (group == group_slot * cta_stride) & (cta_slot < n_cta)
 
 
 @cute.jit

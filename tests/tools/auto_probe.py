@@ -141,7 +141,7 @@ def main():
         "meta": c.meta, "params": c.params,
         "vocab": [e.name for e in c.vocab.events if e.family],
         "restored": all(before[k] is after[k] for k in before),
-        "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_clock64": ptx.count("%clock64"),
+        "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_cluster_sregs": sorted(set(re.findall(r"%(nclusterid|clusterid|cluster_nctarank|cluster_ctarank)\.?[xyz]?", ptx))), "ptx_clock64": ptx.count("%clock64"),
         "ptx_record_stores": ptx.count("st.global.L2::cache_hint"),
         # a payload read at run time: shifted into bits 44.. or, in a loop, stepped by 1 << 44
         "ptx_payload_ops": len(re.findall(r"shl\.b64\s+%rd\d+,\s*%rd\d+,\s*44;|,\s*17592186044416;", ptx)),
