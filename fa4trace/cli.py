@@ -434,7 +434,7 @@ def _record_script(script, script_args, out: Path, force: bool, families, capaci
             _fail(f"{script} exited with {e.code}", EXIT_FAIL)
     finally:
         sys.argv = argv
-    launched = [k for k in recording.kernels if k._launches]
+    launched = recording.launched
     if not recording.kernels:
         _fail(f"{script} compiled no CuTe DSL kernel (cute.compile) while it ran: nothing to trace", EXIT_FAIL)
     if not launched:

@@ -1,22 +1,27 @@
 """``fa4trace.instrument``: per-warp timelines of any CuTe DSL kernel, without editing it.
 
-    with fa4trace.instrument() as recording:          # around the code that compiles
-        gemm = cute.compile(my_gemm, a, b, c, stream)   # or any library call that compiles
-    gemm(a, b, c, stream)                          # runs traced: a buffer is appended
-    recording.trace().save("gemm.parquet")           # one bundle: Perfetto, analysis, viewer
+    with fa4trace.instrument() as recording:       # around the program's own code
+        loss = model(x).sum(); loss.backward()      # FA4, quack, any CuTe DSL kernel in it
+    recording.save("step.parquet")                  # one bundle per kernel that ran traced
 
 Inside the block ``cute.compile`` (under every name it is imported by) compiles with automatic
 events (``fa4trace.auto.compiler``) and returns an ``Instrumented`` callable that takes the
-same arguments as the plain compiled function. Everything is put back when the block ends.
+same arguments as the plain compiled function; kernels compiled before the block are taken out
+of their caches so that they compile again (``fa4trace.auto.reach``). Everything is put back
+when the block ends, and the program runs its plain kernels again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
+from pathlib import Path
 from typing import Optional
 
+from ..errors import Fa4traceError
 from .events import FAMILIES
 from .patches import Patches
+from .reach import CallSpy, Reach
 from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions
 
 
@@ -35,31 +40,91 @@ class Recording:
         self.l2 = l2
         self.split = split
         self.kernels: list[Instrumented] = []
+        self.unreached: dict[str, int] = {}  # kernel calls inside the block fa4trace could not trace
+        self.hidden = 0  # cached kernels taken out of their caches for the block
+        self._spy = CallSpy()
 
     def compile(self, real_compile, fn, *args, **kwargs) -> Instrumented:
-        from .compiler import compile_traced
-
-        c = compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=self.cursor,
-                           check=self.options.check, spans=self.spans, l2=self.l2, split=self.split,
-                           compile_fn=real_compile, **kwargs)
+        c = self._compile_traced(real_compile, fn, args, kwargs, self.cursor)
         meta = dict(c.meta, roles=self.roles, params=c.params)
         if self.warps_per_cta:
             meta["warps_per_cta"] = int(self.warps_per_cta)
         tvm_ffi = "enable-tvm-ffi" in str(kwargs.get("options", "")) or "enable-tvm-ffi" in str(
             getattr(real_compile, "_compile_options", ""))
         k = Instrumented(c.fn, c.vocab, meta, plain=c.plain, options=self.options,
-                         to_arg=(lambda t: t) if tvm_ffi else _from_dlpack)
+                         to_arg=(lambda t: t) if tvm_ffi else _from_dlpack,
+                         recompile=lambda cursor: self._compile_traced(real_compile, fn, args, kwargs, cursor,
+                                                                       check=False),
+                         own=self._spy.own)
         k.compiled = c
         self.kernels.append(k)
         return k
 
+    def _compile_traced(self, real_compile, fn, args, kwargs, cursor, check=None):
+        from .compiler import compile_traced
+
+        return compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=cursor,
+                              check=self.options.check if check is None else check, spans=self.spans, l2=self.l2,
+                              split=self.split, compile_fn=real_compile, **kwargs)
+
+    def _open(self, caches=()) -> None:
+        """Make the program's cached kernels miss (``reach.Reach``) and watch for calls of
+        kernels fa4trace could not reach."""
+        self._reach = Reach()
+        self.hidden = self._reach.hide(tuple(caches))
+        self._spy.install()
+
+    def _close(self) -> None:
+        """Every kernel compiled in the block runs plain from now on; the caches hold the
+        program's kernels again; one line if some kernel calls could not be traced."""
+        for k in self.kernels:
+            k.close()
+        self._spy.restore()
+        self._reach.restore(self.kernels)
+        self.unreached = dict(self._spy.calls)
+        line = self._spy.report()
+        if line:
+            print(line, file=sys.stderr)
+
+    @property
+    def launched(self) -> list[Instrumented]:
+        """The kernels compiled in the block that ran traced at least once."""
+        return [k for k in self.kernels if k.launched]
+
     def trace(self, index: int = -1, **kw):
         """The bundle of the ``index``-th compiled kernel's launches (default: the last)."""
-        from ..errors import Fa4traceError
-
         if not self.kernels:
-            raise Fa4traceError("nothing was compiled inside fa4trace.instrument()")
+            why = (f"; {sum(self.unreached.values())} kernel call(s) ran from a cache fa4trace could not reach"
+                   if self.unreached else "")
+            raise Fa4traceError(f"nothing was compiled inside fa4trace.instrument(){why}")
         return self.kernels[index].trace(**kw)
+
+    def traces(self, **kw) -> list:
+        """One bundle per kernel that ran traced in the block (in compile order)."""
+        return [k.trace(**kw) for k in self.launched]
+
+    def save(self, path, *, overwrite: bool = False) -> list[Path]:
+        """Write ``traces()``: one kernel to ``path``, several to ``path``'s stem + ``_<kernel>``
+        (checked for existing files before anything is written, unless ``overwrite``)."""
+        path = Path(path)
+        kernels = self.launched
+        if not kernels:
+            raise Fa4traceError("no kernel ran traced inside fa4trace.instrument(): nothing to save")
+        names = [k.meta.get("kernel", "kernel").rsplit(".", 1)[-1] for k in kernels]
+        if len(kernels) == 1:
+            paths = [path]
+        else:
+            seen: dict[str, int] = {}
+            paths = []
+            for n in names:
+                seen[n] = seen.get(n, 0) + 1
+                tag = n if seen[n] == 1 else f"{n}_{seen[n]}"
+                paths.append(path.with_name(f"{path.stem}_{tag}{path.suffix or '.parquet'}"))
+        if not overwrite:
+            there = [p for p in paths if p.exists()]
+            if there:
+                raise Fa4traceError(f"{there[0]} exists (pass overwrite=True to replace it)")
+        return [k.trace().save(p, overwrite=overwrite) for k, p in zip(kernels, paths)]
 
 
 def _from_dlpack(t):
@@ -88,21 +153,29 @@ class _CompileProxy:
 def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
                warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None,
-               l2: str = "first", split: bool = True):
-    """Compile every CuTe DSL kernel inside the block with automatic events.
+               l2: str = "first", split: bool = True, caches=()):
+    """Trace every CuTe DSL kernel that runs inside the block, with automatic events.
+
+    Kernels the program compiled before the block (kept in FA4's or quack's caches, or any
+    dict named like a cache) are compiled again inside it, traced; ``caches``: more dicts of
+    compiled kernels to treat so. After the block the program runs its plain kernels again,
+    from the same caches (``fa4trace.auto.reach``).
 
     ``families``: which of pipeline, tma, mma, barrier to record (fewer cost less; warp
     lifetimes always record). ``kernels``: classes or ``@cute.kernel`` functions to instrument
     beyond those of the compiled entry. ``roles``: {"producer": [8, 9, 10, 11], ...} names warps
     by index in the CTA (else inferred from what they record). ``ctas`` / ``cta_stride`` /
-    ``warps`` / ``capacity``: who records, how much. ``check``: each launch also runs the plain
-    kernel and must match it bit for bit. ``spans``: {"softmax": "module:Class.method", ...}:
-    every call of those functions becomes a span of that name (what no generic hook can know);
-    {"step": {"target": "module:Class.method", "payload": "n_block"}} also records that integer
-    argument of each call as the span's iteration.
-    ``l2``: the record stores' L2 policy, "first" (records leave L2 before reused data) or "last".
-    ``split``: CTAs that do not record run a copy of the kernel body with no instrumentation in
-    it (default; a sampled launch then slows only the CTAs it records); False compiles one body.
+    ``warps`` / ``capacity``: who records, how much (CTAs counted in cluster order: a sampled
+    CTA brings its cluster). ``check``: each launch also runs the plain kernel twice and the
+    traced outputs must match it bit for bit where the two plain runs agree. ``spans``:
+    {"softmax": "module:Class.method", ...}: every call of those functions becomes a span of
+    that name (what no generic hook can know); {"step": {"target": "module:Class.method",
+    "payload": "n_block"}} also records that integer argument of each call as the span's
+    iteration. ``l2``: the record stores' L2 policy, "first" (records leave L2 before reused
+    data) or "last". ``split``: CTAs that do not record run a copy of the kernel body with no
+    instrumentation in it (default; a sampled launch then slows only the CTAs it records);
+    False compiles one body. ``cursor``: "smem" (default) or "gmem"; a kernel whose traced
+    build cannot launch with the shared-memory cursor is compiled again with "gmem".
     """
     import cutlass.cute as cute
 
@@ -118,6 +191,10 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     patches = Patches()
     patches.set_everywhere({id(real): (real, proxy)})
     try:
+        recording._open(caches)
         yield recording
     finally:
-        patches.restore()
+        try:
+            recording._close()
+        finally:
+            patches.restore()

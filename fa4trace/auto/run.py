@@ -3,17 +3,21 @@
 Works the same for a kernel compiled here (``compiler.CompiledTraced``) and for one loaded
 from an AOT build: all it needs is the compiled function, its vocabulary and what the
 compile found (``meta``). Each call gets a fresh buffer appended to its arguments; with
-``check`` the plain build runs first on the same inputs and every tensor argument must come
-out bit-identical from the traced run (instrumentation never changes what a kernel computes).
+``check`` the plain build runs twice first on the same inputs, and every tensor argument that
+two plain runs agree on must come out bit-identical from the traced run (instrumentation never
+changes what a kernel computes); those they disagree on (atomics) are named in the bundle.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .. import layout as L
 from ..errors import Fa4traceError
+from ..record import new_trace_tensor
 
 DEFAULT_CTAS = 256  # the first CTAs of the grid record (a launch's grid is often known only at run time)
 DEFAULT_CAPACITY = 4096  # records per warp
@@ -44,22 +48,42 @@ def _bits(t):
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-def _tensors(args) -> list:
+def _tensor_args(args, kwargs, params) -> list[tuple[str, Any]]:
+    """(name, tensor) of every torch tensor among the call's arguments."""
     import torch
 
-    return [a for a in args if isinstance(a, torch.Tensor)]
+    named = [(params[i] if i < len(params) else f"arg{i}", a) for i, a in enumerate(args)]
+    named += list(kwargs.items())
+    return [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
+
+
+def _launch_failure(exc: BaseException) -> str:
+    """The first line of what a failed launch said."""
+    msg = str(exc).strip().splitlines()
+    return msg[0][:200] if msg else type(exc).__name__
 
 
 class Instrumented:
-    """Callable like the kernel it wraps; ``trace()`` gives the bundle of its launches so far."""
+    """Callable like the kernel it wraps; ``trace()`` gives the bundle of its launches so far.
+
+    While its ``instrument()`` block is open a call runs the traced kernel (with ``check``,
+    next to the plain one); once the block has ended (``close``) a call runs the plain kernel
+    only, so a library cache that kept it serves the program's own kernel again."""
 
     def __init__(self, fn: Callable, vocab, meta: dict, *, plain: Optional[Callable] = None,
-                 options: Optional[RecordOptions] = None, to_arg: Callable = lambda t: t):
+                 options: Optional[RecordOptions] = None, to_arg: Callable = lambda t: t,
+                 recompile: Optional[Callable] = None, own: Optional[Callable] = None):
         self.fn, self.vocab, self.meta, self.plain = fn, vocab, dict(meta), plain
         self.options = options or RecordOptions()
         self.to_arg = to_arg  # torch trace tensor -> what the compiled function takes
+        self._recompile = recompile  # (cursor) -> CompiledTraced: the same compile, recorder elsewhere
+        self._own = own or contextlib.nullcontext  # calls made here are fa4trace's own
         self._launches: list[tuple[Any, L.BufferSpec]] = []
         self.checked: list[bool] = []
+        self.nondeterministic: set[str] = set()
+        self.twin: list[dict] = []  # plain vs traced time of checked launches
+        self.not_traced = ""  # why this kernel runs plain inside the block ('' while it traces)
+        self.active = True
 
     @property
     def warps_per_cta(self) -> int:
@@ -69,31 +93,112 @@ class Instrumented:
                                 "pass warps_per_cta to fa4trace.instrument")
         return int(w)
 
-    def __call__(self, *args):
+    @property
+    def launched(self) -> bool:
+        return bool(self._launches)
+
+    def close(self) -> None:
+        """The block has ended: from now on a call runs the plain kernel."""
+        self.active = False
+        self._recompile = None
+
+    def __call__(self, *args, **kwargs):
+        if (not self.active or self.not_traced) and self.plain is not None:
+            with self._own():
+                return self.plain(*args, **kwargs)
+        with self._own():
+            return self._traced_call(args, kwargs)
+
+    def _traced_call(self, args, kwargs):
         import torch
 
-        from ..record import new_trace_tensor
-
+        capturing = torch.cuda.is_current_stream_capturing()
+        check = self.options.check and self.plain is not None and not capturing
+        tensors = _tensor_args(args, kwargs, self.meta.get("params") or [])
+        if check:
+            before = [t.clone() for _n, t in tensors]
+            want, plain_ns = self._plain_twice(args, kwargs, tensors, before)
         spec = self.options.spec(self.warps_per_cta)
         buf = new_trace_tensor(spec)
-        check = self.options.check and self.plain is not None
+        start = end = None
         if check:
-            before = [t.clone() for t in _tensors(args)]
-            self.plain(*args)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        ret = self._launch(args, kwargs, buf)
+        if self.not_traced:  # it could not run traced: the plain kernel ran instead
+            return ret
+        if check:
+            end.record()
             torch.cuda.synchronize()
-            want = [t.clone() for t in _tensors(args)]
-            for t, b in zip(_tensors(args), before):
-                t.copy_(b)
-        ret = self.fn(*args, self.to_arg(buf))
+            self._compare(tensors, want)
+            self.twin.append({"plain_ns": plain_ns, "traced_ns": int(start.elapsed_time(end) * 1e6)})
         self._launches.append((buf, spec))
-        if check:
-            torch.cuda.synchronize()
-            same = all(torch.equal(_bits(t), _bits(w)) for t, w in zip(_tensors(args), want))
-            self.checked.append(same)
-            if not same:
-                raise Fa4traceError("instrumentation changed the kernel's output (traced != untraced, bitwise): "
-                                    "please report this kernel")
         return ret
+
+    def _plain_twice(self, args, kwargs, tensors, before):
+        """Run the plain kernel twice from the same inputs: what each output should be, or
+        None where two plain runs differ (atomics, races); the second run's time (ns)."""
+        import torch
+
+        outs = []
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for run in range(2):
+            if run:
+                start.record()
+            self.plain(*args, **kwargs)
+            if run:
+                end.record()
+            torch.cuda.synchronize()
+            outs.append([t.clone() for _n, t in tensors])
+            for (_n, t), b in zip(tensors, before):
+                t.copy_(b)
+        want = []
+        for (name, _t), a, b in zip(tensors, *outs):
+            if torch.equal(_bits(a), _bits(b)):
+                want.append(a)
+            else:
+                want.append(None)
+                self.nondeterministic.add(name)
+        return want, int(start.elapsed_time(end) * 1e6)
+
+    def _compare(self, tensors, want) -> None:
+        """Traced outputs against the plain ones where plain is reproducible. A difference is
+        fa4trace's bug, not the program's: the plain result is put back and one line says so."""
+        differ = [name for (name, t), w in zip(tensors, want) if w is not None and not torch_equal(t, w)]
+        self.checked.append(not differ)
+        if differ:
+            for (name, t), w in zip(tensors, want):
+                if name in differ:
+                    t.copy_(w)
+            if self.checked.count(False) == 1:
+                print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: the traced kernel's {', '.join(differ)} "
+                      "differ from the plain kernel's (bitwise; plain is reproducible there): the plain result "
+                      "is kept and the trace marked unchecked; please report this kernel", file=sys.stderr)
+
+    def _launch(self, args, kwargs, buf):
+        """The traced launch; a launch the GPU refuses (shared memory, registers) is compiled
+        again with the recorder's cursor in global memory, and if that is refused too the
+        plain kernel runs and one line says why (the program never fails for being traced)."""
+        targs = self.to_arg(buf)
+        try:
+            return self.fn(*args, targs, **kwargs) if not kwargs else self.fn(*args, **kwargs, fa4trace_buf=targs)
+        except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
+            first = _launch_failure(exc)
+        if self._recompile is not None and self.meta.get("cursor") == "smem":
+            c = self._recompile("gmem")
+            self.fn, self.vocab = c.fn, c.vocab
+            self.meta.update(c.meta, cursor="gmem", cursor_reason=f"the shared-memory cursor did not launch: {first}")
+            try:
+                return self.fn(*args, targs, **kwargs) if not kwargs else self.fn(*args, **kwargs, fa4trace_buf=targs)
+            except Exception as exc:  # noqa: BLE001
+                first = _launch_failure(exc)
+        self.not_traced = first
+        print(f"fa4trace: {self.meta.get('kernel', 'kernel')} runs untraced: its traced build did not launch "
+              f"({first})", file=sys.stderr)
+        if self.plain is None:
+            raise Fa4traceError(f"{self.meta.get('kernel', 'kernel')}: the traced kernel did not launch ({first}) "
+                                "and no plain build is at hand")
+        return self.plain(*args, **kwargs)
 
     def trace(self, *, config: Optional[dict] = None):
         """Decode every launch so far into one ``Trace`` (and forget them)."""
@@ -111,9 +216,20 @@ class Instrumented:
         launches = [{"kernel": self.meta.get("kernel"), "recorded_ctas":
                      f"{s.cta_first}:{s.cta_first + s.n_cta_slots * s.cta_stride}:{s.cta_stride}",
                      "warp_subset": s.warp_subset} for _b, s in self._launches]
+        instrument = dict(self.meta, checked=list(self.checked), nondeterministic=sorted(self.nondeterministic))
+        if self.twin:
+            instrument["plain_twin"] = {"plain_ns": sorted(t["plain_ns"] for t in self.twin)[len(self.twin) // 2],
+                                        "traced_ns": sorted(t["traced_ns"] for t in self.twin)[len(self.twin) // 2],
+                                        "launches": len(self.twin)}
         meta = {"kernel": self.meta.get("kernel", "kernel"), "config": dict(config or {}),
-                "gpu": gpu_facts(), "launches": launches,
-                "instrument": dict(self.meta, checked=list(self.checked)),
+                "gpu": gpu_facts(), "launches": launches, "instrument": instrument,
                 "cta_subset": True, "warp_subset": launches[0]["warp_subset"]}
         self._launches = []
+        self.twin = []
         return Trace.from_launches(decoded, meta, vocab=self.vocab)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(_bits(a), _bits(b))

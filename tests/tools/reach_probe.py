@@ -1,0 +1,104 @@
+"""Caches a program filled before ``fa4trace.instrument()``, compiled here (no GPU), in this
+fresh process; prints one JSON line of what each cache held before, inside and after the block.
+
+    python tests/tools/reach_probe.py sm_90a QUACK_CACHE_DIR
+
+The caches: a user's dict named like a cache, a registry dict (not a cache: left alone),
+quack's ``jit_cache`` (in memory and on disk), FA4's ``JITCache`` and ``JITPersistentCache``.
+"""
+
+import json
+import os
+import sys
+
+
+def main():
+    arch, qdir = sys.argv[1], sys.argv[2]
+    os.environ["CUTE_DSL_ARCH"] = arch
+    os.environ["QUACK_CACHE_DIR"] = qdir
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    import quack.cache as qcache
+    from flash_attn.cute import cache_utils as fa_cache
+
+    import fa4trace
+    from fa4trace.auto.run import Instrumented
+
+    @cute.kernel
+    def copy_kernel(src: cute.Tensor, dst: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * 128 + tidx
+        dst[i] = src[i]
+
+    @cute.jit
+    def copy_entry(src: cute.Tensor, dst: cute.Tensor):
+        copy_kernel(src, dst).launch(grid=(src.shape[0] // 128, 1, 1), block=(128, 1, 1))
+
+    def fake():
+        return make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
+
+    def compile_copy():
+        return cute.compile(copy_entry, fake(), fake(), options="--enable-tvm-ffi")
+
+    # a user's own cache and registry, quack's jit_cache (memory + disk), FA4's caches
+    kernel_cache = {}
+    registry = {}
+
+    @qcache.jit_cache
+    def quack_compile(n):
+        return compile_copy()
+
+    fa_mem = fa_cache.JITCache()
+    fa_disk = fa_cache.JITPersistentCache(__import__("pathlib").Path(qdir) / "fa4")
+
+    def user_get(key):
+        if key not in kernel_cache:
+            kernel_cache[key] = compile_copy()
+        return kernel_cache[key]
+
+    def fa_get(cache, key):
+        if key not in cache:
+            cache[key] = compile_copy()
+        return cache[key]
+
+    def kinds():
+        return {"user": type(user_get("k")).__name__, "quack": type(quack_compile(1)).__name__,
+                "fa4": type(fa_get(fa_mem, "k")).__name__, "fa4_disk": type(fa_get(fa_disk, "k")).__name__}
+
+    warm = {"user": user_get("k"), "quack": quack_compile(1), "fa4": fa_get(fa_mem, "k"),
+            "fa4_disk": fa_get(fa_disk, "k")}
+    registry["copy"] = warm["user"]
+    disk_before = sorted((p.name, p.stat().st_mtime_ns) for p in __import__("pathlib").Path(qdir).rglob("*.o"))
+    with fa4trace.instrument(check=True, families=()) as rec:
+        hidden = rec.hidden
+        inside = kinds()
+        inside_registry = registry["copy"] is warm["user"]
+        try:  # a kernel held where no cache is: its call is counted (it fails here: no GPU)
+            registry["copy"](None, None)
+        except Exception:  # noqa: BLE001
+            pass
+        compiled_inside = len(rec.kernels)
+        same_objects_inside = {k: (v is warm[k]) for k, v in {"user": user_get("k"), "quack": quack_compile(1),
+                                                              "fa4": fa_get(fa_mem, "k")}.items()}
+    after = {"user": user_get("k") is warm["user"], "quack": quack_compile(1) is warm["quack"],
+             "fa4": fa_get(fa_mem, "k") is warm["fa4"], "fa4_disk": fa_get(fa_disk, "k") is warm["fa4_disk"]}
+    disk_after = sorted((p.name, p.stat().st_mtime_ns) for p in __import__("pathlib").Path(qdir).rglob("*.o"))
+    print(json.dumps({
+        "hidden": hidden, "inside": inside, "inside_registry_untouched": inside_registry,
+        "compiled_inside": compiled_inside, "served_again_inside": same_objects_inside,
+        "after_same_objects": after, "closed": [not k.active for k in rec.kernels],
+        "instrumented_left": sum(isinstance(v, Instrumented) for v in list(kernel_cache.values())
+                                 + list(quack_compile.cache.values()) + list(fa_mem.cache.values())
+                                 + list(fa_disk.cache.values())),
+        "quack_cache_enabled_after": qcache.CACHE_ENABLED,
+        "fa4_disk_class_after": type(fa_disk).__name__,
+        "disk_before": len(disk_before), "disk_after": len(disk_after), "disk_same": disk_before == disk_after,
+        "unreached": rec.unreached,
+    }))
+
+
+if __name__ == "__main__":
+    main()
