@@ -1,0 +1,165 @@
+"""What ``fa4trace.instrument()`` costs a PyTorch program (GPU, the CuTe DSL, FA4 and quack
+installed where the GPU is; JIT, as a user runs it).
+
+For FA4's forward and backward (through ``flash_attn_func``) and quack's RMSNorm and GEMM
+(``quack.rmsnorm.rmsnorm``, ``quack.linear.linear_func``), each in a fresh process:
+
+- compile: the first call of a plain process (compile + run) vs the first call inside
+  ``instrument()`` after a warm-up (the library's cache is warm: fa4trace takes the kernel out,
+  compiles it traced, and the plain build again for the check; the DSL's own cache serves the
+  plain one), and the time to take the caches apart and put them back (block entry + exit);
+- after the block: the plain call before the block vs after it, host wall time per call over
+  rounds (the library call as the program makes it, the GPU synchronised each round) and the
+  kernels under CUDA-graph replay with a cold L2; target: 0 difference.
+
+    python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = ("fa4_fwd", "fa4_fwd_bwd", "quack_rmsnorm", "quack_linear")
+
+
+def _setup(case: str):
+    """(a zero-argument call of the library's torch API, a description)."""
+    import torch
+
+    torch.manual_seed(0)
+    if case.startswith("fa4"):
+        from flash_attn.cute import flash_attn_func
+
+        q, k, v = (torch.randn(2, 2048, 16, 128, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=case == "fa4_fwd_bwd") for _ in range(3))
+        if case == "fa4_fwd":
+            return (lambda: flash_attn_func(q, k, v, causal=True)), "FA4 forward b2 s2048 h16 d128 causal"
+        do = torch.randn(2, 2048, 16, 128, device="cuda", dtype=torch.bfloat16)
+
+        def fwd_bwd():
+            o = flash_attn_func(q, k, v, causal=True)
+            (o[0] if isinstance(o, tuple) else o).backward(do)
+
+        return fwd_bwd, "FA4 forward + backward b2 s2048 h16 d128 causal"
+    if case == "quack_rmsnorm":
+        from quack.rmsnorm import rmsnorm
+
+        x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(8192, device="cuda", dtype=torch.float32)
+        return (lambda: rmsnorm(x, w)), "quack rmsnorm 8192x8192 bf16"
+    from quack.linear import linear_func
+
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    return (lambda: linear_func(x, w, tuned=False)), "quack linear 4096^3 bf16 (untuned)"
+
+
+def _sync_s(fn) -> float:
+    import torch
+
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def _host_us(fn, calls: int) -> float:
+    """Wall time per call of ``calls`` back-to-back calls, GPU synchronised at both ends (µs)."""
+    return _sync_s(lambda: [fn() for _ in range(calls)]) / calls * 1e6
+
+
+def _graph_us(fn, replays: int = 20) -> float:
+    """The call's kernels under CUDA-graph replay, L2 flushed between replays (µs per call)."""
+    import torch
+
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    times = []
+    for _ in range(replays):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def one(case: str) -> dict:
+    """Everything for one case, in this (fresh) process."""
+    import fa4trace
+
+    fn, what = _setup(case)
+    cold_s = _sync_s(fn)  # compile + run, plain
+    fn()
+    rounds, calls = 7, 50
+    graphable = case != "fa4_fwd_bwd"  # autograd's backward is not captured here
+    before = [_host_us(fn, calls) for _ in range(rounds)]
+    graph_before = _graph_us(fn) if graphable else None
+    t0 = time.perf_counter()
+    with fa4trace.instrument() as rec:
+        entered_s = time.perf_counter() - t0
+        first_traced_s = _sync_s(fn)
+        t1 = time.perf_counter()
+    exit_s = time.perf_counter() - t1
+    traced = [k.meta.get("kernel") for k in rec.launched]
+    after = [_host_us(fn, calls) for _ in range(rounds)]
+    graph_after = _graph_us(fn) if graphable else None
+    return {
+        "case": case, "what": what, "first_call_plain_s": round(cold_s, 3),
+        "first_call_instrumented_s": round(first_traced_s, 3),
+        "block_entry_s": round(entered_s, 4), "block_exit_s": round(exit_s, 4),
+        "kernels_taken_out": rec.hidden, "kernels_traced": traced, "unreached": rec.unreached,
+        "host_us_per_call_before": round(statistics.median(before), 2),
+        "host_us_per_call_after": round(statistics.median(after), 2),
+        "host_us_rounds_before": [round(x, 2) for x in before],
+        "host_us_rounds_after": [round(x, 2) for x in after],
+        "graph_us_before": None if graph_before is None else round(graph_before, 2),
+        "graph_us_after": None if graph_after is None else round(graph_after, 2),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-o", "--output", default="benchmarks/results/instrument_program_h200.json")
+    ap.add_argument("--case", choices=CASES, help="one case in this process (the driver runs each in its own)")
+    a = ap.parse_args()
+    if a.case:
+        print(json.dumps(one(a.case)))
+        return
+    rows = []
+    for case in CASES:
+        r = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            rows.append({"case": case, "error": (r.stderr.strip().splitlines() or ["?"])[-1][:300]})
+        else:
+            rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        print(json.dumps(rows[-1]), flush=True)
+    import torch
+
+    out = {"benchmark": "instrument_program", "gpu": torch.cuda.get_device_name(),
+           "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT", ""),
+           "command": "python benchmarks/bench_instrument_program.py", "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
+    with open(a.output, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"wrote {a.output}")
+
+
+if __name__ == "__main__":
+    main()
