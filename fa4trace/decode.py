@@ -103,14 +103,17 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
     sm = (h[:, L.W_IDS] & U32).astype(np.int64)
     cta = (h[:, L.W_IDS] >> np.uint64(32)).astype(np.int64)
     warp = (h[:, L.W_WARP] & U32).astype(np.int64)
+    order = (h[:, L.W_WARP] >> np.uint64(32)).astype(np.int64) - 1  # -1: before cluster order
+    selected = np.where(order >= 0, order, cta)  # the index the CTA was selected by
     exp_cta = spec.cta_of_slot(idx // spec.warps_per_cta)
     exp_warp = spec.warp_of_slot(idx % spec.warps_per_cta)
-    wrong = (cta != exp_cta) | (warp != exp_warp)
+    wrong = (selected != exp_cta) | (warp != exp_warp)
     if grid_ctas is not None:
         wrong |= cta >= grid_ctas
     if wrong.any():
         j = int(np.flatnonzero(wrong)[0])
-        raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: header says CTA {cta[j]}, warp {warp[j]}: foreign or corrupted bytes")
+        raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: header says CTA {selected[j]} (in cluster order), "
+                               f"warp {warp[j]}: foreign or corrupted bytes")
 
     gt0, clk0 = h[:, L.W_GT0].astype(np.int64), h[:, L.W_CLK0].astype(np.int64)
     gt1, clk1 = h[:, L.W_GT1].astype(np.int64), h[:, L.W_CLK1].astype(np.int64)

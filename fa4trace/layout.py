@@ -10,15 +10,19 @@ Global header (written by the host before the launch, read by every recording wa
     g1  slot_words | warps_per_cta << 32
     g2  cta_first  | cta_stride << 32      which CTAs record: first, first+stride, ...
     g3  n_cta_slots | warp_mask << 32      how many of them; which warps of such a CTA record
-A warp records iff its CTA is one of those and its warp is selected: warp_mask bit w selects
-warp w (then warps_per_cta = popcount(warp_mask)); warp_mask 0 selects warps 0..warps_per_cta-1.
-Its slot is fixed by (CTA, warp), so no atomics are needed and a launch writes each slot at
-most once. (warp_mask came after the first buffers; those have 0 there and read as before.)
+CTAs are counted in cluster order (cluster index, then rank in the cluster; without clusters
+that is the linear CTA index), and the stride steps over whole clusters, so a recording CTA
+brings its cluster. A warp records iff its CTA is one of those and its warp is selected:
+warp_mask bit w selects warp w (then warps_per_cta = popcount(warp_mask)); warp_mask 0 selects
+warps 0..warps_per_cta-1. Its slot is fixed by (CTA, warp), so no atomics are needed and a
+launch writes each slot at most once. (warp_mask came after the first buffers; those have 0
+there and read as before.)
 
 Warp header (written by lane 0 of the warp: words 0-4 at start, 5-7 at finish):
     w0  WARP_MAGIC | version << 32 | timebase << 40 | role << 48
     w1  smid | cta_linear << 32
-    w2  warp index in CTA
+    w2  warp index in CTA | (cluster-order index + 1) << 32   (0 there: a buffer from before
+        cluster order, whose slots follow the linear CTA index)
     w3  %globaltimer at start     w4  %clock64 at start
     w5  %globaltimer at finish    w6  %clock64 at finish
     w7  records written | records dropped << 32

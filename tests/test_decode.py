@@ -186,6 +186,23 @@ def test_corruptions_raise_trace_format_error(mutate, message):
         decode_buffer(buf)
 
 
+def test_cluster_order_selects_the_slot_and_the_linear_cta_is_kept():
+    """A CTA selected in cluster order: its slot follows that order (word 2's upper half), while
+    the bundle keeps its linear CTA index (quack's RMSNorm clusters run along y: slot 1 is the
+    y = 1 partner of CTA 0, linear index 4096 in a grid 4096 wide)."""
+    spec = L.BufferSpec(warps_per_cta=1, n_cta_slots=2, capacity=4)
+    buf = write_buffer(spec, [warp(cta=c, events=[(I, EV.MARK, 0, 1)]) for c in (0, 1)])
+    base1 = L.GLOBAL_HEADER_WORDS + spec.slot_words
+    buf[base1 + L.W_IDS] = 3 | (4096 << 32)
+    buf[L.GLOBAL_HEADER_WORDS + L.W_WARP] = 0 | (1 << 32)  # cluster-order index 0 (+1)
+    buf[base1 + L.W_WARP] = 0 | (2 << 32)  # cluster-order index 1 (+1)
+    d = decode_buffer(buf)
+    assert sorted(set(d.table.column("cta").to_pylist())) == [0, 4096]
+    buf[base1 + L.W_WARP] = 0 | (3 << 32)  # index 2 does not belong in slot 1
+    with pytest.raises(TraceFormatError, match="header says CTA 2 \\(in cluster order\\)"):
+        decode_buffer(buf)
+
+
 def test_truncated_buffer():
     spec = L.BufferSpec(1, 4, 4)
     buf = write_buffer(spec, [warp()])

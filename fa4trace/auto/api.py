@@ -44,7 +44,16 @@ class Recording:
         self.hidden = 0  # cached kernels taken out of their caches for the block
         self._spy = CallSpy()
 
-    def compile(self, real_compile, fn, *args, **kwargs) -> Instrumented:
+    def compile(self, real_compile, fn, *args, **kwargs):
+        """``cute.compile`` inside the block: an Instrumented kernel, or the plain compile for
+        a jit function that launches no kernel (host code the DSL compiles, such as CUTLASS's
+        ``HardwareInfo`` queries): nothing to trace there."""
+        from .compiler import find_kernels
+
+        if not find_kernels(fn, self.extra_kernels):
+            compiled = real_compile(fn, *args, **kwargs)
+            self._spy.ignore(compiled)
+            return compiled
         c = self._compile_traced(real_compile, fn, args, kwargs, self.cursor)
         meta = dict(c.meta, roles=self.roles, params=c.params)
         if self.warps_per_cta:

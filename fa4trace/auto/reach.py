@@ -174,6 +174,11 @@ class CallSpy:
         self.calls: Counter = Counter()
         self._own = threading.local()
         self._patches = Patches()
+        self._ignored: set[int] = set()
+
+    def ignore(self, compiled) -> None:
+        """Calls of ``compiled`` (host code with no kernel in it) are not counted."""
+        self._ignored.add(id(compiled))
 
     def own(self):
         """A context in which compiled kernels called are fa4trace's own (not counted)."""
@@ -192,7 +197,7 @@ class CallSpy:
         spy = self
 
         def call(fn_self, *args, **kwargs):
-            if not getattr(spy._own, "depth", 0):
+            if not getattr(spy._own, "depth", 0) and id(fn_self) not in spy._ignored:
                 spy.calls[getattr(fn_self, "function_name", None) or type(fn_self).__name__] += 1
             return real(fn_self, *args, **kwargs)
 

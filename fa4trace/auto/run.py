@@ -57,6 +57,12 @@ def _tensor_args(args, kwargs, params) -> list[tuple[str, Any]]:
     return [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
 
 
+def _put(t, value) -> None:
+    """Write ``value`` into ``t``'s memory as a kernel would: not through autograd, whose
+    version counters would otherwise call a view of an autograd output modified in place."""
+    t.data.copy_(value)
+
+
 def _launch_failure(exc: BaseException) -> str:
     """The first line of what a failed launch said."""
     msg = str(exc).strip().splitlines()
@@ -151,7 +157,7 @@ class Instrumented:
             torch.cuda.synchronize()
             outs.append([t.clone() for _n, t in tensors])
             for (_n, t), b in zip(tensors, before):
-                t.copy_(b)
+                _put(t, b)
         want = []
         for (name, _t), a, b in zip(tensors, *outs):
             if torch.equal(_bits(a), _bits(b)):
@@ -169,7 +175,7 @@ class Instrumented:
         if differ:
             for (name, t), w in zip(tensors, want):
                 if name in differ:
-                    t.copy_(w)
+                    _put(t, w)
             if self.checked.count(False) == 1:
                 print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: the traced kernel's {', '.join(differ)} "
                       "differ from the plain kernel's (bitwise; plain is reproducible there): the plain result "
