@@ -1,4 +1,5 @@
-"""benchmarks/report.py: BENCHMARKS.md is what the result files render to, and the renderer's rules."""
+"""benchmarks/report.py: BENCHMARKS.md and docs/not-kept.md are what the result files render to, and the
+renderer's rules."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _write(folder: Path, name: str, obj) -> None:
 
 
 def test_benchmarks_md_is_up_to_date(capsys):
-    assert report.main(["--check"]) == 0, "BENCHMARKS.md is stale: run python benchmarks/report.py"
+    assert report.main(["--check"]) == 0, "BENCHMARKS.md or docs/not-kept.md is stale: run python benchmarks/report.py"
     assert (ROOT / "BENCHMARKS.md").stat().st_size <= 25 * 1024  # current numbers only: a page, not a diary
 
 
@@ -79,21 +80,47 @@ def test_decode_area_prefers_transcribed_cells(tmp_path):
     assert "| +4.9% |" in md
 
 
-def test_generic_and_not_kept_areas(tmp_path):
+def test_generic_areas_and_the_not_kept_page(tmp_path):
     _write(tmp_path, "f.json", _meta("floors", columns=[["shape", "shape"], ["read_us", "read µs"]],
                                      rows=[{"d": 64, "hq": 16, "hkv": 2, "sk": 4096, "b": 8, "sq": 4,
                                             "read_us": 37.0}, {"shape": "other", "read_us": None}]))
-    _write(tmp_path, "n.json", _meta("not-kept", rows=[{"idea": "Work stealing", "result": "slower",
-                                                         "commit": "ca34783"}]))
+    _write(tmp_path, "n.json", _meta("not-kept", notes="One line per idea.",
+                                     rows=[{"idea": "Work stealing", "result": "slower", "commit": "ca34783"}]))
     _write(tmp_path, "fa4.json", _meta("fa4-sm90", columns=[["shape", "shape"], ["default_pct", "default %"]],
                                         rows=[{"d": 128, "hq": 16, "hkv": 1, "sk": 4096, "b": 4, "sq": 1,
                                                "default_pct": 19.7}]))
-    md = report.render(report.load_results(tmp_path), tmp_path)
+    results = report.load_results(tmp_path)
+    md = report.render(results, tmp_path)
     assert "| d64 16:2 sk 4096 b 8 sq 4 | 37.0 |" in md and "| other | - |" in md
-    assert "- Work stealing: slower (`ca34783`)" in md
     assert "| d128 16:1 sk 4096 b 4 | 19.7 |" in md  # sq 1 goes unsaid
-    # section order: floors before the FA4 SM90 files before the not-kept list
-    assert md.index("## Bandwidth floors") < md.index("## FlashAttention-4 SM90") < md.index("## What was tried")
+    assert md.index("## Bandwidth floors") < md.index("## FlashAttention-4 SM90")
+    # what was tried and not kept is no current result: its own page, linked from BENCHMARKS.md
+    assert "Work stealing" not in md and "[docs/not-kept.md](docs/not-kept.md)" in md
+    page = report.render_page("not-kept", results)
+    assert page.startswith("# Tried and not kept\n") and "One line per idea.\n\n- Work stealing: slower (`ca34783`)\n" in page
+
+
+def test_main_writes_and_checks_the_not_kept_page(tmp_path, capsys):
+    res, docs = tmp_path / "results", tmp_path / "docs"
+    res.mkdir()
+    docs.mkdir()
+    _write(res, "n.json", _meta("not-kept", rows=[{"idea": "Two S tiles", "result": "no gain", "commit": "abc1234"}]))
+    out = tmp_path / "B.md"
+    args = ["--results", str(res), "--out", str(out), "--docs", str(docs)]
+    assert report.main(args) == 0
+    assert "- Two S tiles: no gain (`abc1234`)" in (docs / "not-kept.md").read_text()
+    assert report.main(["--check", *args]) == 0
+    (docs / "not-kept.md").write_text("edited by hand\n")
+    assert report.main(["--check", *args]) == 1
+    assert "not-kept.md is out of date" in capsys.readouterr().err
+
+
+def test_a_results_folder_without_not_kept_rows_writes_no_page(tmp_path):
+    res, docs = tmp_path / "results", tmp_path / "docs"
+    res.mkdir()
+    _write(res, "a.json", _meta("floors", rows=[{"shape": "x", "read_us": 1.5}]))
+    assert report.main(["--results", str(res), "--out", str(tmp_path / "B.md"), "--docs", str(docs)]) == 0
+    assert not docs.exists()
 
 
 def test_schema_errors_name_the_file(tmp_path):
