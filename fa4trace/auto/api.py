@@ -72,8 +72,10 @@ class Recording:
     def _compile_traced(self, real_compile, fn, args, kwargs, cursor, check=None):
         from .compiler import compile_traced
 
+        # the plain build is always compiled beside the traced one: the output check runs it,
+        # and once the block has ended the program runs it wherever the Instrumented was kept
         return compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=cursor,
-                              check=self.options.check if check is None else check, spans=self.spans, l2=self.l2,
+                              check=True if check is None else check, spans=self.spans, l2=self.l2,
                               split=self.split, compile_fn=real_compile, **kwargs)
 
     def _open(self, caches=()) -> None:

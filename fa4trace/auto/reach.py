@@ -109,6 +109,7 @@ class Reach:
 
     def __init__(self):
         self.hidden: list[tuple[dict, Any, Any]] = []
+        self._named: set[int] = set()  # ids of the dicts the user named as caches
         self._classes: list[tuple[Any, type]] = []
         self._patches = Patches()
 
@@ -131,9 +132,9 @@ class Reach:
                 self._classes.append((o, type(o)))
                 o.__class__ = persistent.__mro__[1]
         ids = {id(o) for o in found}
-        named = {id(d) for d in extra}
+        self._named = {id(d) for d in extra}
         for d in holders(found):
-            if id(d) not in named and not is_cache(d):
+            if id(d) not in self._named and not is_cache(d):
                 continue
             for k, v in list(d.items()):
                 if id(v) in ids:
@@ -149,12 +150,14 @@ class Reach:
         self.hidden = []
         by_id = {id(k): k for k in instrumented}
         for d in holders(list(instrumented)):
+            if d is by_id or (id(d) not in self._named and not is_cache(d)):
+                continue  # a variable, an attribute: the Instrumented there runs plain once closed
             for key, v in list(d.items()):
-                k = by_id.get(id(v))
-                if k is None:
+                kern = by_id.get(id(v))
+                if kern is None:
                     continue
-                if k.plain is not None:
-                    d[key] = k.plain
+                if kern.plain is not None:
+                    d[key] = kern.plain
                 else:
                     del d[key]
         for o, cls in self._classes:
