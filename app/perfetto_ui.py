@@ -129,20 +129,24 @@ def ui_path(base_url_path: str = "") -> str:
 # ---- exports -----------------------------------------------------------------------------
 
 def export_pftrace(trace, *, compress: bool = False) -> bytes:
-    """The selected trace as a Perfetto protobuf trace (fa4trace.perfetto.to_perfetto)."""
+    """The selected trace as a Perfetto protobuf trace, as `fa4trace convert --to perfetto`
+    writes it (roles and stage occupancy of automatically traced kernels included)."""
+    from fa4trace.kernel_analysis import export_inputs
     from fa4trace.perfetto import to_perfetto
 
+    shown, occupancy = export_inputs(trace)
     buf = io.BytesIO()
-    to_perfetto(trace, buf, compress=compress)
+    to_perfetto(shown, buf, occupancy=occupancy, compress=compress)
     return buf.getvalue()
 
 
 def export_chrome(trace) -> bytes:
-    """The selected trace as Chrome trace-event JSON (fa4trace.chrome.to_chrome)."""
+    """The selected trace as Chrome trace-event JSON, as `fa4trace convert --to chrome` writes it."""
     from fa4trace.chrome import to_chrome
+    from fa4trace.kernel_analysis import export_inputs
 
     buf = io.BytesIO()
-    to_chrome(trace, buf)
+    to_chrome(export_inputs(trace)[0], buf)
     return buf.getvalue()
 
 

@@ -1,6 +1,6 @@
 """Per-warp timelines of one CTA per trace, two traces on one synchronized time axis.
 
-Lanes come from :func:`fa4trace.perfetto.layout_tracks`, the layout the Perfetto and Chrome
+Lanes come from :func:`fa4trace.tracks.layout_tracks`, the layout the Perfetto and Chrome
 exports use: per warp its own lane ("w1 · consumer": SOFTMAX, CORRECTION, ...) and, right
 under it, one lane per async event ("QK in flight", "PV in flight"), so a green SOFTMAX bar
 over an orange QK bar *is* the overlap. Spans that would cross on one lane get extra lanes.
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fa4trace.autoevents import is_wait_op
-from fa4trace.perfetto import layout_tracks
+from fa4trace.tracks import layout_tracks
 from fa4trace.roles import role_rank
 from fa4trace.vocab import VOCAB, Vocabulary
 
