@@ -40,6 +40,7 @@ EVENT_PX = 16
 WARP_PX = 5
 WAIT_OPACITY = 0.3  # the wide bar of a wait span; a WAIT_PX line of full colour runs through it
 WAIT_PX = 3
+TOOLBAR_PX = 36  # right margin that holds the upright plotly toolbar
 
 
 # ---- decimation ------------------------------------------------------------------------------
@@ -304,8 +305,11 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
                          row=r, col=1)
     fig.update_xaxes(showgrid=True, gridcolor="#eee", zeroline=False)
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
+    # The legend runs above the plot over the plot's width; the plotly toolbar stands upright in
+    # the right margin (TOOLBAR_PX), so it never covers a legend entry.
     fig.update_layout(height=int(sum(n_lanes) * LANE_PX + 110 * len(panels) + 40), uirevision=uirevision,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 40}, hovermode="closest", dragmode="zoom",
+                      margin={"l": 10, "r": TOOLBAR_PX, "t": 40, "b": 40}, hovermode="closest", dragmode="zoom",
+                      modebar={"orientation": "v"},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 40 / max(sum(n_lanes) * LANE_PX, 200),
                               "xanchor": "left", "x": 0},
                       plot_bgcolor="white")
