@@ -1,7 +1,10 @@
 """Drive the viewer headless: a Streamlit server on a free port and Chromium over DevTools.
 
-Used by tests/test_app_browser.py, benchmarks/bench_app.py and the README screenshot
-(``python tests/tools/headless.py docs/app.png``); test tooling, not part of the package. Chromium is the Debian ``chromium`` package (or any
+Used by tests/test_app_browser.py, benchmarks/bench_app.py and the screenshots in docs/
+(``python tests/tools/headless.py docs/app.png --height 2750``: the bundled base / ping-pong
+pair; ``python tests/tools/headless.py docs/app_generic.png
+traces/auto/quack_gemm_sm90_square_8192.parquet --height 2100``: quack's GEMM); test tooling,
+not part of the package. Chromium is the Debian ``chromium`` package (or any
 Chrome-like binary named by $FA4TRACE_CHROMIUM); the DevTools protocol is spoken over a
 WebSocket with the ``websockets`` package (already a Streamlit dependency). Every process
 started here runs in its own process group and is ended, by its id, on exit or on error.
