@@ -8,12 +8,18 @@ with equal names, and ``child_ordering = EXPLICIT`` so SMs, CTAs and warps sort 
         warps active                          counter: warps alive over time
         SM s
           CTA c
+            [<pipeline> stages held]          counter per pipeline, from ``occupancy=``
             [async in flight]                 counter, only with inflight_counters=True
             warp w · <role>                   the warp's own (sync) spans, instants and WARP row
               QK in flight                    one child track per async event (vocab is_async)
               PV in flight
               QK in flight (2)                extra lanes: spans that would break nesting
               warp w · <role> · overlap 1
+
+Perfetto's UI (v52 and the viewer's offline copy) opens every track group collapsed: no
+TrackDescriptor field asks for a group to open. The viewer's Perfetto page expands this tree
+with a startup command (fa4trace.viewer.perfetto_ui); elsewhere, Perfetto's command "Expand all
+track groups" does it.
 
 Slices on one track must nest strictly (BEGIN/END): async spans (MMA in flight) and spans that
 would cross another live on tracks of their own, placed by :func:`fa4trace.tracks.layout_tracks`
