@@ -58,7 +58,8 @@ SCHEDULE_KEYS = ("schedule", "schedule_requested", "s_ping_pong", "use_s_ping_po
 # different implementation parameters: the recorded ping-pong uses 64-key tiles where base uses
 # 128 (registers), so tile_n and n_blocks differ within a pair and are not part of its key.
 SHAPE_KEYS = ("b", "sq", "sk", "d", "head_dim", "hq", "hkv", "dtype", "impl", "arch")
-# The headline shape (DESIGN §1: where split-KV decode leaves bandwidth on the table).
+# The headline shape: long-KV decode with one KV head, where split-KV decode leaves the most
+# bandwidth on the table.
 PREFERRED_SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1}
 
 
@@ -337,10 +338,6 @@ def get_trace(src: Source, uploads: dict[str, tuple[str, bytes]]) -> Trace:
 
 
 # ---- selections within a trace --------------------------------------------------------------
-def cta_table(trace: Trace) -> pa.Table:
-    return analysis.per_cta(trace)
-
-
 def cta_rows(trace: Trace, launch: int, cta: int) -> pa.Table:
     ev = trace.events
     m = pc.and_(pc.equal(ev["cta"], pa.scalar(cta, ev.schema.field("cta").type)),
@@ -394,6 +391,19 @@ def summary_cached(key: str, _t: Trace) -> dict:
 @st.cache_resource(max_entries=32, show_spinner=False)
 def per_cta_cached(key: str, _t: Trace) -> pa.Table:
     return analysis.per_cta(_t)
+
+
+# What every kernel's per-CTA table says; analysis.per_cta's other columns read attention events.
+CTA_COLUMNS = ("launch", "cta", "sm", "span_ns", "start_ns", "end_ns", "dropped")
+
+
+def cta_info(key: str, trace: Trace) -> pa.Table:
+    """The per-CTA table a bundle shows: every column for attention bundles, only
+    :data:`CTA_COLUMNS` for automatically traced kernels (their attention columns are empty)."""
+    table = per_cta_cached(key, trace)
+    if not is_kernel(trace):
+        return table
+    return table.select([c for c in CTA_COLUMNS if c in table.column_names])
 
 
 def by_position(trace: Trace) -> Trace:

@@ -86,6 +86,13 @@ def activity_options(names: list[str]) -> list[str]:
     return opts
 
 
+def default_activity(options: list[str]) -> str:
+    """The tensor cores where QK / PV say when they run (attention), else every warp's lifetime:
+    the CTAs' extents, which show stragglers in any kernel (the waits and instants of an
+    automatically traced kernel cover little of a bin)."""
+    return TENSOR_CORES if TENSOR_CORES in options else ALIVE
+
+
 def _activity_names(activity: str) -> list[str]:
     if activity == TENSOR_CORES:
         return ["QK", "PV"]
@@ -144,8 +151,9 @@ def build_grid(trace, ctas: pa.Table, *, by: str = "CTA", activity: str = TENSOR
         row_lane = order[np.searchsorted(keys_sorted, (launch << 32) | cta)]
         labels = [f"L{l}·CTA {c}" if multi else f"CTA {c}" for l, c in zip(c_launch.tolist(), c_cta.tolist())]
         l_start, l_end = c_start, c_end
-        hover = [f"{lb} on SM {s}: {((e - b) / 1e3):,.2f} µs, {k} KV blocks"
-                 for lb, s, b, e, k in zip(labels, c_sm.tolist(), c_start.tolist(), c_end.tolist(), c_blocks.tolist())]
+        blocks = [f", {k} KV blocks" if c_blocks.any() else "" for k in c_blocks.tolist()]
+        hover = [f"{lb} on SM {s}: {((e - b) / 1e3):,.2f} µs{kb}"
+                 for lb, s, b, e, kb in zip(labels, c_sm.tolist(), c_start.tolist(), c_end.tolist(), blocks)]
     n_lanes = len(labels)
     want = [dict_names.index(n) for n in _activity_names(activity) if n in dict_names]
     m = np.isin(codes, want) if want else np.zeros(ev.num_rows, bool)
@@ -192,6 +200,7 @@ def grid_figure(grids: list[tuple[str, Grid]], *, uirevision: str = ""):
         heights.append(min(max(n_lanes * 6, 220), 700))
     fig.update_xaxes(title_text=f"µs since the trace began · cell = share of the bin with {grids[-1][1].activity}",
                      row=len(grids), col=1)
-    fig.update_layout(height=int(sum(heights) + 90 * len(grids)), uirevision=uirevision,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 40}, plot_bgcolor="white")
+    # top margin: the subplot titles sit below the plotly toolbar's strip (the figure's top 30 px)
+    fig.update_layout(height=int(sum(heights) + 90 * len(grids) + 20), uirevision=uirevision,
+                      margin={"l": 10, "r": 10, "t": 60, "b": 40}, plot_bgcolor="white")
     return fig

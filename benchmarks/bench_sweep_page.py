@@ -5,7 +5,7 @@
 A synthetic dataset in the sweep layout (one Parquet file per point, made-up bandwidths: a scale
 test, not a measurement): 6 kernels x d 64/128 x GQA 16:1/16:2 x KV lengths (x query lengths
 above 1 008 points). Timed, best of --repeat:
-  load      fa4trace.viewer.sweep_figures.load (DuckDB over every file, newest row per point)
+  load      fa4trace.sweep.figures.load (DuckDB over every file, newest row per point)
   fig 9/10/overlap  building the figure and serializing it to JSON (what the page sends)
   page      the viewer's Sweep tab as streamlit.testing.v1.AppTest runs it in a fresh process
             (cold: imports, the read and the figure; warm: a rerun)
@@ -77,7 +77,7 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="Write the result file (the 'sweep-page' area).")
     args = ap.parse_args()
 
-    from fa4trace.viewer import sweep_figures as F
+    from fa4trace.sweep import figures as F
 
     results = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
                "load_before": os.getloadavg()[0]}

@@ -269,6 +269,7 @@ def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlap
     from .analysis import summarize
     from .bundle import load
     from .check import perfetto_slices
+    from .kernel_analysis import export_inputs
     from .perfetto import to_perfetto
 
     rows = []
@@ -277,7 +278,8 @@ def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlap
         pf = ctx.path(f"{stem}.pftrace")
         if pf.exists():
             pf.unlink()
-        to_perfetto(back, pf)
+        shown, occupancy = export_inputs(back)
+        to_perfetto(shown, pf, occupancy=occupancy)
         n = perfetto_slices(pf)
         dropped = back.meta.get("total_dropped", 0)
         ok = n["slices"] == len(back) > 0 and n["ends"] == n["begins"] and dropped == 0

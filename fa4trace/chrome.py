@@ -1,11 +1,13 @@
 """Events table -> Chrome trace-event JSON (chrome://tracing, Perfetto UI, speedscope...).
 
 Layout: ``pid`` = SM (with a ``process_name`` metadata event "SM n"), one ``tid`` per track of
-:func:`fa4trace.perfetto.layout_tracks` (``thread_name`` "CTA c · warp w · role", plus
+:func:`fa4trace.tracks.layout_tracks` (``thread_name`` "CTA c · warp w · role", plus
 " · QK in flight" etc. for the async tracks and " · overlap k" for extra lanes). Viewers drop
 or mangle X events that overlap on one tid without nesting, so async spans (MMA in flight) and
 crossing spans get their own tids, exactly as in the Perfetto export. Multi-launch bundles
-prefix thread names with "launch k · " (tids stay distinct).
+prefix thread names with "launch k · " (tids stay distinct). Threads are named by the ``role``
+column as given (for automatically traced kernels: :func:`fa4trace.kernel_analysis.export_inputs`
+assigns the roles first).
 
 Times: ``ts``/``dur`` in µs as decimals with 3 places (exact ns), rebased so the earliest event
 is 0. Spans and WARP rows are "X" events, instants are "i" events (thread scope); ``args``
@@ -26,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._io import write_parts
-from .perfetto import _rows, _vocab_of, layout_tracks
+from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, vocab_of
 
 __all__ = ["to_chrome", "ChromeStats"]
 
@@ -62,33 +64,32 @@ def _us(ns: np.ndarray) -> pa.Array:
 
 
 def to_chrome(trace, path_or_file, *, chunk_rows: int = CHUNK_ROWS) -> ChromeStats:
-    """Write ``trace`` (bundle Trace or anything with ``.events``/``.meta``) as Chrome JSON.
-    Warps of automatically traced kernels (meta["instrument"]) are named by their assigned role."""
+    """Write ``trace`` (bundle Trace or anything with ``.events``/``.meta``) as Chrome JSON."""
     t_all = time.perf_counter()
     events: pa.Table = trace.events
     meta: dict = dict(getattr(trace, "meta", {}) or {})
-    if isinstance(meta.get("instrument"), dict) and events.num_rows:
-        from .bundle import Trace
-        from .roles import assign_roles
+    r = event_columns(events)
+    lay = layout_tracks(events, vocab_of(meta), columns=r)
+    pid_of_track = lay.warp_sm[lay.track_warp] if lay.n_tracks else np.zeros(0, np.int64)
+    meta_events = _metadata_events(lay, pid_of_track)
+    bodies = _event_lines(events, r, lay, pid_of_track, chunk_rows)
+    written = _write(path_or_file, meta, meta_events, bodies)
+    return ChromeStats(events=int(r.n), metadata_events=len(meta_events),
+                       processes=int(np.unique(pid_of_track).size) if lay.n_tracks else 0, threads=lay.n_tracks,
+                       bytes=written, seconds=time.perf_counter() - t_all)
 
-        events = assign_roles(Trace(events, meta)).events
-    r = _rows(events)
-    lay = layout_tracks(events, _vocab_of(meta), _rows_cache=r)
-    t0 = int(r.start.min()) if r.n else 0
-    start, end = r.start - t0, r.end - t0
+
+def _metadata_events(lay: TrackLayout, pid_of_track: np.ndarray) -> list[dict]:
+    """One process per SM, one thread per track: names and sort indices."""
     multi = np.unique(lay.warp_launch).size > 1
-
-    # ---- metadata events: one process per (SM), one thread per track ---------------------------
-    n_tracks = lay.n_tracks
     tw = lay.track_warp
-    pid_of_track = lay.warp_sm[tw] if n_tracks else np.zeros(0, np.int64)
-    meta_events = []
+    out = []
     for sm in np.unique(pid_of_track).tolist():
-        meta_events.append({"ph": "M", "name": "process_name", "pid": sm, "tid": 0, "args": {"name": f"SM {sm}"}})
-        meta_events.append({"ph": "M", "name": "process_sort_index", "pid": sm, "tid": 0, "args": {"sort_index": sm}})
-    sort_key = [(int(tw[t]), lay.child_rank(t)) for t in range(n_tracks)]
+        out.append({"ph": "M", "name": "process_name", "pid": sm, "tid": 0, "args": {"name": f"SM {sm}"}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": sm, "tid": 0, "args": {"sort_index": sm}})
+    sort_key = [(int(tw[t]), lay.child_rank(t)) for t in range(lay.n_tracks)]
     sort_index = {k: i for i, k in enumerate(sorted(sort_key))}
-    for t in range(n_tracks):
+    for t in range(lay.n_tracks):
         w = int(tw[t])
         label = lay.track_label(t)
         name = f"CTA {int(lay.warp_cta[w])} · " + (label if int(lay.track_class[t]) == 0 else
@@ -96,10 +97,19 @@ def to_chrome(trace, path_or_file, *, chunk_rows: int = CHUNK_ROWS) -> ChromeSta
         if multi:
             name = f"launch {int(lay.warp_launch[w])} · {name}"
         pid = int(pid_of_track[t])
-        meta_events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t + 1, "args": {"name": name}})
-        meta_events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t + 1, "args": {"sort_index": sort_index[sort_key[t]]}})
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t + 1, "args": {"name": name}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t + 1,
+                    "args": {"sort_index": sort_index[sort_key[t]]}})
+    return out
 
-    # ---- event heads: '{"ph":"X","pid":P,"tid":T,"name":"N","ts":' per (track, name, kind) ----
+
+def _event_lines(events: pa.Table, r: EventColumns, lay: TrackLayout, pid_of_track: np.ndarray,
+                 chunk_rows: int) -> list[pa.Array]:
+    """The X and i events, one JSON line per row (each ending in ",\n"), ``chunk_rows`` rows
+    per string array; times in µs from the earliest event."""
+    t0 = int(r.start.min()) if r.n else 0
+    start, end = r.start - t0, r.end - t0
+    # event heads: '{"ph":"X","pid":P,"tid":T,"name":"N","ts":' per (track, name, kind)
     is_inst = r.kind == 1
     n_names = max(len(r.names), 1)
     combo = (lay.row_track * n_names + r.name) * 2 + is_inst
@@ -124,7 +134,6 @@ def to_chrome(trace, path_or_file, *, chunk_rows: int = CHUNK_ROWS) -> ChromeSta
         rows = order[a:a + chunk_rows]
         inst = is_inst[rows]
         it = r.iter[rows]
-        drop = np.zeros(rows.size, np.int64)
         pieces = [heads.take(pa.array(inv[rows])), _us(start[rows])]
         dur = pc.if_else(pa.array(inst), "", pc.binary_join_element_wise(',"dur":', _us(end[rows] - start[rows]), ""))
         pieces.append(dur)
@@ -137,7 +146,12 @@ def to_chrome(trace, path_or_file, *, chunk_rows: int = CHUNK_ROWS) -> ChromeSta
         pieces.append(args)
         pieces.append("},\n")
         bodies.append(pc.binary_join_element_wise(*pieces, ""))
+    return bodies
 
+
+def _write(path_or_file, meta: dict, meta_events: list[dict], bodies: list[pa.Array]) -> int:
+    """The JSON document: otherData (the bundle's kernel, config, GPU...), the metadata events,
+    then the event lines straight from their Arrow buffers. Returns the bytes written."""
     other = {k: meta[k] for k in ("kernel", "config", "gpu", "synthetic", "recorded_at", "fa4trace_version")
              if k in meta}
     head = ('{"displayTimeUnit":"ns","otherData":' + json.dumps(other, default=str, ensure_ascii=False)
@@ -152,10 +166,7 @@ def to_chrome(trace, path_or_file, *, chunk_rows: int = CHUNK_ROWS) -> ChromeSta
             parts[i] = memoryview(parts[i])[:-2]
             break
     parts.append(b"\n]}\n")
-    written = write_parts(path_or_file, parts)
-    return ChromeStats(events=int(r.n), metadata_events=len(meta_events),
-                       processes=int(np.unique(pid_of_track).size) if n_tracks else 0, threads=n_tracks,
-                       bytes=written, seconds=time.perf_counter() - t_all)
+    return write_parts(path_or_file, parts)
 
 
 def _string_bytes(arr: pa.Array) -> memoryview:

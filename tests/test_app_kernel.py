@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from fa4trace.decode import decode_buffer  # noqa: E402
 from fa4trace.kernel_analysis import compare_kernels, occupancy_series  # noqa: E402
 from fa4trace.roles import assign_roles, role_rank  # noqa: E402
 from fa4trace.synthetic import attention_like, pipelined_like  # noqa: E402
-from fa4trace.viewer import kernel_view, perfetto_ui  # noqa: E402
+from fa4trace.viewer import data, grid, kernel_view, page, perfetto_ui  # noqa: E402
 from fa4trace.wait_chain import wait_chains  # noqa: E402
 
 MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
@@ -119,7 +120,7 @@ def test_one_bundle_and_every_tab(app_env, kpair):
     assert any(m.label == "kernel time (A)" for m in at.metric)
     assert any(w.value.startswith("Synthetic bundle") for w in at.warning)
     at = run_app(view="Per iteration")
-    assert any("per-iteration chart reads attention events" in i.value for i in at.info)
+    assert any("per-iteration chart is drawn for attention bundles" in i.value for i in at.info)
     for view in ("Grid", "Bundle info"):
         run_app(view=view)
     at = run_app(view="Perfetto UI")
@@ -139,3 +140,67 @@ def test_mixed_or_different_kernels_are_shown_not_compared(app_env, kpair, tmp_p
     app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(kpair[0]), str(other)]))
     at = run_app()
     assert any("compare needs two bundles of the same kernel: A's numbers alone" in w.value for w in at.warning)
+
+
+# ---- a real bundle of a kernel that is not attention -----------------------------------------------
+GEMM = Path(data.TRACES_DIR) / "auto" / "quack_gemm_sm90_skinny_64x8192x8192.parquet"
+# what only an attention bundle may say: its events, its schedules, the pickers' old hints
+ATTENTION_WORDS = re.compile(r"\bQK\b|\bPV\b|softmax|ping-?pong|usually base|KV block", re.IGNORECASE)
+VIEWS = ("Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info", "Sweep")
+
+
+def _chart_text(spec: dict) -> list[str]:
+    """What a plotly figure shows as text: titles, annotations, axis titles and ticks, legend."""
+    lay = spec.get("layout", {})
+    out = [(lay.get("title") or {}).get("text", "")] + [a.get("text", "") for a in lay.get("annotations", [])]
+    for k, ax in lay.items():
+        if re.fullmatch(r"[xy]axis\d*", k):
+            out += [(ax.get("title") or {}).get("text", ""), *map(str, ax.get("ticktext") or [])]
+    return out + [t.get("name", "") for t in spec.get("data", []) if t.get("showlegend", True)]
+
+
+def shown_text(at: AppTest) -> list[str]:
+    """The text a user reads on the page: headings, captions, messages, cards, widget labels and
+    the options they show, tables, charts (not tooltips, nor a closed dropdown's other options)."""
+    out = [e.value for kind in ("title", "header", "subheader", "caption", "markdown", "info", "warning",
+                                "success", "error") for e in at.get(kind)]
+    out += [f"{m.label} {m.value}" for m in at.metric]
+    out += [f"{s.label} {s.options[s.index] if s.index is not None else ''}" for s in at.selectbox]
+    out += [f"{r.label} {' '.join(r.options)}" for r in at.radio]
+    out += [w.label for kind in ("slider", "button", "text_input", "number_input", "expander") for w in at.get(kind)]
+    for t in at.table:
+        out += [str(c) for c in t.value.columns] + [str(v) for v in t.value.to_numpy().ravel()]
+    for d in at.dataframe:
+        out += [str(c) for c in d.value.columns]
+    for c in at.get("plotly_chart"):
+        out += _chart_text(json.loads(c.proto.spec))
+    return [x for x in out if x]
+
+
+@pytest.mark.skipif(not GEMM.is_file(), reason="traces/auto lacks quack's GEMM bundle")
+def test_a_gemm_bundle_speaks_of_its_kernel_not_of_attention(app_env):
+    """quack's GEMM (traces/auto): no attention word on any tab, the pickers say A and B, the
+    cards hold values (no n/a), Bundle info keeps only the per-CTA columns any kernel has, the
+    grid opens on the warps' lifetimes and the Perfetto caption names no attention event."""
+    app_env.setenv("FA4TRACE_BUNDLES", str(GEMM))
+    for view in VIEWS:
+        at = run_app(view=view)
+        said = [t for t in shown_text(at) if ATTENTION_WORDS.search(t)]
+        assert not said, (view, said)
+        assert [s.label for s in at.sidebar.selectbox][:2] == [page.PICKER_A, page.PICKER_B]
+        assert at.metric and all(m.value != "n/a" for m in at.metric)
+        if view == "Bundle info":
+            assert list(at.dataframe[0].value.columns) == list(data.CTA_COLUMNS)
+        if view == "Grid":
+            assert next(s for s in at.selectbox if s.label == "Activity").value == grid.ALIVE
+        if view == "Perfetto UI":
+            assert any("opened expanded" in c.value for c in at.caption)
+
+
+def test_the_attention_words_check_sees_an_attention_bundle(app_env, tmp_path):
+    """The check above is not blind: on an attention bundle the same text does name QK / SOFTMAX."""
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
+    att = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "att.parquet")
+    app_env.setenv("FA4TRACE_BUNDLES", str(att))
+    for view in ("Timeline", "Perfetto UI", "Bundle info"):
+        assert any(ATTENTION_WORDS.search(t) for t in shown_text(run_app(view=view))), view

@@ -26,7 +26,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from fa4trace.bundle import Trace
 from fa4trace.decode import SCHEMA, decode_buffer
-from fa4trace.perfetto import layout_tracks, to_perfetto
+from fa4trace.perfetto import to_perfetto
+from fa4trace.tracks import layout_tracks
 from fa4trace.synthetic import attention_like
 from fa4trace.vocab import VOCAB
 
@@ -365,9 +366,9 @@ def test_crossing_spans_get_extra_lanes_and_everything_nests():
 
 @pytest.mark.parametrize("rounds", [1, 1000])
 def test_many_mutually_crossing_spans(rounds, monkeypatch):
-    import fa4trace.perfetto as fp
+    import fa4trace.tracks as ft
 
-    monkeypatch.setattr(fp, "MAX_LANE_ROUNDS", rounds)  # 1: the exact greedy fallback takes over
+    monkeypatch.setattr(ft, "MAX_LANE_ROUNDS", rounds)  # 1: the exact greedy fallback takes over
     n = 40
     rows = [(0, 0, 0, 0, "consumer", "SOFTMAX", "span", i, i, i + 100) for i in range(n)]
     rows += [(0, 0, 0, 0, "consumer", "MARK", "span", 5, 1000 + 10 * i, 1000 + 10 * i + 5) for i in range(5)]

@@ -11,16 +11,23 @@ import numpy as np
 
 from fa4trace.bundle import Trace
 from fa4trace.decode import decode_buffer
-from fa4trace.kernel_analysis import occupancy_series
+from fa4trace.kernel_analysis import export_inputs, occupancy_series
 from fa4trace.roles import assign_roles
 from fa4trace.synthetic import attention_like, pipelined_like
 
-from test_perfetto import check_against_rows, check_tree, export, parse
+import test_perfetto
+from test_perfetto import check_against_rows, check_tree, parse
 
 
 def bundle(**kw) -> Trace:
     buf, meta, vocab = pipelined_like(**kw)
     return Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab)
+
+
+def export(trace: Trace, **kw):
+    """What `fa4trace convert --to perfetto` writes: roles and occupancy first, then the export."""
+    shown, occupancy = export_inputs(trace)
+    return test_perfetto.export(shown, occupancy=occupancy, **kw)
 
 
 def counters_by_cta(P, name: str) -> dict:
@@ -78,6 +85,29 @@ def test_chrome_threads_are_named_by_role_too():
     from fa4trace.chrome import to_chrome
 
     f = io.BytesIO()
-    to_chrome(bundle(n_ctas=1, k_tiles=3), f)
+    to_chrome(export_inputs(bundle(n_ctas=1, k_tiles=3))[0], f)
     names = {e["args"]["name"] for e in json.loads(f.getvalue())["traceEvents"] if e.get("name") == "thread_name"}
     assert "CTA 0 · warp 4 · producer" in names and "CTA 0 · warp 7 · epilogue" in names
+
+
+def test_the_exporters_draw_what_they_are_given():
+    """No analysis inside the exporters: without export_inputs the warps keep the role the
+    decoder gave them and no occupancy counter appears; export_inputs leaves other bundles as
+    they are."""
+    import io
+    import json
+
+    from fa4trace.chrome import to_chrome
+
+    tr = bundle(n_ctas=1, k_tiles=3)
+    P = parse(test_perfetto.export(tr)[0])
+    assert {td.name for td in P.tracks.values() if td.name.startswith("warp ")} == {
+        f"warp {w} · unknown" for w in tr.events["warp"].unique().to_pylist()}
+    assert not any("stages held" in td.name for td in P.tracks.values())
+    f = io.BytesIO()
+    to_chrome(tr, f)
+    names = {e["args"]["name"] for e in json.loads(f.getvalue())["traceEvents"] if e.get("name") == "thread_name"}
+    assert names and all(n.endswith("· unknown") for n in names)
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
+    att = Trace.from_launches([decode_buffer(buf)], meta)
+    assert export_inputs(att) == (att, None)

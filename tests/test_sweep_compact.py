@@ -148,7 +148,7 @@ def test_files_written_before_the_cost_columns_still_read(ds):
 
 def test_the_figures_read_a_compacted_dataset_the_same(ds):
     pytest.importorskip("pandas")
-    from fa4trace.viewer import sweep_figures as F
+    from fa4trace.sweep import figures as F
 
     a = F.load(ds).sort_values(["kernel", "point_id"]).reset_index(drop=True)
     C.compact(ds)

@@ -1,4 +1,4 @@
-"""Sweep figures (fa4trace.viewer.sweep_figures), `fa4trace plot` and the viewer's Sweep tab, on a
+"""Sweep figures (fa4trace.sweep.figures), `fa4trace plot` and the viewer's Sweep tab, on a
 synthetic dataset in the sweep layout (results/, bundles/, sweeps/) with made-up bandwidths."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from fa4trace.bundle import Trace  # noqa: E402
 from fa4trace.decode import decode_buffer  # noqa: E402
 from fa4trace.synthetic import attention_like  # noqa: E402
+from fa4trace.sweep import figures as F  # noqa: E402
 from fa4trace.viewer import perfetto_ui  # noqa: E402
-from fa4trace.viewer import sweep_figures as F  # noqa: E402
 from tests.tools import sweep_dataset as S  # noqa: E402
 
 MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
@@ -223,6 +223,8 @@ def test_sweep_page_figures_and_opening_a_point(sweep_env):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     fig = _chart(at, "sweep_chart")  # no bundles anywhere: the page still shows the sweep
+    # 24 shapes (d x hkv x sk x sq), each measured by 4 kernels: 96 rows, 2 of them failed
+    assert any(": 24 points, 96 rows (one per kernel and point), 2 failed" in c.value for c in at.caption)
     assert {a["text"] for a in fig["layout"]["annotations"] if a.get("name") == "gain"} == {"+25%"}
     at.radio(key="sweep_fig").set_value("overlap").run()
     assert not at.exception and "overlap" in _chart(at, "sweep_chart")["layout"]["title"]["text"]
@@ -263,6 +265,29 @@ def test_sweep_tab_on_a_compacted_dataset(monkeypatch, tmp_path, dataset, df):
     assert {a["text"] for a in _chart(at, "sweep_chart")["layout"]["annotations"] if a.get("name") == "gain"} == {"+25%"}
     at.button(key="sweep_open").click().run()
     assert not at.exception and "kernel=pingpong" in at.session_state["trace_b"]
+
+
+BUNDLED_SWEEP = Path(__file__).resolve().parent.parent / "traces" / "sweep-h200"
+
+
+@pytest.mark.skipif(not (BUNDLED_SWEEP / "results").is_dir(), reason="traces/ lacks the H200 sweep")
+def test_sweep_tab_counts_points_not_rows(monkeypatch, tmp_path):
+    """The H200 sweep: each point_id names a shape, measured by each of 6 kernels; the tab says
+    how many shapes (points) and how many rows."""
+    df = F.load(BUNDLED_SWEEP)
+    points, kernels = df["point_id"].nunique(), df["kernel"].nunique()
+    assert kernels > 1 and len(df) == points * kernels
+    empty = tmp_path / "no_traces"
+    empty.mkdir()
+    monkeypatch.setenv("FA4TRACE_TRACES_DIR", str(empty))
+    monkeypatch.delenv("FA4TRACE_BUNDLES", raising=False)
+    monkeypatch.setenv("FA4TRACE_SWEEP", str(BUNDLED_SWEEP))
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = next(c.value for c in at.caption if c.value.startswith(f"{BUNDLED_SWEEP}: "))
+    assert said.startswith(f"{BUNDLED_SWEEP}: {points} points, {len(df)} rows (one per kernel and point), "
+                           f"{int(df['failed'].sum())} failed")
 
 
 def test_sweep_tab_without_a_dataset_and_with_a_bad_one(monkeypatch, tmp_path, dataset):

@@ -12,6 +12,7 @@ in place.
     ray_executor  one Ray task per point on a Ray cluster
     compact       one result file per partition, for fast queries
     query         SQL over a dataset (``results`` and ``sweeps`` views)
+    figures       the dataset's figures (``fa4trace plot``, the viewer's Sweep tab; pandas and plotly)
 """
 
 from .dataset import RESULT_SCHEMA, Dataset, point_id

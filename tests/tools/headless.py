@@ -1,7 +1,10 @@
 """Drive the viewer headless: a Streamlit server on a free port and Chromium over DevTools.
 
-Used by tests/test_app_browser.py, benchmarks/bench_app.py and the README screenshot
-(``python tests/tools/headless.py docs/app.png``); test tooling, not part of the package. Chromium is the Debian ``chromium`` package (or any
+Used by tests/test_app_browser.py, benchmarks/bench_app.py and the screenshots in docs/
+(``python tests/tools/headless.py docs/app.png --height 2750``: the bundled base / ping-pong
+pair; ``python tests/tools/headless.py docs/app_generic.png
+traces/auto/quack_gemm_sm90_square_8192.parquet --height 2100``: quack's GEMM); test tooling,
+not part of the package. Chromium is the Debian ``chromium`` package (or any
 Chrome-like binary named by $FA4TRACE_CHROMIUM); the DevTools protocol is spoken over a
 WebSocket with the ``websockets`` package (already a Streamlit dependency). Every process
 started here runs in its own process group and is ended, by its id, on exit or on error.
@@ -321,6 +324,48 @@ def perfetto_query_js(sql: str) -> str:
   }}
   return out;
 }})()
+"""
+
+
+def perfetto_tracks_js() -> str:
+    """JS listing the embedded Perfetto UI's track tree as the user sees it: per node its name,
+    whether it is on screen (no collapsed group above it) and whether it is an expanded group.
+    ``app.trace.workspace`` is the UI's track tree (Perfetto v52's TrackNode objects)."""
+    return f"""
+(() => {{
+  const w = {PERFETTO_WINDOW_JS};
+  if (!w || !w.app || !w.app.trace) return null;
+  const hidden = n => {{ for (let p = n.parent; p && p.parent; p = p.parent) if (p.collapsed) return true; return false; }};
+  return w.app.trace.workspace.flatTracks.map(n => ({{name: n.name, shown: !hidden(n), group: n.hasChildren,
+                                                      expanded: n.expanded}}));
+}})()
+"""
+
+
+# JS: the metric cards (st.metric) whose label or value does not fit: an element of the card
+# whose text is wider than the element (Streamlit cuts it with an ellipsis).
+CUT_METRICS_JS = """
+(() => Array.from(document.querySelectorAll('[data-testid="stMetric"]')).filter(m =>
+  [m, ...m.querySelectorAll('*')].some(e => e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1)
+).map(m => m.innerText.replace(/\\s+/g, ' ')))()
+"""
+
+# JS: per plotly chart, the text its toolbar (modebar) covers: legend entries, titles,
+# annotations (subplot titles) and colour bars whose box meets the toolbar's.
+TOOLBAR_COVERS_JS = """
+(() => {
+  const box = e => e.getBoundingClientRect();
+  const meet = (a, b) => !(a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top);
+  const out = [];
+  for (const p of document.querySelectorAll('.js-plotly-plot')) {
+    const bar = p.querySelector('.modebar');
+    if (!bar) continue;
+    const m = box(bar);
+    for (const e of p.querySelectorAll('.legend .traces, .g-gtitle, .annotation, .colorbar'))
+      if (meet(m, box(e))) out.push(e.textContent.slice(0, 60));
+  }
+  return out;
+})()
 """
 
 

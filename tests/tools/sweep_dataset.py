@@ -1,4 +1,4 @@
-"""A synthetic sweep dataset in the layout fa4trace.viewer.sweep_figures reads (results/, bundles/,
+"""A synthetic sweep dataset in the layout fa4trace.sweep.figures reads (results/, bundles/,
 sweeps/): made-up bandwidths for the figures' tests and benchmark, never measurements."""
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ when a point was measured more than once). The figures, as in Colfax's decode ar
   PV ∥ SOFTMAX of the intra-warpgroup schedule.
 
 A failed point (``error`` set) is a gap in its series, never a zero; an ✕ above the axis names
-the failure on hover. No Streamlit here: ``fa4trace plot`` draws the same figures.
+the failure on hover. One module for both places that draw them: ``fa4trace plot`` and the
+viewer's Sweep tab (fa4trace.viewer.page) import it; it imports neither. It needs pandas, plotly
+and DuckDB (the ``viewer`` extra), imported with it, never by ``fa4trace.sweep`` itself.
 """
 
 from __future__ import annotations
@@ -106,6 +108,14 @@ def kernels_in(df: pd.DataFrame) -> list[str]:
     """The dataset's kernels, ours first, then the peers (unknown names last)."""
     have = set(df["kernel"].dropna())
     return [k for k in KERNELS if k in have] + sorted(have - set(KERNELS))
+
+
+def count_text(df: pd.DataFrame) -> str:
+    """"44 points, 264 rows (one per kernel and point), 12 failed": a point is a shape, measured
+    once per kernel."""
+    points = len(df[[c for c in POINT if c != "kernel"]].drop_duplicates())
+    return (f"{points:,} point{'s' if points != 1 else ''}, {len(df):,} rows (one per kernel and point), "
+            f"{int(df['failed'].sum()):,} failed")
 
 
 def batches(df: pd.DataFrame) -> list[int]:
