@@ -83,7 +83,7 @@ def quack_gemm_entry(arch_major: int = 9, dynamic: bool = False):
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
                        cursor: str = "smem", l2: str = "first", probe: str = "", split: bool = True,
-                       dynamic: bool = False):
+                       dynamic: bool = False, cta_lifetimes: bool = True):
     """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from fa4trace.auto.compiler import compile_traced
@@ -92,7 +92,8 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
     entry, args, cls = quack_gemm_entry(9 if arch.startswith("sm_90") else 10, dynamic=dynamic)
     opts = "--enable-tvm-ffi" + (" --keep-ptx" if keep_ptx else "")
     return compile_traced(entry, *args, kernels=[cls], families=FAMILIES if families is None else families,
-                          check=check, options=opts, cursor=cursor, l2=l2, split=split, _probe=probe)
+                          check=check, options=opts, cursor=cursor, l2=l2, split=split, _probe=probe,
+                          cta_lifetimes=cta_lifetimes)
 
 
 # (name suffix, cursor, families): the default build and the cost-by-family variants
