@@ -138,17 +138,19 @@ def decode_shape():
     return Shape(b=p["b"], sq=p["sq"], hq=p["hq"], hkv=p["hkv"], sk=p["sk"], d=p["d"], dtype="bf16")
 
 
-def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "first"):
-    """Our decode kernel's uninstrumented variant, with the generic layer's events only."""
+def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "first", families=None):
+    """Our decode kernel's uninstrumented variant, with the generic layer's events only
+    (``families``: which; default all)."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from fa4trace.attention.api import variant_for
     from fa4trace.auto.compiler import compile_traced
+    from fa4trace.auto.events import FAMILIES
     from fa4trace.kernels import attention_sm90 as A
 
     variant = variant_for(decode_shape(), DECODE["schedule"])
     opts = f"--enable-tvm-ffi --gpu-arch {A.ARCH} {A.PTXAS_OPTIONS}" + (" --keep-ptx" if keep_ptx else "")
     c = compile_traced(A.DecodeAttentionSm90(variant), *A.fake_arguments(variant.head_dim, variant.dtype, False),
-                       check=check, options=opts, l2=l2)
+                       check=check, options=opts, l2=l2, families=FAMILIES if families is None else families)
     return c, variant
 
 
