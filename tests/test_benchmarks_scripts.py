@@ -168,6 +168,9 @@ def test_bench_fidelity_sets_the_line_beside_the_launch_cost_and_writes_reportab
     row = bf.perturbation_row("k", "dense", t, {"plain_us": 10.0, "cost_all_pct": 18.0, "cost_sample_pct": 2.0,
                                                 "stamps_only_pct": None})
     assert 18 < row["line_pct"] < 22 and row["basis"] == "steady" and row["caveats"] == 0
+    assert row["target_pct"] is None and row["line_within_target"] is None  # no target for kernel "k"
+    gemm = bf.perturbation_row("quack GEMM", "dense", t, {"cost_all_pct": 18.0})
+    assert gemm["target_pct"] == 3.0 and gemm["line_within_target"] is False
     assert row["line_minus_cost_all_pts"] == pytest.approx(row["line_pct"] - 18.0)
     errors = bf.metric_errors("k", {"cta.median_ns": 120.0}, [("lifetimes", {"cta.median_ns": 100.0})])
     out = tmp_path / "results" / "fidelity_test.json"
