@@ -147,8 +147,9 @@ class BufferSpec:
             raise ValueError(f"lifetime_ctas must be 0..2**31-1, got {self.lifetime_ctas}")
         if self.slot_words >= 1 << 32 or self.n_cta_slots >= 1 << 32:
             raise ValueError("trace buffer too large")
-        if self.lifetime_ctas and self.slots_end >= 1 << 31:  # the device indexes words with Int32
-            raise ValueError("trace buffer too large for a CTA-lifetime region (lifetime_ctas=0 leaves it out)")
+        if self.lifetime_ctas and self.words >= 1 << 31:  # the device indexes the region's words with Int32
+            raise ValueError(f"trace buffer of {self.words} words is too large: the device indexes it with 32-bit "
+                             "integers (under 2**31 words, 16 GiB); record fewer CTAs or warps, or a smaller capacity")
 
     @classmethod
     def for_grid(cls, n_ctas: int, warps_per_cta: int, capacity: int, *,

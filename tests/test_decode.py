@@ -368,3 +368,9 @@ def test_a_truncated_lifetime_region():
     buf = write_buffer(L.BufferSpec(1, 1, 4, lifetime_ctas=4), [warp()])
     with pytest.raises(TraceFormatError, match="truncated"):
         decode_buffer(buf[:-1])
+
+
+def test_a_buffer_the_device_cannot_index_is_refused():
+    with pytest.raises(ValueError, match="too large: the device indexes it with 32-bit integers"):
+        L.BufferSpec.for_grid(2048, 12, 1 << 17)
+    assert L.BufferSpec.for_grid(2048, 12, 1 << 13).words < 1 << 31
