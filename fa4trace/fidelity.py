@@ -170,6 +170,9 @@ def _caveats(meta: dict, chosen: dict, phase: np.ndarray, start, launch, rec) ->
     if u["n"] >= MIN_CTAS and u["p10_ns"] and u["p90_ns"] / u["p10_ns"] - 1 > UNEQUAL_WORK_SPREAD:
         out.append(f"untraced CTAs ran {u['p10_ns'] / 1e3:.1f}-{u['p90_ns'] / 1e3:.1f} µs (p10-p90): CTAs do "
                    "unequal work, and which ones record moves the figure")
+    outside = sum(int(ln.get("ctas_outside_lifetime") or 0) for ln in meta.get("launches") or [] if isinstance(ln, dict))
+    if outside:
+        out.append(f"{outside} recorded CTAs have warps outside their lifetime entry: the stamps are off; report it")
     if (meta.get("instrument") or {}).get("split") is False:
         out.append("one instrumented body for every CTA: the untraced CTAs ran it too with their stores off, so "
                    "the figure shows only the record stores' share")

@@ -146,3 +146,10 @@ def test_malformed_lifetimes_meta_reads_as_none():
     assert cta_lifetimes(t) is None
     t.meta["cta_lifetimes"] = {"cta": [1]}
     assert cta_lifetimes(t) is None and not perturbation(t)["measured"]
+
+
+def test_stamps_that_miss_a_recorded_warp_are_a_caveat():
+    t = bundle(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
+    assert not any("outside their lifetime" in c for c in perturbation(t)["caveats"])
+    t.meta["launches"][0]["ctas_outside_lifetime"] = 2
+    assert any(c.startswith("2 recorded CTAs have warps outside their lifetime entry") for c in perturbation(t)["caveats"])
