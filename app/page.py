@@ -18,6 +18,7 @@ import streamlit as st
 from fa4trace.analysis import typical_cta
 from fa4trace.bundle import Trace
 from fa4trace.errors import Fa4traceError
+from fa4trace.fidelity import perturbation, perturbation_lines
 from fa4trace.kernel_analysis import flat_metrics
 from fa4trace.kernel_text import _delta, _fmt
 
@@ -467,7 +468,8 @@ def info_section(p: Picked) -> None:
         if tr is None:
             continue
         st.markdown(f"**{which}** {src.label}")
-        meta = {k: v for k, v in tr.meta.items() if k not in ("vocabulary",)}
+        st.caption("Perturbation: " + "  \n".join(perturbation_lines(perturbation(tr))))
+        meta = {k: v for k, v in tr.meta.items() if k not in ("vocabulary", "cta_lifetimes")}
         if isinstance(meta.get("launches"), list) and len(meta["launches"]) > 4:
             meta["launches"] = meta["launches"][:4] + [f"... {len(tr.meta['launches']) - 4} more"]
         c1, c2 = st.columns([2, 3])

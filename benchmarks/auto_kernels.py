@@ -83,7 +83,7 @@ def quack_gemm_entry(arch_major: int = 9, dynamic: bool = False):
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
                        cursor: str = "smem", l2: str = "first", probe: str = "", split: bool = True,
-                       dynamic: bool = False):
+                       dynamic: bool = False, cta_lifetimes: bool = True):
     """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from fa4trace.auto.compiler import compile_traced
@@ -92,7 +92,8 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
     entry, args, cls = quack_gemm_entry(9 if arch.startswith("sm_90") else 10, dynamic=dynamic)
     opts = "--enable-tvm-ffi" + (" --keep-ptx" if keep_ptx else "")
     return compile_traced(entry, *args, kernels=[cls], families=FAMILIES if families is None else families,
-                          check=check, options=opts, cursor=cursor, l2=l2, split=split, _probe=probe)
+                          check=check, options=opts, cursor=cursor, l2=l2, split=split, _probe=probe,
+                          cta_lifetimes=cta_lifetimes)
 
 
 # (name suffix, cursor, families): the default build and the cost-by-family variants
@@ -137,17 +138,19 @@ def decode_shape():
     return Shape(b=p["b"], sq=p["sq"], hq=p["hq"], hkv=p["hkv"], sk=p["sk"], d=p["d"], dtype="bf16")
 
 
-def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "first"):
-    """Our decode kernel's uninstrumented variant, with the generic layer's events only."""
+def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "first", families=None):
+    """Our decode kernel's uninstrumented variant, with the generic layer's events only
+    (``families``: which; default all)."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from fa4trace.attention.api import variant_for
     from fa4trace.auto.compiler import compile_traced
+    from fa4trace.auto.events import FAMILIES
     from fa4trace.kernels import attention_sm90 as A
 
     variant = variant_for(decode_shape(), DECODE["schedule"])
     opts = f"--enable-tvm-ffi --gpu-arch {A.ARCH} {A.PTXAS_OPTIONS}" + (" --keep-ptx" if keep_ptx else "")
     c = compile_traced(A.DecodeAttentionSm90(variant), *A.fake_arguments(variant.head_dim, variant.dtype, False),
-                       check=check, options=opts, l2=l2)
+                       check=check, options=opts, l2=l2, families=FAMILIES if families is None else families)
     return c, variant
 
 

@@ -41,7 +41,8 @@ Which script writes which area (each takes ``--json benchmarks/results/<file>.js
 envelope comes from ``fa4trace.bench.results``): decode: ``fa4trace bench`` (its bench.json);
 markers: bench_recorder.py (with iket_workload.py under run-iket); host: bench_export.py;
 viewer: bench_app.py; floors: stream_floor.py; trace-cost: trace_cost.py; fa4-sm90:
-fa4_sm90_device.py; auto-kernels, auto-sample: auto_kernels.py, bench_cta_sample.py; sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
+fa4_sm90_device.py; auto-kernels, auto-sample: auto_kernels.py, bench_cta_sample.py; fidelity:
+bench_fidelity.py; sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
 bench_sweep_page.py, bench_sweep_query.py, bench_sweep_overhead.py, bench_sweep_pool.py. benchmarks/device_run.sh runs the GPU ones in one go. The other areas hold
 tables made from runs of these (their "command" says which).
 """
@@ -79,6 +80,8 @@ AREAS = [
     ("fa4-sm90", "FlashAttention-4 SM90, traced"),
     ("auto-kernels", "Automatic events on any CuTe DSL kernel"),
     ("auto-sample", None),
+    ("fidelity", "Faithful timelines: what a trace reports, and how much it slowed"),
+    ("instrument-program", "instrument() in a PyTorch program"),
 ]
 # Areas rendered on a page of their own under docs/ instead of in BENCHMARKS.md: (file name, title, intro).
 PAGES = {

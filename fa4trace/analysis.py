@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from .bundle import Trace
+from .fidelity import perturbation
 
 OVERLAP_PAIRS = (("QK", "SOFTMAX"), ("PV", "SOFTMAX"))
 ITER_EVENTS = ("LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV")
@@ -485,6 +486,7 @@ def summarize(trace: Trace) -> dict:
     out.update(stream_profile(c, kv_block_bytes(out["config"]), bounds))
     out.update(startup_profile(c, bounds))
     out["typical_cta"] = typical_cta(trace, ctas)
+    out["perturbation"] = perturbation(trace)
     return _clean(out)
 
 

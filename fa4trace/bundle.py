@@ -5,6 +5,15 @@ Metadata (key ``fa4trace`` in the Parquet schema metadata) holds: fa4trace versi
 name and config (shape, dtype, schedule), GPU name, SM count, driver, clock facts,
 grid/block per launch, total dropped records, recording date, which CTAs were recorded,
 and the event vocabulary the bundle was decoded with.
+
+``cta_lifetimes`` (where the launches' buffers had a CTA-lifetime region that the kernel
+wrote; fa4trace.layout): one row per timed CTA of every launch, as columns of equal length:
+``launch``, ``cta``, ``start_ns`` / ``end_ns`` (on the events' time axis: ns from the
+bundle's ``t0_globaltimer_ns``; a CTA that did not record may start before it, so negative
+values occur) and ``recorded`` (0/1: the CTA has warps in the events table). fa4trace.fidelity
+reads it; readers that do not know the key ignore it. ``instrument.plain_twin`` (optional,
+{"plain_ns", "traced_ns"}): the traced launch and its plain build timed next to each other,
+where every CTA records and the launch cannot measure itself.
 """
 
 from __future__ import annotations
@@ -64,6 +73,9 @@ class Trace:
         events = events.cast(SCHEMA) if events.schema != SCHEMA else events
         m = dict(meta or {})
         m["launches"] = launch_meta
+        lifetimes = _lifetimes_meta(launches, t0)
+        if lifetimes is not None:
+            m["cta_lifetimes"] = lifetimes
         m["t0_globaltimer_ns"] = int(t0)
         m["total_dropped"] = int(sum(d.summary.get("dropped", 0) for d in launches))
         m.setdefault("vocabulary", vocab.to_json())
@@ -110,6 +122,21 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({self.name!r}, {len(self)} rows, {len(self.meta.get('launches', []))} launch(es))"
+
+
+def _lifetimes_meta(launches: list[DecodedLaunch], t0: int) -> dict | None:
+    """The launches' CTA lifetimes as the metadata's ``cta_lifetimes`` columns (module doc)."""
+    cols: dict = {"launch": [], "cta": [], "start_ns": [], "end_ns": [], "recorded": []}
+    for i, d in enumerate(launches):
+        life = d.cta_lifetimes
+        if life is None:
+            continue
+        cols["launch"] += [int(d.summary.get("launch", i))] * int(life["cta"].size)
+        cols["cta"] += life["cta"].tolist()
+        cols["start_ns"] += (life["start_gt"] - t0).tolist()
+        cols["end_ns"] += (life["end_gt"] - t0).tolist()
+        cols["recorded"] += life["recorded"].astype(int).tolist()
+    return cols if cols["cta"] else None
 
 
 def _complete_meta(m: dict) -> dict:

@@ -16,6 +16,8 @@ from typing import Optional
 import numpy as np
 
 from .check import Row, failed
+from .fidelity import WARN as PERTURBATION_WARN
+from .fidelity import headline, perturbation, perturbation_lines
 
 REPORT_BUG = "report it with the check folder (--out) attached"
 # What each of our schedules overlaps in its own trace, at the check's shape (d128 16:1 sk 32768
@@ -28,7 +30,8 @@ OUR_OVERLAPS = {"base": ((0.0, 0.1), (0.0, 0.1)), "pingpong": ((0.5, 1.0), (0.5,
 # SOFTMAX is reported, not judged). None: not judged.
 FA4_OVERLAPS = {"pingpong": ((0.5, 1.0), None), "base": ((0.0, 0.1), None), "fa3": (None, (0.5, 1.0))}
 REL_TOL = 1e-2  # bf16 output vs the fp32 reference (tests/gpu: TOL["bf16"])
-COST_WARN = 0.30  # tracing slower than this (fraction) is a warning: compare traced with traced
+# tracing slower than this (fraction) is a warning: the trace's timings are then off by as much
+COST_WARN = PERTURBATION_WARN
 
 
 @dataclass
@@ -321,6 +324,23 @@ def _cost_row(label: str, plain_us: float, traced_us: float, how: str) -> Row:
                {"untraced_us": plain_us, "traced_us": traced_us, "overhead": over})
 
 
+def perturbation_row(label: str, trace) -> Row:
+    """What the bundle measured of its own perturbation (fa4trace.fidelity): its recorded CTAs
+    against the untraced ones of the launch, else its plain twin; skip where neither was
+    measured. Warns above COST_WARN, as the cost rows do."""
+    p = perturbation(trace)
+    lines = perturbation_lines(p)
+    rel = headline(p)
+    name = f"perturbation, {label}"
+    if rel is None:
+        return Row("cost", name, "skip", "", lines[0] if lines else "not measured")
+    source = "recorded vs untraced CTAs" if p["measured"] else "traced vs plain twin"
+    return Row("cost", name, "ok" if rel <= COST_WARN else "warn", f"{100 * rel:+.1f}% ({source})",
+               "; ".join(lines),
+               f"the trace's durations run more than {COST_WARN:.0%} slow here: record fewer families or "
+               "fewer warps, and read its durations as upper bounds", {"perturbation": p})
+
+
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:.0f}"
 
@@ -415,6 +435,7 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
     except Exception as e:  # noqa: BLE001
         return rows + [failed("fa4", f"{label}: record", e, nxt)]
     rows += _bundle_rows("fa4", label, trace, ctx, f"fa4_{schedule}", FA4_OVERLAPS[schedule], nxt)
+    rows.append(perturbation_row(label, trace))
     if cost:
         try:
             rows.append(_fa4_cost(ctx, arch, kw, trace, q, k, v, scale, plain_args, plain, label))

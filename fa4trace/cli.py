@@ -154,6 +154,8 @@ def _traced_note(s: dict) -> str:
 
 
 def _format_summary(s: dict) -> str:
+    from .kernel_text import perturbation_text
+
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
     lines = [
@@ -170,6 +172,7 @@ def _format_summary(s: dict) -> str:
         f"  period         {_ns(s.get('period_ns'))} per KV block (median)",
         f"  tensor cores   {_pct(s.get('tensor_core_busy'))} busy",
         f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
+        *perturbation_text(s.get("perturbation")),
     ]
     ends = s.get("mainloop_end_ns")
     if ends:
@@ -238,6 +241,11 @@ def compare(a, b, as_json, roles):
     click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
         click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")
+    from .kernel_text import perturbation_text
+
+    for which in ("a", "b"):
+        for line in perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation"):
+            click.echo(line)
     for line in (c.get("headline"), c.get("speed")):
         if line:
             click.echo(line)

@@ -12,6 +12,9 @@ Cycles become ns per warp with that warp's own Δglobaltimer/Δclock64 (clock64 
 SM; the warp's two anchors tie it to the global timer). A warp that lived too few globaltimer
 ticks for a precise ratio borrows the median ratio of its SM's long-lived warps (else the
 launch's), and the row of that warp says so in the launch summary.
+
+A buffer with a CTA-lifetime region (fa4trace.layout) also yields each timed CTA's start and
+end (absolute %globaltimer ns) and whether it recorded: ``DecodedLaunch.cta_lifetimes``.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ class DecodedLaunch:
     table: pa.Table
     t0_globaltimer_ns: int  # absolute %globaltimer of the earliest warp start (rebase point)
     summary: dict = field(default_factory=dict)
+    # CTAs the lifetime region timed: {"cta", "start_gt", "end_gt" (absolute ns), "recorded"}
+    # (numpy arrays, by CTA index); None where the buffer has no region or nothing wrote it
+    cta_lifetimes: dict | None = None
 
 
 def _warp_name(slot: int, spec: L.BufferSpec) -> str:
@@ -72,7 +78,7 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
     """
     words = _as_words(buffer)
     spec = L.BufferSpec.from_header(words)
-    slots = words[L.GLOBAL_HEADER_WORDS:spec.words].reshape(spec.n_slots, spec.slot_words)
+    slots = words[L.GLOBAL_HEADER_WORDS:spec.slots_end].reshape(spec.n_slots, spec.slot_words)
     hdr = slots[:, :L.WARP_HEADER_WORDS]
 
     # ---- warp headers ------------------------------------------------------------------
@@ -274,7 +280,56 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
         "clock_ghz_median": float(np.median(1.0 / ratio[valid])) if valid.any() else None,
         "span_ns": int(gt1.max() - t0),
     }
-    return DecodedLaunch(table, t0, summary)
+    lifetimes = decode_lifetimes(words, spec, np.unique(cta), grid_ctas)
+    summary["ctas_timed"] = 0 if lifetimes is None else int(lifetimes["cta"].size)
+    if lifetimes is not None:
+        summary["ctas_outside_lifetime"] = _outside_lifetime(lifetimes, cta, gt0, gt1)
+    return DecodedLaunch(table, t0, summary, lifetimes)
+
+
+def _outside_lifetime(lifetimes: dict, cta, gt0, gt1) -> int:
+    """Recorded CTAs with a warp whose anchors lie outside the CTA's lifetime entry. The stamps
+    wrap each warp's anchors in program order on one global timer, so this is 0 unless the
+    device code or the bytes are wrong (the GPU tests assert 0)."""
+    pos = np.searchsorted(lifetimes["cta"], cta)
+    pos = np.minimum(pos, lifetimes["cta"].size - 1)
+    timed = lifetimes["cta"][pos] == cta
+    out = timed & ((gt0 < lifetimes["start_gt"][pos]) | (gt1 > lifetimes["end_gt"][pos]))
+    return int(np.unique(cta[out]).size)
+
+
+def decode_lifetimes(words: np.ndarray, spec: L.BufferSpec, recorded_ctas: np.ndarray,
+                     grid_ctas: int | None = None) -> dict | None:
+    """The CTA-lifetime region (fa4trace.layout) as numpy arrays by CTA index: ``cta``,
+    ``start_gt`` / ``end_gt`` (absolute %globaltimer ns) and ``recorded`` (the CTA is one of
+    ``recorded_ctas``, those with warp slots). Entries never written (CTAs beyond the grid, or
+    a build that does not stamp) are left out; None when none was written. An entry with only
+    one of its two stamps, an end before its start or a timed CTA beyond ``grid_ctas`` is a
+    TraceFormatError (foreign bytes, or a buffer read before the kernel finished)."""
+    if not spec.lifetime_ctas:
+        return None
+    region = words[spec.slots_end:spec.words].reshape(spec.lifetime_ctas, L.LIFETIME_WORDS)
+    start_not, end = region[:, L.LIFE_START_NOT], region[:, L.LIFE_END]
+    has_start, has_end = start_not != 0, end != 0
+    if (has_start != has_end).any():
+        c = int(np.flatnonzero(has_start != has_end)[0])
+        which = "a start but no end" if has_start[c] else "an end but no start"
+        raise TraceFormatError(f"CTA {c}'s lifetime entry has {which} (the kernel did not finish, "
+                               "or the buffer was read too early)")
+    ctas = np.flatnonzero(has_start)
+    if ctas.size == 0:
+        return None
+    start = (~start_not[ctas]).astype(np.int64)
+    stop = end[ctas].astype(np.int64)
+    bad = (stop < start) | (start <= 0)
+    if grid_ctas is not None:
+        bad |= ctas >= grid_ctas
+    if bad.any():
+        c = int(ctas[np.flatnonzero(bad)[0]])
+        raise TraceFormatError(f"CTA {c}'s lifetime entry is not a lifetime (start {int(~start_not[c])}, "
+                               f"end {int(end[c])}): foreign or corrupted bytes")
+    return {"cta": ctas.astype(np.int64), "start_gt": start, "end_gt": stop,
+            "recorded": np.isin(ctas, recorded_ctas)}
 
 
 def _as_words(buffer) -> np.ndarray:

@@ -32,6 +32,7 @@ from .analysis import _clean, kernel_time, union_length
 from .autoevents import AutoCols, is_automatic
 from .bundle import Trace
 from .errors import Fa4traceError
+from .fidelity import perturbation
 from .roles import assign_roles, role_rank
 from .wait_chain import chain_per_cta, wait_chains
 
@@ -419,6 +420,7 @@ def summarize_kernel(trace: Trace, roles=None) -> dict:
     if typ is not None:
         out["wait_chain"] = chain_of(chains, int(c.cta_keys[typ, 0]), int(c.cta_keys[typ, 1]), span_ns=int(spans[typ]))
     out["mma_in_flight"] = _mma_flight(c, trace.vocab)
+    out["perturbation"] = perturbation(trace)
     return _clean(out)
 
 

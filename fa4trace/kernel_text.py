@@ -5,6 +5,8 @@ The numbers are fa4trace.kernel_analysis's (summarize_kernel, compare_kernels), 
 
 from __future__ import annotations
 
+from .fidelity import perturbation_lines
+
 
 def pct(x) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
@@ -36,6 +38,7 @@ def format_kernel_summary(s: dict) -> str:
         f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))",
         f"  kernel time    {ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
         f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
+        *perturbation_text(s.get("perturbation")),
         "  roles          " + ", ".join(f"{r} {warps_text(v['warps'])} ({v['source']})"
                                         for r, v in (s.get("roles") or {}).items()),
     ]
@@ -72,6 +75,12 @@ def format_kernel_summary(s: dict) -> str:
             lines.append(f"                 over CTAs: median {ns(stats['median'])}, max {ns(stats['max'])} "
                          f"(CTA {s.get('longest_chain_cta')})")
     return "\n".join(lines)
+
+
+def perturbation_text(p: dict | None, label: str = "perturbation") -> list[str]:
+    """fa4trace.fidelity's lines, labelled like the summary's other rows."""
+    lines = perturbation_lines(p)
+    return [f"  {label if i == 0 else '':14s} {x}" for i, x in enumerate(lines)]
 
 
 def _fmt(key: str, v) -> str:
@@ -119,6 +128,8 @@ def format_kernel_compare(c: dict) -> str:
     out = [f"{'':28s}{'A: ' + c['a']['name']:>24s}  {'B: ' + c['b']['name']:>24s}  {'B − A':>18s}"]
     for key, a, b in metric_pairs(c["a"], c["b"]):
         out.append(f"{label(key):28s}{_fmt(key, a):>24s}  {_fmt(key, b):>24s}  {_delta(key, a, b):>18s}")
+    for which in ("a", "b"):
+        out += perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation")
     if c.get("speed"):
         out.append(c["speed"])
     return "\n".join(out)

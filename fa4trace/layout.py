@@ -3,6 +3,7 @@
 Everything is little-endian 64-bit words, so a buffer is one ``int64``/``uint64`` array.
 
     buffer  = global header (8 words) + n_cta_slots * warps_per_cta warp slots
+              + CTA-lifetime region (lifetime_ctas entries of 2 words)
     slot    = warp header (8 words) + capacity records (1 word each)
 
 Global header (written by the host before the launch, read by every recording warp):
@@ -10,6 +11,8 @@ Global header (written by the host before the launch, read by every recording wa
     g1  slot_words | warps_per_cta << 32
     g2  cta_first  | cta_stride << 32      which CTAs record: first, first+stride, ...
     g3  n_cta_slots | warp_mask << 32      how many of them; which warps of such a CTA record
+    g4  lifetime_offset | lifetime_ctas << 32   where the CTA-lifetime region starts (word index,
+                                           right after the warp slots) and how many CTAs it times
 CTAs are counted in cluster order (cluster index, then rank in the cluster; without clusters
 that is the linear CTA index), and the stride steps over whole clusters, so a recording CTA
 brings its cluster. A warp records iff its CTA is one of those and its warp is selected:
@@ -17,6 +20,16 @@ warp_mask bit w selects warp w (then warps_per_cta = popcount(warp_mask)); warp_
 warps 0..warps_per_cta-1. Its slot is fixed by (CTA, warp), so no atomics are needed and a
 launch writes each slot at most once. (warp_mask came after the first buffers; those have 0
 there and read as before.)
+
+CTA-lifetime region (g4; 0 there: none): entry c (linear CTA index c < lifetime_ctas) is
+    l0  bitwise NOT of the CTA's start %globaltimer     l1  the CTA's end %globaltimer
+written by kernels compiled by fa4trace.auto (``compile_traced``, ``fa4trace.instrument``) in
+every CTA, recording or not: lane 0 of each warp does ``red.global.max.u64`` of ~start as the
+warp enters the kernel and of end as it leaves, so l0 ends as ~(earliest start), l1 as the
+latest end, and a zeroed buffer needs no other initialization (0 = not timed). CTAs at or
+beyond lifetime_ctas are not timed. It lets a bundle compare the recorded CTAs' durations with
+those of the CTAs that ran the untouched body in the same launch (fa4trace.fidelity). Builds
+made before the region existed leave it zero; kernels with their own ``Recorder`` never write it.
 
 Warp header (written by lane 0 of the warp: words 0-4 at start, 5-7 at finish):
     w0  WARP_MAGIC | version << 32 | timebase << 40 | role << 48
@@ -88,6 +101,13 @@ TIMEBASE_NAMES = {TIMEBASE_CLOCK64: "clock64", TIMEBASE_GLOBALTIMER: "globaltime
 # Warp header word indices
 W_MAGIC, W_IDS, W_WARP, W_GT0, W_CLK0, W_GT1, W_CLK1, W_COUNTS = range(WARP_HEADER_WORDS)
 
+# CTA-lifetime region: header word, words per entry, word indices in an entry
+G_LIFETIMES = 4
+LIFETIME_WORDS = 2
+LIFE_START_NOT, LIFE_END = 0, 1
+# CTAs a buffer made by BufferSpec.for_grid times unless told (256 KiB of the buffer)
+DEFAULT_LIFETIME_CTAS = 16384
+
 
 def record_tag(event_id: int, kind: int) -> int:
     """The constant upper bits of a record without payload (folded at compile time)."""
@@ -114,6 +134,7 @@ class BufferSpec:
     cta_first: int = 0
     cta_stride: int = 1
     warp_mask: int = 0  # bit w: warp w records; 0: warps 0..warps_per_cta-1
+    lifetime_ctas: int = 0  # CTAs 0..lifetime_ctas-1 get a lifetime entry (0: no region)
 
     def __post_init__(self):
         for name in ("warps_per_cta", "n_cta_slots", "capacity", "cta_stride"):
@@ -126,26 +147,32 @@ class BufferSpec:
         if self.warp_mask and self.warp_mask.bit_count() != self.warps_per_cta:
             raise ValueError(f"warp_mask {self.warp_mask:#x} selects {self.warp_mask.bit_count()} warps, "
                              f"warps_per_cta says {self.warps_per_cta}")
+        if not 0 <= self.lifetime_ctas < 1 << 31:
+            raise ValueError(f"lifetime_ctas must be 0..2**31-1, got {self.lifetime_ctas}")
         if self.slot_words >= 1 << 32 or self.n_cta_slots >= 1 << 32:
             raise ValueError("trace buffer too large")
+        if self.lifetime_ctas and self.words >= 1 << 31:  # the device indexes the region's words with Int32
+            raise ValueError(f"trace buffer of {self.words} words is too large: the device indexes it with 32-bit "
+                             "integers (under 2**31 words, 16 GiB); record fewer CTAs or warps, or a smaller capacity")
 
     @classmethod
     def for_grid(cls, n_ctas: int, warps_per_cta: int, capacity: int, *,
                  cta_first: int = 0, cta_stride: int = 1, max_ctas: int | None = None,
-                 warps=None) -> "BufferSpec":
+                 warps=None, lifetime_ctas: int = DEFAULT_LIFETIME_CTAS) -> "BufferSpec":
         """Slots for CTAs first, first+stride, ... < n_ctas (at most max_ctas of them), and in
-        each for every warp of the CTA (``warps_per_cta`` of them) or only the ``warps`` listed."""
+        each for every warp of the CTA (``warps_per_cta`` of them) or only the ``warps`` listed;
+        a lifetime entry for CTAs 0..``lifetime_ctas``-1 (module doc; 0: none)."""
         n = max(0, (n_ctas - cta_first + cta_stride - 1) // cta_stride)
         if max_ctas is not None:
             n = min(n, max_ctas)
         if n < 1:
             raise ValueError(f"no CTA of the {n_ctas}-CTA grid is selected (first={cta_first}, stride={cta_stride})")
         if warps is None:
-            return cls(warps_per_cta, n, capacity, cta_first, cta_stride)
+            return cls(warps_per_cta, n, capacity, cta_first, cta_stride, lifetime_ctas=lifetime_ctas)
         chosen = sorted({int(w) for w in warps})
         if not chosen or chosen[0] < 0 or chosen[-1] >= min(warps_per_cta, 32):
             raise ValueError(f"warps must be warp indices 0..{min(warps_per_cta, 32) - 1}, got {list(warps)}")
-        return cls(len(chosen), n, capacity, cta_first, cta_stride, sum(1 << w for w in chosen))
+        return cls(len(chosen), n, capacity, cta_first, cta_stride, sum(1 << w for w in chosen), lifetime_ctas)
 
     @property
     def slot_words(self) -> int:
@@ -171,8 +198,13 @@ class BufferSpec:
         return self.n_cta_slots * self.warps_per_cta
 
     @property
-    def words(self) -> int:
+    def slots_end(self) -> int:
+        """Word index just past the last warp slot (where the lifetime region starts)."""
         return GLOBAL_HEADER_WORDS + self.n_slots * self.slot_words
+
+    @property
+    def words(self) -> int:
+        return self.slots_end + LIFETIME_WORDS * self.lifetime_ctas
 
     @property
     def nbytes(self) -> int:
@@ -184,6 +216,7 @@ class BufferSpec:
         h[1] = self.slot_words | (self.warps_per_cta << 32)
         h[2] = self.cta_first | (self.cta_stride << 32)
         h[3] = self.n_cta_slots | (self.warp_mask << 32)
+        h[G_LIFETIMES] = (self.slots_end | (self.lifetime_ctas << 32)) if self.lifetime_ctas else 0
         return h
 
     def new_buffer(self) -> np.ndarray:
@@ -208,12 +241,19 @@ class BufferSpec:
         slot_words, warps = int(g[1]) & 0xFFFFFFFF, int(g[1]) >> 32
         first, stride = int(g[2]) & 0xFFFFFFFF, int(g[2]) >> 32
         n_cta, mask = int(g[3]) & 0xFFFFFFFF, int(g[3]) >> 32
+        life_at, life_n = int(g[G_LIFETIMES]) & 0xFFFFFFFF, int(g[G_LIFETIMES]) >> 32
         if (slot_words <= WARP_HEADER_WORDS or warps < 1 or stride < 1 or n_cta < 1
-                or (mask and mask.bit_count() != warps)):
+                or (mask and mask.bit_count() != warps) or life_n >= 1 << 31):
             raise TraceFormatError(
                 f"trace buffer header is corrupt (slot_words={slot_words}, warps_per_cta={warps}, "
-                f"cta_stride={stride}, n_cta_slots={n_cta}, warp_mask={mask:#x})")
-        spec = cls(warps, n_cta, slot_words - WARP_HEADER_WORDS, first, stride, mask)
+                f"cta_stride={stride}, n_cta_slots={n_cta}, warp_mask={mask:#x}, lifetime_ctas={life_n})")
+        try:
+            spec = cls(warps, n_cta, slot_words - WARP_HEADER_WORDS, first, stride, mask, life_n)
+        except ValueError as exc:
+            raise TraceFormatError(f"trace buffer header is corrupt ({exc})") from None
+        if life_at != (spec.slots_end if life_n else 0):
+            raise TraceFormatError(f"trace buffer header is corrupt (lifetime region at word {life_at}, "
+                                   f"the warp slots end at {spec.slots_end})")
         if words.size < spec.words:
             raise TraceFormatError(
                 f"trace buffer is truncated: {words.size} words, its header needs {spec.words}")

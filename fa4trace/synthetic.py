@@ -37,9 +37,12 @@ class WarpEvents:
 
 
 def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
-                 timebase: int = L.TIMEBASE_CLOCK64) -> np.ndarray:
+                 timebase: int = L.TIMEBASE_CLOCK64, lifetimes=None) -> np.ndarray:
+    """``warps`` into their slots, and ``lifetimes`` — (CTA indices, start ns, end ns),
+    absolute %globaltimer — into the CTA-lifetime region as the stamps leave it (entries of
+    CTAs beyond ``spec.lifetime_ctas`` are not timed, as on the device)."""
     buf = spec.new_buffer()
-    slots = buf[L.GLOBAL_HEADER_WORDS:].reshape(spec.n_slots, spec.slot_words)
+    slots = buf[L.GLOBAL_HEADER_WORDS:spec.slots_end].reshape(spec.n_slots, spec.slot_words)
     recorded = spec.recorded_warps
     for w in warps:
         rel = w.cta - spec.cta_first
@@ -57,7 +60,18 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
         hdr[L.W_COUNTS] = written | ((attempted - written) << 32)
         slots[s, L.WARP_HEADER_WORDS:L.WARP_HEADER_WORDS + written] = pack_records(
             w.t[:written], w.event[:written], w.kind[:written], w.payload[:written])
+    if lifetimes is not None:
+        write_lifetimes(buf, spec, *lifetimes)
     return buf
+
+
+def write_lifetimes(buf: np.ndarray, spec: L.BufferSpec, cta, start, end) -> None:
+    """The CTA-lifetime entries the device's stamps leave: ~start and end per timed CTA."""
+    cta = np.asarray(cta, np.int64)
+    keep = cta < spec.lifetime_ctas
+    region = buf[spec.slots_end:spec.words].reshape(spec.lifetime_ctas, L.LIFETIME_WORDS)
+    region[cta[keep], L.LIFE_START_NOT] = ~np.asarray(start, np.int64)[keep].astype(np.uint64)
+    region[cta[keep], L.LIFE_END] = np.asarray(end, np.int64)[keep].astype(np.uint64)
 
 
 def pack_records(t, event, kind, payload) -> np.ndarray:
@@ -124,7 +138,7 @@ def attention_like(schedule: str, *, n_ctas: int = 132, n_blocks: int = 64, sms:
     ns_per_cycle = 1.0 / ghz
 
     buf = spec.new_buffer()
-    slots = buf[L.GLOBAL_HEADER_WORDS:].reshape(spec.n_slots, spec.slot_words)
+    slots = buf[L.GLOBAL_HEADER_WORDS:spec.slots_end].reshape(spec.n_slots, spec.slot_words)
     for w in range(warps_per_cta):
         s = np.arange(n_ctas) * warps_per_cta + w
         if w == 0:
@@ -305,4 +319,52 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
             "instrument": {"kernel": kernel, "arch": "sm_90a", "families": ["pipeline", "tma", "mma", "barrier"],
                            "pipelines": {P: {"class": "PipelineTmaAsync", "stages": stages}},
                            "roles": roles, "warps_per_cta": warps_per_cta, "synthetic": True}}
+    return buf, meta, vocab
+
+
+# ---- a sampled launch: some CTAs record, every CTA is timed --------------------------------------
+def sampled_like(*, n_ctas: int = 64, sms: int = 8, cta_first: int = 0, cta_stride: int = 1, n_recorded: int = 8,
+                 work_ns: int = 10_000, slowdown: float = 0.25, opening_extra: float = 0.0, work_spread: float = 0.0,
+                 jitter: float = 0.01, warps_per_cta: int = 2, lifetime_ctas: int | None = None,
+                 split: bool = True, seed: int = 0):
+    """A launch of ``n_ctas`` CTAs on ``sms`` CTA slots, taken in CTA order as slots free up
+    (known answers for fa4trace.fidelity's tests; marked synthetic).
+
+    CTA i runs ``work_ns`` x (1 + a uniform draw in ±``work_spread``) x (1 + ``jitter`` noise),
+    x (1 + ``slowdown``) when it records, x (1 + ``opening_extra``) when it starts in the first
+    wave (the opening's contention). CTAs first, first+stride, ... (``n_recorded`` of them)
+    record: each warp a lifetime and one ``barrier.sync`` span, in the globaltimer timebase.
+    Every CTA below ``lifetime_ctas`` (default all) gets its lifetime entry, as the device's
+    stamps leave it. Returns (buffer words, metadata with meta["instrument"], vocabulary)."""
+    rng = np.random.default_rng(seed)
+    vocab = pipelined_vocab(1)
+    sync = next(e.id for e in vocab.events if e.name == "barrier.sync")
+    spec = L.BufferSpec.for_grid(n_ctas, warps_per_cta, 8, cta_first=cta_first, cta_stride=cta_stride,
+                                 max_ctas=n_recorded, lifetime_ctas=n_ctas if lifetime_ctas is None else lifetime_ctas)
+    recorded = set(spec.cta_of_slot(np.arange(spec.n_cta_slots)).tolist())
+    t0 = 1_700_000_000_000_000_000
+    free = np.zeros(sms, np.int64)  # when each slot frees up, ns from t0
+    start, end = np.zeros(n_ctas, np.int64), np.zeros(n_ctas, np.int64)
+    for c in range(n_ctas):
+        s = int(free.argmin())
+        start[c] = free[s] + 40  # the launch of a CTA into a freed slot
+        d = work_ns * (1 + rng.uniform(-work_spread, work_spread)) * (1 + jitter * rng.standard_normal())
+        d *= (1 + slowdown) if c in recorded else 1.0
+        d *= (1 + opening_extra) if c < sms else 1.0
+        end[c] = start[c] + max(int(d), 200)
+        free[s] = end[c]
+    warps = []
+    for c in sorted(recorded):
+        for w in range(warps_per_cta):
+            g0, g1 = t0 + start[c] + 10 + w, t0 + end[c] - 10 - w
+            mid = (g0 + g1) // 2
+            warps.append(WarpEvents(c, w, c % sms, ROLE.UNKNOWN, g0, g1, g0, g1, np.array([L.KIND_BEGIN, L.KIND_END]),
+                                    np.array([sync, sync]), np.array([1, 1]), np.array([mid - 50, mid + 50])))
+    buf = write_buffer(spec, warps, timebase=L.TIMEBASE_GLOBALTIMER, lifetimes=(np.arange(n_ctas), t0 + start, t0 + end))
+    meta = {"kernel": "synthetic.sampled", "synthetic": True,
+            "config": {"n_ctas": n_ctas, "sms": sms, "slowdown": slowdown},
+            "grid": [n_ctas, 1, 1], "block": [32 * warps_per_cta, 1, 1],
+            "instrument": {"kernel": "synthetic.sampled", "arch": "sm_90a", "families": ["barrier"],
+                           "pipelines": {}, "roles": None, "warps_per_cta": warps_per_cta, "split": split,
+                           "cta_lifetimes": True, "synthetic": True}}
     return buf, meta, vocab

@@ -620,3 +620,23 @@ def test_bundled_subfolders_are_listed_but_sweeps_and_auto_do_not_pair(tmp_path)
     pairs = data.find_pairs(infos)
     assert [(a.path.name, b.path.name) for a, b in pairs] == [
         ("decode_d128_16to1_sk131072_b1_base.parquet", "decode_d128_16to1_sk131072_b1_pingpong.parquet")]
+
+
+def test_bundle_info_says_how_much_the_trace_slowed_its_ctas(app_env, pair, tmp_path):
+    """The info panel's perturbation line (fa4trace.fidelity): measured where the bundle timed
+    its CTAs (lifetimes of a synthetic sampled launch stand in), 'not measured' elsewhere."""
+    from fa4trace.fidelity import perturbation, perturbation_lines
+    from fa4trace.synthetic import sampled_like
+
+    sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
+    lifetimes = Trace.from_launches([decode_buffer(sbuf, vocab=svocab)], smeta, vocab=svocab).meta["cta_lifetimes"]
+    tr = load(pair[0])
+    a = Trace(tr.events, dict(tr.meta, cta_lifetimes=lifetimes)).save(tmp_path / "timed.parquet")
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(pair[1])]))
+    at = run_app(view="Bundle info")
+    captions = [c.value for c in at.caption if c.value.startswith("Perturbation: ")]
+    want = perturbation_lines(perturbation(load(a)))[0]
+    assert want.startswith("recorded CTAs ran +") and captions[0] == "Perturbation: " + want
+    assert captions[1].startswith("Perturbation: not measured: no CTA lifetimes")
+    # the lifetimes table stays out of the metadata shown as JSON
+    assert not any("cta_lifetimes" in j.value for j in at.json)

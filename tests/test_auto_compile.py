@@ -70,12 +70,47 @@ def test_quack_gemm_sm90_fewer_families_fewer_markers(gemm90):
 
 def test_ctas_that_do_not_record_run_an_untouched_copy(gemm90):
     """split (the default): the kernel holds its body twice, every wgmma twice, but the
-    records once: the copy the unselected CTAs run has no fa4trace instruction in it."""
+    records once: the copy the unselected CTAs run has no fa4trace instruction in it. The
+    CTA-lifetime stamps (a timer read and a reduction at the top and at the end) sit outside
+    both copies, once: every CTA runs them."""
     one = probe("quack_gemm", "sm_90a", "--no-split")
     assert one["ptx_mma"] > 0 and gemm90["ptx_mma"] == 2 * one["ptx_mma"]
     assert gemm90["ptx_record_stores"] == one["ptx_record_stores"] > 0
     assert gemm90["ptx_clock64"] == one["ptx_clock64"]
+    assert gemm90["ptx_globaltimer"] == one["ptx_globaltimer"]
+    assert gemm90["ptx_red_max_u64"] == one["ptx_red_max_u64"] == 2
+    assert gemm90["ptx_atomics"] - gemm90["ptx_red_max_u64"] == 2 * (one["ptx_atomics"] - one["ptx_red_max_u64"])
     assert gemm90["meta"]["placed"] == one["meta"]["placed"]
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_untraced_ctas_carry_the_lifetime_stamps_and_nothing_else(split):
+    """A copy kernel with every family off: the stamps add exactly two %globaltimer reads and
+    two red.global.max.u64 to the traced build (the start and the end of every warp, outside
+    the body), and the copy the unselected CTAs run adds no fa4trace instruction to them: the
+    split build holds the same timer reads, reductions and stores as the one-body build."""
+    flag = () if split else ("--no-split",)
+    timed = probe("plain_copy", "sm_90a", "--families", "", *flag)
+    untimed = probe("plain_copy", "sm_90a", "--families", "", "--no-lifetimes", *flag)
+    assert timed["meta"]["cta_lifetimes"] is True and untimed["meta"]["cta_lifetimes"] is False
+    assert timed["ptx_globaltimer"] - untimed["ptx_globaltimer"] == 2
+    assert timed["ptx_red_max_u64"] == timed["ptx_atomics"] == 2 and untimed["ptx_atomics"] == 0
+    assert timed["ptx_clock64"] == untimed["ptx_clock64"] and timed["ptx_record_stores"] == untimed["ptx_record_stores"]
+    assert timed["plain_globaltimer"] == 0  # the plain build: no stamp at all
+    if split:
+        one = probe("plain_copy", "sm_90a", "--families", "", "--no-split")
+        for k in ("ptx_globaltimer", "ptx_clock64", "ptx_red_max_u64", "ptx_record_stores", "ptx_atomics"):
+            assert timed[k] == one[k], k
+
+
+def test_the_start_stamp_waits_on_no_load_of_its_own():
+    """The start stamp's header load is issued with the CTA selection's, right after the timer
+    read, before anything waits: the warp pays one L2 round trip at the top, as without it. The
+    end stamp needs no load (its entry's index stays in a register)."""
+    r = probe("plain_copy", "sm_90a", "--families", "")
+    top, end = r["ptx_top"], r["ptx_tail"]
+    assert top[0] == "timer" and top[1:4] == ["load", "load", "red"], top
+    assert "load" not in end and end[-2:] == ["timer", "red"], end
 
 
 def test_both_copies_share_static_shared_memory():

@@ -118,3 +118,65 @@ def test_bench_recorder_reads_iket_lines(tmp_path):
                    "IKET_WORKLOAD variant=iket median_us=3300.50 min_us=3290.00 work=l2 chain=1 iters=1600\n"
                    "other output\n")
     assert br.read_iket(str(log)) == {("l2", 1): 3300.5}
+
+
+# ---- bench_fidelity.py: its CPU half (the GPU half needs an H200 and the DSL) ----------------------
+def _bundle(make, **kw):
+    from fa4trace.bundle import Trace
+    from fa4trace.decode import decode_buffer
+
+    buf, meta, vocab = make(**kw)
+    return Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab)
+
+
+def test_bench_fidelity_reads_what_a_trace_reports():
+    """trace_metrics on a synthetic pipeline with known answers (the CLI's 'tiny' bundle:
+    lag median 110 ns; the producer acquires 60.5% of its life)."""
+    from fa4trace.synthetic import pipelined_like
+
+    bf = _load(BENCH / "bench_fidelity.py")
+    t = _bundle(pipelined_like, n_ctas=1, k_tiles=4, stages=2, consumer_warps=1, idle_warps=0, load_ns=100,
+                mma_ns=50, store_ns=100)
+    m = bf.trace_metrics(t, bf.dense_roles(t))
+    assert m["lag.ab.median_ns"] == 110.0
+    assert m["waiting.producer.ab.acquire"] == pytest.approx(260 / 430)
+    assert m["span.mma.wait.median_ns"] == 50.0 and m["span.ab.acquire.median_ns"] > 0
+    assert m["cta.median_ns"] > 0  # no lifetimes in this bundle: the span of its warps
+
+
+def test_bench_fidelity_compares_each_metric_with_the_lightest_trace_reporting_it():
+    bf = _load(BENCH / "bench_fidelity.py")
+    dense = {"cta.median_ns": 125.0, "lag.ab.median_ns": 103.0, "overlap.softmax.mma": 0.5, "only.dense": 1.0}
+    refs = [("lifetimes", {"cta.median_ns": 100.0}), ("pipeline", {"lag.ab.median_ns": 100.0, "cta.median_ns": 90.0}),
+            ("dense, lead warps", {"overlap.softmax.mma": 0.495, "lag.ab.median_ns": 103.0})]
+    rows = {r["metric"]: r for r in bf.metric_errors("k", dense, refs, {"cta.median_ns": 124.0})}
+    assert set(rows) == {"cta.median_ns", "lag.ab.median_ns", "overlap.softmax.mma"}
+    assert rows["cta.median_ns"]["reference"] == "lifetimes" and rows["cta.median_ns"]["rel_err_pct"] == 25.0
+    assert rows["cta.median_ns"]["noise_pct"] == pytest.approx(0.81, abs=0.01)
+    assert rows["lag.ab.median_ns"]["reference"] == "pipeline" and rows["lag.ab.median_ns"]["within_target"] is False
+    assert rows["overlap.softmax.mma"]["within_target"] is True
+    s = bf.error_summary(list(rows.values()))["k"]
+    assert s == {"metrics": 3, "within_target": 1, "worst_pct": 25.0, "worst": "cta.median_ns"}
+
+
+def test_bench_fidelity_sets_the_line_beside_the_launch_cost_and_writes_reportable_files(tmp_path):
+    from fa4trace.synthetic import sampled_like
+
+    bf = _load(BENCH / "bench_fidelity.py")
+    report = _load(BENCH / "report.py")
+    t = _bundle(sampled_like, n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.2)
+    row = bf.perturbation_row("k", "dense", t, {"plain_us": 10.0, "cost_all_pct": 18.0, "cost_sample_pct": 2.0,
+                                                "stamps_only_pct": None})
+    assert 18 < row["line_pct"] < 22 and row["basis"] == "steady" and row["caveats"] == 0
+    assert row["target_pct"] is None and row["line_within_target"] is None  # no target for kernel "k"
+    gemm = bf.perturbation_row("quack GEMM", "dense", t, {"cost_all_pct": 18.0})
+    assert gemm["target_pct"] == 3.0 and gemm["line_within_target"] is False
+    assert row["line_minus_cost_all_pts"] == pytest.approx(row["line_pct"] - 18.0)
+    errors = bf.metric_errors("k", {"cta.median_ns": 120.0}, [("lifetimes", {"cta.median_ns": 100.0})])
+    out = tmp_path / "results" / "fidelity_test.json"
+    bf.write_results(str(out), errors, [row], gpu="none: test")
+    assert bf.cost_path(str(out)).name == "fidelity_test_cost.json"
+    loaded = report.load_results(out.parent)
+    assert [r["area"] for r in loaded] == ["fidelity", "fidelity"]
+    md = report.render(loaded, out.parent)
+    assert "| k | cta.median_ns | 120.0 | lifetimes | 100.0 | 20.0 |" in md and "| k | dense |" in md

@@ -337,3 +337,42 @@ def test_cli_prints_the_report_and_exits_by_verdict(rows, code, tmp_path, monkey
     assert out.rstrip().splitlines()[-1].startswith(f"verdict: {[C.USABLE, C.NOT_USABLE, '', C.WARNINGS][code]}")
     assert main.main(args=["check", "--json", "--out", str(tmp_path / "o")]) == code
     assert json.loads(capsys.readouterr().out)["exit_code"] == code
+
+
+# ---- the cost rows: tracing cost and each bundle's own perturbation ------------------------------
+@pytest.mark.parametrize("traced_us, verdict", [(108.0, "ok"), (109.9, "ok"), (110.2, "warn"), (125.7, "warn")])
+def test_tracing_cost_warns_above_ten_percent(traced_us, verdict):
+    r = R._cost_row("FA4 fa3", 100.0, traced_us, "timed")
+    assert r.verdict == verdict and r.group == "cost"
+    assert r.values["overhead"] == pytest.approx(traced_us / 100 - 1)
+    if verdict == "warn":
+        assert "more than 10%" in r.next
+
+
+def _sampled(**kw) -> Trace:
+    from fa4trace.synthetic import sampled_like
+
+    extra = kw.pop("instrument", {})
+    buf, meta, vocab = sampled_like(**kw)
+    meta["instrument"].update(extra)
+    return Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab)
+
+
+def test_perturbation_row_judges_what_the_bundle_measured():
+    slow = R.perturbation_row("FA4 fa3", _sampled(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.25))
+    assert slow.verdict == "warn" and slow.group == "cost" and slow.name == "perturbation, FA4 fa3"
+    assert slow.measured.endswith("(recorded vs untraced CTAs)") and slow.measured.startswith("+2")
+    assert slow.detail.startswith("recorded CTAs ran +2") and slow.next
+    light = R.perturbation_row("FA4 fa3", _sampled(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.03))
+    assert light.verdict == "ok"
+    twin = R.perturbation_row("x", _sampled(n_ctas=16, sms=16, n_recorded=16,
+                                            instrument={"plain_twin": {"plain_ns": 100.0, "traced_ns": 105.0}}))
+    assert twin.verdict == "ok" and twin.measured == "+5.0% (traced vs plain twin)"
+    assert "not measurable in this launch" in twin.detail
+
+
+def test_perturbation_row_skips_bundles_that_did_not_measure_it():
+    buf, meta = attention_like("base", n_ctas=2, n_blocks=4)
+    r = R.perturbation_row("ours base", Trace.from_launches([decode_buffer(buf)], meta))
+    assert r.verdict == "skip" and "no CTA lifetimes" in r.detail
+    assert C.final_verdict(core_ok() + [r]) == C.USABLE

@@ -181,3 +181,24 @@ def test_compare_names_the_kernel_time_source(tmp_path):
     assert "not comparable" in out
     c = json.loads(run("compare", str(a), str(b), "--json").stdout)
     assert c["a"]["kernel_time_kind"] == "recorded_inputs" and c["b"]["kernel_time_kind"] == "cold_l2_bench"
+
+
+def test_attention_summary_and_compare_show_the_perturbation(tmp_path):
+    """Attention bundles (FA4 through its adapter records CTA lifetimes too) print the same
+    line as any kernel's: here lifetimes of a synthetic sampled launch stand in."""
+    from fa4trace.fidelity import perturbation
+    from fa4trace.synthetic import sampled_like
+
+    sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
+    lifetimes = Trace.from_launches([decode_buffer(sbuf, vocab=svocab)], smeta, vocab=svocab).meta["cta_lifetimes"]
+    buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=6)
+    with_life = Trace.from_launches([decode_buffer(buf)], dict(meta, cta_lifetimes=lifetimes))
+    p = perturbation(with_life)
+    a = with_life.save(tmp_path / "a.parquet")
+    b = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "b.parquet")
+    out = run("summary", str(a)).stdout.splitlines()
+    assert (f"  perturbation   recorded CTAs ran +{100 * p['rel']:.1f}% longer than untraced ones "
+            f"({p['recorded']['n']} recorded, {p['untraced']['n']} untraced; steady-state waves)") in out
+    out = run("compare", str(a), str(b)).stdout.splitlines()
+    assert any(x.startswith("  A perturbation recorded CTAs ran +") for x in out)
+    assert any(x.startswith("  B perturbation not measured: no CTA lifetimes") for x in out)

@@ -11,7 +11,8 @@ from fa4trace import kernel_analysis as K
 from fa4trace.bundle import Trace, load
 from fa4trace.cli import main
 from fa4trace.decode import decode_buffer
-from fa4trace.synthetic import attention_like, pipelined_like
+from fa4trace.fidelity import perturbation
+from fa4trace.synthetic import attention_like, pipelined_like, sampled_like
 
 
 def run(*args):
@@ -35,7 +36,14 @@ def paths(tmp_path_factory):
         "s6": save(d / "s6.parquet", n_ctas=2, k_tiles=16, stages=6, load_ns=2000),
         "other": save(d / "other.parquet", n_ctas=1, k_tiles=4, kernel="other.kernel"),
         "attention": Trace.from_launches([decode_buffer(buf)], meta).save(d / "att.parquet"),
+        "sampled": save_sampled(d / "sampled.parquet", slowdown=0.25),
+        "sampled_light": save_sampled(d / "sampled_light.parquet", slowdown=0.05),
     }
+
+
+def save_sampled(path, **kw):
+    buf, meta, vocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, **kw)
+    return Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab).save(path)
 
 
 def test_summary_text_has_the_hand_worked_numbers(paths):
@@ -84,3 +92,23 @@ def test_errors_are_one_line(paths, args, message):
     code, _, err = run(*[paths.get(a, a) for a in args])
     lines = err.strip().splitlines()
     assert code != 0 and len(lines) == 1 and lines[0].startswith("fa4trace: error:") and message in lines[0], err
+
+
+def test_summary_and_compare_say_how_much_the_trace_slowed_its_ctas(paths):
+    p = perturbation(load(paths["sampled"]))
+    code, out, err = run("summary", paths["sampled"])
+    assert code == 0, err
+    want = (f"  perturbation   recorded CTAs ran +{100 * p['rel']:.1f}% longer than untraced ones "
+            f"({p['recorded']['n']} recorded, {p['untraced']['n']} untraced; steady-state waves)")
+    assert want in out.splitlines() and 0.23 < p["rel"] < 0.27
+    code, out, _ = run("summary", paths["sampled"], "--json")
+    assert json.loads(out)["perturbation"] == json.loads(json.dumps(p))
+    code, out, _ = run("compare", paths["sampled"], paths["sampled_light"])
+    lines = out.splitlines()
+    a = [ln for ln in lines if ln.startswith("  A perturbation ")]
+    b = [ln for ln in lines if ln.startswith("  B perturbation ")]
+    assert len(a) == len(b) == 1 and "recorded CTAs ran +2" in a[0] and "recorded CTAs ran +" in b[0]
+    assert lines.index(b[0]) == lines.index(a[0]) + 1
+    # a bundle without lifetimes says so, on the same row
+    code, out, _ = run("summary", paths["s2"])
+    assert "  perturbation   not measured: no CTA lifetimes in this bundle" in out

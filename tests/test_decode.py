@@ -301,3 +301,93 @@ def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
     assert ok["sms"] == 2 and ok["sm_skew_ns"] == (-16 + 64 + ANCHOR_SLACK_NS) / 2 + 16
     off = checks(ANCHOR_SLACK_NS + 5)
     assert off["warps_within_one_tick"] == 1 and off["outside_ns_max"] == ANCHOR_SLACK_NS + 5
+
+
+# ---- the CTA-lifetime region ------------------------------------------------------------------
+def test_for_grid_times_ctas_in_a_region_after_the_warp_slots():
+    spec = L.BufferSpec.for_grid(64, 4, 16, cta_stride=8)
+    assert spec.lifetime_ctas == L.DEFAULT_LIFETIME_CTAS
+    assert spec.words == spec.slots_end + L.LIFETIME_WORDS * spec.lifetime_ctas
+    g4 = int(spec.header()[L.G_LIFETIMES])
+    assert (g4 & 0xFFFFFFFF, g4 >> 32) == (spec.slots_end, L.DEFAULT_LIFETIME_CTAS)
+    assert L.BufferSpec.from_header(spec.new_buffer()) == spec
+    none = L.BufferSpec.for_grid(64, 4, 16, lifetime_ctas=0)
+    assert none.words == none.slots_end and int(none.header()[L.G_LIFETIMES]) == 0
+
+
+def test_lifetimes_decode_by_cta_with_who_recorded():
+    spec = L.BufferSpec(1, 2, 8, cta_first=1, cta_stride=2, lifetime_ctas=6)  # CTAs 1 and 3 record
+    ws = [warp(cta=1, gt_off=100, ns=5_000), warp(cta=3, gt_off=200, ns=5_000)]
+    # CTAs 0..4 ran (5 stays untimed: beyond the grid); CTA 7 is beyond the region, not timed
+    cta = np.array([0, 1, 2, 3, 4, 7])
+    start = GT0 + np.array([0, 50, 120, 150, 6_000, 0])
+    end = GT0 + np.array([4_000, 5_200, 4_100, 5_300, 9_000, 100])
+    d = decode_buffer(write_buffer(spec, ws, lifetimes=(cta, start, end)))
+    life = d.cta_lifetimes
+    assert life["cta"].tolist() == [0, 1, 2, 3, 4]
+    assert life["start_gt"].tolist() == start[:5].tolist() and life["end_gt"].tolist() == end[:5].tolist()
+    assert life["recorded"].tolist() == [False, True, False, True, False]
+    assert d.summary["ctas_timed"] == 5 and d.summary["ctas_outside_lifetime"] == 0
+
+
+def test_a_buffer_without_region_or_without_stamps_has_no_lifetimes():
+    assert decode_buffer(write_buffer(L.BufferSpec(1, 1, 4), [warp()])).cta_lifetimes is None
+    d = decode_buffer(write_buffer(L.BufferSpec(1, 1, 4, lifetime_ctas=8), [warp()]))  # a build that does not stamp
+    assert d.cta_lifetimes is None and d.summary["ctas_timed"] == 0
+
+
+def test_a_recorded_warp_outside_its_ctas_lifetime_is_counted():
+    spec = L.BufferSpec(1, 2, 4, lifetime_ctas=2)
+    ws = [warp(cta=0, gt_off=100, ns=1_000), warp(cta=1, gt_off=100, ns=1_000)]
+    # CTA 1's entry ends before its warp does: the stamps would never leave that
+    d = decode_buffer(write_buffer(spec, ws, lifetimes=([0, 1], [GT0, GT0], [GT0 + 2_000, GT0 + 500])))
+    assert d.summary["ctas_outside_lifetime"] == 1
+
+
+def _one_entry(start_word, end_word):
+    spec = L.BufferSpec(1, 1, 4, lifetime_ctas=2)
+    buf = write_buffer(spec, [warp()])
+    buf[spec.slots_end + L.LIFE_START_NOT] = start_word
+    buf[spec.slots_end + L.LIFE_END] = end_word
+    return buf
+
+
+@pytest.mark.parametrize("start_word, end_word, message", [
+    (~np.uint64(GT0), 0, "CTA 0's lifetime entry has a start but no end"),
+    (0, GT0, "CTA 0's lifetime entry has an end but no start"),
+    (~np.uint64(GT0 + 10), GT0, "CTA 0's lifetime entry is not a lifetime"),
+    (1, GT0, "is not a lifetime"),  # ~1 is no time (negative as int64)
+])
+def test_broken_lifetime_entries_raise_trace_format_error(start_word, end_word, message):
+    with pytest.raises(TraceFormatError, match=message):
+        decode_buffer(_one_entry(start_word, end_word))
+
+
+def test_a_lifetime_beyond_the_grid_is_foreign():
+    buf = _one_entry(~np.uint64(GT0), GT0 + 10)
+    buf[L.BufferSpec(1, 1, 4, lifetime_ctas=2).slots_end + 2:] = [~np.uint64(GT0), GT0 + 10]  # CTA 1 too
+    with pytest.raises(TraceFormatError, match="CTA 1's lifetime entry is not a lifetime"):
+        decode_buffer(buf, grid_ctas=1)
+
+
+@pytest.mark.parametrize("g4, message", [
+    (5 | (2 << 32), "lifetime region at word 5"),
+    (7, "lifetime region at word 7"),
+])
+def test_a_misplaced_lifetime_region_is_a_corrupt_header(g4, message):
+    buf = write_buffer(L.BufferSpec(1, 1, 4, lifetime_ctas=2), [warp()])
+    buf[L.G_LIFETIMES] = g4
+    with pytest.raises(TraceFormatError, match=message):
+        decode_buffer(buf)
+
+
+def test_a_truncated_lifetime_region():
+    buf = write_buffer(L.BufferSpec(1, 1, 4, lifetime_ctas=4), [warp()])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        decode_buffer(buf[:-1])
+
+
+def test_a_buffer_the_device_cannot_index_is_refused():
+    with pytest.raises(ValueError, match="too large: the device indexes it with 32-bit integers"):
+        L.BufferSpec.for_grid(2048, 12, 1 << 17)
+    assert L.BufferSpec.for_grid(2048, 12, 1 << 13).words < 1 << 31

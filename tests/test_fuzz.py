@@ -26,12 +26,13 @@ EVENTS = [EV.QK, EV.SOFTMAX, EV.PV, EV.LOAD_K, EV.MARK]
 def valid_buffers(draw):
     n_cta = draw(st.integers(1, 4))
     cap = draw(st.integers(1, 24))
+    life = draw(st.integers(0, 6))  # CTAs the lifetime region times (0: no region)
     if draw(st.booleans()):  # every warp below warps_per_cta
         warp_ids = list(range(draw(st.integers(1, 4))))
-        spec = L.BufferSpec(len(warp_ids), n_cta, cap)
+        spec = L.BufferSpec(len(warp_ids), n_cta, cap, lifetime_ctas=life)
     else:  # a warp subset (warp mask)
         warp_ids = sorted(draw(st.sets(st.integers(0, 31), min_size=1, max_size=4)))
-        spec = L.BufferSpec(len(warp_ids), n_cta, cap, warp_mask=sum(1 << w for w in warp_ids))
+        spec = L.BufferSpec(len(warp_ids), n_cta, cap, warp_mask=sum(1 << w for w in warp_ids), lifetime_ctas=life)
     ws = []
     for c in range(n_cta):
         for w in warp_ids:
@@ -56,10 +57,17 @@ def valid_buffers(draw):
     return spec, ws
 
 
+def lifetimes_of(spec, ws):
+    """Every CTA the region times gets a lifetime that holds its warps (as the stamps leave it)."""
+    ctas = np.arange(min(spec.lifetime_ctas, spec.n_cta_slots))
+    end = [max([w.gt1 for w in ws if w.cta == c], default=10**12) + 1 for c in ctas]
+    return ctas, np.full(ctas.size, 10**12 - 1), np.array(end, np.int64)
+
+
 @given(valid_buffers())
 def test_valid_buffers_decode_consistently(sb):
     spec, ws = sb
-    buf = write_buffer(spec, ws)
+    buf = write_buffer(spec, ws, lifetimes=lifetimes_of(spec, ws))
     try:
         d = decode_buffer(buf)
     except TraceFormatError as e:
@@ -74,12 +82,17 @@ def test_valid_buffers_decode_consistently(sb):
     expect_spans = sum(min(len(w.kind), spec.capacity) // 2 for w in ws)
     assert t.num_rows - len(ws) == expect_spans
     assert d.summary["dropped"] == sum(max(0, len(w.kind) - spec.capacity) for w in ws)
+    timed = min(spec.lifetime_ctas, spec.n_cta_slots)
+    assert d.summary["ctas_timed"] == timed
+    if timed:
+        assert d.cta_lifetimes["cta"].tolist() == list(range(timed)) and d.summary["ctas_outside_lifetime"] == 0
+        assert d.cta_lifetimes["recorded"].tolist() == [any(w.cta == c for w in ws) for c in range(timed)]
 
 
 @given(valid_buffers(), st.data())
 def test_corrupted_buffers_raise_only_trace_format_error(sb, data):
     spec, ws = sb
-    buf = write_buffer(spec, ws).copy()
+    buf = write_buffer(spec, ws, lifetimes=lifetimes_of(spec, ws)).copy()
     n = data.draw(st.integers(1, 6))
     for _ in range(n):
         i = data.draw(st.integers(0, buf.size - 1))

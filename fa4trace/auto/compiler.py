@@ -154,7 +154,8 @@ SPLIT_REFUSALS = {
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
-                   hooks=None, buffer_before: Optional[str] = None, _probe: str = "", **kwargs) -> CompiledTraced:
+                   hooks=None, buffer_before: Optional[str] = None, cta_lifetimes: bool = True, _probe: str = "",
+                   **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -166,6 +167,9 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     compile the plain kernel, for the output check. ``split`` (default): the kernel holds its
     body twice, and CTAs the trace buffer does not select run the copy without instrumentation
     (``fa4trace.auto.split``); False: one instrumented body for every CTA (half the compile).
+    ``cta_lifetimes`` (default): every CTA, recording or not, stamps its start and end into the
+    buffer's CTA-lifetime region (two timer reads and two reductions per warp, outside the body),
+    which lets each bundle say how much slower its recorded CTAs ran (fa4trace.fidelity).
 
     For adapters of one kernel (fa4trace.fa4): ``hooks(patches)`` places the kernel's own hooks
     after the families' (so they wrap them; ``patches`` puts everything back), and
@@ -217,7 +221,8 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                 hooks(patches)
             for owner, name, k, method in targets:
                 patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
-                                                         on_launch=STATE.launches.append, split=split))
+                                                         on_launch=STATE.launches.append, split=split,
+                                                         lifetimes=cta_lifetimes))
             traced = E.traced_entry(entry, on_buffer, before=buffer_before)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
             try:
@@ -246,6 +251,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                 "cursor": cursor,
                 "l2": l2,
                 "split": bool(split),
+                "cta_lifetimes": bool(cta_lifetimes),
                 "arch": _arch(),
                 "dsl": dsl_version(),
             }

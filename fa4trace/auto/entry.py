@@ -5,7 +5,9 @@
 calls the user's entry, which the DSL inlines. ``traced_kernel`` makes a ``@cute.kernel``
 with the kernel's parameters plus ``fa4trace_buf`` whose body starts every warp's recorder,
 runs the kernel's own body (a fresh function over its code object: nothing is edited) and
-finishes the recorder (with ``split``, in the recording CTAs only). The buffer is a real kernel
+finishes the recorder (with ``split``, in the recording CTAs only); with ``lifetimes`` every
+CTA, recording or not, also stamps its start and end into the buffer's CTA-lifetime region
+(fa4trace.layout), outside both copies of the body. The buffer is a real kernel
 argument, so one compile serves every buffer and AOT export works. FA4's adapter and
 ``fa4trace.instrument`` (fa4trace.auto) both build on these.
 """
@@ -91,13 +93,18 @@ class _LaunchSpy:
 
 
 def traced_kernel(kernel: Callable, on_enter: Callable, on_exit: Callable, buffer: Callable, *,
-                  method: bool, on_launch: Optional[Callable] = None, split: bool = False) -> Callable:
+                  method: bool, on_launch: Optional[Callable] = None, split: bool = False,
+                  lifetimes: bool = False) -> Callable:
     """A replacement for ``kernel`` (a ``@cute.kernel``) that takes ``fa4trace_buf`` from
     ``buffer()`` at launch, calls ``on_enter(buf)`` at the top of the kernel, then the kernel's
     own body, then ``on_exit()``. ``method``: the kernel is a method (first parameter self).
     ``split``: only in the CTAs the buffer selects; the others run the body alone
-    (``fa4trace.auto.split``)."""
+    (``fa4trace.auto.split``). ``lifetimes``: every warp of every CTA stamps the CTA's lifetime
+    entry first and last (``take_cta_start`` / ``store_cta_start`` / ``stamp_cta_end``), around
+    whichever copy runs, so recorded and untraced CTAs are timed the same way."""
     import cutlass.cute as cute
+
+    from ..device.recorder import stamp_cta_end, store_cta_start, take_cta_start
 
     raw = _raw(kernel)
     code0 = getattr(raw, "_original_code", raw.__code__)
@@ -108,17 +115,23 @@ def traced_kernel(kernel: Callable, on_enter: Callable, on_exit: Callable, buffe
     body_jit = cute.jit(body)
     params = list(inspect.signature(raw).parameters.values())
 
-    def run(buf, args):  # the instrumented body
+    def run(buf, args, top=lambda: None):  # the instrumented body
         on_enter(buf)
+        top()
         body_jit(*args)
         on_exit()
 
-    def run_split(buf, args):  # ... in the CTAs that record; the others run the body untouched
+    def run_split(buf, args, top=lambda: None):  # ... in the CTAs that record; the others run the body untouched
         from .split import split_by_cta
 
-        split_by_cta(buf, body_jit, args, before=lambda: on_enter(buf), after=on_exit, method=method)
+        split_by_cta(buf, body_jit, args, before=lambda: on_enter(buf), after=on_exit, method=method, top=top)
 
-    ns = {"_Tensor": cute.Tensor, "_run": run_split if split else run}
+    def run_timed(buf, args):  # either, between the CTA's lifetime stamps: the start is stored
+        taken, entry = take_cta_start(buf), []  # once the recorder's (or the selection's) loads are issued
+        (run_split if split else run)(buf, args, top=lambda: entry.append(store_cta_start(buf, taken)))
+        stamp_cta_end(buf, entry[0])
+
+    ns = {"_Tensor": cute.Tensor, "_run": run_timed if lifetimes else run_split if split else run}
     src = params_source(params, ns)
     names = [p.name for p in params]
     code = (f"def kernel({', '.join(src)}, {BUF}: _Tensor = None):\n"

@@ -37,8 +37,10 @@ from .patches import Patches
 
 
 @cute.jit
-def _branch(trace: cute.Tensor, traced: cutlass.Constexpr, plain: cutlass.Constexpr):
-    if cta_records(trace):
+def _branch(trace: cute.Tensor, traced: cutlass.Constexpr, plain: cutlass.Constexpr, top: cutlass.Constexpr):
+    selected = cta_records(trace)
+    top()
+    if selected:
         traced()
     else:
         plain()
@@ -104,12 +106,14 @@ def _fresh(arg):
 
 
 def split_by_cta(trace: cute.Tensor, body: Callable, args: list, *, before: Callable[[], None],
-                 after: Callable[[], None], method: bool = False):
+                 after: Callable[[], None], method: bool = False, top: Callable[[], None] = lambda: None):
     """In the CTAs that record: ``before()``, ``body(*args)``, ``after()``; in the others
     ``body(*args)`` alone (see the module). What ``before`` / ``after`` allocate is theirs
     alone. Each copy gets its own wrappers of the arguments, and with ``method`` (args[0] is the
     kernel's object) the second copy starts from the object's attributes as they were before
-    the first: state one copy leaves behind would not dominate the other's uses."""
+    the first: state one copy leaves behind would not dominate the other's uses. ``top()``
+    runs in every CTA once the selection's header loads are issued, before the branch (the
+    CTA-lifetime start stamp)."""
     from cutlass._mlir.dialects import arith
 
     anchor = arith.ConstantOp(Int32.mlir_type, 0).operation  # marks the point before the branch
@@ -133,4 +137,4 @@ def split_by_cta(trace: cute.Tensor, body: Callable, args: list, *, before: Call
         with _allocations(anchor, shared, replay=True):
             body(*own_args())
 
-    _branch(trace, traced, plain)
+    _branch(trace, traced, plain, top)

@@ -59,3 +59,30 @@ def test_quack_gemm_traced_equals_plain_and_decodes(gemm):
             per_cta[(cta, name)] += 1
     for (cta, name), cnt in per_cta.items():
         assert cnt % k_tiles == 0, (cta, name, cnt)
+
+
+def test_every_cta_is_timed_and_the_bundle_measures_its_perturbation(gemm):
+    """Every CTA of the launch, recording or not, stamps its lifetime: the bundle holds one per
+    CTA of the grid (0..n-1), the recorded ones are those asked for, each recorded warp lies
+    within its CTA's lifetime, and the bundle compares the recorded CTAs with the others."""
+    if not gemm.meta.get("cta_lifetimes"):
+        pytest.skip(f"{BUILD} was built before CTAs were timed: rebuild it (benchmarks/auto_kernels.py build)")
+    import torch
+
+    from fa4trace.fidelity import cta_lifetimes, perturbation
+
+    m, n, k = 4096, 4096, 4096
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    gemm(a, b, d)
+    t = gemm.trace(config={"m": m, "n": n, "k": k})
+    life = cta_lifetimes(t).to_pandas()
+    assert life["cta"].tolist() == list(range(len(life))) and len(life) > 8
+    assert sorted(life.loc[life["recorded"], "cta"]) == [0, 8, 16, 24]
+    assert (life["dur_ns"] > 0).all()
+    assert t.meta["launches"][0]["ctas_outside_lifetime"] == 0
+    p = perturbation(t)
+    assert p["measured"] and p["timed"]["recorded"] == 4 and p["timed"]["untraced"] == len(life) - 4
+    assert -0.05 < p["rel"] < 0.5  # every family on: a few % to a few tens of %
+    assert any(c.startswith("one wave") for c in p["caveats"])  # quack's GEMM is persistent

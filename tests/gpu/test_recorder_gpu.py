@@ -78,13 +78,14 @@ def test_overflow_drops_and_never_writes_past_its_slot(kernels_available):
     host = np.concatenate([spec.new_buffer(), np.full(64, canary, np.uint64)])
     # Slot padding beyond capacity cannot be checked from outside; the canary after the buffer
     # and the untouched tail of each slot (we poison the records area) can.
-    records = host[L.GLOBAL_HEADER_WORDS:spec.words].reshape(spec.n_slots, spec.slot_words)
+    records = host[L.GLOBAL_HEADER_WORDS:spec.slots_end].reshape(spec.n_slots, spec.slot_words)
     records[:, L.WARP_HEADER_WORDS:] = canary
     buf = torch.from_numpy(host.view(np.int64)).cuda()
     fn(out, table, buf, n_ctas, iters, 4)
     torch.cuda.synchronize()
     back = buf.cpu().numpy().view(np.uint64)
     assert (back[spec.words:] == canary).all(), "recorder wrote past the buffer"
+    assert (back[spec.slots_end:spec.words] == 0).all(), "a kernel's own Recorder wrote the CTA-lifetime region"
     d = decode_buffer(back[:spec.words])
     assert d.summary["overflowed_warps"] == n_ctas * 8
     assert d.summary["dropped"] == n_ctas * 8 * (2 * iters - cap)

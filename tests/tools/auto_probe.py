@@ -75,6 +75,7 @@ def main():
     ap.add_argument("--families", default=None)
     ap.add_argument("--cursor", default="smem")
     ap.add_argument("--no-split", action="store_true", help="one instrumented body for every CTA (split=False)")
+    ap.add_argument("--no-lifetimes", action="store_true", help="no CTA-lifetime stamps (cta_lifetimes=False)")
     a = ap.parse_args()
     os.environ["CUTE_DSL_ARCH"] = a.arch
     import cutlass
@@ -104,7 +105,7 @@ def main():
         import auto_kernels as ak
 
         c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor,
-                                  split=not a.no_split)
+                                  split=not a.no_split, cta_lifetimes=not a.no_lifetimes)
         plain_ptx = None
     elif a.kernel == "span_loop":
         # a module-level helper, named as a user names one: "module:function"
@@ -133,23 +134,43 @@ def main():
         t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
         kw = {} if fams is None else {"families": fams}
         c = compile_traced(entry, t, t, kernels=[kern], check=True, cursor=a.cursor, options="--keep-ptx",
-                           split=not a.no_split, **kw)
+                           split=not a.no_split, cta_lifetimes=not a.no_lifetimes, **kw)
         plain_ptx = c.plain.__ptx__
     after = originals()
     ptx = c.ptx or ""
+    entry_ptx = ptx[ptx.index(".entry"):] if ".entry" in ptx else ""
     print(json.dumps({
         "meta": c.meta, "params": c.params,
         "vocab": [e.name for e in c.vocab.events if e.family],
         "restored": all(before[k] is after[k] for k in before),
         "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_cluster_sregs": sorted(set(re.findall(r"%(nclusterid|clusterid|cluster_nctarank|cluster_ctarank)\.?[xyz]?", ptx))), "ptx_clock64": ptx.count("%clock64"),
         "ptx_record_stores": ptx.count("st.global.L2::cache_hint"),
+        # the CTA-lifetime stamps (and any other reduction or atomic of the kernel's own)
+        "ptx_red_max_u64": len(re.findall(r"\bred(\.\w+)*\.global\.max\.u64\b|\bred\.global(\.\w+)*\.max\.u64\b", ptx)),
+        "ptx_atomics": len(re.findall(r"\b(red|atom)\.", ptx)),
         # a payload read at run time: shifted into bits 44.. or, in a loop, stepped by 1 << 44
         "ptx_payload_ops": len(re.findall(r"shl\.b64\s+%rd\d+,\s*%rd\d+,\s*44;|,\s*17592186044416;", ptx)),
         "plain_globaltimer": None if plain_ptx is None else plain_ptx.count("%globaltimer"),
         "ptx_mma": len(re.findall(r"wgmma\.mma_async|tcgen05\.mma", ptx)),
         "ptx_static_smem": sum(int(n) for n in re.findall(r"^\s*\.shared\s.*\.b8\s+\w+\[(\d+)\];", ptx, re.M)),
         "ptx_barriers": len(re.findall(r"\bbar(rier)?\.sync", ptx)),
+        # the kernel's first and last timer reads, global loads and reductions, in order
+        "ptx_top": _memory_ops(entry_ptx)[:4], "ptx_tail": _memory_ops(_after_last_join(entry_ptx)),
     }))
+
+
+def _after_last_join(ptx: str) -> str:
+    """The PTX from the last label before the kernel's last timer read (where the body's
+    branches meet again) to its end."""
+    last_timer = ptx.rfind("%globaltimer")
+    return ptx[max(ptx.rfind("\n$L__", 0, last_timer), 0):] if last_timer >= 0 else ""
+
+
+def _memory_ops(ptx: str) -> list:
+    """'timer', 'load' (ld.global) and 'red' in the order the PTX holds them."""
+    kinds = {"%globaltimer": "timer", "ld.global": "load", "red.": "red"}
+    found = re.finditer(r"%globaltimer|ld\.global|\bred\.", ptx)
+    return [kinds[m.group(0)] for m in found]
 
 
 if __name__ == "__main__":
