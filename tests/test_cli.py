@@ -181,3 +181,26 @@ def test_compare_names_the_kernel_time_source(tmp_path):
     assert "not comparable" in out
     c = json.loads(run("compare", str(a), str(b), "--json").stdout)
     assert c["a"]["kernel_time_kind"] == "recorded_inputs" and c["b"]["kernel_time_kind"] == "cold_l2_bench"
+
+
+SWEEP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "traces", "sweep-h200")
+
+
+def test_query_prints_its_rows_and_nothing_else():
+    """DuckDB's result goes to Arrow in one step (a relation, not a DB-API cursor, which warns
+    about an extra copy): stderr stays empty."""
+    r = run("query", SWEEP, "SELECT kernel, count(*) AS n FROM results GROUP BY kernel ORDER BY kernel")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.splitlines()[0].split() == ["kernel", "n"] and r.stdout.rstrip().endswith("(6 rows)")
+
+
+def test_query_raises_no_warning_in_process():
+    import warnings
+
+    from fa4trace.sweep.query import query
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = query(SWEEP, "SELECT kernel, d, sk, tbps FROM results WHERE error IS NULL AND kernel = 'pingpong'")
+        empty = query(SWEEP, "CREATE VIEW v AS SELECT 1")
+    assert t.num_rows == 44 and t.column_names == ["kernel", "d", "sk", "tbps"] and empty.num_rows == 0
