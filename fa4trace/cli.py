@@ -178,6 +178,16 @@ def _traced_note(s: dict) -> str:
             "the launch these events come from")
 
 
+# The attention lines of a summary: (label, key, format, what follows the value). A bundle
+# without the events behind one (the marker or calibration kernel) shows no line for it.
+ATTENTION_LINES = (("bandwidth     ", "bandwidth_tbps", _tbps, ""),
+                   ("QK ∥ SOFTMAX  ", "qk_softmax_overlap", _pct, ""),
+                   ("PV ∥ SOFTMAX  ", "pv_softmax_overlap", _pct, ""),
+                   ("hidden softmax", "hidden_softmax_ns", _ns, " per iteration (median)"),
+                   ("period        ", "period_ns", _ns, " per KV block (median)"),
+                   ("tensor cores  ", "tensor_core_busy", _pct, " busy"))
+
+
 def _format_summary(s: dict) -> str:
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
@@ -188,12 +198,7 @@ def _format_summary(s: dict) -> str:
         f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))"
         + _subset_note(s),
         f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]" + _traced_note(s),
-        f"  bandwidth      {_tbps(s.get('bandwidth_tbps'))}",
-        f"  QK ∥ SOFTMAX   {_pct(s.get('qk_softmax_overlap'))}",
-        f"  PV ∥ SOFTMAX   {_pct(s.get('pv_softmax_overlap'))}",
-        f"  hidden softmax {_ns(s.get('hidden_softmax_ns'))} per iteration (median)",
-        f"  period         {_ns(s.get('period_ns'))} per KV block (median)",
-        f"  tensor cores   {_pct(s.get('tensor_core_busy'))} busy",
+        *(f"  {label} {fmt(s[key])}{tail}" for label, key, fmt, tail in ATTENTION_LINES if s.get(key) is not None),
         f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
     ]
     ends = s.get("mainloop_end_ns")
@@ -441,7 +446,7 @@ def _check_record_options(ctx: click.Context, mode: str) -> None:
     for p in ctx.command.params:
         if p.name in takes or ctx.get_parameter_source(p.name) is not ParameterSource.COMMANDLINE:
             continue
-        flag = max((o for o in p.opts if o.startswith("--")), key=len)
+        flag = max([o for o in p.opts if o.startswith("--")] or p.opts, key=len)
         why = RECORD_NOT_FOR.get((p.name, mode)) or RECORD_NOT_FOR.get((p.name, None))
         raise click.UsageError(why or f"{flag} does not apply to {RECORD_MODE_NAMES[mode]}")
 
@@ -695,11 +700,11 @@ def view(bundles, port, headless, sweep):
     Every bundle (and the sweep folder) is checked before the server starts."""
     import subprocess
 
+    deps.require("fa4trace view", "streamlit", "plotly", "pandas", "viztracer")
     from . import viewer
     from .bundle import read_meta
     from .sweep.dataset import find_dataset
 
-    deps.require("fa4trace view", "streamlit", "plotly", "pandas", "viztracer")
     server = Path(viewer.__file__).resolve().with_name("server.py")
     for bnd in bundles:
         read_meta(bnd)  # not a bundle: one line now, not a page that fails later
@@ -735,7 +740,8 @@ def view(bundles, port, headless, sweep):
 @click.option("--figure", "which", default="9", type=click.Choice(["9", "10", "overlap"]), show_default=True,
               help="9: TB/s over KV length; 10: TB/s over query length at the longest KV length; overlap: "
                    "QK/PV ∥ SOFTMAX per point.")
-@click.option("--b", "b", default=None, type=click.IntRange(min=1), help="Batch of the points shown (default: 1 when measured).")
+@click.option("--b", "b", default=None, type=click.IntRange(min=1),
+              help="Batch of the points shown (default: 1 when measured).")
 @click.option("--kernels", default=None, help="Comma list of kernels to draw (default: every kernel in the dataset).")
 @click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
 def plot(dataset, output, which, b, kernels, force):

@@ -204,3 +204,12 @@ def test_query_raises_no_warning_in_process():
         t = query(SWEEP, "SELECT kernel, d, sk, tbps FROM results WHERE error IS NULL AND kernel = 'pingpong'")
         empty = query(SWEEP, "CREATE VIEW v AS SELECT 1")
     assert t.num_rows == 44 and t.column_names == ["kernel", "d", "sk", "tbps"] and empty.num_rows == 0
+
+
+def test_summary_leaves_out_the_attention_lines_a_bundle_cannot_fill():
+    """The marker kernel's bundle (recorded on the H200) has no QK/SOFTMAX/PV events: no 'n/a'
+    lines for them."""
+    out = run("summary", os.path.join(os.path.dirname(SWEEP), "markers_h200.parquet")).stdout
+    assert "kernel time" in out and "dropped" in out
+    for label in ("bandwidth", "QK ∥ SOFTMAX", "PV ∥ SOFTMAX", "hidden softmax", "period", "tensor cores", "n/a"):
+        assert label not in out, label

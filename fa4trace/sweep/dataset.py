@@ -81,7 +81,7 @@ def _clean(x):
 
 
 def conform(t: pa.Table) -> pa.Table:
-    """A result table in RESULT_SCHEMA's columns and types: columns an older file lacks are null;
+    """A result table in RESULT_SCHEMA's columns and types: columns a file lacks are null;
     columns RESULT_SCHEMA does not know are kept, after its own."""
     cols, fields = [], []
     for f in RESULT_SCHEMA:

@@ -40,7 +40,7 @@ def connect(root):
     con = duckdb.connect(":memory:")
     if next((p / "results").glob(RESULT_GLOB), None) is not None:
         glob = (p / "results").as_posix() + "/" + RESULT_GLOB
-        # union_by_name: files written before a column existed read it as null
+        # union_by_name: a file without a column reads it as null
         con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet({_sql_str(glob)}, hive_partitioning=true, "
                     "hive_types={'kernel': VARCHAR, 'd': INTEGER, 'hkv': INTEGER}, union_by_name=true) "
                     "QUALIFY row_number() OVER (PARTITION BY point_id, kernel "
