@@ -41,10 +41,11 @@ CIRCLES_PENDING: set[frozenset] = set()
 
 
 def source_modules(root: Path) -> dict[str, Path]:
-    """Module name -> file, for fa4trace/ (without its kernels link) and kernels/."""
+    """Module name -> file, for fa4trace/ and kernels/ (a checkout's links inside fa4trace/, such
+    as fa4trace/kernels to kernels/, are not followed)."""
     mods = {}
     pkg = root / PACKAGE
-    files = [p for p in pkg.rglob("*.py") if p.relative_to(pkg).parts[0] != "kernels"]
+    files = [p for p in pkg.rglob("*.py") if not (pkg / p.relative_to(pkg).parts[0]).is_symlink()]
     files += sorted((root / "kernels").rglob("*.py"))
     for p in files:
         parts = list(p.relative_to(root).with_suffix("").parts)
