@@ -547,6 +547,8 @@ def _record_script(out: Path, force: bool, *, script, script_args, families, cap
             _fail(f"{script} exited with {e.code}", EXIT_FAIL)
     except Fa4traceError:
         raise
+    except ImportError as e:  # the script imports a package that is not here
+        _fail(f"{script}: {deps.explain(e) or _first_line(e)}", EXIT_FAIL)
     except Exception as e:  # noqa: BLE001 - the user's script failed: say where, in one line
         _fail(f"{script} raised {type(e).__name__}: {_first_line(e)}", EXIT_FAIL)
     finally:

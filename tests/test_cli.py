@@ -213,3 +213,25 @@ def test_summary_leaves_out_the_attention_lines_a_bundle_cannot_fill():
     assert "kernel time" in out and "dropped" in out
     for label in ("bandwidth", "QK ∥ SOFTMAX", "PV ∥ SOFTMAX", "hidden softmax", "period", "tensor cores", "n/a"):
         assert label not in out, label
+
+
+def test_an_unexpected_error_is_one_line_unless_debugging(bundles, monkeypatch):
+    """A bug (an exception fa4trace does not raise on purpose) still prints one line, naming
+    the switch that shows its traceback."""
+    from click.testing import CliRunner
+
+    from fa4trace import bundle
+    from fa4trace.cli import DEBUG_ENV, main
+
+    def broken(path):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(bundle, "load", broken)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    r = CliRunner().invoke(main, ["summary", str(bundles["base"])])
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [
+        f"fa4trace: error: unexpected RuntimeError: boom (a bug in fa4trace: please report it; {DEBUG_ENV}=1 shows "
+        "where it happened)"]
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    r = CliRunner().invoke(main, ["summary", str(bundles["base"])])
+    assert isinstance(r.exception, RuntimeError) and str(r.exception) == "boom"

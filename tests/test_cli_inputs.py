@@ -55,12 +55,15 @@ def files(tmp_path_factory):
     bundle = Trace.from_launches([decode_buffer(buf)], meta).save(d / "t.parquet")
     (d / "bad.parquet").write_bytes(b"not a parquet file at all")
     (d / "script.py").write_text("print('a script that compiles no kernel')\n")
+    (d / "raises.py").write_text("raise ValueError('bad shape 7')\n")
+    (d / "imports.py").write_text("import quack\n")
     (d / "nonempty").mkdir()
     (d / "nonempty" / "f").write_text("x")
     (d / "site").mkdir()
     (d / "site" / "sitecustomize.py").write_text(SITE)
     make_synthetic(d / "replay", 1, n_ctas=2, n_blocks=4)
     return {"bundle": str(bundle), "bad": str(d / "bad.parquet"), "script": str(d / "script.py"),
+            "raises": str(d / "raises.py"), "imports": str(d / "imports.py"),
             "nonempty": str(d / "nonempty"), "dir": str(d), "replay": str(d / "replay"), "sweep": str(SWEEP),
             "site": str(d / "site")}
 
@@ -109,6 +112,8 @@ BAD_INPUT = [
     ("record", ["--script", "missing.py", "-o", "z.parquet"], "'missing.py' does not exist"),
     ("record", ["--script", "{script}", "--kernel", "markers", "-o", "z.parquet"], "--kernel does not apply to --script"),
     ("record", ["--sk", "0", "-o", "z.parquet"], "--sk must be >= 1"),
+    ("record", ["--script", "{script}", "-o", "z.parquet"], "compiled no CuTe DSL kernel"),
+    ("record", ["--script", "{raises}", "-o", "z.parquet"], "raises.py raised ValueError: bad shape 7"),
     ("record", ["-o", "{bad}"], "refusing to overwrite it (add --force)"),
     ("bench", ["--only", "x=1"], "unknown shape key 'x'"),
     ("bench", ["--only", "d=7"], "leaves no shape of the matrix"),
@@ -135,6 +140,8 @@ MISSING = [
     ("record", ["--script", "{script}", "-o", "z.parquet"], ["torch"], "record --script needs PyTorch", "torch"),
     ("record", ["--script", "{script}", "-o", "z.parquet"], ["cutlass"], "record --script needs nvidia-cutlass-dsl",
      "dsl"),
+    ("record", ["--script", "{imports}", "-o", "z.parquet"], ["quack"], "imports.py: quack-kernels is not installed",
+     "fa4"),
     ("build", ["-o", "out"], ["cutlass"], "fa4trace build needs nvidia-cutlass-dsl", "dsl"),
     ("build", ["-o", "out"], ["tvm_ffi"], "fa4trace build needs apache-tvm-ffi", "dsl"),
     ("bench", [], ["torch"], "fa4trace bench needs PyTorch", "torch"),
