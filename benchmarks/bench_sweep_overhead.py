@@ -99,7 +99,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write the 'sweep-overhead' result file here")
     args = ap.parse_args(argv)
     from fa4trace.sweep import grid as G
-    from fa4trace.sweep.run import CudaRunner
+    from fa4trace.sweep.cuda import CudaRunner
 
     grid = G.from_flags(kernels=args.kernels, d=args.d, heads=args.heads, sk=args.sk)
     with tempfile.TemporaryDirectory() as tmp:

@@ -107,7 +107,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     from fa4trace.sweep import grid as G
     from fa4trace.sweep import pool as P
-    from fa4trace.sweep.run import CudaJob
+    from fa4trace.sweep.cuda import CudaJob
 
     idx = P.pick_gpus(P.parse_gpus(args.gpus), P.visible_gpus())
     if len(idx) < 2:

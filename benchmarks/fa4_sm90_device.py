@@ -92,7 +92,7 @@ def time_shape(build, d, hq, hkv, sk, b, variants, replays) -> dict:
     import torch
 
     from fa4trace.attention import Shape
-    from fa4trace.bench.decode import cold_l2_inputs
+    from fa4trace.bench.timing import cold_l2_inputs
     from fa4trace.bench.timing import graph_time
     from fa4trace.fa4.run import call_args
 

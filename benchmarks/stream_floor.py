@@ -112,7 +112,8 @@ def main(argv=None):
     import torch
 
     from fa4trace.attention import Shape
-    from fa4trace.bench.decode import bench_shape, cold_l2_inputs
+    from fa4trace.bench.decode import bench_shape
+    from fa4trace.bench.timing import cold_l2_inputs
     from fa4trace.bench.results import envelope, write
     from fa4trace.bench.timing import graph_time, reported_us
 

@@ -63,7 +63,7 @@ def run_shape(shape, schedule: str, variants, *, replays: int, rounds: int, even
     import torch
 
     from fa4trace.attention import decode_attention
-    from fa4trace.bench.decode import cold_l2_inputs
+    from fa4trace.bench.timing import cold_l2_inputs
     from fa4trace.bench.timing import graph_time, reported_us
 
     sets, per_graph = cold_l2_inputs(shape)

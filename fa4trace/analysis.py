@@ -40,7 +40,7 @@ DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "fl
 
 
 # ---- columns as numpy ----------------------------------------------------------------------
-class _Cols:
+class Columns:
     """The columns analysis needs, as numpy arrays (names decoded once)."""
 
     def __init__(self, t: pa.Table):
@@ -66,9 +66,9 @@ class _Cols:
         return self.name_codes == self.name_dict.index(name)
 
 
-def _columns(trace_or_table) -> _Cols:
+def _columns(trace_or_table) -> Columns:
     t = trace_or_table.events if isinstance(trace_or_table, Trace) else trace_or_table
-    return _Cols(t)
+    return Columns(t)
 
 
 # ---- interval algebra, vectorized over groups ---------------------------------------------
@@ -124,7 +124,7 @@ def _argsort_by(g: np.ndarray, t: np.ndarray) -> np.ndarray:
 _KEY_BITS = (15, 31, 16)
 
 
-def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+def group_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     """Dense ids for rows by a tuple of int keys; returns (ids, n, unique key rows).
 
     Keys are packed into one int64 (launch, cta, warp... fit easily); already-sorted input
@@ -160,9 +160,9 @@ def per_cta(trace: Trace) -> pa.Table:
     return _per_cta(_columns(trace))
 
 
-def _per_cta(c: _Cols) -> pa.Table:
+def _per_cta(c: Columns) -> pa.Table:
     warp_rows = c.mask("WARP")
-    gid_all, n, keys = _group_ids(c.launch, c.cta)
+    gid_all, n, keys = group_ids(c.launch, c.cta)
     if n == 0:
         return pa.table({"launch": pa.array([], pa.int16()), "cta": pa.array([], pa.int32())})
     first = np.full(n, np.iinfo(np.int64).max)
@@ -197,7 +197,7 @@ def _per_cta(c: _Cols) -> pa.Table:
     blocks = np.zeros(n, np.int64)
     if msm.any():
         # KV blocks a CTA processed = distinct softmax iterations.
-        gk, _, uk = _group_ids(gid_all[msm], c.iter[msm])
+        gk, _, uk = group_ids(gid_all[msm], c.iter[msm])
         blocks = np.bincount(uk[:, 0], minlength=n)
     cols["kv_blocks"] = blocks
     cols["dropped"] = np.bincount(gid_all, weights=c.dropped, minlength=n).astype(np.int64)
@@ -238,7 +238,7 @@ def per_iteration(trace: Trace, *, events=ITER_EVENTS) -> pa.Table:
                      "count": pa.array(rows["count"], pa.int64())})
 
 
-def _hidden_softmax(c: _Cols):
+def _hidden_softmax(c: Columns):
     """Per (warp, SOFTMAX block): ns of it covered by that warp's own QK/PV in flight."""
     msm = c.mask("SOFTMAX") & (c.iter >= 0)
     mtc = c.mask("QK") | c.mask("PV")
@@ -246,7 +246,7 @@ def _hidden_softmax(c: _Cols):
         return None
     # One group per softmax row, intersected with the union of its warp's MMA spans.
     sm_idx = np.flatnonzero(msm)
-    wid, nw, _ = _group_ids(c.launch, c.cta, c.warp)
+    wid, nw, _ = group_ids(c.launch, c.cta, c.warp)
     # Expand each MMA span to the softmax rows of its warp it touches: do it by sweeping
     # per warp with softmax rows as group A and the warp's MMA spans as group B.
     ga = wid[sm_idx]
@@ -278,11 +278,11 @@ def _hidden_softmax(c: _Cols):
     return uniq, med, counts
 
 
-def _median_period(c: _Cols) -> float | None:
+def _median_period(c: Columns) -> float | None:
     m = c.mask("SOFTMAX") & (c.iter >= 0)
     if m.sum() < 2:
         return None
-    wid, _, _ = _group_ids(c.launch[m], c.cta[m], c.warp[m])
+    wid, _, _ = group_ids(c.launch[m], c.cta[m], c.warp[m])
     st = c.start[m]
     order = _argsort_by(wid, st)
     wid, st = wid[order], st[order]
@@ -291,7 +291,7 @@ def _median_period(c: _Cols) -> float | None:
     return float(np.median(d[same])) if same.any() else None
 
 
-def _median_dur(c: _Cols, name: str) -> float | None:
+def _median_dur(c: Columns, name: str) -> float | None:
     m = c.mask(name)
     return float(np.median(c.end[m] - c.start[m])) if m.any() else None
 
@@ -308,7 +308,7 @@ def attention_bytes(config: dict) -> int | None:
     return eb * (2 * b * sq * hq * d + 2 * b * sk * hkv * d)
 
 
-def _launch_bounds(c: _Cols) -> dict[int, tuple[int, int]]:
+def _launch_bounds(c: Columns) -> dict[int, tuple[int, int]]:
     """Per launch: (first warp's start, last warp's end), from the WARP rows."""
     warp_rows = c.mask("WARP")
     out = {}
@@ -334,7 +334,7 @@ def kv_block_bytes(config: dict) -> int | None:
 STREAM_BINS = 40
 
 
-def stream_profile(c: _Cols, block_bytes: int | None, bounds: dict[int, tuple[int, int]]) -> dict:
+def stream_profile(c: Columns, block_bytes: int | None, bounds: dict[int, tuple[int, int]]) -> dict:
     """The KV stream over time, against a perfect stream at its own steady rate.
 
     A KV block counts as consumed when the PV span of the block starts in the lowest recorded
@@ -361,7 +361,7 @@ def stream_profile(c: _Cols, block_bytes: int | None, bounds: dict[int, tuple[in
     if not pv.any():
         return {}
     # lowest recorded consumer warp per (launch, cta): one event per KV block per CTA
-    gid, n, keys = _group_ids(c.launch[pv], c.cta[pv])
+    gid, n, keys = group_ids(c.launch[pv], c.cta[pv])
     low = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(low, gid, c.warp[pv])
     sel = c.warp[pv] == low[gid]
@@ -402,7 +402,7 @@ STARTUP_MARKS = (("startup_first_load_ns", "LOAD_K", "end", "first"),
                  ("startup_first_pv_ns", "PV", "start", "first"))
 
 
-def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
+def startup_profile(c: Columns, bounds: dict[int, tuple[int, int]]) -> dict:
     """How long a CTA takes to get going: median over CTAs of the first LOAD_K issued (its
     span's end), Q in shared memory (the last warp's LOAD_Q end), the first QK issued and the
     first PV issued, from the start of the launch (its first warp). {} without those events.
@@ -418,7 +418,7 @@ def startup_profile(c: _Cols, bounds: dict[int, tuple[int, int]]) -> dict:
         m = c.mask(name)
         if not m.any():
             continue
-        gid, n, keys = _group_ids(c.launch[m], c.cta[m])
+        gid, n, keys = group_ids(c.launch[m], c.cta[m])
         t = (c.end if edge == "end" else c.start)[m]
         if which == "first":
             mark = np.full(n, np.iinfo(np.int64).max)
@@ -487,7 +487,7 @@ def summarize(trace: Trace) -> dict:
     out.update(startup_profile(c, bounds))
     out["typical_cta"] = typical_cta(trace, ctas)
     out["perturbation"] = perturbation(trace)
-    return _clean(out)
+    return json_safe(out)
 
 
 FAST_SM_RATIO = 1.15  # an SM counts as fast when its mainloop rate is this far above the median
@@ -574,8 +574,48 @@ def kernel_time(timing: dict, span_ns) -> dict:
             "traced_time_ns": traced}
 
 
+# The config keys of our decode attention that make its work: two bundles that differ in one
+# of these ran different problems (the schedule, splits, tiles only change how).
+SHAPE_KEYS = ("b", "sq", "hq", "hkv", "sk", "d", "dtype")
+
+
+def config_diff(a: dict, b: dict, keys=None) -> dict:
+    """{key: [A's value, B's value]} for the config keys (``keys``: only these) whose values differ."""
+    names = keys if keys is not None else list(dict.fromkeys([*a, *b]))
+    return {k: [a.get(k), b.get(k)] for k in names if a.get(k) != b.get(k)}
+
+
+def diff_text(diff: dict) -> str:
+    """'m 8192 → 64, n 8192 → 4096' for ``config_diff``'s answer."""
+    return ", ".join(f"{k} {va} → {vb}" for k, (va, vb) in diff.items())
+
+
+def speed_text(sa: dict, sb: dict, caveat: str | None = None) -> str | None:
+    """The kernel-time line of a comparison: A's time → B's, how much less (or more) time B
+    takes, ``caveat`` (e.g. that A and B ran different shapes; then no speed ratio is given),
+    where the times come from."""
+    ta, tb = sa.get("kernel_time_ns"), sb.get("kernel_time_ns")
+    if not ta or not tb:
+        return None
+    line = f"kernel time {ta / 1e3:.2f} µs → {tb / 1e3:.2f} µs: B takes "
+    if tb < ta:
+        line += f"{100 * (ta - tb) / ta:.1f}% less time" + ("" if caveat else f" ({ta / tb:.2f}x faster)")
+    elif tb > ta:
+        line += f"{100 * (tb - ta) / ta:.1f}% more time" + ("" if caveat else f" ({tb / ta:.2f}x slower)")
+    else:
+        line += "the same time"
+    if caveat:
+        line += f", {caveat}"
+    if sa.get("kernel_time_kind") == sb.get("kernel_time_kind"):
+        return line + f" [{sa.get('kernel_time_source')}]"
+    return line + (f" [A: {sa.get('kernel_time_source')}; B: {sb.get('kernel_time_source')}: "
+                   "different sources, not comparable]")
+
+
 def compare(a: Trace, b: Trace) -> dict:
-    """Side by side summaries and what changed from a to b (b is usually the ping-pong)."""
+    """Side by side summaries and what changed from a to b (b is usually the ping-pong).
+    ``differs``: the kernels (when not the same one) and the shape keys (``SHAPE_KEYS``) whose
+    values differ; the ``speed`` line says when A and B ran different shapes."""
     sa, sb = summarize(a), summarize(b)
     diff: dict = {}
     for key in ("kernel_time_ns", "bandwidth_tbps", "period_ns", "hidden_softmax_ns", "qk_softmax_overlap",
@@ -592,24 +632,21 @@ def compare(a: Trace, b: Trace) -> dict:
         extra = hid_b - hid_a
         headline = (f"{b.name} hides {extra:.0f} ns more softmax per iteration than {a.name} "
                     f"({100 * extra / per_b:.1f}% of its {per_b:.0f} ns period)")
-    ka, kb = sa.get("kernel_time_ns"), sb.get("kernel_time_ns")
-    speed = None
-    if ka and kb:
-        speed = f"kernel time {ka / 1e3:.2f} µs → {kb / 1e3:.2f} µs ({100 * (ka - kb) / ka:+.1f}% faster)"
-        if sa.get("kernel_time_kind") == sb.get("kernel_time_kind"):
-            speed += f" [{sa.get('kernel_time_source')}]"
-        else:
-            speed += (f" [A: {sa.get('kernel_time_source')}; B: {sb.get('kernel_time_source')}: "
-                      "different sources, not comparable]")
-    return _clean({"a": sa, "b": sb, "diff": diff, "headline": headline, "speed": speed})
+    shapes = config_diff(a.meta.get("config") or {}, b.meta.get("config") or {}, SHAPE_KEYS)
+    differs = {"config": shapes}
+    if a.meta.get("kernel") != b.meta.get("kernel"):
+        differs["kernel"] = [a.meta.get("kernel"), b.meta.get("kernel")]
+    caveat = f"but A and B ran different shapes ({diff_text(shapes)}): not a speed-up" if shapes else None
+    return json_safe({"a": sa, "b": sb, "diff": diff, "headline": headline, "speed": speed_text(sa, sb, caveat),
+                      "differs": differs})
 
 
-def _clean(o):
+def json_safe(o):
     """JSON-safe: numpy scalars to Python, NaN to None."""
     if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
+        return {str(k): json_safe(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
+        return [json_safe(v) for v in o]
     if isinstance(o, np.generic):
         o = o.item()
     if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import layout as L
-from .errors import DeviceUnavailable, Fa4traceError
+from .errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
 
 MANIFEST = "manifest.json"
 LIBRARY = "fa4trace_kernels.so"
-# The manifest's layout and the kernels' calling conventions. A folder written with another
-# format (an older fa4trace) is refused in one line: rebuild it.
+# The manifest's layout and the kernels' calling conventions. A folder written in another
+# format is refused in one line: rebuild it.
 BUILD_FORMAT = 2
 RUNTIME_LIB = "libcute_dsl_runtime.so"
 DEFAULT_RUNTIME = "cu13"
@@ -75,7 +75,7 @@ def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.Path
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
-            raise Fa4traceError(f"{out} exists and is not empty; pass --force to replace it")
+            raise WouldOverwrite(f"{out} exists and is not empty; refusing to replace it")
         if not (out / MANIFEST).exists():
             raise Fa4traceError(f"{out} is not an fa4trace build folder (no {MANIFEST}); refusing to replace it")
         shutil.rmtree(out)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analysis import _Cols, _group_ids
+from .analysis import Columns, group_ids
 from .bundle import Trace
 from .vocab import Vocabulary
 
@@ -34,8 +34,8 @@ def is_automatic(trace: Trace) -> bool:
     return isinstance(trace.meta.get("instrument"), dict)
 
 
-class AutoCols(_Cols):
-    """Columns of one events table (analysis._Cols) with per-row automatic-event fields.
+class AutoCols(Columns):
+    """Columns of one events table (analysis.Columns) with per-row automatic-event fields.
 
     ``family``/``op``/``resource``: per row, as codes into ``families``/``ops``/``resources``
     ("" = a hand-placed event, or WARP); ``stages`` per row (0 = unknown); ``kind`` per row as
@@ -75,8 +75,8 @@ class AutoCols(_Cols):
             self.kind = empty
         wait_code = np.array([bool(f) and is_wait_op(o) for f, o in zip(fam, op)] or [False])
         self.is_wait = (wait_code[code] & (self.kind == 0)) if code.size else np.zeros(0, bool)
-        self.warp_gid, self.n_warps, self.warp_keys = _group_ids(self.launch, self.cta, self.warp)
-        self.cta_gid, self.n_ctas, self.cta_keys = _group_ids(self.launch, self.cta)
+        self.warp_gid, self.n_warps, self.warp_keys = group_ids(self.launch, self.cta, self.warp)
+        self.cta_gid, self.n_ctas, self.cta_keys = group_ids(self.launch, self.cta)
         self.is_warp_row = self.kind == 2
         # the CTA of each warp gid
         self.cta_of_warp = np.zeros(self.n_warps, np.int64)

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .decode import SCHEMA, DecodedLaunch
-from .errors import Fa4traceError, TraceFormatError
+from .errors import Fa4traceError, TraceFormatError, WouldOverwrite
 from .vocab import VOCAB, Vocabulary
 
 META_KEY = b"fa4trace"
@@ -86,7 +86,7 @@ class Trace:
         """Write the bundle; refuses to replace an existing file unless overwrite=True."""
         path = Path(path)
         if path.exists() and not overwrite:
-            raise Fa4traceError(f"{path} exists; refusing to overwrite it (use --force / overwrite=True)")
+            raise WouldOverwrite(f"{path} exists; refusing to overwrite it")
         if path.is_dir():
             raise Fa4traceError(f"{path} is a directory")
         meta = json.dumps(_complete_meta(self.meta), sort_keys=True, default=_json_default).encode()
@@ -163,9 +163,31 @@ def _json_default(o):
     raise TypeError(f"{type(o).__name__} is not JSON serializable")
 
 
+def read_meta(path: str | os.PathLike) -> dict:
+    """The metadata of the bundle at ``path``, after every check ``load`` makes short of reading
+    the events: cheap, for refusing a file that is not a bundle before any work starts."""
+    return _open(Path(path))[1]
+
+
 def load(path: str | os.PathLike) -> Trace:
     """Read a bundle. Anything that is not one raises TraceFormatError with one clear line."""
     path = Path(path)
+    pf, meta = _open(path)
+    try:
+        table = pf.read(columns=SCHEMA.names)
+        table = table.replace_schema_metadata(None)
+        if table.schema != SCHEMA:
+            table = table.cast(SCHEMA)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceFormatError(f"{path}: bundle data is unreadable ({first})") from None
+    if "vocabulary" not in meta:
+        meta["vocabulary"] = VOCAB.to_json()
+    return Trace(table, meta)
+
+
+def _open(path: Path) -> tuple[pq.ParquetFile, dict]:
+    """The Parquet file and its fa4trace metadata, checked (format, version, columns, vocabulary)."""
     if not path.exists():
         raise Fa4traceError(f"{path}: no such file")
     if path.is_dir():
@@ -193,16 +215,6 @@ def load(path: str | os.PathLike) -> Trace:
     missing = [f.name for f in SCHEMA if f.name not in pf.schema_arrow.names]
     if missing:
         raise TraceFormatError(f"{path}: bundle lacks column(s) {', '.join(missing)}")
-    try:
-        table = pf.read(columns=SCHEMA.names)
-        table = table.replace_schema_metadata(None)
-        if table.schema != SCHEMA:
-            table = table.cast(SCHEMA)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TraceFormatError(f"{path}: bundle data is unreadable ({first})") from None
     if "vocabulary" in meta:
         Vocabulary.from_json(meta["vocabulary"])  # validate early, one clear error
-    else:
-        meta["vocabulary"] = VOCAB.to_json()
-    return Trace(table, meta)
+    return pf, meta

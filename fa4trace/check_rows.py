@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from .check import Row, failed
+from .check_report import Row, failed
 from .fidelity import WARN as PERTURBATION_WARN
 from .fidelity import headline, perturbation, perturbation_lines
 
@@ -167,7 +167,7 @@ def recorder_rows(ctx: Context) -> list[Row]:
 
     from . import layout as L
     from . import loader
-    from .check import buffer_view, guard_damage, guarded_buffer
+    from .check_probes import buffer_view, guard_damage, guarded_buffer
     from .decode import decode_buffer
     from .record import MARKER_WARPS, TracedLaunch, marker_inputs, record
 
@@ -271,7 +271,7 @@ def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlap
     dropped), and judge the overlap the schedule should show."""
     from .analysis import summarize
     from .bundle import load
-    from .check import perfetto_slices
+    from .check_probes import perfetto_slices
     from .kernel_analysis import export_inputs
     from .perfetto import to_perfetto
 
@@ -355,6 +355,7 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     import torch
 
     from . import attention as A
+    from .record import record_attention
 
     label = f"ours {schedule}"
     nxt = f"do not trust our decode kernel on this GPU; {REPORT_BUG}"
@@ -376,7 +377,7 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     except Exception as e:  # noqa: BLE001
         rows.append(failed("decode", f"{label}: run", e, nxt))
     try:
-        trace = A.record_attention(schedule=schedule, num_splits=splits, build=ctx.build, seed=ctx.seed, **s)
+        trace = record_attention(schedule=schedule, num_splits=splits, build=ctx.build, seed=ctx.seed, **s)
     except Exception as e:  # noqa: BLE001
         return rows + [failed("decode", f"{label}: record", e, nxt)]
     rows += _bundle_rows("decode", label, trace, ctx, f"decode_{schedule}", OUR_OVERLAPS[schedule], nxt)

@@ -1,31 +1,44 @@
 """`fa4trace` command line: record | convert | summary | compare | view | plot | build | bench | check | sweep |
 compact | query.
 
-Every failure prints one line (``fa4trace: error: ...``) and exits non-zero; nothing a user
-recorded is overwritten without --force.
+Every failure prints one line (``fa4trace: error: ...``) and exits non-zero: bad input, a
+missing file, a missing optional package (what is missing and the pip command that brings it)
+alike; nothing a user recorded is overwritten without --force.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
-from .errors import Fa4traceError
+from . import deps
+from .errors import Fa4traceError, MissingDependency, WouldOverwrite
 from .kernels.decode_spec import LEAD_WARPS, SCHEDULES, WARPS_PER_CTA
+from .kernels.marker_spec import RECORDING_VARIANTS
 
 # FA4's own schedules (record --impl fa4): its sm100 switch; its SM90 forward is FA3's.
 FA4_SCHEDULES = ("base", "pingpong", "fa3")
 EXIT_USAGE = 2
 EXIT_FAIL = 1
+DEBUG_ENV = "FA4TRACE_DEBUG"  # set to 1: an unexpected error shows its traceback instead of one line
 
 
 class _OneLineErrors(click.Group):
-    """Turn usage errors and fa4trace errors into one line on stderr."""
+    """Turn usage errors, fa4trace errors and missing packages into one line on stderr."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except WouldOverwrite as e:  # say how to allow it where the command can
+            cmd = self.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+            if cmd is not None and any(p.name == "force" for p in cmd.params):
+                raise WouldOverwrite(f"{e} (add --force)") from None
+            raise
 
     def main(self, args=None, prog_name=None, **kw):
         try:
@@ -41,10 +54,21 @@ class _OneLineErrors(click.Group):
         except click.ClickException as e:
             _fail(e.format_message(), e.exit_code or EXIT_FAIL)
         except (Fa4traceError, ValueError, OSError, KeyError) as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            _fail(msg, EXIT_FAIL)
+            _fail(_first_line(e), EXIT_FAIL)
+        except ImportError as e:  # an optional package imported past the checks (or broken)
+            _fail(deps.explain(e) or f"a module does not import here: {_first_line(e)}", EXIT_FAIL)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except Exception as e:  # noqa: BLE001 - a bug: still one line, unless asked for the traceback
+            if os.environ.get(DEBUG_ENV):
+                raise
+            _fail(f"unexpected {type(e).__name__}: {_first_line(e)} (a bug in fa4trace: please report it; "
+                  f"{DEBUG_ENV}=1 shows where it happened)", EXIT_FAIL)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _fail(msg: str, code: int):
@@ -53,11 +77,12 @@ def _fail(msg: str, code: int):
 
 
 def _check_out(path: str, force: bool) -> Path:
+    """The output file ``path``, refused when it exists (unless ``force``) or is a folder."""
     p = Path(path)
-    if p.exists() and not force:
-        raise Fa4traceError(f"{p} exists; refusing to overwrite it (add --force)")
     if p.is_dir():
         raise Fa4traceError(f"{p} is a directory")
+    if p.exists() and not force:
+        raise WouldOverwrite(f"{p} exists; refusing to overwrite it")
     return p
 
 
@@ -153,6 +178,16 @@ def _traced_note(s: dict) -> str:
             "the launch these events come from")
 
 
+# The attention lines of a summary: (label, key, format, what follows the value). A bundle
+# without the events behind one (the marker or calibration kernel) shows no line for it.
+ATTENTION_LINES = (("bandwidth     ", "bandwidth_tbps", _tbps, ""),
+                   ("QK ∥ SOFTMAX  ", "qk_softmax_overlap", _pct, ""),
+                   ("PV ∥ SOFTMAX  ", "pv_softmax_overlap", _pct, ""),
+                   ("hidden softmax", "hidden_softmax_ns", _ns, " per iteration (median)"),
+                   ("period        ", "period_ns", _ns, " per KV block (median)"),
+                   ("tensor cores  ", "tensor_core_busy", _pct, " busy"))
+
+
 def _format_summary(s: dict) -> str:
     from .kernel_text import perturbation_text
 
@@ -165,12 +200,7 @@ def _format_summary(s: dict) -> str:
         f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))"
         + _subset_note(s),
         f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]" + _traced_note(s),
-        f"  bandwidth      {_tbps(s.get('bandwidth_tbps'))}",
-        f"  QK ∥ SOFTMAX   {_pct(s.get('qk_softmax_overlap'))}",
-        f"  PV ∥ SOFTMAX   {_pct(s.get('pv_softmax_overlap'))}",
-        f"  hidden softmax {_ns(s.get('hidden_softmax_ns'))} per iteration (median)",
-        f"  period         {_ns(s.get('period_ns'))} per KV block (median)",
-        f"  tensor cores   {_pct(s.get('tensor_core_busy'))} busy",
+        *(f"  {label} {fmt(s[key])}{tail}" for label, key, fmt, tail in ATTENTION_LINES if s.get(key) is not None),
         f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
         *perturbation_text(s.get("perturbation")),
     ]
@@ -204,7 +234,7 @@ def _format_summary(s: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--roles", "roles", multiple=True, metavar="ROLE=WARPS", help=ROLES_HELP)
 def compare(a, b, as_json, roles):
-    """Compare two bundles (A usually base, B ping-pong): overlap, period, kernel time; for two
+    """Compare two bundles (B against A): overlap, period, kernel time; for two
     bundles of one automatically traced kernel: roles' busy/waiting/idle, lag, wait chain."""
     from .analysis import compare as cmp
     from .autoevents import is_automatic
@@ -246,9 +276,23 @@ def compare(a, b, as_json, roles):
     for which in ("a", "b"):
         for line in perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation"):
             click.echo(line)
-    for line in (c.get("headline"), c.get("speed")):
+    for line in (c.get("headline"), *_differs_notes(c), c.get("speed")):
         if line:
             click.echo(line)
+
+
+def _differs_notes(c: dict) -> list[str]:
+    """What a comparison's ``differs`` says beyond its speed line: other kernels, and other
+    shapes where no speed line names them."""
+    from .analysis import diff_text
+
+    d = c.get("differs") or {}
+    notes = []
+    if d.get("kernel"):
+        notes.append(f"note: A is kernel {d['kernel'][0]}, B is kernel {d['kernel'][1]}")
+    if d.get("config") and not c.get("speed"):
+        notes.append(f"note: A and B ran different shapes ({diff_text(d['config'])})")
+    return notes
 
 
 # ---- convert -------------------------------------------------------------------------------
@@ -262,18 +306,20 @@ def convert(bundle, fmt, output, compress, force):
     """Export a bundle to Perfetto (.pftrace, TrackEvent protobuf) or Chrome JSON."""
     from .bundle import load
 
+    if compress and fmt != "perfetto":
+        raise click.UsageError("--compress applies to --to perfetto only")
     out = _check_out(output, force)
-    trace = load(bundle)
+    from .kernel_analysis import export_inputs
+
+    shown, occupancy = export_inputs(load(bundle))  # roles and stage occupancy: analysis before export
     if fmt == "perfetto":
         from .perfetto import to_perfetto
 
-        stats = to_perfetto(trace, out, compress=compress)
+        stats = to_perfetto(shown, out, compress=compress, occupancy=occupancy)
     else:
-        if compress:
-            raise click.UsageError("--compress applies to --to perfetto only")
         from .chrome import to_chrome
 
-        stats = to_chrome(trace, out)
+        stats = to_chrome(shown, out)
     click.echo(f"wrote {out} ({out.stat().st_size} bytes){_stats_suffix(stats)}")
 
 
@@ -296,18 +342,20 @@ def _stats_suffix(stats) -> str:
 @click.option("--force", is_flag=True, help="Replace an existing build folder.")
 def build(arch, output, only, force):
     """AOT-compile the instrumented kernels (tvm-ffi export + link) into a folder with a manifest."""
-    os.environ["CUTE_DSL_ARCH"] = arch
-    try:
-        import cutlass  # noqa: F401
-    except ImportError:
-        raise Fa4traceError("building kernels needs the CuTe DSL: pip install 'fa4trace[dsl]'") from None
     from . import kernels
     from .aot import build_library
 
-    kinds = tuple(k.strip() for k in only.split(",")) if only else None
+    kinds = tuple(k.strip() for k in only.split(",") if k.strip()) if only is not None else None
+    unknown = [k for k in kinds or () if k not in kernels.KINDS]
+    if kinds == () or unknown:
+        raise click.BadParameter(f"unknown kernel kind {', '.join(unknown) or repr(only)}; the kinds are "
+                                 f"{', '.join(kernels.KINDS)}", param_hint="--only")
+    out = Path(output)
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise WouldOverwrite(f"{out} exists and is not empty; refusing to replace it")
+    deps.require("fa4trace build", "cutlass", "tvm_ffi")
+    os.environ["CUTE_DSL_ARCH"] = arch
     variants = list(kernels.aot_variants(arch, only=kinds))
-    if not variants:
-        raise Fa4traceError(f"no kernel variants selected (--only {only})")
     compiled = {}
     for i, (name, thunk, entry) in enumerate(variants, 1):
         click.echo(f"[{i}/{len(variants)}] compiling {name}", err=True)
@@ -317,6 +365,26 @@ def build(arch, output, only, force):
 
 
 # ---- record --------------------------------------------------------------------------------
+# The modes of `record`, one function each, and the options each takes (besides -o and --force).
+RECORD_OPTIONS = {
+    "ours": ("kind", "impl", "schedule", "d", "hq", "hkv", "sk", "b", "sq", "dtype", "num_splits", "ctas", "warps",
+             "events", "capacity", "build_dir"),
+    "fa4": ("kind", "impl", "schedule", "d", "hq", "hkv", "sk", "b", "sq", "dtype", "ctas", "warps", "capacity",
+            "build_dir", "families"),
+    "calibration": ("kind", "timebase", "build_dir"),
+    "markers": ("kind", "variant", "ctas", "warps", "capacity", "build_dir"),
+    "script": ("script", "script_args", "families", "capacity", "ctas", "warps"),
+}
+RECORD_MODE_NAMES = {"ours": "our decode attention", "fa4": "--impl fa4", "calibration": "--kernel calibration",
+                     "markers": "--kernel markers", "script": "--script"}
+# Why an option does not go with a mode, where more can be said than "does not apply".
+RECORD_NOT_FOR = {
+    ("warps", "calibration"): "--warps: the calibration kernel records every warp (its checks need them)",
+    ("events", None): "--events picks the event set of our decode attention kernels only",
+    ("families", None): "--families goes with --script or --impl fa4 (our kernels place their events by hand)",
+}
+
+
 @main.command()
 @click.option("--kernel", "kind", default="attention", type=click.Choice(["attention", "calibration", "markers"]),
               show_default=True, help="What to run.")
@@ -336,7 +404,8 @@ def build(arch, output, only, force):
 @click.option("--num-splits", default=None, type=int, help="Split-KV count (default: heuristic).")
 @click.option("--timebase", default="clock64", type=click.Choice(["clock64", "globaltimer"]), show_default=True,
               help="Calibration kernel: per-event timer.")
-@click.option("--variant", default="fa4trace", help="Markers kernel variant.")
+@click.option("--variant", default="fa4trace", type=click.Choice(RECORDING_VARIANTS), show_default=True,
+              help="Markers kernel: which recorder variant.")
 @click.option("--ctas", default=None, help="Record a subset of CTAs: FIRST:COUNT[:STRIDE].")
 @click.option("--warps", default=None,
               help="Record a subset of each CTA's warps: comma warp indices, or 'lead' (decode attention: "
@@ -357,79 +426,125 @@ def build(arch, output, only, force):
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def record(kind, impl, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, timebase, variant, ctas, warps,
-           events, capacity, build_dir, script, families, output, force, script_args):
+@click.pass_context
+def record(ctx, output, force, **opts):
     """Run a kernel on this machine's GPU with tracing on and write a bundle.
 
     With --script, run your own script instead (arguments after --): fa4trace record --script
     gemm.py -o gemm.parquet -- --m 8192."""
+    if opts["script_args"] and not opts["script"]:
+        raise click.BadParameter(f"unexpected arguments {' '.join(opts['script_args'])} (they go to --script)")
+    mode = record_mode(opts["kind"], opts["impl"], opts["script"])
+    _check_record_options(ctx, mode)
     out = _check_out(output, force)
-    if script_args and not script:
-        raise click.BadParameter(f"unexpected arguments {' '.join(script_args)} (they go to --script)")
+    take = [k for k in RECORD_OPTIONS[mode] if k not in ("kind", "impl")]
+    RECORDERS[mode](out, force, **{k: opts[k] for k in take})
+
+
+def record_mode(kind: str, impl: str, script) -> str:
+    """Which recording `record` makes: script, calibration, markers, fa4 or ours."""
     if script:
-        _record_script(script, script_args, out, force, families, capacity, _parse_ctas(ctas),
-                       _parse_warps(warps, "script", "") if warps else None)
-        return
-    if kind == "attention":
-        _check_attention_args(impl, schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=num_splits)
-    if capacity is not None and capacity < 1:
-        raise click.BadParameter(f"--capacity must be >= 1, got {capacity}")
-    if events is not None and (kind != "attention" or impl != "ours"):
-        raise click.BadParameter("--events picks the event set of our decode attention kernels only")
-    if families is not None and (kind != "attention" or impl != "fa4"):
-        raise click.BadParameter("--families goes with --script or --impl fa4 (our kernels place their events by hand)")
-    subset = _parse_ctas(ctas)
-    if warps is not None:
-        if kind == "calibration":
-            raise click.BadParameter("--warps: the calibration kernel records every warp (its checks need them)")
-        subset["warps"] = _parse_warps(warps, kind, impl)
-    if kind == "calibration":
-        from .record import record_calibration
+        return "script"
+    if kind != "attention":
+        return kind
+    return "fa4" if impl == "fa4" else "ours"
 
-        trace, checks = record_calibration(timebase=timebase, build=build_dir)
-        click.echo(f"tick {checks['tick_ns']} ns; decoded vs globaltimer bracket: median {checks['err_vs_bracket_mid_ns_median']} ns, worst {checks['outside_ns_max']} ns outside; "
-                   f"{checks['warps_within_one_tick']}/{checks['warps']} warps within one tick")
-    elif kind == "markers":
-        from .record import record_markers
 
-        trace = record_markers(variant=variant, build=build_dir, capacity=capacity, **subset)
-    elif impl == "fa4":
-        from . import fa4
+def _check_record_options(ctx: click.Context, mode: str) -> None:
+    """Refuse options given on the command line that the mode does not take (one line)."""
+    takes = set(RECORD_OPTIONS[mode]) | {"output", "force"}
+    for p in ctx.command.params:
+        if p.name in takes or ctx.get_parameter_source(p.name) is not ParameterSource.COMMANDLINE:
+            continue
+        flag = max([o for o in p.opts if o.startswith("--")] or p.opts, key=len)
+        why = RECORD_NOT_FOR.get((p.name, mode)) or RECORD_NOT_FOR.get((p.name, None))
+        raise click.UsageError(why or f"{flag} does not apply to {RECORD_MODE_NAMES[mode]}")
 
-        trace = fa4.record(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
-                           capacity=capacity, build=build_dir, families=_parse_families(families) or (), **subset)
-    else:
-        from . import attention
 
-        trace = attention.record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq,
-                                           dtype=dtype, num_splits=num_splits, capacity=capacity,
-                                           build=build_dir, trace_events=events or "core", **subset)
+def _require_kernels(purpose: str) -> None:
+    """torch, and the CuTe DSL to compile fa4trace's kernels here or tvm-ffi to load a build."""
+    deps.require(purpose, "torch")
+    deps.require_route(purpose, jit=("cutlass",), aot=("tvm_ffi",))
+
+
+def _save(trace, out: Path, force: bool) -> None:
     trace.save(out, overwrite=force)
     click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
 
 
-def _parse_families(families: str | None) -> tuple:
-    """``--families a,b``: the generic event families named (empty for None)."""
-    from .auto.events import FAMILIES
+def _record_ours(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, ctas, warps, events,
+                 capacity, build_dir):
+    """Our decode attention: one traced launch on random inputs."""
+    _check_attention_args("ours", schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=num_splits)
+    _check_capacity(capacity)
+    subset = _parse_ctas(ctas)
+    if warps is not None:
+        subset["warps"] = _parse_warps(warps, lead=True, max_warps=WARPS_PER_CTA)
+    _require_kernels("fa4trace record")
+    from .record import record_attention
 
-    fams = tuple(f.strip() for f in (families or "").split(",") if f.strip())
-    bad = set(fams) - set(FAMILIES)
-    if bad:
-        raise click.BadParameter(f"--families: unknown {', '.join(sorted(bad))}; families are {', '.join(FAMILIES)}")
-    return fams
+    _save(record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
+                           num_splits=num_splits, capacity=capacity, build=build_dir,
+                           trace_events=events or "core", **subset), out, force)
 
 
-def _record_script(script, script_args, out: Path, force: bool, families, capacity, subset: dict, warps):
-    """``fa4trace record --script``: the script runs under ``fa4trace.instrument``."""
+def _record_fa4(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtype, ctas, warps, capacity, build_dir,
+                families):
+    """Upstream FlashAttention-4: one traced launch, with the generic families asked for."""
+    _check_attention_args("fa4", schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=None)
+    _check_capacity(capacity)
+    fams = _parse_families(families)
+    subset = _parse_ctas(ctas)
+    if warps is not None:
+        subset["warps"] = _parse_warps(warps)
+    deps.require("fa4trace record --impl fa4", "torch")
+    deps.require_route("fa4trace record --impl fa4", jit=("cutlass", "flash_attn"), aot=("tvm_ffi",), what="FA4")
+    from . import fa4
+
+    _save(fa4.record(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype, capacity=capacity,
+                     build=build_dir, families=fams, **subset), out, force)
+
+
+def _record_calibration(out: Path, force: bool, *, timebase, build_dir):
+    """The calibration kernel: its trace and the timer checks (tick, agreement with globaltimer)."""
+    _require_kernels("fa4trace record --kernel calibration")
+    from .record import record_calibration
+
+    trace, checks = record_calibration(timebase=timebase, build=build_dir)
+    click.echo(f"tick {checks['tick_ns']} ns; decoded vs globaltimer bracket: median "
+               f"{checks['err_vs_bracket_mid_ns_median']} ns, worst {checks['outside_ns_max']} ns outside; "
+               f"{checks['warps_within_one_tick']}/{checks['warps']} warps within one tick")
+    _save(trace, out, force)
+
+
+def _record_markers(out: Path, force: bool, *, variant, ctas, warps, capacity, build_dir):
+    """The marker-dense microbenchmark: one traced launch of a recording variant."""
+    _check_capacity(capacity)
+    subset = _parse_ctas(ctas)
+    if warps is not None:
+        subset["warps"] = _parse_warps(warps)
+    _require_kernels("fa4trace record --kernel markers")
+    from .record import record_markers
+
+    _save(record_markers(variant=variant, build=build_dir, capacity=capacity, **subset), out, force)
+
+
+def _record_script(out: Path, force: bool, *, script, script_args, families, capacity, ctas, warps):
+    """``--script``: the user's script runs under ``fa4trace.instrument``; every kernel it
+    launched is written as a bundle (-o, then -o's stem + _1, _2...)."""
     import runpy
 
+    _check_capacity(capacity)
+    fams = _parse_families(families)
+    subset = _parse_ctas(ctas)
+    if subset.get("cta_first"):
+        raise click.BadParameter("--ctas with --script: FIRST must be 0 (FIRST:COUNT[:STRIDE])")
+    deps.require("fa4trace record --script", "torch", "cutlass")
     from .auto.api import instrument
     from .auto.events import FAMILIES
 
-    fams = _parse_families(families) or FAMILIES
-    opts = dict(families=fams, warps=warps, ctas=subset.get("max_ctas", 256), cta_stride=subset.get("cta_stride", 1))
-    if subset.get("cta_first"):
-        raise click.BadParameter("--ctas with --script: FIRST must be 0 (FIRST:COUNT[:STRIDE])")
+    opts = dict(families=fams or FAMILIES, warps=_parse_warps(warps) if warps else None,
+                ctas=subset.get("max_ctas", 256), cta_stride=subset.get("cta_stride", 1))
     if capacity:
         opts["capacity"] = capacity
     argv = sys.argv
@@ -440,6 +555,12 @@ def _record_script(script, script_args, out: Path, force: bool, families, capaci
     except SystemExit as e:
         if e.code not in (None, 0):
             _fail(f"{script} exited with {e.code}", EXIT_FAIL)
+    except Fa4traceError:
+        raise
+    except ImportError as e:  # the script imports a package that is not here
+        _fail(f"{script}: {deps.explain(e) or _first_line(e)}", EXIT_FAIL)
+    except Exception as e:  # noqa: BLE001 - the user's script failed: say where, in one line
+        _fail(f"{script} raised {type(e).__name__}: {_first_line(e)}", EXIT_FAIL)
     finally:
         sys.argv = argv
     launched = recording.launched
@@ -456,6 +577,26 @@ def _record_script(script, script_args, out: Path, force: bool, families, capaci
         missing = t.meta["instrument"].get("missing") or []
         click.echo(f"wrote {p}: {t.meta['kernel']}, {len(t)} rows"
                    + (f"; no {', '.join(missing)} events found in this kernel" if missing else ""))
+
+
+RECORDERS = {"ours": _record_ours, "fa4": _record_fa4, "calibration": _record_calibration,
+             "markers": _record_markers, "script": _record_script}
+
+
+def _parse_families(families: str | None) -> tuple:
+    """``--families a,b``: the generic event families named (empty for None)."""
+    from .auto.events import FAMILIES
+
+    fams = tuple(f.strip() for f in (families or "").split(",") if f.strip())
+    bad = set(fams) - set(FAMILIES)
+    if bad:
+        raise click.BadParameter(f"--families: unknown {', '.join(sorted(bad))}; families are {', '.join(FAMILIES)}")
+    return fams
+
+
+def _check_capacity(capacity) -> None:
+    if capacity is not None and capacity < 1:
+        raise click.BadParameter(f"--capacity must be >= 1, got {capacity}")
 
 
 def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
@@ -488,9 +629,11 @@ def _parse_ctas(spec: str | None) -> dict:
     return {"cta_first": parts[0], "max_ctas": parts[1], "cta_stride": parts[2] if len(parts) == 3 else 1}
 
 
-def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
+def _parse_warps(spec: str, *, lead: bool = False, max_warps: int | None = None) -> tuple:
+    """``--warps``: comma warp indices (below ``max_warps`` when the kernel's warp count is
+    known), or 'lead' where the kernel defines lead warps (our decode attention)."""
     if spec == "lead":
-        if kind != "attention" or impl != "ours":  # (also --script: warp roles are the kernel's own)
+        if not lead:  # (also --script: warp roles are the kernel's own)
             raise click.BadParameter("--warps lead is defined for our decode attention; give warp indices")
         return LEAD_WARPS
     try:
@@ -499,9 +642,8 @@ def _parse_warps(spec: str, kind: str, impl: str) -> tuple:
         raise click.BadParameter(f"--warps must be comma warp indices or 'lead', got {spec!r}") from None
     if not ws or min(ws) < 0:
         raise click.BadParameter(f"--warps must be comma warp indices >= 0 or 'lead', got {spec!r}")
-    if kind == "attention" and impl == "ours" and kind != "script":
-        if max(ws) >= WARPS_PER_CTA:
-            raise click.BadParameter(f"--warps: decode attention has warps 0..{WARPS_PER_CTA - 1}, got {spec!r}")
+    if max_warps is not None and max(ws) >= max_warps:
+        raise click.BadParameter(f"--warps: decode attention has warps 0..{max_warps - 1}, got {spec!r}")
     return ws
 
 
@@ -523,17 +665,22 @@ def check(out, as_json, build_dir, fa4_build, quick, force):
     kernel (Hopper) and FA4's decode, and what tracing costs; ends with one line: usable,
     usable with warnings or not usable.
 
-    Exit status: 0 usable, 3 usable with warnings, 1 not usable, 2 no CUDA GPU here."""
+    Exit status: 0 usable, 3 usable with warnings, 1 not usable, 2 no CUDA GPU (or no PyTorch) here."""
     from . import check as C
+    from .check_report import exit_code, render
     from .check_rows import detect_gpu
 
     C.prepare_out_dir(out, force, create=False)
+    try:
+        deps.require("fa4trace check", "torch")
+    except MissingDependency as e:
+        _fail(str(e), C.EXIT_NO_GPU)
     if detect_gpu() is None:
         _fail(C.NO_GPU_MESSAGE, C.EXIT_NO_GPU)
     report = C.run_checks(out, build=build_dir, fa4_build=fa4_build, quick=quick, force=force,
                           log=lambda m: click.echo(m, err=True))
-    click.echo(report.to_json() if as_json else C.render(report))
-    return C.exit_code(report.verdict)
+    click.echo(report.to_json() if as_json else render(report))
+    return exit_code(report.verdict)
 
 
 # ---- view / bench --------------------------------------------------------------------------
@@ -560,20 +707,21 @@ def _port_free(address: str, port: int) -> bool:
 @click.option("--sweep", "sweep", default=None, type=click.Path(file_okay=False, exists=True),
               help="A sweep dataset folder: its figures in the Sweep tab, its points' bundles open as A and B.")
 def view(bundles, port, headless, sweep):
-    """Open the Streamlit viewer (default: the bundled traces in traces/), on 127.0.0.1 only."""
+    """Open the Streamlit viewer on 127.0.0.1 only: the BUNDLES given, the trace bundles in
+    ./traces (a source checkout opens its own traces/), and uploads.
+    Every bundle (and the sweep folder) is checked before the server starts."""
     import subprocess
 
-    try:
-        from . import viewer
-    except ImportError as exc:  # pragma: no cover - the package ships it
-        raise Fa4traceError(f"the viewer is not installed here ({exc})") from None
+    deps.require("fa4trace view", "streamlit", "plotly", "pandas", "viztracer")
+    from . import viewer
+    from .bundle import read_meta
+    from .sweep.dataset import find_dataset
+
     server = Path(viewer.__file__).resolve().with_name("server.py")
-    missing = [m for m in ("streamlit", "plotly", "pandas", "viztracer") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise Fa4traceError(f"the viewer needs {', '.join(missing)}: pip install 'fa4trace[viewer]'")
     for bnd in bundles:
-        if not Path(bnd).is_file():
-            raise Fa4traceError(f"{bnd}: no such file")
+        read_meta(bnd)  # not a bundle: one line now, not a page that fails later
+    if sweep and find_dataset(sweep) is None:
+        raise Fa4traceError(f"{sweep}: not a sweep dataset (no results/ or sweeps/ folder in it)")
     if not _port_free(VIEW_ADDRESS, port):
         raise Fa4traceError(f"port {port} on {VIEW_ADDRESS} is in use (another viewer?): "
                             f"pick another with --port, e.g. fa4trace view --port {port + 1}")
@@ -604,17 +752,63 @@ def view(bundles, port, headless, sweep):
 @click.option("--figure", "which", default="9", type=click.Choice(["9", "10", "overlap"]), show_default=True,
               help="9: TB/s over KV length; 10: TB/s over query length at the longest KV length; overlap: "
                    "QK/PV ∥ SOFTMAX per point.")
-@click.option("--b", "b", default=None, type=int, help="Batch of the points shown (default: 1 when measured).")
+@click.option("--b", "b", default=None, type=click.IntRange(min=1),
+              help="Batch of the points shown (default: 1 when measured).")
 @click.option("--kernels", default=None, help="Comma list of kernels to draw (default: every kernel in the dataset).")
 @click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
 def plot(dataset, output, which, b, kernels, force):
-    """Draw a sweep dataset's figure (results/kernel=*/d=*/hkv=*/*.parquet) to HTML, PNG or SVG."""
-    from .viewer import sweep_figures as F
-
+    """Draw a sweep dataset's figure (results/kernel=*/d=*/hkv=*/*.parquet) to HTML, PNG or SVG.
+    A selection with no point to draw (a batch, kernels not in the dataset) is an error."""
     out = _check_out(output, force)
+    ext = out.suffix.lower()
+    if ext not in PLOT_FORMATS:
+        raise click.BadParameter(f"{out}: unknown figure format {ext or '(none)'}: use .html, .png or .svg",
+                                 param_hint="-o")
+    if kernels is not None and which == "overlap":
+        raise click.BadParameter("the overlap figure shows the ping-pong and intrawg rows; --kernels is for "
+                                 "figures 9 and 10")
+    deps.require("fa4trace plot", "plotly", "pandas", *(("kaleido",) if ext != ".html" else ()))
+    from .sweep import figures as F
+
     df = F.load(dataset)
-    ks = [k.strip() for k in kernels.split(",") if k.strip()] if kernels else F.kernels_in(df)
+    ks = _plot_kernels(F.kernels_in(df), kernels)
+    b = _plot_batch(F.batches(df), F.default_b(df) if b is None else b)
+    if _plot_points(df, which, ks, b, F.OVERLAP) == 0:
+        what = {"9": "q_len 1", "10": "any query length", "overlap": "ping-pong or intrawg rows at q_len 1"}[which]
+        raise Fa4traceError(f"figure {which}: no point at batch {b} with {what} for {', '.join(ks)}: nothing to draw")
     click.echo(f"wrote {F.save(F.figure(df, which, ks, b=b), out)}")
+
+
+PLOT_FORMATS = (".html", ".png", ".svg")
+
+
+def _plot_kernels(have: list, asked: str | None) -> list:
+    """--kernels: the comma list asked for, each in the dataset (default: all it has)."""
+    if asked is None:
+        return have
+    ks = [k.strip() for k in asked.split(",") if k.strip()]
+    unknown = [k for k in ks if k not in have]
+    if not ks or unknown:
+        raise click.BadParameter(f"{', '.join(unknown) or repr(asked)} not in the dataset; it has "
+                                 f"{', '.join(have)}", param_hint="--kernels")
+    return ks
+
+
+def _plot_batch(have: list, b: int) -> int:
+    if b not in have:
+        raise click.BadParameter(f"no points at batch {b}; the dataset has batch {', '.join(map(str, have))}",
+                                 param_hint="--b")
+    return b
+
+
+def _plot_points(df, which: str, kernels: list, b: int, overlap_kernels) -> int:
+    """The rows the figure draws (the selection ``sweep.figures.figure`` makes): batch ``b``
+    and, but for figure 10, q_len 1; figures 9 and 10 the kernels asked for, the overlap figure
+    its own two."""
+    rows = df[df["b"] == b]
+    if which != "10":
+        rows = rows[rows["sq"] == 1]
+    return int(rows["kernel"].isin(list(overlap_kernels) if which == "overlap" else kernels).sum())
 
 
 @main.command()
@@ -638,7 +832,13 @@ def bench(quick, kernels, replays, rounds, no_trace_overhead, only, out):
     CUDA-graph replay with a cold L2, every kernel on the same inputs, interleaved passes; the
     GPU's clock and power state are logged per shape. Writes bench.json (the format
     benchmarks/report.py renders) and bench.md."""
-    from .bench.decode import run
+    from .bench.decode import run, select_shapes
+
+    try:
+        select_shapes(quick=quick, only=only)
+    except Fa4traceError as e:
+        raise click.BadParameter(str(e), param_hint="--only") from None
+    _require_kernels("fa4trace bench")
 
     run(quick=quick, kernels=kernels, replays=replays, rounds=rounds, trace_overhead=not no_trace_overhead,
         only=only, out=out, command=" ".join(["fa4trace", *sys.argv[1:]]),
@@ -720,9 +920,14 @@ def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, replay, out
     if Path(out).exists() and not Path(out).is_dir():
         raise Fa4traceError(f"{out} is a file, not a dataset folder")
     from .sweep import pool as P
-    from .sweep.run import CudaJob, CudaRunner, InProcess, run_sweep
+    from .sweep.cuda import CudaJob, CudaRunner
+    from .sweep.run import InProcess, run_sweep
 
-    picked = None if replay or executor == "ray" else P.parse_gpus(gpus)
+    picked = None if replay or executor == "ray" else _gpus_option(P.parse_gpus, gpus)
+    if executor == "ray":
+        deps.require("fa4trace sweep --executor ray", "ray")
+    elif not replay:
+        deps.require("fa4trace sweep", "torch")
     runner = None
     if executor == "ray":
         from .sweep.ray_executor import RayExecutor
@@ -742,7 +947,7 @@ def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, replay, out
         visible = P.visible_gpus()
         if visible < 1:
             _fail("no CUDA GPU here: fa4trace sweep needs one (fa4trace query reads a dataset on any machine)", EXIT_USAGE)
-        idx = P.pick_gpus(picked, visible)
+        idx = _gpus_option(P.pick_gpus, picked, visible)
         if idx == [0] and point_timeout is None:
             runner = CudaRunner(rounds=rounds, replays=replays)
             ex = InProcess(runner)
@@ -761,13 +966,21 @@ def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, replay, out
                f"dataset {out}")
 
 
+def _gpus_option(parse, *args):
+    """``parse(*args)`` (the pool's reading of --gpus), its error named after the flag."""
+    try:
+        return parse(*args)
+    except Fa4traceError as e:
+        raise Fa4traceError(f"--gpus: {e}") from None
+
+
 @main.command()
 @click.argument("dataset", type=click.Path(file_okay=False))
 def compact(dataset):
     """Merge a sweep dataset's result files into one file per partition (kernel / d / hkv), so
-    that queries open a few files instead of one per point. fa4trace sweep does it at the end;
-    this is for datasets written with --no-compact or by older versions. Safe to re-run; a
-    crash in the middle loses no row (readers keep the newest row per point and kernel)."""
+    that queries open a few files instead of one per point. fa4trace sweep does it at the end
+    (unless --no-compact). Safe to re-run; a crash in the middle loses no row (readers keep
+    the newest row per point and kernel)."""
     from .sweep.compact import compact as compact_dataset
     from .sweep.dataset import find_dataset
 

@@ -11,3 +11,11 @@ class TraceFormatError(Fa4traceError, ValueError):
 
 class DeviceUnavailable(Fa4traceError, RuntimeError):
     """The operation needs a CUDA GPU (or a built kernel) that this machine does not have."""
+
+
+class MissingDependency(Fa4traceError):
+    """An optional package this needs is not installed; the message names it and the pip command."""
+
+
+class WouldOverwrite(Fa4traceError, FileExistsError):
+    """Writing would replace a file (or folder) the user has; the caller decides how to allow it."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analysis import _clean, kernel_time, union_length
+from .analysis import config_diff, diff_text, json_safe, kernel_time, speed_text, union_length
 from .autoevents import AutoCols, is_automatic
 from .bundle import Trace
 from .errors import Fa4traceError
@@ -337,10 +337,13 @@ def _cta_spans(c: AutoCols) -> np.ndarray:
     return np.maximum(last - first, 0)
 
 
-def _typical(c: AutoCols, spans: np.ndarray) -> int | None:
-    if spans.size == 0:
+def median_index(values) -> int | None:
+    """The index of the median of ``values``: the lower middle one of an even count (ties: the
+    first), so always a real member, where np.median may fall between two."""
+    values = np.asarray(values)
+    if values.size == 0:
         return None
-    return int(np.argmin(np.abs(spans - np.median(spans))))
+    return int(np.argsort(values, kind="stable")[(values.size - 1) // 2])
 
 
 def _stats(x) -> dict | None:
@@ -407,7 +410,7 @@ def summarize_kernel(trace: Trace, roles=None) -> dict:
     out["pipelines"] = pipes
 
     spans = _cta_spans(c)
-    typ = _typical(c, spans)
+    typ = median_index(spans)  # the CTA of median duration
     out["typical_cta"] = int(c.cta_keys[typ, 1]) if typ is not None else None
     out["cta_span_ns"] = _stats(spans)
     chains = wait_chains(c)
@@ -415,13 +418,17 @@ def summarize_kernel(trace: Trace, roles=None) -> dict:
     out["wait_chain_ns"] = _stats(per["wait_ns"].to_numpy()) if per.num_rows else None
     out["wait_chain_steps"] = _stats(per["steps"].to_numpy()) if per.num_rows else None
     if per.num_rows:
-        longest = int(np.argmax(per["wait_ns"].to_numpy()))
+        waits = per["wait_ns"].to_numpy()
+        longest = int(np.argmax(waits))
         out["longest_chain_cta"] = int(per["cta"][longest].as_py())
-    if typ is not None:
-        out["wait_chain"] = chain_of(chains, int(c.cta_keys[typ, 0]), int(c.cta_keys[typ, 1]), span_ns=int(spans[typ]))
+        # the chain shown is the CTA's whose wait is the median of all chains: a typical one
+        i = median_index(waits)
+        launch, cta = int(per["launch"][i].as_py()), int(per["cta"][i].as_py())
+        row = int(np.flatnonzero((c.cta_keys[:, 0] == launch) & (c.cta_keys[:, 1] == cta))[0])
+        out["wait_chain"] = dict(chain_of(chains, launch, cta, span_ns=int(spans[row])), ctas=int(per.num_rows))
     out["mma_in_flight"] = _mma_flight(c, trace.vocab)
     out["perturbation"] = perturbation(trace)
-    return _clean(out)
+    return json_safe(out)
 
 
 def _mma_flight(c: AutoCols, vocab) -> dict | None:
@@ -492,10 +499,9 @@ def compare_kernels(a: Trace, b: Trace, roles=None) -> dict:
     sa, sb = summarize_kernel(a, roles), summarize_kernel(b, roles)
     diff = {key: {"a": va, "b": vb, "delta": vb - va, "ratio": (vb / va) if va else None}
             for key, va, vb in metric_pairs(sa, sb) if va is not None and vb is not None}
-    speed = None
-    ta, tb = sa.get("kernel_time_ns"), sb.get("kernel_time_ns")
-    if ta and tb:
-        speed = f"kernel time {ta / 1e3:.2f} µs → {tb / 1e3:.2f} µs ({100 * (ta - tb) / ta:+.1f}% faster)"
-        speed += (f" [{sa.get('kernel_time_source')}]" if sa.get("kernel_time_kind") == sb.get("kernel_time_kind") else
-                  f" [A: {sa.get('kernel_time_source')}; B: {sb.get('kernel_time_source')}: different sources, not comparable]")
-    return _clean({"a": sa, "b": sb, "diff": diff, "speed": speed})
+    # an automatic bundle's config is what its script named (shape, tile...): any difference
+    # may change the work, so every one is named
+    configs = config_diff(a.meta.get("config") or {}, b.meta.get("config") or {})
+    caveat = f"on different configs ({diff_text(configs)})" if configs else None
+    return json_safe({"a": sa, "b": sb, "diff": diff, "speed": speed_text(sa, sb, caveat),
+                      "differs": {"config": configs}})

@@ -1,6 +1,8 @@
 """Text of `fa4trace summary` / `compare` for bundles of automatically traced kernels.
 
-The numbers are fa4trace.kernel_analysis's (summarize_kernel, compare_kernels), formatted only.
+The numbers are fa4trace.kernel_analysis's (summarize_kernel, compare_kernels), formatted only;
+lines that would only say "nothing" (idle warps' fractions, a pipeline with no recorded fill)
+are left out of the text (the JSON keeps them).
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ def warps_text(ws) -> str:
     return ",".join(runs)
 
 
+def pipeline_recorded(d: dict) -> bool:
+    """Whether a pipeline of a summary saw any fill, occupancy or lag (a pipeline whose stages
+    were declared but whose commits were never recorded has nothing to show)."""
+    counts = d.get("counts_per_cta") or {}
+    return bool(counts.get("max")) or d.get("occupancy_mean") is not None or d.get("lag_median_ns") is not None
+
+
 def format_kernel_summary(s: dict) -> str:
     cfg = s.get("config") or {}
     lines = [
@@ -46,13 +55,17 @@ def format_kernel_summary(s: dict) -> str:
     if fr:
         lines.append(f"  {'role':13s}{'busy':>8s}{'waiting':>9s}{'idle':>8s}   waiting in")
         for r, f in fr.items():
+            if r == "idle":  # idle by definition: the roles line names them
+                continue
             top = ", ".join(f"{n} {pct(v)}" for n, v in list((wbe.get(r) or {}).items())[:3])
             lines.append(f"  {r:13s}{pct(f['busy']):>8s}{pct(f['waiting']):>9s}{pct(f['idle']):>8s}   {top}")
     for p, d in (s.get("pipelines") or {}).items():
+        if not pipeline_recorded(d):
+            continue
         cnt = (d.get("counts_per_cta") or {}).get("median")
-        head = f"  pipeline {p + ':':10s} {d.get('stages') or '?'} stages, {cnt:.0f} counts per CTA (median)" if cnt is not None \
-            else f"  pipeline {p + ':':10s} {d.get('stages') or '?'} stages"
-        lines.append(head)
+        n = d.get("stages")
+        head = f"  pipeline {p + ':':10s} {n or '?'} stage{'' if n == 1 else 's'}"
+        lines.append(head + (f", {cnt:.0f} counts per CTA (median)" if cnt is not None else ""))
         if d.get("occupancy_mean") is not None:
             lines.append(f"                 stages held: mean {d['occupancy_mean']:.2f}, max {d['occupancy_max']}; "
                          f"all held {pct(d['full_share'])}, none {pct(d['empty_share'])} of the time")
@@ -68,10 +81,11 @@ def format_kernel_summary(s: dict) -> str:
     ch = s.get("wait_chain")
     if ch:
         by = ", ".join(f"{n} {ns(v)}" for n, v in list(ch["by_event"].items())[:4])
-        lines.append(f"  wait chain     CTA {ch['cta']} (typical): {ch['steps']} waits, {ns(ch['wait_ns'])} "
+        which = f" (median of {ch['ctas']} CTAs)" if ch.get("ctas", 1) > 1 else ""
+        lines.append(f"  wait chain     CTA {ch['cta']}{which}: {ch['steps']} waits, {ns(ch['wait_ns'])} "
                      f"({pct(ch.get('share_of_cta'))} of the CTA): {by or 'none'}")
         stats = s.get("wait_chain_ns") or {}
-        if stats:
+        if stats and ch.get("ctas", 1) > 1:
             lines.append(f"                 over CTAs: median {ns(stats['median'])}, max {ns(stats['max'])} "
                          f"(CTA {s.get('longest_chain_cta')})")
     return "\n".join(lines)
@@ -132,4 +146,8 @@ def format_kernel_compare(c: dict) -> str:
         out += perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation")
     if c.get("speed"):
         out.append(c["speed"])
+    elif (c.get("differs") or {}).get("config"):
+        from .analysis import diff_text
+
+        out.append(f"note: A and B ran different configs ({diff_text(c['differs']['config'])})")
     return "\n".join(out)

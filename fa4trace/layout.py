@@ -77,9 +77,7 @@ def warp_word0(timebase=0, role=0):
 
 
 KIND_BEGIN, KIND_END, KIND_INSTANT = 0, 1, 2
-KIND_NAMES = ("begin", "end", "instant")
 
-TIMER_BITS = 32
 EVENT_SHIFT, EVENT_BITS = 32, 8
 KIND_SHIFT, KIND_BITS = 40, 2
 RESERVED_SHIFT, RESERVED_BITS = 42, 2

@@ -1,39 +1,28 @@
 """Get a runnable kernel by kind and config: compiled here (JIT) where the CuTe DSL and a GPU
-are both present, else loaded from an AOT build folder (``fa4trace build``).
+are both present, else loaded from an AOT build folder.
 
-One loader for every kernel fa4trace runs: the decode-attention variants, the calibration and
-marker kernels (``fa4trace.kernels``) and upstream FlashAttention-4 (``fa4trace.fa4``). Both
-routes give the same callable (a tvm-ffi function taking torch CUDA tensors), so launch code
-does not care which one it got. JIT compiles and opened build folders are cached per process.
+The loader is the same for every kind of kernel: what differs (where a kind's builds live, what
+its JIT compile needs, how it compiles) is the kind's ``KernelKind`` in
+``fa4trace.kernel_registry``; the kinds fa4trace ships (``fa4trace.kernel_kinds``) are
+registered when this module is imported. Both routes give the same callable (a tvm-ffi function
+taking torch CUDA tensors), so launch code does not care which one it got. JIT compiles and
+opened build folders are cached per process.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
+from . import kernel_kinds
 from .errors import DeviceUnavailable, Fa4traceError
+from .kernel_registry import Loaded, get
 
-DEFAULT_BUILD = "build/kernels"
-# Where each kind's AOT build lives unless named: (environment variable, default folder).
-BUILD_LOCATIONS = {"fa4": ("FA4TRACE_FA4_BUILD", "build/fa4_sm90")}
-_DEFAULT_LOCATION = ("FA4TRACE_BUILD", DEFAULT_BUILD)
-# Python packages a JIT compile of each kind needs besides cutlass.
-_JIT_NEEDS = {"fa4": ("flash_attn",)}
+__all__ = ["Loaded", "build_dir", "can_jit", "gpu_arch", "load", "open_build", "use_jit"]
 
-
-@dataclass(frozen=True)
-class Loaded:
-    """A runnable kernel and what was compiled."""
-
-    fn: Callable
-    name: str
-    config: dict
-    how: str  # "jit" or "aot:<build folder>": stored in trace metadata
-    build: Any = None  # the aot.BuildDir it came from (None when compiled here)
+kernel_kinds.register_shipped()
 
 
 def gpu_arch(device: int = 0) -> str:
@@ -44,10 +33,10 @@ def gpu_arch(device: int = 0) -> str:
     return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
 
 
-def can_jit(kind: str = "attention") -> bool:
-    """True where kernels of ``kind`` can be compiled and run here: the DSL (and, for FA4,
-    flash-attn-4) importable and a CUDA GPU present."""
-    for mod in ("cutlass", *_JIT_NEEDS.get(kind, ())):
+def can_jit(kind: str) -> bool:
+    """True where kernels of ``kind`` can be compiled and run here: the DSL and whatever else
+    the kind's JIT compile needs importable, and a CUDA GPU present."""
+    for mod in ("cutlass", *get(kind).jit_needs):
         if importlib.util.find_spec(mod) is None:
             return False
     try:
@@ -57,16 +46,15 @@ def can_jit(kind: str = "attention") -> bool:
     return torch.cuda.is_available()
 
 
-def build_dir(path: str | os.PathLike | None = None, kind: str = "attention") -> Path:
+def build_dir(path: str | os.PathLike | None, kind: str) -> Path:
     """The AOT build folder for ``kind``: ``path``, else its environment variable, else the default."""
-    env, default = BUILD_LOCATIONS.get(kind, _DEFAULT_LOCATION)
-    return Path(path or os.environ.get(env) or default)
+    k = get(kind)
+    return Path(path or os.environ.get(k.build_env) or k.default_build)
 
 
-def use_jit(build: str | os.PathLike | None = None, kind: str = "attention") -> bool:
+def use_jit(build: str | os.PathLike | None, kind: str) -> bool:
     """JIT where it can run, unless a build folder is named (argument or environment)."""
-    env, _ = BUILD_LOCATIONS.get(kind, _DEFAULT_LOCATION)
-    return build is None and not os.environ.get(env) and can_jit(kind)
+    return build is None and not os.environ.get(get(kind).build_env) and can_jit(kind)
 
 
 _JIT: dict = {}
@@ -85,44 +73,24 @@ def open_build(path: str | os.PathLike):
 
 def load(kind: str, *, name: Optional[str] = None, build: str | os.PathLike | None = None, **config) -> Loaded:
     """The kernel of ``kind`` named ``name`` or, without a name, whose config holds every given
-    key=value. FA4 takes its compile arguments as config (arch, schedule, d, hq, hkv, sq, dtype,
-    traced) and has no names to look up."""
+    key=value (a kind whose kernels have no names takes its compile arguments as config)."""
+    k = get(kind)
     if use_jit(build, kind):
         arch = gpu_arch()
         os.environ.setdefault("CUTE_DSL_ARCH", arch)
         key = (kind, arch, name, repr(sorted(config.items())))
         if key not in _JIT:
-            _JIT[key] = _compile(kind, arch, name, config)
+            _JIT[key] = k.compile(arch, name, config)
         return _JIT[key]
     path = build_dir(build, kind)
     if not (path / "manifest.json").is_file():
-        how = (f"`fa4trace build -o {path}`" if kind not in BUILD_LOCATIONS
-               else f"`python -m fa4trace.fa4.buildtool -o {path}`")
         raise DeviceUnavailable(f"no {kind} kernel build at {path} and no CuTe DSL with a GPU here to compile "
-                                f"one: build it with {how} on any machine with nvidia-cutlass-dsl "
-                                f"(or name a build folder)")
+                                f"one: build it with `{k.build_command.format(path=path)}` on any machine with "
+                                "nvidia-cutlass-dsl (or name a build folder)")
     bd = open_build(path)
     if name is None:
         name = bd.find(kind, **config)
     elif name not in bd.functions:
-        raise Fa4traceError(f"no kernel {name} in {path}; rebuild it with this fa4trace (`fa4trace build`)")
+        raise Fa4traceError(f"no kernel {name} in {path}; rebuild it with this fa4trace "
+                            f"(`{k.build_command.format(path=path)}`)")
     return Loaded(bd.function(name), name, bd.functions[name]["config"], f"aot:{path}", bd)
-
-
-def _compile(kind: str, arch: str, name: Optional[str], config: dict) -> Loaded:
-    if kind == "fa4":
-        from .fa4.build import compile_fa4
-
-        cfg = dict(config)
-        fa4_arch = cfg.pop("arch")
-        cfg.pop("variant", None)
-        c = compile_fa4(fa4_arch, **cfg)
-        return Loaded(c.fn, "fa4", dict(c.config, params=c.params), "jit")
-    from . import kernels
-
-    for n, thunk, entry in kernels.aot_variants(arch, only=(kind,)):
-        if (name is not None and n == name) or (name is None and all(entry.config.get(k) == v
-                                                                     for k, v in config.items())):
-            return Loaded(thunk(), n, entry.config, "jit")
-    want = name or ", ".join(f"{k}={v}" for k, v in config.items())
-    raise Fa4traceError(f"no {kind} kernel {want} for {arch}")

@@ -13,17 +13,17 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analysis import _Cols, _group_ids, overlap_length
+from .analysis import Columns, group_ids, overlap_length
 
 FLIGHT_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("warp", pa.int16()),
                            ("start_ns", pa.int64()), ("end_ns", pa.int64())])
 
 
-def _cols(trace_or_cols) -> _Cols:
+def _cols(trace_or_cols) -> Columns:
     """The analysis' columns (names decoded once) and a dense id per (launch, cta, warp)."""
-    c = trace_or_cols if isinstance(trace_or_cols, _Cols) else _Cols(trace_or_cols.events)
+    c = trace_or_cols if isinstance(trace_or_cols, Columns) else Columns(trace_or_cols.events)
     if not hasattr(c, "warp_gid"):
-        c.warp_gid, c.n_warps, c.warp_keys = _group_ids(c.launch, c.cta, c.warp)
+        c.warp_gid, c.n_warps, c.warp_keys = group_ids(c.launch, c.cta, c.warp)
     return c
 
 

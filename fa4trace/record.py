@@ -1,22 +1,28 @@
 """Run instrumented kernels on the GPU and turn their buffers into bundles.
 
 kernel (launch with a trace buffer) -> buffer (torch tensor) -> decode -> Trace
-The launch itself is the caller's (a closure taking the trace tensor): this module owns the
-buffer's life, the decode and the metadata, for every kernel alike.
+The launch itself is the caller's (a closure taking the trace tensor): ``record`` owns the
+buffer's life, the decode and the metadata, for every kernel alike. The recordings of
+fa4trace's own kernels are built on it: ``record_attention`` (our decode attention, through
+its public API, timed as ``fa4trace bench`` times it), ``record_calibration`` and
+``record_markers``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
 from . import layout as L
 from .bundle import Trace
 from .decode import decode_buffer
+from .errors import Fa4traceError
 from .gpu import gpu_facts, require_cuda
+from .kernels.marker_spec import L2_TABLE, RECORDING_VARIANTS
+from .kernels.marker_spec import WARPS_PER_CTA as MARKER_WARPS
 from .vocab import VOCAB
 
 
@@ -87,6 +93,78 @@ def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: d
     if notes:
         meta["notes"] = notes
     return Trace.from_launches(decoded, meta, vocab=vocab)
+
+
+# ---- our decode attention ----------------------------------------------------------------------
+def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
+                     b: int = 1, sq: int = 1, dtype: str = "bf16", out_path: Optional[str] = None, *,
+                     num_splits: Optional[int] = None, cta_first: int = 0, cta_stride: int = 1,
+                     max_ctas: Optional[int] = None, capacity: Optional[int] = None, build=None,
+                     seed: int = 0, overwrite: bool = False, warps=None, trace_events: str = "core"):
+    """One traced launch on random inputs, decoded into a bundle (returns the Trace; saves it
+    when ``out_path`` is given). ``trace_events``: "core" or "stalls" (``EVENT_SETS``).
+
+    The uninstrumented kernel runs on the same inputs first: the traced output must equal it
+    bit for bit (else Fa4traceError). ``meta['timing']`` holds three CUDA-graph times:
+    ``kernel_us`` (untraced) and ``traced_us`` on the recorded inputs, where L2 holds what of
+    the KV fits, and ``bench_us``, the untraced kernel as ``fa4trace bench`` times it (fresh
+    inputs per launch, cold L2), which ``fa4trace summary`` reports as the kernel's time.
+    """
+    from .attention import (EVENT_SETS, TILE_M, WARPS_PER_CTA, decode_attention, launch_plan, trace_buffer,
+                            trace_capacity, validate, variant_for)
+    from .bench.timing import cold_l2_inputs, graph_time
+
+    torch = require_cuda()
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"dtype must be bf16 or fp16, got {dtype!r}")
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, dtype=tdt, device="cuda", generator=g)
+    k = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    v = torch.randn(b, sk, hkv, d, dtype=tdt, device="cuda", generator=g)
+    shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
+    variant = variant_for(shape, schedule, events=trace_events)
+    _, plan = launch_plan(shape, variant, q.device, num_splits, build)
+    cap = capacity or trace_capacity(plan)
+    kw = dict(schedule=schedule, num_splits=num_splits, build=build)
+    tkw = dict(kw, trace_events=trace_events)
+
+    scratch = trace_buffer(q, k, v, capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
+                           max_ctas=max_ctas, warps=warps, **tkw)[0]
+    o_plain = torch.empty_like(q)
+    # 10 launches per graph: one launch per replay would add the graph's own launch latency.
+    us_plain, _ = graph_time(lambda i: decode_attention(q, k, v, out=o_plain, **kw), 1, 20, 10)
+    us_traced, _ = graph_time(lambda i: decode_attention(q, k, v, trace=scratch, **tkw), 1, 20, 10)
+    torch.cuda.synchronize()
+    outs = []
+
+    def run(tr):
+        outs.append(decode_attention(q, k, v, trace=tr, **tkw))
+
+    launch = TracedLaunch(kernel="decode_attention_sm90", grid_ctas=plan.n_ctas, warps_per_cta=WARPS_PER_CTA,
+                          run=run, grid=plan.grid, block=(32 * WARPS_PER_CTA, 1, 1), capacity=cap,
+                          cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps,
+                          extra={"n_splits": plan.n_splits, "n_comb": plan.n_comb})
+    config = {"schedule": schedule, "head_dim": d, "d": d, "hq": hq, "hkv": hkv, "sk": sk, "b": b, "sq": sq,
+              "dtype": dtype, "tile_m": TILE_M, "block_rows": plan.block_rows, "tile_n": variant.tile_n,
+              "trace_events": trace_events, "events_compiled": list(EVENT_SETS[trace_events]),
+              "n_blocks": plan.n_blocks,
+              "n_splits": plan.n_splits, "n_comb": plan.n_comb, "comb_nc4": plan.comb_nc4,
+              "comb_parts": plan.comb_parts, "io_bytes": shape.io_bytes(), "kv_bytes": shape.kv_bytes()}
+    sets, per_graph = cold_l2_inputs(shape, seed=seed + 1)
+    us_bench, _ = graph_time(lambda i: decode_attention(*sets[i][:3], out=sets[i][3], **kw), len(sets), 15,
+                             per_graph)
+    sets.clear()  # up to 256 MB of KV
+    trace = record([launch], kernel="decode_attention_sm90", config=config,
+                   timing={"kernel_us": us_plain, "traced_us": us_traced, "bench_us": us_bench,
+                           "method": "CUDA graph replay (10 launches per graph), median of 20, the recorded inputs",
+                           "bench_method": "fa4trace bench's: CUDA graph replay over input sets that rotate "
+                                           ">= 256 MB of KV (cold L2), median of 15 replays"})
+    if not torch.equal(o_plain, outs[0]):
+        raise Fa4traceError("traced and untraced outputs differ: the recorder changed the kernel's result")
+    if out_path is not None:
+        trace.save(out_path, overwrite=overwrite)
+    return trace
 
 
 # ---- the calibration kernel ------------------------------------------------------------------
@@ -167,11 +245,7 @@ def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps
 
 
 # ---- the marker microbenchmark ---------------------------------------------------------------
-MARKER_WARPS = 8
-MARKER_L2_TABLE = 1 << 16  # words in the global (L2-resident, 256 KiB) pointer-chase table
-
-
-def chase_table(n: int = MARKER_L2_TABLE, seed: int = 0) -> np.ndarray:
+def chase_table(n: int = L2_TABLE, seed: int = 0) -> np.ndarray:
     """A random single-cycle permutation for the marker kernel's L2 pointer chase."""
     order = np.random.default_rng(seed).permutation(n)
     nxt = np.empty(n, np.int32)
@@ -193,8 +267,9 @@ def record_markers(*, variant: str = "fa4trace", work: str = "l2", n_ctas: int =
     """One traced launch of the marker-dense microbenchmark (2 events per iteration per warp)."""
     from . import loader
 
-    if not variant.startswith("fa4trace"):
-        raise ValueError(f"--variant {variant!r} records nothing; use fa4trace, fa4trace_block, fa4trace_lane or fa4trace_gt")
+    if variant not in RECORDING_VARIANTS:
+        raise ValueError(f"marker variant {variant!r} records nothing; the recording variants are "
+                         f"{', '.join(RECORDING_VARIANTS)}")
     kern = loader.load("markers", build=build, variant=variant, work=work)
     fn, how = kern.fn, kern.how
     out, table = marker_inputs(n_ctas)

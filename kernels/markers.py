@@ -29,11 +29,9 @@ from fa4trace import layout as L
 from fa4trace.device import Recorder
 from fa4trace.vocab import EV, ROLE
 
-VARIANTS = ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "iket")
-WORKS = ("l2", "smem")
-WARPS_PER_CTA = 8
+from .marker_spec import L2_TABLE, VARIANTS, WARPS_PER_CTA, WORKS
+
 TABLE = 256  # words in the shared-memory pointer-chase table
-from fa4trace.record import MARKER_L2_TABLE as L2_TABLE  # noqa: E402  (host-side constant)
 
 
 class MarkerBench:

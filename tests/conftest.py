@@ -42,9 +42,9 @@ def kernels_available():
     """Skip unless kernels can run here: JIT (cutlass + GPU) or an AOT build folder."""
     from fa4trace.loader import build_dir, can_jit
 
-    if can_jit():
+    if can_jit("attention"):
         return "jit"
-    bd = build_dir()
+    bd = build_dir(None, "attention")
     if (bd / "manifest.json").is_file():
         return str(bd)
     pytest.skip(f"no kernels to run: build them with `fa4trace build -o {bd}` (or set FA4TRACE_BUILD)")

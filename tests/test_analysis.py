@@ -79,7 +79,8 @@ def test_pingpong_beats_base_in_compare():
     c = A.compare(tr["base"], tr["pingpong"])
     assert c["b"]["qk_softmax_overlap"] > 0.5 > c["a"]["qk_softmax_overlap"]
     assert c["diff"]["period_ns"]["delta"] < 0
-    assert "hides" in c["headline"] and "faster" in c["speed"]
+    assert "hides" in c["headline"] and "less time" in c["speed"] and "x faster" in c["speed"]
+    assert c["differs"]["config"] == {}  # the schedule differs, the shape does not
     assert c["a"]["bandwidth_tbps"] > 0 and c["a"]["bytes"] == 2 * (2 * 16 * 128 + 2 * 2560 * 128)
 
 
@@ -204,3 +205,30 @@ def test_bandwidth_uses_the_kernel_time_shown():
     s = A.summarize(tr)
     assert s["kernel_time_kind"] == "cold_l2_bench"
     assert s["bandwidth_tbps"] == pytest.approx(s["bytes"] / 10_000 / 1e3)
+
+
+SRC = {"kernel_time_kind": "trace_span", "kernel_time_source": "trace span of the recorded warps"}
+
+
+@pytest.mark.parametrize("a_ns, b_ns, caveat, want", [
+    (20_000, 10_000, None, "kernel time 20.00 µs → 10.00 µs: B takes 50.0% less time (2.00x faster)"),
+    (10_000, 25_000, None, "kernel time 10.00 µs → 25.00 µs: B takes 150.0% more time (2.50x slower)"),
+    (10_000, 10_000, None, "kernel time 10.00 µs → 10.00 µs: B takes the same time"),
+    (1_390_880, 93_630, "on different configs (m 8192 → 64)",
+     "kernel time 1390.88 µs → 93.63 µs: B takes 93.3% less time, on different configs (m 8192 → 64)"),
+])
+def test_speed_text_says_how_much_less_time_and_no_ratio_across_different_work(a_ns, b_ns, caveat, want):
+    got = A.speed_text(dict(SRC, kernel_time_ns=a_ns), dict(SRC, kernel_time_ns=b_ns), caveat)
+    assert got == want + " [trace span of the recorded warps]"
+
+
+def test_compare_of_two_shapes_says_they_differ():
+    tr = []
+    for sched, sk in (("base", 2560), ("pingpong", 5120)):
+        buf, meta = attention_like(sched, n_ctas=4, n_blocks=10)
+        meta["config"].update({"b": 1, "sk": sk, "hq": 16, "hkv": 1, "d": 128, "dtype": "bf16"})
+        tr.append(Trace.from_launches([decode_buffer(buf)], dict(meta, kernel=f"k_{sched}")))
+    c = A.compare(*tr)
+    assert c["differs"] == {"config": {"sk": [2560, 5120]}, "kernel": ["k_base", "k_pingpong"]}
+    assert "but A and B ran different shapes (sk 2560 → 5120): not a speed-up" in c["speed"]
+    assert "faster" not in c["speed"] and "slower" not in c["speed"]

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from fa4trace import check as C
+from fa4trace import check_probes as CP
+from fa4trace import check_report as CR
 from fa4trace import check_rows as R
 from fa4trace import layout as L
 from fa4trace.bundle import Trace
@@ -25,7 +27,7 @@ B200 = dict(H200, name="NVIDIA B200", arch="sm_100a", compute_capability="10.0",
 
 
 def ok(group, name="x"):
-    return C.Row(group, name, "ok", "1 ns", "fine")
+    return CR.Row(group, name, "ok", "1 ns", "fine")
 
 
 def core_ok():
@@ -35,55 +37,55 @@ def core_ok():
 # ---- rows and verdict rules -----------------------------------------------------------------
 def test_row_rejects_unknown_verdicts_groups_and_a_failure_without_next():
     with pytest.raises(ValueError, match="verdict"):
-        C.Row("timer", "t", "maybe")
+        CR.Row("timer", "t", "maybe")
     with pytest.raises(ValueError, match="group"):
-        C.Row("nope", "t", "ok")
+        CR.Row("nope", "t", "ok")
     with pytest.raises(ValueError, match="next"):
-        C.Row("timer", "t", "fail", "1", "broken")
-    assert C.Row("timer", "t", "fail", "1", "broken", "rerun").next == "rerun"
+        CR.Row("timer", "t", "fail", "1", "broken")
+    assert CR.Row("timer", "t", "fail", "1", "broken", "rerun").next == "rerun"
 
 
 def test_failed_row_keeps_the_first_line_of_the_error():
-    r = C.failed("decode", "ours base", RuntimeError("CUDA error: illegal address\nstack..."), "report it")
+    r = CR.failed("decode", "ours base", RuntimeError("CUDA error: illegal address\nstack..."), "report it")
     assert r.verdict == "fail" and r.detail == "RuntimeError: CUDA error: illegal address" and r.next == "report it"
 
 
 @pytest.mark.parametrize("extra, want", [
-    ([], C.USABLE),
-    ([C.Row("decode", "ours", "skip", "", "no decode kernel for this architecture")], C.USABLE),
-    ([C.Row("fa4", "FA4", "warn", "not available", "", "install it")], C.WARNINGS),
-    ([C.Row("fa4", "FA4 pingpong: overlap", "fail", "10%", "", "rerun")], C.WARNINGS),
-    ([C.Row("cost", "tracing cost", "warn", "+40%", "", "record fewer warps")], C.WARNINGS),
-    ([C.Row("timer", "cycles→ns per warp", "warn", "1050/1056", "", "rerun")], C.WARNINGS),
-    ([C.Row("decode", "ours base: vs fp32", "fail", "rel err 1", "", "report")], C.NOT_USABLE),
-    ([C.Row("recorder", "nothing out of bounds", "fail", "3 + 0", "", "report")], C.NOT_USABLE),
-    ([C.Row("timer", "skew", "fail", "900 ns", "", "report")], C.NOT_USABLE),
-    ([C.Row("setup", "kernels", "fail", "none", "", "build them")], C.NOT_USABLE),
+    ([], CR.USABLE),
+    ([CR.Row("decode", "ours", "skip", "", "no decode kernel for this architecture")], CR.USABLE),
+    ([CR.Row("fa4", "FA4", "warn", "not available", "", "install it")], CR.WARNINGS),
+    ([CR.Row("fa4", "FA4 pingpong: overlap", "fail", "10%", "", "rerun")], CR.WARNINGS),
+    ([CR.Row("cost", "tracing cost", "warn", "+40%", "", "record fewer warps")], CR.WARNINGS),
+    ([CR.Row("timer", "cycles→ns per warp", "warn", "1050/1056", "", "rerun")], CR.WARNINGS),
+    ([CR.Row("decode", "ours base: vs fp32", "fail", "rel err 1", "", "report")], CR.NOT_USABLE),
+    ([CR.Row("recorder", "nothing out of bounds", "fail", "3 + 0", "", "report")], CR.NOT_USABLE),
+    ([CR.Row("timer", "skew", "fail", "900 ns", "", "report")], CR.NOT_USABLE),
+    ([CR.Row("setup", "kernels", "fail", "none", "", "build them")], CR.NOT_USABLE),
 ])
 def test_final_verdict_rules(extra, want):
-    assert C.final_verdict(core_ok() + extra) == want
+    assert CR.final_verdict(core_ok() + extra) == want
 
 
 def test_nothing_checked_the_recorder_is_not_usable():
-    assert C.final_verdict([ok("setup"), ok("timer"), ok("decode")]) == C.NOT_USABLE
-    skipped = C.Row("recorder", "marker kernel", "skip", "", "no kernels")
-    assert C.final_verdict([ok("setup"), ok("timer"), skipped]) == C.NOT_USABLE
-    assert C.final_verdict([]) == C.NOT_USABLE
+    assert CR.final_verdict([ok("setup"), ok("timer"), ok("decode")]) == CR.NOT_USABLE
+    skipped = CR.Row("recorder", "marker kernel", "skip", "", "no kernels")
+    assert CR.final_verdict([ok("setup"), ok("timer"), skipped]) == CR.NOT_USABLE
+    assert CR.final_verdict([]) == CR.NOT_USABLE
 
 
 def test_exit_codes():
-    assert [C.exit_code(v) for v in (C.USABLE, C.WARNINGS, C.NOT_USABLE)] == [0, 3, 1]
+    assert [CR.exit_code(v) for v in (CR.USABLE, CR.WARNINGS, CR.NOT_USABLE)] == [0, 3, 1]
     assert C.EXIT_NO_GPU == 2
 
 
 # ---- the report -------------------------------------------------------------------------------
 def report(rows, gpu=H200):
-    return C.Report(gpu=gpu, route={"kernels": "aot:build/kernels", "fa4": "none"}, rows=rows, out_dir="out",
+    return CR.Report(gpu=gpu, route={"kernels": "aot:build/kernels", "fa4": "none"}, rows=rows, out_dir="out",
                     files=["out/calibration.parquet"])
 
 
 def test_text_report_all_ok_ends_with_the_verdict():
-    text = C.render(report(core_ok()))
+    text = CR.render(report(core_ok()))
     lines = text.splitlines()
     assert lines[0].startswith("GPU    NVIDIA H200 (sm_90a, 132 SMs")
     assert "kernels: aot:build/kernels; fa4: none" in lines[1]
@@ -93,10 +95,10 @@ def test_text_report_all_ok_ends_with_the_verdict():
 
 
 def test_text_report_says_what_to_do_next_for_warnings_and_failures_only():
-    rows = core_ok() + [C.Row("fa4", "FA4", "warn", "not available", "no build", "pip install flash-attn-4"),
-                        C.Row("decode", "ours pingpong: overlap", "fail", "QK∥SOFTMAX 20%", "expected",
+    rows = core_ok() + [CR.Row("fa4", "FA4", "warn", "not available", "no build", "pip install flash-attn-4"),
+                        CR.Row("decode", "ours pingpong: overlap", "fail", "QK∥SOFTMAX 20%", "expected",
                               "check the GPU is not throttled")]
-    lines = C.render(report(rows)).splitlines()
+    lines = CR.render(report(rows)).splitlines()
     i = next(j for j, ln in enumerate(lines) if "ours pingpong: overlap" in ln)
     assert lines[i].lstrip().startswith("FAIL") and lines[i + 1].strip() == "next: check the GPU is not throttled"
     j = next(j for j, ln in enumerate(lines) if ln.lstrip().startswith("WARN"))
@@ -109,9 +111,9 @@ def test_text_report_says_what_to_do_next_for_warnings_and_failures_only():
 
 
 def test_json_report_round_trips():
-    rows = core_ok() + [C.Row("fa4", "FA4", "warn", "not available", "", "install", {"n": np.int64(3)})]
+    rows = core_ok() + [CR.Row("fa4", "FA4", "warn", "not available", "", "install", {"n": np.int64(3)})]
     d = json.loads(report(rows).to_json())
-    assert d["verdict"] == C.WARNINGS and d["exit_code"] == 3
+    assert d["verdict"] == CR.WARNINGS and d["exit_code"] == 3
     assert d["counts"] == {"ok": 4, "warn": 1, "fail": 0, "skip": 0}
     assert d["gpu"]["name"] == "NVIDIA H200" and d["route"]["fa4"] == "none"
     assert d["rows"][-1] == {"group": "fa4", "name": "FA4", "verdict": "warn", "measured": "not available",
@@ -123,27 +125,27 @@ SPEC = L.BufferSpec.for_grid(3, 2, 5)
 
 
 def test_guarded_buffer_layout_and_intact_guards():
-    host = C.guarded_buffer(SPEC)
-    assert host.size == SPEC.words + 2 * C.GUARD_WORDS
-    view = C.buffer_view(host, SPEC)
+    host = CP.guarded_buffer(SPEC)
+    assert host.size == SPEC.words + 2 * CP.GUARD_WORDS
+    view = CP.buffer_view(host, SPEC)
     assert np.array_equal(view, SPEC.new_buffer())
-    assert C.guard_damage(host, SPEC) == {"before": 0, "after": 0}
-    assert (C.GUARD_WORDS * 8) % 16 == 0  # the buffer between the guards stays 16-byte aligned
+    assert CP.guard_damage(host, SPEC) == {"before": 0, "after": 0}
+    assert (CP.GUARD_WORDS * 8) % 16 == 0  # the buffer between the guards stays 16-byte aligned
     with pytest.raises(ValueError, match="even"):
-        C.guarded_buffer(SPEC, guard=3)
+        CP.guarded_buffer(SPEC, guard=3)
 
 
 def test_guard_damage_counts_writes_before_and_after():
-    host = C.guarded_buffer(SPEC)
-    view = C.buffer_view(host, SPEC)
+    host = CP.guarded_buffer(SPEC)
+    view = CP.buffer_view(host, SPEC)
     view[:] = 7  # everything inside is allowed
-    assert C.guard_damage(host, SPEC) == {"before": 0, "after": 0}
-    host[C.GUARD_WORDS + SPEC.words] = 0  # one word past the end
-    host[C.GUARD_WORDS - 1] = 1  # one word before the start
+    assert CP.guard_damage(host, SPEC) == {"before": 0, "after": 0}
+    host[CP.GUARD_WORDS + SPEC.words] = 0  # one word past the end
+    host[CP.GUARD_WORDS - 1] = 1  # one word before the start
     host[0] = 2
-    assert C.guard_damage(host, SPEC) == {"before": 2, "after": 1}
+    assert CP.guard_damage(host, SPEC) == {"before": 2, "after": 1}
     with pytest.raises(ValueError, match="words"):
-        C.guard_damage(host[:-1], SPEC)
+        CP.guard_damage(host[:-1], SPEC)
 
 
 def test_guarded_torch_buffer_slice_is_contiguous_aligned_and_decodes():
@@ -152,9 +154,9 @@ def test_guarded_torch_buffer_slice_is_contiguous_aligned_and_decodes():
     from fa4trace.vocab import EV, ROLE
 
     spec = L.BufferSpec.for_grid(1, 1, 4)
-    host = C.guarded_buffer(spec)
+    host = CP.guarded_buffer(spec)
     dev = torch.from_numpy(host.view(np.int64))  # the GPU path does .cuda() on this
-    buf = C.buffer_view(dev, spec)
+    buf = CP.buffer_view(dev, spec)
     assert buf.is_contiguous() and buf.numel() == spec.words
     assert (buf.data_ptr() - dev.data_ptr()) % 16 == 0 and buf.data_ptr() % 16 == dev.data_ptr() % 16
     w = WarpEvents(cta=0, warp=0, sm=0, role=ROLE.BENCH, clk0=1000, clk1=5000, gt0=10_000, gt1=12_000,
@@ -162,8 +164,8 @@ def test_guarded_torch_buffer_slice_is_contiguous_aligned_and_decodes():
                    payload=np.array([0, 0]), t=np.array([2000, 3000]), attempted=9)
     buf.copy_(torch.from_numpy(write_buffer(spec, [w]).view(np.int64)))
     back = dev.numpy().view(np.uint64)
-    assert C.guard_damage(back, spec) == {"before": 0, "after": 0}
-    d = decode_buffer(C.buffer_view(back, spec)).summary
+    assert CP.guard_damage(back, spec) == {"before": 0, "after": 0}
+    d = decode_buffer(CP.buffer_view(back, spec)).summary
     assert d["records"] == 2 and d["dropped"] == 7
 
 
@@ -180,7 +182,7 @@ def test_perfetto_slices_equal_rows(tmp_path):
     for compress in (False, True):
         p = tmp_path / f"t{compress}.pftrace"
         to_perfetto(tr, p, compress=compress)
-        n = C.perfetto_slices(p)
+        n = CP.perfetto_slices(p)
         assert n["slices"] == len(tr) and n["ends"] == n["begins"] > 0
 
 
@@ -231,7 +233,7 @@ def test_plan_per_architecture(tmp_path):
     assert any(r.group == "fa4" and r.verdict == "warn" and "flash-attn-4" in r.next for r in rows)
     rows, steps = C.plan(ctx_for(tmp_path, quick=True), {"kernels": "none", "fa4": "none"})
     assert steps == [] and rows[0].verdict == "fail" and "fa4trace build" in rows[0].next
-    assert C.final_verdict(rows) == C.NOT_USABLE
+    assert CR.final_verdict(rows) == CR.NOT_USABLE
 
 
 def test_run_checks_survives_a_check_that_raises(tmp_path, monkeypatch):
@@ -256,14 +258,14 @@ def test_run_checks_survives_a_check_that_raises(tmp_path, monkeypatch):
     assert "ours intrawg" in names  # the checks after the failing one still ran
     bad = [r for r in rep.rows if r.verdict == "fail"]
     assert len(bad) == 1 and bad[0].group == "fa4" and bad[0].detail.endswith("was encountered")
-    assert rep.verdict == C.WARNINGS
+    assert rep.verdict == CR.WARNINGS
     assert "checking FA4 fa3 ..." in seen
     saved = json.loads((tmp_path / "out" / C.REPORT_NAME).read_text())
-    assert saved["verdict"] == C.WARNINGS and saved["files"][-1].endswith(C.REPORT_NAME)
+    assert saved["verdict"] == CR.WARNINGS and saved["files"][-1].endswith(C.REPORT_NAME)
     assert any(f.endswith("calibration.parquet") for f in saved["files"])
     with pytest.raises(Exception, match="refusing to overwrite"):
         C.run_checks(tmp_path / "out")
-    assert C.run_checks(tmp_path / "out", force=True).verdict == C.WARNINGS
+    assert C.run_checks(tmp_path / "out", force=True).verdict == CR.WARNINGS
 
 
 def test_run_checks_without_a_gpu(tmp_path, monkeypatch):
@@ -324,8 +326,8 @@ def test_cli_bad_arguments_and_refusing_to_overwrite(tmp_path):
 
 @pytest.mark.parametrize("rows, code", [
     (core_ok(), 0),
-    (core_ok() + [C.Row("fa4", "FA4", "warn", "not available", "", "install it")], 3),
-    (core_ok() + [C.Row("recorder", "nothing out of bounds", "fail", "1 + 0", "", "report")], 1),
+    (core_ok() + [CR.Row("fa4", "FA4", "warn", "not available", "", "install it")], 3),
+    (core_ok() + [CR.Row("recorder", "nothing out of bounds", "fail", "1 + 0", "", "report")], 1),
 ])
 def test_cli_prints_the_report_and_exits_by_verdict(rows, code, tmp_path, monkeypatch, capsys):
     from fa4trace.cli import main
@@ -334,7 +336,7 @@ def test_cli_prints_the_report_and_exits_by_verdict(rows, code, tmp_path, monkey
     monkeypatch.setattr(C, "run_checks", lambda out, **kw: report(list(rows)))
     assert main.main(args=["check", "--out", str(tmp_path / "o")]) == code
     out = capsys.readouterr().out
-    assert out.rstrip().splitlines()[-1].startswith(f"verdict: {[C.USABLE, C.NOT_USABLE, '', C.WARNINGS][code]}")
+    assert out.rstrip().splitlines()[-1].startswith(f"verdict: {[CR.USABLE, CR.NOT_USABLE, '', CR.WARNINGS][code]}")
     assert main.main(args=["check", "--json", "--out", str(tmp_path / "o")]) == code
     assert json.loads(capsys.readouterr().out)["exit_code"] == code
 

@@ -202,3 +202,57 @@ def test_attention_summary_and_compare_show_the_perturbation(tmp_path):
     out = run("compare", str(a), str(b)).stdout.splitlines()
     assert any(x.startswith("  A perturbation recorded CTAs ran +") for x in out)
     assert any(x.startswith("  B perturbation not measured: no CTA lifetimes") for x in out)
+
+
+SWEEP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "traces", "sweep-h200")
+
+
+def test_query_prints_its_rows_and_nothing_else():
+    """DuckDB's result goes to Arrow in one step (a relation, not a DB-API cursor, which warns
+    about an extra copy): stderr stays empty."""
+    r = run("query", SWEEP, "SELECT kernel, count(*) AS n FROM results GROUP BY kernel ORDER BY kernel")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.splitlines()[0].split() == ["kernel", "n"] and r.stdout.rstrip().endswith("(6 rows)")
+
+
+def test_query_raises_no_warning_in_process():
+    import warnings
+
+    from fa4trace.sweep.query import query
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = query(SWEEP, "SELECT kernel, d, sk, tbps FROM results WHERE error IS NULL AND kernel = 'pingpong'")
+        empty = query(SWEEP, "CREATE VIEW v AS SELECT 1")
+    assert t.num_rows == 44 and t.column_names == ["kernel", "d", "sk", "tbps"] and empty.num_rows == 0
+
+
+def test_summary_leaves_out_the_attention_lines_a_bundle_cannot_fill():
+    """The marker kernel's bundle (recorded on the H200) has no QK/SOFTMAX/PV events: no 'n/a'
+    lines for them."""
+    out = run("summary", os.path.join(os.path.dirname(SWEEP), "markers_h200.parquet")).stdout
+    assert "kernel time" in out and "dropped" in out
+    for label in ("bandwidth", "QK ∥ SOFTMAX", "PV ∥ SOFTMAX", "hidden softmax", "period", "tensor cores", "n/a"):
+        assert label not in out, label
+
+
+def test_an_unexpected_error_is_one_line_unless_debugging(bundles, monkeypatch):
+    """A bug (an exception fa4trace does not raise on purpose) still prints one line, naming
+    the switch that shows its traceback."""
+    from click.testing import CliRunner
+
+    from fa4trace import bundle
+    from fa4trace.cli import DEBUG_ENV, main
+
+    def broken(path):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(bundle, "load", broken)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    r = CliRunner().invoke(main, ["summary", str(bundles["base"])])
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [
+        f"fa4trace: error: unexpected RuntimeError: boom (a bug in fa4trace: please report it; {DEBUG_ENV}=1 shows "
+        "where it happened)"]
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    r = CliRunner().invoke(main, ["summary", str(bundles["base"])])
+    assert isinstance(r.exception, RuntimeError) and str(r.exception) == "boom"

@@ -1,8 +1,10 @@
-"""`fa4trace summary` / `compare` on bundles of automatically traced kernels (synthetic, known answers)."""
+"""`fa4trace summary` / `compare` on bundles of automatically traced kernels (synthetic, known
+answers; and one GEMM recorded on the H200, in traces/auto)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -54,7 +56,8 @@ def test_summary_text_has_the_hand_worked_numbers(paths):
     assert "producer        16.3%    60.5%   23.3%   ab.acquire 60.5%" in out  # 70 / 260 / 100 of 430 ns
     assert "stages held: mean 1.66, max 2; all held 66.0%, none 0.0% of the time" in out
     assert "median 110 ns" in out and "median per stage 0: 110 ns, 1: 145 ns" in out
-    assert "wait chain     CTA 0 (typical): 12 waits, 480 ns (53.9% of the CTA): mma.wait 200 ns, ab.wait 150 ns" in out
+    assert "wait chain     CTA 0: 12 waits, 480 ns (53.9% of the CTA): mma.wait 200 ns, ab.wait 150 ns" in out
+    assert "over CTAs" not in out  # one CTA: no spread to report
 
 
 def test_summary_json_is_the_library_summary(paths):
@@ -76,7 +79,9 @@ def test_compare_of_one_kernel(paths):
     code, out, _ = run("compare", paths["s2"], paths["s6"])
     lines = {ln[:28].strip(): ln for ln in out.splitlines()}
     assert "ab occupancy mean" in lines and "mma waiting" in lines and "wait chain (median CTA)" in lines
-    assert out.splitlines()[-1].startswith("kernel time") and "faster" in out
+    # the two bundles differ in their config (stages): the time is compared, and the config named
+    assert out.splitlines()[-1].startswith("kernel time") and "B takes" in out and "less time" in out
+    assert "on different configs (stages 2 → 6)" in out.splitlines()[-1]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -112,3 +117,38 @@ def test_summary_and_compare_say_how_much_the_trace_slowed_its_ctas(paths):
     # a bundle without lifetimes says so, on the same row
     code, out, _ = run("summary", paths["s2"])
     assert "  perturbation   not measured: no CTA lifetimes in this bundle" in out
+
+
+QUACK_SKINNY = Path(__file__).resolve().parents[1] / "traces" / "auto" / "quack_gemm_sm90_skinny_64x8192x8192.parquet"
+
+
+def test_summary_of_a_recorded_gemm_shows_the_median_chain_and_no_empty_lines():
+    """quack's GEMM on the H200: its epilogue store pipeline declares stages but records no
+    fill, and its idle warps are idle: the text leaves both out (the JSON keeps the pipeline).
+    The wait chain shown is the CTA whose chain waits the median of all CTAs' chains."""
+    from fa4trace.autoevents import AutoCols
+    from fa4trace.roles import assign_roles
+    from fa4trace.wait_chain import chain_per_cta, wait_chains
+
+    code, out, err = run("summary", QUACK_SKINNY)
+    assert code == 0, err
+    assert "pipeline ab:" in out and "pipeline epi_store" not in out and "0 counts per CTA" not in out
+    assert not any(line.startswith("  idle ") for line in out.splitlines())
+    per = chain_per_cta(wait_chains(AutoCols.of(assign_roles(load(QUACK_SKINNY), None)))).to_pydict()
+    order = sorted(range(len(per["cta"])), key=lambda i: per["wait_ns"][i])
+    median_cta = per["cta"][order[(len(order) - 1) // 2]]
+    assert f"wait chain     CTA {median_cta} (median of {len(order)} CTAs):" in out
+    longest = per["cta"][order[-1]]
+    assert median_cta != longest and f"(CTA {longest})" in out  # the longest is named as the max, not as typical
+    s = json.loads(run("summary", QUACK_SKINNY, "--json")[1])
+    assert s["pipelines"]["epi_store"]["counts_per_cta"]["max"] == 0 and s["wait_chain"]["cta"] == median_cta
+
+
+def test_compare_of_two_configs_says_so_and_claims_no_speed_up(tmp_path):
+    a = save(tmp_path / "a.parquet", n_ctas=1, k_tiles=16, stages=2, load_ns=2000)
+    b = save(tmp_path / "b.parquet", n_ctas=1, k_tiles=4, stages=2, load_ns=2000)  # a quarter of the work
+    code, out, err = run("compare", a, b)
+    assert code == 0, err
+    last = out.splitlines()[-1]
+    assert "B takes" in last and "less time, on different configs (k_tiles 16 → 4)" in last
+    assert "faster" not in out

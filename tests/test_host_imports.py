@@ -18,6 +18,10 @@ CODE = textwrap.dedent('''
     sys.meta_path.insert(0, Block())
     import fa4trace
     from fa4trace import analysis, bundle, chrome, cli, decode, layout, loader, perfetto, synthetic, vocab  # noqa
+    from fa4trace import check, check_probes, check_report, check_rows, deps, kernel_kinds, kernel_registry  # noqa
+    from fa4trace import record  # noqa: the recorder imports torch only when it runs
+    from fa4trace.kernels import marker_spec  # noqa
+    assert {"attention", "calibration", "markers", "fa4"} <= set(kernel_registry.names())
     from fa4trace import attention, bench  # noqa: the API's validation, planner and spec need no torch
     from fa4trace.bench import decode as bench_decode, timing  # noqa
     from fa4trace.kernels import decode_spec  # noqa

@@ -260,7 +260,8 @@ def test_compare_two_bundles_of_one_kernel():
     b = bundle(n_ctas=2, k_tiles=16, stages=6, load_ns=2000)  # more stages hide more of the latency
     c = K.compare_kernels(a, b)
     d = c["diff"]
-    assert d["kernel_time_ns"]["b"] < d["kernel_time_ns"]["a"] and "faster" in c["speed"]
+    assert d["kernel_time_ns"]["b"] < d["kernel_time_ns"]["a"] and "less time" in c["speed"]
+    assert c["differs"]["config"] == {"stages": [2, 6]} and "on different configs (stages 2 → 6)" in c["speed"]
     assert d["role.mma.waiting"]["delta"] < 0
     assert d["pipeline.ab.occupancy_mean"]["a"] <= 2 < d["pipeline.ab.occupancy_mean"]["b"]
     assert d["wait_chain_ns"]["a"] == c["a"]["wait_chain_ns"]["median"]

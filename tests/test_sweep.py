@@ -17,7 +17,8 @@ import pytest
 from fa4trace.errors import Fa4traceError
 from fa4trace.sweep import Dataset, RESULT_SCHEMA, grid as G
 from fa4trace.sweep.query import query
-from fa4trace.sweep.run import Runner, bundle_subset, run_sweep
+from fa4trace.sweep.cuda import Runner, bundle_subset
+from fa4trace.sweep.run import run_sweep
 
 
 class FakeRunner(Runner):

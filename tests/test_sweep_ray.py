@@ -91,7 +91,7 @@ def test_no_ray_installed_is_one_line(src, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(blocker.parent)}
     r = fa4trace("sweep", "--replay", str(src), "-o", str(tmp_path / "ds"), "--executor", "ray", env=env)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    assert "--executor ray needs Ray: pip install 'fa4trace[ray]'" in r.stderr and not (tmp_path / "ds").exists()
+    assert "needs ray" in r.stderr and "pip install 'fa4trace[ray]'" in r.stderr and not (tmp_path / "ds").exists()
 
 
 @pytest.mark.parametrize("address", ["ray://127.0.0.1:1", "127.0.0.1:1", "nohost"])

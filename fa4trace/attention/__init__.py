@@ -1,7 +1,8 @@
 """Decode attention on Hopper: the torch-facing API of the kernels in ``kernels/attention_sm90.py``.
 
 One module per job: ``shapes`` (the problem and argument checks), ``planner`` (the split-KV
-launch plan), ``api`` (variant choice, workspaces, launch, recording), ``reference`` (fp32).
+launch plan), ``api`` (variant choice, workspaces, launch), ``reference`` (fp32). A traced
+launch decoded into a bundle is ``fa4trace.record.record_attention``.
 
     o = fa4trace.attention.decode_attention(q, k, v, schedule="pingpong")
     o, lse = decode_attention(q, k, v, num_splits=32, return_lse=True)
@@ -30,12 +31,12 @@ from __future__ import annotations
 
 from ..kernels.decode_spec import (EVENT_SETS, HEAD_DIMS, LEAD_WARPS, MAX_RATIO, MAX_SQ, SCHEDULES, TILE_M,
                                    WARPS_PER_CTA, Variant)
-from .api import decode_attention, launch_plan, record_attention, trace_buffer, variant_for, workspaces
+from .api import decode_attention, launch_plan, trace_buffer, variant_for, workspaces
 from .planner import Plan, combine_cuts, default_block_rows, plan_splits, trace_capacity
 from .reference import reference, rel_error
 from .shapes import SHAPE_NAMES, Shape, shape_problem, validate
 
 __all__ = ["EVENT_SETS", "HEAD_DIMS", "LEAD_WARPS", "MAX_RATIO", "MAX_SQ", "SCHEDULES", "TILE_M", "WARPS_PER_CTA",
-           "Variant", "decode_attention", "launch_plan", "record_attention", "trace_buffer", "variant_for",
+           "Variant", "decode_attention", "launch_plan", "trace_buffer", "variant_for",
            "workspaces", "Plan", "combine_cuts", "default_block_rows", "plan_splits", "trace_capacity",
            "reference", "rel_error", "SHAPE_NAMES", "Shape", "shape_problem", "validate"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..attention import (SCHEDULES, LEAD_WARPS, Shape, decode_attention, launch_plan, reference, rel_error,
                          trace_buffer, variant_for)
 from ..errors import Fa4traceError
-from .timing import graph_time, launches_per_graph, reported_us
+from .timing import cold_l2_inputs, graph_time, reported_us
 
 PEAK_TBPS = 4.8  # H200 HBM3e, spec
 
@@ -27,24 +27,6 @@ class BenchRow:
     @property
     def tbps(self) -> float:
         return self.shape.io_bytes() / (self.us * 1e-6) / 1e12
-
-
-def cold_l2_inputs(shape: Shape, *, seed: int = 0, device: str = "cuda"):
-    """Random (q, k, v, out) sets for timing ``shape`` with a cold L2: as many sets as make up
-    L2_ROTATE_BYTES of KV (1..64), and the launches per graph that cycle through them
-    (``timing.launches_per_graph``). Returns (sets, per_graph)."""
-    import torch
-
-    tdt = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
-    g = torch.Generator(device=device).manual_seed(seed)
-    n_sets, per_graph = launches_per_graph(shape.kv_bytes())
-    sets = []
-    for _ in range(n_sets):
-        q = torch.randn(shape.b, shape.sq, shape.hq, shape.d, dtype=tdt, device=device, generator=g)
-        k = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
-        v = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
-        sets.append((q, k, v, torch.empty_like(q)))
-    return sets, per_graph
 
 
 def _variant_option(name: str, opt: str) -> tuple:
@@ -290,6 +272,23 @@ def bench_table(rows: list[BenchRow], peak: float = PEAK_TBPS) -> str:
     return "\n".join(lines)
 
 
+SHAPE_FILTER_KEYS = ("d", "hq", "hkv", "sk", "b", "sq")
+
+
+def select_shapes(*, quick: bool = False, only: str = "") -> list[Shape]:
+    """The matrix (``bench_matrix``) narrowed by ``only``, comma KEY=VALUE conditions on
+    SHAPE_FILTER_KEYS (e.g. "d=128,hkv=1"); a filter that leaves nothing is an error."""
+    shapes = bench_matrix(quick=quick)
+    for cond in filter(None, only.split(",")):
+        key, _, val = cond.partition("=")
+        if key not in SHAPE_FILTER_KEYS:
+            raise Fa4traceError(f"unknown shape key {key!r} in {only!r} (use {', '.join(SHAPE_FILTER_KEYS)})")
+        shapes = [s for s in shapes if str(getattr(s, key)) == val]
+    if not shapes:
+        raise Fa4traceError(f"{only!r} leaves no shape of the matrix")
+    return shapes
+
+
 def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flash,fa4", replays: int = 15,
         rounds: int = 5, trace_overhead: bool = True, only: str = "", out: str = "artifacts/bench",
         command: str = "fa4trace bench", log=print) -> list[BenchRow]:
@@ -301,19 +300,12 @@ def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flas
     from .results import envelope, gpu_name
 
     if rounds < 1 or replays < 1:
-        raise Fa4traceError(f"--rounds and --replays must be >= 1, got {rounds} and {replays}")
+        raise Fa4traceError(f"rounds and replays must be >= 1, got {rounds} and {replays}")
     from ..gpu import gpu_facts, require_cuda
     from ..power_log import PowerLog
 
+    shapes = select_shapes(quick=quick, only=only)
     require_cuda()
-    shapes = bench_matrix(quick=quick)
-    for cond in filter(None, only.split(",")):
-        key, _, val = cond.partition("=")
-        if key not in ("d", "hq", "hkv", "sk", "b", "sq"):
-            raise Fa4traceError(f"--only: unknown key {key!r} (use d, hq, hkv, sk, b, sq)")
-        shapes = [s for s in shapes if str(getattr(s, key)) == val]
-    if not shapes:
-        raise Fa4traceError(f"--only {only!r} leaves no shape of the matrix")
     dev = gpu_facts(0)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     log(f"{dev['name']} ({dev['sm_count']} SMs, driver {dev['driver']}, torch {dev['torch']}) {date}")

@@ -25,6 +25,25 @@ def launches_per_graph(set_bytes: int) -> tuple[int, int]:
     return n_sets, n_sets * -(-want // n_sets)
 
 
+def cold_l2_inputs(shape, *, seed: int = 0, device: str = "cuda"):
+    """Random (q, k, v, out) sets for timing a decode-attention ``shape`` (an
+    ``attention.Shape``: b, sq, hq, hkv, sk, d, dtype, kv_bytes()) with a cold L2: as many sets
+    as make up L2_ROTATE_BYTES of KV (1..64), and the launches per graph that cycle through them
+    (``launches_per_graph``). Returns (sets, per_graph)."""
+    import torch
+
+    tdt = torch.bfloat16 if shape.dtype == "bf16" else torch.float16
+    g = torch.Generator(device=device).manual_seed(seed)
+    n_sets, per_graph = launches_per_graph(shape.kv_bytes())
+    sets = []
+    for _ in range(n_sets):
+        q = torch.randn(shape.b, shape.sq, shape.hq, shape.d, dtype=tdt, device=device, generator=g)
+        k = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
+        v = torch.randn(shape.b, shape.sk, shape.hkv, shape.d, dtype=tdt, device=device, generator=g)
+        sets.append((q, k, v, torch.empty_like(q)))
+    return sets, per_graph
+
+
 def graph_time(launch, n_sets: int, replays: int, per_graph: int):
     """Median per-launch time (µs) of ``launch(i)`` over CUDA-graph replays.
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .dataset import COMPACT_PREFIX, Dataset, _atomic, newest, read_table
+from .dataset import COMPACT_PREFIX, Dataset, atomic_write, newest, read_table
 from .job import now
 
 
@@ -45,7 +45,7 @@ def compact_partition(folder: Path) -> tuple[int, int]:
     seen = {f: _stat(f) for f in files}
     merged = newest(pa.concat_tables([read_table(f) for f in files], promote_options="permissive"))
     name = f"{COMPACT_PREFIX}{now().strftime('%Y%m%dT%H%M%S%fZ')}-{uuid.uuid4().hex[:6]}.parquet"
-    _atomic(folder / name, lambda tmp: pq.write_table(merged, tmp, compression="zstd"))
+    atomic_write(folder / name, lambda tmp: pq.write_table(merged, tmp, compression="zstd"))
     for f in files:
         try:
             if _stat(f) == seen[f]:

@@ -4,7 +4,7 @@
 ``Runner.compute`` the point's work built on it: a point a kernel refuses, or whose timing
 fails (CUDA out of memory), becomes rows with the one-line error. ``CudaRunner`` is the runner
 of a real GPU: ``fa4trace.bench.decode.bench_shape`` for the timings (CUDA-graph replay, cold
-L2, every kernel on the same inputs) and ``attention.record_attention`` (lead warps, a CTA
+L2, every kernel on the same inputs) and ``record.record_attention`` (lead warps, a CTA
 subset) for the bundles. ``CudaJob`` is the recipe a worker process builds one from.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .dataset import bundle_rel
-from .grid import OURS
+from .grid import OURS, point_seed
 from .job import BaseRunner, PointResult, Task, bundle_bytes, host, line, row
 
 MAX_BUNDLE_BYTES = 1 << 20  # a bundle stays <= 1 MB
@@ -48,8 +48,6 @@ class Runner(BaseRunner):
 
     def compute(self, task: Task) -> PointResult:
         """Time the task's kernels on its point and record our schedules' bundles (as bytes)."""
-        from .run import point_seed
-
         point, kernels = task.point, task.kernels
         seed = point_seed(point)
         refused = point.ours_problem()
@@ -146,7 +144,8 @@ class CudaRunner(Runner):
     def record(self, point, schedule, *, seed, budget):
         import torch
 
-        from ..attention import LEAD_WARPS, launch_plan, record_attention, trace_capacity, variant_for
+        from ..attention import LEAD_WARPS, launch_plan, trace_capacity, variant_for
+        from ..record import record_attention
 
         try:
             _, plan = launch_plan(point.shape, variant_for(point.shape, schedule, events="core"), "cuda")

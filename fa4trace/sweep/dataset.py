@@ -59,7 +59,7 @@ def bundle_rel(point, kernel: str) -> str:
     return f"bundles/kernel={kernel}/d={point.d}/{point.id}.parquet"
 
 
-def _atomic(path: Path, write) -> Path:
+def atomic_write(path: Path, write) -> Path:
     """``write(tmp_path)`` then rename onto ``path`` (same folder: atomic on POSIX)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -81,7 +81,7 @@ def _clean(x):
 
 
 def conform(t: pa.Table) -> pa.Table:
-    """A result table in RESULT_SCHEMA's columns and types: columns an older file lacks are null;
+    """A result table in RESULT_SCHEMA's columns and types: columns a file lacks are null;
     columns RESULT_SCHEMA does not know are kept, after its own."""
     cols, fields = [], []
     for f in RESULT_SCHEMA:
@@ -164,11 +164,11 @@ class Dataset:
             raise ValueError(f"result row has unknown columns {sorted(unknown)}")
         table = pa.Table.from_pylist([{n: _clean(row.get(n)) for n in RESULT_SCHEMA.names}], schema=RESULT_SCHEMA)
         path = self.partition(row["kernel"], row["d"], row["hkv"]) / f"{row['point_id']}.parquet"
-        return _atomic(path, lambda tmp: pq.write_table(table, tmp))
+        return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
     def write_bytes(self, rel: str, data: bytes) -> Path:
         """A file under the root (a bundle a worker sent), written atomically."""
-        return _atomic(self.root / rel, lambda tmp: Path(tmp).write_bytes(data))
+        return atomic_write(self.root / rel, lambda tmp: Path(tmp).write_bytes(data))
 
     def write_bundle(self, point, kernel: str, trace) -> str:
         """Save a trace bundle (``Trace.save`` writes atomically); returns its path relative to the root."""
@@ -177,7 +177,7 @@ class Dataset:
 
     def write_sweep(self, sweep_id: str, doc: dict) -> Path:
         text = json.dumps(doc, indent=1, default=str) + "\n"
-        return _atomic(self.sweep_path(sweep_id), lambda tmp: Path(tmp).write_text(text))
+        return atomic_write(self.sweep_path(sweep_id), lambda tmp: Path(tmp).write_text(text))
 
     # ---- reads ----
     def read_results(self, *, every_row: bool = False) -> pa.Table:

@@ -25,6 +25,7 @@ shape only our kernels refuse (say d 256) stays a point whose rows for our kerne
 from __future__ import annotations
 
 import itertools
+import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -64,6 +65,11 @@ class Point:
     def ours_problem(self) -> Optional[str]:
         """Why our kernels refuse this shape (one line), or None."""
         return shape_problem(b=self.b, sq=self.sq, hq=self.hq, hkv=self.hkv, sk=self.sk, d=self.d)
+
+
+def point_seed(point: Point) -> int:
+    """The inputs' seed of a point: stable across runs and resumes."""
+    return zlib.crc32(point.id.encode()) & 0x7FFFFFFF
 
 
 @dataclass

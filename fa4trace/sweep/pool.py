@@ -46,7 +46,7 @@ def visible_gpus() -> int:
 
 
 def parse_gpus(spec: Optional[str]):
-    """``--gpus``: "all" (None too), or comma GPU indices ("0,1"; "0,0": two workers on GPU 0)."""
+    """A GPU list: "all" (None too), or comma GPU indices ("0,1"; "0,0": two workers on GPU 0)."""
     spec = "all" if spec is None else spec.strip()
     if spec == "all":
         return "all"
@@ -55,8 +55,7 @@ def parse_gpus(spec: Optional[str]):
     except ValueError:
         out = []
     if not out or min(out) < 0:
-        raise Fa4traceError(f"--gpus: want all or comma GPU indices such as 0,1 (0,0: two workers on GPU 0), "
-                            f"got {spec!r}")
+        raise Fa4traceError(f"want all or comma GPU indices such as 0,1 (0,0: two workers on GPU 0), got {spec!r}")
     return out
 
 
@@ -66,7 +65,7 @@ def pick_gpus(gpus, visible: int) -> list[int]:
         return list(range(visible))
     bad = [i for i in gpus if i >= visible]
     if bad:
-        raise Fa4traceError(f"--gpus: GPU {bad[0]} is not here (this machine sees {visible} GPU"
+        raise Fa4traceError(f"GPU {bad[0]} is not here (this machine sees {visible} GPU"
                             f"{'s' if visible != 1 else ''}: 0..{visible - 1})")
     return list(gpus)
 
@@ -80,7 +79,7 @@ def device_id(index: int, parent_visible: Optional[str] = None) -> str:
         return str(index)
     ids = [x.strip() for x in parent_visible.split(",") if x.strip()]
     if index >= len(ids):
-        raise Fa4traceError(f"--gpus: GPU {index} is not in CUDA_VISIBLE_DEVICES={parent_visible}")
+        raise Fa4traceError(f"GPU {index} is not in CUDA_VISIBLE_DEVICES={parent_visible}")
     return ids[index]
 
 

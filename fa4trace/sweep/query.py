@@ -11,7 +11,6 @@ hkv included; one row per (point_id, kernel), the newest when a point was stored
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -41,7 +40,7 @@ def connect(root):
     con = duckdb.connect(":memory:")
     if next((p / "results").glob(RESULT_GLOB), None) is not None:
         glob = (p / "results").as_posix() + "/" + RESULT_GLOB
-        # union_by_name: files written before a column existed read it as null
+        # union_by_name: a file without a column reads it as null
         con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet({_sql_str(glob)}, hive_partitioning=true, "
                     "hive_types={'kernel': VARCHAR, 'd': INTEGER, 'hkv': INTEGER}, union_by_name=true) "
                     "QUALIFY row_number() OVER (PARTITION BY point_id, kernel "
@@ -60,16 +59,18 @@ def connect(root):
 
 
 def query(root, sql: str) -> pa.Table:
-    """Run ``sql`` over the dataset at ``root``; bad SQL raises a one-line Fa4traceError."""
+    """Run ``sql`` over the dataset at ``root``. Empty or bad SQL raises a one-line
+    Fa4traceError; a statement without a result (CREATE VIEW ...) gives an empty table.
+
+    The statement runs as a DuckDB relation (``con.sql``), read into Arrow in one step."""
     import duckdb
 
+    if not sql.strip().strip(";").strip():
+        raise Fa4traceError("the SQL is empty: give a statement, e.g. SELECT * FROM results LIMIT 5")
     con = connect(root)
     try:
-        rel = con.execute(sql)
-        if rel.description is None:  # a statement without a result
-            return pa.table({})
-        # to_arrow_table: duckdb >= 1.4; fetch_arrow_table before (deprecated since)
-        return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.fetch_arrow_table()
+        rel = con.sql(sql)
+        return pa.table({}) if rel is None else rel.to_arrow_table()
     except duckdb.Error as exc:
         msg = str(exc).strip().splitlines()
         raise Fa4traceError(f"query failed: {msg[0] if msg else type(exc).__name__}") from None
@@ -122,7 +123,3 @@ def to_csv(t: pa.Table) -> str:
     for r in t.to_pylist():
         w.writerow(["" if v is None else v for v in r.values()])
     return buf.getvalue()
-
-
-def dataset_exists(root) -> bool:
-    return find_dataset(Path(root)) is not None

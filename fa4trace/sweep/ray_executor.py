@@ -22,7 +22,7 @@ from collections import deque
 from typing import Iterator, Optional
 from urllib.parse import urlsplit
 
-from ..errors import Fa4traceError
+from ..errors import Fa4traceError, MissingDependency
 from .job import PointResult, Task, host, line, lost_result
 
 CONNECT_TIMEOUT_S = 5.0
@@ -53,9 +53,9 @@ def check_reachable(address: Optional[str], timeout: float = CONNECT_TIMEOUT_S) 
     try:
         hostname, port = parts.hostname, parts.port
     except ValueError:
-        raise Fa4traceError(f"--address {address}: want auto, HOST:PORT or ray://HOST:PORT") from None
+        raise Fa4traceError(f"Ray address {address}: want auto, HOST:PORT or ray://HOST:PORT") from None
     if not hostname or port is None:
-        raise Fa4traceError(f"--address {address}: want auto, HOST:PORT or ray://HOST:PORT")
+        raise Fa4traceError(f"Ray address {address}: want auto, HOST:PORT or ray://HOST:PORT")
     try:
         socket.create_connection((hostname, port), timeout=timeout).close()
     except OSError as exc:
@@ -87,10 +87,14 @@ class RayExecutor:
         """Connect (once; the command line does it before the sweep starts writing)."""
         if self._remote is not None:
             return
+        from ..deps import install_command, require
+
+        require("the Ray executor", "ray")
         try:
             import ray
-        except ImportError:
-            raise Fa4traceError("--executor ray needs Ray: pip install 'fa4trace[ray]'") from None
+        except ImportError as exc:  # installed, but broken
+            raise MissingDependency(f"the Ray executor needs ray, which does not import here ({exc}): "
+                                    f"{install_command(['ray'])}") from None
         if not ray.is_initialized():
             check_reachable(self.address)
             try:

@@ -19,13 +19,11 @@ import os
 import sys
 import time
 import uuid
-import zlib
 from pathlib import PurePosixPath
 from typing import Callable, Iterator, Optional
 
-from .cuda import BUNDLE_ROWS, MAX_BUNDLE_BYTES, CudaJob, CudaRunner, Runner, bundle_subset  # noqa: F401
 from .dataset import Dataset
-from .grid import Grid, Point
+from .grid import Grid
 from .job import BaseRunner, PointResult, Task, host, now
 
 Log = Callable[[str], None]
@@ -38,11 +36,6 @@ def _stderr(m: str) -> None:
 def new_sweep_id() -> str:
     """UTC start time plus a short random tail: sortable, unique across workers."""
     return now().strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-
-
-def point_seed(point: Point) -> int:
-    """The inputs' seed of a point: stable across runs and resumes."""
-    return zlib.crc32(point.id.encode()) & 0x7FFFFFFF
 
 
 def _eta(seconds: float) -> str:
@@ -101,15 +94,6 @@ def write_point(ds: Dataset, res: PointResult) -> list[dict]:
         r["point_s"], r["finished_at"] = point_s, finished
         ds.write_result(r)
     return res.rows
-
-
-def run_point(ds: Dataset, runner: BaseRunner, point: Point, kernels: list[str], *, sweep_id: str,
-              bundles: bool = True) -> list[dict]:
-    """Run ``kernels`` on ``point`` here and write its bundles and rows; returns the rows."""
-    t = time.perf_counter()
-    res = runner.compute(Task(point, list(kernels), sweep_id, bundles))
-    res.elapsed_s = time.perf_counter() - t
-    return write_point(ds, res)
 
 
 def _cells(rows: list[dict]) -> str:

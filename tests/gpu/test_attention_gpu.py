@@ -262,13 +262,14 @@ def test_pdl_launches_give_the_same_bits_back_to_back(schedule):
 # the four consumer warps' spans are unioned per CTA and the warps drift a little.
 # fa4trace check judges the same ranges (one table for both).
 from fa4trace.check_rows import OUR_OVERLAPS as OVERLAPS  # noqa: E402
+from fa4trace.record import record_attention  # noqa: E402
 
 
 @pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_each_schedule_overlaps_what_it_claims(schedule):
     from fa4trace import analysis
 
-    tr = A.record_attention(schedule=schedule, d=128, hq=16, hkv=1, sk=32768, b=1, sq=1,
+    tr = record_attention(schedule=schedule, d=128, hq=16, hkv=1, sk=32768, b=1, sq=1,
                             num_splits=32768 // 128 // 32)
     s = analysis.summarize(tr)
     (qk_lo, qk_hi), (pv_lo, pv_hi) = OVERLAPS[schedule]
@@ -281,7 +282,7 @@ def test_a_recording_carries_the_cold_l2_time_that_summary_reports():
     beside the recorded inputs' times; summary reports the cold-L2 one and says so."""
     from fa4trace import analysis
 
-    tr = A.record_attention(schedule="pingpong", d=128, hq=16, hkv=1, sk=32768, b=1, sq=1)
+    tr = record_attention(schedule="pingpong", d=128, hq=16, hkv=1, sk=32768, b=1, sq=1)
     t = tr.meta["timing"]
     assert t["bench_us"] > 0 and t["kernel_us"] > 0 and t["traced_us"] > 0
     s = analysis.summarize(tr)

@@ -15,12 +15,13 @@ pytestmark = pytest.mark.gpu
 
 def test_check_finds_this_gpu_usable(kernels_available, tmp_path):
     from fa4trace import check as C
+    from fa4trace import check_report as CR
 
     rep = C.run_checks(tmp_path / "check", log=print)
-    print(C.render(rep))
-    core = [r for r in rep.rows if r.group in C.CORE_GROUPS]
+    print(CR.render(rep))
+    core = [r for r in rep.rows if r.group in CR.CORE_GROUPS]
     assert all(r.verdict in ("ok", "skip") for r in core), [r for r in core if r.verdict not in ("ok", "skip")]
-    assert rep.verdict in (C.USABLE, C.WARNINGS)
+    assert rep.verdict in (CR.USABLE, CR.WARNINGS)
     if rep.route["fa4"] != "none":
         assert all(r.verdict == "ok" for r in rep.rows if r.group == "fa4"), rep.rows
     if rep.gpu["arch"] == "sm_90a":
