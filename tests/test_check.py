@@ -377,4 +377,4 @@ def test_perturbation_row_skips_bundles_that_did_not_measure_it():
     buf, meta = attention_like("base", n_ctas=2, n_blocks=4)
     r = R.perturbation_row("ours base", Trace.from_launches([decode_buffer(buf)], meta))
     assert r.verdict == "skip" and "no CTA lifetimes" in r.detail
-    assert C.final_verdict(core_ok() + [r]) == C.USABLE
+    assert CR.final_verdict(core_ok() + [r]) == CR.USABLE

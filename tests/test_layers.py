@@ -28,15 +28,7 @@ KERNEL_MAY_IMPORT = {PACKAGE, f"{PACKAGE}.layout", f"{PACKAGE}.vocab", f"{PACKAG
 
 # Known breaks of the rules in modules whose fixes are pending: (importing module, imported
 # module, private name). Each entry is a defect to fix, not a permission; empty it as they go.
-PRIVATE_IMPORTS_PENDING = {
-    # chrome.py reuses the Perfetto exporter's row iteration and vocabulary lookup: both
-    # should become public in perfetto.py (or move to a module both exporters import).
-    ("fa4trace.chrome", "fa4trace.perfetto", "_rows"),
-    ("fa4trace.chrome", "fa4trace.perfetto", "_vocab_of"),
-    # FA4's hooks reach into the device recorder's current-block state: the recorder should
-    # offer it publicly.
-    ("fa4trace.fa4.hooks", "fa4trace.device.recorder", "_current_block"),
-}
+PRIVATE_IMPORTS_PENDING: set[tuple] = set()
 CIRCLES_PENDING: set[frozenset] = set()
 
 

@@ -363,7 +363,7 @@ class Recorder:
     def _block_lane_is(pos, lane):
         """Inside a block: is this lane the stager of the next event (pos == lane)? As
         ``lane - pos0 == k`` with pos0 taken once per code region and k counted here."""
-        region = _current_block()
+        region = current_block()
         cached = Recorder._block_lane_offset
         if cached is None or cached[0] != region:
             cached = (region, lane - pos, 0)
@@ -395,7 +395,7 @@ class Recorder:
 
 
 # ---- segment mode: recording from code the recorder cannot be carried through ------------------
-def _current_block():
+def current_block():
     """The MLIR block ops are being inserted into right now (None outside a trace)."""
     from cutlass._mlir import ir
 
@@ -532,7 +532,7 @@ class SegmentRecorder:
         seg.shared = shared
         if self.enabled:
             seg._cursor = self._load_cursor()
-            seg._block = _current_block()
+            seg._block = current_block()
         self._open = seg
         return seg
 
@@ -586,7 +586,7 @@ class Segment:
     def joinable(self) -> bool:
         """A hook called now may record into this segment: it was opened ``shared`` and the
         trace is in the region it was opened in (events elsewhere could not be stored at close)."""
-        return self.shared and (self._rec.trace is None or _current_block() == self._block)
+        return self.shared and (self._rec.trace is None or current_block() == self._block)
 
     def begin(self, event: int, payload=None, t=None):
         """Start of a span. ``t``: a timer value read earlier (``rec.timer()``), else now."""
@@ -607,7 +607,7 @@ class Segment:
             raise RuntimeError("fa4trace: event recorded on a closed segment")
         if const_expr(rec.trace is None):
             return
-        if _current_block() != self._block:
+        if current_block() != self._block:
             raise RuntimeError(
                 f"fa4trace: event {event} recorded in another region than its segment was opened in "
                 "(a hook inside a loop or dynamic if of a hooked call): open a segment there instead")
@@ -637,7 +637,7 @@ class Segment:
         if rec._open is not self:
             raise RuntimeError("fa4trace: segment closed twice")
         if const_expr(rec.trace is not None):
-            if _current_block() != self._block:
+            if current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
             for j, word in enumerate(self._words):
                 rec._store_record(self._cursor + j, word)

@@ -195,9 +195,9 @@ def kv_wait_wrapper(orig: Callable) -> Callable:
     def wrapper(self, state, *args, **kwargs):
         st = STATE
         if st.recording() and st.role == "mma":
-            from ..device.recorder import _current_block
+            from ..device.recorder import current_block
 
-            st.kv_wait = (state.count, _current_block())
+            st.kv_wait = (state.count, current_block())
         return orig(self, state, *args, **kwargs)
 
     wrapper.__fa4trace_hook__ = True
@@ -209,7 +209,7 @@ def base_mma_block():
     K0, then V(i), K(i+1) per loop trip, then V(n-1): the wait just before an issue, in the same
     region, has count 2j (K(j)) or 2j+1 (V(j)), so the block is count // 2 (counting on across
     tiles, like the ping-pong path's counters). Unknown otherwise (iter -1)."""
-    from ..device.recorder import _current_block
+    from ..device.recorder import current_block
 
     st = STATE
     k = st.kernel
@@ -217,7 +217,7 @@ def base_mma_block():
             or st.kv_wait is None):
         return None
     count, block = st.kv_wait
-    return count >> 1 if block == _current_block() else None
+    return count >> 1 if block == current_block() else None
 
 
 # ---- SM90 consumer: one segment per KV block, async wgmma spans ------------------------------
