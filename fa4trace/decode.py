@@ -64,6 +64,25 @@ class DecodedLaunch:
     cta_lifetimes: dict | None = None
 
 
+def _selected_by(h: np.ndarray, cta: np.ndarray, slot: np.ndarray, spec: L.BufferSpec):
+    """(the index each warp's CTA was selected by, whether that index belongs in its slot).
+
+    The recorder takes CTAs in cluster order and steps over whole clusters (layout: warp
+    header word 2 holds the order index and the cluster size); a buffer from before that
+    holds neither, and its slots follow the linear CTA index."""
+    w2 = h[:, L.W_WARP]
+    order = ((w2 >> np.uint64(32)) & np.uint64(0xFFFFFF)).astype(np.int64) - 1
+    size = np.maximum((w2 >> np.uint64(56)).astype(np.int64), 1)
+    rel = order - spec.cta_first
+    group = np.floor_divide(rel, size)
+    by_cluster = (rel >= 0) & (group % spec.cta_stride == 0) & (
+        (group // spec.cta_stride) * size + rel % size == slot)
+    legacy = order < 0
+    selected = np.where(legacy, cta, order)
+    ok = np.where(legacy, cta == spec.cta_of_slot(slot), by_cluster)
+    return selected, ok
+
+
 def _warp_name(slot: int, spec: L.BufferSpec) -> str:
     cta = int(spec.cta_of_slot(slot // spec.warps_per_cta))
     return f"warp slot {slot} (CTA {cta}, warp {int(spec.warp_of_slot(slot % spec.warps_per_cta))})"
@@ -109,11 +128,9 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
     sm = (h[:, L.W_IDS] & U32).astype(np.int64)
     cta = (h[:, L.W_IDS] >> np.uint64(32)).astype(np.int64)
     warp = (h[:, L.W_WARP] & U32).astype(np.int64)
-    order = (h[:, L.W_WARP] >> np.uint64(32)).astype(np.int64) - 1  # -1: before cluster order
-    selected = np.where(order >= 0, order, cta)  # the index the CTA was selected by
-    exp_cta = spec.cta_of_slot(idx // spec.warps_per_cta)
+    selected, slot_ok = _selected_by(h, cta, idx // spec.warps_per_cta, spec)
     exp_warp = spec.warp_of_slot(idx % spec.warps_per_cta)
-    wrong = (selected != exp_cta) | (warp != exp_warp)
+    wrong = ~slot_ok | (warp != exp_warp)
     if grid_ctas is not None:
         wrong |= cta >= grid_ctas
     if wrong.any():

@@ -34,8 +34,8 @@ made before the region existed leave it zero; kernels with their own ``Recorder`
 Warp header (written by lane 0 of the warp: words 0-4 at start, 5-7 at finish):
     w0  WARP_MAGIC | version << 32 | timebase << 40 | role << 48
     w1  smid | cta_linear << 32
-    w2  warp index in CTA | (cluster-order index + 1) << 32   (0 there: a buffer from before
-        cluster order, whose slots follow the linear CTA index)
+    w2  warp index in CTA | (cluster-order index + 1) << 32 | cluster size << 56   (bits 32-55
+        0: a buffer from before cluster order, whose slots follow the linear CTA index)
     w3  %globaltimer at start     w4  %clock64 at start
     w5  %globaltimer at finish    w6  %clock64 at finish
     w7  records written | records dropped << 32

@@ -44,7 +44,8 @@ def runs(tmp_path_factory):
 @pytest.mark.parametrize("run", [0, 1], ids=["cold-disk", "warm-disk"])
 def test_every_cache_compiles_again_inside_the_block(runs, run):
     r = runs[run]
-    assert r["hidden"] == 4  # user cache, quack, FA4 in memory, FA4 persistent
+    assert r["hidden"] == 6  # user cache, quack, FA4 in memory, FA4 persistent, two plan caches
+    assert r["plans_inside"] == [False, False]  # a plan around a kernel (one inside another) is taken out whole
     assert r["inside"] == {"user": "Instrumented", "quack": "Instrumented", "fa4": "Instrumented",
                            "fa4_disk": "Instrumented"}
     assert r["compiled_inside"] == 4
@@ -57,6 +58,7 @@ def test_after_the_block_the_caches_hold_the_programs_kernels(runs, run):
     r = runs[run]
     assert r["after_same_objects"] == {"user": True, "quack": True, "fa4": True, "fa4_disk": True}
     assert r["instrumented_left"] == 0 and all(r["closed"])
+    assert r["plans_after"] == [True, True, False]  # the plans put back; the one made inside removed
     assert r["quack_cache_enabled_after"] is True and r["fa4_disk_class_after"] == "JITPersistentCache"
     # quack's and FA4's object files: the two the warm-up wrote, nothing traced added or replaced
     assert r["disk_before"] == 2 and r["disk_same"]

@@ -203,6 +203,19 @@ def test_cluster_order_selects_the_slot_and_the_linear_cta_is_kept():
         decode_buffer(buf)
 
 
+def test_a_strided_sample_of_clusters_fills_its_slots_cluster_by_cluster():
+    """Clusters of 2 CTAs, every 8th cluster: slots 0, 1 are cluster 0's CTAs (order 0, 1),
+    slots 2, 3 cluster 8's (order 16, 17); order 8 (cluster 4) belongs in no slot."""
+    spec = L.BufferSpec(warps_per_cta=1, n_cta_slots=4, capacity=4, cta_stride=8)
+    buf = write_buffer(spec, [warp(cta=c, events=[(I, EV.MARK, 0, 1)]) for c in (0, 8, 16, 24)])
+    for slot, order in enumerate((0, 1, 16, 17)):
+        buf[L.GLOBAL_HEADER_WORDS + slot * spec.slot_words + L.W_WARP] = ((order + 1) << 32) | (2 << 56)
+    assert decode_buffer(buf).summary["warps_recorded"] == 4
+    buf[L.GLOBAL_HEADER_WORDS + 2 * spec.slot_words + L.W_WARP] = ((8 + 1) << 32) | (2 << 56)
+    with pytest.raises(TraceFormatError, match="header says CTA 8 \\(in cluster order\\)"):
+        decode_buffer(buf)
+
+
 def test_truncated_buffer():
     spec = L.BufferSpec(1, 4, 4)
     buf = write_buffer(spec, [warp()])

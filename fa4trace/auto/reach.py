@@ -87,13 +87,43 @@ def is_cache(d: dict) -> bool:
     return any("cache" in n.lower() for n in _names_of(d))
 
 
-def holders(objects: list) -> list[dict]:
-    """The dicts (and dict subclasses) that hold any of ``objects`` as a value."""
-    if not objects:
-        return []
-    wanted = {id(o) for o in objects}
-    return [r for r in gc.get_referrers(*objects)
-            if isinstance(r, dict) and any(id(v) in wanted for v in r.values())]
+def _container(r) -> bool:
+    """A tuple, list or plain object (a plan, a NamedTuple, a dataclass) that may hold a
+    compiled kernel on a library's behalf; not a module, class, function or frame."""
+    if isinstance(r, (tuple, list)):
+        return True
+    return (hasattr(r, "__dict__") and not isinstance(r, (type, types.ModuleType, types.FunctionType,
+                                                           types.MethodType, types.FrameType)))
+
+
+def cache_entries(objects: list, named: set, depth: int = 3, skip: tuple = ()) -> list[tuple[dict, Any, Any, bool]]:
+    """(cache dict, key, value, direct) of every entry of a cache that holds one of
+    ``objects``, directly (``direct``) or inside a plan the cache keeps (a tuple, a list, an
+    object holding the kernel; followed up to ``depth`` levels: quack keeps compiled GEMMs in
+    plan NamedTuples kept by other plans). A cache: a dict named like one (``is_cache``) or
+    named by the user (``named``: ids). ``skip``: objects of the caller's own, never followed."""
+    out, seen = [], set()
+    ids = {id(o) for o in objects}
+    skip_ids = {id(x) for x in skip} | {id(objects)}
+    level, level_ids = list(objects), set(ids)
+    for step in range(depth):
+        if not level:
+            break
+        refs = [r for r in gc.get_referrers(*level) if id(r) not in skip_ids]
+        up = []
+        for r in refs:
+            if isinstance(r, dict):
+                hit = [(k, v) for k, v in r.items() if id(v) in level_ids]
+                if hit and (id(r) in named or is_cache(r)):
+                    for k, v in hit:
+                        if (id(r), k) not in seen:
+                            seen.add((id(r), k))
+                            out.append((r, k, v, step == 0))
+            elif _container(r):
+                up.append(r)
+        skip_ids.update((id(refs), id(level), id(up)))
+        level, level_ids = up, {id(u) for u in up}
+    return out
 
 
 def _persistent_fa4() -> type | None:
@@ -105,7 +135,8 @@ def _persistent_fa4() -> type | None:
 
 class Reach:
     """Takes compiled kernels out of every cache it can reach (``hide``), and puts the
-    program's kernels back (``restore``)."""
+    program's kernels back (``restore``). A cache entry that holds a kernel inside a plan
+    (quack keeps its GEMMs in plan NamedTuples) is taken out whole."""
 
     def __init__(self):
         self.hidden: list[tuple[dict, Any, Any]] = []
@@ -131,15 +162,11 @@ class Reach:
                 # for the block it is its in-memory base class: no object file loaded or written
                 self._classes.append((o, type(o)))
                 o.__class__ = persistent.__mro__[1]
-        ids = {id(o) for o in found}
         self._named = {id(d) for d in extra}
-        for d in holders(found):
-            if id(d) not in self._named and not is_cache(d):
-                continue
-            for k, v in list(d.items()):
-                if id(v) in ids:
-                    self.hidden.append((d, k, v))
-                    del d[k]
+        for d, k, v, _direct in cache_entries(found, self._named, skip=(found,)):
+            if k in d and d[k] is v:
+                self.hidden.append((d, k, v))
+                del d[k]
         return len(self.hidden)
 
     def restore(self, instrumented: list) -> None:
@@ -149,17 +176,14 @@ class Reach:
             d[k] = v
         self.hidden = []
         by_id = {id(k): k for k in instrumented}
-        for d in holders(list(instrumented)):
-            if d is by_id or (id(d) not in self._named and not is_cache(d)):
-                continue  # a variable, an attribute: the Instrumented there runs plain once closed
-            for key, v in list(d.items()):
-                kern = by_id.get(id(v))
-                if kern is None:
-                    continue
-                if kern.plain is not None:
-                    d[key] = kern.plain
-                else:
-                    del d[key]
+        for d, key, v, direct in cache_entries(list(instrumented), self._named, skip=(by_id, instrumented)):
+            if key not in d or d[key] is not v:
+                continue
+            kern = by_id.get(id(v)) if direct else None
+            if kern is not None and kern.plain is not None:
+                d[key] = kern.plain  # a cache compiled inside the block keeps the plain kernel
+            else:
+                del d[key]  # a plan around a traced kernel: the library plans again, plain
         for o, cls in self._classes:
             o.__class__ = cls
         self._classes = []

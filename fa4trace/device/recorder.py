@@ -175,7 +175,7 @@ class Recorder:
         slot_words = Int32(g1 & _LO32)
         warps = Int32(g1 >> 32)
         warp_mask = Int32(g3 >> 32)  # 0: warps 0..warps-1 record; else bit w: warp w does
-        cta, order, cta_slot, cta_ok = _cta_selection(g2, g3)
+        cta, order, csize, cta_slot, cta_ok = _cta_selection(g2, g3)
         warp = cute.arch.warp_idx()
         lane = cute.arch.lane_idx()
 
@@ -192,7 +192,7 @@ class Recorder:
         if active & (lane == 0):
             trace[header + L.W_MAGIC] = Int64(L.warp_word0(timebase)) | (Int64(role) << 48)
             trace[header + L.W_IDS] = Int64(cute.arch.smid()) | (Int64(cta) << 32)
-            trace[header + L.W_WARP] = Int64(warp) | ((Int64(order) + 1) << 32)
+            trace[header + L.W_WARP] = Int64(warp) | ((Int64(order) + 1) << 32) | (Int64(csize) << 56)
             trace[header + L.W_GT0] = gt0
             trace[header + L.W_CLK0] = clk0
         return header, cap, lane
@@ -705,8 +705,8 @@ def _edge_anchor():
 
 @cute.jit
 def _cta_selection(g2: Int64, g3: Int64):
-    """(linear CTA index, cluster-order index, its slot among the recording CTAs, whether it
-    records) from the
+    """(linear CTA index, cluster-order index, cluster size, its slot among the recording CTAs,
+    whether it records) from the
     buffer header's words 2 and 3 (first, stride, count of the CTAs that record).
 
     CTAs are taken in cluster order (cluster index, then rank in the cluster) and the stride
@@ -728,14 +728,14 @@ def _cta_selection(g2: Int64, g3: Int64):
     group = rel // size
     group_slot = group // cta_stride
     cta_slot = group_slot * size + rank
-    return cta, rel + cta_first, cta_slot, (rel >= 0) & (group == group_slot * cta_stride) & (cta_slot < n_cta)
+    return cta, rel + cta_first, size, cta_slot, (rel >= 0) & (group == group_slot * cta_stride) & (cta_slot < n_cta)
 
 
 @cute.jit
 def cta_records(trace: cute.Tensor) -> cutlass.Boolean:
     """Whether this CTA is one of those the buffer's header selects (CTA-uniform): the test
     each warp's slot claim makes, for fa4trace.auto.split's branch."""
-    _cta, _order, _slot, selected = _cta_selection(trace[2], trace[3])
+    _cta, _order, _size, _slot, selected = _cta_selection(trace[2], trace[3])
     return selected
 
 

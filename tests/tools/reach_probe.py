@@ -12,6 +12,11 @@ import os
 import sys
 
 
+# module-level plan caches, as quack keeps its GEMM plans
+_plan_cache: dict = {}
+_outer_plan_cache: dict = {}
+
+
 def main():
     arch, qdir = sys.argv[1], sys.argv[2]
     os.environ["CUTE_DSL_ARCH"] = arch
@@ -71,11 +76,21 @@ def main():
     warm = {"user": user_get("k"), "quack": quack_compile(1), "fa4": fa_get(fa_mem, "k"),
             "fa4_disk": fa_get(fa_disk, "k")}
     registry["copy"] = warm["user"]
+    # plans that hold compiled kernels (as quack's GEMM keeps them), one inside another
+    from collections import namedtuple
+
+    Plan = namedtuple("Plan", "fn cfg")
+    Outer = namedtuple("Outer", "inner")
+    _plan_cache["p"] = Plan(warm["user"], 1)
+    _outer_plan_cache["o"] = Outer(Plan(warm["quack"], 2))
+    plans_before = (_plan_cache["p"], _outer_plan_cache["o"])
     disk_before = sorted((p.name, p.stat().st_mtime_ns) for p in __import__("pathlib").Path(qdir).rglob("*.o"))
     with fa4trace.instrument(check=True, families=()) as rec:
         hidden = rec.hidden
         inside = kinds()
         inside_registry = registry["copy"] is warm["user"]
+        plans_inside = ("p" in _plan_cache, "o" in _outer_plan_cache)
+        _plan_cache["new"] = Plan(user_get("k"), 3)  # a plan made inside the block: it holds the traced kernel
         try:  # a kernel held where no cache is: its call is counted (it fails here: no GPU)
             registry["copy"](None, None)
         except Exception:  # noqa: BLE001
@@ -96,7 +111,9 @@ def main():
         "quack_cache_enabled_after": qcache.CACHE_ENABLED,
         "fa4_disk_class_after": type(fa_disk).__name__,
         "disk_before": len(disk_before), "disk_after": len(disk_after), "disk_same": disk_before == disk_after,
-        "unreached": rec.unreached,
+        "unreached": rec.unreached, "plans_inside": plans_inside,
+        "plans_after": [_plan_cache.get("p") is plans_before[0], _outer_plan_cache.get("o") is plans_before[1],
+                        "new" in _plan_cache],
     }))
 
 
