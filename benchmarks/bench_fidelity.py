@@ -34,7 +34,8 @@ build: with every CTA recording, with the sample, and (lifetimes build) with no 
 every-CTA launch's cost: where the two agree, the line measures what the benchmark does.
 
 Writes two result files: ``--json`` (the error per metric) and its ``_cost`` twin (the
-perturbation and the costs), both of area "fidelity".
+perturbation and the costs), of areas "fidelity-error" (rendered on docs/fidelity-error.md) and
+"fidelity" (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -391,7 +392,7 @@ def write_results(json_path: str, errors: list, pert: list, gpu: str | None = No
 
     summary = error_summary(errors)
     results.write(json_path, results.envelope(
-        "fidelity", "Measurement error: a dense trace's figures against a lighter trace of the same launch", errors,
+        "fidelity-error", "Measurement error: a dense trace's figures against a lighter trace of the same launch", errors,
         columns=[["kernel", "kernel"], ["metric", "metric"], ["dense", "dense"], ["reference", "reference trace"],
                  ["reference_value", "reference"], ["rel_err_pct", "error %"], ["noise_pct", "dense vs dense %"],
                  ["within_target", f"<= {100 * TARGET:.0f}%"]],
@@ -402,13 +403,11 @@ def write_results(json_path: str, errors: list, pert: list, gpu: str | None = No
     results.write(cost_path(json_path), results.envelope(
         "fidelity", "Perturbation line against the launch's own timing", pert,
         columns=[["kernel", "kernel"], ["build", "build"], ["line_pct", "line: recorded vs untraced %"],
-                 ["target_pct", "target %"], ["recorded", "recorded"], ["untraced", "untraced"], ["caveats", "caveats"],
+                 ["target_pct", "target %"], ["recorded", "recorded"], ["untraced", "untraced"],
                  ["cost_all_pct", "cost %, every CTA records"], ["cost_sample_pct", "cost %, sample"],
-                 ["stamps_only_pct", "cost %, stamps only"], ["line_minus_cost_all_pts", "line - cost (pts)"]],
-        notes=("line: fa4trace.fidelity's perturbation of the sampled launch (its recorded CTAs against the untraced "
-               "ones); target: how much slower recorded CTAs may run (README: GEMM 3%, FA4 5%). cost: CUDA-graph "
-               "replay against the plain build, cold L2, interleaved rounds. stamps only: the lifetimes build with "
-               "no CTA recording (what untraced CTAs pay)."), gpu=gpu))
+                 ["stamps_only_pct", "cost %, stamps only"]],
+        notes=("line: the sampled launch's recorded vs untraced CTAs (fa4trace.fidelity); cost: CUDA-graph replay vs "
+               "the plain build, cold L2, interleaved rounds; stamps only: no CTA recording."), gpu=gpu))
 
 
 def compile_only(kernels, log=print) -> dict:

@@ -177,6 +177,8 @@ def test_bench_fidelity_sets_the_line_beside_the_launch_cost_and_writes_reportab
     bf.write_results(str(out), errors, [row], gpu="none: test")
     assert bf.cost_path(str(out)).name == "fidelity_test_cost.json"
     loaded = report.load_results(out.parent)
-    assert [r["area"] for r in loaded] == ["fidelity", "fidelity"]
+    assert [r["area"] for r in loaded] == ["fidelity-error", "fidelity"]
     md = report.render(loaded, out.parent)
-    assert "| k | cta.median_ns | 120.0 | lifetimes | 100.0 | 20.0 |" in md and "| k | dense |" in md
+    page = report.render_page("fidelity-error", loaded)  # the per-metric errors have a page of their own
+    assert "| k | cta.median_ns | 120.0 | lifetimes | 100.0 | 20.0 |" in page and "| k | dense |" in md
+    assert "cta.median_ns" not in md and "docs/fidelity-error.md" in md
