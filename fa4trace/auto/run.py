@@ -57,6 +57,24 @@ def _tensor_args(args, kwargs, params) -> list[tuple[str, Any]]:
     return [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
 
 
+def _capturing(args) -> bool:
+    """Whether the launch is being captured into a CUDA graph (nothing may synchronise then):
+    torch's current stream, or a CUDA driver stream among the arguments (CUTLASS's examples
+    pass their own ``CUstream``)."""
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        return True
+    for a in args:
+        if type(a).__name__ == "CUstream":
+            from cuda.bindings import driver
+
+            err, status = driver.cuStreamIsCapturing(a)
+            if err == driver.CUresult.CUDA_SUCCESS and status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
+                return True
+    return False
+
+
 def _put(t, value) -> None:
     """Write ``value`` into ``t``'s memory as a kernel would: not through autograd, whose
     version counters would otherwise call a view of an autograd output modified in place."""
@@ -118,7 +136,7 @@ class Instrumented:
     def _traced_call(self, args, kwargs):
         import torch
 
-        capturing = torch.cuda.is_current_stream_capturing()
+        capturing = _capturing(args)
         check = self.options.check and self.plain is not None and not capturing
         tensors = _tensor_args(args, kwargs, self.meta.get("params") or [])
         if check:

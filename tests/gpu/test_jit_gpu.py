@@ -134,8 +134,9 @@ def test_training_step_traces_every_kernel_and_keeps_the_grads(tmp_path):
             assert torch.equal(g3[n], g1[n]), n
     for k in rec.launched:
         assert all(k.checked), (k.meta["kernel"], k.checked)
+    n = len(rec.launched)
     paths = rec.save(tmp_path / "step.parquet")
-    assert len(paths) == len(rec.launched)
+    assert len(paths) == n
     for p in paths:
         keep(p)
         r = subprocess.run([sys.executable, "-m", "fa4trace", "summary", str(p)], capture_output=True, text=True)
