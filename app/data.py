@@ -12,7 +12,7 @@ in every key but the schedule. The d128 16:1 sk 131072 b1 pair is preferred when
 
 Loaded tables live in ``st.cache_resource`` (shared, not copied); uploads are parsed from
 memory (a Linux memfd, else a private temporary file that is removed at once) with the same
-checks and one-line messages as :func:`fa4trace.bundle.load`.
+checks and one-line messages as :func:`fa4trace.trace.bundle.load`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import streamlit as st
 
 from fa4trace import analysis, kernel_analysis
 from fa4trace.autoevents import AutoCols, is_automatic
-from fa4trace.bundle import META_KEY, Trace, load
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
 from fa4trace.roles import assign_roles
+from fa4trace.trace.bundle import META_KEY, Trace, load
 from fa4trace.wait_chain import wait_chains
 
 

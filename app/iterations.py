@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from fa4trace.analysis import ITER_EVENTS
-from fa4trace.vocab import VOCAB
+from fa4trace.format.vocab import VOCAB
 
 HIDDEN = "SOFTMAX_HIDDEN"
 

@@ -16,11 +16,11 @@ import numpy as np
 import streamlit as st
 
 from fa4trace.analysis import typical_cta
-from fa4trace.bundle import Trace
-from fa4trace.errors import Fa4traceError
 from fa4trace.fidelity import perturbation, perturbation_lines
+from fa4trace.format.errors import Fa4traceError
 from fa4trace.kernel_analysis import flat_metrics
 from fa4trace.kernel_text import _delta, _fmt
+from fa4trace.trace.bundle import Trace
 
 from fa4trace.sweep import figures as sweep_figures
 
@@ -185,7 +185,7 @@ def header(p: Picked, notes: list[str], errors: list[str]) -> None:
         st.warning(e)
     synth = [s.label.split(" — ")[0] for s, t in ((p.a, p.trace_a), (p.b, p.trace_b)) if t is not None and t.meta.get("synthetic")]
     if synth:
-        st.warning("Synthetic bundle(s), made by fa4trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
+        st.warning("Synthetic bundle(s), made by fa4trace.trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
 
 
 def _n(n: int, one: str, many: str | None = None) -> str:

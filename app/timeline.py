@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fa4trace.autoevents import is_wait_op
-from fa4trace.tracks import layout_tracks
+from fa4trace.format.vocab import VOCAB, Vocabulary
 from fa4trace.roles import role_rank
-from fa4trace.vocab import VOCAB, Vocabulary
+from fa4trace.tracks import layout_tracks
 
 MAX_SEGMENTS = 200_000  # per figure, all panels together
 HOVER_LIMIT = 20_000

@@ -22,7 +22,8 @@ def main(argv=None):
     ap.add_argument("bundles", nargs="*")
     ap.add_argument("--bench", default=None, help="a `fa4trace bench` result file (bench.json): cold-L2 kernel times")
     args = ap.parse_args(argv)
-    from fa4trace import analysis, bundle
+    from fa4trace import analysis
+    from fa4trace.trace import bundle
 
     paths = args.bundles or sorted(glob.glob("traces/decode_*.parquet"))
     bench = {}

@@ -53,7 +53,7 @@ def time_variant(variant: str, work: str, n_ctas: int, iters: int, chain: int, r
     import torch
 
     from fa4trace import loader
-    from fa4trace.layout import BufferSpec
+    from fa4trace.format.layout import BufferSpec
     from fa4trace.record import MARKER_WARPS, marker_inputs
 
     kern = loader.load("markers", variant=variant, work=work)

@@ -46,7 +46,7 @@ def trace_tensor(n_ctas, config, sk):
     import torch
 
     from fa4trace.fa4.run import capacity_for
-    from fa4trace.layout import BufferSpec
+    from fa4trace.format.layout import BufferSpec
 
     spec = BufferSpec.for_grid(n_ctas, config["warps_per_cta"],
                                capacity_for("sm90", sk, generic=bool(config.get("families"))))
@@ -58,8 +58,8 @@ def check_shape(build, d, hq, hkv, sk, b, seed) -> dict:
     import torch
 
     from fa4trace.attention import reference, rel_error
-    from fa4trace.decode import decode_buffer
     from fa4trace.fa4.run import call_args
+    from fa4trace.trace.decode import decode_buffer
 
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)

@@ -39,7 +39,7 @@ def buffer_for(variant: str, plan, device, events: str):
     import torch
 
     from fa4trace.attention import LEAD_WARPS, WARPS_PER_CTA, trace_capacity
-    from fa4trace.layout import BufferSpec
+    from fa4trace.format.layout import BufferSpec
 
     if variant == "plain":
         return None

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import layout as L
-from .errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
+from .format import layout as L
+from .format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
 
 MANIFEST = "manifest.json"
 LIBRARY = "fa4trace_kernels.so"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .check_report import GROUPS, Report, Row, failed
-from .errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
+from .format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
 
 EXIT_NO_GPU = 2
 NO_GPU_MESSAGE = "no CUDA GPU here: fa4trace check needs one"

@@ -165,11 +165,11 @@ def recorder_rows(ctx: Context) -> list[Row]:
     a deliberately small buffer between guard words."""
     import torch
 
-    from . import layout as L
     from . import loader
     from .check_probes import buffer_view, guard_damage, guarded_buffer
-    from .decode import decode_buffer
+    from .format import layout as L
     from .record import MARKER_WARPS, TracedLaunch, marker_inputs, record
+    from .trace.decode import decode_buffer
 
     n, iters, chain, cap = MARKER_CTAS, MARKER_ITERS, MARKER_CHAIN, SMALL_CAPACITY
     warps = n * MARKER_WARPS
@@ -270,10 +270,10 @@ def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlap
     """Save the bundle, read it back, convert it to Perfetto (slices == rows, nothing
     dropped), and judge the overlap the schedule should show."""
     from .analysis import summarize
-    from .bundle import load
     from .check_probes import perfetto_slices
     from .kernel_analysis import export_inputs
     from .perfetto import to_perfetto
+    from .trace.bundle import load
 
     rows = []
     try:
@@ -448,9 +448,9 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
 def _fa4_cost(ctx, arch, kw, trace, q, k, v, scale, plain_args, plain, label) -> Row:
     import torch
 
-    from . import layout as L
     from .bench.timing import graph_time
     from .fa4.run import call_args, load_fn
+    from .format import layout as L
 
     traced = load_fn(arch, traced=True, **kw)
     ln = trace.meta["launches"][0]

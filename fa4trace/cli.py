@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from . import deps
-from .errors import Fa4traceError, MissingDependency, WouldOverwrite
+from .format.errors import Fa4traceError, MissingDependency, WouldOverwrite
 from .kernels.decode_spec import LEAD_WARPS, SCHEDULES, WARPS_PER_CTA
 from .kernels.marker_spec import RECORDING_VARIANTS
 
@@ -105,7 +105,7 @@ def summary(bundle, as_json, roles):
     """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events; for a
     kernel traced automatically: roles, busy/waiting/idle, stage occupancy, lag, wait chain."""
     from .autoevents import is_automatic
-    from .bundle import load
+    from .trace.bundle import load
 
     trace = load(bundle)
     if is_automatic(trace):
@@ -238,7 +238,7 @@ def compare(a, b, as_json, roles):
     bundles of one automatically traced kernel: roles' busy/waiting/idle, lag, wait chain."""
     from .analysis import compare as cmp
     from .autoevents import is_automatic
-    from .bundle import load
+    from .trace.bundle import load
 
     ta, tb = load(a), load(b)
     auto = (is_automatic(ta), is_automatic(tb))
@@ -304,7 +304,7 @@ def _differs_notes(c: dict) -> list[str]:
 @click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
 def convert(bundle, fmt, output, compress, force):
     """Export a bundle to Perfetto (.pftrace, TrackEvent protobuf) or Chrome JSON."""
-    from .bundle import load
+    from .trace.bundle import load
 
     if compress and fmt != "perfetto":
         raise click.UsageError("--compress applies to --to perfetto only")
@@ -714,8 +714,8 @@ def view(bundles, port, headless, sweep):
 
     deps.require("fa4trace view", "streamlit", "plotly", "pandas", "viztracer")
     from . import viewer
-    from .bundle import read_meta
     from .sweep.dataset import find_dataset
+    from .trace.bundle import read_meta
 
     server = Path(viewer.__file__).resolve().with_name("server.py")
     for bnd in bundles:

@@ -30,10 +30,10 @@ import pyarrow as pa
 
 from .analysis import config_diff, diff_text, json_safe, kernel_time, speed_text, union_length
 from .autoevents import AutoCols, is_automatic
-from .bundle import Trace
-from .errors import Fa4traceError
 from .fidelity import perturbation
+from .format.errors import Fa4traceError
 from .roles import assign_roles, role_rank
+from .trace.bundle import Trace
 from .wait_chain import chain_per_cta, wait_chains
 
 _T_BITS = 41

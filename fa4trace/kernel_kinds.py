@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .errors import Fa4traceError
+from .format.errors import Fa4traceError
 from .kernel_registry import KernelKind, Loaded, register
 
 FA4 = "fa4"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .errors import Fa4traceError
+from .format.errors import Fa4traceError
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import kernel_kinds
-from .errors import DeviceUnavailable, Fa4traceError
+from .format.errors import DeviceUnavailable, Fa4traceError
 from .kernel_registry import Loaded, get
 
 __all__ = ["Loaded", "build_dir", "can_jit", "gpu_arch", "load", "open_build", "use_jit"]

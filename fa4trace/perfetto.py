@@ -85,8 +85,8 @@ import pyarrow as pa
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ._io import write_parts
+from .format.vocab import Vocabulary
 from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, stable_order, vocab_of
-from .vocab import Vocabulary
 
 __all__ = ["to_perfetto", "PerfettoStats"]
 

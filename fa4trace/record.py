@@ -16,14 +16,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import layout as L
-from .bundle import Trace
-from .decode import decode_buffer
-from .errors import Fa4traceError
+from .format import layout as L
+from .format.errors import Fa4traceError
+from .format.vocab import VOCAB
 from .gpu import gpu_facts, require_cuda
 from .kernels.marker_spec import L2_TABLE, RECORDING_VARIANTS
 from .kernels.marker_spec import WARPS_PER_CTA as MARKER_WARPS
-from .vocab import VOCAB
+from .trace.bundle import Trace
+from .trace.decode import decode_buffer
 
 
 @dataclass

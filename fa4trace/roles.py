@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from .autoevents import AutoCols
-from .bundle import Trace
-from .errors import Fa4traceError
+from .format.errors import Fa4traceError
+from .trace.bundle import Trace
 
 ROLE_ORDER = ("producer", "mma", "consumer", "epilogue", "unknown", "idle")  # display order
 SOURCES = ("given", "instrument", "recorded", "inferred")

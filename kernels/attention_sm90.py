@@ -63,7 +63,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from fa4trace.device import Recorder
-from fa4trace.vocab import EV, ROLE
+from fa4trace.format.vocab import EV, ROLE
 
 from .decode_spec import (COMBINE_UNROLL, EVENTS_PER_STEP, NUM_CONSUMER_THREADS, NUM_THREADS, PRODUCER_WARP,
                           TILE_M, Variant, all_variants)

@@ -25,9 +25,9 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
-from fa4trace import layout as L
 from fa4trace.device import Recorder
-from fa4trace.vocab import EV, ROLE
+from fa4trace.format import layout as L
+from fa4trace.format.vocab import EV, ROLE
 
 from .marker_spec import L2_TABLE, VARIANTS, WARPS_PER_CTA, WORKS
 

@@ -31,8 +31,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fa4trace.analysis import per_cta, typical_cta  # noqa: E402
-from fa4trace.bundle import Trace  # noqa: E402
 from fa4trace.kernel_analysis import export_inputs  # noqa: E402
+from fa4trace.trace.bundle import Trace  # noqa: E402
 from fa4trace.tracks import layout_tracks, vocab_of  # noqa: E402
 from fa4trace.viewer import data, page, perfetto_ui  # noqa: E402
 from tests.test_app_kernel import ATTENTION_WORDS, VIEWS  # noqa: E402

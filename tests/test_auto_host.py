@@ -6,7 +6,7 @@ import pytest
 
 from fa4trace.auto.events import FIRST_ID, EventTable
 from fa4trace.auto.patches import Patches
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
 
 
 def test_event_table_names_ids_and_vocabulary():
@@ -22,7 +22,7 @@ def test_event_table_names_ids_and_vocabulary():
     assert t.placed == {"ab.wait": 2, "tma.load": 1}
     assert t.families_found() == {"pipeline", "tma"}
     # the vocabulary round-trips through a bundle's JSON with the new fields
-    from fa4trace.vocab import Vocabulary
+    from fa4trace.format.vocab import Vocabulary
 
     back = Vocabulary.from_json(t.vocab.to_json())
     assert back.event("ab.wait") == e
@@ -47,7 +47,7 @@ def test_patches_restore_exactly():
 
 
 def test_old_bundle_vocabulary_still_reads():
-    from fa4trace.vocab import Vocabulary
+    from fa4trace.format.vocab import Vocabulary
 
     v = Vocabulary.from_json({"events": [{"name": "QK", "id": 4, "role": "consumer", "is_async": True,
                                           "color": "#000000", "description": ""}], "roles": []})

@@ -16,10 +16,10 @@ from fa4trace import check as C
 from fa4trace import check_probes as CP
 from fa4trace import check_report as CR
 from fa4trace import check_rows as R
-from fa4trace import layout as L
-from fa4trace.bundle import Trace
-from fa4trace.decode import decode_buffer
-from fa4trace.synthetic import attention_like
+from fa4trace.format import layout as L
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like
 
 H200 = {"name": "NVIDIA H200", "arch": "sm_90a", "compute_capability": "9.0", "sm_count": 132,
         "driver": "580.159.04", "torch": "2.11.0+cu130", "cuda_runtime": "13.0"}
@@ -150,8 +150,8 @@ def test_guard_damage_counts_writes_before_and_after():
 
 def test_guarded_torch_buffer_slice_is_contiguous_aligned_and_decodes():
     torch = pytest.importorskip("torch")
-    from fa4trace.synthetic import WarpEvents, write_buffer
-    from fa4trace.vocab import EV, ROLE
+    from fa4trace.format.vocab import EV, ROLE
+    from fa4trace.trace.synthetic import WarpEvents, write_buffer
 
     spec = L.BufferSpec.for_grid(1, 1, 4)
     host = CP.guarded_buffer(spec)
@@ -352,7 +352,7 @@ def test_tracing_cost_warns_above_ten_percent(traced_us, verdict):
 
 
 def _sampled(**kw) -> Trace:
-    from fa4trace.synthetic import sampled_like
+    from fa4trace.trace.synthetic import sampled_like
 
     extra = kw.pop("instrument", {})
     buf, meta, vocab = sampled_like(**kw)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from fa4trace.bundle import Trace
 from fa4trace.cli import main
-from fa4trace.decode import decode_buffer
 from fa4trace.deps import PACKAGES
-from fa4trace.synthetic import attention_like
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "traces" / "sweep-h200"  # a real sweep dataset, read only

@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from fa4trace import kernel_analysis as K
-from fa4trace.bundle import Trace, load
 from fa4trace.cli import main
-from fa4trace.decode import decode_buffer
 from fa4trace.fidelity import perturbation
-from fa4trace.synthetic import attention_like, pipelined_like, sampled_like
+from fa4trace.trace.bundle import Trace, load
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like, pipelined_like, sampled_like
 
 
 def run(*args):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fa4trace import kernel_registry, loader
-from fa4trace.errors import DeviceUnavailable, Fa4traceError
+from fa4trace.format.errors import DeviceUnavailable, Fa4traceError
 
 
 @pytest.fixture

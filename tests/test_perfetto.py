@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from fa4trace.bundle import Trace
-from fa4trace.decode import SCHEMA, decode_buffer
+from fa4trace.format.vocab import VOCAB
 from fa4trace.perfetto import to_perfetto
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import SCHEMA, decode_buffer
+from fa4trace.trace.synthetic import attention_like
 from fa4trace.tracks import layout_tracks
-from fa4trace.synthetic import attention_like
-from fa4trace.vocab import VOCAB
 
 from trace_strategies import random_traces
 

@@ -9,11 +9,11 @@ import re
 
 import numpy as np
 
-from fa4trace.bundle import Trace
-from fa4trace.decode import decode_buffer
 from fa4trace.kernel_analysis import export_inputs, occupancy_series
 from fa4trace.roles import assign_roles
-from fa4trace.synthetic import attention_like, pipelined_like
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like, pipelined_like
 
 import test_perfetto
 from test_perfetto import check_against_rows, check_tree, parse

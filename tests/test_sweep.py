@@ -14,10 +14,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
 from fa4trace.sweep import Dataset, RESULT_SCHEMA, grid as G
-from fa4trace.sweep.query import query
 from fa4trace.sweep.cuda import Runner, bundle_subset
+from fa4trace.sweep.query import query
 from fa4trace.sweep.run import run_sweep
 
 
@@ -51,9 +51,9 @@ class FakeRunner(Runner):
         return rows
 
     def record(self, point, schedule, *, seed, budget):
-        from fa4trace.bundle import Trace
-        from fa4trace.decode import decode_buffer
-        from fa4trace.synthetic import attention_like
+        from fa4trace.trace.bundle import Trace
+        from fa4trace.trace.decode import decode_buffer
+        from fa4trace.trace.synthetic import attention_like
 
         self.recorded.append((point.id, schedule, budget))
         buf, meta = attention_like("base" if schedule == "base" else "pingpong", n_ctas=2, n_blocks=4, seed=seed % 100)

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from fa4trace.analysis import summarize
-from fa4trace.bundle import Trace, load
-from fa4trace.decode import decode_buffer
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
 from fa4trace.sweep import Dataset
 from fa4trace.sweep import pool as P
 from fa4trace.sweep.replay import ReplayGrid, ReplayRunner, make_synthetic, write_point
 from fa4trace.sweep.run import run_sweep
+from fa4trace.trace.bundle import Trace, load
+from fa4trace.trace.decode import decode_buffer
 from tests.tools.sweep_jobs import TestJob
 
 ROOT = Path(__file__).resolve().parent.parent

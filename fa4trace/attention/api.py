@@ -109,7 +109,7 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     import numpy as np
     import torch
 
-    from ..layout import BufferSpec
+    from ..format.layout import BufferSpec
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
     variant = variant_for(shape, schedule, events=trace_events, block_rows=block_rows)

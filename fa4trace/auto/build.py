@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 
 from ..aot import Entry
+from ..format.errors import Fa4traceError
+from ..format.vocab import Vocabulary
 from ..loader import open_build
-from ..errors import Fa4traceError
-from ..vocab import Vocabulary
 from .run import Instrumented, RecordOptions
 
 KIND = "auto"

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from . import entry as E
 from . import families as F
 from .events import FAMILIES, EventTable

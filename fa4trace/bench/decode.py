@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..attention import (SCHEDULES, LEAD_WARPS, Shape, decode_attention, launch_plan, reference, rel_error,
                          trace_buffer, variant_for)
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from .timing import cold_l2_inputs, graph_time, reported_us
 
 PEAK_TBPS = 4.8  # H200 HBM3e, spec

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Callable, NamedTuple, Optional
 
-from ..errors import DeviceUnavailable, Fa4traceError
-from ..vocab import Vocabulary
+from ..format.errors import DeviceUnavailable, Fa4traceError
+from ..format.vocab import Vocabulary
 
 KIND = "fa4"
 

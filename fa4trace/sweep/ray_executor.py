@@ -22,7 +22,7 @@ from collections import deque
 from typing import Iterator, Optional
 from urllib.parse import urlsplit
 
-from ..errors import Fa4traceError, MissingDependency
+from ..format.errors import Fa4traceError, MissingDependency
 from .job import PointResult, Task, host, line, lost_result
 
 CONNECT_TIMEOUT_S = 5.0

@@ -105,7 +105,7 @@ def test_tracing_does_not_change_the_output(schedule, d, sk, events):
     torch.cuda.synchronize()
     assert torch.equal(plain, traced)
     words = buf.cpu().numpy()
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     t = decode_buffer(words, grid_ctas=plan.n_ctas).table
     names = set(t.column("name").to_pylist())
@@ -132,7 +132,7 @@ def test_tracing_does_not_change_the_output(schedule, d, sk, events):
 def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, blocks_per_split):
     """The ping-pong producer's K1 and last V are recorded with ``when=`` (outside the dynamic
     if that issues them): splits of 1, 2 and 3 blocks must show each load exactly once."""
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     tile = A.Variant(128, schedule).tile_n
     n_blocks = 12
@@ -154,7 +154,7 @@ def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, bloc
 def test_lead_warps_record_alone_and_completely(schedule):
     """A buffer selecting LEAD_WARPS (warp mask): only warps 0 and 4 have rows, each with every
     event it records when all warps do, and the output is still bit-equal."""
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     q, k, v = _inputs(2, 1, 16, 2, 20000, 128, "bf16")
     plain = A.decode_attention(q, k, v, schedule=schedule)
@@ -185,7 +185,7 @@ def test_waits_for_kv_are_recorded_where_the_stream_is_the_limit(schedule):
     buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule, trace_events="stalls")
     A.decode_attention(q, k, v, schedule=schedule, trace=buf, trace_events="stalls")
     torch.cuda.synchronize()
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     t = decode_buffer(buf.cpu().numpy(), grid_ctas=plan.n_ctas).table
     names = t.column("name").to_pylist()

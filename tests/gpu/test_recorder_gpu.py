@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fa4trace import layout as L
-from fa4trace.decode import decode_buffer
+from fa4trace.format import layout as L
+from fa4trace.trace.decode import decode_buffer
 
 pytestmark = pytest.mark.gpu
 
@@ -19,8 +19,8 @@ def _gpu_name():
 
 @pytest.mark.parametrize("timebase", ["clock64", "globaltimer"])
 def test_calibration_timers_agree(timebase, kernels_available, tmp_path):
-    from fa4trace.bundle import load
     from fa4trace.record import record_calibration
+    from fa4trace.trace.bundle import load
 
     trace, checks = record_calibration(timebase=timebase)
     print(timebase, checks)

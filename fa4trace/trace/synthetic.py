@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import layout as L
-from .vocab import EV, ROLE
+from ..format import layout as L
+from ..format.vocab import EV, ROLE
 
 
 @dataclass
@@ -193,7 +193,7 @@ AUTO_FIRST_ID = 32  # automatic events take ids from here on
 def pipelined_vocab(stages: int, pipeline: str = PIPELINE):
     """The shared vocabulary plus the automatic events of :func:`pipelined_like` (ids >= 32),
     with the fields fa4trace.instrument gives them (family, op, resource, stages)."""
-    from .vocab import VOCAB
+    from ..format.vocab import VOCAB
 
     v = VOCAB.copy()
     for i, (name, fam, op, res, _span, color) in enumerate(_AUTO_EVENTS):
