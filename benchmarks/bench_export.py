@@ -70,8 +70,8 @@ def timed(fn, repeat: int):
 
 
 def bench_schedule(schedule: str, n_events: int, repeat: int, tmp: str, log=print) -> dict:
-    from fa4trace.chrome import to_chrome
-    from fa4trace.perfetto import to_perfetto
+    from fa4trace.export.chrome import to_chrome
+    from fa4trace.export.perfetto import to_perfetto
     from fa4trace.trace.bundle import Trace
     from fa4trace.trace.decode import decode_buffer
     from fa4trace.trace.synthetic import attention_like

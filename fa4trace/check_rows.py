@@ -15,9 +15,9 @@ from typing import Optional
 
 import numpy as np
 
+from .analysis.fidelity import WARN as PERTURBATION_WARN
+from .analysis.fidelity import headline, perturbation, perturbation_lines
 from .check_report import Row, failed
-from .fidelity import WARN as PERTURBATION_WARN
-from .fidelity import headline, perturbation, perturbation_lines
 
 REPORT_BUG = "report it with the check folder (--out) attached"
 # What each of our schedules overlaps in its own trace, at the check's shape (d128 16:1 sk 32768
@@ -269,10 +269,10 @@ def _ref_row(group: str, label: str, q, k, v, out, nxt: str) -> Row:
 def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlaps, nxt: str) -> list[Row]:
     """Save the bundle, read it back, convert it to Perfetto (slices == rows, nothing
     dropped), and judge the overlap the schedule should show."""
-    from .analysis import summarize
+    from .analysis.kernel import export_inputs
+    from .analysis.overlap import summarize
     from .check_probes import perfetto_slices
-    from .kernel_analysis import export_inputs
-    from .perfetto import to_perfetto
+    from .export.perfetto import to_perfetto
     from .trace.bundle import load
 
     rows = []
@@ -325,7 +325,7 @@ def _cost_row(label: str, plain_us: float, traced_us: float, how: str) -> Row:
 
 
 def perturbation_row(label: str, trace) -> Row:
-    """What the bundle measured of its own perturbation (fa4trace.fidelity): its recorded CTAs
+    """What the bundle measured of its own perturbation (fa4trace.analysis.fidelity): its recorded CTAs
     against the untraced ones of the launch, else its plain twin; skip where neither was
     measured. Warns above COST_WARN, as the cost rows do."""
     p = perturbation(trace)

@@ -104,20 +104,20 @@ ROLES_HELP = ("Any-kernel bundles: the role of some warps, ROLE=WARPS (e.g. prod
 def summary(bundle, as_json, roles):
     """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events; for a
     kernel traced automatically: roles, busy/waiting/idle, stage occupancy, lag, wait chain."""
-    from .autoevents import is_automatic
+    from .analysis.autoevents import is_automatic
     from .trace.bundle import load
 
     trace = load(bundle)
     if is_automatic(trace):
-        from .kernel_analysis import summarize_kernel
-        from .kernel_text import format_kernel_summary
+        from .analysis.kernel import summarize_kernel
+        from .analysis.text import format_kernel_summary
 
         s = summarize_kernel(trace, _parse_roles(roles))
         click.echo(json.dumps(s, indent=1, sort_keys=True) if as_json else format_kernel_summary(s))
         return
     if roles:
         raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
-    from .analysis import summarize
+    from .analysis.overlap import summarize
 
     s = summarize(trace)
     if as_json:
@@ -189,7 +189,7 @@ ATTENTION_LINES = (("bandwidth     ", "bandwidth_tbps", _tbps, ""),
 
 
 def _format_summary(s: dict) -> str:
-    from .kernel_text import perturbation_text
+    from .analysis.text import perturbation_text
 
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
@@ -236,8 +236,8 @@ def _format_summary(s: dict) -> str:
 def compare(a, b, as_json, roles):
     """Compare two bundles (B against A): overlap, period, kernel time; for two
     bundles of one automatically traced kernel: roles' busy/waiting/idle, lag, wait chain."""
-    from .analysis import compare as cmp
-    from .autoevents import is_automatic
+    from .analysis.autoevents import is_automatic
+    from .analysis.overlap import compare as cmp
     from .trace.bundle import load
 
     ta, tb = load(a), load(b)
@@ -247,8 +247,8 @@ def compare(a, b, as_json, roles):
             which = "A" if auto[0] else "B"
             raise Fa4traceError(f"{which} is a bundle of an automatically traced kernel and the other is not: "
                                 "compare needs two bundles of the same kernel")
-        from .kernel_analysis import compare_kernels
-        from .kernel_text import format_kernel_compare
+        from .analysis.kernel import compare_kernels
+        from .analysis.text import format_kernel_compare
 
         c = compare_kernels(ta, tb, _parse_roles(roles))
         click.echo(json.dumps(c, indent=1, sort_keys=True) if as_json else format_kernel_compare(c))
@@ -271,7 +271,7 @@ def compare(a, b, as_json, roles):
     click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
         click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")
-    from .kernel_text import perturbation_text
+    from .analysis.text import perturbation_text
 
     for which in ("a", "b"):
         for line in perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation"):
@@ -284,7 +284,7 @@ def compare(a, b, as_json, roles):
 def _differs_notes(c: dict) -> list[str]:
     """What a comparison's ``differs`` says beyond its speed line: other kernels, and other
     shapes where no speed line names them."""
-    from .analysis import diff_text
+    from .analysis.overlap import diff_text
 
     d = c.get("differs") or {}
     notes = []
@@ -309,15 +309,15 @@ def convert(bundle, fmt, output, compress, force):
     if compress and fmt != "perfetto":
         raise click.UsageError("--compress applies to --to perfetto only")
     out = _check_out(output, force)
-    from .kernel_analysis import export_inputs
+    from .analysis.kernel import export_inputs
 
     shown, occupancy = export_inputs(load(bundle))  # roles and stage occupancy: analysis before export
     if fmt == "perfetto":
-        from .perfetto import to_perfetto
+        from .export.perfetto import to_perfetto
 
         stats = to_perfetto(shown, out, compress=compress, occupancy=occupancy)
     else:
-        from .chrome import to_chrome
+        from .export.chrome import to_chrome
 
         stats = to_chrome(shown, out)
     click.echo(f"wrote {out} ({out.stat().st_size} bytes){_stats_suffix(stats)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fa4trace import analysis as A
+from fa4trace.analysis import overlap as A
 from fa4trace.format import layout as L
 from fa4trace.format.vocab import EV, ROLE
 from fa4trace.trace.bundle import Trace

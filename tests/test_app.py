@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from fa4trace.analysis import compare, per_cta  # noqa: E402
+from fa4trace.analysis.overlap import compare, per_cta  # noqa: E402
 from fa4trace.trace.bundle import Trace, load  # noqa: E402
 from fa4trace.trace.decode import decode_buffer  # noqa: E402
 from fa4trace.trace.synthetic import attention_like  # noqa: E402
@@ -425,7 +425,7 @@ def test_split_kv_block_numbers_window_by_position(app_env, tmp_path):
 
 
 def test_per_iteration_by_position_undoes_global_block_numbers(tmp_path):
-    from fa4trace.analysis import per_iteration
+    from fa4trace.analysis.overlap import per_iteration
 
     orig = make_bundle(tmp_path / "o.parquet", "pingpong", n_ctas=4, n_blocks=6)
     shifted = load(_global_blocks(orig, tmp_path / "g.parquet", 6))
@@ -510,7 +510,7 @@ def test_wait_events_have_colors_of_their_own():
 def test_timeline_uses_todays_colors_for_old_bundles():
     """A bundle stores the vocabulary (colors too) of the day it was decoded: the shared events
     are drawn in today's colors (kernel-registered ones keep the bundle's: see the MYMMA test)."""
-    from fa4trace.analysis import typical_cta
+    from fa4trace.analysis.overlap import typical_cta
     from fa4trace.format.vocab import VOCAB
 
     path = data.TRACES_DIR / "decode_d128_16to1_sk131072_b1_pingpong.parquet"
@@ -623,9 +623,9 @@ def test_bundled_subfolders_are_listed_but_sweeps_and_auto_do_not_pair(tmp_path)
 
 
 def test_bundle_info_says_how_much_the_trace_slowed_its_ctas(app_env, pair, tmp_path):
-    """The info panel's perturbation line (fa4trace.fidelity): measured where the bundle timed
+    """The info panel's perturbation line (fa4trace.analysis.fidelity): measured where the bundle timed
     its CTAs (lifetimes of a synthetic sampled launch stand in), 'not measured' elsewhere."""
-    from fa4trace.fidelity import perturbation, perturbation_lines
+    from fa4trace.analysis.fidelity import perturbation, perturbation_lines
     from fa4trace.trace.synthetic import sampled_like
 
     sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)

@@ -176,7 +176,7 @@ def synthetic(schedule="pingpong"):
 
 
 def test_perfetto_slices_equal_rows(tmp_path):
-    from fa4trace.perfetto import to_perfetto
+    from fa4trace.export.perfetto import to_perfetto
 
     tr = synthetic()
     for compress in (False, True):

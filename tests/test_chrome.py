@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fa4trace.chrome import to_chrome
+from fa4trace.export.chrome import to_chrome
 from fa4trace.format.vocab import VOCAB
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import SCHEMA, decode_buffer

@@ -38,7 +38,7 @@ def test_summary_text_and_json(bundles):
 
 
 def test_compare_json_matches_the_library(bundles):
-    from fa4trace.analysis import compare
+    from fa4trace.analysis.overlap import compare
     from fa4trace.trace.bundle import load
 
     r = run("compare", str(bundles["base"]), str(bundles["pingpong"]), "--json")
@@ -186,7 +186,7 @@ def test_compare_names_the_kernel_time_source(tmp_path):
 def test_attention_summary_and_compare_show_the_perturbation(tmp_path):
     """Attention bundles (FA4 through its adapter records CTA lifetimes too) print the same
     line as any kernel's: here lifetimes of a synthetic sampled launch stand in."""
-    from fa4trace.fidelity import perturbation
+    from fa4trace.analysis.fidelity import perturbation
     from fa4trace.trace.synthetic import sampled_like
 
     sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)

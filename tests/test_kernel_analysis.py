@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fa4trace import kernel_analysis as K
+from fa4trace.analysis import kernel as K
+from fa4trace.analysis.roles import assign_roles, decide_roles
+from fa4trace.analysis.wait_chain import wait_chains
 from fa4trace.format.errors import Fa4traceError
-from fa4trace.roles import assign_roles, decide_roles
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
 from fa4trace.trace.synthetic import attention_like, pipelined_like
-from fa4trace.wait_chain import wait_chains
 
 TINY = dict(n_ctas=1, k_tiles=4, stages=2, consumer_warps=1, idle_warps=0, load_ns=100, mma_ns=50, store_ns=100)
 
@@ -195,7 +195,7 @@ def _naive_occupancy(df: pd.DataFrame):
 
 
 def _naive_chain(df: pd.DataFrame, stages: int):
-    """The module docstring of fa4trace.wait_chain, one CTA, with loops."""
+    """The module docstring of fa4trace.analysis.wait_chain, one CTA, with loops."""
     ev = df[df.kind != "warp"]
     waits = ev[ev.name.isin(["ab.acquire", "ab.wait", "mma.wait", "barrier.sync", "tma.store_wait"])
                & (ev.end_ns > ev.start_ns)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from fa4trace.mma_flight import mma_in_flight, overlap_share
+from fa4trace.analysis.mma_flight import mma_in_flight, overlap_share
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import SCHEMA
 

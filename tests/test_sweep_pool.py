@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fa4trace.analysis import summarize
+from fa4trace.analysis.overlap import summarize
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.sweep import Dataset
 from fa4trace.sweep import pool as P

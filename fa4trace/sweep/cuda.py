@@ -96,7 +96,7 @@ class Runner(BaseRunner):
     def _record(self, point, schedule: str, seed: int) -> tuple[bytes, dict]:
         """Record and serialize, halving the CTA budget while the bundle is over MAX_BUNDLE_BYTES;
         the bundle's bytes and its ``analysis.summarize``."""
-        from ..analysis import summarize
+        from ..analysis.overlap import summarize
 
         budget = BUNDLE_ROWS
         while True:

@@ -8,7 +8,7 @@ A replay folder holds one point per pair of files::
 
 A replay point decodes its buffer (``decode.decode_buffer``), makes the bundle
 (``bundle.Trace``, written to ``bundles/kernel=replay/d=<d>/NAME.parquet``) and one result row
-of kernel ``replay``, job ``replay``, with the analysis' numbers (``analysis.summarize``: QK and
+of kernel ``replay``, job ``replay``, with the analysis' numbers (``overlap.summarize``: QK and
 PV ∥ SOFTMAX); its us / tbps are null: a replay times nothing. It is the job that runs the
 pool and the Ray executor for real on machines without a GPU, and it re-analyses buffers
 recorded elsewhere. ``make_synthetic`` writes a folder of ``fa4trace.trace.synthetic`` buffers
@@ -117,7 +117,7 @@ class ReplayRunner(BaseRunner):
         self.worker = f"{host()}/cpu"
 
     def compute(self, task: Task) -> PointResult:
-        from ..analysis import summarize
+        from ..analysis.overlap import summarize
         from ..trace.bundle import Trace
         from ..trace.decode import decode_buffer
 

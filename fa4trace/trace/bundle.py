@@ -10,7 +10,7 @@ and the event vocabulary the bundle was decoded with.
 wrote; fa4trace.format.layout): one row per timed CTA of every launch, as columns of equal length:
 ``launch``, ``cta``, ``start_ns`` / ``end_ns`` (on the events' time axis: ns from the
 bundle's ``t0_globaltimer_ns``; a CTA that did not record may start before it, so negative
-values occur) and ``recorded`` (0/1: the CTA has warps in the events table). fa4trace.fidelity
+values occur) and ``recorded`` (0/1: the CTA has warps in the events table). fa4trace.analysis.fidelity
 reads it; readers that do not know the key ignore it. ``instrument.plain_twin`` (optional,
 {"plain_ns", "traced_ns"}): the traced launch and its plain build timed next to each other,
 where every CTA records and the launch cannot measure itself.

@@ -328,7 +328,7 @@ def sampled_like(*, n_ctas: int = 64, sms: int = 8, cta_first: int = 0, cta_stri
                  jitter: float = 0.01, warps_per_cta: int = 2, lifetime_ctas: int | None = None,
                  split: bool = True, seed: int = 0):
     """A launch of ``n_ctas`` CTAs on ``sms`` CTA slots, taken in CTA order as slots free up
-    (known answers for fa4trace.fidelity's tests; marked synthetic).
+    (known answers for fa4trace.analysis.fidelity's tests; marked synthetic).
 
     CTA i runs ``work_ns`` x (1 + a uniform draw in ±``work_spread``) x (1 + ``jitter`` noise),
     x (1 + ``slowdown``) when it records, x (1 + ``opening_extra``) when it starts in the first

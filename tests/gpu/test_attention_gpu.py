@@ -255,7 +255,7 @@ def test_pdl_launches_give_the_same_bits_back_to_back(schedule):
     assert torch.equal(o, want) and torch.equal(o2, want2)
 
 
-# What each schedule overlaps, seen in its own trace (fa4trace.analysis): base nothing,
+# What each schedule overlaps, seen in its own trace (fa4trace.analysis.overlap): base nothing,
 # pingpong QK(i+1) with SOFTMAX(i) (and PV(i-1)), intrawg PV(i-1) with SOFTMAX(i) but not QK,
 # whose wait comes before the softmax. Time-weighted over every CTA; 32 blocks per split, so
 # the first block's softmax (nothing to overlap in intrawg) weighs little. "Not" allows 10%:
@@ -267,11 +267,11 @@ from fa4trace.record import record_attention  # noqa: E402
 
 @pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_each_schedule_overlaps_what_it_claims(schedule):
-    from fa4trace import analysis
+    from fa4trace.analysis import overlap
 
     tr = record_attention(schedule=schedule, d=128, hq=16, hkv=1, sk=32768, b=1, sq=1,
                             num_splits=32768 // 128 // 32)
-    s = analysis.summarize(tr)
+    s = overlap.summarize(tr)
     (qk_lo, qk_hi), (pv_lo, pv_hi) = OVERLAPS[schedule]
     assert qk_lo <= s["qk_softmax_overlap"] <= qk_hi, s["qk_softmax_overlap"]
     assert pv_lo <= s["pv_softmax_overlap"] <= pv_hi, s["pv_softmax_overlap"]
@@ -280,11 +280,11 @@ def test_each_schedule_overlaps_what_it_claims(schedule):
 def test_a_recording_carries_the_cold_l2_time_that_summary_reports():
     """record_attention times the untraced kernel the way ``fa4trace bench`` does (cold L2)
     beside the recorded inputs' times; summary reports the cold-L2 one and says so."""
-    from fa4trace import analysis
+    from fa4trace.analysis import overlap
 
     tr = record_attention(schedule="pingpong", d=128, hq=16, hkv=1, sk=32768, b=1, sq=1)
     t = tr.meta["timing"]
     assert t["bench_us"] > 0 and t["kernel_us"] > 0 and t["traced_us"] > 0
-    s = analysis.summarize(tr)
+    s = overlap.summarize(tr)
     assert s["kernel_time_kind"] == "cold_l2_bench"
     assert abs(s["kernel_time_ns"] - t["bench_us"] * 1e3) < 1e-6

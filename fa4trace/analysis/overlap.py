@@ -31,8 +31,8 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from ..trace.bundle import Trace
 from .fidelity import perturbation
-from .trace.bundle import Trace
 
 OVERLAP_PAIRS = (("QK", "SOFTMAX"), ("PV", "SOFTMAX"))
 ITER_EVENTS = ("LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV")

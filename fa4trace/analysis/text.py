@@ -1,6 +1,6 @@
 """Text of `fa4trace summary` / `compare` for bundles of automatically traced kernels.
 
-The numbers are fa4trace.kernel_analysis's (summarize_kernel, compare_kernels), formatted only;
+The numbers are fa4trace.analysis.kernel's (summarize_kernel, compare_kernels), formatted only;
 lines that would only say "nothing" (idle warps' fractions, a pipeline with no recorded fill)
 are left out of the text (the JSON keeps them).
 """
@@ -92,7 +92,7 @@ def format_kernel_summary(s: dict) -> str:
 
 
 def perturbation_text(p: dict | None, label: str = "perturbation") -> list[str]:
-    """fa4trace.fidelity's lines, labelled like the summary's other rows."""
+    """fa4trace.analysis.fidelity's lines, labelled like the summary's other rows."""
     lines = perturbation_lines(p)
     return [f"  {label if i == 0 else '':14s} {x}" for i, x in enumerate(lines)]
 
@@ -137,7 +137,7 @@ def label(key: str) -> str:
 
 
 def format_kernel_compare(c: dict) -> str:
-    from .kernel_analysis import metric_pairs
+    from .kernel import metric_pairs
 
     out = [f"{'':28s}{'A: ' + c['a']['name']:>24s}  {'B: ' + c['b']['name']:>24s}  {'B − A':>18s}"]
     for key, a, b in metric_pairs(c["a"], c["b"]):
@@ -147,7 +147,7 @@ def format_kernel_compare(c: dict) -> str:
     if c.get("speed"):
         out.append(c["speed"])
     elif (c.get("differs") or {}).get("config"):
-        from .analysis import diff_text
+        from .overlap import diff_text
 
         out.append(f"note: A and B ran different configs ({diff_text(c['differs']['config'])})")
     return "\n".join(out)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .trace.bundle import Trace
+from ..trace.bundle import Trace
 
 MIN_CTAS = 5  # fewer CTAs than this in either set: the comparison is noisy (caveat), or not made
 UNEQUAL_WORK_SPREAD = 0.25  # untraced CTAs' p90 / p10 above 1 + this: the CTAs do unequal work
