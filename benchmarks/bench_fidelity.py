@@ -310,8 +310,8 @@ def run_case(case: Case, rounds: int, replays: int, log=print) -> tuple[list, li
     import torch
 
     from fa4trace.auto.run import RecordOptions
-    from fa4trace.bench.timing import graph_time
-    from fa4trace.record import new_trace_tensor
+    from fa4trace.run.record import new_trace_tensor
+    from fa4trace.run.timing import graph_time
 
     n, stride = case.sample
     rec = RecordOptions(ctas=n, cta_stride=stride, capacity=case.record_capacity, check=False)

@@ -66,7 +66,7 @@ def detect_gpu() -> Optional[dict]:
         return None
     if not torch.cuda.is_available():
         return None
-    from .gpu import gpu_facts
+    from .run.gpu import gpu_facts
 
     return gpu_facts()
 
@@ -74,7 +74,7 @@ def detect_gpu() -> Optional[dict]:
 def detect_route(ctx: Context) -> dict:
     """How kernels get here: "jit" (compiled with the CuTe DSL), "aot:<folder>" (an AOT build)
     or "none", for fa4trace's kernels and for FlashAttention-4."""
-    from . import loader
+    from .run import loader
 
     def one(kind, build):
         if loader.use_jit(build, kind):
@@ -98,7 +98,7 @@ def route_rows(ctx: Context, route: dict) -> list[Row]:
 # ---- the timer calibration kernel ------------------------------------------------------------
 def timer_rows(ctx: Context) -> list[Row]:
     """globaltimer tick, clock64 rate, skew across SMs, cycles→ns error per warp."""
-    from .record import ANCHOR_SLACK_NS, record_calibration
+    from .run.record import ANCHOR_SLACK_NS, record_calibration
 
     nxt = f"timestamps on this GPU are not trustworthy; {REPORT_BUG}"
     try:
@@ -165,10 +165,10 @@ def recorder_rows(ctx: Context) -> list[Row]:
     a deliberately small buffer between guard words."""
     import torch
 
-    from . import loader
     from .check_probes import buffer_view, guard_damage, guarded_buffer
     from .format import layout as L
-    from .record import MARKER_WARPS, TracedLaunch, marker_inputs, record
+    from .run import loader
+    from .run.record import MARKER_WARPS, TracedLaunch, marker_inputs, record
     from .trace.decode import decode_buffer
 
     n, iters, chain, cap = MARKER_CTAS, MARKER_ITERS, MARKER_CHAIN, SMALL_CAPACITY
@@ -355,7 +355,7 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     import torch
 
     from . import attention as A
-    from .record import record_attention
+    from .run.record import record_attention
 
     label = f"ours {schedule}"
     nxt = f"do not trust our decode kernel on this GPU; {REPORT_BUG}"
@@ -448,9 +448,9 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
 def _fa4_cost(ctx, arch, kw, trace, q, k, v, scale, plain_args, plain, label) -> Row:
     import torch
 
-    from .bench.timing import graph_time
     from .fa4.run import call_args, load_fn
     from .format import layout as L
+    from .run.timing import graph_time
 
     traced = load_fn(arch, traced=True, **kw)
     ln = trace.meta["launches"][0]

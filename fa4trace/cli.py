@@ -16,10 +16,10 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from . import deps
 from .format.errors import Fa4traceError, MissingDependency, WouldOverwrite
 from .kernels.decode_spec import LEAD_WARPS, SCHEDULES, WARPS_PER_CTA
 from .kernels.marker_spec import RECORDING_VARIANTS
+from .run import deps
 
 # FA4's own schedules (record --impl fa4): its sm100 switch; its SM90 forward is FA3's.
 FA4_SCHEDULES = ("base", "pingpong", "fa3")
@@ -343,7 +343,7 @@ def _stats_suffix(stats) -> str:
 def build(arch, output, only, force):
     """AOT-compile the instrumented kernels (tvm-ffi export + link) into a folder with a manifest."""
     from . import kernels
-    from .aot import build_library
+    from .run.aot import build_library
 
     kinds = tuple(k.strip() for k in only.split(",") if k.strip()) if only is not None else None
     unknown = [k for k in kinds or () if k not in kernels.KINDS]
@@ -481,7 +481,7 @@ def _record_ours(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dty
     if warps is not None:
         subset["warps"] = _parse_warps(warps, lead=True, max_warps=WARPS_PER_CTA)
     _require_kernels("fa4trace record")
-    from .record import record_attention
+    from .run.record import record_attention
 
     _save(record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
                            num_splits=num_splits, capacity=capacity, build=build_dir,
@@ -508,7 +508,7 @@ def _record_fa4(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtyp
 def _record_calibration(out: Path, force: bool, *, timebase, build_dir):
     """The calibration kernel: its trace and the timer checks (tick, agreement with globaltimer)."""
     _require_kernels("fa4trace record --kernel calibration")
-    from .record import record_calibration
+    from .run.record import record_calibration
 
     trace, checks = record_calibration(timebase=timebase, build=build_dir)
     click.echo(f"tick {checks['tick_ns']} ns; decoded vs globaltimer bracket: median "
@@ -524,7 +524,7 @@ def _record_markers(out: Path, force: bool, *, variant, ctas, warps, capacity, b
     if warps is not None:
         subset["warps"] = _parse_warps(warps)
     _require_kernels("fa4trace record --kernel markers")
-    from .record import record_markers
+    from .run.record import record_markers
 
     _save(record_markers(variant=variant, build=build_dir, capacity=capacity, **subset), out, force)
 

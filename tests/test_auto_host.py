@@ -147,8 +147,8 @@ def test_patches_set_env_restores_set_and_unset_variables(monkeypatch):
 def test_fa4_aot_build_takes_no_family_or_all_of_them(tmp_path, monkeypatch):
     """FA4's AOT build holds FA4's events alone and, as variant "generic", with every family: a
     subset of the families is refused in one line before any build is opened."""
-    from fa4trace import loader
     from fa4trace.fa4.run import load_fn
+    from fa4trace.run import loader
 
     monkeypatch.setattr(loader, "use_jit", lambda build=None, kind="attention": False)
     with pytest.raises(Fa4traceError) as e:

@@ -203,7 +203,7 @@ def test_bundle_rows_pass_for_the_schedule_they_show_and_fail_otherwise(tmp_path
 
 
 def test_timer_rows_from_a_calibration_result(tmp_path, monkeypatch):
-    import fa4trace.record as rec
+    import fa4trace.run.record as rec
 
     checks = {"tick_ns": 32, "repeat_fraction": 0.3, "samples": 100, "err_vs_bracket_mid_ns_median": 0.0,
               "outside_ns_max": 0.0, "warps_within_one_tick": 20, "warps": 20, "sms": 4, "sm_skew_ns": 16.0}

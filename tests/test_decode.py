@@ -278,7 +278,7 @@ def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
 
     import pyarrow as pa
 
-    from fa4trace.record import ANCHOR_SLACK_NS, calibration_checks
+    from fa4trace.run.record import ANCHOR_SLACK_NS, calibration_checks
 
     tick, t0 = 32, 1_000_000
     # two warps, two samples each: truth (before, after) brackets in absolute globaltimer ns

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fa4trace import aot, loader
 from fa4trace import attention as A
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.format.vocab import VOCAB
 from fa4trace.kernels import decode_spec as S
+from fa4trace.run import aot, loader
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def test_the_kernel_imports_the_spec_and_nothing_of_the_host_api():
     tree = ast.parse((ROOT / "kernels" / "attention_sm90.py").read_text())
     mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in mods if m.startswith("fa4trace")} <= {"fa4trace.device", "fa4trace.format.vocab", "fa4trace.aot"}
+    assert {m for m in mods if m.startswith("fa4trace")} <= {"fa4trace.device", "fa4trace.format.vocab", "fa4trace.run.aot"}
     rel = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
     assert rel == {"decode_spec"}
     spec = ast.parse((ROOT / "kernels" / "decode_spec.py").read_text())

@@ -17,17 +17,19 @@ CODE = textwrap.dedent('''
 
     sys.meta_path.insert(0, Block())
     import fa4trace
-    from fa4trace import cli, loader  # noqa
+    from fa4trace import cli, kinds  # noqa
     from fa4trace.analysis import overlap  # noqa
     from fa4trace.export import chrome, perfetto  # noqa
     from fa4trace.format import layout, vocab  # noqa
     from fa4trace.trace import bundle, decode, synthetic  # noqa
-    from fa4trace import check, check_probes, check_report, check_rows, deps, kernel_kinds, kernel_registry  # noqa
-    from fa4trace import record  # noqa: the recorder imports torch only when it runs
+    from fa4trace import check, check_probes, check_report, check_rows  # noqa
+    from fa4trace.run import deps, loader, registry  # noqa
+    from fa4trace.run import record  # noqa: the recorder imports torch only when it runs
     from fa4trace.kernels import marker_spec  # noqa
-    assert {"attention", "calibration", "markers", "fa4"} <= set(kernel_registry.names())
+    assert {"attention", "calibration", "markers", "fa4"} <= set(registry.names())
     from fa4trace import attention, bench  # noqa: the API's validation, planner and spec need no torch
-    from fa4trace.bench import decode as bench_decode, timing  # noqa
+    from fa4trace.bench import decode as bench_decode  # noqa
+    from fa4trace.run import timing  # noqa
     from fa4trace.kernels import decode_spec  # noqa
     plan = attention.plan_splits(attention.Shape(1, 1, 16, 1, 131072, 128, "bf16"), 64, 132)
     assert plan.n_ctas <= 132 and decode_spec.Variant(128, "pingpong").name

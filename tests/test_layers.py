@@ -25,7 +25,7 @@ KERNELS = f"{PACKAGE}.kernels"
 # What a kernel may import from fa4trace (besides fa4trace.kernels itself).
 KERNEL_MAY_IMPORT = {PACKAGE, f"{PACKAGE}.format", f"{PACKAGE}.format.layout", f"{PACKAGE}.format.vocab",
                      f"{PACKAGE}.format.errors", f"{PACKAGE}.device",
-                     f"{PACKAGE}.device.recorder", f"{PACKAGE}.aot"}
+                     f"{PACKAGE}.device.recorder", f"{PACKAGE}.run.aot"}
 
 # Known breaks of the rules in modules whose fixes are pending: (importing module, imported
 # module, private name). Each entry is a defect to fix, not a permission; empty it as they go.
@@ -129,8 +129,8 @@ def mods():
 def test_the_scan_sees_the_package(mods):
     """The checks below read real imports: the scan finds modules and edges known to exist."""
     g = edges(mods)
-    assert {"fa4trace.cli", "fa4trace.record", "fa4trace.kernels.markers", "fa4trace.sweep.run"} <= set(mods)
-    assert "fa4trace.trace.bundle" in g["fa4trace.record"]  # from .bundle import Trace
+    assert {"fa4trace.cli", "fa4trace.run.record", "fa4trace.kernels.markers", "fa4trace.sweep.run"} <= set(mods)
+    assert "fa4trace.trace.bundle" in g["fa4trace.run.record"]  # from .bundle import Trace
     assert "fa4trace.device" in g["fa4trace.kernels.markers"]  # from fa4trace.device import Recorder
     assert "fa4trace.format.layout" in g["fa4trace.kernels.markers"]  # from fa4trace import layout as L
 
@@ -174,9 +174,9 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
     (pkg / "c.py").write_text("def _helper():\n    pass\n")
     (pkg / "record.py").write_text("")
     (kern / "__init__.py").write_text("")
-    (kern / "k.py").write_text("from fa4trace.record import X\nfrom fa4trace import layout\n")
+    (kern / "k.py").write_text("from fa4trace.run.record import X\nfrom fa4trace import layout\n")
     m = source_modules(tmp_path)
     assert circles(edges(m)) == [["fa4trace.a", "fa4trace.b"]]
     assert [(s, d, n) for s, d, n, _ in imports(m) if n.startswith("_")] == [("fa4trace.b", "fa4trace.c", "_helper")]
     host = [(s, d) for s, d, _n, _ in imports(m) if s.startswith(KERNELS) and d not in KERNEL_MAY_IMPORT]
-    assert host == [("fa4trace.kernels.k", "fa4trace.record")]
+    assert host == [("fa4trace.kernels.k", "fa4trace.run.record")]

@@ -22,7 +22,7 @@ def variant_for(shape: Shape, schedule: str, *, events: Optional[str] = None, pd
 
 def launch_plan(shape: Shape, variant: Variant, device, num_splits: Optional[int] = None, build=None):
     """(loaded kernel, Plan): the variant from the loader and the split plan of its launch."""
-    from .. import loader
+    from ..run import loader
 
     kern = loader.load("attention", name=variant.name, build=build)
     return kern, plan_splits(shape, variant.tile_n, num_sms(device), num_splits, variant.block_rows)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from ..format import layout as L
 from ..format.errors import Fa4traceError
-from ..record import new_trace_tensor
+from ..run.record import new_trace_tensor
 
 DEFAULT_CTAS = 256  # the first CTAs of the grid record (a launch's grid is often known only at run time)
 DEFAULT_CAPACITY = 4096  # records per warp
@@ -210,7 +210,7 @@ class Instrumented:
         """Decode every launch so far into one ``Trace`` (and forget them)."""
         import torch
 
-        from ..gpu import gpu_facts
+        from ..run.gpu import gpu_facts
         from ..trace.bundle import Trace
         from ..trace.decode import decode_buffer
 

@@ -115,7 +115,7 @@ class CudaRunner(Runner):
 
     def __init__(self, *, rounds: int = 2, replays: int = 15, power: bool = True, power_gpu: Optional[str] = None):
         from ..bench.results import gpu_name
-        from ..gpu import require_cuda
+        from ..run.gpu import require_cuda
 
         require_cuda()
         self.rounds, self.replays = rounds, replays
@@ -124,7 +124,7 @@ class CudaRunner(Runner):
         self._power = None
         self._t0 = time.monotonic()
         if power:
-            from ..power_log import PowerLog
+            from ..run.power_log import PowerLog
 
             self._power = PowerLog(gpu=power_gpu).__enter__()
 
@@ -145,7 +145,7 @@ class CudaRunner(Runner):
         import torch
 
         from ..attention import LEAD_WARPS, launch_plan, trace_capacity, variant_for
-        from ..record import record_attention
+        from ..run.record import record_attention
 
         try:
             _, plan = launch_plan(point.shape, variant_for(point.shape, schedule, events="core"), "cuda")

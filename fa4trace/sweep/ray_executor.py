@@ -87,7 +87,7 @@ class RayExecutor:
         """Connect (once; the command line does it before the sweep starts writing)."""
         if self._remote is not None:
             return
-        from ..deps import install_command, require
+        from ..run.deps import install_command, require
 
         require("the Ray executor", "ray")
         try:

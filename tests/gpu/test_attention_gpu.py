@@ -1,7 +1,7 @@
 """Decode attention on a real GPU (skips cleanly without one).
 
 Runs through fa4trace.attention: JIT where the CuTe DSL is installed, else the AOT build in
-$FA4TRACE_BUILD (default build/kernels, made by `fa4trace build`; see fa4trace.loader).
+$FA4TRACE_BUILD (default build/kernels, made by `fa4trace build`; see fa4trace.run.loader).
 Every check draws fresh random inputs and poisons the output with NaN first.
 """
 
@@ -262,7 +262,7 @@ def test_pdl_launches_give_the_same_bits_back_to_back(schedule):
 # the four consumer warps' spans are unioned per CTA and the warps drift a little.
 # fa4trace check judges the same ranges (one table for both).
 from fa4trace.check_rows import OUR_OVERLAPS as OVERLAPS  # noqa: E402
-from fa4trace.record import record_attention  # noqa: E402
+from fa4trace.run.record import record_attention  # noqa: E402
 
 
 @pytest.mark.parametrize("schedule", A.SCHEDULES)

@@ -21,8 +21,8 @@ BUILD = Path(os.environ.get("FA4TRACE_FA4_BUILD", "build/fa4_sm90"))
 @pytest.fixture(scope="module")
 def arch():
 
-    from fa4trace import loader
     from fa4trace.fa4.run import fa4_arch
+    from fa4trace.run import loader
 
     a = fa4_arch()
     if not (BUILD / "manifest.json").is_file() and not loader.can_jit("fa4"):

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("kernels", "fa4trace/device", "fa4trace/format/vocab.py", "fa4trace/format/layout.py", "fa4trace/aot.py")
+SOURCES = ("kernels", "fa4trace/device", "fa4trace/format/vocab.py", "fa4trace/format/layout.py", "fa4trace/run/aot.py")
 
 
 def _init(arch: str, dump_dir: str) -> None:

@@ -16,14 +16,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .format import layout as L
-from .format.errors import Fa4traceError
-from .format.vocab import VOCAB
+from ..format import layout as L
+from ..format.errors import Fa4traceError
+from ..format.vocab import VOCAB
+from ..kernels.marker_spec import L2_TABLE, RECORDING_VARIANTS
+from ..kernels.marker_spec import WARPS_PER_CTA as MARKER_WARPS
+from ..trace.bundle import Trace
+from ..trace.decode import decode_buffer
 from .gpu import gpu_facts, require_cuda
-from .kernels.marker_spec import L2_TABLE, RECORDING_VARIANTS
-from .kernels.marker_spec import WARPS_PER_CTA as MARKER_WARPS
-from .trace.bundle import Trace
-from .trace.decode import decode_buffer
 
 
 @dataclass
@@ -110,9 +110,9 @@ def record_attention(schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv
     the KV fits, and ``bench_us``, the untraced kernel as ``fa4trace bench`` times it (fresh
     inputs per launch, cold L2), which ``fa4trace summary`` reports as the kernel's time.
     """
-    from .attention import (EVENT_SETS, TILE_M, WARPS_PER_CTA, decode_attention, launch_plan, trace_buffer,
-                            trace_capacity, validate, variant_for)
-    from .bench.timing import cold_l2_inputs, graph_time
+    from ..attention import (EVENT_SETS, TILE_M, WARPS_PER_CTA, decode_attention, launch_plan, trace_buffer,
+                             trace_capacity, validate, variant_for)
+    from .timing import cold_l2_inputs, graph_time
 
     torch = require_cuda()
     if dtype not in ("bf16", "fp16"):

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .format import layout as L
-from .format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
+from ..format import layout as L
+from ..format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
 
 MANIFEST = "manifest.json"
 LIBRARY = "fa4trace_kernels.so"
@@ -101,7 +101,7 @@ def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.Path
 def write_manifest(out_dir: str | os.PathLike, arch: str, functions: dict[str, dict], *,
                    runtime: str = DEFAULT_RUNTIME) -> None:
     """The build folder's manifest.json: what was built, for which GPU, with which recorder."""
-    from . import __version__
+    from .. import __version__
 
     manifest = {
         "build_format": BUILD_FORMAT,
