@@ -666,9 +666,9 @@ def check(out, as_json, build_dir, fa4_build, quick, force):
     usable with warnings or not usable.
 
     Exit status: 0 usable, 3 usable with warnings, 1 not usable, 2 no CUDA GPU (or no PyTorch) here."""
-    from . import check as C
-    from .check_report import exit_code, render
-    from .check_rows import detect_gpu
+    from .check import run as C
+    from .check.report import exit_code, render
+    from .check.rows import detect_gpu
 
     C.prepare_out_dir(out, force, create=False)
     try:

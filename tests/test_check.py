@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from fa4trace import check as C
-from fa4trace import check_probes as CP
-from fa4trace import check_report as CR
-from fa4trace import check_rows as R
+from fa4trace.check import probes as CP
+from fa4trace.check import report as CR
+from fa4trace.check import rows as R
+from fa4trace.check import run as C
 from fa4trace.format import layout as L
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer

@@ -22,7 +22,7 @@ CODE = textwrap.dedent('''
     from fa4trace.export import chrome, perfetto  # noqa
     from fa4trace.format import layout, vocab  # noqa
     from fa4trace.trace import bundle, decode, synthetic  # noqa
-    from fa4trace import check, check_probes, check_report, check_rows  # noqa
+    from fa4trace.check import probes, report, rows, run as check_run  # noqa
     from fa4trace.run import deps, loader, registry  # noqa
     from fa4trace.run import record  # noqa: the recorder imports torch only when it runs
     from fa4trace.kernels import marker_spec  # noqa
