@@ -53,8 +53,8 @@ def time_variant(variant: str, work: str, n_ctas: int, iters: int, chain: int, r
     import torch
 
     from fa4trace.format.layout import BufferSpec
+    from fa4trace.probes.markers import MARKER_WARPS, marker_inputs
     from fa4trace.run import loader
-    from fa4trace.run.record import MARKER_WARPS, marker_inputs
 
     kern = loader.load("markers", variant=variant, work=work)
     out, table = marker_inputs(n_ctas)

@@ -481,7 +481,7 @@ def _record_ours(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dty
     if warps is not None:
         subset["warps"] = _parse_warps(warps, lead=True, max_warps=WARPS_PER_CTA)
     _require_kernels("fa4trace record")
-    from .run.record import record_attention
+    from .attention.record import record_attention
 
     _save(record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
                            num_splits=num_splits, capacity=capacity, build=build_dir,
@@ -508,7 +508,7 @@ def _record_fa4(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtyp
 def _record_calibration(out: Path, force: bool, *, timebase, build_dir):
     """The calibration kernel: its trace and the timer checks (tick, agreement with globaltimer)."""
     _require_kernels("fa4trace record --kernel calibration")
-    from .run.record import record_calibration
+    from .probes.calibration import record_calibration
 
     trace, checks = record_calibration(timebase=timebase, build=build_dir)
     click.echo(f"tick {checks['tick_ns']} ns; decoded vs globaltimer bracket: median "
@@ -524,7 +524,7 @@ def _record_markers(out: Path, force: bool, *, variant, ctas, warps, capacity, b
     if warps is not None:
         subset["warps"] = _parse_warps(warps)
     _require_kernels("fa4trace record --kernel markers")
-    from .run.record import record_markers
+    from .probes.markers import record_markers
 
     _save(record_markers(variant=variant, build=build_dir, capacity=capacity, **subset), out, force)
 

@@ -1156,7 +1156,7 @@ def compile_variant(variant: Variant, *, options: str = "--enable-tvm-ffi"):
 
 def aot_variants(arch: str):
     """(name, compile thunk, Entry) for every variant ``fa4trace build`` exports."""
-    from fa4trace.run.aot import Entry
+    from fa4trace.format.entry import Entry
 
     if not arch.startswith("sm_90"):
         return []

@@ -72,7 +72,7 @@ class Calibration:
 
 
 def aot_variants(arch: str):
-    from fa4trace.run.aot import Entry
+    from fa4trace.format.entry import Entry
 
     def thunk(tb):
         def compile_():

@@ -114,7 +114,7 @@ def compile_variant(variant: str, work: str = "l2", *, tvm_ffi: bool = True, kee
 
 
 def aot_variants(arch: str):
-    from fa4trace.run.aot import Entry
+    from fa4trace.format.entry import Entry
 
     return [(f"markers_{w}_{v}", (lambda v=v, w=w: compile_variant(v, w)),
              Entry(f"markers_{w}_{v}", "markers", {"variant": v, "work": w, "traced": v.startswith("fa4trace"),

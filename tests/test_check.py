@@ -203,16 +203,16 @@ def test_bundle_rows_pass_for_the_schedule_they_show_and_fail_otherwise(tmp_path
 
 
 def test_timer_rows_from_a_calibration_result(tmp_path, monkeypatch):
-    import fa4trace.run.record as rec
+    from fa4trace.probes import calibration
 
     checks = {"tick_ns": 32, "repeat_fraction": 0.3, "samples": 100, "err_vs_bracket_mid_ns_median": 0.0,
               "outside_ns_max": 0.0, "warps_within_one_tick": 20, "warps": 20, "sms": 4, "sm_skew_ns": 16.0}
-    monkeypatch.setattr(rec, "record_calibration", lambda **kw: (synthetic(), dict(checks)))
+    monkeypatch.setattr(calibration, "record_calibration", lambda **kw: (synthetic(), dict(checks)))
     rows = R.timer_rows(ctx_for(tmp_path))
     assert [r.name for r in rows] == ["globaltimer tick", "clock64 rate", "skew across SMs", "cycles→ns per warp"]
     assert all(r.verdict == "ok" for r in rows), rows
     assert rows[1].values["clock_ghz_median"] == pytest.approx(1.98, rel=0.02)
-    monkeypatch.setattr(rec, "record_calibration",
+    monkeypatch.setattr(calibration, "record_calibration",
                         lambda **kw: (synthetic(), dict(checks, sm_skew_ns=900.0, warps_within_one_tick=10)))
     rows = {r.name: r for r in R.timer_rows(ctx_for(tmp_path))}
     assert rows["skew across SMs"].verdict == "fail" and rows["cycles→ns per warp"].verdict == "fail"

@@ -273,12 +273,12 @@ def test_anchor_cut_by_overflow_is_tolerated():
 
 def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
     """A decoded sample counts as within one tick of its globaltimer bracket up to
-    record.ANCHOR_SLACK_NS beyond it (the anchors' own precision); further out it does not."""
+    probes.calibration.ANCHOR_SLACK_NS beyond it (the anchors' own precision); further out it does not."""
     from types import SimpleNamespace
 
     import pyarrow as pa
 
-    from fa4trace.run.record import ANCHOR_SLACK_NS, calibration_checks
+    from fa4trace.probes.calibration import ANCHOR_SLACK_NS, calibration_checks
 
     tick, t0 = 32, 1_000_000
     # two warps, two samples each: truth (before, after) brackets in absolute globaltimer ns

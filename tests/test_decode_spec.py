@@ -64,11 +64,12 @@ def test_event_sets():
 
 def test_the_kernel_imports_the_spec_and_nothing_of_the_host_api():
     """kernels/attention_sm90.py reads its constants from decode_spec; of fa4trace it imports
-    only the device recorder and the vocabulary (the host imports the kernel, not the reverse)."""
+    only the device recorder and the format (the host imports the kernel, not the reverse)."""
     tree = ast.parse((ROOT / "kernels" / "attention_sm90.py").read_text())
     mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in mods if m.startswith("fa4trace")} <= {"fa4trace.device", "fa4trace.format.vocab", "fa4trace.run.aot"}
+    assert {m for m in mods if m.startswith("fa4trace")} <= {"fa4trace.device", "fa4trace.format.vocab",
+                                                            "fa4trace.format.entry"}
     rel = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
     assert rel == {"decode_spec"}
     spec = ast.parse((ROOT / "kernels" / "decode_spec.py").read_text())

@@ -2,7 +2,7 @@
 
 One module per job: ``shapes`` (the problem and argument checks), ``planner`` (the split-KV
 launch plan), ``api`` (variant choice, workspaces, launch), ``reference`` (fp32). A traced
-launch decoded into a bundle is ``fa4trace.run.record.record_attention``.
+launch decoded into a bundle is ``fa4trace.attention.record.record_attention``.
 
     o = fa4trace.attention.decode_attention(q, k, v, schedule="pingpong")
     o, lse = decode_attention(q, k, v, num_splits=32, return_lse=True)

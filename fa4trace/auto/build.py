@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
+from ..format.entry import Entry
 from ..format.errors import Fa4traceError
 from ..format.vocab import Vocabulary
-from ..run.aot import Entry
 from ..run.loader import open_build
 from .run import Instrumented, RecordOptions
 
@@ -20,7 +20,7 @@ KIND = "auto"
 
 
 def entries(name: str, compiled, config: dict | None = None) -> dict:
-    """{symbol: (compiled function, aot.Entry)} for ``name`` (traced) and ``name``_plain."""
+    """{symbol: (compiled function, Entry)} for ``name`` (traced) and ``name``_plain."""
     cfg = dict(config or {})
     out = {name: (compiled.fn, Entry(name, KIND, dict(cfg, traced=True, params=compiled.params,
                                                          vocab=compiled.vocab.to_json(), meta=compiled.meta)))}

@@ -98,7 +98,7 @@ def route_rows(ctx: Context, route: dict) -> list[Row]:
 # ---- the timer calibration kernel ------------------------------------------------------------
 def timer_rows(ctx: Context) -> list[Row]:
     """globaltimer tick, clock64 rate, skew across SMs, cycles→ns error per warp."""
-    from ..run.record import ANCHOR_SLACK_NS, record_calibration
+    from ..probes.calibration import ANCHOR_SLACK_NS, record_calibration
 
     nxt = f"timestamps on this GPU are not trustworthy; {REPORT_BUG}"
     try:
@@ -166,8 +166,9 @@ def recorder_rows(ctx: Context) -> list[Row]:
     import torch
 
     from ..format import layout as L
+    from ..probes.markers import MARKER_WARPS, marker_inputs
     from ..run import loader
-    from ..run.record import MARKER_WARPS, TracedLaunch, marker_inputs, record
+    from ..run.record import TracedLaunch, record
     from ..trace.decode import decode_buffer
     from .probes import buffer_view, guard_damage, guarded_buffer
 
@@ -355,7 +356,7 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     import torch
 
     from .. import attention as A
-    from ..run.record import record_attention
+    from ..attention.record import record_attention
 
     label = f"ours {schedule}"
     nxt = f"do not trust our decode kernel on this GPU; {REPORT_BUG}"

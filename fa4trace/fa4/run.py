@@ -29,7 +29,8 @@ def build_aot(out_dir, shapes, *, arch: str = "sm90", overwrite: bool = False):
     ``shapes``: iterable of dicts with d, hq, hkv (and optional sq, dtype, schedule) and
     ``traced`` (bool). Batch and KV length stay dynamic.
     """
-    from ..run.aot import Entry, build_library
+    from ..format.entry import Entry
+    from ..run.aot import build_library
     from .build import compile_fa4
 
     compiled = {}

@@ -25,11 +25,11 @@ import shutil
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ..format import layout as L
+from ..format.entry import Entry
 from ..format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
 
 MANIFEST = "manifest.json"
@@ -39,13 +39,6 @@ LIBRARY = "fa4trace_kernels.so"
 BUILD_FORMAT = 2
 RUNTIME_LIB = "libcute_dsl_runtime.so"
 DEFAULT_RUNTIME = "cu13"
-
-
-@dataclass
-class Entry:
-    name: str  # exported symbol name (also the key in the manifest)
-    kind: str  # e.g. "calibration", "markers", "attention", "combine"
-    config: dict[str, Any] = field(default_factory=dict)
 
 
 def _link_flags() -> list[str]:

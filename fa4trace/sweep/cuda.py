@@ -4,7 +4,7 @@
 ``Runner.compute`` the point's work built on it: a point a kernel refuses, or whose timing
 fails (CUDA out of memory), becomes rows with the one-line error. ``CudaRunner`` is the runner
 of a real GPU: ``fa4trace.bench.decode.bench_shape`` for the timings (CUDA-graph replay, cold
-L2, every kernel on the same inputs) and ``record.record_attention`` (lead warps, a CTA
+L2, every kernel on the same inputs) and ``attention.record.record_attention`` (lead warps, a CTA
 subset) for the bundles. ``CudaJob`` is the recipe a worker process builds one from.
 """
 
@@ -145,7 +145,7 @@ class CudaRunner(Runner):
         import torch
 
         from ..attention import LEAD_WARPS, launch_plan, trace_capacity, variant_for
-        from ..run.record import record_attention
+        from ..attention.record import record_attention
 
         try:
             _, plan = launch_plan(point.shape, variant_for(point.shape, schedule, events="core"), "cuda")

@@ -261,8 +261,8 @@ def test_pdl_launches_give_the_same_bits_back_to_back(schedule):
 # the first block's softmax (nothing to overlap in intrawg) weighs little. "Not" allows 10%:
 # the four consumer warps' spans are unioned per CTA and the warps drift a little.
 # fa4trace check judges the same ranges (one table for both).
+from fa4trace.attention.record import record_attention  # noqa: E402
 from fa4trace.check.rows import OUR_OVERLAPS as OVERLAPS  # noqa: E402
-from fa4trace.run.record import record_attention  # noqa: E402
 
 
 @pytest.mark.parametrize("schedule", A.SCHEDULES)
