@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from fa4trace.analysis.kernel import metric_pairs
-from fa4trace.analysis.text import _delta, _fmt, label, ns, pct
+from fa4trace.analysis.text import fmt_delta, fmt_value, label, ns, pct
 
 CARDS = [("kernel time", "kernel_time_ns"), ("wait chain (median CTA)", "wait_chain_ns")]
 PALETTE = ("#3182bd", "#e6550d", "#31a354", "#756bb1")
@@ -32,9 +32,9 @@ def metric_rows(sa: dict, sb: dict | None = None) -> list[dict]:
     """One row per comparable number (kernel_analysis.flat_metrics): metric, A[, B, B − A]."""
     rows = []
     for key, a, b in metric_pairs(sa, sb):
-        row = {"metric": label(key), "A": _fmt(key, a)}
+        row = {"metric": label(key), "A": fmt_value(key, a)}
         if sb is not None:
-            row.update({"B": _fmt(key, b), "B − A": _delta(key, a, b)})
+            row.update({"B": fmt_value(key, b), "B − A": fmt_delta(key, a, b)})
         rows.append(row)
     return rows
 

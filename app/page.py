@@ -18,7 +18,7 @@ import streamlit as st
 from fa4trace.analysis.fidelity import perturbation, perturbation_lines
 from fa4trace.analysis.kernel import flat_metrics
 from fa4trace.analysis.overlap import typical_cta
-from fa4trace.analysis.text import _delta, _fmt
+from fa4trace.analysis.text import fmt_delta, fmt_value
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.trace.bundle import Trace
 
@@ -274,9 +274,9 @@ def kernel_metrics_section(p: Picked) -> dict:
              if fa.get(key) is not None or (fb is not None and fb.get(key) is not None)]  # no "n/a" cards
     for col, (label, key) in zip(card_columns(len(cards)), cards):
         if fb is None:
-            col.metric(f"{label} (A)", _fmt(key, fa.get(key)))
+            col.metric(f"{label} (A)", fmt_value(key, fa.get(key)))
         else:
-            col.metric(f"{label} (B)", _fmt(key, fb.get(key)), _delta(key, fa.get(key), fb.get(key)) or None,
+            col.metric(f"{label} (B)", fmt_value(key, fb.get(key)), fmt_delta(key, fa.get(key), fb.get(key)) or None,
                        delta_color="inverse" if key.endswith("_ns") else "normal")
     left, right = st.columns([2, 3])
     facts = [f"{_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · kernel {s.get('kernel')}"

@@ -97,7 +97,8 @@ def perturbation_text(p: dict | None, label: str = "perturbation") -> list[str]:
     return [f"  {label if i == 0 else '':14s} {x}" for i, x in enumerate(lines)]
 
 
-def _fmt(key: str, v) -> str:
+def fmt_value(key: str, v) -> str:
+    """One metric's value as printed (share, ns or number by its key; "n/a" when absent)."""
     if v is None:
         return "n/a"
     if key.endswith(("busy", "waiting", "idle", "_share")):
@@ -109,7 +110,8 @@ def _fmt(key: str, v) -> str:
     return str(v)
 
 
-def _delta(key: str, a, b) -> str:
+def fmt_delta(key: str, a, b) -> str:
+    """B - A of one metric as printed, in its key's unit ("" when either is absent)."""
     if a is None or b is None:
         return ""
     d = b - a
@@ -141,7 +143,7 @@ def format_kernel_compare(c: dict) -> str:
 
     out = [f"{'':28s}{'A: ' + c['a']['name']:>24s}  {'B: ' + c['b']['name']:>24s}  {'B − A':>18s}"]
     for key, a, b in metric_pairs(c["a"], c["b"]):
-        out.append(f"{label(key):28s}{_fmt(key, a):>24s}  {_fmt(key, b):>24s}  {_delta(key, a, b):>18s}")
+        out.append(f"{label(key):28s}{fmt_value(key, a):>24s}  {fmt_value(key, b):>24s}  {fmt_delta(key, a, b):>18s}")
     for which in ("a", "b"):
         out += perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation")
     if c.get("speed"):
