@@ -12,7 +12,7 @@ in every key but the schedule. The d128 16:1 sk 131072 b1 pair is preferred when
 
 Loaded tables live in ``st.cache_resource`` (shared, not copied); uploads are parsed from
 memory (a Linux memfd, else a private temporary file that is removed at once) with the same
-checks and one-line messages as :func:`fa4trace.bundle.load`.
+checks and one-line messages as :func:`fa4trace.trace.bundle.load`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import streamlit as st
 
-from fa4trace import analysis, kernel_analysis
-from fa4trace.autoevents import AutoCols, is_automatic
-from fa4trace.bundle import META_KEY, Trace, load
-from fa4trace.errors import Fa4traceError
-from fa4trace.roles import assign_roles
-from fa4trace.wait_chain import wait_chains
+from fa4trace.analysis import kernel, overlap
+from fa4trace.analysis.autoevents import AutoCols, is_automatic
+from fa4trace.analysis.roles import assign_roles
+from fa4trace.analysis.wait_chain import wait_chains
+from fa4trace.format.errors import Fa4traceError
+from fa4trace.trace.bundle import META_KEY, Trace, load
 
 
 
@@ -315,7 +315,7 @@ def parse_upload(name: str, data: bytes) -> Trace:
     if len(trace) == 0:
         raise UploadError(f"{name} is a trace bundle that holds no events")
     try:
-        analysis.per_cta(trace)  # the app's first use of the table: fail here, with a name
+        overlap.per_cta(trace)  # the app's first use of the table: fail here, with a name
     except Exception as exc:  # noqa: BLE001 - any failure of a foreign table is the upload's fault
         raise UploadError(f"{name} reads as a bundle but cannot be analysed ({type(exc).__name__}: {exc})") from None
     return trace
@@ -348,7 +348,7 @@ def cta_rows(trace: Trace, launch: int, cta: int) -> pa.Table:
 def iteration_values(rows: pa.Table, events=None) -> np.ndarray:
     """Sorted distinct KV-block numbers (``iter``) of one CTA's per-iteration events.
 
-    Only the events analysis.per_iteration reads (LOAD_K ... PV) count (or ``events``: for
+    Only the events overlap.per_iteration reads (LOAD_K ... PV) count (or ``events``: for
     automatically traced kernels :func:`iter_events`, whose iter is a pipeline count): other
     events may carry other payloads (a combine partition, a ticket). Split-KV kernels number
     blocks globally, so CTA c may hold blocks 8c..8c+7: the viewer windows by position in this
@@ -356,7 +356,7 @@ def iteration_values(rows: pa.Table, events=None) -> np.ndarray:
     """
     names = rows["name"].cast(pa.string()) if rows.num_rows else pa.array([], pa.string())
     it = rows["iter"]
-    m = pc.and_(pc.is_in(names, pa.array(list(events or analysis.ITER_EVENTS), pa.string())), pc.greater_equal(it, 0))
+    m = pc.and_(pc.is_in(names, pa.array(list(events or overlap.ITER_EVENTS), pa.string())), pc.greater_equal(it, 0))
     vals = pc.filter(it, m)
     if len(vals) == 0:
         vals = pc.filter(it, pc.greater_equal(it, 0))
@@ -380,20 +380,20 @@ def subset(trace: Trace, rows: pa.Table, note: str) -> Trace:
 # ---- derived tables, cached per trace (keys are the Source keys) ---------------------------
 @st.cache_resource(max_entries=32, show_spinner=False)
 def compare_cached(key_a: str, key_b: str, _a: Trace, _b: Trace) -> dict:
-    return analysis.compare(_a, _b)
+    return overlap.compare(_a, _b)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def summary_cached(key: str, _t: Trace) -> dict:
-    return analysis.summarize(_t)
+    return overlap.summarize(_t)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def per_cta_cached(key: str, _t: Trace) -> pa.Table:
-    return analysis.per_cta(_t)
+    return overlap.per_cta(_t)
 
 
-# What every kernel's per-CTA table says; analysis.per_cta's other columns read attention events.
+# What every kernel's per-CTA table says; overlap.per_cta's other columns read attention events.
 CTA_COLUMNS = ("launch", "cta", "sm", "span_ns", "start_ns", "end_ns", "dropped")
 
 
@@ -411,14 +411,14 @@ def by_position(trace: Trace) -> Trace:
     own block list (0 = the CTA's first block); other rows get -1.
 
     Split-KV kernels number KV blocks globally (CTA c holds blocks 8c..8c+7), so
-    ``analysis.per_iteration`` on the raw trace has one CTA per block; on this view each
+    ``overlap.per_iteration`` on the raw trace has one CTA per block; on this view each
     position is a median over every CTA, with the core's own definitions (incl. SOFTMAX_HIDDEN).
     """
     ev = trace.events
     n = ev.num_rows
     names = ev["name"].cast(pa.string())
     it = ev["iter"].to_numpy().astype(np.int64)
-    m = pc.and_(pc.is_in(names, pa.array(analysis.ITER_EVENTS)), pc.greater_equal(ev["iter"], 0)).to_numpy(zero_copy_only=False)
+    m = pc.and_(pc.is_in(names, pa.array(overlap.ITER_EVENTS)), pc.greater_equal(ev["iter"], 0)).to_numpy(zero_copy_only=False)
     pos = np.full(n, -1, np.int64)
     if m.any():
         grp = (ev["launch"].to_numpy().astype(np.int64) << 32) | ev["cta"].to_numpy().astype(np.int64)
@@ -438,7 +438,7 @@ def by_position(trace: Trace) -> Trace:
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def per_iteration_cached(key: str, _t: Trace, positional: bool = False) -> pa.Table:
-    return analysis.per_iteration(by_position(_t) if positional else _t)
+    return overlap.per_iteration(by_position(_t) if positional else _t)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -462,23 +462,23 @@ def is_kernel(trace: Trace | None) -> bool:
 @st.cache_resource(max_entries=16, show_spinner=False)
 def view_trace(key: str, _t: Trace) -> Trace:
     """What the timeline draws: for automatically traced kernels, the trace with its roles
-    assigned (fa4trace.roles); other bundles as they are."""
+    assigned (fa4trace.analysis.roles); other bundles as they are."""
     return assign_roles(_t) if is_automatic(_t) else _t
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def kernel_summary_cached(key: str, _t: Trace) -> dict:
-    return kernel_analysis.summarize_kernel(_t)
+    return kernel.summarize_kernel(_t)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def kernel_compare_cached(key_a: str, key_b: str, _a: Trace, _b: Trace) -> dict:
-    return kernel_analysis.compare_kernels(_a, _b)
+    return kernel.compare_kernels(_a, _b)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def occupancy_cached(key: str, _t: Trace) -> pa.Table:
-    return kernel_analysis.occupancy_series(view_trace(key, _t))
+    return kernel.occupancy_series(view_trace(key, _t))
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -497,7 +497,7 @@ def of_cta(table: pa.Table, launch: int, cta: int) -> pa.Table:
 def iter_events(key: str, _t: Trace) -> tuple[str, ...] | None:
     """The events whose iter windows the timeline: for automatically traced kernels the
     pipeline events of the pipeline with the most counts (iter = its running count); None
-    (analysis.ITER_EVENTS) for other bundles."""
+    (overlap.ITER_EVENTS) for other bundles."""
     if not is_automatic(_t):
         return None
     c = AutoCols.of(_t)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from fa4trace.vocab import VOCAB
+from fa4trace.format.vocab import VOCAB
 
 MAX_CELLS = 200_000
 MAX_BINS = 1200

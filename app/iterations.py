@@ -1,6 +1,6 @@
 """Per-iteration chart: median duration of each event per KV block, stacked, one row per trace.
 
-The numbers are :func:`fa4trace.analysis.per_iteration` (median over warps and CTAs); the
+The numbers are :func:`fa4trace.analysis.overlap.per_iteration` (median over warps and CTAs); the
 black line is SOFTMAX_HIDDEN, the ns of each block's softmax during which the warp's own QK
 or PV was in flight. QK and PV are in-flight spans that may overlap SOFTMAX in time, so a
 stack is the work per block, not its wall time.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from fa4trace.analysis import ITER_EVENTS
-from fa4trace.vocab import VOCAB
+from fa4trace.analysis.overlap import ITER_EVENTS
+from fa4trace.format.vocab import VOCAB
 
 HIDDEN = "SOFTMAX_HIDDEN"
 

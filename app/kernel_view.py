@@ -1,8 +1,8 @@
 """Tables and the occupancy chart for bundles of automatically traced kernels (any kernel).
 
-Every number comes from fa4trace.kernel_analysis (summarize_kernel / compare_kernels, the same
+Every number comes from fa4trace.analysis.kernel (summarize_kernel / compare_kernels, the same
 dicts `fa4trace summary --json` / `compare --json` print) or its tables (occupancy_series,
-wait_chains), formatted only: fa4trace.kernel_text's formatters, so the viewer and the CLI
+wait_chains), formatted only: fa4trace.analysis.text's formatters, so the viewer and the CLI
 write a number the same way.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from fa4trace.kernel_analysis import metric_pairs
-from fa4trace.kernel_text import _delta, _fmt, label, ns, pct
+from fa4trace.analysis.kernel import metric_pairs
+from fa4trace.analysis.text import fmt_delta, fmt_value, label, ns, pct
 
 CARDS = [("kernel time", "kernel_time_ns"), ("wait chain (median CTA)", "wait_chain_ns")]
 PALETTE = ("#3182bd", "#e6550d", "#31a354", "#756bb1")
@@ -32,9 +32,9 @@ def metric_rows(sa: dict, sb: dict | None = None) -> list[dict]:
     """One row per comparable number (kernel_analysis.flat_metrics): metric, A[, B, B − A]."""
     rows = []
     for key, a, b in metric_pairs(sa, sb):
-        row = {"metric": label(key), "A": _fmt(key, a)}
+        row = {"metric": label(key), "A": fmt_value(key, a)}
         if sb is not None:
-            row.update({"B": _fmt(key, b), "B − A": _delta(key, a, b)})
+            row.update({"B": fmt_value(key, b), "B − A": fmt_delta(key, a, b)})
         rows.append(row)
     return rows
 
@@ -61,7 +61,7 @@ def lag_rows(s: dict) -> list[dict]:
 
 
 def chain_rows(chain: pa.Table, origin_ns: int = 0) -> list[dict]:
-    """A CTA's wait chain (fa4trace.wait_chain.wait_chains rows of one CTA), last wait first;
+    """A CTA's wait chain (fa4trace.analysis.wait_chain.wait_chains rows of one CTA), last wait first;
     times in ns from ``origin_ns`` (the timeline's origin)."""
     d = chain.to_pydict()
     return [{"step": d["step"][i], "warp": d["warp"][i], "role": d["role"][i], "wait": d["name"][i],

@@ -1,7 +1,7 @@
 """Metrics panel: the numbers of `fa4trace compare --json`, formatted, with what changed.
 
-Every number shown comes from :func:`fa4trace.analysis.compare` (two traces) or
-:func:`fa4trace.analysis.summarize` (one), unmodified; the app also shows the raw dict, which
+Every number shown comes from :func:`fa4trace.analysis.overlap.compare` (two traces) or
+:func:`fa4trace.analysis.overlap.summarize` (one), unmodified; the app also shows the raw dict, which
 equals the CLI's JSON output for the same two bundles.
 """
 

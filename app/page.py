@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
-from fa4trace.analysis import typical_cta
-from fa4trace.bundle import Trace
-from fa4trace.errors import Fa4traceError
-from fa4trace.fidelity import perturbation, perturbation_lines
-from fa4trace.kernel_analysis import flat_metrics
-from fa4trace.kernel_text import _delta, _fmt
+from fa4trace.analysis.fidelity import perturbation, perturbation_lines
+from fa4trace.analysis.kernel import flat_metrics
+from fa4trace.analysis.overlap import typical_cta
+from fa4trace.analysis.text import fmt_delta, fmt_value
+from fa4trace.format.errors import Fa4traceError
+from fa4trace.trace.bundle import Trace
 
 from fa4trace.sweep import figures as sweep_figures
 
@@ -185,7 +185,7 @@ def header(p: Picked, notes: list[str], errors: list[str]) -> None:
         st.warning(e)
     synth = [s.label.split(" — ")[0] for s, t in ((p.a, p.trace_a), (p.b, p.trace_b)) if t is not None and t.meta.get("synthetic")]
     if synth:
-        st.warning("Synthetic bundle(s), made by fa4trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
+        st.warning("Synthetic bundle(s), made by fa4trace.trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
 
 
 def _n(n: int, one: str, many: str | None = None) -> str:
@@ -274,9 +274,9 @@ def kernel_metrics_section(p: Picked) -> dict:
              if fa.get(key) is not None or (fb is not None and fb.get(key) is not None)]  # no "n/a" cards
     for col, (label, key) in zip(card_columns(len(cards)), cards):
         if fb is None:
-            col.metric(f"{label} (A)", _fmt(key, fa.get(key)))
+            col.metric(f"{label} (A)", fmt_value(key, fa.get(key)))
         else:
-            col.metric(f"{label} (B)", _fmt(key, fb.get(key)), _delta(key, fa.get(key), fb.get(key)) or None,
+            col.metric(f"{label} (B)", fmt_value(key, fb.get(key)), fmt_delta(key, fa.get(key), fb.get(key)) or None,
                        delta_color="inverse" if key.endswith("_ns") else "normal")
     left, right = st.columns([2, 3])
     facts = [f"{_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · kernel {s.get('kernel')}"
@@ -348,7 +348,7 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
                    "which it ran (merged on the server). Narrow the iteration window to see every event.")
     if kernels:
         st.caption("Each warp has its own lane, grouped by role (given, named by the kernel, or inferred from what "
-                   "the warp recorded: fa4trace.roles). Waits (pipeline acquire / wait, mma.wait, barrier.sync, "
+                   "the warp recorded: fa4trace.analysis.roles). Waits (pipeline acquire / wait, mma.wait, barrier.sync, "
                    "tma.store_wait) are hollow bars, work and issue events solid; ◆ marks instants (commits, "
                    "releases, TMA issues). Drag to zoom (both traces follow), double-click to reset.")
         kernel_panels_section(kernels)
@@ -360,7 +360,7 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
 
 def kernel_panels_section(kernels: list) -> None:
     """Under the timeline of automatically traced kernels: stages held over time in the shown
-    CTAs, on the timeline's x axis, and each shown CTA's wait chain (fa4trace.wait_chain)."""
+    CTAs, on the timeline's x axis, and each shown CTA's wait chain (fa4trace.analysis.wait_chain)."""
     items = []
     for which, src, tr, launch, cta, panel in kernels:
         occ = data.of_cta(data.occupancy_cached(src.key, tr), launch, cta)
@@ -384,7 +384,7 @@ def kernel_panels_section(kernels: list) -> None:
 
 
 X_POSITION = "position in the CTA (median over CTAs)"
-X_BLOCK = "KV block number (fa4trace.analysis.per_iteration)"
+X_BLOCK = "KV block number (fa4trace.analysis.overlap.per_iteration)"
 
 
 def iterations_section(p: Picked) -> None:
@@ -407,7 +407,7 @@ def iterations_section(p: Picked) -> None:
                                                 x_title="KV block: position in its CTA" if positional else "KV block number"),
                     config=PLOTLY_CONFIG, key="iterations")
     st.caption("Median duration of each event per KV block over all warps (and, by position, all CTAs), computed by "
-               "fa4trace.analysis.per_iteration. "
+               "fa4trace.analysis.overlap.per_iteration. "
                "The black line is the softmax of that block hidden under the warp's own QK/PV in flight. QK and PV "
                "overlap SOFTMAX in time when they are hidden, so a stack is the work per block, not its wall time.")
 

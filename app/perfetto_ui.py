@@ -47,7 +47,7 @@ CSP = ("default-src 'self' data: blob: 'unsafe-inline' 'unsafe-eval' 'wasm-unsaf
        "connect-src 'self' data: blob: http://127.0.0.1:9001 ws://127.0.0.1:9001; "
        "img-src 'self' data: blob:; object-src 'none'")
 # What Perfetto runs after each trace loads: expand the track groups of fa4trace's exports (the
-# names fa4trace.perfetto gives them), down to the warps' in-flight lanes.
+# names fa4trace.export.perfetto gives them), down to the warps' in-flight lanes.
 EXPAND_GROUPS = r"^(GPU|launch \d+|SM \d+|CTA \d+|warp \d+)( |$)"
 STARTUP_COMMANDS = [{"id": "dev.perfetto.ExpandTracksByRegex", "args": [EXPAND_GROUPS]}]
 # Runs before Perfetto reads its URL: the startup commands join the route's arguments
@@ -158,8 +158,8 @@ def ui_path(base_url_path: str = "") -> str:
 def export_pftrace(trace, *, compress: bool = False) -> bytes:
     """The selected trace as a Perfetto protobuf trace, as `fa4trace convert --to perfetto`
     writes it (roles and stage occupancy of automatically traced kernels included)."""
-    from fa4trace.kernel_analysis import export_inputs
-    from fa4trace.perfetto import to_perfetto
+    from fa4trace.analysis.kernel import export_inputs
+    from fa4trace.export.perfetto import to_perfetto
 
     shown, occupancy = export_inputs(trace)
     buf = io.BytesIO()
@@ -169,8 +169,8 @@ def export_pftrace(trace, *, compress: bool = False) -> bytes:
 
 def export_chrome(trace) -> bytes:
     """The selected trace as Chrome trace-event JSON, as `fa4trace convert --to chrome` writes it."""
-    from fa4trace.chrome import to_chrome
-    from fa4trace.kernel_analysis import export_inputs
+    from fa4trace.analysis.kernel import export_inputs
+    from fa4trace.export.chrome import to_chrome
 
     buf = io.BytesIO()
     to_chrome(export_inputs(trace)[0], buf)
@@ -180,8 +180,8 @@ def export_chrome(trace) -> bytes:
 def track_caption(trace) -> str:
     """What the export of ``trace`` shows in Perfetto: its track tree and, when there are, the
     in-flight lanes of its async events and its occupancy counters."""
-    from fa4trace.autoevents import is_automatic
-    from fa4trace.tracks import vocab_of
+    from fa4trace.analysis.autoevents import is_automatic
+    from fa4trace.export.tracks import vocab_of
 
     present = {str(n) for n in trace.events["name"].unique().to_pylist()}
     in_flight = [e.name for e in vocab_of(trace.meta).events if e.is_async and e.name in present]

@@ -1,6 +1,6 @@
 """KV-stream chart: how fast the CTAs consumed KV blocks over time, one line per trace.
 
-The series and the dashed steady rate are :func:`fa4trace.analysis.stream_profile`'s
+The series and the dashed steady rate are :func:`fa4trace.analysis.overlap.stream_profile`'s
 (``stream_series``, ``stream_tbps``), unmodified. A kernel that streams at its steady rate
 from launch to end draws a flat line; the dips at both ends are the ``start`` / ``end`` losses
 the metrics table lists (time from each launch's first warp; first launch only).

@@ -1,6 +1,6 @@
 """Per-warp timelines of one CTA per trace, two traces on one synchronized time axis.
 
-Lanes come from :func:`fa4trace.tracks.layout_tracks`, the layout the Perfetto and Chrome
+Lanes come from :func:`fa4trace.export.tracks.layout_tracks`, the layout the Perfetto and Chrome
 exports use: per warp its own lane ("w1 · consumer": SOFTMAX, CORRECTION, ...) and, right
 under it, one lane per async event ("QK in flight", "PV in flight"), so a green SOFTMAX bar
 over an orange QK bar *is* the overlap. Spans that would cross on one lane get extra lanes.
@@ -15,7 +15,7 @@ never receives more than ``budget`` segments whatever the trace size.
 
 Bundles of automatically traced kernels: ``build_panel(group_by_role=True)`` orders the lanes
 by role (producer, mma, consumer, epilogue, ..., idle), and wait spans (pipeline acquire/wait,
-mma.wait, barrier.sync, tma.store_wait: fa4trace.autoevents) are drawn hollow: a faint wide bar
+mma.wait, barrier.sync, tma.store_wait: fa4trace.analysis.autoevents) are drawn hollow: a faint wide bar
 with a thin line of the same colour through it, so waiting reads apart from work at a glance.
 """
 
@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fa4trace.autoevents import is_wait_op
-from fa4trace.tracks import layout_tracks
-from fa4trace.roles import role_rank
-from fa4trace.vocab import VOCAB, Vocabulary
+from fa4trace.analysis.autoevents import is_wait_op
+from fa4trace.analysis.roles import role_rank
+from fa4trace.export.tracks import layout_tracks
+from fa4trace.format.vocab import VOCAB, Vocabulary
 
 MAX_SEGMENTS = 200_000  # per figure, all panels together
 HOVER_LIMIT = 20_000
@@ -107,9 +107,9 @@ class Panel:
 def window_bounds(rows: pa.Table, i0: int, i1: int, events=None) -> tuple[int, int] | None:
     """[first start, last end] of the per-iteration events of blocks i0..i1 in ``rows`` (one CTA).
 
-    ``events``: the event names that define a block's extent (default: analysis.ITER_EVENTS;
+    ``events``: the event names that define a block's extent (default: overlap.ITER_EVENTS;
     every event if the rows have none of them)."""
-    from fa4trace.analysis import ITER_EVENTS
+    from fa4trace.analysis.overlap import ITER_EVENTS
 
     it = rows["iter"]
     m = pc.and_(pc.greater_equal(it, i0), pc.less_equal(it, i1))

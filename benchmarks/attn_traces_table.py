@@ -3,7 +3,7 @@
     python benchmarks/attn_traces_table.py [traces/decode_*.parquet ...] \
         [--bench benchmarks/results/decode_h200.json]
 
-Numbers come from fa4trace.analysis.summarize (the same as `fa4trace summary`); the time of the
+Numbers come from fa4trace.analysis.overlap.summarize (the same as `fa4trace summary`); the time of the
 uninstrumented kernel at the same shape comes from a `fa4trace bench` result file (cold L2)
 when one is given. A table for a README, not a measurement: no JSON output.
 """
@@ -22,7 +22,8 @@ def main(argv=None):
     ap.add_argument("bundles", nargs="*")
     ap.add_argument("--bench", default=None, help="a `fa4trace bench` result file (bench.json): cold-L2 kernel times")
     args = ap.parse_args(argv)
-    from fa4trace import analysis, bundle
+    from fa4trace.analysis import overlap
+    from fa4trace.trace import bundle
 
     paths = args.bundles or sorted(glob.glob("traces/decode_*.parquet"))
     bench = {}
@@ -36,7 +37,7 @@ def main(argv=None):
     print("|" + "---|" * len(head))
     for p in paths:
         tr = bundle.load(p)
-        s = analysis.summarize(tr)
+        s = overlap.summarize(tr)
         c = tr.meta["config"]
         key = (c["head_dim"], c["hq"], c["hkv"], c["sk"], c["b"], c.get("sq", 1), c["schedule"])
         us = bench.get(key)

@@ -155,8 +155,8 @@ def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "fir
 
 
 def build(out: str, force: bool) -> None:
-    from fa4trace.aot import build_library
     from fa4trace.auto.build import entries
+    from fa4trace.run.aot import build_library
 
     t = time.time()
     ents = {}
@@ -205,7 +205,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
     from fa4trace.bench import results
-    from fa4trace.bench.timing import graph_time
+    from fa4trace.run.timing import graph_time
 
     os.makedirs(out, exist_ok=True)
     rows = []
@@ -228,8 +228,8 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         trace.save(path, overwrite=True)
         # 2) the cost: every warp of every CTA records; each variant against the plain build,
         #    rounds interleaved (plain, variant 1, variant 2, ... per round)
-        from fa4trace.aot import BuildDir
-        from fa4trace.record import new_trace_tensor
+        from fa4trace.run.aot import BuildDir
+        from fa4trace.run.record import new_trace_tensor
 
         names = [f"quack_gemm_sm90{sfx}" for sfx, _c, _f, _l in VARIANTS if f"quack_gemm_sm90{sfx}" in BuildDir(build_dir).functions]
         opts = RecordOptions(ctas=H200_SMS, capacity=1 << 15, check=False)
@@ -293,9 +293,9 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
 
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
-    from fa4trace.bench.timing import graph_time
     from fa4trace.fa4.run import call_args
-    from fa4trace.record import new_trace_tensor
+    from fa4trace.run.record import new_trace_tensor
+    from fa4trace.run.timing import graph_time
 
     p = FA4_PREFILL
     rows = []
@@ -329,7 +329,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
         full = load(build_dir, name, options=RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False))
         spec = full.options.spec(full.warps_per_cta)
         bufs = [new_trace_tensor(spec) for _ in range(n_sets)]
-        from fa4trace.aot import BuildDir
+        from fa4trace.run.aot import BuildDir
 
         others = [] if variant != "full" else [name + sfx for sfx, _f, _s in FA4_VARIANTS
                                                if name + sfx in BuildDir(build_dir).functions]
@@ -389,8 +389,8 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
     from fa4trace.attention.planner import plan_splits
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
-    from fa4trace.bench.timing import graph_time
-    from fa4trace.record import new_trace_tensor
+    from fa4trace.run.record import new_trace_tensor
+    from fa4trace.run.timing import graph_time
 
     p, shape = DECODE, decode_shape()
     variant = variant_for(shape, p["schedule"])

@@ -16,7 +16,7 @@ def _warps(ws):
 
 def main(folder="traces/auto"):
     import fa4trace
-    from fa4trace.kernel_analysis import summarize_kernel
+    from fa4trace.analysis.kernel import summarize_kernel
 
     print("| bundle | kernel | config | CTAs × warps recorded | rows | roles (inferred) | waiting share per role | "
           "wait chain of the typical CTA | traced == plain | MB |")

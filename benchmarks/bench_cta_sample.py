@@ -29,9 +29,9 @@ SPLITS = (("", True), ("_onebody", False))
 
 def build(out: str) -> None:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    from fa4trace.aot import build_library
     from fa4trace.auto import compiler
     from fa4trace.auto.build import entries
+    from fa4trace.run.aot import build_library
 
     real = compiler.compile_traced
     ents = {}
@@ -126,8 +126,8 @@ def run(bdir: str, rounds: int, replays: int) -> list:
 
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
-    from fa4trace.bench.timing import graph_time
-    from fa4trace.record import new_trace_tensor
+    from fa4trace.run.record import new_trace_tensor
+    from fa4trace.run.timing import graph_time
 
     rows = []
     for kernel, shape, base, args, n_sets, n_ctas, samples, per in _cases(bdir):

@@ -30,7 +30,7 @@ against the 2% target.
 Then each build is timed (CUDA-graph replay, cold L2, interleaved rounds) against the plain
 build: with every CTA recording, with the sample, and (lifetimes build) with no CTA recording
 (the stamps alone: what the untraced CTAs pay). The bundle's perturbation line
-(fa4trace.fidelity: recorded vs untraced CTAs of the sampled launch) stands next to the
+(fa4trace.analysis.fidelity: recorded vs untraced CTAs of the sampled launch) stands next to the
 every-CTA launch's cost: where the two agree, the line measures what the benchmark does.
 
 Writes two result files: ``--json`` (the error per metric) and its ``_cost`` twin (the
@@ -85,7 +85,7 @@ def recorded_cta_ns(trace) -> float | None:
     import numpy as np
     import pyarrow.compute as pc
 
-    from fa4trace.fidelity import cta_lifetimes
+    from fa4trace.analysis.fidelity import cta_lifetimes
 
     life = cta_lifetimes(trace)
     if life is not None:
@@ -104,10 +104,10 @@ def trace_metrics(trace, roles: dict | None = None) -> dict:
     (producer -> consumer lag), ``waiting.<role>.<event>`` (share of the role's lifetime in that
     wait) and ``overlap.<span>.mma`` (share of a named span with the warp's MMAs in flight).
     ``roles``: warp -> role, so traces of different families name the same warps alike."""
-    from fa4trace.autoevents import AutoCols
-    from fa4trace.kernel_analysis import lag_stats, pipeline_lags, waiting_by_event
-    from fa4trace.mma_flight import mma_in_flight, overlap_share
-    from fa4trace.roles import assign_roles
+    from fa4trace.analysis.autoevents import AutoCols
+    from fa4trace.analysis.kernel import lag_stats, pipeline_lags, waiting_by_event
+    from fa4trace.analysis.mma_flight import mma_in_flight, overlap_share
+    from fa4trace.analysis.roles import assign_roles
 
     out: dict = {"cta.median_ns": recorded_cta_ns(trace)}
     out.update(span_medians(trace))
@@ -127,8 +127,8 @@ def trace_metrics(trace, roles: dict | None = None) -> dict:
 
 
 def dense_roles(trace) -> dict:
-    """warp -> role as the analysis decides it on the dense trace (fa4trace.roles)."""
-    from fa4trace.roles import decide_roles
+    """warp -> role as the analysis decides it on the dense trace (fa4trace.analysis.roles)."""
+    from fa4trace.analysis.roles import decide_roles
 
     return dict(decide_roles(trace)["by_warp"])
 
@@ -174,7 +174,7 @@ def error_summary(rows: list[dict]) -> dict:
 
 def perturbation_row(kernel: str, build: str, trace, cost: dict) -> dict:
     """The bundle's perturbation line next to the launch's own timing (``cost``: percentages)."""
-    from fa4trace.fidelity import perturbation
+    from fa4trace.analysis.fidelity import perturbation
 
     p = perturbation(trace)
     rel = p["rel"] if p["measured"] else None
@@ -311,8 +311,8 @@ def run_case(case: Case, rounds: int, replays: int, log=print) -> tuple[list, li
     import torch
 
     from fa4trace.auto.run import RecordOptions
-    from fa4trace.bench.timing import graph_time
-    from fa4trace.record import new_trace_tensor
+    from fa4trace.run.record import new_trace_tensor
+    from fa4trace.run.timing import graph_time
 
     n, stride = case.sample
     rec = RecordOptions(ctas=n, cta_stride=stride, capacity=case.record_capacity, check=False)
@@ -406,7 +406,7 @@ def write_results(json_path: str, errors: list, pert: list, gpu: str | None = No
                  ["target_pct", "target %"], ["recorded", "recorded"], ["untraced", "untraced"],
                  ["cost_all_pct", "cost %, every CTA records"], ["cost_sample_pct", "cost %, sample"],
                  ["stamps_only_pct", "cost %, stamps only"]],
-        notes=("line: the sampled launch's recorded vs untraced CTAs (fa4trace.fidelity); cost: CUDA-graph replay vs "
+        notes=("line: the sampled launch's recorded vs untraced CTAs (fa4trace.analysis.fidelity); cost: CUDA-graph replay vs "
                "the plain build, cold L2, interleaved rounds; stamps only: no CTA recording."), gpu=gpu))
 
 

@@ -7,7 +7,7 @@ reports the overhead, the added cycles per event per warp, and the added issue s
 (cycles per event / warps per scheduler: what an issue-bound kernel pays). ``--json`` writes the
 "markers" area of BENCHMARKS.md.
 
-Timing: CUDA events around single launches, median of ``--reps``, not ``fa4trace.bench.timing``:
+Timing: CUDA events around single launches, median of ``--reps``, not ``fa4trace.run.timing``:
 one launch runs for milliseconds (launch cost is noise), the pointer-chase table is L2-resident
 by design (a cold L2 would measure DRAM, not the recorder), and IKET's timings
 (``benchmarks/iket_workload.py`` under NVIDIA's run-iket, in its own process; ``--iket`` reads
@@ -52,9 +52,9 @@ def time_variant(variant: str, work: str, n_ctas: int, iters: int, chain: int, r
     import numpy as np
     import torch
 
-    from fa4trace import loader
-    from fa4trace.layout import BufferSpec
-    from fa4trace.record import MARKER_WARPS, marker_inputs
+    from fa4trace.format.layout import BufferSpec
+    from fa4trace.probes.markers import MARKER_WARPS, marker_inputs
+    from fa4trace.run import loader
 
     kern = loader.load("markers", variant=variant, work=work)
     out, table = marker_inputs(n_ctas)

@@ -7,7 +7,7 @@ tracing cost, bundles.
 Per shape: FA4's untraced output against an fp32 reference; where the build holds a traced
 kernel, its output equals the untraced one bit for bit (outputs poisoned with NaN first) and
 its buffer decodes. Then FA4's time per shape and the tracing cost of every traced variant of
-the build, timed like ``fa4trace bench`` (``fa4trace.bench.timing``: CUDA-graph replay, cold
+the build, timed like ``fa4trace bench`` (``fa4trace.run.timing``: CUDA-graph replay, cold
 L2), and one bundle per variant "default" / "generic" through ``fa4trace.fa4.record`` (what
 ``fa4trace record --impl fa4`` calls). ``--json`` writes the "fa4-sm90" area of BENCHMARKS.md;
 the log and the bundles go to ``--out``.
@@ -33,8 +33,8 @@ COST_SHAPES = [(128, 16, 1, 32768, 1), (128, 16, 1, 131072, 1), (128, 16, 1, 409
 
 
 def load(build, d, hq, hkv, traced, variant="default"):
-    """The FA4 SM90 kernel of the build (``fa4trace.loader``): (fn, runtime parameter names, config)."""
-    from fa4trace import loader
+    """The FA4 SM90 kernel of the build (``fa4trace.run.loader``): (fn, runtime parameter names, config)."""
+    from fa4trace.run import loader
 
     kern = loader.load("fa4", build=build, arch="sm90", schedule="fa3", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16",
                        traced=traced, variant=variant)
@@ -46,7 +46,7 @@ def trace_tensor(n_ctas, config, sk):
     import torch
 
     from fa4trace.fa4.run import capacity_for
-    from fa4trace.layout import BufferSpec
+    from fa4trace.format.layout import BufferSpec
 
     spec = BufferSpec.for_grid(n_ctas, config["warps_per_cta"],
                                capacity_for("sm90", sk, generic=bool(config.get("families"))))
@@ -58,8 +58,8 @@ def check_shape(build, d, hq, hkv, sk, b, seed) -> dict:
     import torch
 
     from fa4trace.attention import reference, rel_error
-    from fa4trace.decode import decode_buffer
     from fa4trace.fa4.run import call_args
+    from fa4trace.trace.decode import decode_buffer
 
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -92,9 +92,9 @@ def time_shape(build, d, hq, hkv, sk, b, variants, replays) -> dict:
     import torch
 
     from fa4trace.attention import Shape
-    from fa4trace.bench.timing import cold_l2_inputs
-    from fa4trace.bench.timing import graph_time
     from fa4trace.fa4.run import call_args
+    from fa4trace.run.timing import cold_l2_inputs
+    from fa4trace.run.timing import graph_time
 
     shape = Shape(b, 1, hq, hkv, sk, d, "bf16")
     sets, per_graph = cold_l2_inputs(shape)
@@ -128,9 +128,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the 'fa4-sm90' result file here")
     args = ap.parse_args(argv)
 
-    from fa4trace import loader
     from fa4trace.bench.results import envelope, gpu_name, write
     from fa4trace.fa4.run import record
+    from fa4trace.run import loader
 
     build = loader.build_dir(args.build, "fa4")
     out = Path(args.out)

@@ -32,8 +32,8 @@ def main(argv=None) -> int:
     recorder = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recorder)
 
-    from fa4trace import loader
-    from fa4trace.record import marker_inputs
+    from fa4trace.probes.markers import marker_inputs
+    from fa4trace.run import loader
 
     kern = loader.load("markers", variant=args.variant, work=args.work)
     out, table = marker_inputs(args.n_ctas)

@@ -2,7 +2,7 @@
 
     python benchmarks/stream_floor.py [--shapes d:hq:hkv:sk:b,...] [--json out.json]
 
-Timed like ``fa4trace bench`` (``fa4trace.bench.timing``: CUDA-graph replay cycling through
+Timed like ``fa4trace bench`` (``fa4trace.run.timing``: CUDA-graph replay cycling through
 input sets that rotate L2, median of replays, passes reported by ``reported_us``), in one
 process on the same inputs:
 
@@ -113,9 +113,9 @@ def main(argv=None):
 
     from fa4trace.attention import Shape
     from fa4trace.bench.decode import bench_shape
-    from fa4trace.bench.timing import cold_l2_inputs
     from fa4trace.bench.results import envelope, write
-    from fa4trace.bench.timing import graph_time, reported_us
+    from fa4trace.run.timing import cold_l2_inputs
+    from fa4trace.run.timing import graph_time, reported_us
 
     mod = cp.RawModule(code=_SRC)
     noop, read2 = mod.get_function("noop"), mod.get_function("read2")

@@ -15,7 +15,7 @@ same instructions; what differs is the records stored:
                  flush per warp, no main-loop record traffic;
 - ``first``      only CTA 0 records (``+trace1``: the recorder's instruction cost alone).
 
-Timed like ``fa4trace bench`` (``fa4trace.bench.timing``: CUDA-graph replay, cold L2), all
+Timed like ``fa4trace bench`` (``fa4trace.run.timing``: CUDA-graph replay, cold L2), all
 buffers on the same inputs in one process; ``--rounds`` passes over the list, rotated by one
 place per pass (where a variant sits in a pass moves it by a few percent at the power cap),
 reported by ``reported_us``. ``--json`` writes the "trace-cost" area of BENCHMARKS.md.
@@ -39,7 +39,7 @@ def buffer_for(variant: str, plan, device, events: str):
     import torch
 
     from fa4trace.attention import LEAD_WARPS, WARPS_PER_CTA, trace_capacity
-    from fa4trace.layout import BufferSpec
+    from fa4trace.format.layout import BufferSpec
 
     if variant == "plain":
         return None
@@ -63,8 +63,8 @@ def run_shape(shape, schedule: str, variants, *, replays: int, rounds: int, even
     import torch
 
     from fa4trace.attention import decode_attention
-    from fa4trace.bench.timing import cold_l2_inputs
-    from fa4trace.bench.timing import graph_time, reported_us
+    from fa4trace.run.timing import cold_l2_inputs
+    from fa4trace.run.timing import graph_time, reported_us
 
     sets, per_graph = cold_l2_inputs(shape)
     plan = _plan(shape, schedule, events, sets[0][0].device)

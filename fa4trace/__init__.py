@@ -8,9 +8,12 @@ Host modules import without cutlass, torch or a GPU.
 
 __version__ = "0.1.0"
 
-from .errors import DeviceUnavailable, Fa4traceError, TraceFormatError  # noqa: E402
-from .vocab import EV, ROLE, VOCAB, Vocabulary  # noqa: E402
-from .bundle import Trace, load  # noqa: E402
+from .format.errors import DeviceUnavailable, Fa4traceError, TraceFormatError  # noqa: E402
+from .format.vocab import EV, ROLE, VOCAB, Vocabulary  # noqa: E402
+from .trace.bundle import Trace, load  # noqa: E402
+from . import kinds  # noqa: E402
+
+kinds.register_shipped()  # the kernel kinds fa4trace ships, known to the loader (fa4trace.run.loader)
 
 __all__ = ["__version__", "EV", "ROLE", "VOCAB", "Vocabulary", "Fa4traceError", "TraceFormatError",
            "DeviceUnavailable", "Trace", "load", "decode_attention", "instrument"]

@@ -16,10 +16,10 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from . import deps
-from .errors import Fa4traceError, MissingDependency, WouldOverwrite
+from .format.errors import Fa4traceError, MissingDependency, WouldOverwrite
 from .kernels.decode_spec import LEAD_WARPS, SCHEDULES, WARPS_PER_CTA
 from .kernels.marker_spec import RECORDING_VARIANTS
+from .run import deps
 
 # FA4's own schedules (record --impl fa4): its sm100 switch; its SM90 forward is FA3's.
 FA4_SCHEDULES = ("base", "pingpong", "fa3")
@@ -104,20 +104,20 @@ ROLES_HELP = ("Any-kernel bundles: the role of some warps, ROLE=WARPS (e.g. prod
 def summary(bundle, as_json, roles):
     """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events; for a
     kernel traced automatically: roles, busy/waiting/idle, stage occupancy, lag, wait chain."""
-    from .autoevents import is_automatic
-    from .bundle import load
+    from .analysis.autoevents import is_automatic
+    from .trace.bundle import load
 
     trace = load(bundle)
     if is_automatic(trace):
-        from .kernel_analysis import summarize_kernel
-        from .kernel_text import format_kernel_summary
+        from .analysis.kernel import summarize_kernel
+        from .analysis.text import format_kernel_summary
 
         s = summarize_kernel(trace, _parse_roles(roles))
         click.echo(json.dumps(s, indent=1, sort_keys=True) if as_json else format_kernel_summary(s))
         return
     if roles:
         raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
-    from .analysis import summarize
+    from .analysis.overlap import summarize
 
     s = summarize(trace)
     if as_json:
@@ -189,7 +189,7 @@ ATTENTION_LINES = (("bandwidth     ", "bandwidth_tbps", _tbps, ""),
 
 
 def _format_summary(s: dict) -> str:
-    from .kernel_text import perturbation_text
+    from .analysis.text import perturbation_text
 
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
@@ -236,9 +236,9 @@ def _format_summary(s: dict) -> str:
 def compare(a, b, as_json, roles):
     """Compare two bundles (B against A): overlap, period, kernel time; for two
     bundles of one automatically traced kernel: roles' busy/waiting/idle, lag, wait chain."""
-    from .analysis import compare as cmp
-    from .autoevents import is_automatic
-    from .bundle import load
+    from .analysis.autoevents import is_automatic
+    from .analysis.overlap import compare as cmp
+    from .trace.bundle import load
 
     ta, tb = load(a), load(b)
     auto = (is_automatic(ta), is_automatic(tb))
@@ -247,8 +247,8 @@ def compare(a, b, as_json, roles):
             which = "A" if auto[0] else "B"
             raise Fa4traceError(f"{which} is a bundle of an automatically traced kernel and the other is not: "
                                 "compare needs two bundles of the same kernel")
-        from .kernel_analysis import compare_kernels
-        from .kernel_text import format_kernel_compare
+        from .analysis.kernel import compare_kernels
+        from .analysis.text import format_kernel_compare
 
         c = compare_kernels(ta, tb, _parse_roles(roles))
         click.echo(json.dumps(c, indent=1, sort_keys=True) if as_json else format_kernel_compare(c))
@@ -271,7 +271,7 @@ def compare(a, b, as_json, roles):
     click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
         click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")
-    from .kernel_text import perturbation_text
+    from .analysis.text import perturbation_text
 
     for which in ("a", "b"):
         for line in perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation"):
@@ -284,7 +284,7 @@ def compare(a, b, as_json, roles):
 def _differs_notes(c: dict) -> list[str]:
     """What a comparison's ``differs`` says beyond its speed line: other kernels, and other
     shapes where no speed line names them."""
-    from .analysis import diff_text
+    from .analysis.overlap import diff_text
 
     d = c.get("differs") or {}
     notes = []
@@ -304,20 +304,20 @@ def _differs_notes(c: dict) -> list[str]:
 @click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
 def convert(bundle, fmt, output, compress, force):
     """Export a bundle to Perfetto (.pftrace, TrackEvent protobuf) or Chrome JSON."""
-    from .bundle import load
+    from .trace.bundle import load
 
     if compress and fmt != "perfetto":
         raise click.UsageError("--compress applies to --to perfetto only")
     out = _check_out(output, force)
-    from .kernel_analysis import export_inputs
+    from .analysis.kernel import export_inputs
 
     shown, occupancy = export_inputs(load(bundle))  # roles and stage occupancy: analysis before export
     if fmt == "perfetto":
-        from .perfetto import to_perfetto
+        from .export.perfetto import to_perfetto
 
         stats = to_perfetto(shown, out, compress=compress, occupancy=occupancy)
     else:
-        from .chrome import to_chrome
+        from .export.chrome import to_chrome
 
         stats = to_chrome(shown, out)
     click.echo(f"wrote {out} ({out.stat().st_size} bytes){_stats_suffix(stats)}")
@@ -343,7 +343,7 @@ def _stats_suffix(stats) -> str:
 def build(arch, output, only, force):
     """AOT-compile the instrumented kernels (tvm-ffi export + link) into a folder with a manifest."""
     from . import kernels
-    from .aot import build_library
+    from .run.aot import build_library
 
     kinds = tuple(k.strip() for k in only.split(",") if k.strip()) if only is not None else None
     unknown = [k for k in kinds or () if k not in kernels.KINDS]
@@ -481,7 +481,7 @@ def _record_ours(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dty
     if warps is not None:
         subset["warps"] = _parse_warps(warps, lead=True, max_warps=WARPS_PER_CTA)
     _require_kernels("fa4trace record")
-    from .record import record_attention
+    from .attention.record import record_attention
 
     _save(record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
                            num_splits=num_splits, capacity=capacity, build=build_dir,
@@ -508,7 +508,7 @@ def _record_fa4(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtyp
 def _record_calibration(out: Path, force: bool, *, timebase, build_dir):
     """The calibration kernel: its trace and the timer checks (tick, agreement with globaltimer)."""
     _require_kernels("fa4trace record --kernel calibration")
-    from .record import record_calibration
+    from .probes.calibration import record_calibration
 
     trace, checks = record_calibration(timebase=timebase, build=build_dir)
     click.echo(f"tick {checks['tick_ns']} ns; decoded vs globaltimer bracket: median "
@@ -524,7 +524,7 @@ def _record_markers(out: Path, force: bool, *, variant, ctas, warps, capacity, b
     if warps is not None:
         subset["warps"] = _parse_warps(warps)
     _require_kernels("fa4trace record --kernel markers")
-    from .record import record_markers
+    from .probes.markers import record_markers
 
     _save(record_markers(variant=variant, build=build_dir, capacity=capacity, **subset), out, force)
 
@@ -666,9 +666,9 @@ def check(out, as_json, build_dir, fa4_build, quick, force):
     usable with warnings or not usable.
 
     Exit status: 0 usable, 3 usable with warnings, 1 not usable, 2 no CUDA GPU (or no PyTorch) here."""
-    from . import check as C
-    from .check_report import exit_code, render
-    from .check_rows import detect_gpu
+    from .check import run as C
+    from .check.report import exit_code, render
+    from .check.rows import detect_gpu
 
     C.prepare_out_dir(out, force, create=False)
     try:
@@ -714,8 +714,8 @@ def view(bundles, port, headless, sweep):
 
     deps.require("fa4trace view", "streamlit", "plotly", "pandas", "viztracer")
     from . import viewer
-    from .bundle import read_meta
     from .sweep.dataset import find_dataset
+    from .trace.bundle import read_meta
 
     server = Path(viewer.__file__).resolve().with_name("server.py")
     for bnd in bundles:

@@ -11,7 +11,7 @@ import importlib
 
 # Module names under fa4trace.kernels that define aot_variants(arch).
 MODULES = ("calibration", "markers", "attention_sm90")
-# The kinds their entries have (``aot.Entry.kind``): what ``fa4trace build --only`` and the loader name.
+# The kinds their entries have (``fa4trace.format.entry.Entry.kind``): what ``fa4trace build --only`` and the loader name.
 KINDS = ("calibration", "markers", "attention")
 
 

@@ -63,7 +63,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from fa4trace.device import Recorder
-from fa4trace.vocab import EV, ROLE
+from fa4trace.format.vocab import EV, ROLE
 
 from .decode_spec import (COMBINE_UNROLL, EVENTS_PER_STEP, NUM_CONSUMER_THREADS, NUM_THREADS, PRODUCER_WARP,
                           TILE_M, Variant, all_variants)
@@ -1156,7 +1156,7 @@ def compile_variant(variant: Variant, *, options: str = "--enable-tvm-ffi"):
 
 def aot_variants(arch: str):
     """(name, compile thunk, Entry) for every variant ``fa4trace build`` exports."""
-    from fa4trace.aot import Entry
+    from fa4trace.format.entry import Entry
 
     if not arch.startswith("sm_90"):
         return []

@@ -21,9 +21,9 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64
 
-from fa4trace import layout as L
 from fa4trace.device import Recorder
-from fa4trace.vocab import EV, ROLE
+from fa4trace.format import layout as L
+from fa4trace.format.vocab import EV, ROLE
 
 WARPS_PER_CTA = 4
 ANCHOR_EVERY = 8  # samples between Recorder.anchor() calls (~16 µs at the default spin)
@@ -72,7 +72,7 @@ class Calibration:
 
 
 def aot_variants(arch: str):
-    from fa4trace.aot import Entry
+    from fa4trace.format.entry import Entry
 
     def thunk(tb):
         def compile_():

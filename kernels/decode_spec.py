@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from fa4trace.vocab import VOCAB
+from fa4trace.format.vocab import VOCAB
 
 # base: QK -> softmax -> PV, one at a time; pingpong: QK(i+1) overlaps softmax(i) (two S tiles);
 # intrawg: FA3's intra-warpgroup overlap, softmax(i) overlaps PV(i-1) (one S tile).

@@ -25,9 +25,9 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
-from fa4trace import layout as L
 from fa4trace.device import Recorder
-from fa4trace.vocab import EV, ROLE
+from fa4trace.format import layout as L
+from fa4trace.format.vocab import EV, ROLE
 
 from .marker_spec import L2_TABLE, VARIANTS, WARPS_PER_CTA, WORKS
 
@@ -114,7 +114,7 @@ def compile_variant(variant: str, work: str = "l2", *, tvm_ffi: bool = True, kee
 
 
 def aot_variants(arch: str):
-    from fa4trace.aot import Entry
+    from fa4trace.format.entry import Entry
 
     return [(f"markers_{w}_{v}", (lambda v=v, w=w: compile_variant(v, w)),
              Entry(f"markers_{w}_{v}", "markers", {"variant": v, "work": w, "traced": v.startswith("fa4trace"),

@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def kernels_available():
     """Skip unless kernels can run here: JIT (cutlass + GPU) or an AOT build folder."""
-    from fa4trace.loader import build_dir, can_jit
+    from fa4trace.run.loader import build_dir, can_jit
 
     if can_jit("attention"):
         return "jit"

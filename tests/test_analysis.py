@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fa4trace import analysis as A
-from fa4trace import layout as L
-from fa4trace.bundle import Trace
-from fa4trace.decode import decode_buffer
-from fa4trace.synthetic import WarpEvents, attention_like, write_buffer
-from fa4trace.vocab import EV, ROLE
+from fa4trace.analysis import overlap as A
+from fa4trace.format import layout as L
+from fa4trace.format.vocab import EV, ROLE
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import WarpEvents, attention_like, write_buffer
 
 B, E = L.KIND_BEGIN, L.KIND_END
 

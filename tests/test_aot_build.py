@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fa4trace import layout as L
+from fa4trace.format import layout as L
 
 pytest.importorskip("tvm_ffi")
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def test_a_build_loads_without_cutlass_or_a_library_path(calibration_build):
     imports torch where it is installed, for DLPack)."""
     res = _run(
         "import sys\n"
-        "from fa4trace.aot import BuildDir\n"
+        "from fa4trace.run.aot import BuildDir\n"
         f"bd = BuildDir({str(calibration_build)!r})\n"
         "fns = [bd.function(n) for n in sorted(bd.functions)]\n"
         "assert all(callable(f) for f in fns), fns\n"
@@ -64,8 +64,8 @@ def test_a_build_loads_without_cutlass_or_a_library_path(calibration_build):
 
 def test_a_missing_runtime_is_one_line_naming_what_to_install(calibration_build):
     res = _run(
-        "import fa4trace.aot as aot\n"
-        "from fa4trace.errors import DeviceUnavailable\n"
+        "import fa4trace.run.aot as aot\n"
+        "from fa4trace.format.errors import DeviceUnavailable\n"
         "aot.find_runtime = lambda runtime: None  # a machine with tvm-ffi but no DSL runtime\n"
         f"bd = aot.BuildDir({str(calibration_build)!r})\n"
         "try:\n"
@@ -84,8 +84,8 @@ def test_a_truncated_library_is_one_clear_error(calibration_build, tmp_path):
     (broken / "manifest.json").write_text((calibration_build / "manifest.json").read_text())
     (broken / "fa4trace_kernels.so").write_bytes((calibration_build / "fa4trace_kernels.so").read_bytes()[:4096])
     res = _run(
-        "from fa4trace.aot import BuildDir\n"
-        "from fa4trace.errors import Fa4traceError\n"
+        "from fa4trace.run.aot import BuildDir\n"
+        "from fa4trace.format.errors import Fa4traceError\n"
         f"bd = BuildDir({str(broken)!r})\n"
         "try:\n"
         "    bd.function('calibration_clock64')\n"
@@ -102,8 +102,8 @@ def test_a_library_that_is_not_one_is_one_clear_error(calibration_build, tmp_pat
     broken.mkdir()
     (broken / "manifest.json").write_text((calibration_build / "manifest.json").read_text())
     (broken / "fa4trace_kernels.so").write_text("not a library\n")
-    from fa4trace.aot import BuildDir
-    from fa4trace.errors import Fa4traceError
+    from fa4trace.format.errors import Fa4traceError
+    from fa4trace.run.aot import BuildDir
 
     with pytest.raises(Fa4traceError, match="is not a shared library"):
         BuildDir(broken).function("calibration_clock64")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from fa4trace import layout as L
-from fa4trace.aot import BUILD_FORMAT, MANIFEST, BuildDir
-from fa4trace.errors import Fa4traceError
+from fa4trace.format import layout as L
+from fa4trace.format.errors import Fa4traceError
+from fa4trace.run.aot import BUILD_FORMAT, MANIFEST, BuildDir
 
 CURRENT = {"build_format": BUILD_FORMAT, "recorder_abi": L.RECORDER_ABI}
 

@@ -1,6 +1,6 @@
 """The Streamlit viewer, headless (streamlit.testing.v1.AppTest) plus its pure building blocks.
 
-Synthetic bundles (fa4trace.synthetic, marked synthetic in their metadata) stand in for
+Synthetic bundles (fa4trace.trace.synthetic, marked synthetic in their metadata) stand in for
 recordings where a test needs known shapes; the first test runs the app on the bundled traces
 in traces/ as a user gets it.
 """
@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from fa4trace.analysis import compare, per_cta  # noqa: E402
-from fa4trace.bundle import Trace, load  # noqa: E402
-from fa4trace.decode import decode_buffer  # noqa: E402
-from fa4trace.synthetic import attention_like  # noqa: E402
+from fa4trace.analysis.overlap import compare, per_cta  # noqa: E402
+from fa4trace.trace.bundle import Trace, load  # noqa: E402
+from fa4trace.trace.decode import decode_buffer  # noqa: E402
+from fa4trace.trace.synthetic import attention_like  # noqa: E402
 from fa4trace.viewer import data, grid, metrics, page, perfetto_ui, timeline  # noqa: E402
 
 MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
@@ -286,7 +286,7 @@ def _bad_uploads(pair):
 
 
 def _no_event_bundle() -> bytes:
-    from fa4trace.decode import SCHEMA
+    from fa4trace.trace.decode import SCHEMA
 
     buf = io.BytesIO()
     tr = Trace(SCHEMA.empty_table(), {"kernel": "k"})
@@ -359,9 +359,9 @@ def test_parse_upload_reads_from_memory(pair):
 
 def _custom_vocab_bundle(path: Path) -> Path:
     """Two launches; a kernel-registered async event MYMMA (id 100) that the global VOCAB lacks."""
-    from fa4trace import layout as L
-    from fa4trace.synthetic import WarpEvents, write_buffer
-    from fa4trace.vocab import EV, ROLE, VOCAB
+    from fa4trace.format import layout as L
+    from fa4trace.format.vocab import EV, ROLE, VOCAB
+    from fa4trace.trace.synthetic import WarpEvents, write_buffer
 
     vocab = VOCAB.copy()
     vocab.register("MYMMA", 100, role="consumer", is_async=True, color="#123456")
@@ -425,7 +425,7 @@ def test_split_kv_block_numbers_window_by_position(app_env, tmp_path):
 
 
 def test_per_iteration_by_position_undoes_global_block_numbers(tmp_path):
-    from fa4trace.analysis import per_iteration
+    from fa4trace.analysis.overlap import per_iteration
 
     orig = make_bundle(tmp_path / "o.parquet", "pingpong", n_ctas=4, n_blocks=6)
     shifted = load(_global_blocks(orig, tmp_path / "g.parquet", 6))
@@ -493,7 +493,7 @@ def test_kv_stream_chart_title_and_legend_do_not_meet():
 
 
 def test_wait_events_have_colors_of_their_own():
-    from fa4trace.vocab import VOCAB
+    from fa4trace.format.vocab import VOCAB
 
     colors = VOCAB.colors()
     k, v = colors["WAIT_K"].lower(), colors["WAIT_V"].lower()
@@ -510,8 +510,8 @@ def test_wait_events_have_colors_of_their_own():
 def test_timeline_uses_todays_colors_for_old_bundles():
     """A bundle stores the vocabulary (colors too) of the day it was decoded: the shared events
     are drawn in today's colors (kernel-registered ones keep the bundle's: see the MYMMA test)."""
-    from fa4trace.analysis import typical_cta
-    from fa4trace.vocab import VOCAB
+    from fa4trace.analysis.overlap import typical_cta
+    from fa4trace.format.vocab import VOCAB
 
     path = data.TRACES_DIR / "decode_d128_16to1_sk131072_b1_pingpong.parquet"
     if not path.is_file():
@@ -623,10 +623,10 @@ def test_bundled_subfolders_are_listed_but_sweeps_and_auto_do_not_pair(tmp_path)
 
 
 def test_bundle_info_says_how_much_the_trace_slowed_its_ctas(app_env, pair, tmp_path):
-    """The info panel's perturbation line (fa4trace.fidelity): measured where the bundle timed
+    """The info panel's perturbation line (fa4trace.analysis.fidelity): measured where the bundle timed
     its CTAs (lifetimes of a synthetic sampled launch stand in), 'not measured' elsewhere."""
-    from fa4trace.fidelity import perturbation, perturbation_lines
-    from fa4trace.synthetic import sampled_like
+    from fa4trace.analysis.fidelity import perturbation, perturbation_lines
+    from fa4trace.trace.synthetic import sampled_like
 
     sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
     lifetimes = Trace.from_launches([decode_buffer(sbuf, vocab=svocab)], smeta, vocab=svocab).meta["cta_lifetimes"]

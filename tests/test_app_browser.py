@@ -30,10 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from fa4trace.analysis import per_cta, typical_cta  # noqa: E402
-from fa4trace.bundle import Trace  # noqa: E402
-from fa4trace.kernel_analysis import export_inputs  # noqa: E402
-from fa4trace.tracks import layout_tracks, vocab_of  # noqa: E402
+from fa4trace.analysis.kernel import export_inputs  # noqa: E402
+from fa4trace.analysis.overlap import per_cta, typical_cta  # noqa: E402
+from fa4trace.export.tracks import layout_tracks, vocab_of  # noqa: E402
+from fa4trace.trace.bundle import Trace  # noqa: E402
 from fa4trace.viewer import data, page, perfetto_ui  # noqa: E402
 from tests.test_app_kernel import ATTENTION_WORDS, VIEWS  # noqa: E402
 from tests.tools import headless  # noqa: E402
@@ -135,7 +135,7 @@ def opened_by_default(trace: Trace) -> Trace:
 
 def check_tracks_open_expanded(br: headless.Chromium, trace: Trace) -> None:
     """In the embedded Perfetto UI every track of the export is on screen once the trace has
-    loaded: each warp's own track and lanes (fa4trace.tracks' layout of what was exported) and
+    loaded: each warp's own track and lanes (fa4trace.export.tracks' layout of what was exported) and
     every group of the GPU > SM > CTA > warp tree is expanded. Only the UI's own "System" group
     (clock snapshots) may stay collapsed."""
     shown_trace = export_inputs(trace)[0]
@@ -166,7 +166,7 @@ def test_embedded_perfetto_ui_loads_our_pftrace(server, startup):
         try:
             br.wait_for(f"(() => {{ const w = {win}; return !!(w && w.app && w.app.trace && w.app.trace.traceInfo); }})()",
                         timeout=180)
-            # the exporter's contract (fa4trace/perfetto.py): every events-table row is exactly one slice
+            # the exporter's contract (fa4trace/export/perfetto.py): every events-table row is exactly one slice
             n = br.evaluate(headless.perfetto_query_js("select count(*) as n from slice"), timeout=60)[0]["n"]
             errs = br.evaluate(headless.perfetto_query_js(
                 "select sum(value) as errs from stats where severity != 'info'"), timeout=60)[0]["errs"]

@@ -1,6 +1,6 @@
 """The viewer on bundles of automatically traced kernels (streamlit.testing.v1.AppTest).
 
-Synthetic GEMM-like bundles (fa4trace.synthetic.pipelined_like, marked synthetic) with known
+Synthetic GEMM-like bundles (fa4trace.trace.synthetic.pipelined_like, marked synthetic) with known
 shapes: A with 2 pipeline stages, B with 6, loads of 2000 ns.
 """
 
@@ -20,14 +20,14 @@ pytest.importorskip("plotly")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from fa4trace.analysis import per_cta, typical_cta  # noqa: E402
-from fa4trace.bundle import Trace, load  # noqa: E402
-from fa4trace.decode import decode_buffer  # noqa: E402
-from fa4trace.kernel_analysis import compare_kernels, occupancy_series  # noqa: E402
-from fa4trace.roles import assign_roles, role_rank  # noqa: E402
-from fa4trace.synthetic import attention_like, pipelined_like  # noqa: E402
+from fa4trace.analysis.kernel import compare_kernels, occupancy_series  # noqa: E402
+from fa4trace.analysis.overlap import per_cta, typical_cta  # noqa: E402
+from fa4trace.analysis.roles import assign_roles, role_rank  # noqa: E402
+from fa4trace.analysis.wait_chain import wait_chains  # noqa: E402
+from fa4trace.trace.bundle import Trace, load  # noqa: E402
+from fa4trace.trace.decode import decode_buffer  # noqa: E402
+from fa4trace.trace.synthetic import attention_like, pipelined_like  # noqa: E402
 from fa4trace.viewer import data, grid, kernel_view, page, perfetto_ui  # noqa: E402
-from fa4trace.wait_chain import wait_chains  # noqa: E402
 
 MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
 

@@ -6,7 +6,7 @@ import pytest
 
 from fa4trace.auto.events import FIRST_ID, EventTable
 from fa4trace.auto.patches import Patches
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
 
 
 def test_event_table_names_ids_and_vocabulary():
@@ -22,7 +22,7 @@ def test_event_table_names_ids_and_vocabulary():
     assert t.placed == {"ab.wait": 2, "tma.load": 1}
     assert t.families_found() == {"pipeline", "tma"}
     # the vocabulary round-trips through a bundle's JSON with the new fields
-    from fa4trace.vocab import Vocabulary
+    from fa4trace.format.vocab import Vocabulary
 
     back = Vocabulary.from_json(t.vocab.to_json())
     assert back.event("ab.wait") == e
@@ -47,7 +47,7 @@ def test_patches_restore_exactly():
 
 
 def test_old_bundle_vocabulary_still_reads():
-    from fa4trace.vocab import Vocabulary
+    from fa4trace.format.vocab import Vocabulary
 
     v = Vocabulary.from_json({"events": [{"name": "QK", "id": 4, "role": "consumer", "is_async": True,
                                           "color": "#000000", "description": ""}], "roles": []})
@@ -147,8 +147,8 @@ def test_patches_set_env_restores_set_and_unset_variables(monkeypatch):
 def test_fa4_aot_build_takes_no_family_or_all_of_them(tmp_path, monkeypatch):
     """FA4's AOT build holds FA4's events alone and, as variant "generic", with every family: a
     subset of the families is refused in one line before any build is opened."""
-    from fa4trace import loader
     from fa4trace.fa4.run import load_fn
+    from fa4trace.run import loader
 
     monkeypatch.setattr(loader, "use_jit", lambda build=None, kind="attention": False)
     with pytest.raises(Fa4traceError) as e:

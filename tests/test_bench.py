@@ -7,7 +7,7 @@ import pytest
 
 from fa4trace import attention as A
 from fa4trace.bench import decode as D
-from fa4trace.bench import timing as T
+from fa4trace.run import timing as T
 
 
 def test_bench_variant_options_parse():
@@ -100,7 +100,7 @@ def test_power_log_reads_a_polling_nvidia_smi(tmp_path):
     import stat
     import time
 
-    from fa4trace.power_log import PowerLog, parse_line
+    from fa4trace.run.power_log import PowerLog, parse_line
 
     assert parse_line("1830, 701.20, 700.00, 0x0000000000000004") == (1830, 701.2, 700.0, 4)
     assert parse_line("[N/A], [N/A], 700.00, 0x0") is None and parse_line("clocks.sm, power") is None

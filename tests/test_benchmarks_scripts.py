@@ -122,8 +122,8 @@ def test_bench_recorder_reads_iket_lines(tmp_path):
 
 # ---- bench_fidelity.py: its CPU half (the GPU half needs an H200 and the DSL) ----------------------
 def _bundle(make, **kw):
-    from fa4trace.bundle import Trace
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.bundle import Trace
+    from fa4trace.trace.decode import decode_buffer
 
     buf, meta, vocab = make(**kw)
     return Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab)
@@ -132,7 +132,7 @@ def _bundle(make, **kw):
 def test_bench_fidelity_reads_what_a_trace_reports():
     """trace_metrics on a synthetic pipeline with known answers (the CLI's 'tiny' bundle:
     lag median 110 ns; the producer acquires 60.5% of its life)."""
-    from fa4trace.synthetic import pipelined_like
+    from fa4trace.trace.synthetic import pipelined_like
 
     bf = _load(BENCH / "bench_fidelity.py")
     t = _bundle(pipelined_like, n_ctas=1, k_tiles=4, stages=2, consumer_warps=1, idle_warps=0, load_ns=100,
@@ -160,7 +160,7 @@ def test_bench_fidelity_compares_each_metric_with_the_lightest_trace_reporting_i
 
 
 def test_bench_fidelity_sets_the_line_beside_the_launch_cost_and_writes_reportable_files(tmp_path):
-    from fa4trace.synthetic import sampled_like
+    from fa4trace.trace.synthetic import sampled_like
 
     bf = _load(BENCH / "bench_fidelity.py")
     report = _load(BENCH / "report.py")

@@ -12,14 +12,14 @@ import sys
 import numpy as np
 import pytest
 
-from fa4trace import check as C
-from fa4trace import check_probes as CP
-from fa4trace import check_report as CR
-from fa4trace import check_rows as R
-from fa4trace import layout as L
-from fa4trace.bundle import Trace
-from fa4trace.decode import decode_buffer
-from fa4trace.synthetic import attention_like
+from fa4trace.check import probes as CP
+from fa4trace.check import report as CR
+from fa4trace.check import rows as R
+from fa4trace.check import run as C
+from fa4trace.format import layout as L
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like
 
 H200 = {"name": "NVIDIA H200", "arch": "sm_90a", "compute_capability": "9.0", "sm_count": 132,
         "driver": "580.159.04", "torch": "2.11.0+cu130", "cuda_runtime": "13.0"}
@@ -150,8 +150,8 @@ def test_guard_damage_counts_writes_before_and_after():
 
 def test_guarded_torch_buffer_slice_is_contiguous_aligned_and_decodes():
     torch = pytest.importorskip("torch")
-    from fa4trace.synthetic import WarpEvents, write_buffer
-    from fa4trace.vocab import EV, ROLE
+    from fa4trace.format.vocab import EV, ROLE
+    from fa4trace.trace.synthetic import WarpEvents, write_buffer
 
     spec = L.BufferSpec.for_grid(1, 1, 4)
     host = CP.guarded_buffer(spec)
@@ -176,7 +176,7 @@ def synthetic(schedule="pingpong"):
 
 
 def test_perfetto_slices_equal_rows(tmp_path):
-    from fa4trace.perfetto import to_perfetto
+    from fa4trace.export.perfetto import to_perfetto
 
     tr = synthetic()
     for compress in (False, True):
@@ -203,16 +203,16 @@ def test_bundle_rows_pass_for_the_schedule_they_show_and_fail_otherwise(tmp_path
 
 
 def test_timer_rows_from_a_calibration_result(tmp_path, monkeypatch):
-    import fa4trace.record as rec
+    from fa4trace.probes import calibration
 
     checks = {"tick_ns": 32, "repeat_fraction": 0.3, "samples": 100, "err_vs_bracket_mid_ns_median": 0.0,
               "outside_ns_max": 0.0, "warps_within_one_tick": 20, "warps": 20, "sms": 4, "sm_skew_ns": 16.0}
-    monkeypatch.setattr(rec, "record_calibration", lambda **kw: (synthetic(), dict(checks)))
+    monkeypatch.setattr(calibration, "record_calibration", lambda **kw: (synthetic(), dict(checks)))
     rows = R.timer_rows(ctx_for(tmp_path))
     assert [r.name for r in rows] == ["globaltimer tick", "clock64 rate", "skew across SMs", "cycles→ns per warp"]
     assert all(r.verdict == "ok" for r in rows), rows
     assert rows[1].values["clock_ghz_median"] == pytest.approx(1.98, rel=0.02)
-    monkeypatch.setattr(rec, "record_calibration",
+    monkeypatch.setattr(calibration, "record_calibration",
                         lambda **kw: (synthetic(), dict(checks, sm_skew_ns=900.0, warps_within_one_tick=10)))
     rows = {r.name: r for r in R.timer_rows(ctx_for(tmp_path))}
     assert rows["skew across SMs"].verdict == "fail" and rows["cycles→ns per warp"].verdict == "fail"
@@ -352,7 +352,7 @@ def test_tracing_cost_warns_above_ten_percent(traced_us, verdict):
 
 
 def _sampled(**kw) -> Trace:
-    from fa4trace.synthetic import sampled_like
+    from fa4trace.trace.synthetic import sampled_like
 
     extra = kw.pop("instrument", {})
     buf, meta, vocab = sampled_like(**kw)

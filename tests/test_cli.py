@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from fa4trace.bundle import Trace
-from fa4trace.decode import decode_buffer
-from fa4trace.synthetic import attention_like
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like
 
 
 def run(*args, cwd=None):
@@ -38,8 +38,8 @@ def test_summary_text_and_json(bundles):
 
 
 def test_compare_json_matches_the_library(bundles):
-    from fa4trace.analysis import compare
-    from fa4trace.bundle import load
+    from fa4trace.analysis.overlap import compare
+    from fa4trace.trace.bundle import load
 
     r = run("compare", str(bundles["base"]), str(bundles["pingpong"]), "--json")
     assert r.returncode == 0
@@ -186,8 +186,8 @@ def test_compare_names_the_kernel_time_source(tmp_path):
 def test_attention_summary_and_compare_show_the_perturbation(tmp_path):
     """Attention bundles (FA4 through its adapter records CTA lifetimes too) print the same
     line as any kernel's: here lifetimes of a synthetic sampled launch stand in."""
-    from fa4trace.fidelity import perturbation
-    from fa4trace.synthetic import sampled_like
+    from fa4trace.analysis.fidelity import perturbation
+    from fa4trace.trace.synthetic import sampled_like
 
     sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
     lifetimes = Trace.from_launches([decode_buffer(sbuf, vocab=svocab)], smeta, vocab=svocab).meta["cta_lifetimes"]
@@ -241,8 +241,8 @@ def test_an_unexpected_error_is_one_line_unless_debugging(bundles, monkeypatch):
     the switch that shows its traceback."""
     from click.testing import CliRunner
 
-    from fa4trace import bundle
     from fa4trace.cli import DEBUG_ENV, main
+    from fa4trace.trace import bundle
 
     def broken(path):
         raise RuntimeError("boom")

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from fa4trace.bundle import Trace
 from fa4trace.cli import main
-from fa4trace.decode import decode_buffer
-from fa4trace.deps import PACKAGES
-from fa4trace.synthetic import attention_like
+from fa4trace.run.deps import PACKAGES
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "traces" / "sweep-h200"  # a real sweep dataset, read only
@@ -205,7 +205,7 @@ def test_every_verb_is_covered():
 
 def test_the_simulated_absence_is_what_python_sees(files, tmp_path):
     """The sitecustomize makes a package missing for import and for fa4trace's check alike."""
-    code = ("from fa4trace.deps import installed\n"
+    code = ("from fa4trace.run.deps import installed\n"
             "try:\n    import torch\nexcept ImportError as e:\n    print('import fails:', e.name)\n"
             "print('installed:', installed('torch'), installed('numpy'))\n")
     env = dict(os.environ, FA4TRACE_TEST_MISSING="torch",

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fa4trace import kernel_analysis as K
-from fa4trace.bundle import Trace, load
+from fa4trace.analysis import kernel as K
+from fa4trace.analysis.fidelity import perturbation
 from fa4trace.cli import main
-from fa4trace.decode import decode_buffer
-from fa4trace.fidelity import perturbation
-from fa4trace.synthetic import attention_like, pipelined_like, sampled_like
+from fa4trace.trace.bundle import Trace, load
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like, pipelined_like, sampled_like
 
 
 def run(*args):
@@ -126,9 +126,9 @@ def test_summary_of_a_recorded_gemm_shows_the_median_chain_and_no_empty_lines():
     """quack's GEMM on the H200: its epilogue store pipeline declares stages but records no
     fill, and its idle warps are idle: the text leaves both out (the JSON keeps the pipeline).
     The wait chain shown is the CTA whose chain waits the median of all CTAs' chains."""
-    from fa4trace.autoevents import AutoCols
-    from fa4trace.roles import assign_roles
-    from fa4trace.wait_chain import chain_per_cta, wait_chains
+    from fa4trace.analysis.autoevents import AutoCols
+    from fa4trace.analysis.roles import assign_roles
+    from fa4trace.analysis.wait_chain import chain_per_cta, wait_chains
 
     code, out, err = run("summary", QUACK_SKINNY)
     assert code == 0, err

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fa4trace import layout as L
-from fa4trace.decode import SCHEMA, decode_buffer
-from fa4trace.errors import TraceFormatError
-from fa4trace.synthetic import WarpEvents, pack_records, write_buffer
-from fa4trace.vocab import EV, ROLE
+from fa4trace.format import layout as L
+from fa4trace.format.errors import TraceFormatError
+from fa4trace.format.vocab import EV, ROLE
+from fa4trace.trace.decode import SCHEMA, decode_buffer
+from fa4trace.trace.synthetic import WarpEvents, pack_records, write_buffer
 
 B, E, I = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT
 GT0 = 1_000_000_000_000
@@ -286,12 +286,12 @@ def test_anchor_cut_by_overflow_is_tolerated():
 
 def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
     """A decoded sample counts as within one tick of its globaltimer bracket up to
-    record.ANCHOR_SLACK_NS beyond it (the anchors' own precision); further out it does not."""
+    probes.calibration.ANCHOR_SLACK_NS beyond it (the anchors' own precision); further out it does not."""
     from types import SimpleNamespace
 
     import pyarrow as pa
 
-    from fa4trace.record import ANCHOR_SLACK_NS, calibration_checks
+    from fa4trace.probes.calibration import ANCHOR_SLACK_NS, calibration_checks
 
     tick, t0 = 32, 1_000_000
     # two warps, two samples each: truth (before, after) brackets in absolute globaltimer ns

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fa4trace import aot, loader
 from fa4trace import attention as A
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
+from fa4trace.format.vocab import VOCAB
 from fa4trace.kernels import decode_spec as S
-from fa4trace.vocab import VOCAB
+from fa4trace.run import aot, loader
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,16 +64,17 @@ def test_event_sets():
 
 def test_the_kernel_imports_the_spec_and_nothing_of_the_host_api():
     """kernels/attention_sm90.py reads its constants from decode_spec; of fa4trace it imports
-    only the device recorder and the vocabulary (the host imports the kernel, not the reverse)."""
+    only the device recorder and the format (the host imports the kernel, not the reverse)."""
     tree = ast.parse((ROOT / "kernels" / "attention_sm90.py").read_text())
     mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in mods if m.startswith("fa4trace")} <= {"fa4trace.device", "fa4trace.vocab", "fa4trace.aot"}
+    assert {m for m in mods if m.startswith("fa4trace")} <= {"fa4trace.device", "fa4trace.format.vocab",
+                                                            "fa4trace.format.entry"}
     rel = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
     assert rel == {"decode_spec"}
     spec = ast.parse((ROOT / "kernels" / "decode_spec.py").read_text())
     spec_mods = {n.module for n in ast.walk(spec) if isinstance(n, ast.ImportFrom)}
-    assert spec_mods <= {"__future__", "dataclasses", "typing", "fa4trace.vocab"}
+    assert spec_mods <= {"__future__", "dataclasses", "typing", "fa4trace.format.vocab"}
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ def test_a_build_without_the_variant_says_to_rebuild(tmp_path, monkeypatch):
 
 
 def test_no_build_and_no_dsl_is_one_line_naming_the_build_command(tmp_path):
-    from fa4trace.errors import DeviceUnavailable
+    from fa4trace.format.errors import DeviceUnavailable
 
     with pytest.raises(DeviceUnavailable, match=r"no attention kernel build at .*fa4trace build -o"):
         loader.load("attention", name="x", build=tmp_path / "missing")

@@ -142,8 +142,8 @@ def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
 
 
 def test_unsupported_fa4_version_fails_with_one_line(monkeypatch):
-    from fa4trace.errors import Fa4traceError
     from fa4trace.fa4 import build
+    from fa4trace.format.errors import Fa4traceError
 
     monkeypatch.setattr(build, "fa4_version", lambda: "4.0.0b99")
     with pytest.raises(Fa4traceError) as e:

@@ -14,9 +14,9 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
 
-from fa4trace import layout as L  # noqa: E402
 from fa4trace.device.recorder import SegmentRecorder  # noqa: E402
-from fa4trace.vocab import EV, ROLE  # noqa: E402
+from fa4trace.format import layout as L  # noqa: E402
+from fa4trace.format.vocab import EV, ROLE  # noqa: E402
 
 
 class _Hooked:

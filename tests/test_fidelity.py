@@ -1,14 +1,14 @@
-"""fa4trace.fidelity: each bundle's measure of its own perturbation, on synthetic launches whose
-recorded CTAs run a known amount slower (fa4trace.synthetic.sampled_like)."""
+"""fa4trace.analysis.fidelity: each bundle's measure of its own perturbation, on synthetic launches whose
+recorded CTAs run a known amount slower (fa4trace.trace.synthetic.sampled_like)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fa4trace.bundle import Trace, load
-from fa4trace.decode import decode_buffer
-from fa4trace.fidelity import cta_lifetimes, headline, perturbation, perturbation_lines, plain_twin
-from fa4trace.synthetic import attention_like, sampled_like
+from fa4trace.analysis.fidelity import cta_lifetimes, headline, perturbation, perturbation_lines, plain_twin
+from fa4trace.trace.bundle import Trace, load
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like, sampled_like
 
 
 def bundle(**kw) -> Trace:

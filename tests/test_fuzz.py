@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fa4trace import layout as L
-from fa4trace.bundle import Trace, load
-from fa4trace.decode import SCHEMA, decode_buffer
-from fa4trace.errors import Fa4traceError, TraceFormatError
-from fa4trace.synthetic import WarpEvents, write_buffer
-from fa4trace.vocab import EV, ROLE
+from fa4trace.format import layout as L
+from fa4trace.format.errors import Fa4traceError, TraceFormatError
+from fa4trace.format.vocab import EV, ROLE
+from fa4trace.trace.bundle import Trace, load
+from fa4trace.trace.decode import SCHEMA, decode_buffer
+from fa4trace.trace.synthetic import WarpEvents, write_buffer
 
 settings.register_profile("ci", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -114,7 +114,7 @@ def test_random_bytes_raise_only_trace_format_error(blob):
 
 @pytest.fixture(scope="module")
 def good_bundle(tmp_path_factory):
-    from fa4trace.synthetic import attention_like
+    from fa4trace.trace.synthetic import attention_like
 
     buf, meta = attention_like("pingpong", n_ctas=4, n_blocks=6)
     p = tmp_path_factory.mktemp("b") / "good.parquet"

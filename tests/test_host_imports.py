@@ -17,30 +17,36 @@ CODE = textwrap.dedent('''
 
     sys.meta_path.insert(0, Block())
     import fa4trace
-    from fa4trace import analysis, bundle, chrome, cli, decode, layout, loader, perfetto, synthetic, vocab  # noqa
-    from fa4trace import check, check_probes, check_report, check_rows, deps, kernel_kinds, kernel_registry  # noqa
-    from fa4trace import record  # noqa: the recorder imports torch only when it runs
+    from fa4trace import cli, kinds  # noqa
+    from fa4trace.analysis import overlap  # noqa
+    from fa4trace.export import chrome, perfetto  # noqa
+    from fa4trace.format import layout, vocab  # noqa
+    from fa4trace.trace import bundle, decode, synthetic  # noqa
+    from fa4trace.check import probes, report, rows, run as check_run  # noqa
+    from fa4trace.run import deps, loader, registry  # noqa
+    from fa4trace.run import record  # noqa: the recorder imports torch only when it runs
     from fa4trace.kernels import marker_spec  # noqa
-    assert {"attention", "calibration", "markers", "fa4"} <= set(kernel_registry.names())
+    assert {"attention", "calibration", "markers", "fa4"} <= set(registry.names())
     from fa4trace import attention, bench  # noqa: the API's validation, planner and spec need no torch
-    from fa4trace.bench import decode as bench_decode, timing  # noqa
+    from fa4trace.bench import decode as bench_decode  # noqa
+    from fa4trace.run import timing  # noqa
     from fa4trace.kernels import decode_spec  # noqa
     plan = attention.plan_splits(attention.Shape(1, 1, 16, 1, 131072, 128, "bf16"), 64, 132)
     assert plan.n_ctas <= 132 and decode_spec.Variant(128, "pingpong").name
     import fa4trace.viewer.data, fa4trace.viewer.timeline, fa4trace.viewer.metrics  # noqa
     import fa4trace.viewer.grid, fa4trace.viewer.iterations, fa4trace.viewer.perfetto_ui, fa4trace.viewer.page  # noqa
     import fa4trace.viewer.kernel_view  # noqa
-    from fa4trace import autoevents, kernel_analysis, kernel_text, mma_flight, roles, wait_chain  # noqa
+    from fa4trace.analysis import autoevents, fidelity, kernel, mma_flight, roles, text, wait_chain  # noqa
     from fa4trace.auto import api, build, compiler, entry, events, families, patches, run, state  # noqa: no cutlass until a compile
-    from fa4trace.synthetic import pipelined_like
+    from fa4trace.trace.synthetic import pipelined_like
     kb, km, kv = pipelined_like(n_ctas=2, k_tiles=4)
     kt = fa4trace.Trace.from_launches([decode.decode_buffer(kb, vocab=kv)], km, vocab=kv)
-    assert kernel_analysis.summarize_kernel(kt)["wait_chain"]["steps"] > 0
+    assert kernel.summarize_kernel(kt)["wait_chain"]["steps"] > 0
     perfetto.to_perfetto(kt, __import__("io").BytesIO())
-    from fa4trace.synthetic import attention_like
+    from fa4trace.trace.synthetic import attention_like
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
     t = fa4trace.Trace.from_launches([decode.decode_buffer(buf)], meta)
-    s = analysis.summarize(t)
+    s = overlap.summarize(t)
     import io
     perfetto.to_perfetto(t, io.BytesIO()); chrome.to_chrome(t, io.BytesIO())
     # sweeps: the driver, the pool, the Ray executor (ray itself imported only when used), compaction,

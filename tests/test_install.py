@@ -71,6 +71,9 @@ def test_wheel_holds_the_whole_tool(wheel):
               "fa4trace/kernels/attention_sm90.py", "fa4trace/viewer/main.py", "fa4trace/viewer/server.py",
               "fa4trace/viewer/perfetto_ui.py", "fa4trace/viewer/page.py"):
         assert f in names, f
+    # every folder of fa4trace/ (pyproject.toml lists each one) is in the wheel
+    for sub in sorted(p.name for p in (REPO / "fa4trace").iterdir() if (p / "__init__.py").is_file()):
+        assert f"fa4trace/{sub}/__init__.py" in names, sub
     assert not any(n.startswith(("app/", "tests/", "kernels/", "fa4trace/viewer/static")) for n in names)
     assert not any("headless" in n for n in names)  # test tooling stays out of the package
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))

@@ -1,4 +1,4 @@
-"""The loader knows no kernel kind itself: kinds register (fa4trace.kernel_registry) and the
+"""The loader knows no kernel kind itself: kinds register (fa4trace.run.registry) and the
 loader asks them where their builds live, what a JIT compile needs and how to compile."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fa4trace import kernel_registry, loader
-from fa4trace.errors import DeviceUnavailable, Fa4traceError
+from fa4trace.format.errors import DeviceUnavailable, Fa4traceError
+from fa4trace.run import loader, registry
 
 
 @pytest.fixture
@@ -19,18 +19,18 @@ def toy_kind():
 
     def compile_toy(arch, name, config):
         calls.append((arch, name, config))
-        return kernel_registry.Loaded(lambda: "ran", name or "toy", dict(config), "jit")
+        return registry.Loaded(lambda: "ran", name or "toy", dict(config), "jit")
 
-    kind = kernel_registry.register(kernel_registry.KernelKind(
+    kind = registry.register(registry.KernelKind(
         "toy", compile_toy, build_env="TOY_BUILD", default_build="build/toy", jit_needs=("no_such_module_here",),
         build_command="make-toy --out {path}"))
     yield kind, calls
-    kernel_registry.unregister("toy")
-    assert "toy" not in kernel_registry.names()
+    registry.unregister("toy")
+    assert "toy" not in registry.names()
 
 
 def test_the_shipped_kinds_are_registered_on_import(monkeypatch):
-    assert {"attention", "calibration", "markers", "fa4"} <= set(kernel_registry.names())
+    assert {"attention", "calibration", "markers", "fa4"} <= set(registry.names())
     monkeypatch.delenv("FA4TRACE_FA4_BUILD", raising=False)
     monkeypatch.delenv("FA4TRACE_BUILD", raising=False)
     assert loader.build_dir(None, "fa4") == Path("build/fa4_sm90")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from fa4trace.bundle import Trace
-from fa4trace.decode import SCHEMA
-from fa4trace.mma_flight import mma_in_flight, overlap_share
+from fa4trace.analysis.mma_flight import mma_in_flight, overlap_share
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import SCHEMA
 
 
 def _trace(rows):

@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from fa4trace.bundle import Trace
-from fa4trace.decode import SCHEMA, decode_buffer
-from fa4trace.perfetto import to_perfetto
-from fa4trace.tracks import layout_tracks
-from fa4trace.synthetic import attention_like
-from fa4trace.vocab import VOCAB
+from fa4trace.export.perfetto import to_perfetto
+from fa4trace.export.tracks import layout_tracks
+from fa4trace.format.vocab import VOCAB
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import SCHEMA, decode_buffer
+from fa4trace.trace.synthetic import attention_like
 
 from trace_strategies import random_traces
 
@@ -366,7 +366,7 @@ def test_crossing_spans_get_extra_lanes_and_everything_nests():
 
 @pytest.mark.parametrize("rounds", [1, 1000])
 def test_many_mutually_crossing_spans(rounds, monkeypatch):
-    import fa4trace.tracks as ft
+    import fa4trace.export.tracks as ft
 
     monkeypatch.setattr(ft, "MAX_LANE_ROUNDS", rounds)  # 1: the exact greedy fallback takes over
     n = 40
@@ -444,7 +444,7 @@ def test_layout_tracks_nest_strictly(tr):
 
 
 def test_host_module_imports_without_gpu_stacks():
-    code = ("import sys, fa4trace.perfetto, fa4trace.chrome; "
+    code = ("import sys, fa4trace.export.perfetto, fa4trace.export.chrome; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'cutlass', 'cuda', 'tvm_ffi')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

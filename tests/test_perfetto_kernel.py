@@ -9,11 +9,11 @@ import re
 
 import numpy as np
 
-from fa4trace.bundle import Trace
-from fa4trace.decode import decode_buffer
-from fa4trace.kernel_analysis import export_inputs, occupancy_series
-from fa4trace.roles import assign_roles
-from fa4trace.synthetic import attention_like, pipelined_like
+from fa4trace.analysis.kernel import export_inputs, occupancy_series
+from fa4trace.analysis.roles import assign_roles
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import attention_like, pipelined_like
 
 import test_perfetto
 from test_perfetto import check_against_rows, check_tree, parse
@@ -82,7 +82,7 @@ def test_chrome_threads_are_named_by_role_too():
     import io
     import json
 
-    from fa4trace.chrome import to_chrome
+    from fa4trace.export.chrome import to_chrome
 
     f = io.BytesIO()
     to_chrome(export_inputs(bundle(n_ctas=1, k_tiles=3))[0], f)
@@ -97,7 +97,7 @@ def test_the_exporters_draw_what_they_are_given():
     import io
     import json
 
-    from fa4trace.chrome import to_chrome
+    from fa4trace.export.chrome import to_chrome
 
     tr = bundle(n_ctas=1, k_tiles=3)
     P = parse(test_perfetto.export(tr)[0])

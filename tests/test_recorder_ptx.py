@@ -22,8 +22,8 @@ KERNELS = textwrap.dedent('''
     from cutlass import Int32, Float32, const_expr
     from typing import Optional
     from fa4trace.device import Recorder
-    from fa4trace.vocab import EV, ROLE
-    from fa4trace import layout as L
+    from fa4trace.format.vocab import EV, ROLE
+    from fa4trace.format import layout as L
 
     TB = int(os.environ.get("TB", "0"))
     STAGED = os.environ.get("STAGED", "1") == "1"

@@ -1,7 +1,7 @@
 """Sweeps on the CPU: grids, the dataset layout, resume, interrupts, error rows, fa4trace query.
 
 The GPU work goes through a fake Runner defined here (timings made up from the shape, bundles
-from fa4trace.synthetic): it exercises the sweep loop and the files, never stands for a GPU."""
+from fa4trace.trace.synthetic): it exercises the sweep loop and the files, never stands for a GPU."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
 from fa4trace.sweep import Dataset, RESULT_SCHEMA, grid as G
-from fa4trace.sweep.query import query
 from fa4trace.sweep.cuda import Runner, bundle_subset
+from fa4trace.sweep.query import query
 from fa4trace.sweep.run import run_sweep
 
 
 class FakeRunner(Runner):
     """Rows from the shape (us = KV bytes / 3 TB/s per kernel, a fixed offset per kernel); bundles
-    from fa4trace.synthetic. ``oom``: point ids whose timing raises like a CUDA OOM;
+    from fa4trace.trace.synthetic. ``oom``: point ids whose timing raises like a CUDA OOM;
     ``interrupt_at``: the n-th timing call (1-based) raises KeyboardInterrupt."""
 
     gpu = "fake GPU (tests)"
@@ -51,9 +51,9 @@ class FakeRunner(Runner):
         return rows
 
     def record(self, point, schedule, *, seed, budget):
-        from fa4trace.bundle import Trace
-        from fa4trace.decode import decode_buffer
-        from fa4trace.synthetic import attention_like
+        from fa4trace.trace.bundle import Trace
+        from fa4trace.trace.decode import decode_buffer
+        from fa4trace.trace.synthetic import attention_like
 
         self.recorded.append((point.id, schedule, budget))
         buf, meta = attention_like("base" if schedule == "base" else "pingpong", n_ctas=2, n_blocks=4, seed=seed % 100)

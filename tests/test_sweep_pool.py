@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fa4trace.analysis import summarize
-from fa4trace.bundle import Trace, load
-from fa4trace.decode import decode_buffer
-from fa4trace.errors import Fa4traceError
+from fa4trace.analysis.overlap import summarize
+from fa4trace.format.errors import Fa4traceError
 from fa4trace.sweep import Dataset
 from fa4trace.sweep import pool as P
 from fa4trace.sweep.replay import ReplayGrid, ReplayRunner, make_synthetic, write_point
 from fa4trace.sweep.run import run_sweep
+from fa4trace.trace.bundle import Trace, load
+from fa4trace.trace.decode import decode_buffer
 from tests.tools.sweep_jobs import TestJob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -313,7 +313,7 @@ def test_gpus_parse_pick_and_map_to_cuda_visible_devices():
 def test_power_log_of_one_gpu_among_several(tmp_path):
     import stat
 
-    from fa4trace.power_log import PowerLog
+    from fa4trace.run.power_log import PowerLog
 
     calls = tmp_path / "calls"
     fake = tmp_path / "nvidia-smi"
@@ -336,7 +336,7 @@ def test_power_log_of_one_gpu_among_several(tmp_path):
                     'if [ "$1" = "-L" ]; then echo "GPU 0: H200"; exit 0; fi\n'
                     f"echo $$ > {pidfile}\n"
                     "while true; do echo '1980, 650.00, 700.00, 0x0'; sleep 0.05; done\n")
-    code = (f"import os, signal, time\nfrom fa4trace.power_log import PowerLog\n"
+    code = (f"import os, signal, time\nfrom fa4trace.run.power_log import PowerLog\n"
             f"log = PowerLog(period_ms=50, exe={str(fake)!r}).__enter__()\n"
             f"while not os.path.exists({str(pidfile)!r}): time.sleep(0.02)\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")

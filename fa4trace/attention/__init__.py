@@ -2,7 +2,7 @@
 
 One module per job: ``shapes`` (the problem and argument checks), ``planner`` (the split-KV
 launch plan), ``api`` (variant choice, workspaces, launch), ``reference`` (fp32). A traced
-launch decoded into a bundle is ``fa4trace.record.record_attention``.
+launch decoded into a bundle is ``fa4trace.attention.record.record_attention``.
 
     o = fa4trace.attention.decode_attention(q, k, v, schedule="pingpong")
     o, lse = decode_attention(q, k, v, num_splits=32, return_lse=True)
@@ -13,7 +13,7 @@ Returns o ``[b, sq, hq, d]`` (and lse ``[b, hq, sq]``, fp32, natural log).
 
 Kernels come from the CuTe DSL (compiled here, JIT) where ``cutlass`` imports and a GPU is
 present, otherwise from an AOT build folder (``fa4trace build``; ``$FA4TRACE_BUILD`` or
-``./build/kernels``; see ``fa4trace.loader``). Validation runs first and needs neither: a bad argument raises a
+``./build/kernels``; see ``fa4trace.run.loader``). Validation runs first and needs neither: a bad argument raises a
 one-line ``ValueError`` naming it.
 
 Variants (``fa4trace.kernels.decode_spec.Variant``): when all packed query rows of a KV head

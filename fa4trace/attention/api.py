@@ -22,7 +22,7 @@ def variant_for(shape: Shape, schedule: str, *, events: Optional[str] = None, pd
 
 def launch_plan(shape: Shape, variant: Variant, device, num_splits: Optional[int] = None, build=None):
     """(loaded kernel, Plan): the variant from the loader and the split plan of its launch."""
-    from .. import loader
+    from ..run import loader
 
     kern = loader.load("attention", name=variant.name, build=build)
     return kern, plan_splits(shape, variant.tile_n, num_sms(device), num_splits, variant.block_rows)
@@ -109,7 +109,7 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     import numpy as np
     import torch
 
-    from ..layout import BufferSpec
+    from ..format.layout import BufferSpec
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
     variant = variant_for(shape, schedule, events=trace_events, block_rows=block_rows)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from .events import FAMILIES
 from .patches import Patches
 from .reach import CallSpy, Reach

@@ -2,7 +2,7 @@
 
 ``entries(name, compiled)`` gives the build entries of one traced compile and its plain twin
 (kind "auto"; the traced one's config carries the vocabulary and what the compile found), for
-``fa4trace.aot.build_library``. ``load(build, name)`` returns an ``Instrumented`` over the
+``fa4trace.run.aot.build_library``. ``load(build, name)`` returns an ``Instrumented`` over the
 loaded functions: on the GPU machine nothing but torch and tvm-ffi is needed.
 """
 
@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import os
 
-from ..aot import Entry
-from ..loader import open_build
-from ..errors import Fa4traceError
-from ..vocab import Vocabulary
+from ..format.entry import Entry
+from ..format.errors import Fa4traceError
+from ..format.vocab import Vocabulary
+from ..run.loader import open_build
 from .run import Instrumented, RecordOptions
 
 KIND = "auto"
 
 
 def entries(name: str, compiled, config: dict | None = None) -> dict:
-    """{symbol: (compiled function, aot.Entry)} for ``name`` (traced) and ``name``_plain."""
+    """{symbol: (compiled function, Entry)} for ``name`` (traced) and ``name``_plain."""
     cfg = dict(config or {})
     out = {name: (compiled.fn, Entry(name, KIND, dict(cfg, traced=True, params=compiled.params,
                                                          vocab=compiled.vocab.to_json(), meta=compiled.meta)))}

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from . import entry as E
 from . import families as F
 from .events import FAMILIES, EventTable
@@ -169,7 +169,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     (``fa4trace.auto.split``); False: one instrumented body for every CTA (half the compile).
     ``cta_lifetimes`` (default): every CTA, recording or not, stamps its start and end into the
     buffer's CTA-lifetime region (two timer reads and two reductions per warp, outside the body),
-    which lets each bundle say how much slower its recorded CTAs ran (fa4trace.fidelity).
+    which lets each bundle say how much slower its recorded CTAs ran (fa4trace.analysis.fidelity).
 
     For adapters of one kernel (fa4trace.fa4): ``hooks(patches)`` places the kernel's own hooks
     after the families' (so they wrap them; ``patches`` puts everything back), and

@@ -7,7 +7,7 @@ with the kernel's parameters plus ``fa4trace_buf`` whose body starts every warp'
 runs the kernel's own body (a fresh function over its code object: nothing is edited) and
 finishes the recorder (with ``split``, in the recording CTAs only); with ``lifetimes`` every
 CTA, recording or not, also stamps its start and end into the buffer's CTA-lifetime region
-(fa4trace.layout), outside both copies of the body. The buffer is a real kernel
+(fa4trace.format.layout), outside both copies of the body. The buffer is a real kernel
 argument, so one compile serves every buffer and AOT export works. FA4's adapter and
 ``fa4trace.instrument`` (fa4trace.auto) both build on these.
 """
@@ -18,7 +18,7 @@ import inspect
 import types
 from typing import Callable, Optional
 
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 
 BUF = "fa4trace_buf"
 

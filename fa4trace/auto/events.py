@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..vocab import MAX_EVENT_ID, VOCAB, Vocabulary
+from ..format.vocab import MAX_EVENT_ID, VOCAB, Vocabulary
 
 FIRST_ID = 32  # hand-placed events use 1..31; 255 is the anchor
 FAMILIES = ("pipeline", "tma", "mma", "barrier")  # the automatic ones; "user" spans are named by the user

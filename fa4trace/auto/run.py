@@ -15,9 +15,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .. import layout as L
-from ..errors import Fa4traceError
-from ..record import new_trace_tensor
+from ..format import layout as L
+from ..format.errors import Fa4traceError
+from ..run.record import new_trace_tensor
 
 DEFAULT_CTAS = 256  # the first CTAs of the grid record (a launch's grid is often known only at run time)
 DEFAULT_CAPACITY = 4096  # records per warp
@@ -228,9 +228,9 @@ class Instrumented:
         """Decode every launch so far into one ``Trace`` (and forget them)."""
         import torch
 
-        from ..bundle import Trace
-        from ..decode import decode_buffer
-        from ..gpu import gpu_facts
+        from ..run.gpu import gpu_facts
+        from ..trace.bundle import Trace
+        from ..trace.decode import decode_buffer
 
         if not self._launches:
             raise Fa4traceError("nothing recorded yet: call the instrumented kernel first")

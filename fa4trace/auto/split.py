@@ -32,7 +32,7 @@ import cutlass.cute as cute
 from cutlass import Int32
 
 from ..device.recorder import cta_records
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from .patches import Patches
 
 

@@ -1,4 +1,4 @@
-"""Benchmark helpers apart from the library's API: ``timing`` (CUDA-graph replay with a cold L2,
-shared by every script in ``benchmarks/``), ``results`` (the result-file envelope of
-BENCHMARKS.md) and ``decode`` (the decode-attention matrix behind
-``fa4trace bench``). Needs torch and a GPU; importing the package needs neither."""
+"""Benchmark helpers apart from the library's API: ``results`` (the result-file envelope of
+BENCHMARKS.md) and ``decode`` (the decode-attention matrix behind ``fa4trace bench``); the
+timing method they share is ``fa4trace.run.timing``. Needs torch and a GPU; importing the
+package needs neither."""

@@ -1,6 +1,6 @@
 """The decode-attention benchmark behind ``fa4trace bench``: ours (base, pingpong, intrawg)
 against cuDNN and FLASH SDPA and FA4's SM90 kernel, on the same inputs, timed by
-``fa4trace.bench.timing`` (CUDA graphs, cold L2, interleaved passes)."""
+``fa4trace.run.timing`` (CUDA graphs, cold L2, interleaved passes)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from ..attention import (SCHEDULES, LEAD_WARPS, Shape, decode_attention, launch_plan, reference, rel_error,
                          trace_buffer, variant_for)
-from ..errors import Fa4traceError
-from .timing import cold_l2_inputs, graph_time, reported_us
+from ..format.errors import Fa4traceError
+from ..run.timing import cold_l2_inputs, graph_time, reported_us
 
 PEAK_TBPS = 4.8  # H200 HBM3e, spec
 
@@ -174,7 +174,7 @@ def bench_matrix(*, quick: bool = False) -> list[Shape]:
 def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True, rounds: int = 2,
               log=print, power=None) -> list[BenchRow]:
     """bench_shape over shapes; adds the traced variants at sk 131072, sq 1 (tracing overhead).
-    ``power``: a running ``fa4trace.power_log.PowerLog``; each row then carries the GPU's clock
+    ``power``: a running ``fa4trace.run.power_log.PowerLog``; each row then carries the GPU's clock
     and power state during its shape (``extra["gpu_state"]``)."""
     import time
 
@@ -301,8 +301,8 @@ def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flas
 
     if rounds < 1 or replays < 1:
         raise Fa4traceError(f"rounds and replays must be >= 1, got {rounds} and {replays}")
-    from ..gpu import gpu_facts, require_cuda
-    from ..power_log import PowerLog
+    from ..run.gpu import gpu_facts, require_cuda
+    from ..run.power_log import PowerLog
 
     shapes = select_shapes(quick=quick, only=only)
     require_cuda()

@@ -30,7 +30,7 @@ def current_commit() -> str:
 
 def gpu_name() -> str:
     """The GPU with driver and torch versions, as the result files name it."""
-    from ..gpu import gpu_facts
+    from ..run.gpu import gpu_facts
 
     f = gpu_facts(0)
     return f"{f['name']} (driver {f['driver'] or 'unknown'}, torch {f['torch']})"

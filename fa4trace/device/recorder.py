@@ -9,7 +9,7 @@ Usage inside a ``@cute.kernel`` (every call from warp-uniform code, all 32 lanes
         rec.end(EV.SOFTMAX, i)
     rec.finish()
 
-``trace`` is the buffer laid out by :mod:`fa4trace.layout` (host: ``BufferSpec.new_buffer``).
+``trace`` is the buffer laid out by :mod:`fa4trace.format.layout` (host: ``BufferSpec.new_buffer``).
 Pass ``None`` and every call compiles to nothing: the PTX equals that of the kernel without
 the calls (tested). Event ids and the timebase are compile-time constants.
 
@@ -47,7 +47,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64, const_expr
 
-from .. import layout as L
+from ..format import layout as L
 
 _LO32 = 0xFFFFFFFF
 _PAYLOAD_MASK = (1 << L.PAYLOAD_BITS) - 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..auto.patches import Patches
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from . import hooks
 
 FA4_VERSIONS = ("4.0.0b36",)

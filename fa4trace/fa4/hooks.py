@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..auto.patches import Patches
-from ..vocab import EV, ROLE
+from ..format.vocab import EV, ROLE
 
 # Role names (for ``events=``) and the hooks that record events in each.
 SM100_ROLES = ("load", "mma", "softmax", "correction", "epilogue")

@@ -3,7 +3,7 @@
 Two ways to get the compiled kernel:
 - JIT (a GPU and nvidia-cutlass-dsl + flash-attn-4 here, e.g. a B200): ``compile_fa4`` in process.
 - AOT (an H200/H100 without the DSL): a build folder written on any machine by ``build_aot``
-  (``fa4trace.aot`` format, kind "fa4"), loaded with tvm-ffi alone.
+  (``fa4trace.run.aot`` format, kind "fa4"), loaded with tvm-ffi alone.
 
 The compiled function takes FA4's ``__call__`` arguments (plus the trace tensor when traced) in
 the order stored with it (``params``): q, k, v, out, softmax_scale and the trace buffer are
@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Callable, NamedTuple, Optional
 
-from ..errors import DeviceUnavailable, Fa4traceError
-from ..vocab import Vocabulary
+from ..format.errors import DeviceUnavailable, Fa4traceError
+from ..format.vocab import Vocabulary
 
 KIND = "fa4"
 
@@ -29,7 +29,8 @@ def build_aot(out_dir, shapes, *, arch: str = "sm90", overwrite: bool = False):
     ``shapes``: iterable of dicts with d, hq, hkv (and optional sq, dtype, schedule) and
     ``traced`` (bool). Batch and KV length stay dynamic.
     """
-    from ..aot import Entry, build_library
+    from ..format.entry import Entry
+    from ..run.aot import build_library
     from .build import compile_fa4
 
     compiled = {}
@@ -51,8 +52,8 @@ def _entry_name(cfg: dict) -> str:
 
 # ---- loading ---------------------------------------------------------------------------------
 def fa4_arch() -> str:
-    """FA4's path for this GPU, from ``fa4trace.loader.gpu_arch``: "sm90" (H100/H200) or "sm100" (B200)."""
-    from .. import loader
+    """FA4's path for this GPU, from ``fa4trace.run.loader.gpu_arch``: "sm90" (H100/H200) or "sm100" (B200)."""
+    from ..run import loader
 
     arch = loader.gpu_arch()  # e.g. "sm_90a", "sm_100a"
     major = int(arch[3:].rstrip("af")) // 10
@@ -83,13 +84,13 @@ class LoadedKernel(NamedTuple):
 
 def load_fn(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int, dtype: str, traced: bool,
             build=None, variant: str = "default", families=()) -> LoadedKernel:
-    """The kernel for this configuration through ``fa4trace.loader``: compiled here where the DSL,
+    """The kernel for this configuration through ``fa4trace.run.loader``: compiled here where the DSL,
     flash-attn-4 and a GPU are present and no build folder is named, else from the AOT build
     (``build``, ``$FA4TRACE_FA4_BUILD`` or build/fa4_sm90). On SM90 FA4 runs FA3's schedule.
     ``families``: generic event families recorded besides FA4's own events (traced builds; an
     AOT build holds them in its variant "generic", with every family)."""
-    from .. import loader
     from ..auto.events import FAMILIES
+    from ..run import loader
 
     jit = loader.use_jit(build, KIND)
     if variant == "generic":  # the AOT build's name for every family
@@ -177,9 +178,9 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     """
     import torch
 
-    from ..gpu import require_cuda
-    from ..record import TracedLaunch
-    from ..record import record as record_launches
+    from ..run.gpu import require_cuda
+    from ..run.record import TracedLaunch
+    from ..run.record import record as record_launches
 
     require_cuda()
     arch = fa4_arch()

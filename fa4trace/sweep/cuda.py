@@ -4,7 +4,7 @@
 ``Runner.compute`` the point's work built on it: a point a kernel refuses, or whose timing
 fails (CUDA out of memory), becomes rows with the one-line error. ``CudaRunner`` is the runner
 of a real GPU: ``fa4trace.bench.decode.bench_shape`` for the timings (CUDA-graph replay, cold
-L2, every kernel on the same inputs) and ``record.record_attention`` (lead warps, a CTA
+L2, every kernel on the same inputs) and ``attention.record.record_attention`` (lead warps, a CTA
 subset) for the bundles. ``CudaJob`` is the recipe a worker process builds one from.
 """
 
@@ -96,7 +96,7 @@ class Runner(BaseRunner):
     def _record(self, point, schedule: str, seed: int) -> tuple[bytes, dict]:
         """Record and serialize, halving the CTA budget while the bundle is over MAX_BUNDLE_BYTES;
         the bundle's bytes and its ``analysis.summarize``."""
-        from ..analysis import summarize
+        from ..analysis.overlap import summarize
 
         budget = BUNDLE_ROWS
         while True:
@@ -115,7 +115,7 @@ class CudaRunner(Runner):
 
     def __init__(self, *, rounds: int = 2, replays: int = 15, power: bool = True, power_gpu: Optional[str] = None):
         from ..bench.results import gpu_name
-        from ..gpu import require_cuda
+        from ..run.gpu import require_cuda
 
         require_cuda()
         self.rounds, self.replays = rounds, replays
@@ -124,7 +124,7 @@ class CudaRunner(Runner):
         self._power = None
         self._t0 = time.monotonic()
         if power:
-            from ..power_log import PowerLog
+            from ..run.power_log import PowerLog
 
             self._power = PowerLog(gpu=power_gpu).__enter__()
 
@@ -145,7 +145,7 @@ class CudaRunner(Runner):
         import torch
 
         from ..attention import LEAD_WARPS, launch_plan, trace_capacity, variant_for
-        from ..record import record_attention
+        from ..attention.record import record_attention
 
         try:
             _, plan = launch_plan(point.shape, variant_for(point.shape, schedule, events="core"), "cuda")

@@ -29,7 +29,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fa4trace.errors import Fa4traceError
+from fa4trace.format.errors import Fa4traceError
 
 KERNELS = ("base", "pingpong", "intrawg", "cudnn", "flash", "fa4")  # legend and bar order
 OURS = ("base", "pingpong", "intrawg")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..attention.shapes import Shape, shape_problem
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from ..kernels.decode_spec import SCHEDULES
 
 OURS = tuple(SCHEDULES)  # base, pingpong, intrawg

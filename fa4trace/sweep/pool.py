@@ -30,7 +30,7 @@ from multiprocessing.connection import wait
 from typing import Iterator, Optional
 
 from ..auto.patches import Patches
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from .job import PointResult, Task, host, line, lost_result
 
 START_TIMEOUT_S = 600.0  # a worker's import of torch and its first CUDA context

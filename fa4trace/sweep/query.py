@@ -14,7 +14,7 @@ import json
 
 import pyarrow as pa
 
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from .dataset import RESULT_GLOB, RESULT_SCHEMA, Dataset, find_dataset
 
 SWEEP_SCHEMA = pa.schema([

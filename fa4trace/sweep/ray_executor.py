@@ -22,7 +22,7 @@ from collections import deque
 from typing import Iterator, Optional
 from urllib.parse import urlsplit
 
-from ..errors import Fa4traceError, MissingDependency
+from ..format.errors import Fa4traceError, MissingDependency
 from .job import PointResult, Task, host, line, lost_result
 
 CONNECT_TIMEOUT_S = 5.0
@@ -87,7 +87,7 @@ class RayExecutor:
         """Connect (once; the command line does it before the sweep starts writing)."""
         if self._remote is not None:
             return
-        from ..deps import install_command, require
+        from ..run.deps import install_command, require
 
         require("the Ray executor", "ray")
         try:

@@ -8,10 +8,10 @@ A replay folder holds one point per pair of files::
 
 A replay point decodes its buffer (``decode.decode_buffer``), makes the bundle
 (``bundle.Trace``, written to ``bundles/kernel=replay/d=<d>/NAME.parquet``) and one result row
-of kernel ``replay``, job ``replay``, with the analysis' numbers (``analysis.summarize``: QK and
+of kernel ``replay``, job ``replay``, with the analysis' numbers (``overlap.summarize``: QK and
 PV ∥ SOFTMAX); its us / tbps are null: a replay times nothing. It is the job that runs the
 pool and the Ray executor for real on machines without a GPU, and it re-analyses buffers
-recorded elsewhere. ``make_synthetic`` writes a folder of ``fa4trace.synthetic`` buffers
+recorded elsewhere. ``make_synthetic`` writes a folder of ``fa4trace.trace.synthetic`` buffers
 (labelled synthetic in their metadata), for tests and for trying an executor::
 
     python -m fa4trace.sweep.replay FOLDER --points 8
@@ -29,7 +29,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import Fa4traceError
+from ..format.errors import Fa4traceError
 from .dataset import COMPACT_PREFIX, bundle_rel
 from .grid import DTYPES, Point
 from .job import BaseRunner, PointResult, Task, bundle_bytes, host, line, row
@@ -117,9 +117,9 @@ class ReplayRunner(BaseRunner):
         self.worker = f"{host()}/cpu"
 
     def compute(self, task: Task) -> PointResult:
-        from ..analysis import summarize
-        from ..bundle import Trace
-        from ..decode import decode_buffer
+        from ..analysis.overlap import summarize
+        from ..trace.bundle import Trace
+        from ..trace.decode import decode_buffer
 
         point = task.point
         out = PointResult(point.id, [], worker=self.worker)
@@ -166,9 +166,9 @@ def write_point(folder, name: str, buffer: np.ndarray, meta: dict) -> Path:
 
 
 def make_synthetic(folder, n: int, *, seed: int = 0, n_ctas: int = 4, n_blocks: int = 16) -> list[str]:
-    """``n`` replay points of ``fa4trace.synthetic.attention_like`` buffers, base and ping-pong
+    """``n`` replay points of ``fa4trace.trace.synthetic.attention_like`` buffers, base and ping-pong
     in turn, over made-up decode shapes (labels only: marked synthetic). Returns their names."""
-    from ..synthetic import attention_like
+    from ..trace.synthetic import attention_like
 
     names = []
     for i in range(n):
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m fa4trace.sweep.replay",
-                                 description="Write a folder of synthetic replay points (fa4trace.synthetic buffers).")
+                                 description="Write a folder of synthetic replay points (fa4trace.trace.synthetic buffers).")
     ap.add_argument("folder")
     ap.add_argument("--points", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)

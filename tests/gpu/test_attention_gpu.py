@@ -1,7 +1,7 @@
 """Decode attention on a real GPU (skips cleanly without one).
 
 Runs through fa4trace.attention: JIT where the CuTe DSL is installed, else the AOT build in
-$FA4TRACE_BUILD (default build/kernels, made by `fa4trace build`; see fa4trace.loader).
+$FA4TRACE_BUILD (default build/kernels, made by `fa4trace build`; see fa4trace.run.loader).
 Every check draws fresh random inputs and poisons the output with NaN first.
 """
 
@@ -105,7 +105,7 @@ def test_tracing_does_not_change_the_output(schedule, d, sk, events):
     torch.cuda.synchronize()
     assert torch.equal(plain, traced)
     words = buf.cpu().numpy()
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     t = decode_buffer(words, grid_ctas=plan.n_ctas).table
     names = set(t.column("name").to_pylist())
@@ -132,7 +132,7 @@ def test_tracing_does_not_change_the_output(schedule, d, sk, events):
 def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, blocks_per_split):
     """The ping-pong producer's K1 and last V are recorded with ``when=`` (outside the dynamic
     if that issues them): splits of 1, 2 and 3 blocks must show each load exactly once."""
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     tile = A.Variant(128, schedule).tile_n
     n_blocks = 12
@@ -154,7 +154,7 @@ def test_every_kv_load_is_recorded_once_whatever_the_split_length(schedule, bloc
 def test_lead_warps_record_alone_and_completely(schedule):
     """A buffer selecting LEAD_WARPS (warp mask): only warps 0 and 4 have rows, each with every
     event it records when all warps do, and the output is still bit-equal."""
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     q, k, v = _inputs(2, 1, 16, 2, 20000, 128, "bf16")
     plain = A.decode_attention(q, k, v, schedule=schedule)
@@ -185,7 +185,7 @@ def test_waits_for_kv_are_recorded_where_the_stream_is_the_limit(schedule):
     buf, spec, plan = A.trace_buffer(q, k, v, schedule=schedule, trace_events="stalls")
     A.decode_attention(q, k, v, schedule=schedule, trace=buf, trace_events="stalls")
     torch.cuda.synchronize()
-    from fa4trace.decode import decode_buffer
+    from fa4trace.trace.decode import decode_buffer
 
     t = decode_buffer(buf.cpu().numpy(), grid_ctas=plan.n_ctas).table
     names = t.column("name").to_pylist()
@@ -255,23 +255,23 @@ def test_pdl_launches_give_the_same_bits_back_to_back(schedule):
     assert torch.equal(o, want) and torch.equal(o2, want2)
 
 
-# What each schedule overlaps, seen in its own trace (fa4trace.analysis): base nothing,
+# What each schedule overlaps, seen in its own trace (fa4trace.analysis.overlap): base nothing,
 # pingpong QK(i+1) with SOFTMAX(i) (and PV(i-1)), intrawg PV(i-1) with SOFTMAX(i) but not QK,
 # whose wait comes before the softmax. Time-weighted over every CTA; 32 blocks per split, so
 # the first block's softmax (nothing to overlap in intrawg) weighs little. "Not" allows 10%:
 # the four consumer warps' spans are unioned per CTA and the warps drift a little.
 # fa4trace check judges the same ranges (one table for both).
-from fa4trace.check_rows import OUR_OVERLAPS as OVERLAPS  # noqa: E402
-from fa4trace.record import record_attention  # noqa: E402
+from fa4trace.attention.record import record_attention  # noqa: E402
+from fa4trace.check.rows import OUR_OVERLAPS as OVERLAPS  # noqa: E402
 
 
 @pytest.mark.parametrize("schedule", A.SCHEDULES)
 def test_each_schedule_overlaps_what_it_claims(schedule):
-    from fa4trace import analysis
+    from fa4trace.analysis import overlap
 
     tr = record_attention(schedule=schedule, d=128, hq=16, hkv=1, sk=32768, b=1, sq=1,
                             num_splits=32768 // 128 // 32)
-    s = analysis.summarize(tr)
+    s = overlap.summarize(tr)
     (qk_lo, qk_hi), (pv_lo, pv_hi) = OVERLAPS[schedule]
     assert qk_lo <= s["qk_softmax_overlap"] <= qk_hi, s["qk_softmax_overlap"]
     assert pv_lo <= s["pv_softmax_overlap"] <= pv_hi, s["pv_softmax_overlap"]
@@ -280,11 +280,11 @@ def test_each_schedule_overlaps_what_it_claims(schedule):
 def test_a_recording_carries_the_cold_l2_time_that_summary_reports():
     """record_attention times the untraced kernel the way ``fa4trace bench`` does (cold L2)
     beside the recorded inputs' times; summary reports the cold-L2 one and says so."""
-    from fa4trace import analysis
+    from fa4trace.analysis import overlap
 
     tr = record_attention(schedule="pingpong", d=128, hq=16, hkv=1, sk=32768, b=1, sq=1)
     t = tr.meta["timing"]
     assert t["bench_us"] > 0 and t["kernel_us"] > 0 and t["traced_us"] > 0
-    s = analysis.summarize(tr)
+    s = overlap.summarize(tr)
     assert s["kernel_time_kind"] == "cold_l2_bench"
     assert abs(s["kernel_time_ns"] - t["bench_us"] * 1e3) < 1e-6

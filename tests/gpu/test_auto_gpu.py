@@ -46,7 +46,7 @@ def test_quack_gemm_traced_equals_plain_and_decodes(gemm):
     assert int(ev.column("dropped").to_numpy().max()) == 0
     # the CTAs asked for (4, every 8th from 0) and no other: the rest ran the uninstrumented copy
     assert set(ev.column("cta").to_pylist()) <= {0, 8, 16, 24} and len(set(ev.column("cta").to_pylist())) > 1
-    from fa4trace.kernel_analysis import summarize_kernel
+    from fa4trace.analysis.kernel import summarize_kernel
 
     s = summarize_kernel(t)
     assert s["roles"]["producer"]["warps"] == [8] and s["roles"]["mma"]["warps"] == list(range(8))
@@ -69,7 +69,7 @@ def test_every_cta_is_timed_and_the_bundle_measures_its_perturbation(gemm):
         pytest.skip(f"{BUILD} was built before CTAs were timed: rebuild it (benchmarks/auto_kernels.py build)")
     import torch
 
-    from fa4trace.fidelity import cta_lifetimes, perturbation
+    from fa4trace.analysis.fidelity import cta_lifetimes, perturbation
 
     m, n, k = 4096, 4096, 4096
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.gpu
 
 
 def test_check_finds_this_gpu_usable(kernels_available, tmp_path):
-    from fa4trace import check as C
-    from fa4trace import check_report as CR
+    from fa4trace.check import report as CR
+    from fa4trace.check import run as C
 
     rep = C.run_checks(tmp_path / "check", log=print)
     print(CR.render(rep))

@@ -21,8 +21,8 @@ BUILD = Path(os.environ.get("FA4TRACE_FA4_BUILD", "build/fa4_sm90"))
 @pytest.fixture(scope="module")
 def arch():
 
-    from fa4trace import loader
     from fa4trace.fa4.run import fa4_arch
+    from fa4trace.run import loader
 
     a = fa4_arch()
     if not (BUILD / "manifest.json").is_file() and not loader.can_jit("fa4"):
@@ -53,10 +53,10 @@ def _fns(arch, variant="default", d=128, hq=16, hkv=1):
 def _run_pair(arch, b, sk, seed, variant="default", cta_first=0, cta_stride=1):
     import torch
 
-    from fa4trace import layout as L
-    from fa4trace.decode import decode_buffer
     from fa4trace.fa4.run import call_args, capacity_for
-    from fa4trace.vocab import VOCAB, Vocabulary
+    from fa4trace.format import layout as L
+    from fa4trace.format.vocab import VOCAB, Vocabulary
+    from fa4trace.trace.decode import decode_buffer
 
     plain, traced = _fns(arch, variant)
     pf, pp = plain.fn, plain.params
@@ -181,8 +181,8 @@ def test_other_traced_variants_match(arch):
 
 
 def test_record_writes_a_bundle(arch, tmp_path):
-    from fa4trace.bundle import load
     from fa4trace.fa4.run import record
+    from fa4trace.trace.bundle import load
 
     build = BUILD if (BUILD / "manifest.json").is_file() else None
     trace = record(schedule="pingpong", d=128, hq=16, hkv=1, sk=8192, b=2, sq=1, build=build)
@@ -198,8 +198,8 @@ def test_record_a_warp_subset_and_refuse_a_build_of_another_version(arch, tmp_pa
     another fa4trace version (here: its recorder ABI missing) is refused before anything runs."""
     import json
 
-    from fa4trace.errors import Fa4traceError
     from fa4trace.fa4.run import record
+    from fa4trace.format.errors import Fa4traceError
 
     if not (BUILD / "manifest.json").is_file():
         pytest.skip("the ABI check concerns AOT builds")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fa4trace import layout as L
-from fa4trace.decode import decode_buffer
+from fa4trace.format import layout as L
+from fa4trace.trace.decode import decode_buffer
 
 pytestmark = pytest.mark.gpu
 
@@ -19,8 +19,8 @@ def _gpu_name():
 
 @pytest.mark.parametrize("timebase", ["clock64", "globaltimer"])
 def test_calibration_timers_agree(timebase, kernels_available, tmp_path):
-    from fa4trace.bundle import load
-    from fa4trace.record import record_calibration
+    from fa4trace.probes.calibration import record_calibration
+    from fa4trace.trace.bundle import load
 
     trace, checks = record_calibration(timebase=timebase)
     print(timebase, checks)
@@ -42,8 +42,8 @@ def test_calibration_timers_agree(timebase, kernels_available, tmp_path):
 
 
 def _markers(variant, n_ctas=264, work="smem"):
-    from fa4trace import loader
-    from fa4trace.record import marker_inputs
+    from fa4trace.probes.markers import marker_inputs
+    from fa4trace.run import loader
 
     fn = loader.load("markers", variant=variant, work=work).fn
     out, table = marker_inputs(n_ctas)
@@ -52,7 +52,7 @@ def _markers(variant, n_ctas=264, work="smem"):
 
 @pytest.mark.parametrize("variant", ["fa4trace", "fa4trace_lane", "fa4trace_gt"])
 def test_markers_every_event_recorded(variant, kernels_available):
-    from fa4trace.record import record_markers
+    from fa4trace.probes.markers import record_markers
 
     iters = 150
     trace = record_markers(variant=variant, n_ctas=264, iters=iters, chain=2)
@@ -98,7 +98,7 @@ def test_overflow_drops_and_never_writes_past_its_slot(kernels_available):
 
 
 def test_cta_subset_records_only_selected_ctas(kernels_available):
-    from fa4trace.record import record_markers
+    from fa4trace.probes.markers import record_markers
 
     trace = record_markers(variant="fa4trace", n_ctas=264, iters=20, chain=2, cta_first=3, cta_stride=7, max_ctas=10)
     ctas = sorted(set(trace.events["cta"].to_pylist()))

@@ -110,7 +110,7 @@ def main():
     elif a.kernel == "span_loop":
         # a module-level helper, named as a user names one: "module:function"
         import span_loop_kernel as sk
-        from fa4trace.errors import Fa4traceError
+        from fa4trace.format.errors import Fa4traceError
 
         spec = "span_loop_kernel:step" if a.payload is None else {"target": "span_loop_kernel:step",
                                                                   "payload": a.payload}

@@ -8,7 +8,7 @@ other's files).
 
 ``cache``: a folder of results keyed by everything a compile reads - the DSL's and Python's
 versions, the target, the variant's name and the bytes of every source file the kernels are
-built from (``kernels/``, ``fa4trace/device/``, ``vocab.py``, ``layout.py``, ``aot.py``). A
+built from (``kernels/``, ``fa4trace/device/``, ``fa4trace/format/``). A
 changed line anywhere there is a new key, so a hit is the compile of exactly this source.
 """
 
@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("kernels", "fa4trace/device", "fa4trace/vocab.py", "fa4trace/layout.py", "fa4trace/aot.py")
+SOURCES = ("kernels", "fa4trace/device", "fa4trace/format")
 
 
 def _init(arch: str, dump_dir: str) -> None:

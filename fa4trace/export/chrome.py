@@ -1,12 +1,12 @@
 """Events table -> Chrome trace-event JSON (chrome://tracing, Perfetto UI, speedscope...).
 
 Layout: ``pid`` = SM (with a ``process_name`` metadata event "SM n"), one ``tid`` per track of
-:func:`fa4trace.tracks.layout_tracks` (``thread_name`` "CTA c · warp w · role", plus
+:func:`fa4trace.export.tracks.layout_tracks` (``thread_name`` "CTA c · warp w · role", plus
 " · QK in flight" etc. for the async tracks and " · overlap k" for extra lanes). Viewers drop
 or mangle X events that overlap on one tid without nesting, so async spans (MMA in flight) and
 crossing spans get their own tids, exactly as in the Perfetto export. Multi-launch bundles
 prefix thread names with "launch k · " (tids stay distinct). Threads are named by the ``role``
-column as given (for automatically traced kernels: :func:`fa4trace.kernel_analysis.export_inputs`
+column as given (for automatically traced kernels: :func:`fa4trace.analysis.kernel.export_inputs`
 assigns the roles first).
 
 Times: ``ts``/``dur`` in µs as decimals with 3 places (exact ns), rebased so the earliest event

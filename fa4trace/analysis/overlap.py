@@ -31,7 +31,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from .bundle import Trace
+from ..trace.bundle import Trace
 from .fidelity import perturbation
 
 OVERLAP_PAIRS = (("QK", "SOFTMAX"), ("PV", "SOFTMAX"))

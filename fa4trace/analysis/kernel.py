@@ -1,7 +1,7 @@
 """What a trace of any kernel says: the numbers behind `summary` / `compare` of automatic bundles.
 
 Bundles of kernels traced by fa4trace.instrument carry pipeline, TMA, MMA and barrier events
-(vocab.EventSpec.family); roles come from fa4trace.roles. Definitions:
+(vocab.EventSpec.family); roles come from fa4trace.analysis.roles. Definitions:
 
 * **busy / waiting / idle** of a warp, over its lifetime (its WARP row): *waiting* is the union
   of its wait spans (autoevents: acquire, wait, sync, store_wait); *idle* is the time before
@@ -18,7 +18,7 @@ Bundles of kernels traced by fa4trace.instrument carry pipeline, TMA, MMA and ba
   consumers have nothing to start on).
 * **producer -> consumer lag** of count c for a consumer warp: the end of its wait of c minus
   the fill of c (above); median and p90 per stage (c % stages) and over all stages.
-* **wait chain**: fa4trace.wait_chain.
+* **wait chain**: fa4trace.analysis.wait_chain.
 
 Vectorized over rows (numpy sorts and bincounts); the loops are over pipelines, stages and roles.
 """
@@ -28,11 +28,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analysis import config_diff, diff_text, json_safe, kernel_time, speed_text, union_length
+from ..format.errors import Fa4traceError
+from ..trace.bundle import Trace
 from .autoevents import AutoCols, is_automatic
-from .bundle import Trace
-from .errors import Fa4traceError
 from .fidelity import perturbation
+from .overlap import config_diff, diff_text, json_safe, kernel_time, speed_text, union_length
 from .roles import assign_roles, role_rank
 from .wait_chain import chain_per_cta, wait_chains
 
@@ -78,7 +78,7 @@ def _warp_times(c: AutoCols):
 def role_fractions(trace_or_cols) -> pa.Table:
     """Per (launch, CTA, role): warps, lifetime_ns, busy_ns, waiting_ns, idle_ns and the three
     fractions of lifetime_ns (module docstring). Roles as the table's role column says:
-    call it on :func:`fa4trace.roles.assign_roles`'s trace."""
+    call it on :func:`fa4trace.analysis.roles.assign_roles`'s trace."""
     c = trace_or_cols if isinstance(trace_or_cols, AutoCols) else AutoCols.of(trace_or_cols)
     if c.n == 0:
         return pa.table({k: pa.array([], t) for k, t in (("launch", pa.int16()), ("cta", pa.int32()), ("role", pa.string()))})
@@ -231,7 +231,7 @@ def occupancy_series(trace_or_cols) -> pa.Table:
 
 
 def export_inputs(trace: Trace) -> tuple[Trace, pa.Table | None]:
-    """What the exporters draw for ``trace`` (fa4trace.perfetto, fa4trace.chrome): for a bundle
+    """What the exporters draw for ``trace`` (fa4trace.export.perfetto, fa4trace.export.chrome): for a bundle
     of an automatically traced kernel, the trace with its warps' roles assigned and its stage
     occupancy series (the Perfetto export's "stages held" counters); any other bundle as it is,
     and None. The exporters do no analysis of their own."""
@@ -432,7 +432,7 @@ def summarize_kernel(trace: Trace, roles=None) -> dict:
 
 
 def _mma_flight(c: AutoCols, vocab) -> dict | None:
-    """MMA groups in flight (fa4trace.mma_flight) and how much of each named span they overlap."""
+    """MMA groups in flight (fa4trace.analysis.mma_flight) and how much of each named span they overlap."""
     from .mma_flight import mma_in_flight, overlap_share
 
     fl = mma_in_flight(c)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .errors import MissingDependency
+from ..format.errors import MissingDependency
 
 # import name -> (what a person installs, the extra that brings it); the extras are pyproject.toml's
 PACKAGES = {

@@ -1,9 +1,9 @@
-"""The kinds of kernel ``fa4trace.loader`` can get, each registered once by name.
+"""The kinds of kernel ``fa4trace.run.loader`` can get, each registered once by name.
 
 A ``KernelKind`` says where the kind's AOT builds live (an environment variable and a default
 folder), which Python packages a JIT compile needs besides the CuTe DSL, how to compile one
 kernel of it here, and the command that makes a build. The loader looks kinds up here and knows
-none itself; the kinds fa4trace ships are registered by ``fa4trace.kernel_kinds``, and any
+none itself; the kinds fa4trace ships are registered by ``fa4trace.kinds``, and any
 other package registers its own with ``register``.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .errors import Fa4traceError
+from ..format.errors import Fa4traceError
 
 
 @dataclass(frozen=True)

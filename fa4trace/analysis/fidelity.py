@@ -1,7 +1,7 @@
 """How much a trace slowed what it shows, measured in the launch it comes from.
 
 Kernels compiled by fa4trace.auto stamp every CTA's start and end into the trace buffer,
-whether the CTA records or runs the untouched copy of the body (fa4trace.layout, the
+whether the CTA records or runs the untouched copy of the body (fa4trace.format.layout, the
 CTA-lifetime region; the bundle's ``cta_lifetimes``). ``perturbation(trace)`` compares the
 durations of the CTAs that recorded with those of the CTAs that did not, in the same launch:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .bundle import Trace
+from ..trace.bundle import Trace
 
 MIN_CTAS = 5  # fewer CTAs than this in either set: the comparison is noisy (caveat), or not made
 UNEQUAL_WORK_SPREAD = 0.25  # untraced CTAs' p90 / p10 above 1 + this: the CTAs do unequal work

@@ -28,7 +28,7 @@ every CTA, recording or not: lane 0 of each warp does ``red.global.max.u64`` of 
 warp enters the kernel and of end as it leaves, so l0 ends as ~(earliest start), l1 as the
 latest end, and a zeroed buffer needs no other initialization (0 = not timed). CTAs at or
 beyond lifetime_ctas are not timed. It lets a bundle compare the recorded CTAs' durations with
-those of the CTAs that ran the untouched body in the same launch (fa4trace.fidelity). Builds
+those of the CTAs that ran the untouched body in the same launch (fa4trace.analysis.fidelity). Builds
 made before the region existed leave it zero; kernels with their own ``Recorder`` never write it.
 
 Warp header (written by lane 0 of the warp: words 0-4 at start, 5-7 at finish):

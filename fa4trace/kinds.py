@@ -1,4 +1,4 @@
-"""The kernel kinds fa4trace ships, registered into ``fa4trace.kernel_registry``.
+"""The kernel kinds fa4trace ships, registered into ``fa4trace.run.registry``.
 
 * ``fa4trace.kernels``' kinds (``kernels.KINDS``: calibration, markers, attention): a JIT
   compile is the matching entry of ``kernels.aot_variants``; builds come from ``fa4trace build``
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .errors import Fa4traceError
-from .kernel_registry import KernelKind, Loaded, register
+from .format.errors import Fa4traceError
+from .run.registry import KernelKind, Loaded, register
 
 FA4 = "fa4"
 

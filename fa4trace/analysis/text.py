@@ -1,6 +1,6 @@
 """Text of `fa4trace summary` / `compare` for bundles of automatically traced kernels.
 
-The numbers are fa4trace.kernel_analysis's (summarize_kernel, compare_kernels), formatted only;
+The numbers are fa4trace.analysis.kernel's (summarize_kernel, compare_kernels), formatted only;
 lines that would only say "nothing" (idle warps' fractions, a pipeline with no recorded fill)
 are left out of the text (the JSON keeps them).
 """
@@ -92,12 +92,13 @@ def format_kernel_summary(s: dict) -> str:
 
 
 def perturbation_text(p: dict | None, label: str = "perturbation") -> list[str]:
-    """fa4trace.fidelity's lines, labelled like the summary's other rows."""
+    """fa4trace.analysis.fidelity's lines, labelled like the summary's other rows."""
     lines = perturbation_lines(p)
     return [f"  {label if i == 0 else '':14s} {x}" for i, x in enumerate(lines)]
 
 
-def _fmt(key: str, v) -> str:
+def fmt_value(key: str, v) -> str:
+    """One metric's value as printed (share, ns or number by its key; "n/a" when absent)."""
     if v is None:
         return "n/a"
     if key.endswith(("busy", "waiting", "idle", "_share")):
@@ -109,7 +110,8 @@ def _fmt(key: str, v) -> str:
     return str(v)
 
 
-def _delta(key: str, a, b) -> str:
+def fmt_delta(key: str, a, b) -> str:
+    """B - A of one metric as printed, in its key's unit ("" when either is absent)."""
     if a is None or b is None:
         return ""
     d = b - a
@@ -137,17 +139,17 @@ def label(key: str) -> str:
 
 
 def format_kernel_compare(c: dict) -> str:
-    from .kernel_analysis import metric_pairs
+    from .kernel import metric_pairs
 
     out = [f"{'':28s}{'A: ' + c['a']['name']:>24s}  {'B: ' + c['b']['name']:>24s}  {'B − A':>18s}"]
     for key, a, b in metric_pairs(c["a"], c["b"]):
-        out.append(f"{label(key):28s}{_fmt(key, a):>24s}  {_fmt(key, b):>24s}  {_delta(key, a, b):>18s}")
+        out.append(f"{label(key):28s}{fmt_value(key, a):>24s}  {fmt_value(key, b):>24s}  {fmt_delta(key, a, b):>18s}")
     for which in ("a", "b"):
         out += perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation")
     if c.get("speed"):
         out.append(c["speed"])
     elif (c.get("differs") or {}).get("config"):
-        from .analysis import diff_text
+        from .overlap import diff_text
 
         out.append(f"note: A and B ran different configs ({diff_text(c['differs']['config'])})")
     return "\n".join(out)

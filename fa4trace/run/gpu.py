@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from .errors import DeviceUnavailable
+from ..format.errors import DeviceUnavailable
 
 
 def require_cuda():

@@ -1,8 +1,8 @@
 """`fa4trace check`: can fa4trace be trusted on this GPU? The plan, the run and the output folder.
 
-The GPU work lives in ``fa4trace.check_rows`` (one small function per check), the rows, the
-verdict rules and the reports in ``fa4trace.check_report``, the guard words and the Perfetto
-slice count in ``fa4trace.check_probes``; this module decides which checks run here, runs each
+The GPU work lives in ``fa4trace.check.rows`` (one small function per check), the rows, the
+verdict rules and the reports in ``fa4trace.check.report``, the guard words and the Perfetto
+slice count in ``fa4trace.check.probes``; this module decides which checks run here, runs each
 so that one failing check never stops the others, and writes the report into the output folder.
 
 Exit codes of the command: 0 usable, 3 usable with warnings, 1 not usable, 2 no CUDA GPU here
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .check_report import GROUPS, Report, Row, failed
-from .errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
+from ..format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
+from .report import GROUPS, Report, Row, failed
 
 EXIT_NO_GPU = 2
 NO_GPU_MESSAGE = "no CUDA GPU here: fa4trace check needs one"
@@ -68,8 +68,8 @@ def plan(ctx, route: dict) -> tuple[list[Row], list]:
     first), the first also timed for the cost of tracing."""
     from functools import partial
 
-    from . import check_rows as R
-    from .kernels.decode_spec import SCHEDULES
+    from ..kernels.decode_spec import SCHEDULES
+    from . import rows as R
 
     rows = R.route_rows(ctx, route)
     steps = []
@@ -101,7 +101,7 @@ def run_checks(out_dir, *, build=None, fa4_build=None, quick: bool = False, forc
     the others still run), write the bundles and check.json into ``out_dir``, return the
     Report. Raises NoGpu where there is no CUDA GPU. ``shape``: d, hq, hkv, sk, b, sq of the
     attention rows (the overlap ranges hold for the default, d128 16:1 sk 32768 b 1)."""
-    from . import check_rows as R
+    from . import rows as R
 
     gpu = R.detect_gpu()
     if gpu is None:

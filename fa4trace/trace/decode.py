@@ -13,7 +13,7 @@ SM; the warp's two anchors tie it to the global timer). A warp that lived too fe
 ticks for a precise ratio borrows the median ratio of its SM's long-lived warps (else the
 launch's), and the row of that warp says so in the launch summary.
 
-A buffer with a CTA-lifetime region (fa4trace.layout) also yields each timed CTA's start and
+A buffer with a CTA-lifetime region (fa4trace.format.layout) also yields each timed CTA's start and
 end (absolute %globaltimer ns) and whether it recorded: ``DecodedLaunch.cta_lifetimes``.
 """
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from . import layout as L
-from .errors import TraceFormatError
-from .vocab import VOCAB, WARP_EVENT_ID, Vocabulary
+from ..format import layout as L
+from ..format.errors import TraceFormatError
+from ..format.vocab import VOCAB, WARP_EVENT_ID, Vocabulary
 
 U32 = np.uint64(0xFFFFFFFF)
 # A warp whose anchors are closer than this many ns (~62 globaltimer ticks on H200) takes a
@@ -317,7 +317,7 @@ def _outside_lifetime(lifetimes: dict, cta, gt0, gt1) -> int:
 
 def decode_lifetimes(words: np.ndarray, spec: L.BufferSpec, recorded_ctas: np.ndarray,
                      grid_ctas: int | None = None) -> dict | None:
-    """The CTA-lifetime region (fa4trace.layout) as numpy arrays by CTA index: ``cta``,
+    """The CTA-lifetime region (fa4trace.format.layout) as numpy arrays by CTA index: ``cta``,
     ``start_gt`` / ``end_gt`` (absolute %globaltimer ns) and ``recorded`` (the CTA is one of
     ``recorded_ctas``, those with warp slots). Entries never written (CTAs beyond the grid, or
     a build that does not stamp) are left out; None when none was written. An entry with only

@@ -1,7 +1,7 @@
 """The GPU side of `fa4trace check`: one small function per check, each returning Rows.
 
 Every function catches what its kernels raise and turns it into a fail row with the one-line
-error, so one broken kernel never stops the others (``fa4trace.check.run_checks`` also
+error, so one broken kernel never stops the others (``fa4trace.check.run.run_checks`` also
 guards each function as a whole). Thresholds are the ones the GPU tests assert on the H200
 (tests/gpu/): a row that passes here is what those tests call correct.
 """
@@ -15,9 +15,9 @@ from typing import Optional
 
 import numpy as np
 
-from .check_report import Row, failed
-from .fidelity import WARN as PERTURBATION_WARN
-from .fidelity import headline, perturbation, perturbation_lines
+from ..analysis.fidelity import WARN as PERTURBATION_WARN
+from ..analysis.fidelity import headline, perturbation, perturbation_lines
+from .report import Row, failed
 
 REPORT_BUG = "report it with the check folder (--out) attached"
 # What each of our schedules overlaps in its own trace, at the check's shape (d128 16:1 sk 32768
@@ -66,7 +66,7 @@ def detect_gpu() -> Optional[dict]:
         return None
     if not torch.cuda.is_available():
         return None
-    from .gpu import gpu_facts
+    from ..run.gpu import gpu_facts
 
     return gpu_facts()
 
@@ -74,7 +74,7 @@ def detect_gpu() -> Optional[dict]:
 def detect_route(ctx: Context) -> dict:
     """How kernels get here: "jit" (compiled with the CuTe DSL), "aot:<folder>" (an AOT build)
     or "none", for fa4trace's kernels and for FlashAttention-4."""
-    from . import loader
+    from ..run import loader
 
     def one(kind, build):
         if loader.use_jit(build, kind):
@@ -98,7 +98,7 @@ def route_rows(ctx: Context, route: dict) -> list[Row]:
 # ---- the timer calibration kernel ------------------------------------------------------------
 def timer_rows(ctx: Context) -> list[Row]:
     """globaltimer tick, clock64 rate, skew across SMs, cycles→ns error per warp."""
-    from .record import ANCHOR_SLACK_NS, record_calibration
+    from ..probes.calibration import ANCHOR_SLACK_NS, record_calibration
 
     nxt = f"timestamps on this GPU are not trustworthy; {REPORT_BUG}"
     try:
@@ -165,11 +165,12 @@ def recorder_rows(ctx: Context) -> list[Row]:
     a deliberately small buffer between guard words."""
     import torch
 
-    from . import layout as L
-    from . import loader
-    from .check_probes import buffer_view, guard_damage, guarded_buffer
-    from .decode import decode_buffer
-    from .record import MARKER_WARPS, TracedLaunch, marker_inputs, record
+    from ..format import layout as L
+    from ..probes.markers import MARKER_WARPS, marker_inputs
+    from ..run import loader
+    from ..run.record import TracedLaunch, record
+    from ..trace.decode import decode_buffer
+    from .probes import buffer_view, guard_damage, guarded_buffer
 
     n, iters, chain, cap = MARKER_CTAS, MARKER_ITERS, MARKER_CHAIN, SMALL_CAPACITY
     warps = n * MARKER_WARPS
@@ -257,7 +258,7 @@ def _inputs(shape: dict, seed: int):
 def _ref_row(group: str, label: str, q, k, v, out, nxt: str) -> Row:
     import torch
 
-    from .attention import reference, rel_error
+    from ..attention import reference, rel_error
 
     torch.cuda.synchronize()
     err = rel_error(out, reference(q, k, v)[0])
@@ -269,11 +270,11 @@ def _ref_row(group: str, label: str, q, k, v, out, nxt: str) -> Row:
 def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlaps, nxt: str) -> list[Row]:
     """Save the bundle, read it back, convert it to Perfetto (slices == rows, nothing
     dropped), and judge the overlap the schedule should show."""
-    from .analysis import summarize
-    from .bundle import load
-    from .check_probes import perfetto_slices
-    from .kernel_analysis import export_inputs
-    from .perfetto import to_perfetto
+    from ..analysis.kernel import export_inputs
+    from ..analysis.overlap import summarize
+    from ..export.perfetto import to_perfetto
+    from ..trace.bundle import load
+    from .probes import perfetto_slices
 
     rows = []
     try:
@@ -325,7 +326,7 @@ def _cost_row(label: str, plain_us: float, traced_us: float, how: str) -> Row:
 
 
 def perturbation_row(label: str, trace) -> Row:
-    """What the bundle measured of its own perturbation (fa4trace.fidelity): its recorded CTAs
+    """What the bundle measured of its own perturbation (fa4trace.analysis.fidelity): its recorded CTAs
     against the untraced ones of the launch, else its plain twin; skip where neither was
     measured. Warns above COST_WARN, as the cost rows do."""
     p = perturbation(trace)
@@ -354,8 +355,8 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     """Our decode kernel, one schedule: vs fp32, traced == untraced, bundle → Perfetto, overlap."""
     import torch
 
-    from . import attention as A
-    from .record import record_attention
+    from .. import attention as A
+    from ..attention.record import record_attention
 
     label = f"ours {schedule}"
     nxt = f"do not trust our decode kernel on this GPU; {REPORT_BUG}"
@@ -406,7 +407,7 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
     with ``cost``, what tracing costs it)."""
     import torch
 
-    from .fa4.run import call_args, fa4_arch, load_fn, record
+    from ..fa4.run import call_args, fa4_arch, load_fn, record
 
     label = f"FA4 {schedule}"
     nxt = f"do not trust FA4 traces on this GPU (our own rows still hold); {REPORT_BUG}"
@@ -448,9 +449,9 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
 def _fa4_cost(ctx, arch, kw, trace, q, k, v, scale, plain_args, plain, label) -> Row:
     import torch
 
-    from . import layout as L
-    from .bench.timing import graph_time
-    from .fa4.run import call_args, load_fn
+    from ..fa4.run import call_args, load_fn
+    from ..format import layout as L
+    from ..run.timing import graph_time
 
     traced = load_fn(arch, traced=True, **kw)
     ln = trace.meta["launches"][0]

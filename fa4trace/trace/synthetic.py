@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import layout as L
-from .vocab import EV, ROLE
+from ..format import layout as L
+from ..format.vocab import EV, ROLE
 
 
 @dataclass
@@ -193,7 +193,7 @@ AUTO_FIRST_ID = 32  # automatic events take ids from here on
 def pipelined_vocab(stages: int, pipeline: str = PIPELINE):
     """The shared vocabulary plus the automatic events of :func:`pipelined_like` (ids >= 32),
     with the fields fa4trace.instrument gives them (family, op, resource, stages)."""
-    from .vocab import VOCAB
+    from ..format.vocab import VOCAB
 
     v = VOCAB.copy()
     for i, (name, fam, op, res, _span, color) in enumerate(_AUTO_EVENTS):
@@ -328,7 +328,7 @@ def sampled_like(*, n_ctas: int = 64, sms: int = 8, cta_first: int = 0, cta_stri
                  jitter: float = 0.01, warps_per_cta: int = 2, lifetime_ctas: int | None = None,
                  split: bool = True, seed: int = 0):
     """A launch of ``n_ctas`` CTAs on ``sms`` CTA slots, taken in CTA order as slots free up
-    (known answers for fa4trace.fidelity's tests; marked synthetic).
+    (known answers for fa4trace.analysis.fidelity's tests; marked synthetic).
 
     CTA i runs ``work_ns`` x (1 + a uniform draw in ±``work_spread``) x (1 + ``jitter`` noise),
     x (1 + ``slowdown``) when it records, x (1 + ``opening_extra``) when it starts in the first

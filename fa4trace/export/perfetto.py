@@ -22,12 +22,12 @@ with a startup command (fa4trace.viewer.perfetto_ui); elsewhere, Perfetto's comm
 track groups" does it.
 
 Slices on one track must nest strictly (BEGIN/END): async spans (MMA in flight) and spans that
-would cross another live on tracks of their own, placed by :func:`fa4trace.tracks.layout_tracks`
+would cross another live on tracks of their own, placed by :func:`fa4trace.export.tracks.layout_tracks`
 (the layout the Chrome export and the viewer's timeline use too).
 
 The exporter draws what it is given: the ``role`` column names the warp tracks, and stage
 occupancy comes in as a table (``occupancy=``). For bundles of automatically traced kernels,
-:func:`fa4trace.kernel_analysis.export_inputs` assigns the roles and computes the series first.
+:func:`fa4trace.analysis.kernel.export_inputs` assigns the roles and computes the series first.
 The export runs in phases, one function each: columns and layout (:func:`_columns`), the slice
 packets (:func:`_slices`), the counter tracks (:func:`_counters`), their encoding
 (:func:`_encode`), the track tree (:func:`_track_tree`) and each sequence's first packet
@@ -84,9 +84,9 @@ import numpy as np
 import pyarrow as pa
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from ..format.vocab import Vocabulary
 from ._io import write_parts
 from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, stable_order, vocab_of
-from .vocab import Vocabulary
 
 __all__ = ["to_perfetto", "PerfettoStats"]
 
@@ -684,9 +684,9 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
     Perfetto protobuf trace to a path or a binary file object.
 
     Tracks are named by the ``role`` column as given: for bundles of automatically traced
-    kernels, :func:`fa4trace.kernel_analysis.export_inputs` assigns the roles (and gives the
+    kernels, :func:`fa4trace.analysis.kernel.export_inputs` assigns the roles (and gives the
     ``occupancy`` series) first. occupancy: stage-occupancy step series (rows of
-    :func:`fa4trace.kernel_analysis.occupancy_series`: launch, cta, pipeline, t_ns, stages_full),
+    :func:`fa4trace.analysis.kernel.occupancy_series`: launch, cta, pipeline, t_ns, stages_full),
     drawn as a "<pipeline> stages held" counter per CTA and pipeline; None: none.
     compress: wrap the packets in zlib ``compressed_packets`` batches of ~chunk_bytes.
     flows: QK(i) -> SOFTMAX(i) -> PV(i) flow arrows. iterations: ``iter`` debug annotation.

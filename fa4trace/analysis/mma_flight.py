@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analysis import Columns, group_ids, overlap_length
+from .overlap import Columns, group_ids, overlap_length
 
 FLIGHT_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("warp", pa.int16()),
                            ("start_ns", pa.int64()), ("end_ns", pa.int64())])
@@ -58,7 +58,7 @@ def mma_in_flight(trace_or_cols) -> pa.Table:
 def overlap_share(trace_or_cols, span: str, flight: pa.Table | None = None) -> float | None:
     """Share of the time in ``span`` spans during which the same warp had an MMA group in flight.
 
-    One sweep per warp (``analysis.overlap_length``: the spans' union against the groups'
+    One sweep per warp (``overlap.overlap_length``: the spans' union against the groups'
     union). A warp's spans of one name are disjoint (a hooked call inside another records
     nothing), so their union is their total time."""
     c = _cols(trace_or_cols)

@@ -3,8 +3,8 @@ are both present, else loaded from an AOT build folder.
 
 The loader is the same for every kind of kernel: what differs (where a kind's builds live, what
 its JIT compile needs, how it compiles) is the kind's ``KernelKind`` in
-``fa4trace.kernel_registry``; the kinds fa4trace ships (``fa4trace.kernel_kinds``) are
-registered when this module is imported. Both routes give the same callable (a tvm-ffi function
+``fa4trace.run.registry``; the kinds fa4trace ships (``fa4trace.kinds``) are
+registered when ``fa4trace`` is imported. Both routes give the same callable (a tvm-ffi function
 taking torch CUDA tensors), so launch code does not care which one it got. JIT compiles and
 opened build folders are cached per process.
 """
@@ -16,13 +16,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from . import kernel_kinds
-from .errors import DeviceUnavailable, Fa4traceError
-from .kernel_registry import Loaded, get
+from ..format.errors import DeviceUnavailable, Fa4traceError
+from .registry import Loaded, get
 
 __all__ = ["Loaded", "build_dir", "can_jit", "gpu_arch", "load", "open_build", "use_jit"]
-
-kernel_kinds.register_shipped()
 
 
 def gpu_arch(device: int = 0) -> str:

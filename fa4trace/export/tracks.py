@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .vocab import VOCAB, Vocabulary
+from ..format.vocab import VOCAB, Vocabulary
 
 __all__ = ["EventColumns", "event_columns", "TrackLayout", "layout_tracks", "stable_order", "vocab_of"]
 

@@ -7,10 +7,10 @@ grid/block per launch, total dropped records, recording date, which CTAs were re
 and the event vocabulary the bundle was decoded with.
 
 ``cta_lifetimes`` (where the launches' buffers had a CTA-lifetime region that the kernel
-wrote; fa4trace.layout): one row per timed CTA of every launch, as columns of equal length:
+wrote; fa4trace.format.layout): one row per timed CTA of every launch, as columns of equal length:
 ``launch``, ``cta``, ``start_ns`` / ``end_ns`` (on the events' time axis: ns from the
 bundle's ``t0_globaltimer_ns``; a CTA that did not record may start before it, so negative
-values occur) and ``recorded`` (0/1: the CTA has warps in the events table). fa4trace.fidelity
+values occur) and ``recorded`` (0/1: the CTA has warps in the events table). fa4trace.analysis.fidelity
 reads it; readers that do not know the key ignore it. ``instrument.plain_twin`` (optional,
 {"plain_ns", "traced_ns"}): the traced launch and its plain build timed next to each other,
 where every CTA records and the launch cannot measure itself.
@@ -28,10 +28,10 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
+from .. import __version__
+from ..format.errors import Fa4traceError, TraceFormatError, WouldOverwrite
+from ..format.vocab import VOCAB, Vocabulary
 from .decode import SCHEMA, DecodedLaunch
-from .errors import Fa4traceError, TraceFormatError, WouldOverwrite
-from .vocab import VOCAB, Vocabulary
 
 META_KEY = b"fa4trace"
 BUNDLE_FORMAT = "fa4trace-bundle"

@@ -15,16 +15,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analysis import Columns, group_ids
-from .bundle import Trace
-from .vocab import Vocabulary
+from ..format.vocab import Vocabulary
+from ..trace.bundle import Trace
+from .overlap import Columns, group_ids
 
 KINDS = ("span", "instant", "warp")
 
 
 def is_wait_op(op: str) -> bool:
     """Whether an automatic event's op is a wait (see the module docstring)."""
-    from .vocab import WAIT_OPS
+    from ..format.vocab import WAIT_OPS
 
     return op in WAIT_OPS or op.endswith("wait")
 

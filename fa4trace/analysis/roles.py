@@ -24,9 +24,9 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
+from ..format.errors import Fa4traceError
+from ..trace.bundle import Trace
 from .autoevents import AutoCols
-from .bundle import Trace
-from .errors import Fa4traceError
 
 ROLE_ORDER = ("producer", "mma", "consumer", "epilogue", "unknown", "idle")  # display order
 SOURCES = ("given", "instrument", "recorded", "inferred")

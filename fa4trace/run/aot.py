@@ -25,12 +25,12 @@ import shutil
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import layout as L
-from .errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
+from ..format import layout as L
+from ..format.entry import Entry
+from ..format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
 
 MANIFEST = "manifest.json"
 LIBRARY = "fa4trace_kernels.so"
@@ -39,13 +39,6 @@ LIBRARY = "fa4trace_kernels.so"
 BUILD_FORMAT = 2
 RUNTIME_LIB = "libcute_dsl_runtime.so"
 DEFAULT_RUNTIME = "cu13"
-
-
-@dataclass
-class Entry:
-    name: str  # exported symbol name (also the key in the manifest)
-    kind: str  # e.g. "calibration", "markers", "attention", "combine"
-    config: dict[str, Any] = field(default_factory=dict)
 
 
 def _link_flags() -> list[str]:
@@ -101,7 +94,7 @@ def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.Path
 def write_manifest(out_dir: str | os.PathLike, arch: str, functions: dict[str, dict], *,
                    runtime: str = DEFAULT_RUNTIME) -> None:
     """The build folder's manifest.json: what was built, for which GPU, with which recorder."""
-    from . import __version__
+    from .. import __version__
 
     manifest = {
         "build_format": BUILD_FORMAT,

@@ -1,0 +1,91 @@
+"""Run instrumented kernels on the GPU and turn their buffers into bundles.
+
+kernel (launch with a trace buffer) -> buffer (torch tensor) -> decode -> Trace
+The launch itself is the caller's (a closure taking the trace tensor): ``record`` owns the
+buffer's life, the decode and the metadata, for every kernel alike. The recordings of
+fa4trace's own kernels are built on it: ``fa4trace.attention.record`` (our decode attention),
+``fa4trace.probes`` (the calibration and marker kernels).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..format import layout as L
+from ..format.vocab import VOCAB
+from ..trace.bundle import Trace
+from ..trace.decode import decode_buffer
+from .gpu import gpu_facts, require_cuda
+
+
+@dataclass
+class TracedLaunch:
+    """One kernel launch to record: how to run it given a trace tensor, and what it is."""
+
+    kernel: str
+    grid_ctas: int
+    warps_per_cta: int
+    run: Callable  # run(trace_tensor) launches the kernel once (asynchronously is fine)
+    grid: tuple = (1, 1, 1)
+    block: tuple = (1, 1, 1)
+    capacity: int = 1024
+    cta_first: int = 0
+    cta_stride: int = 1
+    max_ctas: int | None = None
+    warps: tuple | None = None  # warp indices that record (None: every warp of the CTA)
+    extra: dict = field(default_factory=dict)
+
+    def spec(self) -> L.BufferSpec:
+        return L.BufferSpec.for_grid(self.grid_ctas, self.warps_per_cta, self.capacity,
+                                     cta_first=self.cta_first, cta_stride=self.cta_stride,
+                                     max_ctas=self.max_ctas, warps=self.warps)
+
+
+def new_trace_tensor(spec: L.BufferSpec, device="cuda"):
+    torch = require_cuda()
+    return torch.from_numpy(spec.new_buffer().view(np.int64)).to(device)
+
+
+def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: dict | None = None,
+           notes: str | None = None, vocab=None) -> Trace:
+    """Launch each (in order, one buffer each), wait, decode, and join into one Trace.
+    ``vocab``: the kernel's event vocabulary where it records more than the attention one."""
+    torch = require_cuda()
+    vocab = vocab or VOCAB
+    bufs = []
+    for ln in launches:
+        buf = new_trace_tensor(ln.spec())
+        ln.run(buf)
+        bufs.append(buf)
+    torch.cuda.synchronize()
+    decoded = [decode_buffer(b.cpu().numpy(), launch_index=i, grid_ctas=ln.grid_ctas, vocab=vocab)
+               for i, (ln, b) in enumerate(zip(launches, bufs))]
+    launch_meta = []
+    for ln in launches:
+        spec = ln.spec()
+        subset = spec.n_cta_slots < ln.grid_ctas
+        launch_meta.append({
+            "kernel": ln.kernel, "grid": list(ln.grid), "block": list(ln.block),
+            "grid_ctas": ln.grid_ctas, "recorded_ctas": f"{spec.cta_first}:{spec.cta_first + spec.n_cta_slots * spec.cta_stride}:{spec.cta_stride}",
+            "cta_subset": subset, "warp_subset": spec.warp_subset,
+            **ln.extra,
+        })
+    meta = {
+        "kernel": kernel,
+        "config": config,
+        "gpu": gpu_facts(),
+        "launches": launch_meta,
+        "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "clock": {"globaltimer_tick_ns_expected": 32},
+        "cta_subset": any(m["cta_subset"] for m in launch_meta),
+        "warp_subset": next((m["warp_subset"] for m in launch_meta if m["warp_subset"]), None),
+    }
+    if timing:
+        meta["timing"] = timing
+    if notes:
+        meta["notes"] = notes
+    return Trace.from_launches(decoded, meta, vocab=vocab)
