@@ -82,7 +82,7 @@ def quack_gemm_entry(arch_major: int = 9, dynamic: bool = False):
 
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
-                       cursor: str = "smem", l2: str = "first", probe: str = "", split: bool = True,
+                       cursor: str = "smem", l2: str = "first", split: bool = True,
                        dynamic: bool = False, cta_lifetimes: bool = True):
     """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
@@ -92,7 +92,7 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
     entry, args, cls = quack_gemm_entry(9 if arch.startswith("sm_90") else 10, dynamic=dynamic)
     opts = "--enable-tvm-ffi" + (" --keep-ptx" if keep_ptx else "")
     return compile_traced(entry, *args, kernels=[cls], families=FAMILIES if families is None else families,
-                          check=check, options=opts, cursor=cursor, l2=l2, split=split, _probe=probe,
+                          check=check, options=opts, cursor=cursor, l2=l2, split=split,
                           cta_lifetimes=cta_lifetimes)
 
 
@@ -100,18 +100,16 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
 VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_gmem", "gmem", None, "first"),
             ("_pipeline", "smem", ("pipeline",), "first"), ("_mma", "smem", ("mma",), "first"),
             ("_tma", "smem", ("tma",), "first"), ("_barrier", "smem", ("barrier",), "first"),
-            ("_none", "smem", (), "first"), ("_mma_notimer", "smem", ("mma",), "first"),
-            ("_mma_nostore", "smem", ("mma",), "first"), ("_mma_nocursor", "smem", ("mma",), "first"),
-            ("_mma_norecords", "smem", ("mma",), "first")]
+            ("_none", "smem", (), "first")]
 
 
 # FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans)
-FA4_VARIANTS = [("_spans_nocursor", (), True), ("_spans_norecords", (), True), ("_spans_notimer", (), True), ("_spans_nostore", (), True), ("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
+FA4_VARIANTS = [("_l2last", None, True), ("_nospans", None, False), ("_pipeline", ("pipeline",), False), ("_mma", ("mma",), False),
                 ("_barrier", ("barrier",), False), ("_tma", ("tma",), False), ("_spans", (), True), ("_none", (), False)]
 
 
 def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = True, cursor: str = "smem",
-                        families=None, spans: bool = True, l2: str = "first", probe: str = ""):
+                        families=None, spans: bool = True, l2: str = "first"):
     """FA4's SM90 forward for a prefill shape, through FA4's own interface (its tile, its
     schedule), instrumented by the generic layer plus two named spans (softmax, rescale)."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -126,8 +124,7 @@ def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = T
         from fa4trace.auto.events import FAMILIES
 
         c = compile_traced(cap.kernel, *cap.args, spans=FA4_SPANS if spans else None, check=check, cursor=cursor,
-                           families=FAMILIES if families is None else families, options=opts, l2=l2,
-                           _probe=probe)
+                           families=FAMILIES if families is None else families, options=opts, l2=l2)
     return c, cap.config
 
 
@@ -136,6 +133,31 @@ def decode_shape():
 
     p = DECODE
     return Shape(b=p["b"], sq=p["sq"], hq=p["hq"], hkv=p["hkv"], sk=p["sk"], d=p["d"], dtype="bf16")
+
+
+def decode_inputs(sms: int, n_sets: int = 8):
+    """(split plan, ``n_sets`` input sets (q, k, v, out), workspace) for our decode kernel at
+    DECODE's shape on a GPU of ``sms`` SMs: what a benchmark replays through its launches."""
+    import torch
+
+    from fa4trace.attention.api import variant_for
+    from fa4trace.attention.planner import plan_splits
+
+    d, shape = DECODE, decode_shape()
+    variant = variant_for(shape, d["schedule"])
+    plan = plan_splits(shape, variant.tile_n, sms, None, variant.block_rows)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sets = []
+    for _ in range(n_sets):
+        q = torch.randn(d["b"], d["sq"], d["hq"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        kk = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        vv = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
+        sets.append((q, kk, vv, torch.empty_like(q)))
+    n_o, n_l = plan.workspace_floats(shape)
+    ws = (torch.empty((d["b"], d["hq"], d["sq"]), dtype=torch.float32, device="cuda"),
+          torch.empty(n_o, dtype=torch.float32, device="cuda"), torch.empty(n_l, dtype=torch.float32, device="cuda"),
+          torch.zeros(4096, dtype=torch.int32, device="cuda"))
+    return plan, sets, ws
 
 
 def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "first", families=None):
@@ -161,13 +183,10 @@ def build(out: str, force: bool) -> None:
     t = time.time()
     ents = {}
     for suffix, cursor, fams, l2 in VARIANTS:
-        c = compile_quack_gemm(cursor=cursor, families=fams, check=not ents, l2=l2,
-                               probe={"_mma_notimer": "no_timer", "_mma_nostore": "no_store", "_mma_nocursor": "no_cursor",
-                                      "_mma_norecords": "no_records"}.get(suffix, ""))
+        c = compile_quack_gemm(cursor=cursor, families=fams, check=not ents, l2=l2)
         ents.update(entries("quack_gemm_sm90" + suffix, c,
                             {"kernel": "quack GemmSm90", "tile": list(TILE), "cluster": list(CLUSTER),
                              "quack": _version("quack-kernels"), "cursor": cursor, "l2": l2,
-                             "probe": suffix[5:] if "_mma_no" in suffix else "",
                              "families": sorted(c.meta["families"])}))
     for causal in (False, True):
         c, cfg = compile_fa4_prefill(causal=causal)
@@ -176,11 +195,9 @@ def build(out: str, force: bool) -> None:
                                  cursor="smem", families=sorted(c.meta["families"]), spans=sorted(FA4_SPANS))))
     for sfx, fams, sp in FA4_VARIANTS:
         c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False,
-                                     l2="last" if sfx == "_l2last" else "first",
-                                     probe={"_spans_notimer": "no_timer", "_spans_nostore": "no_store", "_spans_nocursor": "no_cursor",
-                                            "_spans_norecords": "no_records"}.get(sfx, ""))
+                                     l2="last" if sfx == "_l2last" else "first")
         ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
-                            dict(cfg, kernel="FA4 prefill", cursor="smem", l2=c.meta["l2"], probe=sfx[7:] if "_spans_no" in sfx else "",
+                            dict(cfg, kernel="FA4 prefill", cursor="smem", l2=c.meta["l2"],
                                  families=sorted(c.meta["families"]),
                                  spans=sorted(FA4_SPANS) if sp else [])))
     for sfx, l2 in (("", "first"), ("_l2last", "last")):
@@ -258,10 +275,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         for nm in names:
             cfg = BuildDir(build_dir).functions[nm]["config"]
             rows.append({"kernel": "quack GemmSm90", "shape": f"{m}x{n}x{k}", "build": nm,
-                         "cursor": cfg["cursor"] + (", L2 evict_last" if cfg.get("l2") == "last" else "")
-                         + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",
-                            "nocursor": " (diagnosis: records, no cursor store)",
-                            "norecords": " (diagnosis: cursor store, no records)"}.get(cfg.get("probe", ""), ""),
+                         "cursor": cfg["cursor"] + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
                          "families": "+".join(cfg["families"]) or "lifetimes only",
                          "plain_us": round(tp, 2), "traced_us": round(med[nm], 2),
                          "cost_pct": round(100 * (med[nm] / tp - 1), 2),
@@ -361,10 +375,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
             rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
                          "build": nm, "cursor": "smem" + (", L2 evict_last" if cfg.get("l2") == "last" else ""),
                          "families": ("+".join(cfg["families"]) or "lifetimes only")
-                         + (" + softmax, rescale spans" if cfg.get("spans") else "")
-                         + {"notimer": " (diagnosis: no timer reads)", "nostore": " (diagnosis: no record stores)",
-                            "nocursor": " (diagnosis: records, no cursor store)",
-                            "norecords": " (diagnosis: cursor store, no records)"}.get(cfg.get("probe", ""), ""),
+                         + (" + softmax, rescale spans" if cfg.get("spans") else ""),
                          "plain_us": round(mp, 2), "traced_us": round(mo, 2), "cost_pct": round(100 * (mo / mp - 1), 2)})
             print(json.dumps(rows[-1]), flush=True)
         flops = 4 * p["b"] * p["h"] * p["seqlen"] ** 2 * p["d"] / (2 if variant == "causal" else 1)

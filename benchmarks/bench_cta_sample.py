@@ -68,8 +68,6 @@ def _cases(bdir: str):
     """(kernel, shape, build base name, args(i), input sets, grid CTAs, [(sample label, ctas, stride)], per graph)."""
     import torch
 
-    from fa4trace.attention.api import variant_for
-    from fa4trace.attention.planner import plan_splits
     from fa4trace.auto.build import load
     from fa4trace.fa4.run import call_args
 
@@ -102,20 +100,8 @@ def _cases(bdir: str):
                f"fa4_{v}", lambda i, s=sets, pr=params: call_args(pr, q=s[i][0], k=s[i][1], v=s[i][2], out=s[i][3],
                                                                  softmax_scale=scale, trace=None),
                4, n_ctas, [("128 spread", 128, n_ctas // 128), ("first 256 (default)", 256, 1)], 2)
-    d, shape = ak.DECODE, ak.decode_shape()
-    variant = variant_for(shape, d["schedule"])
-    plan = plan_splits(shape, variant.tile_n, sms, None, variant.block_rows)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    sets = []
-    for _ in range(8):
-        q = torch.randn(d["b"], d["sq"], d["hq"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        kk = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        vv = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        sets.append((q, kk, vv, torch.empty_like(q)))
-    n_o, n_l = plan.workspace_floats(shape)
-    ws = (torch.empty((d["b"], d["hq"], d["sq"]), dtype=torch.float32, device="cuda"),
-          torch.empty(n_o, dtype=torch.float32, device="cuda"), torch.empty(n_l, dtype=torch.float32, device="cuda"),
-          torch.zeros(4096, dtype=torch.int32, device="cuda"))
+    d = ak.DECODE
+    plan, sets, ws = ak.decode_inputs(sms)
     yield ("our decode", f"({plan.n_ctas} CTAs)", "decode",
            lambda i, s=sets: (*s[i], *ws, *plan.kernel_args(1 / math.sqrt(d["d"])), None), 8, plan.n_ctas,
            [("16 spread", 16, max(1, plan.n_ctas // 16))], 8)

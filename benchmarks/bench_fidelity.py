@@ -265,25 +265,10 @@ def decode_case() -> Case:
     import torch
 
     import auto_kernels as ak
-    from fa4trace.attention.api import variant_for
-    from fa4trace.attention.planner import plan_splits
 
-    d, shape = ak.DECODE, ak.decode_shape()
+    d = ak.DECODE
     comp = compile_builds("decode")
-    variant = variant_for(shape, d["schedule"])
-    plan = plan_splits(shape, variant.tile_n, torch.cuda.get_device_properties(0).multi_processor_count, None,
-                       variant.block_rows)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    sets = []
-    for _ in range(8):
-        q = torch.randn(d["b"], d["sq"], d["hq"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        kk = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        vv = torch.randn(d["b"], d["sk"], d["hkv"], d["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        sets.append((q, kk, vv, torch.empty_like(q)))
-    n_o, n_l = plan.workspace_floats(shape)
-    ws = (torch.empty((d["b"], d["hq"], d["sq"]), dtype=torch.float32, device="cuda"),
-          torch.empty(n_o, dtype=torch.float32, device="cuda"), torch.empty(n_l, dtype=torch.float32, device="cuda"),
-          torch.zeros(4096, dtype=torch.int32, device="cuda"))
+    plan, sets, ws = ak.decode_inputs(torch.cuda.get_device_properties(0).multi_processor_count)
     scale = 1 / math.sqrt(d["d"])
     return Case("our decode", f"d{d['d']} {d['hq']}:{d['hkv']} sk {d['sk']} b {d['b']}", plan.n_ctas, 8, 64,
                 lambda i: (*sets[i], *ws, *plan.kernel_args(scale), None), comp, comp["dense"].plain,

@@ -203,7 +203,7 @@ def test_instrument_context_intercepts_cute_compile():
         "import sys; sys.path.insert(0, 'tests/tools')\n"
         "import auto_probe, cutlass, cutlass.cute as cute, fa4trace\n"
         "from cutlass.cute.runtime import make_fake_compact_tensor\n"
-        "entry, kern = auto_probe._copy_kernel()\n"
+        "entry, kern = auto_probe.copy_kernel()\n"
         "t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)\n"
         "real = cute.compile\n"
         "with fa4trace.instrument(kernels=[kern], families=('barrier',), roles={'copy': [0, 1, 2, 3]}) as s:\n"

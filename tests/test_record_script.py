@@ -16,7 +16,7 @@ import os, sys
 sys.path.insert(0, {tools!r})
 import auto_probe, cutlass, cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor
-entry, kern = auto_probe._copy_kernel()
+entry, kern = auto_probe.copy_kernel()
 t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
 cute.compile(entry, t, t)
 print("compiled", sys.argv[1:])

@@ -154,7 +154,7 @@ SPLIT_REFUSALS = {
 
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
-                   hooks=None, buffer_before: Optional[str] = None, cta_lifetimes: bool = True, _probe: str = "",
+                   hooks=None, buffer_before: Optional[str] = None, cta_lifetimes: bool = True,
                    **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
@@ -200,7 +200,6 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     def attempt(split: bool):  # trace with the hooks in, compile, take the hooks out
         table = EventTable()
         STATE.reset(table, tuple(families) + (("user",) if spans else ()))
-        STATE.probe = _probe  # cost diagnosis: records without timer reads, or timer reads without records
 
         def on_buffer(buf):
             STATE.host_buf = buf

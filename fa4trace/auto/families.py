@@ -32,7 +32,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from .events import FAMILIES
-from .patches import Patches
+from .patches import Patches, subclasses
 from .state import STATE
 
 PIPELINE_METHODS = {
@@ -55,22 +55,16 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
         return call()
     table = st.table
     eid = table.event(family, op, resource, stages)
-    t = 0 if st.probe == "no_timer" else None  # cost diagnosis builds only (compile_traced _probe=)
     seg = joined if joined is not None else rec.open()
     if table.is_span(family, op):
-        seg.begin(eid, payload, t=t)
+        seg.begin(eid, payload)
         ret = call()
-        seg.end(eid, payload, t=t)
+        seg.end(eid, payload)
     else:
         ret = call()
-        seg.instant(eid, payload, t=t)
+        seg.instant(eid, payload)
     st.found[family] = st.found.get(family, 0) + 1
     if joined is not None:  # the kernel's own hook that opened the segment closes it
-        return ret
-    if st.probe == "no_store":
-        seg._words.clear()
-    if st.probe in ("no_cursor", "no_records"):  # diagnosis: keep only the record stores / only the cursor's
-        seg.close_probe(records=st.probe == "no_cursor", cursor=st.probe == "no_records")
         return ret
     seg.close()
     return ret
@@ -140,20 +134,10 @@ def _pipeline_wrapper(orig: Callable, op: str) -> Callable:
     return wrapper
 
 
-def _subclasses(cls) -> list:
-    out, todo = [], [cls]
-    while todo:
-        c = todo.pop()
-        if c not in out:
-            out.append(c)
-            todo.extend(c.__subclasses__())
-    return out
-
-
 def _patch_pipelines(patches: Patches):
     from cutlass.pipeline import PipelineAsync
 
-    for cls in _subclasses(PipelineAsync):
+    for cls in subclasses(PipelineAsync):
         for meth, op in PIPELINE_METHODS.items():
             fn = vars(cls).get(meth)
             if fn is not None and callable(fn) and not getattr(fn, "__fa4trace_hook__", False):

@@ -66,3 +66,15 @@ class Patches:
 
     def __len__(self) -> int:
         return len(self._saved)
+
+
+def subclasses(cls) -> list:
+    """``cls`` and every class below it, each once (classes a patch must cover: a method
+    defined again in a subclass is not reached through the base)."""
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo.extend(c.__subclasses__())
+    return out

@@ -28,7 +28,7 @@ import types
 from collections import Counter
 from typing import Any, Callable
 
-from .patches import Patches
+from .patches import Patches, subclasses
 
 # (module, attribute, value for the block): a library's on-disk kernel cache, switched off
 # while the block runs (only where the module is already imported; nothing is imported here)
@@ -234,11 +234,7 @@ class CallSpy:
     def install(self) -> None:
         from cutlass.base_dsl.jit_executor import JitCompiledFunction
 
-        classes, todo = [], [JitCompiledFunction]
-        while todo:
-            c = todo.pop()
-            classes.append(c)
-            todo.extend(c.__subclasses__())
+        classes = subclasses(JitCompiledFunction)
         try:
             from cutlass.cutlass_dsl.cutlass_function import CutlassCallJitCompiledFunction
 

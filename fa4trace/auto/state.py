@@ -17,14 +17,12 @@ class TraceState:
     names: dict = field(default_factory=dict)  # id(pipeline) -> (name, object)
     found: dict = field(default_factory=dict)  # family -> hooked calls traced
     launches: list = field(default_factory=list)  # launch configs seen (block, grid, cluster)
-    probe: str = ""  # cost diagnosis only: "no_timer", "no_store", "no_cursor", "no_records" (compile_traced _probe)
 
     def reset(self, table=None, families=()):
         self.host_buf = self.buf = self.rec = None
         self.table = table
         self.families = frozenset(families)
         self.names, self.found, self.launches = {}, {}, []
-        self.probe = ""
 
 
 STATE = TraceState()

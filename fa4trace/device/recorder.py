@@ -621,17 +621,6 @@ class Segment:
             word = (Int64(t) & _LO32) | (Int64(Int32(payload) & _PAYLOAD_MASK) << L.PAYLOAD_SHIFT) | Int64(tag)
         self._words.append(word)
 
-    def close_probe(self, *, records: bool, cursor: bool):
-        """Cost diagnosis only (fa4trace.auto's probe builds): close storing only the records or
-        only the cursor. The trace it leaves is not decodable."""
-        rec = self._rec
-        if const_expr(rec.trace is not None):
-            for j, word in enumerate(self._words if records else []):
-                rec._store_record(self._cursor + j, word)
-            if cursor and self._words:
-                rec._store_cursor(self._cursor + len(self._words))
-        rec._open = None
-
     def close(self):
         rec = self._rec
         if rec._open is not self:

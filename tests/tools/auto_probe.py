@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks"))
 
 
-def _copy_kernel():
+def copy_kernel():
     """An element-wise copy with no pipeline, no TMA, no MMA, no named barrier."""
     import cutlass.cute as cute
 
@@ -130,7 +130,7 @@ def main():
         c = compile_traced(k, t, check=False, options="--keep-ptx", split=not a.no_split)
         plain_ptx = None
     else:
-        entry, kern = _static_smem_kernel() if a.kernel == "static_smem" else _copy_kernel()
+        entry, kern = _static_smem_kernel() if a.kernel == "static_smem" else copy_kernel()
         t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
         kw = {} if fams is None else {"families": fams}
         c = compile_traced(entry, t, t, kernels=[kern], check=True, cursor=a.cursor, options="--keep-ptx",

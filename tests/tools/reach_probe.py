@@ -31,16 +31,10 @@ def main():
     import fa4trace
     from fa4trace.auto.run import Instrumented
 
-    @cute.kernel
-    def copy_kernel(src: cute.Tensor, dst: cute.Tensor):
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        i = bidx * 128 + tidx
-        dst[i] = src[i]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import auto_probe
 
-    @cute.jit
-    def copy_entry(src: cute.Tensor, dst: cute.Tensor):
-        copy_kernel(src, dst).launch(grid=(src.shape[0] // 128, 1, 1), block=(128, 1, 1))
+    copy_entry, _copy = auto_probe.copy_kernel()
 
     def fake():
         return make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
