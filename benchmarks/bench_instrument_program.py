@@ -165,9 +165,9 @@ def main():
            "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT", ""),
            "gpu": f"{torch.cuda.get_device_name()} (torch {torch.__version__})",
            "command": "python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json",
-           "notes": "Fresh process per case, JIT. In instrument(): first call after a warm-up (cached kernel "
-                    "taken out, compiled traced + plain). After vs before the block: host time per call (7 rounds "
-                    "of 50) and CUDA-graph replay, cold L2.",
+           "notes": "Fresh process per case, JIT; in instrument(): first call after a warm-up (cached kernel "
+                    "taken out, compiled traced + plain). After vs before the block: host time per call "
+                    "and CUDA-graph replay, cold L2.",
            "columns": [["what", "case"], ["first_call_plain_s", "first call plain (s)"],
                        ["first_call_instrumented_s", "in instrument() (s)"], ["block_s", "block entry + exit (s)"],
                        ["after_host_pct", "host call after vs before %"],
