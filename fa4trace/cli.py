@@ -1,5 +1,5 @@
-"""`fa4trace` command line: record | convert | summary | compare | view | plot | build | bench | check | sweep |
-compact | query.
+"""`fa4trace` command line: record | convert | summary | compare | merge | view | plot | build | bench | check |
+sweep | compact | query.
 
 Every failure prints one line (``fa4trace: error: ...``) and exits non-zero; nothing a user
 recorded is overwritten without --force.
@@ -278,6 +278,46 @@ def _stats_suffix(stats) -> str:
     return ""
 
 
+# ---- merge -----------------------------------------------------------------------------------
+@main.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The merged Perfetto trace (.pftrace).")
+@click.option("--align", default="start", type=click.Choice(["start", "clock"]), show_default=True,
+              help="start: each launch's first warp starts with its kernel slice; clock: one offset for every "
+                   "launch (the median kernel-start minus first-warp-start), keeping %globaltimer's spacing.")
+@click.option("--max-launches", default=None, type=click.IntRange(0), metavar="N",
+              help="Draw the warps of the first N traced launches of each bundle only (default: all).")
+@click.option("--compress", is_flag=True, help="zlib-compress the warps' packets (smaller file).")
+@click.option("--max-clock-offset", default=1.0, type=click.FloatRange(0), show_default=True, metavar="SECONDS",
+              help="Without host times in the bundles, refuse kernels further than this from the warps' "
+                   "%globaltimer times (a bundle recorded at another time).")
+@click.option("--allow-unmatched", is_flag=True, help="Write the merge even if a bundle has no launch in the trace.")
+@click.option("--no-numbers", is_flag=True, help="Skip the per-launch busy / waiting / overlap numbers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+def merge(profile, bundles, output, align, max_launches, compress, max_clock_offset, allow_unmatched, no_numbers,
+          as_json, force):
+    """One Perfetto trace of a torch.profiler trace (prof.export_chrome_trace's JSON) and fa4trace
+    bundles: host ops, CUDA streams and, under each traced kernel, its SMs, CTAs and warps.
+
+    Example: fa4trace merge prof.json fa4.parquet rmsnorm.parquet -o one.pftrace"""
+    from .profiler import merge as merge_traces
+
+    out = _check_out(output, force)
+    report = merge_traces(profile, list(bundles), out, align=align, max_launches=max_launches, compress=compress,
+                          force=force, analysis=not no_numbers, max_clock_offset_ns=int(max_clock_offset * 1e9),
+                          allow_unmatched=allow_unmatched)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=1, default=str))
+        return
+    for line in report.lines():
+        click.echo(line)
+    w = report.written
+    click.echo(f"wrote {out} ({w['bytes']:,} bytes, {w['slices']:,} slices, {w['seconds']:.1f} s); "
+               f"open it in ui.perfetto.dev or: fa4trace view --merged {out}")
+
+
 # ---- build ---------------------------------------------------------------------------------
 @main.command()
 @click.option("--arch", default="sm_90a", type=click.Choice(["sm_90a", "sm_100a"]), show_default=True,
@@ -551,7 +591,9 @@ def _port_free(address: str, port: int) -> bool:
 @click.option("--headless", is_flag=True, help="Do not open a browser.")
 @click.option("--sweep", "sweep", default=None, type=click.Path(file_okay=False, exists=True),
               help="A sweep dataset folder: its figures in the Sweep tab, its points' bundles open as A and B.")
-def view(bundles, port, headless, sweep):
+@click.option("--merged", "merged", default=None, type=click.Path(dir_okay=False),
+              help="A trace written by fa4trace merge: its traced kernels and their warps in the Profiler tab.")
+def view(bundles, port, headless, sweep, merged):
     """Open the Streamlit viewer (default: the bundled traces in traces/), on 127.0.0.1 only."""
     import subprocess
 
@@ -581,6 +623,11 @@ def view(bundles, port, headless, sweep):
     cmd += ["--", *[str(Path(b).resolve()) for b in bundles]]
     if sweep:
         os.environ["FA4TRACE_SWEEP"] = str(Path(sweep).resolve())  # read by the page (viewer.page.SWEEP_ENV)
+    if merged:
+        from .profiler.report import read_report
+
+        read_report(merged)  # a file that is not a merged trace fails here, in one line
+        os.environ["FA4TRACE_MERGED"] = str(Path(merged).resolve())  # read by the page (viewer.page.MERGED_ENV)
     if os.name == "posix":
         # become the server: signals (SIGTERM from a supervisor, not only Ctrl-C) reach it directly
         # and no orphaned server survives this command

@@ -74,7 +74,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ._io import write_parts
 from .vocab import VOCAB, Vocabulary
 
-__all__ = ["to_perfetto", "PerfettoStats", "layout_tracks", "TrackLayout"]
+__all__ = ["to_perfetto", "PerfettoStats", "Placement", "layout_tracks", "TrackLayout", "encode_hot_packets"]
 
 # ---- wire constants (from the pb2 descriptors, so a renumbering would be caught) ------------
 
@@ -544,8 +544,12 @@ def _uarr(x: np.ndarray) -> np.ndarray:
     return x.astype(np.uint32)
 
 
-def _encode_hot(seq, dts, typ, name_iid, iters, flow_out, flow_in, cval) -> tuple[np.ndarray, np.ndarray]:
+def encode_hot_packets(seq, dts, typ, name_iid, iters, flow_out, flow_in, cval) -> tuple[np.ndarray, np.ndarray]:
     """Encode hot TracePackets as Trace.packet fields. Returns (bytes, packet end offsets).
+
+    Public for writers that lay out their own tracks and sequences (fa4trace.profiler.merge):
+    one packet per row, delta timestamps on each sequence's incremental clock, the debug
+    annotation (interned name iid 1 on the sequence) where ``iters >= 0``.
 
     All inputs are per packet (int64). name_iid 0 = none, iters < 0 = none, flow 0 = none,
     cval used only where typ == COUNTER.
@@ -603,6 +607,26 @@ def _packet_bytes(pkt: pb.TracePacket) -> bytes:
 
 # ---- the exporter ----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Placement:
+    """Where :func:`to_perfetto` puts its tracks inside a larger trace (fa4trace.profiler.merge).
+
+    The export's root becomes a child track ``name`` of the existing track ``parent_uuid``
+    (instead of a process of its own); its track uuids count up from ``uuid_base``, its packet
+    sequences from ``first_sequence_id`` and its flow ids from ``first_flow_id``, so several
+    exports written into one file never collide (:class:`PerfettoStats` says where each ended).
+    ``ts_offset_ns`` is added to every timestamp: the bundle's ns onto the host trace's clock.
+    """
+
+    parent_uuid: int
+    name: str
+    uuid_base: int
+    first_sequence_id: int
+    first_flow_id: int = 1
+    ts_offset_ns: int = 0
+    rank: int = 0
+
+
 @dataclass
 class PerfettoStats:
     """What :func:`to_perfetto` wrote."""
@@ -622,6 +646,9 @@ class PerfettoStats:
     seconds: float
     lane_rounds: int = 0
     timings: dict = field(default_factory=dict)
+    next_uuid: int = 0  # first track uuid, sequence id and flow id this export left unused
+    next_sequence_id: int = 0
+    next_flow_id: int = 0
 
     @property
     def bytes_per_slice(self) -> float:
@@ -641,7 +668,7 @@ class PerfettoStats:
 def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = True,
                 iterations: bool = True, counters: bool = True, inflight_counters: bool = False,
                 compress_level: int = 5, chunk_bytes: int = CHUNK_BYTES,
-                threads: int | None = None) -> PerfettoStats:
+                threads: int | None = None, place: Placement | None = None) -> PerfettoStats:
     """Write ``trace`` (a bundle Trace, or anything with ``.events`` and ``.meta``) as a
     Perfetto protobuf trace to a path or a binary file object.
 
@@ -652,6 +679,7 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
     (fa4trace.kernel_analysis.occupancy_series). inflight_counters: an "async in flight"
     counter per CTA (two more packets per async span: off by default, it costs bytes).
     Warps of automatically traced kernels are named by their assigned role (fa4trace.roles).
+    place: write the export as part of a larger trace (:class:`Placement`); None = a trace of its own.
     """
     t_all = time.perf_counter()
     tm: dict = {}
@@ -670,9 +698,12 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
 
     t = time.perf_counter()
     r = _rows(events)
-    ts_shift = 0
-    if r.n and r.start.min() < 0:  # perfetto timestamps are unsigned: rebase
+    ts_shift = place.ts_offset_ns if place else 0
+    if r.n and r.start.min() + ts_shift < 0:  # perfetto timestamps are unsigned: rebase
+        if place:
+            raise ValueError("placement would give negative timestamps: ts_offset_ns too small")
         ts_shift = -int(r.start.min())
+    if ts_shift:
         r.start, r.end = r.start + ts_shift, r.end + ts_shift
     lay = layout_tracks(events, vocab, _rows_cache=r)
     tm["layout"] = time.perf_counter() - t
@@ -692,7 +723,8 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
         if n_flows:
             fid_out = np.zeros(r.n, np.int64)
             fid_in = np.zeros(r.n, np.int64)
-            ids = np.arange(1, n_flows + 1, dtype=np.int64)
+            flow0 = place.first_flow_id if place else 1
+            ids = np.arange(flow0, flow0 + n_flows, dtype=np.int64)
             fid_out[src] = ids
             fid_in[dst] = ids
             is_b = s_typ == TYPE_BEGIN
@@ -761,14 +793,15 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
     per_track = np.bincount(trk, minlength=n_hot_tracks) if trk.size else np.zeros(n_hot_tracks, np.int64)
     # sequence ids: busiest tracks get the 1-byte ids
     seq_of_track = np.empty(n_hot_tracks, np.int64)
-    seq_of_track[np.argsort(-per_track, kind="stable")] = np.arange(1, n_hot_tracks + 1)
+    seq0 = place.first_sequence_id if place else 1
+    seq_of_track[np.argsort(-per_track, kind="stable")] = np.arange(seq0, seq0 + n_hot_tracks)
     first_in_track = np.r_[True, trk[1:] != trk[:-1]] if trk.size else np.zeros(0, bool)
     dts = np.diff(ts, prepend=ts[:1] if ts.size else ts)
     dts[first_in_track] = 0
     t0_of_track = np.zeros(n_hot_tracks, np.int64)
     t0_of_track[trk[first_in_track]] = ts[first_in_track]
     nc = c_ts_a.size
-    hot, hot_ends = _encode_hot(
+    hot, hot_ends = encode_hot_packets(
         seq_of_track[trk], dts,
         np.concatenate([s_typ, np.full(nc, TYPE_COUNTER, np.int64)]),
         np.concatenate([name_iid, np.zeros(nc, np.int64)]),
@@ -782,8 +815,8 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
     t = time.perf_counter()
     head = bytearray()
     n_tree = 0
-    desc_seq = n_hot_tracks + 1
-    uuid_next = [UUID_BASE]
+    desc_seq = seq0 + n_hot_tracks
+    uuid_next = [place.uuid_base if place else UUID_BASE]
 
     def new_uuid() -> int:
         uuid_next[0] += 1
@@ -814,7 +847,10 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
     gpu_name = gpu.get("name") if isinstance(gpu, dict) else str(gpu)
     kernel = str(meta.get("kernel", "kernel"))
     root = new_uuid()
-    descriptor(root, 0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True)
+    if place:
+        descriptor(root, place.parent_uuid, place.name, rank=place.rank)
+    else:
+        descriptor(root, 0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True)
     launch_meta = meta.get("launches") or []
     launch_uuid = {}
     for li in launches.tolist():
@@ -908,7 +944,8 @@ def to_perfetto(trace, path_or_file, *, compress: bool = False, flows: bool = Tr
         extra_lanes=int((lay.track_lane > 0).sum()), sequences=n_seq, flows=n_flows,
         counter_points=n_ctr_points, bytes=written, bytes_uncompressed=uncompressed,
         compressed=bool(compress), seconds=time.perf_counter() - t_all, lane_rounds=lay.lane_rounds,
-        timings=tm)
+        timings=tm, next_uuid=uuid_next[0] + 1, next_sequence_id=desc_seq + 1,
+        next_flow_id=(place.first_flow_id if place else 1) + n_flows)
 
 
 def _vocab_of(meta: dict) -> Vocabulary:

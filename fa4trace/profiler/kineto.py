@@ -1,0 +1,322 @@
+"""Read a torch.profiler trace (``prof.export_chrome_trace``, Kineto's Chrome JSON) into columns.
+
+What is kept, as numpy arrays over the trace's events (``KinetoTrace``):
+
+* every complete event (``"ph": "X"``): host ops (``cpu_op``, ``user_annotation``,
+  ``python_function``), CUDA runtime / driver calls (``cuda_runtime``, ``cuda_driver``) and
+  device activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``, ``gpu_user_annotation``), with
+  the args matching needs: ``correlation`` (runtime call <-> kernel), ``device``, ``stream``,
+  ``grid`` and ``block``;
+* instant events (``"ph": "i"``) as zero-length events;
+* flow events (``"ph": "s"`` / ``"f"``, Kineto's ``ac2g`` launch arrows and ``fwdbwd``), each
+  bound to the complete event it follows in the file on the same thread at the same time (Kineto
+  writes a flow right after its activity);
+* process and thread names and sort indices (``"ph": "M"``).
+
+Times: Kineto writes ``ts`` / ``dur`` in µs relative to ``baseTimeNanoseconds`` (Unix-epoch
+ns), with three decimals; they become int64 epoch ns here. Traces without
+``baseTimeNanoseconds`` (torch < 2.1) hold epoch µs, read exactly from their text.
+
+The parser is the standard library's ``json`` (``orjson`` where installed), then one Python pass
+over the events into lists; no torch is needed (this module is host-only).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import Fa4traceError, TraceFormatError
+
+try:  # optional: a faster JSON parser, used where it is installed
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+__all__ = ["KinetoTrace", "Track", "load_kineto", "parse_kineto", "GPU_CATEGORIES", "LAUNCH_CATEGORIES"]
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")  # host calls that carry a correlation id
+KIND_SLICE, KIND_INSTANT = 0, 1
+
+
+@dataclass
+class Track:
+    """One (pid, tid) lane of the Kineto trace: a host thread, a CUDA stream, or a label track."""
+
+    pid: object  # int, or a string for Kineto's label processes ("Spans", "Traces")
+    tid: object
+    process_name: str = ""
+    process_label: str = ""  # Kineto's process_labels ("CPU", "GPU 0")
+    thread_name: str = ""
+    process_sort: int | None = None
+    thread_sort: int | None = None
+    device: bool = False  # a CUDA device's stream (kernels, copies), not a host thread
+
+    @property
+    def label(self) -> str:
+        if self.thread_name:
+            return self.thread_name
+        return f"stream {self.tid}" if self.device else f"thread {self.tid}"
+
+
+@dataclass
+class KinetoTrace:
+    """The events of a torch.profiler trace as columns (one row per complete or instant event)."""
+
+    path: str
+    base_ns: int
+    kind: np.ndarray  # int8: KIND_SLICE, KIND_INSTANT
+    cat: np.ndarray  # int32 codes into cats
+    cats: list
+    name: np.ndarray  # int32 codes into names
+    names: list
+    track: np.ndarray  # int32 codes into tracks
+    tracks: list
+    ts: np.ndarray  # int64 epoch ns
+    dur: np.ndarray  # int64 ns
+    correlation: np.ndarray  # int64, -1 = none
+    device: np.ndarray  # int32, -1 = none
+    stream: np.ndarray  # int64, -1 = none
+    grid: np.ndarray  # int64 (n, 3), -1 = none
+    block: np.ndarray  # int64 (n, 3), -1 = none
+    flow_src: np.ndarray  # int64 event rows: one flow arrow from src to dst
+    flow_dst: np.ndarray
+    flow_cat: list  # category of each flow ("ac2g", "fwdbwd")
+    device_properties: list = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)  # top-level keys other than traceEvents
+    skipped: dict = field(default_factory=dict)  # ph -> count of events not kept
+
+    @property
+    def n(self) -> int:
+        return int(self.ts.size)
+
+    def cat_mask(self, *cats: str) -> np.ndarray:
+        codes = [i for i, c in enumerate(self.cats) if c in cats]
+        return np.isin(self.cat, codes) if codes else np.zeros(self.n, bool)
+
+    def kernels(self) -> np.ndarray:
+        """Rows of CUDA kernel activity, in time order."""
+        rows = np.flatnonzero(self.cat_mask("kernel"))
+        return rows[np.argsort(self.ts[rows], kind="stable")]
+
+    def launch_calls(self) -> dict:
+        """correlation id -> row of the host runtime / driver call that launched it."""
+        rows = np.flatnonzero(self.cat_mask(*LAUNCH_CATEGORIES) & (self.correlation >= 0))
+        return dict(zip(self.correlation[rows].tolist(), rows.tolist()))
+
+    def gpu_names(self) -> list[str]:
+        return [str(d.get("name")) for d in self.device_properties if isinstance(d, dict) and d.get("name")]
+
+
+def load_kineto(path: str | os.PathLike) -> KinetoTrace:
+    """Read a torch.profiler Chrome trace (.json or .json.gz). One-line errors for anything else."""
+    path = Path(path)
+    if not path.exists():
+        raise Fa4traceError(f"{path}: no such file")
+    if path.is_dir():
+        raise Fa4traceError(f"{path} is a directory, not a torch.profiler trace")
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise TraceFormatError(f"{path}: a damaged gzip file ({exc})") from None
+    return parse_kineto(raw, str(path))
+
+
+def _loads(raw: bytes, exact_floats: bool):
+    if exact_floats:
+        return json.loads(raw, parse_float=str)
+    if _orjson is not None:
+        return _orjson.loads(raw)
+    return json.loads(raw)
+
+
+def parse_kineto(raw: bytes, path: str = "<trace>") -> KinetoTrace:
+    """Parse the bytes of a Kineto Chrome trace (see the module docstring)."""
+    if raw[:4] == b"PAR1":
+        raise TraceFormatError(f"{path} is a Parquet file (a fa4trace bundle?), not a torch.profiler JSON trace")
+    head = raw[:65536]
+    exact = b"baseTimeNanoseconds" not in head and b'"traceEvents"' in head
+    try:
+        doc = _loads(raw, exact)
+    except (ValueError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceFormatError(f"{path} is not JSON ({first}): expected prof.export_chrome_trace's output") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceFormatError(f"{path}: not a torch.profiler Chrome trace (no traceEvents list)")
+    try:
+        base = int(doc.get("baseTimeNanoseconds", 0) or 0)
+    except (TypeError, ValueError):
+        raise TraceFormatError(f"{path}: baseTimeNanoseconds is not an integer") from None
+    try:
+        return _columns(doc, base, path, exact)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise TraceFormatError(f"{path}: malformed trace event ({type(exc).__name__}: {exc})") from None
+
+
+def _ns_exact(v, base: int) -> int:
+    """A time field read as its decimal text (µs, three decimals) -> epoch ns, exactly."""
+    if not isinstance(v, str):
+        return base + int(round(float(v) * 1000.0))
+    neg = v.startswith("-")
+    whole, _, frac = v.lstrip("-").partition(".")
+    ns = int(whole or 0) * 1000 + int((frac + "000")[:3])
+    return base + (-ns if neg else ns)
+
+
+NO_XYZ = (-1, -1, -1)
+
+
+def _xyz(v) -> tuple:
+    if isinstance(v, (list, tuple)) and len(v) == 3:
+        return int(v[0]), int(v[1]), int(v[2])
+    return NO_XYZ
+
+
+def _int(v, default=-1) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
+    """One pass over the events into lists (the hot loop does only dict lookups and appends),
+    then numpy; args are read only for the events that carry what matching needs."""
+    events = doc["traceEvents"]
+    cat_code: dict = {}
+    name_code: dict = {}
+    track_code: dict = {}
+    tracks: list[Track] = []
+    kind, cat, name, track, ts, dur = [], [], [], [], [], []
+    with_args: list = []  # (row, cat, args) of GPU activity and launch calls
+    prev_x: dict = {}  # track -> row of the last complete event on it
+    flow_ev: list = []  # (ph, cat, id, track, ts, row of the complete event before it)
+    meta_ev: list = []
+    skipped: dict = {}
+    special = set(GPU_CATEGORIES) | set(LAUNCH_CATEGORIES)
+    instant_ph = {"i": KIND_INSTANT, "I": KIND_INSTANT, "X": KIND_SLICE}
+    for ev in events:
+        if type(ev) is not dict:
+            skipped["not an object"] = skipped.get("not an object", 0) + 1
+            continue
+        ph = ev.get("ph")
+        k = instant_ph.get(ph)
+        if k is not None:
+            key = (ev.get("pid", ""), ev.get("tid", ""))
+            tr = track_code.get(key)
+            if tr is None:
+                tr = track_code[key] = len(tracks)
+                tracks.append(Track(key[0], key[1]))
+            c = ev.get("cat", "")
+            cc = cat_code.get(c)
+            if cc is None:
+                cc = cat_code[c] = len(cat_code)
+            nm = ev.get("name", "")
+            nc = name_code.get(nm)
+            if nc is None:
+                nc = name_code[nm] = len(name_code)
+            row = len(ts)
+            kind.append(k)
+            cat.append(cc)
+            name.append(nc)
+            track.append(tr)
+            ts.append(ev.get("ts", 0))
+            dur.append(ev.get("dur", 0) if k == KIND_SLICE else 0)
+            if c in special:
+                with_args.append((row, c, ev.get("args")))
+            if k == KIND_SLICE:
+                prev_x[tr] = row
+        elif ph == "s" or ph == "f" or ph == "t":
+            tr = track_code.get((ev.get("pid", ""), ev.get("tid", "")))
+            flow_ev.append((ph, ev.get("cat", ""), ev.get("id"), ev.get("ts", 0), prev_x.get(tr) if tr is not None else None))
+        elif ph == "M":
+            meta_ev.append(ev)
+        else:
+            skipped[str(ph)] = skipped.get(str(ph), 0) + 1
+
+    n = len(ts)
+    i64 = np.int64
+    if exact:
+        ts_ns = np.array([_ns_exact(v, base) for v in ts], i64)
+        dur_ns = np.array([_ns_exact(v, 0) for v in dur], i64)
+    else:
+        ts_ns = np.rint(np.asarray(ts, np.float64) * 1000.0).astype(i64) + base
+        dur_ns = np.rint(np.asarray(dur, np.float64) * 1000.0).astype(i64)
+    dur_ns = np.maximum(dur_ns, 0)
+    corr = np.full(n, -1, i64)
+    dev = np.full(n, -1, np.int32)
+    stream = np.full(n, -1, i64)
+    grid = np.full((n, 3), -1, i64)
+    block = np.full((n, 3), -1, i64)
+    gpu_cats = set(GPU_CATEGORIES)
+    track_arr = np.asarray(track, np.int32)
+    for row, c, args in with_args:
+        if type(args) is not dict:
+            continue
+        corr[row] = _int(args.get("correlation"))
+        if c in gpu_cats:
+            tracks[track_arr[row]].device = True
+            dev[row] = _int(args.get("device"))
+            stream[row] = _int(args.get("stream"))
+            grid[row] = _xyz(args.get("grid"))
+            block[row] = _xyz(args.get("block"))
+
+    flows: dict = {}
+    for ph, c, fid, t, row in flow_ev:
+        t_ns = _ns_exact(t, base) if exact else int(round(float(t) * 1000.0)) + base
+        if row is None or abs(t_ns - int(ts_ns[row])) > 1:
+            skipped["flow without its event"] = skipped.get("flow without its event", 0) + 1
+            continue
+        ends = flows.setdefault((c, fid), [-1, -1])
+        ends[0 if ph == "s" else 1] = row
+
+    for ev in meta_ev:
+        pid, tid = ev.get("pid", ""), ev.get("tid", "")
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        nm = ev.get("name")
+        if nm in ("process_name", "process_labels", "process_sort_index"):
+            for t in tracks:
+                if t.pid == pid:
+                    _apply_process_meta(t, nm, args)
+        elif nm in ("thread_name", "thread_sort_index"):
+            code = track_code.get((pid, tid))
+            if code is not None:
+                if nm == "thread_name":
+                    tracks[code].thread_name = str(args.get("name", ""))
+                else:
+                    tracks[code].thread_sort = _int(args.get("sort_index"), None)
+    for t in tracks:  # a process labelled "GPU n" holds device tracks
+        if t.process_label.startswith("GPU"):
+            t.device = True
+
+    pairs = [(s, d, c) for (c, _i), (s, d) in flows.items() if s >= 0 and d >= 0 and s != d]
+    n_unpaired = sum(1 for s, d in flows.values() if s < 0 or d < 0)
+    if n_unpaired:
+        skipped["flow without its other end"] = n_unpaired
+    return KinetoTrace(
+        path=path, base_ns=base,
+        kind=np.array(kind, np.int8), cat=np.array(cat, np.int32), cats=list(cat_code),
+        name=np.array(name, np.int32), names=list(name_code), track=track_arr, tracks=tracks,
+        ts=ts_ns, dur=dur_ns, correlation=corr, device=dev, stream=stream, grid=grid, block=block,
+        flow_src=np.array([p[0] for p in pairs], i64), flow_dst=np.array([p[1] for p in pairs], i64),
+        flow_cat=[p[2] for p in pairs],
+        device_properties=list(doc.get("deviceProperties") or []),
+        metadata={k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties")},
+        skipped=skipped)
+
+
+def _apply_process_meta(t: Track, what: str, args: dict) -> None:
+    if what == "process_name":
+        t.process_name = str(args.get("name", ""))
+    elif what == "process_labels":
+        t.process_label = str(args.get("labels", ""))
+    else:
+        t.process_sort = _int(args.get("sort_index"), None)
