@@ -608,6 +608,11 @@ def view(bundles, port, headless, sweep, merged):
     for bnd in bundles:
         if not Path(bnd).is_file():
             raise Fa4traceError(f"{bnd}: no such file")
+    if merged:
+        from .profiler.report import read_report
+
+        read_report(merged)  # a file that is not a merged trace fails here, in one line
+        os.environ["FA4TRACE_MERGED"] = str(Path(merged).resolve())  # read by the page (viewer.page.MERGED_ENV)
     if not _port_free(VIEW_ADDRESS, port):
         raise Fa4traceError(f"port {port} on {VIEW_ADDRESS} is in use (another viewer?): "
                             f"pick another with --port, e.g. fa4trace view --port {port + 1}")
@@ -623,11 +628,6 @@ def view(bundles, port, headless, sweep, merged):
     cmd += ["--", *[str(Path(b).resolve()) for b in bundles]]
     if sweep:
         os.environ["FA4TRACE_SWEEP"] = str(Path(sweep).resolve())  # read by the page (viewer.page.SWEEP_ENV)
-    if merged:
-        from .profiler.report import read_report
-
-        read_report(merged)  # a file that is not a merged trace fails here, in one line
-        os.environ["FA4TRACE_MERGED"] = str(Path(merged).resolve())  # read by the page (viewer.page.MERGED_ENV)
     if os.name == "posix":
         # become the server: signals (SIGTERM from a supervisor, not only Ctrl-C) reach it directly
         # and no orphaned server survives this command

@@ -239,8 +239,12 @@ def match_launches(kt: KinetoTrace, launches: list[TracedLaunch], *, tolerance_n
             continue
         h0, h1 = ln.host_window
         call_ts = np.array([kt.ts[calls[c]] if c in calls else -1 for c in kt.correlation[rows].tolist()], np.int64)
-        inside = (call_ts >= h0 - HOST_SLACK_NS) & (call_ts <= h1 + HOST_SLACK_NS) & (call_ts >= 0)
-        pick = [r for r, ok in zip(rows.tolist(), inside.tolist()) if ok and r not in used]
+        pick = []
+        for slack in (0, HOST_SLACK_NS):  # strictly inside first; the slack covers clock conversion error
+            inside = (call_ts >= h0 - slack) & (call_ts <= h1 + slack) & (call_ts >= 0)
+            pick = [r for r, ok in zip(rows.tolist(), inside.tolist()) if ok and r not in used]
+            if pick:
+                break
         if not pick:
             rest.append((ln, rows))
             continue
