@@ -460,6 +460,20 @@ def test_report_is_in_the_file_and_has_the_numbers(tmp_path, bundles):
         read_report(_plain_perfetto(tmp_path))
 
 
+def test_numbers_of_a_large_merge_come_from_a_second_process(tmp_path, bundles, monkeypatch):
+    import importlib
+
+    merge_mod = importlib.import_module("fa4trace.profiler.merge")  # the module (the package's merge is the function)
+
+    run = profiled_run(bundles, steps=2, layers=2)
+    kt = parse_kineto(run.text.encode())
+    inline = merge(kt, run.traces, tmp_path / "a.pftrace")
+    monkeypatch.setattr(merge_mod, "NUMBERS_PROCESS_ROWS", 0)
+    spawned = merge(kt, run.traces, tmp_path / "b.pftrace")
+    assert [e["numbers"] for e in spawned.launches] == [e["numbers"] for e in inline.launches]
+    assert all(e["numbers"] for e in spawned.launches)
+
+
 def _plain_perfetto(tmp_path):
     from fa4trace.perfetto import to_perfetto
 

@@ -37,8 +37,10 @@ sequence per track, interned names, an incremental clock), nesting made strict b
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +55,7 @@ from ..perfetto import Placement, encode_hot_packets, layout_tracks, to_perfetto
 from ..vocab import Vocabulary
 from .kineto import KIND_INSTANT, KinetoTrace, load_kineto
 from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
-from .report import REPORT_ARG, REPORT_SLICE, MergeReport, launch_numbers
+from .report import REPORT_ARG, REPORT_SLICE, MergeReport, numbers_of
 
 __all__ = ["merge", "attach", "ALIGN_MODES"]
 
@@ -379,6 +381,75 @@ def _align(matches: list, mode: str) -> tuple[dict, dict]:
     return shift, clock
 
 
+NUMBERS_PROCESS_ROWS = 2_000_000  # above this many rows the per-launch numbers run in a second process
+
+
+def _inputs(profiler_trace, traces, names) -> tuple:
+    """The Kineto trace and the bundles, read at the same time: bundles in a thread pool (Parquet
+    reads leave the GIL), the JSON in this thread. Returns (kt, bundles, labels, paths)."""
+    labels, paths, todo = [], [], []
+    for i, t in enumerate(traces):
+        if isinstance(t, Trace):
+            paths.append(None)
+            labels.append((names[i] if names and i < len(names) else None) or t.name)
+        else:
+            paths.append(str(Path(t).resolve()) if Path(t).exists() else str(t))
+            labels.append(Path(t).name)
+            todo.append(i)
+    if not traces:
+        raise Fa4traceError("no bundle to merge: name at least one fa4trace bundle")
+    bundles = list(traces)
+    with ThreadPoolExecutor(max(1, min(2, len(todo)))) as ex:
+        futs = {i: ex.submit(load, traces[i]) for i in todo}
+        kt = profiler_trace if isinstance(profiler_trace, KinetoTrace) else load_kineto(profiler_trace)
+        for i, f in futs.items():
+            bundles[i] = f.result()
+    return kt, bundles, labels, paths
+
+
+def _entry(kt: KinetoTrace, m: Match, tr: Trace, sh: int, drawn: bool, fid: int, label: str, clock: dict,
+           op_names: list) -> dict:
+    """The report's row of one traced launch: its kernel, how it was matched, where its events land."""
+    ln = m.launch
+    st0 = tr.events["start_ns"].to_numpy()
+    st = st0 + sh
+    en = np.maximum(tr.events["end_ns"].to_numpy(), st0) + sh
+    k0, k1 = int(kt.ts[m.row]), int(kt.ts[m.row] + kt.dur[m.row])
+    return {
+        "bundle": ln.bundle, "launch": ln.launch, "label": label, "kernel": kt.names[int(kt.name[m.row])],
+        "method": m.method, "candidates": m.candidates, "ambiguous": bool(m.ambiguous),
+        "stream": int(kt.stream[m.row]), "device": int(kt.device[m.row]), "correlation": int(kt.correlation[m.row]),
+        "kernel_start_ns": k0, "kernel_dur_ns": k1 - k0, "delta_ns": int(m.delta_ns),
+        "residual_ns": int(m.delta_ns) - clock["median_delta_ns"], "shift_ns": int(sh), "span_ns": int(ln.span_ns),
+        "first_ns": int(st.min()) if st.size else k0, "last_ns": int(en.max()) if en.size else k0,
+        "start_slack_ns": (int(st.min()) - k0) if st.size else 0, "end_slack_ns": (k1 - int(en.max())) if en.size else 0,
+        "outside": int(((st < k0) | (en > k1)).sum()), "rows": int(tr.events.num_rows),
+        "ctas": int(np.unique(tr.events["cta"].to_numpy()).size) if tr.events.num_rows else 0,
+        "warps": int(pc.sum(pc.equal(tr.events["kind"].cast(pa.string()), "warp")).as_py() or 0),
+        "ops": op_names, "warps_drawn": bool(drawn), "flow_id": int(fid)}
+
+
+def _numbers(jobs: list, in_process: bool):
+    """launch_numbers of each (bundle source, launch): here, or in a second process (spawned:
+    nothing of this process's threads is inherited) while this one writes. Returns a callable
+    that gives the list of dicts."""
+    if not in_process:
+        res = numbers_of(jobs)
+        return lambda: res
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    ex = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
+    fut = ex.submit(numbers_of, jobs)
+
+    def get():
+        try:
+            return fut.result()
+        finally:
+            ex.shutdown()
+    return get
+
+
 def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: int | None = None,
           compress: bool = False, force: bool = False, analysis: bool = True,
           tolerance_ns: int = DEFAULT_TOLERANCE_NS, max_clock_offset_ns: int | None = DEFAULT_MAX_CLOCK_OFFSET_NS,
@@ -390,8 +461,9 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
     ``align``: "start" or "clock" (module docstring). ``max_launches``: draw the warps of the first
     N traced launches of each bundle only (the others keep a "traced launch" slice saying so).
     ``compress``: zlib the warp packets. ``force``: replace an existing ``out``. ``analysis``:
-    busy / waiting / overlap per launch in the report. Raises Fa4traceError (one line) when a
-    bundle has no launch in the trace (unless ``allow_unmatched``)."""
+    busy / waiting / overlap per launch in the report. ``names``: labels of in-memory bundles.
+    Raises Fa4traceError (one line) when a bundle has no launch in the trace (unless
+    ``allow_unmatched``); nothing is written then."""
     t_start = time.perf_counter()
     if align not in ALIGN_MODES:
         raise Fa4traceError(f"align must be one of {', '.join(ALIGN_MODES)}, not {align!r}")
@@ -402,19 +474,7 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         raise Fa4traceError(f"{out} exists; refusing to overwrite it (add --force)")
     if out.is_dir():
         raise Fa4traceError(f"{out} is a directory")
-    kt = profiler_trace if isinstance(profiler_trace, KinetoTrace) else load_kineto(profiler_trace)
-    bundles, labels, paths = [], [], []
-    for i, t in enumerate(traces):
-        if isinstance(t, Trace):
-            bundles.append(t)
-            paths.append(None)
-            labels.append((names[i] if names and i < len(names) else None) or t.name)
-        else:
-            bundles.append(load(t))
-            paths.append(str(Path(t).resolve()))
-            labels.append(Path(t).name)
-    if not bundles:
-        raise Fa4traceError("no bundle to merge: name at least one fa4trace bundle")
+    kt, bundles, labels, paths = _inputs(profiler_trace, list(traces), names)
     launches = traced_launches(bundles)
     res = match_launches(kt, launches, tolerance_ns=tolerance_ns, max_clock_offset_ns=max_clock_offset_ns)
     per_bundle = np.bincount([m.launch.bundle for m in res.matches], minlength=len(bundles))
@@ -425,15 +485,18 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
                 raise Fa4traceError(f"{labels[b]}: none of its launches is in {Path(kt.path).name}: {why}")
     matches = sorted(res.matches, key=lambda m: int(kt.ts[m.row]))
     shift, clock = _align(matches, align)
+    rows = sum(int(bundles[m.launch.bundle].events.num_rows) for m in matches)
+    jobs = [(paths[m.launch.bundle] or bundles[m.launch.bundle], m.launch.launch) for m in matches]
+    numbers = _numbers(jobs, rows >= NUMBERS_PROCESS_ROWS) if analysis else None
 
     gpu = kt.gpu_names()
     report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=align, max_launches=max_launches,
                          clock=clock, notes=list(res.notes))
     for b, tr in enumerate(bundles):
-        n_l = len({ln.launch for ln in launches if ln.bundle == b})
+        g = tr.meta.get("gpu")
         report.bundles.append({"index": b, "name": labels[b], "path": paths[b], "kernel": tr.name,
-                               "launches": n_l, "matched": int(per_bundle[b]),
-                               "gpu": (tr.meta.get("gpu") or {}).get("name") if isinstance(tr.meta.get("gpu"), dict) else None})
+                               "launches": len({ln.launch for ln in launches if ln.bundle == b}),
+                               "matched": int(per_bundle[b]), "gpu": g.get("name") if isinstance(g, dict) else None})
     for u in res.unmatched:
         report.unmatched.append({"bundle": u.launch.bundle, "launch": u.launch.launch, "reason": u.reason})
     bgpu = {b["gpu"] for b in report.bundles if b["gpu"]}
@@ -441,87 +504,60 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         report.notes.append(f"the bundles were recorded on {', '.join(sorted(bgpu))}, the profiler trace on "
                             f"{', '.join(gpu)}")
 
+    # ids: each traced kernel's arrow to its "traced launch" slice first, then the host's, then the warps'
     ids = _Ids()
     calls = kt.launch_calls()
     by_track: dict = {}
     drawn_count: dict = {}
-    plan = []  # (match, shift, drawn, flow id kernel -> summary)
+    placed = []
     for m in matches:
         b = m.launch.bundle
         drawn = max_launches is None or drawn_count.get(b, 0) < max_launches
         drawn_count[b] = drawn_count.get(b, 0) + int(drawn)
-        plan.append([m, shift[id(m)], drawn, 0])
-
-    # flow ids: each traced kernel -> its "traced launch" slice first, then the host's, then the warp exports
-    for item in plan:
-        item[3] = ids.new_flows(1)
-    extra_out = {item[0].row: item[3] for item in plan}
+        tr = _launch_events(bundles[b], m.launch.launch)
+        call = calls.get(int(kt.correlation[m.row]))
+        ops = _op_stack(kt, call, by_track) if call is not None else []
+        placed.append((m, tr, _entry(kt, m, tr, shift[id(m)], drawn, ids.new_flows(1), labels[b], clock, ops)))
     report_seq = ids.new_seq()
-    fsrc, fdst = _host_flows(kt)
-    host = _host_part(kt, ids, fsrc, fdst, extra_out, gpu[0] if gpu else "")
+    host = _host_part(kt, ids, *_host_flows(kt), {m.row: e["flow_id"] for m, _, e in placed}, gpu[0] if gpu else "")
     report.host = {"events": int(kt.n), "slices": host.slices, "tracks": host.tracks, "flows": host.flows,
                    "skipped": dict(kt.skipped), "start_ns": host.start_ns, "end_ns": host.end_ns,
                    "gpu": gpu, "base_ns": kt.base_ns}
-
-    # per traced launch: its numbers, and where its events land
-    placed = []
-    for m, sh, drawn, fid in plan:
-        ln = m.launch
-        tr = _launch_events(bundles[ln.bundle], ln.launch)
-        st = tr.events["start_ns"].to_numpy() + sh
-        en = np.maximum(tr.events["end_ns"].to_numpy(), tr.events["start_ns"].to_numpy()) + sh
-        k0, k1 = int(kt.ts[m.row]), int(kt.ts[m.row] + kt.dur[m.row])
-        outside = int(((st < k0) | (en > k1)).sum())
-        call = calls.get(int(kt.correlation[m.row]))
-        entry = {
-            "bundle": ln.bundle, "launch": ln.launch, "label": labels[ln.bundle], "kernel": kt.names[int(kt.name[m.row])],
-            "method": m.method, "candidates": m.candidates, "ambiguous": bool(m.ambiguous),
-            "stream": int(kt.stream[m.row]), "device": int(kt.device[m.row]), "correlation": int(kt.correlation[m.row]),
-            "kernel_start_ns": k0, "kernel_dur_ns": k1 - k0, "delta_ns": int(m.delta_ns),
-            "residual_ns": int(m.delta_ns) - clock["median_delta_ns"], "shift_ns": int(sh),
-            "span_ns": int(ln.span_ns), "first_ns": int(st.min()) if st.size else k0, "last_ns": int(en.max()) if en.size else k0,
-            "start_slack_ns": (int(st.min()) - k0) if st.size else 0, "end_slack_ns": (k1 - int(en.max())) if en.size else 0,
-            "outside": outside, "rows": int(tr.events.num_rows),
-            "ctas": int(np.unique(tr.events["cta"].to_numpy()).size) if tr.events.num_rows else 0,
-            "warps": int(pc.sum(pc.equal(tr.events["kind"].cast(pa.string()), "warp")).as_py() or 0),
-            "ops": _op_stack(kt, call, by_track) if call is not None else [],
-            "warps_drawn": bool(drawn), "flow_id": int(fid)}
-        if analysis:
-            entry["numbers"] = launch_numbers(tr)
-        report.launches.append(entry)
-        placed.append((m, tr, entry))
-
-    # ---- write ----
     summary_seq = ids.new_seq()
-    merge_track = ids.new_uuid()
-    traced_tracks = []
     desc_seq = ids.new_seq()
+    merge_track = ids.new_uuid()
+    traced_tracks = [ids.new_uuid() for _ in placed]
     head = bytearray()
-    for m, tr, e in placed:
-        u = ids.new_uuid()
-        traced_tracks.append(u)
-        parent = host.lane0_uuid.get(int(kt.track[m.row]))
+    for i, ((m, tr, e), u) in enumerate(zip(placed, traced_tracks)):
         head.extend(_descriptor(u, f"{_short(e['label'])} · traced launch {e['bundle']}.{e['launch']}", desc_seq,
-                                parent=parent, rank=1000 + len(traced_tracks)))
-    with _atomic(out) as f:
-        f.write(_descriptor(merge_track, REPORT_SLICE, desc_seq, rank=-1000))
-        f.write(_report_slice(report, merge_track, report_seq, host.start_ns, max(host.end_ns, host.start_ns)))
-        f.write(host.head)
-        f.write(bytes(head))
-        f.write(host.setup)
-        f.write(host.hot)
-        f.write(_summaries(placed, traced_tracks, summary_seq, max_launches))
-        slices = host.slices
+                                parent=host.lane0_uuid.get(int(kt.track[m.row])), rank=1000 + i))
+    # the warps (the bulk) are written to a spool first: the report, which goes first, waits for the numbers
+    slices = host.slices
+    with tempfile.TemporaryFile(dir=out.parent if out.parent.exists() else None) as spool:
         for (m, tr, e), u in zip(placed, traced_tracks):
             if not e["warps_drawn"]:
                 continue
-            n_c, n_w = e["ctas"], e["warps"]
-            place = Placement(parent_uuid=u, name=f"{_short(e['label'], 40)} · launch {e['launch']}: {n_c} CTAs, {n_w} warps",
+            place = Placement(parent_uuid=u, name=f"{_short(e['label'], 40)} · launch {e['launch']}: "
+                                                  f"{e['ctas']} CTAs, {e['warps']} warps",
                               uuid_base=ids.uuid, first_sequence_id=ids.seq, first_flow_id=ids.flow,
                               ts_offset_ns=e["shift_ns"])
-            st = to_perfetto(tr, f, compress=compress, place=place)
+            st = to_perfetto(tr, spool, compress=compress, place=place)
             ids.uuid, ids.seq, ids.flow = st.next_uuid, st.next_sequence_id, st.next_flow_id
             slices += st.slices
+        if numbers is not None:
+            for (_m, _t, e), n in zip(placed, numbers()):
+                e["numbers"] = n
+        report.launches = [e for _m, _t, e in placed]
+        with _atomic(out) as f:
+            f.write(_descriptor(merge_track, REPORT_SLICE, desc_seq, rank=-1000))
+            f.write(_report_slice(report, merge_track, report_seq, host.start_ns, max(host.end_ns, host.start_ns)))
+            f.write(host.head)
+            f.write(bytes(head))
+            f.write(host.setup)
+            f.write(host.hot)
+            f.write(_summaries(placed, traced_tracks, summary_seq, max_launches))
+            spool.seek(0)
+            shutil.copyfileobj(spool, f, 16 << 20)
     report.written = {"bytes": out.stat().st_size, "slices": int(slices), "seconds": time.perf_counter() - t_start}
     return report
 
