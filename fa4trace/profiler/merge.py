@@ -474,7 +474,9 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         raise Fa4traceError(f"{out} exists; refusing to overwrite it (add --force)")
     if out.is_dir():
         raise Fa4traceError(f"{out} is a directory")
+    stages = {}
     kt, bundles, labels, paths = _inputs(profiler_trace, list(traces), names)
+    stages["read_s"] = time.perf_counter() - t_start
     launches = traced_launches(bundles)
     res = match_launches(kt, launches, tolerance_ns=tolerance_ns, max_clock_offset_ns=max_clock_offset_ns)
     per_bundle = np.bincount([m.launch.bundle for m in res.matches], minlength=len(bundles))
@@ -504,6 +506,7 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         report.notes.append(f"the bundles were recorded on {', '.join(sorted(bgpu))}, the profiler trace on "
                             f"{', '.join(gpu)}")
 
+    stages["match_s"] = time.perf_counter() - t_start - stages["read_s"]
     # ids: each traced kernel's arrow to its "traced launch" slice first, then the host's, then the warps'
     ids = _Ids()
     calls = kt.launch_calls()
@@ -523,6 +526,7 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
     report.host = {"events": int(kt.n), "slices": host.slices, "tracks": host.tracks, "flows": host.flows,
                    "skipped": dict(kt.skipped), "start_ns": host.start_ns, "end_ns": host.end_ns,
                    "gpu": gpu, "base_ns": kt.base_ns}
+    stages["host_s"] = time.perf_counter() - t_start - sum(stages.values())
     summary_seq = ids.new_seq()
     desc_seq = ids.new_seq()
     merge_track = ids.new_uuid()
@@ -544,10 +548,12 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
             st = to_perfetto(tr, spool, compress=compress, place=place)
             ids.uuid, ids.seq, ids.flow = st.next_uuid, st.next_sequence_id, st.next_flow_id
             slices += st.slices
+        stages["warps_s"] = time.perf_counter() - t_start - sum(stages.values())
         if numbers is not None:
             for (_m, _t, e), n in zip(placed, numbers()):
                 e["numbers"] = n
         report.launches = [e for _m, _t, e in placed]
+        stages["numbers_wait_s"] = time.perf_counter() - t_start - sum(stages.values())
         with _atomic(out) as f:
             f.write(_descriptor(merge_track, REPORT_SLICE, desc_seq, rank=-1000))
             f.write(_report_slice(report, merge_track, report_seq, host.start_ns, max(host.end_ns, host.start_ns)))
@@ -558,7 +564,9 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
             f.write(_summaries(placed, traced_tracks, summary_seq, max_launches))
             spool.seek(0)
             shutil.copyfileobj(spool, f, 16 << 20)
-    report.written = {"bytes": out.stat().st_size, "slices": int(slices), "seconds": time.perf_counter() - t_start}
+    stages["write_s"] = time.perf_counter() - t_start - sum(stages.values())
+    report.written = {"bytes": out.stat().st_size, "slices": int(slices), "seconds": time.perf_counter() - t_start,
+                      "stages": {k: round(v, 3) for k, v in stages.items()}}
     return report
 
 
