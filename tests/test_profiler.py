@@ -460,18 +460,23 @@ def test_report_is_in_the_file_and_has_the_numbers(tmp_path, bundles):
         read_report(_plain_perfetto(tmp_path))
 
 
-def test_numbers_of_a_large_merge_come_from_a_second_process(tmp_path, bundles, monkeypatch):
+def test_a_large_merge_written_by_worker_processes_holds_the_same(tmp_path, bundles, monkeypatch):
+    """Above PARALLEL_ROWS the launches are written by spawned workers with id ranges given up front."""
     import importlib
 
     merge_mod = importlib.import_module("fa4trace.profiler.merge")  # the module (the package's merge is the function)
-
     run = profiled_run(bundles, steps=2, layers=2)
     kt = parse_kineto(run.text.encode())
-    inline = merge(kt, run.traces, tmp_path / "a.pftrace")
-    monkeypatch.setattr(merge_mod, "NUMBERS_PROCESS_ROWS", 0)
-    spawned = merge(kt, run.traces, tmp_path / "b.pftrace")
-    assert [e["numbers"] for e in spawned.launches] == [e["numbers"] for e in inline.launches]
-    assert all(e["numbers"] for e in spawned.launches)
+    serial = merge(kt, run.traces, tmp_path / "a.pftrace")
+    monkeypatch.setattr(merge_mod, "PARALLEL_ROWS", 0)
+    par = merge(kt, run.traces, tmp_path / "b.pftrace", workers=2)
+    assert [e["numbers"] for e in par.launches] == [e["numbers"] for e in serial.launches]
+    assert all(e["numbers"] for e in par.launches)
+    Ma, Mb = parse((tmp_path / "a.pftrace").read_bytes()), parse((tmp_path / "b.pftrace").read_bytes())
+    check_merged(Mb, kt, run.traces, par)
+    key = lambda M: Counter((s.name, s.start, s.end) for s in M.slices if s.name != "fa4trace merge")  # noqa: E731
+    assert key(Ma) == key(Mb)
+    assert max(Mb.tracks) > merge_mod.UUID_WARPS  # the workers' own uuid ranges
 
 
 def _plain_perfetto(tmp_path):

@@ -41,7 +41,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +51,12 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..bundle import Trace, load
 from ..errors import Fa4traceError
-from ..perfetto import Placement, encode_hot_packets, layout_tracks, to_perfetto
+from ..perfetto import Placement, encode_hot_packets, layout_tracks
 from ..vocab import Vocabulary
 from .kineto import KIND_INSTANT, KinetoTrace, load_kineto
 from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
-from .report import REPORT_ARG, REPORT_SLICE, MergeReport, numbers_of
+from .render import RenderJob, launch_events, render_launch
+from .report import REPORT_ARG, REPORT_SLICE, MergeReport
 
 __all__ = ["merge", "attach", "ALIGN_MODES"]
 
@@ -345,14 +346,6 @@ def _int_or(v, default: int) -> int:
 
 # ---- traced launches ------------------------------------------------------------------------
 
-def _launch_events(trace: Trace, launch: int) -> Trace:
-    ev = trace.events
-    la = ev["launch"]
-    if pc.min(la).as_py() == pc.max(la).as_py():
-        return trace
-    return Trace(ev.filter(pc.equal(la, launch)), trace.meta)
-
-
 def _op_stack(kt: KinetoTrace, call_row: int, by_track: dict) -> list[str]:
     """Names of the host events enclosing a launch call on its thread, outermost first."""
     tr = int(kt.track[call_row])
@@ -381,7 +374,8 @@ def _align(matches: list, mode: str) -> tuple[dict, dict]:
     return shift, clock
 
 
-NUMBERS_PROCESS_ROWS = 2_000_000  # above this many rows the per-launch numbers run in a second process
+PARALLEL_ROWS = 2_000_000  # from this many rows of traced launches on, they are written by worker processes
+UUID_WARPS = 1 << 56  # parallel writing: launch k's track uuids count up from UUID_WARPS + (k << 32)
 
 
 def _inputs(profiler_trace, traces, names) -> tuple:
@@ -429,31 +423,57 @@ def _entry(kt: KinetoTrace, m: Match, tr: Trace, sh: int, drawn: bool, fid: int,
         "ops": op_names, "warps_drawn": bool(drawn), "flow_id": int(fid)}
 
 
-def _numbers(jobs: list, in_process: bool):
-    """launch_numbers of each (bundle source, launch): here, or in a second process (spawned:
-    nothing of this process's threads is inherited) while this one writes. Returns a callable
-    that gives the list of dicts."""
-    if not in_process:
-        res = numbers_of(jobs)
-        return lambda: res
+def _render_all(jobs: list, ids: _Ids, workers: int, host_bound: int, build_host):
+    """Every launch's part (fa4trace.profiler.render), and the host part meanwhile.
+
+    Small merges: one after the other in this process, each launch's ids continuing where the
+    last one's ended. Large ones (>= PARALLEL_ROWS rows, ``workers`` > 1): worker processes
+    (spawned: nothing of this process's threads is inherited), each launch given id ranges of
+    its own up front (its rows bound its tracks, sequences and arrows; the host part's bound
+    is ``host_bound``), while this process builds the host part. Returns (host, results)."""
+    rows = [int(j.rows) for j in jobs]
+    seq_need = sum(2 * r + 16 for r in rows) + 2 * host_bound + 16
+    parallel = workers > 1 and len(jobs) > 1 and sum(rows) >= PARALLEL_ROWS and ids.seq + seq_need < 2**32 - 1
+    if not parallel:
+        host = build_host()
+        out = []
+        for j in jobs:
+            if j.job.place is not None:
+                j.job.place = replace(j.job.place, uuid_base=ids.uuid, first_sequence_id=ids.seq,
+                                      first_flow_id=ids.flow)
+            r = render_launch(j.job)
+            if j.job.place is not None:
+                ids.uuid, ids.seq, ids.flow = r.next_uuid, r.next_sequence_id, r.next_flow_id
+            out.append(r)
+        return host, out
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    ex = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
-    fut = ex.submit(numbers_of, jobs)
+    seq = ids.seq + 2 * host_bound + 16
+    flow = ids.flow + host_bound + 1
+    for k, (j, r) in enumerate(zip(jobs, rows)):
+        if j.job.place is not None:
+            j.job.place = replace(j.job.place, uuid_base=UUID_WARPS + (k << 32), first_sequence_id=seq,
+                                  first_flow_id=flow)
+            seq += 2 * r + 16
+            flow += r + 1
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+        futs = [ex.submit(render_launch, j.job) for j in jobs]
+        host = build_host()
+        out = [f.result() for f in futs]
+    return host, out
 
-    def get():
-        try:
-            return fut.result()
-        finally:
-            ex.shutdown()
-    return get
+
+@dataclass
+class _Job:
+    job: RenderJob
+    rows: int
 
 
 def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: int | None = None,
           compress: bool = False, force: bool = False, analysis: bool = True,
           tolerance_ns: int = DEFAULT_TOLERANCE_NS, max_clock_offset_ns: int | None = DEFAULT_MAX_CLOCK_OFFSET_NS,
-          names: list[str] | None = None, allow_unmatched: bool = False) -> MergeReport:
+          names: list[str] | None = None, allow_unmatched: bool = False, workers: int | None = None) -> MergeReport:
     """Write one Perfetto trace of ``profiler_trace`` (a torch.profiler Chrome JSON path or a
     :class:`KinetoTrace`) with the warps of ``traces`` (bundles: :class:`Trace` objects or
     paths) under their kernels (module docstring). Returns the report.
@@ -462,6 +482,7 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
     N traced launches of each bundle only (the others keep a "traced launch" slice saying so).
     ``compress``: zlib the warp packets. ``force``: replace an existing ``out``. ``analysis``:
     busy / waiting / overlap per launch in the report. ``names``: labels of in-memory bundles.
+    ``workers``: processes that write a large merge's launches (default: 2, or 1 on one core).
     Raises Fa4traceError (one line) when a bundle has no launch in the trace (unless
     ``allow_unmatched``); nothing is written then."""
     t_start = time.perf_counter()
@@ -487,10 +508,6 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
                 raise Fa4traceError(f"{labels[b]}: none of its launches is in {Path(kt.path).name}: {why}")
     matches = sorted(res.matches, key=lambda m: int(kt.ts[m.row]))
     shift, clock = _align(matches, align)
-    rows = sum(int(bundles[m.launch.bundle].events.num_rows) for m in matches)
-    jobs = [(paths[m.launch.bundle] or bundles[m.launch.bundle], m.launch.launch) for m in matches]
-    numbers = _numbers(jobs, rows >= NUMBERS_PROCESS_ROWS) if analysis else None
-
     gpu = kt.gpu_names()
     report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=align, max_launches=max_launches,
                          clock=clock, notes=list(res.notes))
@@ -506,7 +523,6 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         report.notes.append(f"the bundles were recorded on {', '.join(sorted(bgpu))}, the profiler trace on "
                             f"{', '.join(gpu)}")
 
-    stages["match_s"] = time.perf_counter() - t_start - stages["read_s"]
     # ids: each traced kernel's arrow to its "traced launch" slice first, then the host's, then the warps'
     ids = _Ids()
     calls = kt.launch_calls()
@@ -517,43 +533,43 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         b = m.launch.bundle
         drawn = max_launches is None or drawn_count.get(b, 0) < max_launches
         drawn_count[b] = drawn_count.get(b, 0) + int(drawn)
-        tr = _launch_events(bundles[b], m.launch.launch)
+        tr = launch_events(bundles[b], m.launch.launch)
         call = calls.get(int(kt.correlation[m.row]))
         ops = _op_stack(kt, call, by_track) if call is not None else []
         placed.append((m, tr, _entry(kt, m, tr, shift[id(m)], drawn, ids.new_flows(1), labels[b], clock, ops)))
-    report_seq = ids.new_seq()
-    host = _host_part(kt, ids, *_host_flows(kt), {m.row: e["flow_id"] for m, _, e in placed}, gpu[0] if gpu else "")
-    report.host = {"events": int(kt.n), "slices": host.slices, "tracks": host.tracks, "flows": host.flows,
-                   "skipped": dict(kt.skipped), "start_ns": host.start_ns, "end_ns": host.end_ns,
-                   "gpu": gpu, "base_ns": kt.base_ns}
-    stages["host_s"] = time.perf_counter() - t_start - sum(stages.values())
-    summary_seq = ids.new_seq()
-    desc_seq = ids.new_seq()
+    report_seq, summary_seq, desc_seq = ids.new_seq(), ids.new_seq(), ids.new_seq()
     merge_track = ids.new_uuid()
     traced_tracks = [ids.new_uuid() for _ in placed]
-    head = bytearray()
-    for i, ((m, tr, e), u) in enumerate(zip(placed, traced_tracks)):
-        head.extend(_descriptor(u, f"{_short(e['label'])} · traced launch {e['bundle']}.{e['launch']}", desc_seq,
-                                parent=host.lane0_uuid.get(int(kt.track[m.row])), rank=1000 + i))
-    # the warps (the bulk) are written to a spool first: the report, which goes first, waits for the numbers
-    slices = host.slices
-    with tempfile.TemporaryFile(dir=out.parent if out.parent.exists() else None) as spool:
-        for (m, tr, e), u in zip(placed, traced_tracks):
-            if not e["warps_drawn"]:
-                continue
-            place = Placement(parent_uuid=u, name=f"{_short(e['label'], 40)} · launch {e['launch']}: "
-                                                  f"{e['ctas']} CTAs, {e['warps']} warps",
-                              uuid_base=ids.uuid, first_sequence_id=ids.seq, first_flow_id=ids.flow,
+    spool = tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None)
+    jobs = []
+    for i, (m, tr, e) in enumerate(placed):
+        place = None
+        if e["warps_drawn"]:
+            place = Placement(parent_uuid=traced_tracks[i], name=f"{_short(e['label'], 40)} · launch {e['launch']}: "
+                              f"{e['ctas']} CTAs, {e['warps']} warps", uuid_base=0, first_sequence_id=0,
                               ts_offset_ns=e["shift_ns"])
-            st = to_perfetto(tr, spool, compress=compress, place=place)
-            ids.uuid, ids.seq, ids.flow = st.next_uuid, st.next_sequence_id, st.next_flow_id
-            slices += st.slices
-        stages["warps_s"] = time.perf_counter() - t_start - sum(stages.values())
-        if numbers is not None:
-            for (_m, _t, e), n in zip(placed, numbers()):
-                e["numbers"] = n
+        if place is not None or analysis:
+            src = paths[m.launch.bundle] or tr
+            jobs.append((i, _Job(RenderJob(src, m.launch.launch, place, compress, analysis, spool.name), e["rows"])))
+    stages["match_s"] = time.perf_counter() - t_start - stages["read_s"]
+    host_flows = _host_flows(kt)
+    extra = {m.row: e["flow_id"] for m, _, e in placed}
+    try:
+        host, results = _render_all([j for _, j in jobs], ids, workers or min(2, os.cpu_count() or 1), kt.n + 16,
+                                    lambda: _host_part(kt, ids, *host_flows, extra, gpu[0] if gpu else ""))
+        stages["render_s"] = time.perf_counter() - t_start - sum(stages.values())
+        report.host = {"events": int(kt.n), "slices": host.slices, "tracks": host.tracks, "flows": host.flows,
+                       "skipped": dict(kt.skipped), "start_ns": host.start_ns, "end_ns": host.end_ns,
+                       "gpu": gpu, "base_ns": kt.base_ns}
+        head = bytearray()
+        for i, ((m, tr, e), u) in enumerate(zip(placed, traced_tracks)):
+            head.extend(_descriptor(u, f"{_short(e['label'])} · traced launch {e['bundle']}.{e['launch']}", desc_seq,
+                                    parent=host.lane0_uuid.get(int(kt.track[m.row])), rank=1000 + i))
+        for (i, _j), r in zip(jobs, results):
+            if r.numbers is not None:
+                placed[i][2]["numbers"] = r.numbers
         report.launches = [e for _m, _t, e in placed]
-        stages["numbers_wait_s"] = time.perf_counter() - t_start - sum(stages.values())
+        slices = host.slices + sum(r.slices for r in results)
         with _atomic(out) as f:
             f.write(_descriptor(merge_track, REPORT_SLICE, desc_seq, rank=-1000))
             f.write(_report_slice(report, merge_track, report_seq, host.start_ns, max(host.end_ns, host.start_ns)))
@@ -562,11 +578,16 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
             f.write(host.setup)
             f.write(host.hot)
             f.write(_summaries(placed, traced_tracks, summary_seq, max_launches))
-            spool.seek(0)
-            shutil.copyfileobj(spool, f, 16 << 20)
+            for r in results:
+                if r.path:
+                    with open(r.path, "rb") as part:
+                        shutil.copyfileobj(part, f, 16 << 20)
+    finally:
+        spool.cleanup()
     stages["write_s"] = time.perf_counter() - t_start - sum(stages.values())
     report.written = {"bytes": out.stat().st_size, "slices": int(slices), "seconds": time.perf_counter() - t_start,
-                      "stages": {k: round(v, 3) for k, v in stages.items()}}
+                      "stages": {k: round(v, 3) for k, v in stages.items()},
+                      "launch_seconds": [round(r.seconds, 3) for r in results]}
     return report
 
 

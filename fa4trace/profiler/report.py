@@ -25,7 +25,7 @@ import numpy as np
 from ..bundle import Trace
 from ..errors import Fa4traceError, TraceFormatError
 
-__all__ = ["MergeReport", "launch_numbers", "numbers_of", "read_report", "REPORT_SLICE", "REPORT_ARG", "FORMAT"]
+__all__ = ["MergeReport", "launch_numbers", "read_report", "REPORT_SLICE", "REPORT_ARG", "FORMAT"]
 
 REPORT_SLICE = "fa4trace merge"
 REPORT_ARG = "report"
@@ -152,25 +152,6 @@ def launch_numbers(trace: Trace) -> dict:
         tc = ctas["tensor_core_busy"].to_numpy(zero_copy_only=False)
         if tc.size and not np.isnan(tc).all():
             out["tensor_core_busy"] = float(np.nanmean(tc))
-    return out
-
-
-def numbers_of(jobs: list) -> list[dict]:
-    """:func:`launch_numbers` of each (bundle path or Trace, launch index): what fa4trace.profiler.merge
-    hands a second process for a large merge (each bundle read once)."""
-    from ..bundle import load
-
-    cache: dict = {}
-    out = []
-    for src, k in jobs:
-        key = src if isinstance(src, str) else id(src)
-        if key not in cache:
-            cache[key] = load(src) if isinstance(src, str) else src
-        tr = cache[key]
-        ev = tr.events
-        la = ev["launch"].to_numpy()
-        sub = tr if (la == k).all() else Trace(ev.filter(la == k), tr.meta)
-        out.append(launch_numbers(sub))
     return out
 
 
