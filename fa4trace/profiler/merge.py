@@ -36,6 +36,7 @@ sequence per track, interned names, an incremental clock), nesting made strict b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -47,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..bundle import Trace, load
@@ -55,7 +57,7 @@ from ..perfetto import Placement, encode_hot_packets, layout_tracks
 from ..vocab import Vocabulary
 from .kineto import KIND_INSTANT, KinetoTrace, load_kineto
 from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
-from .render import RenderJob, launch_events, render_launch
+from .render import RenderJob, bundle_numbers, launch_events, render_launch
 from .report import REPORT_ARG, REPORT_SLICE, MergeReport
 
 __all__ = ["merge", "attach", "ALIGN_MODES"]
@@ -423,18 +425,33 @@ def _entry(kt: KinetoTrace, m: Match, tr: Trace, sh: int, drawn: bool, fid: int,
         "ops": op_names, "warps_drawn": bool(drawn), "flow_id": int(fid)}
 
 
-def _render_all(jobs: list, ids: _Ids, workers: int, host_bound: int, build_host):
-    """Every launch's part (fa4trace.profiler.render), and the host part meanwhile.
+def _pool(traces: list, workers: int):
+    """Worker processes for a large merge (>= PARALLEL_ROWS bundle rows and ``workers`` > 1), else
+    None. Spawned: nothing of this process's threads (Arrow's, the bundle readers') is inherited."""
+    rows = 0
+    for t in traces:
+        try:
+            rows += t.events.num_rows if isinstance(t, Trace) else pq.ParquetFile(t).metadata.num_rows
+        except (OSError, ValueError, pa.ArrowException):
+            pass  # reading the bundle says what is wrong with it, in one line
+    if workers < 2 or rows < PARALLEL_ROWS:
+        return None
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
 
-    Small merges: one after the other in this process, each launch's ids continuing where the
-    last one's ended. Large ones (>= PARALLEL_ROWS rows, ``workers`` > 1): worker processes
-    (spawned: nothing of this process's threads is inherited), each launch given id ranges of
-    its own up front (its rows bound its tracks, sequences and arrows; the host part's bound
-    is ``host_bound``), while this process builds the host part. Returns (host, results)."""
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+
+
+def _render_all(jobs: list, ids: _Ids, pool, host_bound: int, build_host):
+    """Every launch's part (fa4trace.profiler.render), and the host part.
+
+    Without ``pool``: one after the other in this process, each launch's ids continuing where the
+    last one's ended. With it: in the worker processes, each launch given id ranges of its own up
+    front (its rows bound its tracks, sequences and arrows; the host part's bound is
+    ``host_bound``), while this process builds the host part. Returns (host, results)."""
     rows = [int(j.rows) for j in jobs]
     seq_need = sum(2 * r + 16 for r in rows) + 2 * host_bound + 16
-    parallel = workers > 1 and len(jobs) > 1 and sum(rows) >= PARALLEL_ROWS and ids.seq + seq_need < 2**32 - 1
-    if not parallel:
+    if pool is None or ids.seq + seq_need >= 2**32 - 1:
         host = build_host()
         out = []
         for j in jobs:
@@ -446,9 +463,6 @@ def _render_all(jobs: list, ids: _Ids, workers: int, host_bound: int, build_host
                 ids.uuid, ids.seq, ids.flow = r.next_uuid, r.next_sequence_id, r.next_flow_id
             out.append(r)
         return host, out
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     seq = ids.seq + 2 * host_bound + 16
     flow = ids.flow + host_bound + 1
     for k, (j, r) in enumerate(zip(jobs, rows)):
@@ -457,11 +471,9 @@ def _render_all(jobs: list, ids: _Ids, workers: int, host_bound: int, build_host
                                   first_flow_id=flow)
             seq += 2 * r + 16
             flow += r + 1
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
-        futs = [ex.submit(render_launch, j.job) for j in jobs]
-        host = build_host()
-        out = [f.result() for f in futs]
-    return host, out
+    futs = [pool.submit(render_launch, j.job) for j in jobs]
+    host = build_host()
+    return host, [f.result() for f in futs]
 
 
 @dataclass
@@ -496,7 +508,22 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
     if out.is_dir():
         raise Fa4traceError(f"{out} is a directory")
     stages = {}
-    kt, bundles, labels, paths = _inputs(profiler_trace, list(traces), names)
+    traces = list(traces)
+    with contextlib.ExitStack() as stack:
+        pool = _pool(traces, workers or min(2, os.cpu_count() or 1))
+        if pool is not None:
+            stack.callback(pool.shutdown, cancel_futures=True)
+        # a large merge's workers start on the numbers while this process reads
+        numbers = [pool.submit(bundle_numbers, t) for t in traces] if pool is not None and analysis else None
+        return _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, align=align,
+                      max_launches=max_launches, compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
+                      max_clock_offset_ns=max_clock_offset_ns, names=names, allow_unmatched=allow_unmatched)
+
+
+def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align, max_launches, compress, analysis,
+           tolerance_ns, max_clock_offset_ns, names, allow_unmatched) -> MergeReport:
+    """merge()'s steps, given its worker pool (or None) and the numbers futures (or None)."""
+    kt, bundles, labels, paths = _inputs(profiler_trace, traces, names)
     stages["read_s"] = time.perf_counter() - t_start
     launches = traced_launches(bundles)
     res = match_launches(kt, launches, tolerance_ns=tolerance_ns, max_clock_offset_ns=max_clock_offset_ns)
@@ -548,14 +575,16 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
             place = Placement(parent_uuid=traced_tracks[i], name=f"{_short(e['label'], 40)} · launch {e['launch']}: "
                               f"{e['ctas']} CTAs, {e['warps']} warps", uuid_base=0, first_sequence_id=0,
                               ts_offset_ns=e["shift_ns"])
-        if place is not None or analysis:
+        inline_numbers = analysis and numbers is None
+        if place is not None or inline_numbers:
             src = paths[m.launch.bundle] or tr
-            jobs.append((i, _Job(RenderJob(src, m.launch.launch, place, compress, analysis, spool.name), e["rows"])))
+            jobs.append((i, _Job(RenderJob(src, m.launch.launch, place, compress, inline_numbers, spool.name),
+                                 e["rows"])))
     stages["match_s"] = time.perf_counter() - t_start - stages["read_s"]
     host_flows = _host_flows(kt)
     extra = {m.row: e["flow_id"] for m, _, e in placed}
     try:
-        host, results = _render_all([j for _, j in jobs], ids, workers or min(2, os.cpu_count() or 1), kt.n + 16,
+        host, results = _render_all([j for _, j in jobs], ids, pool, kt.n + 16,
                                     lambda: _host_part(kt, ids, *host_flows, extra, gpu[0] if gpu else ""))
         stages["render_s"] = time.perf_counter() - t_start - sum(stages.values())
         report.host = {"events": int(kt.n), "slices": host.slices, "tracks": host.tracks, "flows": host.flows,
@@ -568,6 +597,10 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         for (i, _j), r in zip(jobs, results):
             if r.numbers is not None:
                 placed[i][2]["numbers"] = r.numbers
+        if numbers is not None:
+            per_bundle_numbers = [f.result() for f in numbers]
+            for m, _t, e in placed:
+                e["numbers"] = per_bundle_numbers[m.launch.bundle].get(m.launch.launch, {})
         report.launches = [e for _m, _t, e in placed]
         slices = host.slices + sum(r.slices for r in results)
         with _atomic(out) as f:

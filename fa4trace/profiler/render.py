@@ -2,7 +2,8 @@
 
 :func:`render_launch` is what :func:`fa4trace.profiler.merge.merge` runs per traced launch, in
 this process for a small merge and in worker processes for a large one (spawned: a job names
-its bundle by path, or carries that launch's rows). Each job writes its packets, made by
+its bundle by path, or carries that launch's rows); :func:`bundle_numbers` is a large merge's
+job for the numbers of every launch of a bundle, started before the launches are matched. Each job writes its packets, made by
 :func:`fa4trace.perfetto.to_perfetto` at the :class:`fa4trace.perfetto.Placement` the merge chose,
 to a file of its own; the merge then writes the files one after the other into the output.
 """
@@ -20,7 +21,7 @@ from ..bundle import Trace, load
 from ..perfetto import Placement, to_perfetto
 from .report import launch_numbers
 
-__all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events"]
+__all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events", "bundle_numbers"]
 
 _LOADED: dict = {}  # per process: the last bundle read from disk (a worker's jobs come bundle by bundle)
 
@@ -63,6 +64,16 @@ def _bundle(source) -> Trace:
         _LOADED.clear()
         _LOADED[key] = load(key)
     return _LOADED[key]
+
+
+def bundle_numbers(source) -> dict:
+    """launch -> :func:`fa4trace.profiler.report.launch_numbers` of every launch of a bundle (path or
+    Trace): what a worker computes while the merge is still reading the profiler trace."""
+    tr = _bundle(source)
+    if tr.events.num_rows == 0:
+        return {}
+    launches = sorted(set(pc.unique(tr.events["launch"]).to_pylist()))
+    return {int(k): launch_numbers(launch_events(tr, k)) for k in launches}
 
 
 def render_launch(job: RenderJob) -> RenderResult:
