@@ -293,6 +293,34 @@ def test_kineto_columns_match_the_trace_text(bundles):
     assert kt.gpu_names() == ["NVIDIA H200"]
 
 
+def test_the_arrow_and_python_scans_read_the_same(bundles, monkeypatch):
+    """Arrow types the common fields fast; one Python pass is the fallback: both give the same columns."""
+    from fa4trace.profiler import kineto
+
+    run = profiled_run(bundles, steps=2, layers=2)
+    doc = run.doc
+    doc["traceEvents"].append({"ph": "C", "name": "counter", "pid": 1, "tid": 1, "ts": 1.0})  # skipped, counted
+    fast = kineto._columns(doc, kineto_base(doc), "t", False)
+
+    def refuse(events):
+        raise TypeError("forced")
+
+    monkeypatch.setattr(kineto, "_scan_arrow", refuse)
+    slow = kineto._columns(doc, kineto_base(doc), "t", False)
+    for f in ("kind", "ts", "dur", "correlation", "device", "stream", "grid", "block", "flow_src", "flow_dst"):
+        assert np.array_equal(getattr(fast, f), getattr(slow, f)), f
+    for f in ("cat", "name", "track"):  # codes may differ; the values they stand for may not
+        lf = {"cat": fast.cats, "name": fast.names, "track": [(t.pid, t.tid) for t in fast.tracks]}[f]
+        ls = {"cat": slow.cats, "name": slow.names, "track": [(t.pid, t.tid) for t in slow.tracks]}[f]
+        assert [lf[c] for c in getattr(fast, f).tolist()] == [ls[c] for c in getattr(slow, f).tolist()], f
+    assert fast.skipped == slow.skipped == {"C": 1} and fast.flow_cat == slow.flow_cat
+    assert [t.label for t in fast.tracks] == [t.label for t in slow.tracks]
+
+
+def kineto_base(doc) -> int:
+    return int(doc["baseTimeNanoseconds"])
+
+
 def test_times_without_base_are_read_exactly():
     """torch < 2.1 wrote epoch µs (16+ digits, more than a double holds): read from the text."""
     text = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '

@@ -17,8 +17,9 @@ Times: Kineto writes ``ts`` / ``dur`` in µs relative to ``baseTimeNanoseconds``
 ns), with three decimals; they become int64 epoch ns here. Traces without
 ``baseTimeNanoseconds`` (torch < 2.1) hold epoch µs, read exactly from their text.
 
-The parser is the standard library's ``json`` (``orjson`` where installed), then one Python pass
-over the events into lists; no torch is needed (this module is host-only).
+The parser is the standard library's ``json`` (``orjson`` where installed); Arrow then types the
+fields every event has, and Python reads only the args of GPU activity and launch calls (one
+Python pass over every event where Arrow cannot type them). No torch is needed (host-only).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import Fa4traceError, TraceFormatError
 
@@ -42,6 +45,7 @@ __all__ = ["KinetoTrace", "Track", "load_kineto", "parse_kineto", "GPU_CATEGORIE
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")  # host calls that carry a correlation id
+_SPECIAL = frozenset(GPU_CATEGORIES) | frozenset(LAUNCH_CATEGORIES)  # the events whose args matching reads
 KIND_SLICE, KIND_INSTANT = 0, 1
 
 
@@ -187,21 +191,99 @@ def _int(v, default=-1) -> int:
         return default
 
 
-def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
-    """One pass over the events into lists (the hot loop does only dict lookups and appends),
-    then numpy; args are read only for the events that carry what matching needs."""
-    events = doc["traceEvents"]
+@dataclass
+class _Scan:
+    """The kept events (complete and instant) of a trace, before conversion to ns."""
+
+    kind: object  # per kept event: KIND_*
+    cat: object  # codes into cats
+    cats: list
+    name: object  # codes into names
+    names: list
+    track: object  # codes into track_code's keys
+    track_code: dict  # (pid, tid) -> code
+    ts: object  # Kineto's µs values (floats, or the exact decimal text)
+    dur: object
+    with_args: list  # (row, category, args) of GPU activity and launch calls
+    flow_ev: list  # (ph, category, id, ts, row of the complete event before it on its thread or None)
+    meta_ev: list  # the "M" events
+    skipped: dict
+
+
+_EVENT_TYPE = pa.struct([("ph", pa.string()), ("cat", pa.string()), ("name", pa.string()),
+                         ("ts", pa.float64()), ("dur", pa.float64())])
+
+
+def _scan_arrow(events: list) -> _Scan:
+    """The fast way: Arrow converts the fields every event has (C++), Python touches only the
+    thread keys, the args of GPU activity and launch calls, and the flow and metadata events.
+    Raises (Arrow or TypeError) on events it cannot type: the caller then uses _scan_python."""
+    st = pa.array(events, type=_EVENT_TYPE)
+    ph = st.field("ph").fill_null("")
+    keep_m = pc.is_in(ph, pa.array(["X", "i", "I"])).to_numpy(zero_copy_only=False)
+    flow_m = pc.is_in(ph, pa.array(["s", "f", "t"])).to_numpy(zero_copy_only=False)
+    meta_m = pc.equal(ph, "M").to_numpy(zero_copy_only=False)
+    K = np.flatnonzero(keep_m)
+    is_x = pc.equal(ph, "X").to_numpy(zero_copy_only=False)
+    kind = np.where(is_x[K], KIND_SLICE, KIND_INSTANT).astype(np.int8)
+
+    def codes(field):
+        d = pc.dictionary_encode(st.field(field).fill_null("").take(pa.array(K)))
+        return d.indices.to_numpy(zero_copy_only=False).astype(np.int32), [str(x) for x in d.dictionary.to_pylist()]
+
+    cat, cats = codes("cat")
+    name, names = codes("name")
+    ts = st.field("ts").fill_null(0).to_numpy(zero_copy_only=False)[K]
+    dur = np.where(is_x, st.field("dur").fill_null(0).to_numpy(zero_copy_only=False), 0.0)[K]
+    track_code: dict = {}
+    get = events.__getitem__
+    track = np.fromiter((track_code.setdefault((e.get("pid", ""), e.get("tid", "")), len(track_code))
+                         for e in map(get, K.tolist())), np.int32, K.size)
+    special = [i for i, c in enumerate(cats) if c in _SPECIAL]
+    rows = np.flatnonzero(np.isin(cat, special)).tolist() if special else []
+    with_args = [(r, cats[cat[r]], events[int(K[r])].get("args")) for r in rows]
+    # each flow binds to the last complete event before it on its thread (Kineto writes it right after)
+    F = np.flatnonzero(flow_m)
+    flow_ev = []
+    if F.size:
+        n = len(events) + 1
+        xr = np.flatnonzero(is_x[K])  # kept rows that are complete events
+        xkey = track[xr].astype(np.int64) * n + K[xr]
+        o = np.argsort(xkey, kind="stable")
+        xkey, xr = xkey[o], xr[o]
+        fe = [get(i) for i in F.tolist()]
+        ftrack = np.array([track_code.get((e.get("pid", ""), e.get("tid", "")), -1) for e in fe], np.int64)
+        pos = np.searchsorted(xkey, ftrack * n + F) - 1
+        ok = (ftrack >= 0) & (pos >= 0)
+        ok[ok] = (xkey[pos[ok]] // n) == ftrack[ok]
+        prev = np.where(ok, xr[np.maximum(pos, 0)], -1)
+        f_ph = ph.take(pa.array(F)).to_pylist()
+        f_cat = st.field("cat").fill_null("").take(pa.array(F)).to_pylist()
+        f_ts = st.field("ts").fill_null(0).take(pa.array(F)).to_pylist()
+        flow_ev = [(p_, c_, e.get("id"), t_, int(r_) if r_ >= 0 else None)
+                   for p_, c_, e, t_, r_ in zip(f_ph, f_cat, fe, f_ts, prev.tolist())]
+    meta_ev = [get(i) for i in np.flatnonzero(meta_m).tolist()]
+    other = ~(keep_m | flow_m | meta_m)
+    skipped = {}
+    if other.any():
+        for v, c in zip(*np.unique(ph.take(pa.array(np.flatnonzero(other))).to_numpy(zero_copy_only=False),
+                                   return_counts=True)):
+            skipped[str(v) or "None"] = int(c)
+    return _Scan(kind, cat, cats, name, names, track, track_code, ts, dur, with_args, flow_ev, meta_ev, skipped)
+
+
+def _scan_python(events: list) -> _Scan:
+    """The general way: one Python pass over the events (any JSON values: exact decimal times,
+    odd types); the hot loop does only dict lookups and appends."""
     cat_code: dict = {}
     name_code: dict = {}
     track_code: dict = {}
-    tracks: list[Track] = []
     kind, cat, name, track, ts, dur = [], [], [], [], [], []
-    with_args: list = []  # (row, cat, args) of GPU activity and launch calls
+    with_args: list = []
     prev_x: dict = {}  # track -> row of the last complete event on it
-    flow_ev: list = []  # (ph, cat, id, track, ts, row of the complete event before it)
+    flow_ev: list = []
     meta_ev: list = []
     skipped: dict = {}
-    special = set(GPU_CATEGORIES) | set(LAUNCH_CATEGORIES)
     instant_ph = {"i": KIND_INSTANT, "I": KIND_INSTANT, "X": KIND_SLICE}
     for ev in events:
         if type(ev) is not dict:
@@ -213,8 +295,7 @@ def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
             key = (ev.get("pid", ""), ev.get("tid", ""))
             tr = track_code.get(key)
             if tr is None:
-                tr = track_code[key] = len(tracks)
-                tracks.append(Track(key[0], key[1]))
+                tr = track_code[key] = len(track_code)
             c = ev.get("cat", "")
             cc = cat_code.get(c)
             if cc is None:
@@ -230,7 +311,7 @@ def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
             track.append(tr)
             ts.append(ev.get("ts", 0))
             dur.append(ev.get("dur", 0) if k == KIND_SLICE else 0)
-            if c in special:
+            if c in _SPECIAL:
                 with_args.append((row, c, ev.get("args")))
             if k == KIND_SLICE:
                 prev_x[tr] = row
@@ -241,8 +322,31 @@ def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
             meta_ev.append(ev)
         else:
             skipped[str(ph)] = skipped.get(str(ph), 0) + 1
+    return _Scan(np.array(kind, np.int8), np.array(cat, np.int32), [str(c) for c in cat_code],
+                 np.array(name, np.int32), [str(n) for n in name_code], np.array(track, np.int32), track_code,
+                 ts, dur, with_args, flow_ev, meta_ev, skipped)
 
-    n = len(ts)
+
+def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
+    """The events as columns (module docstring): scanned by Arrow where it can type them, else by
+    one Python pass; then times to ns, and args read only for the events that carry what
+    matching needs."""
+    events = doc["traceEvents"]
+    sc = None
+    if not exact:
+        try:
+            sc = _scan_arrow(events)
+        except (pa.ArrowException, TypeError, ValueError, AttributeError):
+            sc = None  # events Arrow cannot type (a string time, a non-object): the general way
+    if sc is None:
+        sc = _scan_python(events)
+    tracks = [Track(pid, tid) for pid, tid in sc.track_code]
+    track_code, skipped, with_args, flow_ev, meta_ev = sc.track_code, sc.skipped, sc.with_args, sc.flow_ev, sc.meta_ev
+    kind, cat, name, ts, dur = sc.kind, sc.cat, sc.name, sc.ts, sc.dur
+    cat_code = dict.fromkeys(sc.cats)
+    name_code = dict.fromkeys(sc.names)
+    track = sc.track
+    n = int(kind.size)
     i64 = np.int64
     if exact:
         ts_ns = np.array([_ns_exact(v, base) for v in ts], i64)
@@ -303,8 +407,7 @@ def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
         skipped["flow without its other end"] = n_unpaired
     return KinetoTrace(
         path=path, base_ns=base,
-        kind=np.array(kind, np.int8), cat=np.array(cat, np.int32), cats=list(cat_code),
-        name=np.array(name, np.int32), names=list(name_code), track=track_arr, tracks=tracks,
+        kind=kind, cat=cat, cats=list(cat_code), name=name, names=list(name_code), track=track_arr, tracks=tracks,
         ts=ts_ns, dur=dur_ns, correlation=corr, device=dev, stream=stream, grid=grid, block=block,
         flow_src=np.array([p[0] for p in pairs], i64), flow_dst=np.array([p[1] for p in pairs], i64),
         flow_cat=[p[2] for p in pairs],
