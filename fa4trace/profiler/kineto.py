@@ -8,9 +8,10 @@ What is kept, as numpy arrays over the trace's events (``KinetoTrace``):
   the args matching needs: ``correlation`` (runtime call <-> kernel), ``device``, ``stream``,
   ``grid`` and ``block``;
 * instant events (``"ph": "i"``) as zero-length events;
-* flow events (``"ph": "s"`` / ``"f"``, Kineto's ``ac2g`` launch arrows and ``fwdbwd``), each
-  bound to the complete event it follows in the file on the same thread at the same time (Kineto
-  writes a flow right after its activity);
+* flow events (``"ph": "s"`` / ``"f"``, e.g. Kineto's ``fwdbwd``), each bound to the complete
+  event it follows in the file on the same thread at the same time (Kineto writes a flow right
+  after its activity). Kineto's ``ac2g`` launch arrows are not read: every launch call and its
+  kernel share a ``correlation`` id, which says the same (:meth:`KinetoTrace.launch_calls`);
 * process and thread names and sort indices (``"ph": "M"``).
 
 Times: Kineto writes ``ts`` / ``dur`` in µs relative to ``baseTimeNanoseconds`` (Unix-epoch
@@ -89,9 +90,9 @@ class KinetoTrace:
     stream: np.ndarray  # int64, -1 = none
     grid: np.ndarray  # int64 (n, 3), -1 = none
     block: np.ndarray  # int64 (n, 3), -1 = none
-    flow_src: np.ndarray  # int64 event rows: one flow arrow from src to dst
+    flow_src: np.ndarray  # int64 event rows: one flow arrow from src to dst (launch arrows: see launch_calls)
     flow_dst: np.ndarray
-    flow_cat: list  # category of each flow ("ac2g", "fwdbwd")
+    flow_cat: list  # category of each flow ("fwdbwd", ...)
     device_properties: list = field(default_factory=list)
     metadata: dict = field(default_factory=dict)  # top-level keys other than traceEvents
     skipped: dict = field(default_factory=dict)  # ph -> count of events not kept
@@ -222,6 +223,8 @@ def _scan_arrow(events: list) -> _Scan:
     ph = st.field("ph").fill_null("")
     keep_m = pc.is_in(ph, pa.array(["X", "i", "I"])).to_numpy(zero_copy_only=False)
     flow_m = pc.is_in(ph, pa.array(["s", "f", "t"])).to_numpy(zero_copy_only=False)
+    ac2g = flow_m & pc.equal(st.field("cat").fill_null(""), "ac2g").to_numpy(zero_copy_only=False)
+    flow_m = flow_m & ~ac2g  # launch arrows: the correlation ids say the same (KinetoTrace.launch_calls)
     meta_m = pc.equal(ph, "M").to_numpy(zero_copy_only=False)
     K = np.flatnonzero(keep_m)
     is_x = pc.equal(ph, "X").to_numpy(zero_copy_only=False)
@@ -235,13 +238,15 @@ def _scan_arrow(events: list) -> _Scan:
     name, names = codes("name")
     ts = st.field("ts").fill_null(0).to_numpy(zero_copy_only=False)[K]
     dur = np.where(is_x, st.field("dur").fill_null(0).to_numpy(zero_copy_only=False), 0.0)[K]
-    track_code: dict = {}
     get = events.__getitem__
-    track = np.fromiter((track_code.setdefault((e.get("pid", ""), e.get("tid", "")), len(track_code))
-                         for e in map(get, K.tolist())), np.int32, K.size)
+    kept = [get(i) for i in K.tolist()]
+    keys = [(e.get("pid", ""), e.get("tid", "")) for e in kept]
+    track_code = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    track = np.array([track_code[k] for k in keys], np.int32)
     special = [i for i, c in enumerate(cats) if c in _SPECIAL]
     rows = np.flatnonzero(np.isin(cat, special)).tolist() if special else []
-    with_args = [(r, cats[cat[r]], events[int(K[r])].get("args")) for r in rows]
+    cat_l = cat.tolist()
+    with_args = [(r, cats[cat_l[r]], kept[r].get("args")) for r in rows]
     # each flow binds to the last complete event before it on its thread (Kineto writes it right after)
     F = np.flatnonzero(flow_m)
     flow_ev = []
@@ -263,7 +268,7 @@ def _scan_arrow(events: list) -> _Scan:
         flow_ev = [(p_, c_, e.get("id"), t_, int(r_) if r_ >= 0 else None)
                    for p_, c_, e, t_, r_ in zip(f_ph, f_cat, fe, f_ts, prev.tolist())]
     meta_ev = [get(i) for i in np.flatnonzero(meta_m).tolist()]
-    other = ~(keep_m | flow_m | meta_m)
+    other = ~(keep_m | flow_m | meta_m | ac2g)
     skipped = {}
     if other.any():
         for v, c in zip(*np.unique(ph.take(pa.array(np.flatnonzero(other))).to_numpy(zero_copy_only=False),
@@ -316,8 +321,11 @@ def _scan_python(events: list) -> _Scan:
             if k == KIND_SLICE:
                 prev_x[tr] = row
         elif ph == "s" or ph == "f" or ph == "t":
+            c = ev.get("cat", "")
+            if c == "ac2g":  # launch arrows: the correlation ids say the same (KinetoTrace.launch_calls)
+                continue
             tr = track_code.get((ev.get("pid", ""), ev.get("tid", "")))
-            flow_ev.append((ph, ev.get("cat", ""), ev.get("id"), ev.get("ts", 0), prev_x.get(tr) if tr is not None else None))
+            flow_ev.append((ph, c, ev.get("id"), ev.get("ts", 0), prev_x.get(tr) if tr is not None else None))
         elif ph == "M":
             meta_ev.append(ev)
         else:
@@ -362,16 +370,25 @@ def _columns(doc: dict, base: int, path: str, exact: bool) -> KinetoTrace:
     block = np.full((n, 3), -1, i64)
     gpu_cats = set(GPU_CATEGORIES)
     track_arr = np.asarray(track, np.int32)
+    r_c, v_c, r_g, v_dev, v_str, v_grid, v_block = [], [], [], [], [], [], []
     for row, c, args in with_args:
         if type(args) is not dict:
             continue
-        corr[row] = _int(args.get("correlation"))
+        r_c.append(row)
+        v_c.append(_int(args.get("correlation")))
         if c in gpu_cats:
-            tracks[track_arr[row]].device = True
-            dev[row] = _int(args.get("device"))
-            stream[row] = _int(args.get("stream"))
-            grid[row] = _xyz(args.get("grid"))
-            block[row] = _xyz(args.get("block"))
+            r_g.append(row)
+            v_dev.append(_int(args.get("device")))
+            v_str.append(_int(args.get("stream")))
+            v_grid.append(_xyz(args.get("grid")))
+            v_block.append(_xyz(args.get("block")))
+    if r_c:
+        corr[r_c] = v_c
+    if r_g:
+        dev[r_g], stream[r_g] = v_dev, v_str
+        grid[r_g], block[r_g] = v_grid, v_block
+        for t in np.unique(track_arr[r_g]).tolist():
+            tracks[t].device = True
 
     flows: dict = {}
     for ph, c, fid, t, row in flow_ev:

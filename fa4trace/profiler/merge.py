@@ -196,9 +196,8 @@ def _host_flows(kt: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
     gpu = np.flatnonzero(kt.cat_mask(*[c for c in GPU_CATEGORIES if c != "gpu_user_annotation"]) & (kt.correlation >= 0))
     _, ia, ib = np.intersect1d(kt.correlation[calls], kt.correlation[gpu], assume_unique=False, return_indices=True)
     src, dst = [calls[ia]], [gpu[ib]]
-    other = np.array([c != "ac2g" for c in kt.flow_cat], bool)
-    src.append(kt.flow_src[other])
-    dst.append(kt.flow_dst[other])
+    src.append(kt.flow_src)
+    dst.append(kt.flow_dst)
     return np.concatenate(src), np.concatenate(dst)
 
 
