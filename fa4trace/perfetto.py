@@ -74,7 +74,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ._io import write_parts
 from .vocab import VOCAB, Vocabulary
 
-__all__ = ["to_perfetto", "PerfettoStats", "Placement", "layout_tracks", "TrackLayout", "encode_hot_packets"]
+__all__ = ["to_perfetto", "PerfettoStats", "Placement", "layout_tracks", "TrackLayout", "slice_events",
+           "encode_hot_packets"]
 
 # ---- wire constants (from the pb2 descriptors, so a renumbering would be caught) ------------
 
@@ -409,15 +410,26 @@ def _greedy_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 # ---- event stream ----------------------------------------------------------------------------
 
 def _slice_stream(r: _Rows, lay: TrackLayout):
+    """All BEGIN/END/INSTANT events of a bundle's rows (:func:`slice_events`)."""
+    return slice_events(lay.row_track, r.start, r.end, r.kind == 1, lay.rank)
+
+
+def slice_events(row_track: np.ndarray, start: np.ndarray, end: np.ndarray, instant: np.ndarray,
+                 rank: np.ndarray):
     """All BEGIN/END/INSTANT events ordered by (track, time) with valid nesting tie-breaks.
 
-    Returns (track, ts, type, row) arrays.
+    Per row: its track (``TrackLayout.row_track``), start and end ns, whether it is an instant,
+    and its rank (``TrackLayout.rank``: (track group, start, -end) order). A span becomes BEGIN +
+    END (a zero-length one too, adjacent), an instant INSTANT; at equal times ENDs come first,
+    inner spans end first and outer ones begin first. Public for writers that lay out rows of
+    their own with :func:`layout_tracks` (fa4trace.profiler.merge). Returns (track, ts, type, row).
     """
-    order = np.empty(r.n, np.int64)
-    order[lay.rank] = np.arange(r.n)
-    is_span = r.kind != 1
-    nz = is_span & (r.end > r.start)
-    zl = is_span & (r.end == r.start)
+    n = start.size
+    order = np.empty(n, np.int64)
+    order[rank] = np.arange(n)
+    is_span = ~instant
+    nz = is_span & (end > start)
+    zl = is_span & (end == start)
     rows_nz = order[nz[order]]
     rows_zi = order[(zl | ~is_span)[order]]
     cnt = np.where(zl[rows_zi], 2, 1)
@@ -430,10 +442,10 @@ def _slice_stream(r: _Rows, lay: TrackLayout):
     e_rows = rows_nz[::-1]
     rows = np.concatenate([e_rows, rep, rows_nz])
     typ = np.concatenate([np.full(e_rows.size, TYPE_END, np.int64), zi_type, np.full(rows_nz.size, TYPE_BEGIN, np.int64)])
-    ts = np.concatenate([r.end[e_rows], r.start[rep], r.start[rows_nz]])
+    ts = np.concatenate([end[e_rows], start[rep], start[rows_nz]])
     phase = np.concatenate([np.zeros(e_rows.size, np.int64), np.ones(rep.size, np.int64),
                             np.full(rows_nz.size, 2, np.int64)])
-    trk = lay.row_track[rows]
+    trk = row_track[rows]
     o = _order(trk, ts * 4 + phase)
     return trk[o], ts[o], typ[o], rows[o]
 

@@ -30,7 +30,7 @@ explaining every launch, the alignment error.
 
 The host events are encoded in bulk (:func:`fa4trace.perfetto.encode_hot_packets`, one packet
 sequence per track, interned names, an incremental clock), nesting made strict by
-:func:`fa4trace.perfetto.layout_tracks`; each traced launch is written by
+:func:`fa4trace.perfetto.layout_tracks` and ordered by :func:`fa4trace.perfetto.slice_events`; each traced launch is written by
 :func:`fa4trace.perfetto.to_perfetto` with a :class:`fa4trace.perfetto.Placement`.
 """
 
@@ -53,7 +53,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..bundle import Trace, load
 from ..errors import Fa4traceError
-from ..perfetto import Placement, encode_hot_packets, layout_tracks
+from ..perfetto import Placement, encode_hot_packets, layout_tracks, slice_events
 from ..vocab import Vocabulary
 from .kineto import KIND_INSTANT, KinetoTrace, load_kineto
 from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
@@ -158,36 +158,6 @@ def _layout(kt: KinetoTrace, group: np.ndarray):
     return layout_tracks(t, Vocabulary())
 
 
-def _stream(track: np.ndarray, start: np.ndarray, end: np.ndarray, instant: np.ndarray, rank: np.ndarray):
-    """BEGIN / END / INSTANT events ordered by (track, time), inner slices closing first
-    (the ordering fa4trace.perfetto uses). Returns (track, ts, type, row)."""
-    n = start.size
-    order = np.empty(n, np.int64)
-    order[rank] = np.arange(n)
-    nz = ~instant & (end > start)
-    zl = ~instant & (end == start)
-    rows_nz = order[nz[order]]
-    rows_zi = order[(zl | instant)[order]]
-    cnt = np.where(zl[rows_zi], 2, 1)
-    rep = np.repeat(rows_zi, cnt)
-    first_of = np.cumsum(cnt) - cnt
-    zi_type = np.full(rep.size, _TE.TYPE_INSTANT, np.int64)
-    pos_in = np.arange(rep.size) - np.repeat(first_of, cnt)
-    zl_rep = zl[rep]
-    zi_type[zl_rep] = np.where(pos_in[zl_rep] == 0, _TE.TYPE_SLICE_BEGIN, _TE.TYPE_SLICE_END)
-    e_rows = rows_nz[::-1]
-    rows = np.concatenate([e_rows, rep, rows_nz])
-    typ = np.concatenate([np.full(e_rows.size, _TE.TYPE_SLICE_END, np.int64), zi_type,
-                          np.full(rows_nz.size, _TE.TYPE_SLICE_BEGIN, np.int64)])
-    ts = np.concatenate([end[e_rows], start[rep], start[rows_nz]])
-    phase = np.concatenate([np.zeros(e_rows.size, np.int64), np.ones(rep.size, np.int64),
-                            np.full(rows_nz.size, 2, np.int64)])
-    trk = track[rows]
-    t0 = int(ts.min()) if ts.size else 0
-    o = np.lexsort(((ts - t0) * 4 + phase, trk))
-    return trk[o], ts[o], typ[o], rows[o]
-
-
 def _host_flows(kt: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
     """(src row, dst row): launch call -> its GPU activity by correlation id, and Kineto's other flows."""
     from .kineto import GPU_CATEGORIES, LAUNCH_CATEGORIES
@@ -265,8 +235,10 @@ def _host_part(kt: KinetoTrace, ids: _Ids, flow_src, flow_dst, extra_flow_out: d
                                     parent=base, rank=lane))
 
     start, end = kt.ts, kt.ts + kt.dur
-    instant = kt.kind == KIND_INSTANT
-    s_trk, s_ts, s_typ, s_row = _stream(lay.row_track, start, end, instant, lay.rank)
+    t_base = int(start.min()) if kt.n else 0  # relative times keep the sort keys small
+    s_trk, s_ts, s_typ, s_row = slice_events(lay.row_track, start - t_base, end - t_base, kt.kind == KIND_INSTANT,
+                                             lay.rank)
+    s_ts = s_ts + t_base
     not_end = s_typ != _TE.TYPE_SLICE_END
     name_iid = np.where(not_end, kt.name[s_row].astype(np.int64) + 1, 0)
     corr = np.where(not_end & (kt.correlation[s_row] >= 0), kt.correlation[s_row], -1)
