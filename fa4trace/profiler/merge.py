@@ -171,13 +171,12 @@ def _host_flows(kt: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(src), np.concatenate(dst)
 
 
-def _host_part(kt: KinetoTrace, ids: _Ids, flow_src, flow_dst, extra_flow_out: dict, gpu_name: str) -> _HostPart:
-    """Descriptors, setup packets and hot packets of every Kineto event (module docstring)."""
-    group = _host_groups(kt)
-    lay = _layout(kt, group)
+def _host_tracks(kt: KinetoTrace, lay, group: np.ndarray, ids: _Ids, gpu_name: str) -> tuple:
+    """Descriptors of the host part: a process per host pid and per device, a thread track per
+    host thread, a track per stream (its annotations and extra lanes below it). Returns
+    (descriptor bytes, uuid per layout track, {kineto track: uuid of its main track})."""
     uniq_groups = np.unique(group)
-    # tracks: (group, lane); lay.track_warp indexes uniq_groups
-    t_group = uniq_groups[lay.track_warp]
+    t_group = uniq_groups[lay.track_warp]  # tracks: (group, lane); lay.track_warp indexes uniq_groups
     t_lane = lay.track_lane
     n_tr = t_group.size
     desc_seq = ids.new_seq()
@@ -229,53 +228,21 @@ def _host_part(kt: KinetoTrace, ids: _Ids, flow_src, flow_dst, extra_flow_out: d
                 lane0[kti] = ids.new_uuid()
                 head.extend(_descriptor(lane0[kti], label, desc_seq, parent=process_of(kti), rank=_int_or(t.tid, 0)))
             head.extend(_descriptor(u, f"{label} · annotations", desc_seq, parent=lane0[kti], rank=-1))
-        else:
+        else:  # an extra lane: below its track (lanes of a group come one after the other)
             base = lane0.get(kti) if not ann else int(track_uuid[ti - lane])
             head.extend(_descriptor(u, f"{label}{' · annotations' if ann else ''} · overlap {lane}", desc_seq,
                                     parent=base, rank=lane))
+    return bytes(head), track_uuid, lane0
 
-    start, end = kt.ts, kt.ts + kt.dur
-    t_base = int(start.min()) if kt.n else 0  # relative times keep the sort keys small
-    s_trk, s_ts, s_typ, s_row = slice_events(lay.row_track, start - t_base, end - t_base, kt.kind == KIND_INSTANT,
-                                             lay.rank)
-    s_ts = s_ts + t_base
-    not_end = s_typ != _TE.TYPE_SLICE_END
-    name_iid = np.where(not_end, kt.name[s_row].astype(np.int64) + 1, 0)
-    corr = np.where(not_end & (kt.correlation[s_row] >= 0), kt.correlation[s_row], -1)
-    fo_row = np.zeros(kt.n, np.int64)
-    fi_row = np.zeros(kt.n, np.int64)
-    n_flows = 0
-    if flow_src.size:
-        # one arrow out and one in per slice (the encoder's fields): first come, first kept
-        _, first_src = np.unique(flow_src, return_index=True)
-        _, first_dst = np.unique(flow_dst, return_index=True)
-        keep = np.zeros(flow_src.size, bool)
-        keep[np.intersect1d(first_src, first_dst)] = True
-        fs, fd = flow_src[keep], flow_dst[keep]
-        n_flows = int(fs.size)
-        f0 = ids.new_flows(n_flows)
-        fid = np.arange(f0, f0 + n_flows, dtype=np.int64)
-        fo_row[fs] = fid
-        fi_row[fd] = fid
-    for row, fid in extra_flow_out.items():
-        fo_row[row] = fid
-    is_b = s_typ != _TE.TYPE_SLICE_END
-    flow_out = np.where(is_b, fo_row[s_row], 0)
-    flow_in = np.where(is_b, fi_row[s_row], 0)
 
+def _host_setup(kt: KinetoTrace, s_trk, s_row, corr, seq_of_track, track_uuid, t0) -> bytes:
+    """Per host sequence its first packet: defaults (track, incremental clock), the names its
+    events use, the "correlation" annotation name, the clock snapshot."""
+    n_tr = track_uuid.size
     per_track = np.bincount(s_trk, minlength=n_tr)
-    seq_of_track = np.array([ids.new_seq() for _ in range(n_tr)], np.int64)
-    first = np.r_[True, s_trk[1:] != s_trk[:-1]] if s_trk.size else np.zeros(0, bool)
-    dts = np.diff(s_ts, prepend=s_ts[:1]) if s_ts.size else s_ts
-    dts[first] = 0
-    t0 = np.zeros(n_tr, np.int64)
-    t0[s_trk[first]] = s_ts[first]
-    hot, _ends = encode_hot_packets(seq_of_track[s_trk], dts, s_typ, name_iid, corr, flow_out, flow_in,
-                                    np.zeros(s_trk.size, np.int64))
-    # per-sequence setup: the names each track uses, the correlation annotation name, the clocks
     nn = len(kt.names) + 1
     pairs = np.unique(s_trk.astype(np.int64) * nn + kt.name[s_row]) if s_trk.size else np.zeros(0, np.int64)
-    names_of = {}
+    names_of: dict = {}
     for key in pairs.tolist():
         names_of.setdefault(key // nn, []).append(key % nn)
     has_corr = np.zeros(n_tr, bool)
@@ -305,8 +272,52 @@ def _host_part(kt: KinetoTrace, ids: _Ids, flow_src, flow_dst, extra_flow_out: d
             if inc:
                 c.is_incremental = True
         setup.extend(_packet(p))
-    slices = int(kt.n)
-    return _HostPart(bytes(head), bytes(setup), bytes(memoryview(hot)), lane0, slices, n_tr, n_flows,
+    return bytes(setup)
+
+
+def _host_part(kt: KinetoTrace, ids: _Ids, flow_src, flow_dst, extra_flow_out: dict, gpu_name: str) -> _HostPart:
+    """Descriptors, setup packets and hot packets of every Kineto event (module docstring)."""
+    group = _host_groups(kt)
+    lay = _layout(kt, group)
+    head, track_uuid, lane0 = _host_tracks(kt, lay, group, ids, gpu_name)
+    n_tr = track_uuid.size
+    start, end = kt.ts, kt.ts + kt.dur
+    t_base = int(start.min()) if kt.n else 0  # relative times keep the sort keys small
+    s_trk, s_ts, s_typ, s_row = slice_events(lay.row_track, start - t_base, end - t_base, kt.kind == KIND_INSTANT,
+                                             lay.rank)
+    s_ts = s_ts + t_base
+    not_end = s_typ != _TE.TYPE_SLICE_END
+    name_iid = np.where(not_end, kt.name[s_row].astype(np.int64) + 1, 0)
+    corr = np.where(not_end & (kt.correlation[s_row] >= 0), kt.correlation[s_row], -1)
+    fo_row = np.zeros(kt.n, np.int64)
+    fi_row = np.zeros(kt.n, np.int64)
+    n_flows = 0
+    if flow_src.size:
+        # one arrow out and one in per slice (the encoder's fields): first come, first kept
+        _, first_src = np.unique(flow_src, return_index=True)
+        _, first_dst = np.unique(flow_dst, return_index=True)
+        keep = np.zeros(flow_src.size, bool)
+        keep[np.intersect1d(first_src, first_dst)] = True
+        fs, fd = flow_src[keep], flow_dst[keep]
+        n_flows = int(fs.size)
+        f0 = ids.new_flows(n_flows)
+        fid = np.arange(f0, f0 + n_flows, dtype=np.int64)
+        fo_row[fs] = fid
+        fi_row[fd] = fid
+    for row, fid in extra_flow_out.items():
+        fo_row[row] = fid
+    flow_out = np.where(not_end, fo_row[s_row], 0)
+    flow_in = np.where(not_end, fi_row[s_row], 0)
+    seq_of_track = np.array([ids.new_seq() for _ in range(n_tr)], np.int64)
+    first = np.r_[True, s_trk[1:] != s_trk[:-1]] if s_trk.size else np.zeros(0, bool)
+    dts = np.diff(s_ts, prepend=s_ts[:1]) if s_ts.size else s_ts
+    dts[first] = 0
+    t0 = np.zeros(n_tr, np.int64)
+    t0[s_trk[first]] = s_ts[first]
+    hot, _ends = encode_hot_packets(seq_of_track[s_trk], dts, s_typ, name_iid, corr, flow_out, flow_in,
+                                    np.zeros(s_trk.size, np.int64))
+    setup = _host_setup(kt, s_trk, s_row, corr, seq_of_track, track_uuid, t0)
+    return _HostPart(head, setup, bytes(memoryview(hot)), lane0, int(kt.n), n_tr, n_flows,
                      int(start.min()) if kt.n else 0, int(end.max()) if kt.n else 0)
 
 
