@@ -556,7 +556,7 @@ def sweep_section(root: str, p: Picked | None, sel: dict | None, budget: int) ->
 
 # ---- profiler: a merged torch.profiler + fa4trace trace --------------------------------------
 MERGED_ENV = "FA4TRACE_MERGED"  # `fa4trace view --merged FILE` sets it
-MERGED_EMBED_MAX_BYTES = 64 << 20  # above this the merged trace opens in the Perfetto UI on demand
+MERGED_EMBED_MAX_BYTES = 32 << 20  # above this the merged trace opens in the Perfetto UI on demand
 
 
 def merged_input(container) -> str:
