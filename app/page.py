@@ -627,9 +627,9 @@ def merged_section(path: str, static_error: str | None, budget: int = timeline.M
     st.subheader("Traced kernels")
     ev = st.dataframe(rows, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
                       key="merged_kernels")
-    st.caption("Busy / waiting / idle: of the launch's warps' lifetimes (fa4trace.kernel_analysis); overlap: a "
+    st.caption("Busy / waiting / idle: of the launch's warps' lifetimes (fa4trace.analysis.kernel); overlap: a "
                "named span with the warp's MMAs in flight, or QK/PV ∥ SOFTMAX of attention bundles "
-               "(fa4trace.analysis). Click a row for its op → kernel → warps.")
+               "(fa4trace.analysis.overlap). Click a row for its op → kernel → warps.")
     picked = (((ev or {}).get("selection") or {}).get("rows") or [0])[0]
     e = merged.entry_of(report, rows[picked]["launch"])
     st.subheader(f"Launch {rows[picked]['launch']}: {e['label']}")
