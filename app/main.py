@@ -2,8 +2,9 @@
 serves it through server.py, which also serves the Perfetto UI.
 
 Base vs ping-pong side by side (timelines, metrics, per-iteration chart, grid overview), the
-real Perfetto UI, offline, and a sweep dataset's figures (`fa4trace view --sweep DATASET`) whose
-points open as A and B. The logic lives in the modules next to this file (fa4trace.viewer);
+real Perfetto UI, offline, a sweep dataset's figures (`fa4trace view --sweep DATASET`) whose
+points open as A and B, and a merged torch.profiler trace's traced kernels (`fa4trace view --merged
+FILE`: op -> kernel -> warps). The logic lives in the modules next to this file (fa4trace.viewer);
 Streamlit runs this file as a script, hence the absolute imports.
 """
 
@@ -29,6 +30,8 @@ for e in up_errors:
 page.auto_select_uploads(up_sources, blobs)
 side.header("Sweep")
 sweep_root = page.sweep_dataset(side)
+side.header("Profiler")
+merged_path = page.merged_input(side)
 sources = start.sources + up_sources + page.sweep_sources()
 if not sources:
     st.title("fa4trace viewer")
@@ -36,6 +39,8 @@ if not sources:
         st.info(n)
     if sweep_root:
         page.sweep_section(sweep_root, None, None, MAX_SEGMENTS)
+    if merged_path:
+        page.merged_section(merged_path, static_error)
     st.stop()
 
 ka, kb = page.pickers(side, sources, start.default_a, start.default_b)
@@ -74,11 +79,13 @@ if picked.trace_b is not None:
 
 page.header(picked, start.notes, start.errors)
 page.metrics_section(picked)
-tabs = st.tabs(["Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info", "Sweep"], key="view",
-               bind="query-params", default="Sweep" if os.environ.get(page.SWEEP_ENV) else None)
+tabs = st.tabs(["Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info", "Sweep", "Profiler"], key="view",
+               bind="query-params", default="Profiler" if os.environ.get(page.MERGED_ENV) else
+               "Sweep" if os.environ.get(page.SWEEP_ENV) else None)
 sections = (lambda: page.timeline_section(picked, sel, budget), lambda: page.iterations_section(picked),
             lambda: page.grid_section(picked), lambda: page.perfetto_section(picked, sel, static_error),
-            lambda: page.info_section(picked), lambda: page.sweep_section(sweep_root, picked, sel, budget))
+            lambda: page.info_section(picked), lambda: page.sweep_section(sweep_root, picked, sel, budget),
+            lambda: page.merged_section(merged_path, static_error, budget))
 for tab, draw in zip(tabs, sections):
     if tab.open:  # only the open tab renders: the others cost nothing until picked
         with tab:

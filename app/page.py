@@ -24,7 +24,7 @@ from fa4trace.trace.bundle import Trace
 
 from fa4trace.sweep import figures as sweep_figures
 
-from . import data, grid, iterations, kernel_view, metrics, perfetto_ui, stream, timeline
+from . import data, grid, iterations, kernel_view, merged, metrics, perfetto_ui, stream, timeline
 
 NONE = ""  # the "no trace B" option
 EMBED_WHOLE_MAX_ROWS = 300_000  # above this the Perfetto tab opens the selected CTAs by default
@@ -578,3 +578,111 @@ def sweep_section(root: str, p: Picked | None, sel: dict | None, budget: int) ->
         st.caption("A and B are not this sweep's point any more: open it again.")
         return
     timeline_section(p, sel, budget)
+
+
+# ---- profiler: a merged torch.profiler + fa4trace trace --------------------------------------
+MERGED_ENV = "FA4TRACE_MERGED"  # `fa4trace view --merged FILE` sets it
+MERGED_EMBED_MAX_BYTES = 32 << 20  # above this the merged trace opens in the Perfetto UI on demand
+
+
+def merged_input(container) -> str:
+    """The merged trace's path: the sidebar field, first filled from ``fa4trace view --merged``."""
+    st.session_state.setdefault("merged_path", os.environ.get(MERGED_ENV, ""))
+    return container.text_input("Merged trace (fa4trace merge)", key="merged_path",
+                                help="A .pftrace written by `fa4trace merge prof.json A.parquet ... -o one.pftrace`: "
+                                     "its traced kernels, their numbers and warps show in the Profiler tab.").strip()
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _merged_report(path: str, _stamp: float):
+    return merged.load_report(path)
+
+
+def merged_section(path: str, static_error: str | None, budget: int = timeline.MAX_SEGMENTS) -> None:
+    """The traced kernels of a merged trace (table), one launch's op -> kernel -> warps, the file
+    in the Perfetto UI."""
+    if not path:
+        st.info("Name a merged trace in the sidebar (or start with `fa4trace view --merged one.pftrace`): "
+                "`fa4trace merge prof.json A.parquet -o one.pftrace` writes one from a torch.profiler trace.")
+        return
+    p = Path(path)
+    try:
+        report = _merged_report(str(p), p.stat().st_mtime if p.exists() else 0.0)
+    except Fa4traceError as exc:
+        st.error(str(exc).splitlines()[0])
+        return
+    c = report.clock
+    st.caption(f"{p.name}: {len(report.launches)} traced launch(es) of {len(report.bundles)} bundle(s) in "
+               f"{Path(report.profiler_trace).name} ({report.host.get('events', 0):,} profiler events). Clocks: kernel "
+               f"start − first warp start {c.get('median_delta_ns', 0) / 1e3:+,.3f} µs (median), spread "
+               f"{c.get('spread_ns', 0) / 1e3:,.3f} µs; warps placed by {report.align} alignment.")
+    for n in report.notes:
+        st.warning(n)
+    for u in report.unmatched:
+        st.warning(f"launch {u['bundle']}.{u['launch']} not matched: {u['reason']}")
+    rows = merged.kernel_rows(report)
+    if not rows:
+        st.info("No traced launch was matched in this merge.")
+        return
+    st.subheader("Traced kernels")
+    ev = st.dataframe(rows, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+                      key="merged_kernels")
+    st.caption("Busy / waiting / idle: of the launch's warps' lifetimes (fa4trace.analysis.kernel); overlap: a "
+               "named span with the warp's MMAs in flight, or QK/PV ∥ SOFTMAX of attention bundles "
+               "(fa4trace.analysis.overlap). Click a row for its op → kernel → warps.")
+    picked = (((ev or {}).get("selection") or {}).get("rows") or [0])[0]
+    e = merged.entry_of(report, rows[picked]["launch"])
+    st.subheader(f"Launch {rows[picked]['launch']}: {e['label']}")
+    st.markdown(" → ".join(f"`{x}`" for x in merged.op_path(e)))
+    left, right = st.columns([2, 3])
+    left.markdown("\n".join(f"- {f}" for f in merged.facts(e, report)))
+    roles = merged.role_rows(e)
+    if roles:
+        right.table(roles, hide_index=True, border="horizontal")
+    _merged_warps(report, e, budget)
+    _merged_perfetto(p, static_error)
+
+
+def _merged_warps(report, e: dict, budget: int) -> None:
+    """The warps of one traced launch: one CTA's lanes from its bundle (fa4trace.viewer.timeline)."""
+    bp = merged.bundle_path(report, e)
+    if bp is None:
+        st.caption("This launch's bundle is not on disk where the merge read it: its warps are in the Perfetto trace below.")
+        return
+    try:
+        src = data.source_for_path(bp, "merged")
+        tr = data.load_path(src.key, str(bp))
+    except Fa4traceError as exc:
+        st.warning(str(exc).splitlines()[0])
+        return
+    launch = int(e["launch"])
+    ctas = data.per_cta_cached(src.key, tr)
+    mine = [(int(c), int(s)) for c, s, la in zip(ctas["cta"].to_pylist(), ctas["sm"].to_pylist(),
+                                                ctas["launch"].to_pylist()) if la == launch]
+    if not mine:
+        st.info("No CTA of this launch in its bundle.")
+        return
+    cta = st.selectbox("CTA", [c for c, _ in mine], format_func=lambda c: f"CTA {c} (SM {dict(mine)[c]})",
+                       key=f"merged_cta:{e['bundle']}.{launch}")
+    kernel = data.is_kernel(tr)
+    view = data.view_trace(src.key, tr)
+    rows = data.cta_rows_cached(src.key + (":roles" if kernel else ""), launch, cta, view)
+    panel = timeline.build_panel(rows, f"{e['label']} · launch {launch} · CTA {cta}", budget=budget, vocab=tr.vocab,
+                                 group_by_role=kernel)
+    fig = timeline.comparison_figure([panel], vocab=[tr.vocab], uirevision=f"merged|{e['bundle']}.{launch}|{cta}",
+                                     x_title="ns since the CTA's first warp started")
+    st.plotly_chart(fig, config=PLOTLY_CONFIG, key="merged_timeline")
+
+
+def _merged_perfetto(p: Path, static_error: str | None) -> None:
+    """The whole merged trace in the Perfetto UI (host ops, streams, warps), served offline."""
+    if static_error:
+        st.error(f"The Perfetto UI cannot be served: {static_error}")
+        return
+    size = p.stat().st_size
+    if not st.toggle(f"Open the merged trace in the Perfetto UI ({size / 1e6:.1f} MB)",
+                     value=size <= MERGED_EMBED_MAX_BYTES, key="merged_perfetto"):
+        return
+    html = perfetto_ui.embed_html(p.read_bytes(), p.name, base_url_path=st.get_option("server.baseUrlPath") or "",
+                                  frame_height=760)
+    st.iframe(html, height=790)

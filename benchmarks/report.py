@@ -67,6 +67,7 @@ AREAS = [
     ("markers", None),
     ("markers-blocks", None),
     ("host", "Host pipeline on the CPU"),
+    ("merge", None),
     ("decode", "Decode attention"),
     ("pdl", None),
     ("trace-cost-parts", "Tracing cost"),

@@ -1,5 +1,5 @@
-"""`fa4trace` command line: record | convert | summary | compare | view | plot | build | bench | check | sweep |
-compact | query.
+"""`fa4trace` command line: record | convert | summary | compare | merge | view | plot | build | bench | check |
+sweep | compact | query.
 
 Every failure prints one line (``fa4trace: error: ...``) and exits non-zero: bad input, a
 missing file, a missing optional package (what is missing and the pip command that brings it)
@@ -330,6 +330,46 @@ def _stats_suffix(stats) -> str:
         bits = [f"{k}={v}" for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "path"]
         return (": " + ", ".join(bits[:6])) if bits else ""
     return ""
+
+
+# ---- merge -----------------------------------------------------------------------------------
+@main.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The merged Perfetto trace (.pftrace).")
+@click.option("--align", default="start", type=click.Choice(["start", "clock"]), show_default=True,
+              help="start: each launch's first warp starts with its kernel slice; clock: one offset for every "
+                   "launch (the median kernel-start minus first-warp-start), keeping %globaltimer's spacing.")
+@click.option("--max-launches", default=None, type=click.IntRange(0), metavar="N",
+              help="Draw the warps of the first N traced launches of each bundle only (default: all).")
+@click.option("--compress", is_flag=True, help="zlib-compress the warps' packets (smaller file).")
+@click.option("--max-clock-offset", default=1.0, type=click.FloatRange(0), show_default=True, metavar="SECONDS",
+              help="Without host times in the bundles, refuse kernels further than this from the warps' "
+                   "%globaltimer times (a bundle recorded at another time).")
+@click.option("--allow-unmatched", is_flag=True, help="Write the merge even if a bundle has no launch in the trace.")
+@click.option("--no-numbers", is_flag=True, help="Skip the per-launch busy / waiting / overlap numbers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+def merge(profile, bundles, output, align, max_launches, compress, max_clock_offset, allow_unmatched, no_numbers,
+          as_json, force):
+    """One Perfetto trace of a torch.profiler trace (prof.export_chrome_trace's JSON) and fa4trace
+    bundles: host ops, CUDA streams and, under each traced kernel, its SMs, CTAs and warps.
+
+    Example: fa4trace merge prof.json fa4.parquet rmsnorm.parquet -o one.pftrace"""
+    from .profiler import merge as merge_traces
+
+    out = _check_out(output, force)
+    report = merge_traces(profile, list(bundles), out, align=align, max_launches=max_launches, compress=compress,
+                          force=force, analysis=not no_numbers, max_clock_offset_ns=int(max_clock_offset * 1e9),
+                          allow_unmatched=allow_unmatched)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=1, default=str))
+        return
+    for line in report.lines():
+        click.echo(line)
+    w = report.written
+    click.echo(f"wrote {out} ({w['bytes']:,} bytes, {w['slices']:,} slices, {w['seconds']:.1f} s); "
+               f"open it in ui.perfetto.dev or: fa4trace view --merged {out}")
 
 
 # ---- build ---------------------------------------------------------------------------------
@@ -706,10 +746,13 @@ def _port_free(address: str, port: int) -> bool:
 @click.option("--headless", is_flag=True, help="Do not open a browser.")
 @click.option("--sweep", "sweep", default=None, type=click.Path(file_okay=False, exists=True),
               help="A sweep dataset folder: its figures in the Sweep tab, its points' bundles open as A and B.")
-def view(bundles, port, headless, sweep):
+@click.option("--merged", "merged", default=None, type=click.Path(dir_okay=False),
+              help="A trace written by fa4trace merge: its traced kernels and their warps in the Profiler tab.")
+def view(bundles, port, headless, sweep, merged):
     """Open the Streamlit viewer on 127.0.0.1 only: the BUNDLES given, the trace bundles in
-    ./traces (a source checkout opens its own traces/), and uploads.
-    Every bundle (and the sweep folder) is checked before the server starts."""
+    ./traces (a source checkout opens its own traces/), and uploads; --merged adds a merged
+    torch.profiler trace's Profiler tab.
+    Every bundle (the sweep folder, the merged file) is checked before the server starts."""
     import subprocess
 
     deps.require("fa4trace view", "streamlit", "plotly", "pandas", "viztracer")
@@ -722,6 +765,10 @@ def view(bundles, port, headless, sweep):
         read_meta(bnd)  # not a bundle: one line now, not a page that fails later
     if sweep and find_dataset(sweep) is None:
         raise Fa4traceError(f"{sweep}: not a sweep dataset (no results/ or sweeps/ folder in it)")
+    if merged:
+        from .profiler.report import read_report
+
+        read_report(merged)  # a file that is not a merged trace fails here, in one line
     if not _port_free(VIEW_ADDRESS, port):
         raise Fa4traceError(f"port {port} on {VIEW_ADDRESS} is in use (another viewer?): "
                             f"pick another with --port, e.g. fa4trace view --port {port + 1}")
@@ -737,6 +784,8 @@ def view(bundles, port, headless, sweep):
     cmd += ["--", *[str(Path(b).resolve()) for b in bundles]]
     if sweep:
         os.environ["FA4TRACE_SWEEP"] = str(Path(sweep).resolve())  # read by the page (viewer.page.SWEEP_ENV)
+    if merged:
+        os.environ["FA4TRACE_MERGED"] = str(Path(merged).resolve())  # read by the page (viewer.page.MERGED_ENV)
     if os.name == "posix":
         # become the server: signals (SIGTERM from a supervisor, not only Ctrl-C) reach it directly
         # and no orphaned server survives this command

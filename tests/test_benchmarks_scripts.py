@@ -87,6 +87,24 @@ def test_bench_export_json_is_a_result_file(tmp_path):
     assert "| base | decode |" in md
 
 
+def test_bench_merge_json_is_a_result_file(tmp_path):
+    """bench_merge.py on small inputs: both cases timed, every bundle's launch merged, a result
+    file report.py renders in the "merge" area."""
+    report = _load(BENCH / "report.py")
+    res = tmp_path / "results"
+    r = subprocess.run([sys.executable, str(BENCH / "bench_merge.py"), "--trace-mb", "0.2", "--bundles", "2",
+                        "--rows", "3000", "--repeat", "1", "--json", str(res / "merge.json")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (loaded,) = report.load_results(res)
+    assert loaded["area"] == "merge" and loaded["gpu"].startswith("none: ")
+    assert loaded["command"].startswith("python benchmarks/bench_merge.py --trace-mb 0.2")
+    assert [row["case"] for row in loaded["rows"]] == ["merge (with numbers)", "merge --no-numbers"]
+    assert all(row["median_s"] > 0 and row["slices"] > 3000 for row in loaded["rows"])
+    assert all(row["launches"] == 2 for row in loaded["results"])
+    assert "| merge --no-numbers |" in report.render([loaded], res)
+
+
 def test_the_result_envelope_has_what_report_requires():
     from fa4trace.bench.results import envelope
 

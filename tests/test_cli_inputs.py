@@ -42,17 +42,20 @@ class Missing(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Missing())
 """
 VERBS = sorted(main.commands)
-HOST_ONLY = {"summary", "compare", "convert", "compact", "query"}  # need no optional package
+HOST_ONLY = {"summary", "compare", "convert", "merge", "compact", "query"}  # need no optional package
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """What the cases refer to as {name}: a bundle, files that are not what they claim, folders."""
+    from fa4trace.profiler.synthetic import profiled_run
     from fa4trace.sweep.replay import make_synthetic
 
     d = tmp_path_factory.mktemp("inputs")
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
     bundle = Trace.from_launches([decode_buffer(buf)], meta).save(d / "t.parquet")
+    run = profiled_run([Trace.from_launches([decode_buffer(buf)], meta)], steps=1, layers=1)
+    prof, profiled = run.write(d / "prof.json"), run.traces[0].save(d / "profiled.parquet")
     (d / "bad.parquet").write_bytes(b"not a parquet file at all")
     (d / "script.py").write_text("print('a script that compiles no kernel')\n")
     (d / "raises.py").write_text("raise ValueError('bad shape 7')\n")
@@ -65,7 +68,7 @@ def files(tmp_path_factory):
     return {"bundle": str(bundle), "bad": str(d / "bad.parquet"), "script": str(d / "script.py"),
             "raises": str(d / "raises.py"), "imports": str(d / "imports.py"),
             "nonempty": str(d / "nonempty"), "dir": str(d), "replay": str(d / "replay"), "sweep": str(SWEEP),
-            "site": str(d / "site")}
+            "site": str(d / "site"), "prof": str(prof), "profiled": str(profiled)}
 
 
 def fa4trace(args, files, cwd, missing=()):
@@ -95,9 +98,18 @@ BAD_INPUT = [
     ("convert", ["missing.parquet", "--to", "chrome", "-o", "x.json"], "no such file"),
     ("convert", ["{bundle}", "--to", "chrome", "--compress", "-o", "x.json"], "--compress applies to --to perfetto"),
     ("convert", ["{bundle}", "--to", "chrome", "-o", "{bad}"], "refusing to overwrite it (add --force)"),
+    ("merge", ["missing.json", "{profiled}", "-o", "m.pftrace"], "missing.json: no such file"),
+    ("merge", ["{bad}", "{profiled}", "-o", "m.pftrace"], "is not JSON"),
+    ("merge", ["{prof}", "{bad}", "-o", "m.pftrace"], "is not a Parquet trace bundle"),
+    ("merge", ["{prof}", "{bundle}", "-o", "m.pftrace"], "none of its launches is in prof.json"),
+    ("merge", ["{prof}", "{profiled}", "-o", "{bad}"], "refusing to overwrite it (add --force)"),
+    ("merge", ["{prof}", "-o", "m.pftrace"], "Missing argument 'BUNDLES...'"),
     ("view", ["missing.parquet"], "missing.parquet: no such file"),
     ("view", ["{bad}"], "is not a Parquet trace bundle"),
     ("view", ["--sweep", "{dir}"], "not a sweep dataset"),
+    ("view", ["--merged", "{bad}"], "is not a Perfetto protobuf trace"),
+    ("view", ["--merged", "{bundle}"], "is not a Perfetto protobuf trace"),
+    ("view", ["--merged", "missing.pftrace"], "missing.pftrace: no such file"),
     ("view", ["--port", "0"], "'--port': 0 is not in the range"),
     ("plot", ["{dir}", "-o", "f.html"], "no sweep results"),
     ("plot", ["{sweep}", "-o", "f.html", "--b", "8"], "no points at batch 8; the dataset has batch 1"),
@@ -159,6 +171,7 @@ HOST_RUNS = [
     ("summary", ["{bundle}", "--json"]),
     ("compare", ["{bundle}", "{bundle}"]),
     ("convert", ["{bundle}", "--to", "perfetto", "-o", "t.pftrace"]),
+    ("merge", ["{prof}", "{profiled}", "-o", "m.pftrace"]),
     ("compact", ["ds"]),
     ("query", ["ds", "SELECT count(*) AS n FROM results"]),
 ]
@@ -168,7 +181,7 @@ HOST_RUNS = [
 def test_bad_input_is_one_line(verb, args, message, files, tmp_path):
     r = fa4trace([verb, *args], files, tmp_path)
     assert_one_line(r, message)
-    assert not (tmp_path / "z.parquet").exists() and not (tmp_path / "ds").exists()
+    assert not any((tmp_path / f).exists() for f in ("z.parquet", "ds", "m.pftrace"))
 
 
 @pytest.mark.parametrize("verb, args, missing, message, extras", MISSING,

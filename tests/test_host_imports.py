@@ -35,7 +35,8 @@ CODE = textwrap.dedent('''
     assert plan.n_ctas <= 132 and decode_spec.Variant(128, "pingpong").name
     import fa4trace.viewer.data, fa4trace.viewer.timeline, fa4trace.viewer.metrics  # noqa
     import fa4trace.viewer.grid, fa4trace.viewer.iterations, fa4trace.viewer.perfetto_ui, fa4trace.viewer.page  # noqa
-    import fa4trace.viewer.kernel_view  # noqa
+    import fa4trace.viewer.kernel_view, fa4trace.viewer.merged  # noqa
+    import fa4trace.profiler, fa4trace.profiler.render, fa4trace.profiler.synthetic  # noqa: merging needs no torch
     from fa4trace.analysis import autoevents, fidelity, kernel, mma_flight, roles, text, wait_chain  # noqa
     from fa4trace.auto import api, build, compiler, entry, events, families, patches, run, state  # noqa: no cutlass until a compile
     from fa4trace.trace.synthetic import pipelined_like

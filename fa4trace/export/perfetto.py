@@ -33,6 +33,13 @@ packets (:func:`_slices`), the counter tracks (:func:`_counters`), their encodin
 (:func:`_encode`), the track tree (:func:`_track_tree`) and each sequence's first packet
 (:func:`_sequence_setup`), then the write (:func:`_write`).
 
+Placed inside a larger trace (``place=``, a :class:`Placement`: fa4trace.profiler.merge puts
+each traced launch under its kernel's slice in a torch.profiler trace), the root is a child
+track of a given parent instead of a process, track uuids, sequence ids and flow ids start where
+the placement says, and every timestamp is moved by its offset; :class:`PerfettoStats` says
+which ids the export left unused. :func:`slice_events` and :func:`encode_hot_packets` are the
+exporter's event ordering and packet encoder, public for such writers' own events.
+
 Each row of the events table becomes exactly one slice: a span or WARP row -> BEGIN + END
 (zero-length spans too), an instant -> INSTANT. So "BEGIN + INSTANT events on slice tracks"
 equals the Arrow row count; counter tracks carry COUNTER events only.
@@ -88,7 +95,7 @@ from ..format.vocab import Vocabulary
 from ._io import write_parts
 from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, stable_order, vocab_of
 
-__all__ = ["to_perfetto", "PerfettoStats"]
+__all__ = ["to_perfetto", "PerfettoStats", "Placement", "slice_events", "encode_hot_packets"]
 
 # ---- wire constants (from the pb2 descriptors, so a renumbering would be caught) ------------
 
@@ -146,15 +153,27 @@ _EXPLICIT = pb.TrackDescriptor.EXPLICIT
 # ---- event stream ----------------------------------------------------------------------------
 
 def _slice_stream(r: EventColumns, lay: TrackLayout):
+    """All BEGIN/END/INSTANT events of a bundle's rows (:func:`slice_events`)."""
+    return slice_events(lay.row_track, r.start, r.end, r.kind == 1, lay.rank)
+
+
+def slice_events(row_track: np.ndarray, start: np.ndarray, end: np.ndarray, instant: np.ndarray,
+                 rank: np.ndarray):
     """All BEGIN/END/INSTANT events ordered by (track, time) with valid nesting tie-breaks.
 
-    Returns (track, ts, type, row) arrays.
+    Per row: its track (``TrackLayout.row_track``), start and end ns, whether it is an instant,
+    and its rank (``TrackLayout.rank``: (track group, start, -end) order). A span becomes BEGIN +
+    END (a zero-length one too, adjacent), an instant INSTANT; at equal times ENDs come first,
+    inner spans end first and outer ones begin first. Public for writers that lay out rows of
+    their own with :func:`fa4trace.export.tracks.layout_tracks` (fa4trace.profiler.merge).
+    Returns (track, ts, type, row).
     """
-    order = np.empty(r.n, np.int64)
-    order[lay.rank] = np.arange(r.n)
-    is_span = r.kind != 1
-    nz = is_span & (r.end > r.start)
-    zl = is_span & (r.end == r.start)
+    n = start.size
+    order = np.empty(n, np.int64)
+    order[rank] = np.arange(n)
+    is_span = ~instant
+    nz = is_span & (end > start)
+    zl = is_span & (end == start)
     rows_nz = order[nz[order]]
     rows_zi = order[(zl | ~is_span)[order]]
     cnt = np.where(zl[rows_zi], 2, 1)
@@ -167,10 +186,10 @@ def _slice_stream(r: EventColumns, lay: TrackLayout):
     e_rows = rows_nz[::-1]
     rows = np.concatenate([e_rows, rep, rows_nz])
     typ = np.concatenate([np.full(e_rows.size, TYPE_END, np.int64), zi_type, np.full(rows_nz.size, TYPE_BEGIN, np.int64)])
-    ts = np.concatenate([r.end[e_rows], r.start[rep], r.start[rows_nz]])
+    ts = np.concatenate([end[e_rows], start[rep], start[rows_nz]])
     phase = np.concatenate([np.zeros(e_rows.size, np.int64), np.ones(rep.size, np.int64),
                             np.full(rows_nz.size, 2, np.int64)])
-    trk = lay.row_track[rows]
+    trk = row_track[rows]
     o = stable_order(trk, ts * 4 + phase)
     return trk[o], ts[o], typ[o], rows[o]
 
@@ -281,8 +300,12 @@ def _uarr(x: np.ndarray) -> np.ndarray:
     return x.astype(np.uint32)
 
 
-def _encode_hot(seq, dts, typ, name_iid, iters, flow_out, flow_in, cval) -> tuple[np.ndarray, np.ndarray]:
+def encode_hot_packets(seq, dts, typ, name_iid, iters, flow_out, flow_in, cval) -> tuple[np.ndarray, np.ndarray]:
     """Encode hot TracePackets as Trace.packet fields. Returns (bytes, packet end offsets).
+
+    Public for writers that lay out their own tracks and sequences (fa4trace.profiler.merge):
+    one packet per row, delta timestamps on each sequence's incremental clock, the debug
+    annotation (interned name iid 1 on the sequence) where ``iters >= 0``.
 
     All inputs are per packet (int64). name_iid 0 = none, iters < 0 = none, flow 0 = none,
     cval used only where typ == COUNTER.
@@ -338,7 +361,29 @@ def _packet_bytes(pkt: pb.TracePacket) -> bytes:
     return _T_PACKET + _varint_bytes(len(body)) + body
 
 
-# ---- the exporter's result -------------------------------------------------------------------
+# ---- where the export goes, and what it wrote ------------------------------------------------
+
+@dataclass(frozen=True)
+class Placement:
+    """Where :func:`to_perfetto` puts its tracks inside a larger trace (fa4trace.profiler.merge).
+
+    The export's root becomes a child track ``name`` (at ``rank``) of the existing track
+    ``parent_uuid`` instead of a process of its own; its track uuids count up from ``uuid_base``
+    (the first is ``uuid_base + 1``), its packet sequences from ``first_sequence_id`` and its flow
+    ids from ``first_flow_id``, so several exports written into one file never collide
+    (:class:`PerfettoStats` says where each ended). ``ts_offset_ns`` is added to every
+    timestamp: the bundle's ns onto the host trace's clock; a time that would then be negative
+    is an error (no rebasing inside a larger trace).
+    """
+
+    parent_uuid: int
+    name: str
+    uuid_base: int
+    first_sequence_id: int
+    first_flow_id: int = 1
+    ts_offset_ns: int = 0
+    rank: int = 0
+
 
 @dataclass
 class PerfettoStats:
@@ -359,6 +404,9 @@ class PerfettoStats:
     seconds: float
     lane_rounds: int = 0
     timings: dict = field(default_factory=dict)
+    next_uuid: int = 0  # first track uuid, sequence id and flow id this export left unused
+    next_sequence_id: int = 0
+    next_flow_id: int = 0
 
     @property
     def bytes_per_slice(self) -> float:
@@ -414,19 +462,26 @@ class _Hot:
     t0_of_track: np.ndarray  # first timestamp of each hot track (its clock snapshot)
 
 
-def _columns(events: pa.Table, vocab: Vocabulary) -> tuple[EventColumns, TrackLayout, int]:
-    """The rows as columns, their track layout, and the shift that makes every time >= 0
+def _columns(events: pa.Table, vocab: Vocabulary, place: Placement | None = None
+             ) -> tuple[EventColumns, TrackLayout, int]:
+    """The rows as columns, their track layout, and the shift added to every time: the
+    placement's offset, or on a trace of its own the shift that makes every time >= 0
     (Perfetto timestamps are unsigned)."""
     r = event_columns(events)
-    ts_shift = 0
-    if r.n and r.start.min() < 0:
+    ts_shift = place.ts_offset_ns if place else 0
+    if r.n and r.start.min() + ts_shift < 0:
+        if place:
+            raise ValueError(f"placement {place.name!r}: ts_offset_ns {place.ts_offset_ns} would give "
+                             f"negative timestamps (earliest event at {int(r.start.min())} ns)")
         ts_shift = -int(r.start.min())
+    if ts_shift:
         r.start, r.end = r.start + ts_shift, r.end + ts_shift
     return r, layout_tracks(events, vocab, columns=r), ts_shift
 
 
-def _slices(r: EventColumns, lay: TrackLayout, *, flows: bool, iterations: bool) -> _Slices:
-    """The slice packets: names on BEGIN/INSTANT, ``iter`` annotations, flow ids on BEGINs."""
+def _slices(r: EventColumns, lay: TrackLayout, *, flows: bool, iterations: bool, first_flow_id: int = 1) -> _Slices:
+    """The slice packets: names on BEGIN/INSTANT, ``iter`` annotations, flow ids (counting up
+    from ``first_flow_id``) on BEGINs."""
     trk, ts, typ, row = _slice_stream(r, lay)
     name_iid = np.where(typ != TYPE_END, r.name[row] + 1, 0)
     iters = np.where((typ != TYPE_END) & iterations, r.iter[row], -1)
@@ -439,7 +494,7 @@ def _slices(r: EventColumns, lay: TrackLayout, *, flows: bool, iterations: bool)
         if n_flows:
             fid_out = np.zeros(r.n, np.int64)
             fid_in = np.zeros(r.n, np.int64)
-            ids = np.arange(1, n_flows + 1, dtype=np.int64)
+            ids = np.arange(first_flow_id, first_flow_id + n_flows, dtype=np.int64)
             fid_out[src] = ids
             fid_in[dst] = ids
             is_b = typ == TYPE_BEGIN
@@ -511,22 +566,23 @@ def _occupancy_counter(occupancy: pa.Table, ts_shift: int):
             occupancy["stages_full"].to_numpy().astype(np.int64)[o])
 
 
-def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int) -> _Hot:
-    """Encode the slice and counter packets; one sequence per track, the busiest tracks
-    getting the 1-byte sequence ids; timestamps as deltas within a track."""
+def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int, first_sequence_id: int = 1) -> _Hot:
+    """Encode the slice and counter packets; one sequence per track (ids counting up from
+    ``first_sequence_id``), the busiest tracks getting the smallest ids; timestamps as deltas
+    within a track."""
     trk = np.concatenate([sl.track, ct.track])
     ts = np.concatenate([sl.ts, ct.ts])
     n_hot_tracks = n_slice_tracks + len(ct.specs)
     per_track = np.bincount(trk, minlength=n_hot_tracks) if trk.size else np.zeros(n_hot_tracks, np.int64)
     seq_of_track = np.empty(n_hot_tracks, np.int64)
-    seq_of_track[np.argsort(-per_track, kind="stable")] = np.arange(1, n_hot_tracks + 1)
+    seq_of_track[np.argsort(-per_track, kind="stable")] = np.arange(first_sequence_id, first_sequence_id + n_hot_tracks)
     first_in_track = np.r_[True, trk[1:] != trk[:-1]] if trk.size else np.zeros(0, bool)
     dts = np.diff(ts, prepend=ts[:1] if ts.size else ts)
     dts[first_in_track] = 0
     t0_of_track = np.zeros(n_hot_tracks, np.int64)
     t0_of_track[trk[first_in_track]] = ts[first_in_track]
     nc = ct.ts.size
-    data, ends = _encode_hot(
+    data, ends = encode_hot_packets(
         seq_of_track[trk], dts,
         np.concatenate([sl.type, np.full(nc, TYPE_COUNTER, np.int64)]),
         np.concatenate([sl.name_iid, np.zeros(nc, np.int64)]),
@@ -541,20 +597,20 @@ class _TrackTree:
     """The TrackDescriptor packets of the GPU > [launch] > SM > CTA > warp tree, written in
     order on one sequence; uuids are handed out in the same order."""
 
-    def __init__(self, seq: int):
+    def __init__(self, seq: int, uuid_base: int = UUID_BASE):
         self.seq = seq
         self.packets = bytearray()
         self.count = 0
-        self._uuid = UUID_BASE
+        self.last_uuid = uuid_base  # the uuid handed out last (uuid_base before the first)
 
     def add(self, parent: int, name: str, rank: int | None = None, *, process: bool = False,
             counter: bool = False) -> int:
         """One more track under ``parent`` (0: a root); returns its uuid."""
-        self._uuid += 1
+        self.last_uuid += 1
         p = pb.TracePacket()
         p.trusted_packet_sequence_id = self.seq
         td = p.track_descriptor
-        td.uuid = self._uuid
+        td.uuid = self.last_uuid
         if parent:
             td.parent_uuid = parent
         if process:
@@ -569,17 +625,22 @@ class _TrackTree:
             td.counter.SetInParent()
         self.packets.extend(_packet_bytes(p))
         self.count += 1
-        return self._uuid
+        return self.last_uuid
 
 
-def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int) -> tuple[_TrackTree, np.ndarray]:
+def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int,
+                place: Placement | None = None) -> tuple[_TrackTree, np.ndarray]:
     """Descriptors of every track; returns the tree and the uuid of each hot track (slice
-    tracks in layout order, then the counter tracks of ``specs``)."""
-    tree = _TrackTree(seq)
-    gpu = meta.get("gpu") or {}
-    gpu_name = gpu.get("name") if isinstance(gpu, dict) else str(gpu)
-    kernel = str(meta.get("kernel", "kernel"))
-    root = tree.add(0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True)
+    tracks in layout order, then the counter tracks of ``specs``). The root is a process of its
+    own, or with ``place`` a child of the placement's parent track."""
+    tree = _TrackTree(seq, place.uuid_base if place else UUID_BASE)
+    if place:
+        root = tree.add(place.parent_uuid, place.name, rank=place.rank)
+    else:
+        gpu = meta.get("gpu") or {}
+        gpu_name = gpu.get("name") if isinstance(gpu, dict) else str(gpu)
+        kernel = str(meta.get("kernel", "kernel"))
+        root = tree.add(0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True)
     launches = np.unique(lay.warp_launch) if lay.warp_launch.size else np.zeros(0, np.int64)
     launch_meta = meta.get("launches") or []
     launch_uuid = {}
@@ -679,7 +740,7 @@ def _timed(timings: dict, phase: str):
 def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compress: bool = False,
                 flows: bool = True, iterations: bool = True, counters: bool = True,
                 inflight_counters: bool = False, compress_level: int = 5, chunk_bytes: int = CHUNK_BYTES,
-                threads: int | None = None) -> PerfettoStats:
+                threads: int | None = None, place: Placement | None = None) -> PerfettoStats:
     """Write ``trace`` (a bundle Trace, or anything with ``.events`` and ``.meta``) as a
     Perfetto protobuf trace to a path or a binary file object.
 
@@ -692,21 +753,24 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
     flows: QK(i) -> SOFTMAX(i) -> PV(i) flow arrows. iterations: ``iter`` debug annotation.
     counters: a "warps active" counter per launch, and the occupancy counters (False: no
     counter at all). inflight_counters: an "async in flight" counter per CTA (two more packets
-    per async span: off by default, it costs bytes).
+    per async span: off by default, it costs bytes). place: write the export as part of a
+    larger trace (:class:`Placement`); None: a trace of its own.
     """
     t_all = time.perf_counter()
     tm: dict = {}
     meta: dict = dict(getattr(trace, "meta", {}) or {})
     with _timed(tm, "layout"):
-        r, lay, ts_shift = _columns(trace.events, vocab_of(meta))
+        r, lay, ts_shift = _columns(trace.events, vocab_of(meta), place)
     with _timed(tm, "stream"):
-        sl = _slices(r, lay, flows=flows, iterations=iterations)
+        first_flow = place.first_flow_id if place else 1
+        sl = _slices(r, lay, flows=flows, iterations=iterations, first_flow_id=first_flow)
     with _timed(tm, "counters"):
         ct = _counters(r, lay, occupancy if counters else None, ts_shift, warps=counters, inflight=inflight_counters)
     with _timed(tm, "encode"):
-        hot = _encode(sl, ct, lay.n_tracks)
+        first_seq = place.first_sequence_id if place else 1
+        hot = _encode(sl, ct, lay.n_tracks, first_seq)
     with _timed(tm, "descriptors"):
-        tree, track_uuid = _track_tree(meta, lay, ct.specs, seq=hot.per_track.size + 1)
+        tree, track_uuid = _track_tree(meta, lay, ct.specs, seq=first_seq + hot.per_track.size, place=place)
         setup, n_seq = _sequence_setup(r, sl, hot, track_uuid, lay.n_tracks, iterations=iterations)
     with _timed(tm, "write"):
         written, uncompressed = _write(path_or_file, bytes(tree.packets), setup, hot, compress=compress,
@@ -718,7 +782,8 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
         extra_lanes=int((lay.track_lane > 0).sum()), sequences=n_seq, flows=sl.n_flows,
         counter_points=int(ct.ts.size), bytes=written, bytes_uncompressed=uncompressed,
         compressed=bool(compress), seconds=time.perf_counter() - t_all, lane_rounds=lay.lane_rounds,
-        timings=tm)
+        timings=tm, next_uuid=tree.last_uuid + 1, next_sequence_id=tree.seq + 1,
+        next_flow_id=first_flow + sl.n_flows)
 
 
 def _compress(parts: list, hot_ends: np.ndarray, level: int, chunk_bytes: int, threads: int | None) -> list:

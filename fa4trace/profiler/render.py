@@ -1,0 +1,94 @@
+"""One traced launch's part of a merged trace: its SM / CTA / warp tracks (and its numbers).
+
+:func:`render_launch` is what :func:`fa4trace.profiler.merge.merge` runs per traced launch, in
+this process for a small merge and in worker processes for a large one (spawned: a job names
+its bundle by path, or carries that launch's rows); :func:`bundle_numbers` is a large merge's
+job for the numbers of every launch of a bundle, started before the launches are matched.
+Each job writes its packets, made by :func:`fa4trace.export.perfetto.to_perfetto` at the
+:class:`fa4trace.export.perfetto.Placement` the merge chose (with the roles and occupancy of
+:func:`fa4trace.analysis.kernel.export_inputs`), to a file of its own; the merge then writes the
+files one after the other into the output.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import pyarrow.compute as pc
+
+from ..trace.bundle import Trace, load
+from ..analysis.kernel import export_inputs
+from ..export.perfetto import Placement, to_perfetto
+from .report import launch_numbers
+
+__all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events", "bundle_numbers"]
+
+_LOADED: dict = {}  # per process: the last bundle read from disk (a worker's jobs come bundle by bundle)
+
+
+@dataclass
+class RenderJob:
+    source: object  # a bundle path (str) or a Trace holding (at least) the launch's rows
+    launch: int
+    place: Placement | None  # None: no tracks (the launch's warps are not drawn)
+    compress: bool
+    numbers: bool
+    spool_dir: str
+
+
+@dataclass
+class RenderResult:
+    path: str | None  # the packets, in a file of their own (the caller removes it)
+    bytes: int
+    slices: int
+    next_uuid: int
+    next_sequence_id: int
+    next_flow_id: int
+    numbers: dict | None
+    seconds: float
+
+
+def launch_events(trace: Trace, launch: int) -> Trace:
+    """The rows of one launch (the trace itself when it holds no other)."""
+    la = trace.events["launch"]
+    if trace.events.num_rows == 0 or pc.min(la).as_py() == pc.max(la).as_py() == launch:
+        return trace
+    return Trace(trace.events.filter(pc.equal(la, launch)), trace.meta)
+
+
+def _bundle(source) -> Trace:
+    if isinstance(source, Trace):
+        return source
+    key = os.fspath(source)
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = load(key)
+    return _LOADED[key]
+
+
+def bundle_numbers(source) -> dict:
+    """launch -> :func:`fa4trace.profiler.report.launch_numbers` of every launch of a bundle (path or
+    Trace): what a worker computes while the merge is still reading the profiler trace."""
+    tr = _bundle(source)
+    if tr.events.num_rows == 0:
+        return {}
+    launches = sorted(set(pc.unique(tr.events["launch"]).to_pylist()))
+    return {int(k): launch_numbers(launch_events(tr, k)) for k in launches}
+
+
+def render_launch(job: RenderJob) -> RenderResult:
+    """The tracks and packets of one launch (and its numbers when asked); see the module docstring."""
+    t = time.perf_counter()
+    tr = launch_events(_bundle(job.source), job.launch)
+    path, nbytes, slices, nxt = None, 0, 0, (0, 0, 0)
+    if job.place is not None:
+        fd, path = tempfile.mkstemp(prefix="launch-", suffix=".part", dir=job.spool_dir)
+        shown, occupancy = export_inputs(tr)  # roles and stage occupancy, as `fa4trace convert` draws them
+        with os.fdopen(fd, "wb") as f:
+            st = to_perfetto(shown, f, occupancy=occupancy, compress=job.compress, place=job.place)
+        nbytes, slices, nxt = st.bytes, st.slices, (st.next_uuid, st.next_sequence_id, st.next_flow_id)
+    numbers = launch_numbers(tr) if job.numbers else None
+    return RenderResult(path, nbytes, slices, *nxt, numbers, time.perf_counter() - t)
