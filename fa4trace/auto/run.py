@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -55,6 +56,13 @@ def _tensor_args(args, kwargs, params) -> list[tuple[str, Any]]:
     named = [(params[i] if i < len(params) else f"arg{i}", a) for i, a in enumerate(args)]
     named += list(kwargs.items())
     return [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
+
+
+def _symbols(fn) -> list[str]:
+    """The CUDA symbol names of the kernels a compiled function launches (as CUPTI names
+    them), where the DSL's compiled function says."""
+    info = getattr(fn, "kernel_info", None)
+    return sorted(str(k) for k in info) if isinstance(info, dict) else []
 
 
 def _capturing(args) -> bool:
@@ -102,7 +110,9 @@ class Instrumented:
         self.to_arg = to_arg  # torch trace tensor -> what the compiled function takes
         self._recompile = recompile  # (cursor) -> CompiledTraced: the same compile, recorder elsewhere
         self._own = own or contextlib.nullcontext  # calls made here are fa4trace's own
-        self._launches: list[tuple[Any, L.BufferSpec]] = []
+        # (buffer, its spec, the launch call's host times / device / CUDA symbols): the last
+        # let fa4trace.profiler match a launch to its kernel in a torch.profiler trace
+        self._launches: list[tuple[Any, L.BufferSpec, dict]] = []
         self.checked: list[bool] = []
         self.nondeterministic: set[str] = set()
         self.twin: list[dict] = []  # plain vs traced time of checked launches
@@ -148,7 +158,10 @@ class Instrumented:
         if check:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+        host = {"host_launch_ns": time.time_ns()}
         ret = self._launch(args, kwargs, buf)
+        host.update(host_return_ns=time.time_ns(), device=torch.cuda.current_device(),
+                    cuda_symbols=_symbols(self.fn))
         if self.not_traced:  # it could not run traced: the plain kernel ran instead
             return ret
         if check:
@@ -156,7 +169,7 @@ class Instrumented:
             torch.cuda.synchronize()
             self._compare(tensors, want)
             self.twin.append({"plain_ns": plain_ns, "traced_ns": int(start.elapsed_time(end) * 1e6)})
-        self._launches.append((buf, spec))
+        self._launches.append((buf, spec, host))
         return ret
 
     def _plain_twice(self, args, kwargs, tensors, before):
@@ -236,10 +249,10 @@ class Instrumented:
             raise Fa4traceError("nothing recorded yet: call the instrumented kernel first")
         torch.cuda.synchronize()
         decoded = [decode_buffer(b.cpu().numpy(), launch_index=i, vocab=self.vocab)
-                   for i, (b, _s) in enumerate(self._launches)]
+                   for i, (b, _s, _h) in enumerate(self._launches)]
         launches = [{"kernel": self.meta.get("kernel"), "recorded_ctas":
                      f"{s.cta_first}:{s.cta_first + s.n_cta_slots * s.cta_stride}:{s.cta_stride}",
-                     "warp_subset": s.warp_subset} for _b, s in self._launches]
+                     "warp_subset": s.warp_subset, **h} for _b, s, h in self._launches]
         instrument = dict(self.meta, checked=list(self.checked), nondeterministic=sorted(self.nondeterministic))
         if self.twin:
             instrument["plain_twin"] = {"plain_ns": sorted(t["plain_ns"] for t in self.twin)[len(self.twin) // 2],
