@@ -94,24 +94,87 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
 
     Raises TraceFormatError naming the warp and record when the bytes are not a consistent
     fa4trace buffer (wrong magic or version, truncated, unmatched begin/end, foreign bytes).
+    The phases run in this order so that the first inconsistency found is the one reported.
     """
     words = _as_words(buffer)
     spec = L.BufferSpec.from_header(words)
+    names = vocab.event_names()
+    warps = _headers(words, spec, grid_ctas)
+    recs = _records(words, spec, warps, names)
+    if recs.is_anc.any():
+        _check_anchor_pairs(recs, warps, spec)
+    times = _times(recs, warps, spec)
+    spans = _spans(recs, warps, spec, names)
+    table = _rows(recs, warps, times, spans, launch_index, vocab.role_names(), names)
+    lifetimes = decode_lifetimes(words, spec, np.unique(warps.cta), grid_ctas)
+    summary = _summary(launch_index, spec, warps, recs, times, spans, lifetimes)
+    return DecodedLaunch(table, times.t0, summary, lifetimes)
+
+
+@dataclass
+class _Warps:
+    """The recorded warps' header fields, one entry per present slot (in slot order)."""
+
+    idx: np.ndarray  # slot index
+    timebase: int  # layout.TIMEBASE_* (one per launch)
+    role_id: np.ndarray
+    sm: np.ndarray
+    cta: np.ndarray
+    warp: np.ndarray
+    gt0: np.ndarray  # start and end anchors: %globaltimer ns and clock64 cycles
+    clk0: np.ndarray
+    gt1: np.ndarray
+    clk1: np.ndarray
+    written: np.ndarray  # records kept in the slot
+    dropped: np.ndarray  # records lost to a full slot
+
+
+@dataclass
+class _Records:
+    """Every kept record of the present warps, concatenated in (warp, record) order."""
+
+    owner: np.ndarray  # index into the _Warps arrays
+    pos: np.ndarray  # record index within its warp (for messages)
+    first: np.ndarray  # per warp: global index of its first record
+    rec: np.ndarray  # the raw 64-bit words
+    lo: np.ndarray  # low 32 bits of the timer
+    ev: np.ndarray
+    kind: np.ndarray
+    payload: np.ndarray
+    is_anc: np.ndarray  # anchor records (Recorder.anchor), and which half of a pair each is
+    anc_gt: np.ndarray
+    anc_clk: np.ndarray
+
+
+@dataclass
+class _Times:
+    """Record times: raw timer unwrapped to 64 bits, and ns from the launch's earliest warp start."""
+
+    full: np.ndarray
+    ns: np.ndarray
+    t0: int  # absolute %globaltimer of the earliest warp start
+    ratio: np.ndarray  # per-warp ns/cycle (NaN in the globaltimer timebase)
+    borrowed: np.ndarray  # per warp: the ratio is its SM's or the launch's, not its own
+
+
+@dataclass
+class _Spans:
+    """Record indices of matched begins and ends (pairwise) and of instants."""
+
+    bi: np.ndarray
+    ei: np.ndarray
+    ii: np.ndarray
+    truncated: int  # begins dropped because their warp overflowed before the end
+
+
+def _headers(words: np.ndarray, spec: L.BufferSpec, grid_ctas: int | None) -> _Warps:
+    """Read and check the header of every recorded warp slot (empty slots are skipped).
+
+    Every field a later phase trusts (magic, version, timebase, identity, anchors, counts) is
+    checked here, so that foreign or half-written bytes fail with the slot's name."""
     slots = words[L.GLOBAL_HEADER_WORDS:spec.slots_end].reshape(spec.n_slots, spec.slot_words)
     hdr = slots[:, :L.WARP_HEADER_WORDS]
-
-    # ---- warp headers ------------------------------------------------------------------
-    w0 = hdr[:, L.W_MAGIC]
-    magic = w0 & U32
-    present = magic == L.WARP_MAGIC
-    empty = w0 == 0
-    bad = ~(present | empty)
-    if bad.any():
-        s = int(np.flatnonzero(bad)[0])
-        raise TraceFormatError(f"{_warp_name(s, spec)}: header magic 0x{int(magic[s]):08x} is not an fa4trace warp header")
-    idx = np.flatnonzero(present)
-    if idx.size == 0:
-        raise TraceFormatError("trace buffer holds no recorded warp (was the kernel launched with this buffer?)")
+    idx = _present_slots(hdr, spec)
     h = hdr[idx]
     version = (h[:, L.W_MAGIC] >> np.uint64(32)) & np.uint64(0xFF)
     timebase = (h[:, L.W_MAGIC] >> np.uint64(40)) & np.uint64(0xFF)
@@ -123,7 +186,6 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
             raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: unsupported {what} {int(arr[j])}")
     if np.unique(timebase).size != 1:
         raise TraceFormatError("warps of one launch use different timebases")
-    tb = int(timebase[0])
 
     sm = (h[:, L.W_IDS] & U32).astype(np.int64)
     cta = (h[:, L.W_IDS] >> np.uint64(32)).astype(np.int64)
@@ -153,16 +215,37 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
     if (written > spec.capacity).any() or (dropped >= 1 << 31).any():
         j = int(np.flatnonzero((written > spec.capacity) | (dropped >= 1 << 31))[0])
         raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: {written[j]} records written, slot holds {spec.capacity}")
+    return _Warps(idx, int(timebase[0]), role_id, sm, cta, warp, gt0, clk0, gt1, clk1, written, dropped)
 
-    # ---- records: gather the written part of every present slot --------------------------
-    n_w = idx.size
-    counts = written
+
+def _present_slots(hdr: np.ndarray, spec: L.BufferSpec) -> np.ndarray:
+    """Indices of the slots a warp wrote (warp magic); a zero header is a slot no warp took.
+    Anything else is not an fa4trace warp header; no slot written is a launch that never ran."""
+    w0 = hdr[:, L.W_MAGIC]
+    magic = w0 & U32
+    present = magic == L.WARP_MAGIC
+    bad = ~(present | (w0 == 0))
+    if bad.any():
+        s = int(np.flatnonzero(bad)[0])
+        raise TraceFormatError(f"{_warp_name(s, spec)}: header magic 0x{int(magic[s]):08x} is not an fa4trace warp header")
+    idx = np.flatnonzero(present)
+    if idx.size == 0:
+        raise TraceFormatError("trace buffer holds no recorded warp (was the kernel launched with this buffer?)")
+    return idx
+
+
+def _records(words: np.ndarray, spec: L.BufferSpec, warps: _Warps, names) -> _Records:
+    """Gather the written part of every present slot (one vectorized take) and split each
+    record into its fields; a record with reserved bits, a bad kind or an event the
+    vocabulary does not know is foreign bytes and fails here, naming warp and record."""
+    n_w = warps.idx.size
+    counts = warps.written
     total = int(counts.sum())
     first = np.cumsum(counts) - counts  # first record (global index) of each warp
-    owner = np.repeat(np.arange(n_w, dtype=np.int64), counts)  # index into the present-warp arrays
-    slot_base = L.GLOBAL_HEADER_WORDS + idx.astype(np.int64) * spec.slot_words + L.WARP_HEADER_WORDS
+    owner = np.repeat(np.arange(n_w, dtype=np.int64), counts)
+    slot_base = L.GLOBAL_HEADER_WORDS + warps.idx.astype(np.int64) * spec.slot_words + L.WARP_HEADER_WORDS
     lin = np.arange(total, dtype=np.int64) + np.repeat(slot_base - first, counts)
-    pos = lin - np.repeat(slot_base, counts)  # record index within its warp (for messages)
+    pos = lin - np.repeat(slot_base, counts)
     rec = words.take(lin)
 
     halves = rec.view(np.uint32).reshape(-1, 2)  # little-endian: [timer lo, tag word]
@@ -172,100 +255,118 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
     kind = ((hi >> 8) & 3).astype(np.int8)
     reserved = (hi >> 10) & 3
     payload = (hi >> 12).astype(np.int64)
-    names = vocab.event_names()
     known = np.array([bool(n) for n in names])
     badrec = (reserved != 0) | (kind == 3) | ~known[ev] | (ev == WARP_EVENT_ID)
     if badrec.any():
         r = int(np.flatnonzero(badrec)[0])
         why = ("reserved bits set" if reserved[r] else "bad kind" if kind[r] == 3
                else f"unknown event id {ev[r]}")
-        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: {why} (word 0x{int(rec[r]):016x})")
-
-    # ---- anchor pairs (Recorder.anchor): clock64 then globaltimer low words ----------------
+        raise TraceFormatError(f"{_warp_name(int(warps.idx[owner[r]]), spec)}, record {pos[r]}: {why} "
+                               f"(word 0x{int(rec[r]):016x})")
+    # anchor pairs (Recorder.anchor): clock64 then globaltimer low words
     is_anc = ev == L.ANCHOR_EVENT_ID
-    anc_gt = is_anc & (payload == L.ANCHOR_GLOBALTIMER)
-    anc_clk = is_anc & (payload == L.ANCHOR_CLOCK)
-    if is_anc.any():
-        _check_anchor_pairs(anc_clk, anc_gt, is_anc, owner, pos, counts, dropped, idx, spec, tb)
+    return _Records(owner, pos, first, rec, lo, ev, kind, payload, is_anc,
+                    is_anc & (payload == L.ANCHOR_GLOBALTIMER), is_anc & (payload == L.ANCHOR_CLOCK))
 
-    # ---- unwrap 32-bit times against the warp's 64-bit start anchor ----------------------
-    anchor0 = clk0 if tb == L.TIMEBASE_CLOCK64 else gt0
-    anchor1 = clk1 if tb == L.TIMEBASE_CLOCK64 else gt1
-    full = np.empty(total, np.int64)
+
+def _times(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> _Times:
+    """Unwrap the 32-bit record times against each warp's 64-bit start anchor, then turn
+    cycles into ns per warp (its own anchors' ratio, piecewise through its anchor pairs).
+
+    A time past the warp's end anchor is foreign bytes or a wrapped timer: an error."""
+    w, counts = warps, warps.written
+    clock = w.timebase == L.TIMEBASE_CLOCK64
+    anchor0, anchor1 = (w.clk0, w.clk1) if clock else (w.gt0, w.gt1)
+    n_w = w.idx.size
+    full = np.empty(recs.owner.size, np.int64)
+    anc_gt = recs.anc_gt
     timer = ~anc_gt  # records on the warp's own timer (globaltimer anchor words are not)
-    full[timer] = _unwrap(lo[timer], owner[timer], n_w, anchor0)
-    full[anc_gt] = _unwrap(lo[anc_gt], owner[anc_gt], n_w, gt0)
-    late = np.where(anc_gt, full > np.repeat(gt1, counts), full > np.repeat(anchor1, counts))
+    full[timer] = _unwrap(recs.lo[timer], recs.owner[timer], n_w, anchor0)
+    full[anc_gt] = _unwrap(recs.lo[anc_gt], recs.owner[anc_gt], n_w, w.gt0)
+    late = np.where(anc_gt, full > np.repeat(w.gt1, counts), full > np.repeat(anchor1, counts))
     if late.any():
         r = int(np.flatnonzero(late)[0])
-        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: time lies after the warp finished (foreign bytes or a wrapped timer)")
+        raise TraceFormatError(f"{_warp_name(int(w.idx[recs.owner[r]]), spec)}, record {recs.pos[r]}: "
+                               "time lies after the warp finished (foreign bytes or a wrapped timer)")
 
-    # ---- cycles -> ns, per warp ----------------------------------------------------------
-    if tb == L.TIMEBASE_CLOCK64:
-        ratio, borrowed = _ns_per_cycle(gt0, gt1, clk0, clk1, sm)
-        ns_abs = np.repeat(gt0, counts) + np.rint((full - np.repeat(clk0, counts)) * np.repeat(ratio, counts)).astype(np.int64)
-        if anc_clk.any():
-            _interpolate_between_anchors(ns_abs, full, owner, anc_clk, anc_gt, gt0, gt1, clk0, clk1)
+    if clock:
+        ratio, borrowed = _ns_per_cycle(w.gt0, w.gt1, w.clk0, w.clk1, w.sm)
+        cycles = full - np.repeat(w.clk0, counts)
+        ns_abs = np.repeat(w.gt0, counts) + np.rint(cycles * np.repeat(ratio, counts)).astype(np.int64)
+        if recs.anc_clk.any():
+            _interpolate_between_anchors(ns_abs, full, recs.owner, recs.anc_clk, anc_gt, w.gt0, w.gt1, w.clk0, w.clk1)
     else:
         ratio, borrowed = np.full(n_w, np.nan), np.zeros(n_w, bool)
         ns_abs = full
-    t0 = int(gt0.min())
-    ns = ns_abs - t0
+    t0 = int(w.gt0.min())
+    return _Times(full, ns_abs - t0, t0, ratio, borrowed)
 
-    # ---- pair begin/end by (warp, event, payload), in record order -----------------------
-    key = (owner.astype(np.int64) << 28) | (ev << 20) | payload
-    is_b, is_e, is_i = kind == L.KIND_BEGIN, kind == L.KIND_END, (kind == L.KIND_INSTANT) & ~is_anc
+
+def _spans(recs: _Records, warps: _Warps, spec: L.BufferSpec, names) -> _Spans:
+    """Pair begins with ends by (warp, event, payload), in record order: the n-th begin of a
+    key with its n-th end. Unequal counts are allowed only where the warp overflowed; an end
+    before its begin is an error."""
+    key = (recs.owner.astype(np.int64) << 28) | (recs.ev << 20) | recs.payload
+    kind = recs.kind
+    is_b, is_e, is_i = kind == L.KIND_BEGIN, kind == L.KIND_END, (kind == L.KIND_INSTANT) & ~recs.is_anc
     bi, ei = np.flatnonzero(is_b), np.flatnonzero(is_e)
     bi = bi[np.argsort(key[bi], kind="stable")]
     ei = ei[np.argsort(key[ei], kind="stable")]
     truncated = 0
     if bi.size != ei.size or not np.array_equal(key[bi], key[ei]):
-        bi, ei, truncated = _match_with_overflow(bi, ei, key, owner, pos, dropped, idx, spec)
+        bi, ei, truncated = _match_with_overflow(bi, ei, key, recs.owner, recs.pos, warps.dropped, warps.idx, spec)
     backwards = ei < bi
     if backwards.any():
         j = int(np.flatnonzero(backwards)[0])
         r = int(ei[j])
-        raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: end of {names[ev[r]]} before its begin")
-    ii = np.flatnonzero(is_i)
+        raise TraceFormatError(f"{_warp_name(int(warps.idx[recs.owner[r]]), spec)}, record {recs.pos[r]}: "
+                               f"end of {names[recs.ev[r]]} before its begin")
+    return _Spans(bi, ei, np.flatnonzero(is_i), truncated)
 
-    # ---- assemble rows: spans, instants, one WARP row per warp ---------------------------
-    # Rows are ordered by (warp, begin record): records of a warp are in time order, so this
-    # is (cta, warp, start) order with outer spans before the spans they contain. A WARP row
-    # goes before its warp's events. Positions are unique, so a scatter replaces a sort.
+
+def _rows(recs: _Records, warps: _Warps, times: _Times, spans: _Spans, launch_index: int,
+          role_names: dict, names) -> pa.Table:
+    """The events table: one row per span and instant, plus one WARP row per warp lifetime.
+
+    Rows are ordered by (warp, begin record): records of a warp are in time order, so this
+    is (cta, warp, start) order with outer spans before the spans they contain. A WARP row
+    goes before its warp's events. Positions are unique, so a scatter replaces a sort."""
+    w, t, bi, ii = warps, times, spans.bi, spans.ii
+    owner = recs.owner
+    n_w = w.idx.size
     bi_or_i = np.concatenate([bi, ii])
     n_rows = bi_or_i.size + n_w
     out_pos = np.empty(n_rows, np.int64)
     out_pos[:bi_or_i.size] = bi_or_i + owner[bi_or_i] + 1
-    out_pos[bi_or_i.size:] = first + np.arange(n_w)
-    slots_used = np.full(total + n_w, -1, np.int64)
+    out_pos[bi_or_i.size:] = recs.first + np.arange(n_w)
+    slots_used = np.full(owner.size + n_w, -1, np.int64)
     slots_used[out_pos] = np.arange(n_rows)
     order = slots_used[slots_used >= 0]
 
-    end_idx = np.concatenate([ei, ii])
+    end_idx = np.concatenate([spans.ei, ii])
     row_owner = np.concatenate([owner[bi_or_i], np.arange(n_w)])[order]
-    r_start_ns = np.concatenate([ns[bi_or_i], gt0 - t0])[order]
-    r_end_ns = np.concatenate([ns[end_idx], gt1 - t0])[order]
-    r_start_c = np.concatenate([full[bi_or_i], clk0])[order]
-    r_end_c = np.concatenate([full[end_idx], clk1])[order]
-    r_ev = np.concatenate([ev[bi_or_i], np.full(n_w, WARP_EVENT_ID)])[order]
-    r_iter = np.concatenate([payload[bi_or_i], np.full(n_w, L.PAYLOAD_NONE)])[order]
+    r_start_ns = np.concatenate([t.ns[bi_or_i], w.gt0 - t.t0])[order]
+    r_end_ns = np.concatenate([t.ns[end_idx], w.gt1 - t.t0])[order]
+    r_start_c = np.concatenate([t.full[bi_or_i], w.clk0])[order]
+    r_end_c = np.concatenate([t.full[end_idx], w.clk1])[order]
+    r_ev = np.concatenate([recs.ev[bi_or_i], np.full(n_w, WARP_EVENT_ID)])[order]
+    r_iter = np.concatenate([recs.payload[bi_or_i], np.full(n_w, L.PAYLOAD_NONE)])[order]
     r_iter = np.where(r_iter == L.PAYLOAD_NONE, -1, r_iter).astype(np.int32)
     r_kind = np.concatenate([np.zeros(bi.size, np.int8), np.ones(ii.size, np.int8),
                              np.full(n_w, 2, np.int8)])[order]
-    r_dropped = np.concatenate([np.zeros(bi_or_i.size, np.int32), dropped.astype(np.int32)])[order]
+    r_dropped = np.concatenate([np.zeros(bi_or_i.size, np.int32), w.dropped.astype(np.int32)])[order]
 
-    role_names = vocab.role_names()
-    uniq_roles, role_codes = np.unique(role_id, return_inverse=True)
+    uniq_roles, role_codes = np.unique(w.role_id, return_inverse=True)
     role_dict = [role_names.get(int(r), f"role{int(r)}") for r in uniq_roles]
     used_ev = np.flatnonzero(np.bincount(r_ev, minlength=256))
     ev_code_of = np.zeros(256, np.int16)
     ev_code_of[used_ev] = np.arange(used_ev.size)
 
-    table = pa.table({
+    return pa.table({
         "launch": pa.array(np.full(n_rows, launch_index, np.int16)),
-        "cta": pa.array(cta[row_owner].astype(np.int32)),
-        "sm": pa.array(sm[row_owner].astype(np.int16)),
-        "warp": pa.array(warp[row_owner].astype(np.int16)),
+        "cta": pa.array(w.cta[row_owner].astype(np.int32)),
+        "sm": pa.array(w.sm[row_owner].astype(np.int16)),
+        "warp": pa.array(w.warp[row_owner].astype(np.int16)),
         "role": pa.DictionaryArray.from_arrays(pa.array(role_codes[row_owner].astype(np.int16)), pa.array(role_dict)),
         "name": pa.DictionaryArray.from_arrays(pa.array(ev_code_of[r_ev]), pa.array([names[e] for e in used_ev])),
         "kind": pa.DictionaryArray.from_arrays(pa.array(r_kind), pa.array(list(KINDS))),
@@ -277,31 +378,36 @@ def decode_buffer(buffer, *, launch_index: int = 0, vocab: Vocabulary = VOCAB,
         "dropped": pa.array(r_dropped),
     }, schema=SCHEMA)
 
+
+def _summary(launch_index: int, spec: L.BufferSpec, warps: _Warps, recs: _Records, times: _Times,
+             spans: _Spans, lifetimes: dict | None) -> dict:
+    """What the decoder learned about the launch (DecodedLaunch.summary): the buffer's shape,
+    losses (dropped records, truncated spans), the clock and the CTA lifetimes' coverage."""
+    w, ratio = warps, times.ratio
     valid = ~np.isnan(ratio)
     summary = {
         "launch": launch_index,
-        "timebase": L.TIMEBASE_NAMES[tb],
-        "warps_recorded": int(n_w),
-        "ctas_recorded": int(np.unique(cta).size),
+        "timebase": L.TIMEBASE_NAMES[w.timebase],
+        "warps_recorded": int(w.idx.size),
+        "ctas_recorded": int(np.unique(w.cta).size),
         "warps_per_cta": spec.warps_per_cta,
         "warp_subset": spec.warp_subset,
         "capacity": spec.capacity,
         "cta_first": spec.cta_first,
         "cta_stride": spec.cta_stride,
-        "records": total,
-        "dropped": int(dropped.sum()),
-        "overflowed_warps": int((dropped > 0).sum()),
-        "truncated_spans": int(truncated),
-        "anchors": int(anc_gt.sum()),
-        "borrowed_clock_ratio_warps": int(borrowed.sum()),
+        "records": int(recs.owner.size),
+        "dropped": int(w.dropped.sum()),
+        "overflowed_warps": int((w.dropped > 0).sum()),
+        "truncated_spans": int(spans.truncated),
+        "anchors": int(recs.anc_gt.sum()),
+        "borrowed_clock_ratio_warps": int(times.borrowed.sum()),
         "clock_ghz_median": float(np.median(1.0 / ratio[valid])) if valid.any() else None,
-        "span_ns": int(gt1.max() - t0),
+        "span_ns": int(w.gt1.max() - times.t0),
     }
-    lifetimes = decode_lifetimes(words, spec, np.unique(cta), grid_ctas)
     summary["ctas_timed"] = 0 if lifetimes is None else int(lifetimes["cta"].size)
     if lifetimes is not None:
-        summary["ctas_outside_lifetime"] = _outside_lifetime(lifetimes, cta, gt0, gt1)
-    return DecodedLaunch(table, t0, summary, lifetimes)
+        summary["ctas_outside_lifetime"] = _outside_lifetime(lifetimes, w.cta, w.gt0, w.gt1)
+    return summary
 
 
 def _outside_lifetime(lifetimes: dict, cta, gt0, gt1) -> int:
@@ -381,8 +487,11 @@ def _unwrap(lo, owner, n_w, anchor0):
     return np.repeat(anchor0, counts) + (csum - seg_base)
 
 
-def _check_anchor_pairs(anc_clk, anc_gt, is_anc, owner, pos, counts, dropped, idx, spec, tb):
-    """Anchor records come as (clock, globaltimer) pairs, back to back in one warp."""
+def _check_anchor_pairs(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> None:
+    """Anchor records come as (clock, globaltimer) pairs, back to back in one warp, and only
+    in the clock64 timebase (they tie its cycles to the global timer)."""
+    anc_clk, anc_gt, is_anc, owner, pos = recs.anc_clk, recs.anc_gt, recs.is_anc, recs.owner, recs.pos
+    counts, dropped, idx, tb = warps.written, warps.dropped, warps.idx, warps.timebase
     bad = None
     if tb != L.TIMEBASE_CLOCK64:
         bad = int(np.flatnonzero(is_anc)[0]), "anchor record in a globaltimer-timebase warp"
