@@ -134,6 +134,17 @@ def one(case: str) -> dict:
     }
 
 
+def gpu_text() -> str:
+    """The GPU as the other result files name it: device, driver and torch versions."""
+    import subprocess as sp
+
+    import torch
+
+    drv = sp.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                 text=True).stdout.strip().splitlines()
+    return f"{torch.cuda.get_device_name()} (driver {drv[0] if drv else '?'}, torch {torch.__version__})"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--output", default="benchmarks/results/instrument_program_h200.json")
@@ -150,8 +161,6 @@ def main():
         else:
             rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)
-    import torch
-
     for r in rows:
         if "error" in r:
             continue
@@ -163,7 +172,7 @@ def main():
     out = {"area": "instrument-program",
            "title": "instrument() in a PyTorch program: compile time; a plain call after the block",
            "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT", ""),
-           "gpu": f"{torch.cuda.get_device_name()} (torch {torch.__version__})",
+           "gpu": gpu_text(),
            "command": "python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json",
            "notes": "Fresh process per case, JIT; in instrument(): first call after a warm-up (cached kernel "
                     "taken out, compiled traced + plain). After vs before the block: host time per call "

@@ -121,7 +121,7 @@ class Recording:
         kernels = self.launched
         if not kernels:
             raise Fa4traceError("no kernel ran traced inside fa4trace.instrument(): nothing to save")
-        names = [k.meta.get("kernel", "kernel").rsplit(".", 1)[-1] for k in kernels]
+        names = [_short_name(k.meta.get("kernel", "kernel")) for k in kernels]
         if len(kernels) == 1:
             paths = [path]
         else:
@@ -136,6 +136,13 @@ class Recording:
             if there:
                 raise Fa4traceError(f"{there[0]} exists (pass overwrite=True to replace it)")
         return [k.trace().save(p, overwrite=overwrite) for k, p in zip(kernels, paths)]
+
+
+def _short_name(kernel: str) -> str:
+    """A kernel's name for a file: the last part of its qualified name that is not a dunder
+    (``quack.rmsnorm.RMSNorm.__call__`` -> ``RMSNorm``)."""
+    parts = [p for p in kernel.split(".") if p and not (p.startswith("__") and p.endswith("__"))]
+    return parts[-1] if parts else "kernel"
 
 
 def _from_dlpack(t):
