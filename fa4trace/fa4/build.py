@@ -41,10 +41,10 @@ def require_fa4() -> str:
     """The installed flash-attn-4 version, or one clear line on why it cannot be used."""
     v = fa4_version()
     if v is None:
-        raise Fa4traceError(f"--impl fa4 needs flash-attn-4 {' or '.join(FA4_VERSIONS)}: "
+        raise Fa4traceError(f"tracing FlashAttention-4 needs flash-attn-4 {' or '.join(FA4_VERSIONS)}: "
                             f"pip install 'flash-attn-4=={FA4_VERSIONS[-1]}' --no-deps (see docs/fa4-on-b200.md)")
     if v not in FA4_VERSIONS:
-        raise Fa4traceError(f"flash-attn-4 {v} is not supported by fa4trace --impl fa4 (hooks are pinned to "
+        raise Fa4traceError(f"flash-attn-4 {v} is not supported by fa4trace's FA4 adapter (hooks are pinned to "
                             f"{', '.join(FA4_VERSIONS)}): pip install 'flash-attn-4=={FA4_VERSIONS[-1]}' --no-deps")
     return v
 

@@ -68,7 +68,9 @@ def load(root: str | Path) -> pd.DataFrame:
     con = duckdb.connect()
     try:
         # the files' own columns: the hive keys (kernel, d, hkv) repeat three of them
-        df = con.execute("select * from read_parquet(?, hive_partitioning=false, union_by_name=true)", [glob]).df()
+        # a relation straight to Arrow: the DB-API cursor's .df() warns on some duckdb/pandas pairs
+        df = con.sql("select * from read_parquet($glob, hive_partitioning=false, union_by_name=true)",
+                     params={"glob": glob}).to_arrow_table().to_pandas()
         df = df[[c for c in COLUMNS if c in df.columns]]
     except duckdb.Error as exc:
         raise DatasetError(f"{root}: cannot read the results ({str(exc).splitlines()[0]})") from None
