@@ -397,29 +397,16 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
     import torch
 
     from fa4trace.attention.api import variant_for
-    from fa4trace.attention.planner import plan_splits
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
     from fa4trace.run.record import new_trace_tensor
     from fa4trace.run.timing import graph_time
 
-    p, shape = DECODE, decode_shape()
-    variant = variant_for(shape, p["schedule"])
-    plan = plan_splits(shape, variant.tile_n, torch.cuda.get_device_properties(0).multi_processor_count, None,
-                       variant.block_rows)
+    p = DECODE
+    variant = variant_for(decode_shape(), p["schedule"])
     n_sets = 8
-    g = torch.Generator(device="cuda").manual_seed(0)
-    sets = []
-    for _ in range(n_sets):
-        q = torch.randn(p["b"], p["sq"], p["hq"], p["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        k = torch.randn(p["b"], p["sk"], p["hkv"], p["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        v = torch.randn(p["b"], p["sk"], p["hkv"], p["d"], dtype=torch.bfloat16, device="cuda", generator=g)
-        sets.append((q, k, v, torch.empty_like(q)))
-    n_o, n_l = plan.workspace_floats(shape)
-    lse = torch.empty((p["b"], p["hq"], p["sq"]), dtype=torch.float32, device="cuda")
-    o_part = torch.empty(n_o, dtype=torch.float32, device="cuda")
-    lse_part = torch.empty(n_l, dtype=torch.float32, device="cuda")
-    count = torch.zeros(4096, dtype=torch.int32, device="cuda")
+    plan, sets, (lse, o_part, lse_part, count) = decode_inputs(torch.cuda.get_device_properties(0).multi_processor_count,
+                                                               n_sets)
     scale = 1.0 / math.sqrt(p["d"])
 
     def args(i):
