@@ -1,22 +1,24 @@
 """Kernels a program compiled before ``instrument()``: traced inside the block, plain after it.
 
 Libraries keep what ``cute.compile`` returned and serve it again without compiling (FA4's
-``compile_cache``, quack's ``jit_cache``, a user's own dict): inside the block nothing would
-be compiled, so nothing traced. ``Reach`` makes every such cache miss for the length of the
-block, without knowing the library: it finds, through the garbage collector, every dict that
-holds a compiled CuTe DSL function as a value under a name that says cache (``cache``,
-``compile_cache``, ``_kernel_cache``...; ``instrument(caches=[d])`` names others) and takes
-those entries out. The library then compiles
-again, through fa4trace's ``cute.compile``, and stores an ``Instrumented`` kernel under the
-same key. When the block ends every entry taken out is put back, and an ``Instrumented``
-stored inside the block (wherever a dict holds it) is replaced by the plain kernel it
-compiled beside the traced one: the program runs exactly the kernels it ran before.
+``compile_cache``, quack's ``jit_cache`` and GEMM plans, a user's own dict): inside the block
+nothing would be compiled, so nothing traced. ``Reach`` makes every such cache miss for the
+length of the block, without knowing the library: it finds, through the garbage collector,
+every dict held under a name that says cache (``cache``, ``compile_cache``, ``_plan_cache``...;
+``instrument(caches=[d])`` names others) whose entry holds a compiled CuTe DSL function,
+directly or inside a plan (a tuple, a list, an object), and takes those entries out. The
+library then compiles again, through fa4trace's ``cute.compile``, and keeps an
+``Instrumented`` kernel. When the block ends every entry taken out is put back, an
+``Instrumented`` a cache got inside the block is replaced by the plain kernel compiled beside
+it (a plan around one is dropped), and one kept anywhere else runs that plain kernel from
+then on: the program runs exactly the kernels it ran before.
 
-Caches that fa4trace cannot reach this way (a dict named otherwise, a compiled function held
-in an attribute or a tuple, a ``functools.lru_cache``, an on-disk cache fa4trace does not know)
-are counted: their calls inside the block are seen (``CallSpy``) and reported in one line.
-The on-disk caches of quack and FA4 are known: their disk layer is switched off for the
-block (``DISK_SWITCHES``), so they compile in memory and nothing traced reaches the disk.
+Caches fa4trace cannot reach this way (a dict named otherwise, a compiled function held in an
+attribute, a ``functools.lru_cache``, an on-disk cache fa4trace does not know) are counted:
+their calls inside the block are seen (``CallSpy``) and reported in one line. The on-disk
+caches of quack and FA4 are known: their disk layer is switched off for the block
+(``DISK_SWITCHES``, FA4's ``JITPersistentCache``), so they compile in memory and nothing
+traced reaches the disk.
 """
 
 from __future__ import annotations
