@@ -463,20 +463,24 @@ class _Hot:
 
 
 def _columns(events: pa.Table, vocab: Vocabulary, place: Placement | None = None
-             ) -> tuple[EventColumns, TrackLayout, int]:
-    """The rows as columns, their track layout, and the shift added to every time: the
-    placement's offset, or on a trace of its own the shift that makes every time >= 0
-    (Perfetto timestamps are unsigned)."""
+             ) -> tuple[EventColumns, TrackLayout, int, int]:
+    """The rows as columns, their track layout, and two shifts: ``data_shift``, added to the
+    rows' times so none is negative (sort keys stay small: bundle-relative ns), and
+    ``clock_offset``, added only where a clock snapshot is written (every packet time is a
+    delta from it), so the placement's offset (Unix-epoch ns, 61 bits) never enters a sort.
+    Output time = row time + data_shift + clock_offset; on a trace of its own the rows start at
+    >= 0 (Perfetto timestamps are unsigned), placed they land at row time + ``ts_offset_ns``."""
     r = event_columns(events)
-    ts_shift = place.ts_offset_ns if place else 0
-    if r.n and r.start.min() + ts_shift < 0:
-        if place:
-            raise ValueError(f"placement {place.name!r}: ts_offset_ns {place.ts_offset_ns} would give "
-                             f"negative timestamps (earliest event at {int(r.start.min())} ns)")
-        ts_shift = -int(r.start.min())
-    if ts_shift:
-        r.start, r.end = r.start + ts_shift, r.end + ts_shift
-    return r, layout_tracks(events, vocab, columns=r), ts_shift
+    t_min = int(r.start.min()) if r.n else 0
+    offset = place.ts_offset_ns if place else 0
+    if place and t_min + offset < 0:
+        raise ValueError(f"placement {place.name!r}: ts_offset_ns {place.ts_offset_ns} would give "
+                         f"negative timestamps (earliest event at {t_min} ns)")
+    data_shift = -t_min if t_min < 0 else 0
+    if data_shift:
+        r.start, r.end = r.start + data_shift, r.end + data_shift
+    clock_offset = offset - data_shift if place else 0
+    return r, layout_tracks(events, vocab, columns=r), data_shift, clock_offset
 
 
 def _slices(r: EventColumns, lay: TrackLayout, *, flows: bool, iterations: bool, first_flow_id: int = 1) -> _Slices:
@@ -566,10 +570,11 @@ def _occupancy_counter(occupancy: pa.Table, ts_shift: int):
             occupancy["stages_full"].to_numpy().astype(np.int64)[o])
 
 
-def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int, first_sequence_id: int = 1) -> _Hot:
+def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int, first_sequence_id: int = 1,
+            clock_offset: int = 0) -> _Hot:
     """Encode the slice and counter packets; one sequence per track (ids counting up from
     ``first_sequence_id``), the busiest tracks getting the smallest ids; timestamps as deltas
-    within a track."""
+    within a track, from a first timestamp per track that ``clock_offset`` moves (_columns)."""
     trk = np.concatenate([sl.track, ct.track])
     ts = np.concatenate([sl.ts, ct.ts])
     n_hot_tracks = n_slice_tracks + len(ct.specs)
@@ -580,7 +585,7 @@ def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int, first_sequence_id: 
     dts = np.diff(ts, prepend=ts[:1] if ts.size else ts)
     dts[first_in_track] = 0
     t0_of_track = np.zeros(n_hot_tracks, np.int64)
-    t0_of_track[trk[first_in_track]] = ts[first_in_track]
+    t0_of_track[trk[first_in_track]] = ts[first_in_track] + clock_offset
     nc = ct.ts.size
     data, ends = encode_hot_packets(
         seq_of_track[trk], dts,
@@ -760,15 +765,15 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
     tm: dict = {}
     meta: dict = dict(getattr(trace, "meta", {}) or {})
     with _timed(tm, "layout"):
-        r, lay, ts_shift = _columns(trace.events, vocab_of(meta), place)
+        r, lay, data_shift, clock_offset = _columns(trace.events, vocab_of(meta), place)
     with _timed(tm, "stream"):
         first_flow = place.first_flow_id if place else 1
         sl = _slices(r, lay, flows=flows, iterations=iterations, first_flow_id=first_flow)
     with _timed(tm, "counters"):
-        ct = _counters(r, lay, occupancy if counters else None, ts_shift, warps=counters, inflight=inflight_counters)
+        ct = _counters(r, lay, occupancy if counters else None, data_shift, warps=counters, inflight=inflight_counters)
     with _timed(tm, "encode"):
         first_seq = place.first_sequence_id if place else 1
-        hot = _encode(sl, ct, lay.n_tracks, first_seq)
+        hot = _encode(sl, ct, lay.n_tracks, first_seq, clock_offset)
     with _timed(tm, "descriptors"):
         tree, track_uuid = _track_tree(meta, lay, ct.specs, seq=first_seq + hot.per_track.size, place=place)
         setup, n_seq = _sequence_setup(r, sl, hot, track_uuid, lay.n_tracks, iterations=iterations)

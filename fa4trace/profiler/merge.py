@@ -58,7 +58,7 @@ from ..export.tracks import layout_tracks
 from ..format.vocab import Vocabulary
 from .kineto import KIND_INSTANT, KinetoTrace, load_kineto
 from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
-from .render import RenderJob, bundle_numbers, launch_events, render_launch
+from .render import RenderJob, all_numbers, launch_events, render_launch
 from .report import REPORT_ARG, REPORT_SLICE, MergeReport
 
 __all__ = ["merge", "attach", "ALIGN_MODES"]
@@ -496,8 +496,9 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         pool = _pool(traces, workers or min(2, os.cpu_count() or 1))
         if pool is not None:
             stack.callback(pool.shutdown, cancel_futures=True)
-        # a large merge's workers start on the numbers while this process reads
-        numbers = [pool.submit(bundle_numbers, t) for t in traces] if pool is not None and analysis else None
+        # a large merge's first worker computes the numbers while this process reads (one job:
+        # the other core stays with the reader; the launches' jobs queue behind it)
+        numbers = pool.submit(all_numbers, traces) if pool is not None and analysis else None
         return _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, align=align,
                       max_launches=max_launches, compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
                       max_clock_offset_ns=max_clock_offset_ns, names=names, allow_unmatched=allow_unmatched)
@@ -505,7 +506,7 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
 
 def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align, max_launches, compress, analysis,
            tolerance_ns, max_clock_offset_ns, names, allow_unmatched) -> MergeReport:
-    """merge()'s steps, given its worker pool (or None) and the numbers futures (or None)."""
+    """merge()'s steps, given its worker pool (or None) and the numbers' future (or None)."""
     kt, bundles, labels, paths = _inputs(profiler_trace, traces, names)
     stages["read_s"] = time.perf_counter() - t_start
     launches = traced_launches(bundles)
@@ -581,7 +582,7 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
             if r.numbers is not None:
                 placed[i][2]["numbers"] = r.numbers
         if numbers is not None:
-            per_bundle_numbers = [f.result() for f in numbers]
+            per_bundle_numbers = numbers.result()
             for m, _t, e in placed:
                 e["numbers"] = per_bundle_numbers[m.launch.bundle].get(m.launch.launch, {})
         report.launches = [e for _m, _t, e in placed]

@@ -24,7 +24,7 @@ from ..analysis.kernel import export_inputs
 from ..export.perfetto import Placement, to_perfetto
 from .report import launch_numbers
 
-__all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events", "bundle_numbers"]
+__all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events", "bundle_numbers", "all_numbers"]
 
 _LOADED: dict = {}  # per process: the last bundle read from disk (a worker's jobs come bundle by bundle)
 
@@ -77,6 +77,12 @@ def bundle_numbers(source) -> dict:
         return {}
     launches = sorted(set(pc.unique(tr.events["launch"]).to_pylist()))
     return {int(k): launch_numbers(launch_events(tr, k)) for k in launches}
+
+
+def all_numbers(sources: list) -> list[dict]:
+    """:func:`bundle_numbers` of each bundle, one after the other: a large merge gives this to one
+    worker, which leaves the other core to the process reading the profiler trace."""
+    return [bundle_numbers(s) for s in sources]
 
 
 def render_launch(job: RenderJob) -> RenderResult:
