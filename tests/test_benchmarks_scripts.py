@@ -175,6 +175,21 @@ def test_bench_fidelity_compares_each_metric_with_the_lightest_trace_reporting_i
     assert rows["overlap.softmax.mma"]["within_target"] is True
     s = bf.error_summary(list(rows.values()))["k"]
     assert s == {"metrics": 3, "within_target": 1, "worst_pct": 25.0, "worst": "cta.median_ns"}
+    # a reference recording fewer warps is set against the dense trace's same warps
+    refs[2] = ("dense, lead warps", {"overlap.softmax.mma": 0.495}, {"overlap.softmax.mma": 0.6})
+    row = {r["metric"]: r for r in bf.metric_errors("k", dense, refs)}["overlap.softmax.mma"]
+    assert row["dense"] == 0.6 and row["within_target"] is False
+
+
+def test_bench_fidelity_sees_the_dense_trace_on_the_lead_warps_only():
+    from fa4trace.trace.synthetic import pipelined_like
+
+    bf = _load(BENCH / "bench_fidelity.py")
+    t = _bundle(pipelined_like, n_ctas=2, k_tiles=4, stages=2, consumer_warps=3, idle_warps=0, load_ns=100,
+                mma_ns=50, store_ns=100)
+    sub = bf.only_warps(t, [0, 1])
+    assert set(sub.events["warp"].to_pylist()) == {0, 1} and sub.events.num_rows < t.events.num_rows
+    assert sub.meta == t.meta
 
 
 def test_bench_fidelity_sets_the_line_beside_the_launch_cost_and_writes_reportable_files(tmp_path):
