@@ -307,8 +307,9 @@ def record(case: Case, build: str, opts, config: dict):
     return k.trace(config=config)
 
 
-def run_case(case: Case, rounds: int, replays: int, log=print) -> tuple[list, list]:
-    """(error rows, perturbation rows) of one kernel (module doc)."""
+def run_case(case: Case, rounds: int, replays: int, log=print, save_dir: str | None = None) -> tuple[list, list]:
+    """(error rows, perturbation rows) of one kernel (module doc); ``save_dir``: keep the recorded
+    bundles there (<kernel>_<trace>.parquet)."""
     import torch
 
     from fa4trace.auto.run import RecordOptions
@@ -323,6 +324,10 @@ def run_case(case: Case, rounds: int, replays: int, log=print) -> tuple[list, li
     traces = {b: record(case, b, rec, dict(cfg, build=b)) for b in BUILDS}
     traces["dense_again"] = record(case, "dense", rec, dict(cfg, build="dense"))
     traces["dense_lead"] = record(case, "dense", lead, dict(cfg, build="dense", warps=list(lw)))
+    if save_dir:
+        Path(save_dir).mkdir(parents=True, exist_ok=True)
+        for k, t in traces.items():
+            t.save(Path(save_dir) / f"{case.kernel.replace(' ', '_')}_{k}.parquet", overwrite=True)
     for k, t in traces.items():
         if t.meta.get("total_dropped"):
             log(f"{case.kernel}: the {k} trace dropped {t.meta['total_dropped']} records (raise record_capacity)")
@@ -369,13 +374,13 @@ def run_case(case: Case, rounds: int, replays: int, log=print) -> tuple[list, li
     return errors, pert
 
 
-def run(kernels, rounds: int, replays: int, log=print) -> tuple[list, list]:
+def run(kernels, rounds: int, replays: int, log=print, save_dir: str | None = None) -> tuple[list, list]:
     errors, pert = [], []
     for name in kernels:
         t0 = time.time()
         case = CASES[name]()
         log(f"{case.kernel}: compiled in {time.time() - t0:.0f} s")
-        e, p = run_case(case, rounds, replays, log)
+        e, p = run_case(case, rounds, replays, log, save_dir)
         errors += e
         pert += p
         log(f"{case.kernel}: done after {time.time() - t0:.0f} s")
@@ -436,6 +441,7 @@ def main(argv=None) -> None:
     r.add_argument("--rounds", type=int, default=5)
     r.add_argument("--replays", type=int, default=10)
     r.add_argument("--json", default=None, help="result file (its _cost twin is written next to it)")
+    r.add_argument("--save", default=None, metavar="DIR", help="keep the recorded bundles in DIR")
     a = ap.parse_args(argv)
     kernels = [k for k in a.kernels.split(",") if k]
     bad = [k for k in kernels if k not in CASES]
@@ -444,7 +450,7 @@ def main(argv=None) -> None:
     if a.cmd == "compile":
         compile_only(kernels)
         return
-    errors, pert = run(kernels, a.rounds, a.replays)
+    errors, pert = run(kernels, a.rounds, a.replays, save_dir=a.save)
     for k, s in error_summary(errors).items():
         print(f"{k}: {s['within_target']}/{s['metrics']} metrics within {100 * TARGET:.0f}%; worst {s['worst']} "
               f"{s['worst_pct']:.2f}%")
