@@ -137,3 +137,41 @@ def test_smem_cursor_keeps_the_cursor_out_of_global_memory():
     assert "st.shared" in ptx
     with pytest.raises(ValueError, match="cursor"):
         SegmentRecorder.start(_fake(cutlass.Int64), cursor="regs")
+
+
+class _Adjacent(_Hooked):
+    """Events with nothing of the kernel between them, and one after a kernel op."""
+
+    def step(self, out: cute.Tensor, i):
+        seg = self.rec.open()
+        seg.begin(EV.SOFTMAX, i)  # reads the timer
+        out[i] = out[i] * 2.0 + 1.0
+        seg.end(EV.SOFTMAX, i)  # after a kernel op: reads
+        seg.begin(EV.CORRECTION, i)  # right after the end: shares its read
+        seg.end(EV.CORRECTION, i)  # a span around nothing: shares
+        seg.close()
+        seg = self.rec.open()
+        seg.instant(EV.MARK, i)  # only the recorder's close and open between: shares
+        out[i] = out[i] + 1.0
+        seg.instant(EV.MARK, i)  # after a kernel op: reads
+        seg.close()
+
+
+def _clock_reads(hooked, monkeypatch, share: bool) -> tuple:
+    monkeypatch.setattr(SegmentRecorder, "share_timer", share)
+    ptx = _ptx(_build(hooked), _fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+    return ptx.count("%clock64"), ptx.count("st.global.L2::cache_hint.b64")
+
+
+def test_adjacent_events_share_one_timer_read(monkeypatch):
+    reads, records = _clock_reads(_Adjacent(cursor="smem"), monkeypatch, True)
+    reads_off, records_off = _clock_reads(_Adjacent(cursor="smem"), monkeypatch, False)
+    # six events per loop trip: three read the timer, three reuse a read (same records stored)
+    assert reads_off - reads == 3 and records == records_off == 6, (reads, reads_off, records)
+
+
+def test_an_event_after_a_kernel_op_reads_the_timer(monkeypatch):
+    # begin, kernel op, end: both events read, sharing on or off
+    on = _clock_reads(_Hooked(cursor="smem"), monkeypatch, True)
+    off = _clock_reads(_Hooked(cursor="smem"), monkeypatch, False)
+    assert on == off and on[1] == 2

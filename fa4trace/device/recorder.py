@@ -41,6 +41,7 @@ else changes after ``start``.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import cutlass
@@ -405,6 +406,68 @@ def current_block():
         return None
 
 
+def _emit_point():
+    """Where ops are inserted now: (block, its op count, the op the insertion point is before,
+    the op right before the insertion point); None outside a trace. Two equal points taken at
+    different times mean nothing was emitted in between (``SegmentRecorder.timer``)."""
+    from cutlass._mlir import ir
+
+    try:
+        ip = ir.InsertionPoint.current
+    except (ValueError, AttributeError):
+        return None
+    block = ip.block
+    ops = block.operations
+    n = len(ops)
+    ref = ip.ref_operation
+    if ref is None:
+        return block, n, None, ops[n - 1].operation if n else None
+    ref = ref.operation
+    prev = None
+    for op in ops:
+        if op.operation == ref:
+            break
+        prev = op.operation
+    return block, n, ref, prev
+
+
+def _same_point(a, b) -> bool:
+    """``_emit_point`` a == b (MLIR handles do not compare with None); False where in doubt
+    (a handle of a module already gone raises)."""
+    if a is None or b is None:
+        return False
+    try:
+        return a[0] == b[0] and a[1] == b[1] and all(
+            (x is None and y is None) or (x is not None and y is not None and x == y) for x, y in zip(a[2:], b[2:]))
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
+def _recorder_ops(method):
+    """For a method that emits only the recorder's own ops (an event's record, a segment's open
+    or close): a timer value shareable before it stays shareable after it, so an event after
+    it may reuse that value (``SegmentRecorder.timer``). Any other op emitted meanwhile
+    (the kernel's) moves the insertion point, and the next event reads the timer again."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        rec = self._rec if isinstance(self, Segment) else self
+        if rec.trace is None or not SegmentRecorder.share_timer:
+            return method(self, *args, **kwargs)
+        last = rec._last_read
+        held = last is not None and _same_point(last[0], _emit_point())
+        ret = method(self, *args, **kwargs)
+        cur = rec._last_read
+        # a read inside the method (cur is new), or a value still shareable at entry
+        if cur is not None and (cur is not last or held):
+            rec._last_read = (_emit_point(), cur[1])
+        else:
+            rec._last_read = None
+        return ret
+
+    return wrapper
+
+
 class SegmentRecorder:
     """Per-warp recorder whose cursor lives in the warp's header in global memory.
 
@@ -439,6 +502,10 @@ class SegmentRecorder:
     record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
     """
 
+    # Adjacent events share one timer read (``timer``). Class-wide, as a switch for tests and
+    # measurements of the reads it saves; on by default.
+    share_timer: bool = True
+
     def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last"):
         self.trace = trace
         self.role = role
@@ -447,6 +514,7 @@ class SegmentRecorder:
         self._smem = smem_cursor  # (cute tensor of 32 Int32 in shared memory, warp index) or None
         self._policy = L2_POLICY[l2]
         self._open: Optional["Segment"] = None
+        self._last_read = None  # (emit point, value) of the last timer read, while shareable
 
     @property
     def enabled(self) -> bool:
@@ -523,6 +591,7 @@ class SegmentRecorder:
         if cap > 0:
             trace[header + L.W_COUNTS] = Int64(cursor)
 
+    @_recorder_ops
     def open(self, *, shared: bool = False) -> "Segment":
         """Start a segment. ``shared``: hooks called inside it record into it (``Segment.joinable``)
         instead of recording nothing, as a kernel's own hooks want for the generic families."""
@@ -542,10 +611,24 @@ class SegmentRecorder:
         return self._open
 
     def timer(self):
-        """Read this recorder's timer now (for events whose record is written later)."""
+        """This recorder's timer now (for events whose record is written later).
+
+        Where nothing but the recorder's own ops (records, segment open/close) was emitted since
+        the last read, in the same MLIR block, that read's value: no op of the kernel runs in
+        between, so a second read would only add a volatile read (which ptxas does not move) and
+        the few cycles of the recorder's own ops. Adjacent events then share one read: an end
+        and the next begin inside one hooked call, a begin/end around a call that emits nothing,
+        one hook's instant and the next hook's begin. Checked while tracing, from the insertion
+        point (``_emit_point``); ``share_timer = False`` reads every time."""
+        last = self._last_read
+        if self.share_timer and last is not None and _same_point(last[0], _emit_point()):
+            return last[1]
         if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
-            return cute.arch.globaltimer()
-        return cute.arch.clock64()
+            t = cute.arch.globaltimer()
+        else:
+            t = cute.arch.clock64()
+        self._last_read = (_emit_point(), t) if self.share_timer else None
+        return t
 
     def finish(self):
         """Close the header: end anchors and written/dropped counts (as ``Recorder.finish``)."""
@@ -601,6 +684,7 @@ class Segment:
     def __len__(self) -> int:
         return len(self._words)
 
+    @_recorder_ops
     def _record(self, event: int, kind: int, payload, t):
         rec = self._rec
         if rec._open is not self:
@@ -621,6 +705,7 @@ class Segment:
             word = (Int64(t) & _LO32) | (Int64(Int32(payload) & _PAYLOAD_MASK) << L.PAYLOAD_SHIFT) | Int64(tag)
         self._words.append(word)
 
+    @_recorder_ops
     def close(self):
         rec = self._rec
         if rec._open is not self:
