@@ -83,8 +83,9 @@ def quack_gemm_entry(arch_major: int = 9, dynamic: bool = False):
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
                        cursor: str = "smem", l2: str = "first", split: bool = True,
-                       dynamic: bool = False, cta_lifetimes: bool = True):
-    """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin)."""
+                       dynamic: bool = False, cta_lifetimes: bool = True, ring: int | None = None):
+    """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin).
+    ``ring``: records per warp of ``cursor="ring"`` (None: fa4trace's default)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from fa4trace.auto.compiler import compile_traced
     from fa4trace.auto.events import FAMILIES
@@ -93,7 +94,7 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
     opts = "--enable-tvm-ffi" + (" --keep-ptx" if keep_ptx else "")
     return compile_traced(entry, *args, kernels=[cls], families=FAMILIES if families is None else families,
                           check=check, options=opts, cursor=cursor, l2=l2, split=split,
-                          cta_lifetimes=cta_lifetimes)
+                          cta_lifetimes=cta_lifetimes, **({} if ring is None else {"ring": ring}))
 
 
 # (name suffix, cursor, families): the default build and the cost-by-family variants
