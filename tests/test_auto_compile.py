@@ -257,7 +257,7 @@ def _ring_matches_smem(ring: dict, smem: dict) -> None:
     copy at the warp's exit; the rings (CTA's warps x 128 records x 8 B) and the cursors in
     static shared memory; the CTA-lifetime stamps as before."""
     m = ring["meta"]
-    assert m["cursor"] == "ring" and m["ring"] == 128 and m["ring_warps"] == m["warps_per_cta"]
+    assert m["cursor"] == "ring" and m["ring"] == 128 and m["ring_cta_warps"] == m["warps_per_cta"]
     assert m["ring_smem_bytes"] == 128 + 8 * 128 * m["warps_per_cta"] == ring["ptx_static_smem"]
     assert smem["ptx_static_smem"] == 128 and smem["ptx_shared_b64_stores"] == 0
     assert ring["ptx_shared_b64_stores"] == smem["ptx_record_stores"] >= sum(m["placed"].values()) > 0
@@ -295,6 +295,6 @@ def test_ring_size_and_a_kernel_without_events():
     """--ring 16: 16 records a warp. A kernel that records nothing keeps no ring (the compiler
     sees the cursor stay 0 and drops it), whatever its size."""
     r = probe("plain_copy", "sm_90a", "--cursor", "ring", "--ring", "16")
-    assert r["meta"]["ring"] == 16 and r["meta"]["ring_warps"] == 4
+    assert r["meta"]["ring"] == 16 and r["meta"]["ring_cta_warps"] == 4
     assert r["meta"]["ring_smem_bytes"] == 128 + 4 * 16 * 8
     assert r["ptx_static_smem"] == 128 and r["ptx_globaltimer"] >= 2

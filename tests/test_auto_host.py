@@ -178,14 +178,14 @@ def test_a_refused_shared_memory_build_is_compiled_again_with_the_global_cursor(
         calls.append(args)
         return "ran"
 
-    meta = {"kernel": "k", "cursor": cursor, **({"ring": 128, "ring_warps": 12, "ring_smem_bytes": 12416}
+    meta = {"kernel": "k", "cursor": cursor, **({"ring": 128, "ring_cta_warps": 12, "ring_smem_bytes": 12416}
                                                  if cursor == "ring" else {})}
     k = Instrumented(refused, None, meta, plain=None, recompile=lambda c: SimpleNamespace(
         fn=gmem, vocab="v", meta={"kernel": "k", "cursor": c}))
     assert k._launch((1, 2), {}, "buf") == "ran" and calls == [(1, 2, "buf")]
     assert k.meta["cursor"] == "gmem" and k.not_traced == ""
     assert k.meta["cursor_reason"] == f"the {what} did not launch: CUDA_ERROR_INVALID_VALUE: too much shared memory"
-    assert not {"ring", "ring_warps", "ring_smem_bytes"} & set(k.meta)
+    assert not {"ring", "ring_cta_warps", "ring_smem_bytes"} & set(k.meta)
 
 
 def test_bad_cursor_or_ring_is_one_line():

@@ -265,7 +265,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                 "pipelines": dict(table.pipelines),
                 "warps_per_cta": _block_warps(STATE.launches),
                 "cursor": cursor,
-                **({"ring": int(ring), "ring_warps": max(ring_warps, default=None),
+                **({"ring": int(ring), "ring_cta_warps": max(ring_warps, default=None),
                     "ring_smem_bytes": L.ring_smem_bytes(ring, max(ring_warps, default=L.MAX_CTA_WARPS))}
                    if cursor == "ring" else {}),
                 "l2": l2,
