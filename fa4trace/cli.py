@@ -189,7 +189,7 @@ ATTENTION_LINES = (("bandwidth     ", "bandwidth_tbps", _tbps, ""),
 
 
 def _format_summary(s: dict) -> str:
-    from .analysis.text import perturbation_text
+    from .analysis.text import dropped_text, perturbation_text
 
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
@@ -201,7 +201,7 @@ def _format_summary(s: dict) -> str:
         + _subset_note(s),
         f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]" + _traced_note(s),
         *(f"  {label} {fmt(s[key])}{tail}" for label, key, fmt, tail in ATTENTION_LINES if s.get(key) is not None),
-        f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
+        f"  dropped        {dropped_text(s)}",
         *perturbation_text(s.get("perturbation")),
     ]
     ends = s.get("mainloop_end_ns")

@@ -2,8 +2,9 @@
 
 quack-kernels' GEMM (SM90 and SM100 paths) gets every automatic family with nothing of quack
 edited; a kernel with no pipeline still gets warp lifetimes and says which families it lacks;
-every hook is removed after the compile. Each compile runs in a fresh process (the CuTe DSL
-fixes its target arch once per process).
+every hook is removed after the compile; with cursor="ring" each record is a shared-memory
+store and the records reach global memory only in the copy at the warp's exit. Each compile
+runs in a fresh process (the CuTe DSL fixes its target arch once per process).
 """
 
 from __future__ import annotations
@@ -248,3 +249,52 @@ def test_fa4_prefill_through_the_generic_layer(arch):
         # compiled, so every CTA runs the instrumented one, and the bundle's metadata says why
         assert m["split"] is False and "inline PTX" in m["split_refused"]
     assert r["ptx_record_stores"] >= sum(m["placed"].values())
+
+
+def _ring_matches_smem(ring: dict, smem: dict) -> None:
+    """A ring build against the smem-cursor build of the same kernel: the same records, each one
+    st.shared.b64 instead of a bounds-checked global store; one global record store left, the
+    copy at the warp's exit; the rings (CTA's warps x 128 records x 8 B) and the cursors in
+    static shared memory; the CTA-lifetime stamps as before."""
+    m = ring["meta"]
+    assert m["cursor"] == "ring" and m["ring"] == 128 and m["ring_cta_warps"] == m["warps_per_cta"]
+    assert m["ring_smem_bytes"] == 128 + 8 * 128 * m["warps_per_cta"] == ring["ptx_static_smem"]
+    assert smem["ptx_static_smem"] == 128 and smem["ptx_shared_b64_stores"] == 0
+    assert ring["ptx_shared_b64_stores"] == smem["ptx_record_stores"] >= sum(m["placed"].values()) > 0
+    assert ring["ptx_record_stores"] == ring["ptx_exit_record_stores"] == 1
+    assert ring["ptx_clock64"] == smem["ptx_clock64"] and ring["meta"]["placed"] == smem["meta"]["placed"]
+    # each slot record store sits behind its bounds branch; the ring's exit copy adds two
+    assert ring["ptx_branches"] <= smem["ptx_branches"] - smem["ptx_record_stores"] + 4
+    assert ring["ptx_red_max_u64"] == smem["ptx_red_max_u64"] == 2
+    assert ring["restored"]
+
+
+def test_quack_gemm_sm90_ring_build(gemm90):
+    """cursor="ring" on quack's SM90 GEMM (split: the CTAs that do not record run the plain copy,
+    which stores nothing into the ring: its st.shared.b64 count is the smem build's record count,
+    not twice it)."""
+    ring = probe("quack_gemm", "sm_90a", "--cursor", "ring")
+    assert ring["meta"]["split"] is True and ring["ptx_mma"] == gemm90["ptx_mma"] > 0
+    _ring_matches_smem(ring, gemm90)
+
+
+def test_quack_gemm_sm100_ring_build():
+    _needs_quack()
+    _ring_matches_smem(probe("quack_gemm", "sm_100a", "--cursor", "ring"), probe("quack_gemm", "sm_100a"))
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_fa4_prefill_ring_build(arch):
+    _needs_fa4()
+    ring, smem = probe("fa4_prefill", arch, "--cursor", "ring"), probe("fa4_prefill", arch)
+    _ring_matches_smem(ring, smem)
+    assert "softmax" in ring["vocab"]
+
+
+def test_ring_size_and_a_kernel_without_events():
+    """--ring 16: 16 records a warp. A kernel that records nothing keeps no ring (the compiler
+    sees the cursor stay 0 and drops it), whatever its size."""
+    r = probe("plain_copy", "sm_90a", "--cursor", "ring", "--ring", "16")
+    assert r["meta"]["ring"] == 16 and r["meta"]["ring_cta_warps"] == 4
+    assert r["meta"]["ring_smem_bytes"] == 128 + 4 * 16 * 8
+    assert r["ptx_static_smem"] == 128 and r["ptx_globaltimer"] >= 2

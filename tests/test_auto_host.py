@@ -158,3 +158,47 @@ def test_fa4_aot_build_takes_no_family_or_all_of_them(tmp_path, monkeypatch):
     with pytest.raises(Fa4traceError, match="traced builds only"):
         load_fn("sm90", schedule="fa3", d=128, hq=16, hkv=1, sq=1, dtype="bf16", traced=False,
                 build=tmp_path, families=("barrier",))
+
+
+@pytest.mark.parametrize("cursor, what", [("smem", "shared-memory cursor"), ("ring", "shared-memory ring")])
+def test_a_refused_shared_memory_build_is_compiled_again_with_the_global_cursor(cursor, what):
+    """A traced launch the GPU refuses for its shared memory (the "smem" cursor's 128 B or a
+    ring's rings) is compiled again with "gmem" and launched; the bundle's meta says why, and
+    a ring build's ring fields go with it (no GPU: the launch is a stand-in)."""
+    from types import SimpleNamespace
+
+    from fa4trace.auto.run import Instrumented
+
+    calls = []
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("CUDA_ERROR_INVALID_VALUE: too much shared memory\nmore")
+
+    def gmem(*args, **kwargs):
+        calls.append(args)
+        return "ran"
+
+    meta = {"kernel": "k", "cursor": cursor, **({"ring": 128, "ring_cta_warps": 12, "ring_smem_bytes": 12416}
+                                                 if cursor == "ring" else {})}
+    k = Instrumented(refused, None, meta, plain=None, recompile=lambda c: SimpleNamespace(
+        fn=gmem, vocab="v", meta={"kernel": "k", "cursor": c}))
+    assert k._launch((1, 2), {}, "buf") == "ran" and calls == [(1, 2, "buf")]
+    assert k.meta["cursor"] == "gmem" and k.not_traced == ""
+    assert k.meta["cursor_reason"] == f"the {what} did not launch: CUDA_ERROR_INVALID_VALUE: too much shared memory"
+    assert not {"ring", "ring_cta_warps", "ring_smem_bytes"} & set(k.meta)
+
+
+def test_bad_cursor_or_ring_is_one_line():
+    pytest.importorskip("cutlass")
+    import fa4trace
+    from fa4trace.auto.compiler import compile_traced, dsl_version
+
+    if not dsl_version().startswith("4.8"):
+        pytest.skip("needs nvidia-cutlass-dsl 4.8")
+    for kw, match in (({"cursor": "regs"}, "cursor must be one of 'gmem', 'smem', 'ring'"),
+                      ({"cursor": "ring", "ring": 100}, "ring must be a power of two")):
+        with pytest.raises(ValueError, match=match):
+            compile_traced(lambda: None, **kw)
+        with pytest.raises(ValueError, match=match):
+            with fa4trace.instrument(**kw):
+                pass

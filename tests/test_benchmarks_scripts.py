@@ -215,3 +215,33 @@ def test_bench_fidelity_sets_the_line_beside_the_launch_cost_and_writes_reportab
     page = report.render_page("fidelity-error", loaded)  # the per-metric errors have a page of their own
     assert "| k | cta.median_ns | 120.0 | lifetimes | 100.0 | 20.0 |" in page and "| k | dense |" in md
     assert "cta.median_ns" not in md and "docs/fidelity-error.md" in md
+
+
+# ---- auto_kernels.py: the ring builds beside their smem-cursor twins (the GPU half needs an H200) ----
+def test_auto_kernels_pairs_each_ring_build_with_its_smem_twin(capsys):
+    ak = _load(BENCH / "auto_kernels.py")
+    made = ({"quack_gemm_sm90" + v[0] for v in ak.VARIANTS} | {"fa4_sm90_prefill_full", "fa4_sm90_prefill_causal"}
+            | {"fa4_sm90_prefill_full" + v[0] for v in ak.FA4_VARIANTS} | {"decode_sm90_generic" + v[0] for v in ak.DECODE_VARIANTS})
+    assert set(ak.RING_BUILDS) <= made  # build --ring-only names builds that build makes
+    rings = [n for n in made if n.endswith("_ring")]
+    assert len(rings) == 4 and all(n[:-len("_ring")] in ak.RING_BUILDS for n in rings)
+    assert ak._cursor_text({"cursor": "ring", "ring": 8}) == "ring (8 records/warp)"
+    assert ak._cursor_text({"cursor": "smem", "l2": "last"}) == "smem, L2 evict_last"
+    row = {"kernel": "k", "shape": "s", "families": "f"}
+    rows = [dict(row, build="a", cursor="smem", families="f; lead warps 0, 4, 8 record", cost_pct=1.0),
+            dict(row, build="a", cursor="smem", cost_pct=20.0),
+            dict(row, build="a_ring", cursor="ring (128 records/warp)", cost_pct=12.5),
+            dict(row, build="b_ring", cursor="ring (8 records/warp)", cost_pct=None, refused="too much")]
+    ak._pair_rings(rows)
+    assert rows[2]["smem_cost_pct"] == 20.0 and "smem_cost_pct" not in rows[3]
+    assert "ring vs smem cursor: k s, f: ring +12.50% (ring (128 records/warp)), smem +20.00%" in capsys.readouterr().out
+
+
+def test_auto_kernels_names_a_refused_launch_in_one_line():
+    pytest.importorskip("torch")
+    ak = _load(BENCH / "auto_kernels.py")
+
+    def refused():
+        raise RuntimeError("CUDA_ERROR_INVALID_VALUE: too much shared memory\nsecond line")
+
+    assert ak._refused(refused) == "CUDA_ERROR_INVALID_VALUE: too much shared memory"

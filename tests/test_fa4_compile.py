@@ -64,15 +64,18 @@ def _compile_fa4(arch: str, schedule: str, variants: list) -> dict:
         "from fa4trace.fa4 import hooks\n"
         "arch, schedule, variants = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])\n"
         "res = {}\n"
-        "for name, traced, events, *fams in variants:\n"
-        "    kw = dict(families=fams[0]) if fams else {}\n"
+        "for name, traced, events, *more in variants:\n"
+        "    kw = dict(families=more[0]) if more else {}\n"
+        "    if len(more) > 1: kw['cursor'] = more[1]\n"
         "    c = compile_fa4(arch, schedule=schedule, traced=traced, events=events, keep_ptx=True, **kw)\n"
         f"    ptx = c.ptx\n"
         f"    body = re.sub(r'{ENTRY.pattern}', 'K', ptx)\n"
         f"    res[name] = dict(clock=len(re.findall(r'{CLOCK.pattern}', ptx)), counts=c.counts,\n"
         "                     config=c.config, installed=hooks.installed(), ptx_len=len(ptx),\n"
         "                     body_hash=hash(body) if not traced else None, params=c.params,\n"
-        "                     static_smem=len(re.findall(r'\\.shared \\.align \\d+ \\.b8 __static_shmem', ptx)))\n"
+        "                     static_smem=len(re.findall(r'\\.shared \\.align \\d+ \\.b8 __static_shmem', ptx)),\n"
+        "                     shared_b64_stores=len(re.findall(r'st\\.shared\\.[bu]64', ptx)),\n"
+        "                     record_stores=ptx.count('st.global.L2::cache_hint'))\n"
         "print('RESULT' + json.dumps(res))\n"
     )
     env = dict(os.environ)
@@ -113,7 +116,8 @@ def test_sm100_both_decode_paths_have_markers_in_mma_softmax_and_load_warps(sche
 def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
     variants = [["all", True, ["producer", "consumer"]], ["plain", False, None],
                 ["no_producer", True, ["consumer"]], ["no_consumer", True, ["producer"]],
-                ["plain_again", False, None], ["generic", True, None, ["pipeline", "tma", "mma", "barrier"]]]
+                ["plain_again", False, None], ["generic", True, None, ["pipeline", "tma", "mma", "barrier"]],
+                ["ring", True, None, ["pipeline", "tma", "mma", "barrier"], "ring"]]
     res = _worker("sm90", "pingpong", variants)
     full = res["all"]
     assert full["config"]["kernel_class"] == "FlashAttentionForwardSm90"
@@ -139,6 +143,13 @@ def test_sm90_decode_has_markers_in_producer_and_consumer_warps():
     assert {"barrier", "pipeline", "tma", "mma"} <= set(gen["config"]["found"])
     names = {e["name"] for e in gen["config"]["vocab"]["events"]}
     assert {"QK", "PV", "SOFTMAX", "barrier.sync", "k.wait", "v.wait"} <= names, sorted(names)
+    # the same with cursor="ring": FA4's hooks (their set_role, the segments the generic hooks
+    # join) record into the warps' rings, every record a shared-memory store, one global record
+    # store left (the copy at the warp's exit); the rings are a second static allocation
+    ring = res["ring"]
+    assert ring["config"]["cursor"] == "ring" and ring["counts"] == gen["counts"] and ring["clock"] == gen["clock"]
+    assert ring["record_stores"] == 1 and ring["shared_b64_stores"] == gen["record_stores"] > 0
+    assert ring["static_smem"] == 2 and gen["shared_b64_stores"] == 0
 
 
 def test_unsupported_fa4_version_fails_with_one_line(monkeypatch):

@@ -23,10 +23,11 @@ class _Hooked:
     """Stands in for library code: a loop the recorder is not carried through, and a method
     that a hook wraps with a segment (state kept on the object, as the FA4 adapter does)."""
 
-    def __init__(self, nested: bool = False, cursor: str = "gmem"):
+    def __init__(self, nested: bool = False, cursor: str = "gmem", **ring):
         self.rec = None
         self.nested = nested
         self.cursor = cursor
+        self.ring = ring  # ring= / ring_warps= of SegmentRecorder.start
 
     def step(self, out: cute.Tensor, i):
         seg = self.rec.open()
@@ -50,7 +51,7 @@ class _Hooked:
 def _build(hooked: _Hooked):
     @cute.kernel
     def k(out: cute.Tensor, trace: cute.Tensor, n: Int32):
-        hooked.rec = SegmentRecorder.start(trace, role=ROLE.SOFTMAX, cursor=hooked.cursor)
+        hooked.rec = SegmentRecorder.start(trace, role=ROLE.SOFTMAX, cursor=hooked.cursor, **hooked.ring)
         for i in cutlass.range(n, unroll=1):
             if cutlass.const_expr(hooked.nested):
                 hooked.bad_step(out, i)
@@ -175,3 +176,46 @@ def test_an_event_after_a_kernel_op_reads_the_timer(monkeypatch):
     on = _clock_reads(_Hooked(cursor="smem"), monkeypatch, True)
     off = _clock_reads(_Hooked(cursor="smem"), monkeypatch, False)
     assert on == off and on[1] == 2
+
+
+def _loop(ptx: str) -> list:
+    """The lines of the kernel's loop: from the label its back edge jumps to, to that branch."""
+    lines = ptx[ptx.index(".entry"):].splitlines()
+    pragma = next(i for i, ln in enumerate(lines) if '.pragma "nounroll"' in ln)  # the loop's first line
+    label = lines[pragma - 1].rstrip(":")
+    back = next(i for i in range(pragma, len(lines)) if lines[i].strip().endswith(f"bra \t{label};")
+                or lines[i].split()[-1:] == [f"{label};"])
+    return lines[pragma:back + 1]
+
+
+def test_ring_stores_each_record_into_shared_memory_and_copies_at_exit():
+    """cursor="ring": in the loop each record is one st.shared.b64 at (cursor + j) & (R - 1), with
+    no global store and no bounds branch (the loop's only branch is its back edge); the records
+    reach global memory once, in the copy after bar.warp.sync at finish. The smem cursor's loop,
+    for contrast, stores each record to global memory behind its own bounds branch."""
+    args = (_fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+    ring = _ptx(_build(_Hooked(cursor="ring", ring=64, ring_warps=2)), *args)
+    loop = _loop(ring)
+    assert sum("st.shared.b64" in ln for ln in loop) == 2  # begin and end of the segment
+    assert sum("and.b32" in ln for ln in loop) == 2  # (cursor + j) & 63 (in bytes: & 504, or the compiler's twin)
+    assert not any("st.global" in ln and "[%rd" in ln and ".b64" in ln for ln in loop), loop
+    assert sum(" bra" in ln for ln in loop) == 1
+    # the ring (2 warps x 64 records x 8 B) and the cursors, statically
+    assert ".shared .align 16 .b8 __static_shmem__1[1024];" in ring and "__static_shmem__0[128];" in ring
+    exit_ = ring[ring.index("bar.warp.sync"):]
+    assert "activemask.b32" in ring[:ring.index("bar.warp.sync")]
+    assert ring.count("st.global.L2::cache_hint.b64") == exit_.count("st.global.L2::cache_hint.b64") == 1
+    assert "ld.shared.b64" in exit_
+    smem_loop = _loop(_ptx(_build(_Hooked(cursor="smem")), *args))
+    assert sum("st.global.L2::cache_hint" in ln for ln in smem_loop) == 2
+    assert sum(" bra" in ln for ln in smem_loop) > 1
+
+
+def test_ring_sizes_are_checked_in_one_line():
+    t = _fake(cutlass.Int64)
+    for kw, match in (({"ring": 100}, "ring must be a power of two"),
+                      ({"ring": 256}, "needs 65664 B of static shared memory"),  # 32 warps: more than 48 KB
+                      ({"ring": 64, "ring_warps": 33}, "ring_warps must be 1..32")):
+        with pytest.raises(ValueError, match=match) as exc:
+            SegmentRecorder.start(t, cursor="ring", **kw)
+        assert "\n" not in str(exc.value)

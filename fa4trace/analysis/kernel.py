@@ -32,7 +32,7 @@ from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from .autoevents import AutoCols, is_automatic
 from .fidelity import perturbation
-from .overlap import config_diff, diff_text, json_safe, kernel_time, speed_text, union_length
+from .overlap import config_diff, diff_text, json_safe, kernel_time, ring_losses, speed_text, union_length
 from .roles import assign_roles, role_rank
 from .wait_chain import chain_per_cta, wait_chains
 
@@ -372,6 +372,7 @@ def summarize_kernel(trace: Trace, roles=None) -> dict:
         "dropped": int(c.dropped.sum()), "overflowed_warps": int(((c.dropped > 0) & wr).sum()),
         "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))
                    if c.name_dict[k] != "WARP" and v},
+        **ring_losses(trace),
     }
     out["total_span_ns"] = int(c.end[wr].max() - c.start[wr].min()) if wr.any() else None
     out.update(kernel_time(trace.meta.get("timing") or {}, out["total_span_ns"]))

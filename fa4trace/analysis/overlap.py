@@ -431,6 +431,18 @@ def startup_profile(c: Columns, bounds: dict[int, tuple[int, int]]) -> dict:
     return out
 
 
+def ring_losses(trace: Trace) -> dict:
+    """Where warps recorded into shared-memory rings (the launches' decode summaries say so):
+    ``ring`` (records per warp), ``overwritten`` (the oldest records lost) and
+    ``overwritten_warps``; {} for a bundle without rings."""
+    launches = [m for m in trace.meta.get("launches", []) if isinstance(m, dict) and m.get("ring")]
+    if not launches:
+        return {}
+    return {"ring": max(int(m["ring"]) for m in launches),
+            "overwritten": sum(int(m.get("overwritten", 0)) for m in launches),
+            "overwritten_warps": sum(int(m.get("overwritten_warps", 0)) for m in launches)}
+
+
 def summarize(trace: Trace) -> dict:
     """Everything `fa4trace summary --json` prints; the app shows the same numbers."""
     c = _columns(trace)
@@ -451,6 +463,7 @@ def summarize(trace: Trace) -> dict:
         "overflowed_warps": int(((c.dropped > 0) & c.mask("WARP")).sum()),
         "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))
                    if c.name_dict[k] != "WARP" and v},
+        **ring_losses(trace),
     }
     warp_rows = c.mask("WARP")
     bounds = _launch_bounds(c)

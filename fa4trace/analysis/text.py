@@ -46,7 +46,7 @@ def format_kernel_summary(s: dict) -> str:
         f"  config         {' '.join(f'{k}={v}' for k, v in cfg.items()) or 'n/a'}",
         f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))",
         f"  kernel time    {ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
-        f"  dropped        {s['dropped']} records ({s['overflowed_warps']} warps overflowed)",
+        f"  dropped        {dropped_text(s)}",
         *perturbation_text(s.get("perturbation")),
         "  roles          " + ", ".join(f"{r} {warps_text(v['warps'])} ({v['source']})"
                                         for r, v in (s.get("roles") or {}).items()),
@@ -89,6 +89,19 @@ def format_kernel_summary(s: dict) -> str:
             lines.append(f"                 over CTAs: median {ns(stats['median'])}, max {ns(stats['max'])} "
                          f"(CTA {s.get('longest_chain_cta')})")
     return "\n".join(lines)
+
+
+def dropped_text(s: dict) -> str:
+    """What a summary lost: records dropped by full slots (the newest), or with shared-memory
+    rings (``ring`` in the summary) the oldest records the rings overwrote."""
+    if not s.get("ring"):
+        return f"{s['dropped']} records ({s['overflowed_warps']} warps overflowed)"
+    text = (f"ring of {s['ring']} records per warp: the oldest {s['overwritten']} records of "
+            f"{s['overwritten_warps']} warps were overwritten")
+    newest = s["dropped"] - s["overwritten"]
+    if newest > 0:  # launches without a ring in the same bundle
+        text += f"; {newest} newest records dropped by full slots"
+    return text
 
 
 def perturbation_text(p: dict | None, label: str = "perturbation") -> list[str]:

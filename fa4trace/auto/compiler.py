@@ -15,7 +15,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..format import layout as L
 from ..format.errors import Fa4traceError
+from ..format.layout import DEFAULT_RING
 from . import entry as E
 from . import families as F
 from .events import FAMILIES, EventTable
@@ -155,13 +157,18 @@ SPLIT_REFUSALS = {
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
                    hooks=None, buffer_before: Optional[str] = None, cta_lifetimes: bool = True,
-                   **kwargs) -> CompiledTraced:
+                   ring: int = DEFAULT_RING, **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
     each warp keeps its record count between events: "smem" (default; 128 B of static shared
     memory, read back in tens of cycles) or "gmem" (the warp's header: no shared memory, for a
-    kernel that uses all of it, but an L2 round trip per event; see BENCHMARKS.md). ``l2``: the
+    kernel that uses all of it, but an L2 round trip per event; see BENCHMARKS.md), or "ring":
+    the "smem" cursor, and each record one shared-memory store into the warp's ring of ``ring``
+    records (a power of two, default 128: 1 KB a warp, for the CTA's warp count when its block
+    size is a constant, else for 32 warps), copied into the trace buffer when the warp exits;
+    a warp then keeps its last ``ring`` records, and the bundle says how many older ones the
+    ring overwrote (``SegmentRecorder``). ``l2``: the
     record stores' L2 policy, "first" (default: records leave L2 before the kernel's reused data)
     or "last" (records stay in L2; for kernels that stream their inputs once). ``check``: also
     compile the plain kernel, for the output check. ``split`` (default): the kernel holds its
@@ -180,9 +187,13 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ..device.recorder import SegmentRecorder
+    from ..device.recorder import CURSORS, SegmentRecorder
 
     require_dsl()
+    if cursor not in CURSORS:
+        raise ValueError(f"cursor must be one of {', '.join(repr(c) for c in CURSORS)}, got {cursor!r}")
+    if cursor == "ring":
+        L.check_ring(ring)
     compile_fn = compile_fn or cute.compile
     entry, obj = _entry_of(fn)
     targets = find_kernels(fn, kernels)
@@ -199,6 +210,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
 
     def attempt(split: bool):  # trace with the hooks in, compile, take the hooks out
         table = EventTable()
+        ring_warps: list = []  # warps each kernel's rings were made for
         STATE.reset(table, tuple(families) + (("user",) if spans else ()))
 
         def on_buffer(buf):
@@ -206,7 +218,12 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
 
         def on_enter(buf):
             STATE.buf = buf
-            STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2)
+            # the launch being traced was just reported (entry._LaunchSpy): a constant block
+            # sizes the ring for the CTA's warps
+            warps = _block_warps(STATE.launches[-1:]) if cursor == "ring" else None
+            STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2, ring=ring, ring_warps=warps)
+            if cursor == "ring":
+                ring_warps.append(warps or L.MAX_CTA_WARPS)
 
         def on_exit():
             if STATE.rec is not None:
@@ -248,6 +265,9 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                 "pipelines": dict(table.pipelines),
                 "warps_per_cta": _block_warps(STATE.launches),
                 "cursor": cursor,
+                **({"ring": int(ring), "ring_cta_warps": max(ring_warps, default=None),
+                    "ring_smem_bytes": L.ring_smem_bytes(ring, max(ring_warps, default=L.MAX_CTA_WARPS))}
+                   if cursor == "ring" else {}),
                 "l2": l2,
                 "split": bool(split),
                 "cta_lifetimes": bool(cta_lifetimes),

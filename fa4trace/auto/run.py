@@ -21,6 +21,9 @@ from ..format.errors import Fa4traceError
 from ..run.record import new_trace_tensor
 
 DEFAULT_CTAS = 256  # the first CTAs of the grid record (a launch's grid is often known only at run time)
+# recorder placements that take static shared memory (a launch may be refused for them), as a
+# bundle's cursor_reason names them
+SHARED_MEMORY_CURSORS = {"smem": "shared-memory cursor", "ring": "shared-memory ring"}
 DEFAULT_CAPACITY = 4096  # records per warp
 
 
@@ -214,17 +217,22 @@ class Instrumented:
 
     def _launch(self, args, kwargs, buf):
         """The traced launch; a launch the GPU refuses (shared memory, registers) is compiled
-        again with the recorder's cursor in global memory, and if that is refused too the
-        plain kernel runs and one line says why (the program never fails for being traced)."""
+        again with the recorder's cursor (and, from a ring build, its records) in global memory,
+        and if that is refused too the plain kernel runs and one line says why (the program
+        never fails for being traced)."""
         targs = self.to_arg(buf)
         try:
             return self.fn(*args, targs, **kwargs) if not kwargs else self.fn(*args, **kwargs, fa4trace_buf=targs)
         except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
             first = _launch_failure(exc)
-        if self._recompile is not None and self.meta.get("cursor") == "smem":
+        was = self.meta.get("cursor")
+        if self._recompile is not None and was in SHARED_MEMORY_CURSORS:
             c = self._recompile("gmem")
             self.fn, self.vocab = c.fn, c.vocab
-            self.meta.update(c.meta, cursor="gmem", cursor_reason=f"the shared-memory cursor did not launch: {first}")
+            for k in ("ring", "ring_cta_warps", "ring_smem_bytes"):  # a ring build's: gone with it
+                self.meta.pop(k, None)
+            self.meta.update(c.meta, cursor="gmem",
+                             cursor_reason=f"the {SHARED_MEMORY_CURSORS[was]} did not launch: {first}")
             try:
                 return self.fn(*args, targs, **kwargs) if not kwargs else self.fn(*args, **kwargs, fa4trace_buf=targs)
             except Exception as exc:  # noqa: BLE001

@@ -10,8 +10,10 @@ Shared memory: both copies must use the same bytes, not twice as many. Every all
 first copy's body makes (``SmemAllocator``, ``cute.arch.alloc_smem``) is emitted before the
 branch (allocations are typed and static, they take no operand), and the second copy's
 allocations, one for one in the same order and type, get the first copy's pointers back.
-The recorder's own allocation (its cursor) is made before the body's are taken over, so it
-stays in the instrumented copy.
+The recorder's own allocation (its cursor, or its cursors and rings with cursor="ring") is
+made before the body's are taken over, so it stays in the instrumented copy: the plain copy
+never touches it. Static shared memory belongs to the kernel, though, so every CTA of the
+launch holds those bytes (a ring build's occupancy is that of its whole footprint).
 
 State: each copy is traced from the same starting point. It gets fresh wrappers of the
 kernel's arguments, and a kernel object's attributes are put back before the second copy.

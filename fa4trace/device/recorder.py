@@ -171,8 +171,10 @@ class Recorder:
 
     @staticmethod
     @cute.jit
-    def _claim_slot(trace: cute.Tensor, role, timebase: cutlass.Constexpr, gt0, clk0, g1, g2, g3):
-        """This warp's slot from the header words; writes the start of its warp header."""
+    def _claim_slot(trace: cute.Tensor, role, timebase: cutlass.Constexpr, gt0, clk0, g1, g2, g3,
+                    ring: cutlass.Constexpr = 0):
+        """This warp's slot from the header words; writes the start of its warp header
+        (``ring``: records of the warp's shared-memory ring, 0 without one; header word 2)."""
         slot_words = Int32(g1 & _LO32)
         warps = Int32(g1 >> 32)
         warp_mask = Int32(g3 >> 32)  # 0: warps 0..warps-1 record; else bit w: warp w does
@@ -193,7 +195,8 @@ class Recorder:
         if active & (lane == 0):
             trace[header + L.W_MAGIC] = Int64(L.warp_word0(timebase)) | (Int64(role) << 48)
             trace[header + L.W_IDS] = Int64(cute.arch.smid()) | (Int64(cta) << 32)
-            trace[header + L.W_WARP] = Int64(warp) | ((Int64(order) + 1) << 32) | (Int64(csize) << 56)
+            trace[header + L.W_WARP] = (Int64(warp) | Int64(L.ring_field(ring) << L.RING_SHIFT)
+                                        | ((Int64(order) + 1) << 32) | (Int64(csize) << 56))
             trace[header + L.W_GT0] = gt0
             trace[header + L.W_CLK0] = clk0
         return header, cap, lane
@@ -500,18 +503,26 @@ class SegmentRecorder:
 
     Cost per segment: one global load (its result is needed only at ``close``), one store per
     record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
+
+    Ring (``start(cursor="ring")``): each record is one shared-memory store into the warp's ring
+    of R records, at ``(cursor + j) & (R - 1)``, with no bounds check and no global store; the
+    cursor is in shared memory as with "smem". ``finish`` copies the ring's last
+    ``min(cursor, R, capacity)`` records into the warp's slot, oldest first, with the warp's
+    active lanes side by side, and its header says so (layout: word 2's ring field), so the
+    decoder knows that the records lost are the oldest ones (overwritten), not the newest.
     """
 
     # Adjacent events share one timer read (``timer``). Class-wide, as a switch for tests and
     # measurements of the reads it saves; on by default.
     share_timer: bool = True
 
-    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last"):
+    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last", ring=None):
         self.trace = trace
         self.role = role
         self.timebase = timebase
         self._inv = invariants
         self._smem = smem_cursor  # (cute tensor of 32 Int32 in shared memory, warp index) or None
+        self._ring = ring  # (this warp's ring: cute tensor of R Int64 in shared memory, R) or None
         self._policy = L2_POLICY[l2]
         self._open: Optional["Segment"] = None
         self._last_read = None  # (emit point, value) of the last timer read, while shareable
@@ -522,7 +533,8 @@ class SegmentRecorder:
 
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last") -> "SegmentRecorder":
+              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last",
+              ring: int = L.DEFAULT_RING, ring_warps: Optional[int] = None) -> "SegmentRecorder":
         """Claim this warp's slot, write the start of its header and zero its cursor.
 
         ``cursor``: where the cursor lives between segments. "gmem" (default): the header word
@@ -530,7 +542,11 @@ class SegmentRecorder:
         static shared memory allocated here (one allocation per call site, indexed by warp):
         a segment then waits on a shared-memory load instead of a global one, which matters
         for short segments; the kernel's shared-memory budget grows by that much (plus
-        alignment of the dynamic region that follows static shared memory).
+        alignment of the dynamic region that follows static shared memory). "ring": the "smem"
+        cursor plus a ring of ``ring`` records (a power of two) per warp in static shared
+        memory, for ``ring_warps`` warps (the CTA's warp count where the caller knows it at
+        compile time; else 32, the most a CTA holds): records are stored there and copied to
+        the slot at ``finish``, which keeps the last ``ring`` of them (class doc).
 
         ``l2``: the L2 policy of the record stores. "last" (evict_last, default): records stay in
         L2 until the launch ends, right for kernels that stream their inputs once (decode
@@ -544,14 +560,29 @@ class SegmentRecorder:
             return SegmentRecorder(None, role, timebase, None)
         if timebase not in L.TIMEBASE_NAMES:
             raise ValueError(f"unknown timebase {timebase}")
-        if cursor not in ("gmem", "smem"):
-            raise ValueError(f"cursor must be 'gmem' or 'smem', got {cursor!r}")
-        inv = Recorder._claim_slot(trace, role, timebase, *Recorder._begin_slot(trace, timebase))
-        smem = None
-        if cursor == "smem":
-            ptr = cute.arch.alloc_smem(Int32, 32, alignment=16)
-            smem = (cute.make_tensor(ptr, cute.make_layout(32)), cute.arch.warp_idx() % 32)
-        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2)
+        if cursor not in CURSORS:
+            raise ValueError(f"cursor must be one of {', '.join(repr(c) for c in CURSORS)}, got {cursor!r}")
+        records, warps = 0, None
+        if cursor == "ring":
+            records = L.check_ring(ring)
+            warps = ring_warps or L.MAX_CTA_WARPS
+            if not 1 <= warps <= L.MAX_CTA_WARPS:
+                raise ValueError(f"ring_warps must be 1..{L.MAX_CTA_WARPS}, got {ring_warps}")
+            need = L.ring_smem_bytes(records, warps)
+            if need > L.STATIC_SMEM_LIMIT:
+                raise ValueError(f"a ring of {records} records for {warps} warps needs {need} B of static shared "
+                                 f"memory, more than the {L.STATIC_SMEM_LIMIT} B a kernel may hold; choose a smaller ring")
+        inv = Recorder._claim_slot(trace, role, timebase, *Recorder._begin_slot(trace, timebase), ring=records)
+        smem = ring_buf = None
+        if cursor in ("smem", "ring"):
+            ptr = cute.arch.alloc_smem(Int32, L.MAX_CTA_WARPS, alignment=16)
+            smem = (cute.make_tensor(ptr, cute.make_layout(L.MAX_CTA_WARPS)), cute.arch.warp_idx() % L.MAX_CTA_WARPS)
+        if cursor == "ring":
+            # warps * records words, this warp's ring at warp * records: a warp index is below
+            # the CTA's warp count (ring_warps, else 32), so no ring reaches another's
+            rptr = cute.arch.alloc_smem(Int64, warps * records, alignment=16)
+            ring_buf = (cute.make_tensor(rptr + smem[1] * records, cute.make_layout(records)), records)
+        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2, ring_buf)
         rec._store_cursor(Int32(0))
         return rec
 
@@ -631,11 +662,42 @@ class SegmentRecorder:
         return t
 
     def finish(self):
-        """Close the header: end anchors and written/dropped counts (as ``Recorder.finish``)."""
+        """Close the header: end anchors and written/dropped counts (as ``Recorder.finish``);
+        with a ring, first copy its records into the slot."""
         if self._open is not None:
             raise RuntimeError("fa4trace: finish() with a segment still open")
         if const_expr(self.trace is not None):
-            self._finish(self._load_cursor())
+            if const_expr(self._ring is not None):
+                self._finish_ring(self._load_cursor())
+            else:
+                self._finish(self._load_cursor())
+
+    @cute.jit
+    def _finish_ring(self, cursor: Int32):
+        """End anchors, then the ring's kept records into the slot, then the counts.
+
+        The anchors come first: the warp's recorded end is when its own work ended, not when
+        the copy did. The copy keeps the newest ``min(cursor, R, capacity)`` records, oldest
+        first; the lanes active here (all 32 where the warp reaches its exit converged, as at
+        fa4trace.auto's kernel exit) take every n-th record, so a warp stores 256 B at a time.
+        ``bar.warp.sync`` over those lanes orders the ring stores other lanes made before."""
+        header, cap, lane = self._inv
+        ring, n = self._ring
+        gt1, clk1 = _edge_anchor()
+        kept = cutlass.min(cutlass.min(cursor, Int32(n)), cap)
+        first = cursor - kept
+        active = cute.arch.activemask()
+        cute.arch.sync_warp(active)
+        rank = Int32(cute.arch.popc(active & ((Int32(1) << lane) - 1)))
+        step = Int32(cute.arch.popc(active))
+        records = header + L.WARP_HEADER_WORDS
+        trace = self.trace
+        for i in cutlass.range(rank, kept, step, unroll=1):
+            _store_record_word(trace, records + i, ring[(first + i) & (n - 1)], self._policy)
+        if cap > 0:
+            trace[header + L.W_GT1] = gt1
+            trace[header + L.W_CLK1] = clk1
+            trace[header + L.W_COUNTS] = Int64(kept) | (Int64(cursor - kept) << 32)
 
     @cute.jit
     def _finish(self, cursor: Int32):
@@ -648,8 +710,16 @@ class SegmentRecorder:
             trace[header + L.W_CLK1] = clk1
             trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
 
-    @cute.jit
     def _store_record(self, pos: Int32, word: Int64):
+        if const_expr(self._ring is not None):
+            # one shared-memory store: the ring wraps, so no bounds check (finish copies it out)
+            ring, n = self._ring
+            ring[pos & (n - 1)] = word
+        else:
+            self._store_record_slot(pos, word)
+
+    @cute.jit
+    def _store_record_slot(self, pos: Int32, word: Int64):
         header, cap, _lane = self._inv
         trace = self.trace
         if pos < cap:
@@ -719,6 +789,9 @@ class Segment:
                 rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
 
+
+# Where a SegmentRecorder keeps its cursor (and, "ring", its records) between segments
+CURSORS = ("gmem", "smem", "ring")
 
 # L2 policy of record stores (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_LAST).
 _L2_EVICT_LAST = 0x14F0000000000000

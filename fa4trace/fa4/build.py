@@ -234,7 +234,7 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
     ``events``: which roles' event hooks record (default all; see hooks.SM100_ROLES/SM90_ROLES).
     ``families``: generic event families recorded as well (fa4trace.auto.events.FAMILIES: FA4's
     pipeline waits, TMA copies, wgmma waits, named barriers; default none, the attention
-    vocabulary alone). ``cursor``: "gmem" or "smem" (SegmentRecorder.start; default:
+    vocabulary alone). ``cursor``: "gmem", "smem" or "ring" (SegmentRecorder.start; default:
     ``default_cursor``). ``variant``: a name for builds that differ only in these (stored in the
     config; loaders pick "default").
     """

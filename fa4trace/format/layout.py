@@ -34,11 +34,19 @@ made before the region existed leave it zero; kernels with their own ``Recorder`
 Warp header (written by lane 0 of the warp: words 0-4 at start, 5-7 at finish):
     w0  WARP_MAGIC | version << 32 | timebase << 40 | role << 48
     w1  smid | cta_linear << 32
-    w2  warp index in CTA | (cluster-order index + 1) << 32 | cluster size << 56   (bits 32-55
-        0: a buffer from before cluster order, whose slots follow the linear CTA index)
+    w2  warp index in CTA | ring << 16 | (cluster-order index + 1) << 32 | cluster size << 56
+        (bits 32-55 0: a buffer from before cluster order, whose slots follow the linear CTA
+        index; ring, bits 16-23: log2(records) + 1 of the warp's shared-memory ring, 0: none)
     w3  %globaltimer at start     w4  %clock64 at start
     w5  %globaltimer at finish    w6  %clock64 at finish
     w7  records written | records dropped << 32
+
+A warp without a ring stores each record into its slot as it happens; a full slot keeps
+counting, so its dropped records are the newest ones. A warp with a ring
+(``SegmentRecorder`` cursor="ring") keeps its last R records in shared memory and copies them
+into its slot, oldest first, when it finishes: its dropped records are the oldest ones
+(overwritten in the ring), and ``written`` is at most R. (The ring field came after the first
+buffers; those have 0 there and read as before.)
 
 Record (one word, one per event):
     bits  0..31  low 32 bits of the timer (clock64 cycles, or globaltimer ns)
@@ -98,6 +106,39 @@ TIMEBASE_NAMES = {TIMEBASE_CLOCK64: "clock64", TIMEBASE_GLOBALTIMER: "globaltime
 
 # Warp header word indices
 W_MAGIC, W_IDS, W_WARP, W_GT0, W_CLK0, W_GT1, W_CLK1, W_COUNTS = range(WARP_HEADER_WORDS)
+
+# Warp header word 2: the warp index (bits 0-15) and the ring field (bits 16-23; bits 24-31 zero)
+WARP_INDEX_BITS = 16
+RING_SHIFT, RING_BITS = 16, 8
+# Shared-memory ring of SegmentRecorder(cursor="ring"): records per warp unless told (1 KB a warp),
+# and the most a kernel may hold in static shared memory (the ring is static: 48 KB per CTA)
+DEFAULT_RING = 128
+STATIC_SMEM_LIMIT = 48 * 1024
+MAX_CTA_WARPS = 32
+
+
+def ring_field(records: int) -> int:
+    """Warp header word 2's ring field for a ring of ``records`` (a power of two; 0: none)."""
+    return int(records).bit_length() if records else 0
+
+
+def ring_records(field):
+    """Records of the ring a ring field names (0: none). Integers or numpy arrays."""
+    return np.where(field > 0, np.left_shift(1, np.maximum(np.asarray(field, np.int64) - 1, 0)), 0)
+
+
+def check_ring(records) -> int:
+    """``records`` as the ring size of a ``cursor="ring"`` recorder, or a one-line ValueError."""
+    if isinstance(records, bool) or not isinstance(records, (int, np.integer)) or records < 2 \
+            or records & (records - 1) or records > 1 << 12:
+        raise ValueError(f"ring must be a power of two from 2 to 4096 (records per warp), got {records!r}")
+    return int(records)
+
+
+def ring_smem_bytes(records: int, warps: int) -> int:
+    """Static shared memory a ring recorder takes: ``warps`` rings of ``records`` 8-byte
+    records and the warps' cursors (128 B)."""
+    return 8 * records * warps + 4 * MAX_CTA_WARPS
 
 # CTA-lifetime region: header word, words per entry, word indices in an entry
 G_LIFETIMES = 4

@@ -3,8 +3,10 @@
 pandas, polars and duckdb read the file as is; fa4trace reads it with :func:`load`.
 Metadata (key ``fa4trace`` in the Parquet schema metadata) holds: fa4trace version, kernel
 name and config (shape, dtype, schedule), GPU name, SM count, driver, clock facts,
-grid/block per launch, total dropped records, recording date, which CTAs were recorded,
-and the event vocabulary the bundle was decoded with.
+grid/block per launch, total dropped records (``total_overwritten``: of those, the oldest
+records that shared-memory rings overwrote, where the warps recorded into rings; each launch's
+``ring``, ``overwritten``, ``overwritten_warps`` say more), recording date, which CTAs were
+recorded, and the event vocabulary the bundle was decoded with.
 
 ``cta_lifetimes`` (where the launches' buffers had a CTA-lifetime region that the kernel
 wrote; fa4trace.format.layout): one row per timed CTA of every launch, as columns of equal length:
@@ -78,6 +80,8 @@ class Trace:
             m["cta_lifetimes"] = lifetimes
         m["t0_globaltimer_ns"] = int(t0)
         m["total_dropped"] = int(sum(d.summary.get("dropped", 0) for d in launches))
+        if any("ring" in d.summary for d in launches):  # of those, the ones rings overwrote (the oldest)
+            m["total_overwritten"] = int(sum(d.summary.get("overwritten", 0) for d in launches))
         m.setdefault("vocabulary", vocab.to_json())
         return cls(events, _complete_meta(m))
 

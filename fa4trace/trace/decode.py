@@ -15,6 +15,11 @@ launch's), and the row of that warp says so in the launch summary.
 
 A buffer with a CTA-lifetime region (fa4trace.format.layout) also yields each timed CTA's start and
 end (absolute %globaltimer ns) and whether it recorded: ``DecodedLaunch.cta_lifetimes``.
+
+Lost records: a warp whose slot filled lost its newest records (its last spans' ends; those
+begins are dropped), a warp with a shared-memory ring (layout: header word 2) lost its oldest
+ones (overwritten; the ends whose begins went are dropped). Both count in ``dropped``; the
+summary's ``ring`` / ``overwritten`` / ``overwritten_warps`` say which were overwritten.
 """
 
 from __future__ import annotations
@@ -126,7 +131,13 @@ class _Warps:
     gt1: np.ndarray
     clk1: np.ndarray
     written: np.ndarray  # records kept in the slot
-    dropped: np.ndarray  # records lost to a full slot
+    dropped: np.ndarray  # records lost: to a full slot (the newest), or overwritten in a ring (the oldest)
+    ring: np.ndarray  # records of the warp's shared-memory ring, 0: none
+
+    @property
+    def lost_oldest(self) -> np.ndarray:
+        """Warps whose ring overwrote records: their first kept record is not their first."""
+        return (self.ring > 0) & (self.dropped > 0)
 
 
 @dataclass
@@ -164,7 +175,7 @@ class _Spans:
     bi: np.ndarray
     ei: np.ndarray
     ii: np.ndarray
-    truncated: int  # begins dropped because their warp overflowed before the end
+    truncated: int  # begins or ends dropped because their warp lost the other end (a full slot, a ring)
 
 
 def _headers(words: np.ndarray, spec: L.BufferSpec, grid_ctas: int | None) -> _Warps:
@@ -189,10 +200,12 @@ def _headers(words: np.ndarray, spec: L.BufferSpec, grid_ctas: int | None) -> _W
 
     sm = (h[:, L.W_IDS] & U32).astype(np.int64)
     cta = (h[:, L.W_IDS] >> np.uint64(32)).astype(np.int64)
-    warp = (h[:, L.W_WARP] & U32).astype(np.int64)
+    w2 = h[:, L.W_WARP]
+    warp = (w2 & np.uint64((1 << L.WARP_INDEX_BITS) - 1)).astype(np.int64)
+    ring_f = ((w2 >> np.uint64(L.RING_SHIFT)) & np.uint64(0xFFFF)).astype(np.int64)  # bits 16-31: the field, then zero
     selected, slot_ok = _selected_by(h, cta, idx // spec.warps_per_cta, spec)
     exp_warp = spec.warp_of_slot(idx % spec.warps_per_cta)
-    wrong = ~slot_ok | (warp != exp_warp)
+    wrong = ~slot_ok | (warp != exp_warp) | (ring_f > 31)
     if grid_ctas is not None:
         wrong |= cta >= grid_ctas
     if wrong.any():
@@ -212,10 +225,15 @@ def _headers(words: np.ndarray, spec: L.BufferSpec, grid_ctas: int | None) -> _W
         raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: end anchors precede start anchors")
     written = (h[:, L.W_COUNTS] & U32).astype(np.int64)
     dropped = (h[:, L.W_COUNTS] >> np.uint64(32)).astype(np.int64)
+    ring = L.ring_records(ring_f).astype(np.int64)
     if (written > spec.capacity).any() or (dropped >= 1 << 31).any():
         j = int(np.flatnonzero((written > spec.capacity) | (dropped >= 1 << 31))[0])
         raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: {written[j]} records written, slot holds {spec.capacity}")
-    return _Warps(idx, int(timebase[0]), role_id, sm, cta, warp, gt0, clk0, gt1, clk1, written, dropped)
+    over = (ring > 0) & (written > ring)
+    if over.any():
+        j = int(np.flatnonzero(over)[0])
+        raise TraceFormatError(f"{_warp_name(int(idx[j]), spec)}: {written[j]} records written from a ring of {ring[j]}")
+    return _Warps(idx, int(timebase[0]), role_id, sm, cta, warp, gt0, clk0, gt1, clk1, written, dropped, ring)
 
 
 def _present_slots(hdr: np.ndarray, spec: L.BufferSpec) -> np.ndarray:
@@ -283,6 +301,8 @@ def _times(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> _Times:
     timer = ~anc_gt  # records on the warp's own timer (globaltimer anchor words are not)
     full[timer] = _unwrap(recs.lo[timer], recs.owner[timer], n_w, anchor0)
     full[anc_gt] = _unwrap(recs.lo[anc_gt], recs.owner[anc_gt], n_w, w.gt0)
+    if w.lost_oldest.any():
+        _unwrap_from_end(full, recs.owner, timer, w.lost_oldest, anchor1)
     late = np.where(anc_gt, full > np.repeat(w.gt1, counts), full > np.repeat(anchor1, counts))
     if late.any():
         r = int(np.flatnonzero(late)[0])
@@ -314,7 +334,7 @@ def _spans(recs: _Records, warps: _Warps, spec: L.BufferSpec, names) -> _Spans:
     ei = ei[np.argsort(key[ei], kind="stable")]
     truncated = 0
     if bi.size != ei.size or not np.array_equal(key[bi], key[ei]):
-        bi, ei, truncated = _match_with_overflow(bi, ei, key, recs.owner, recs.pos, warps.dropped, warps.idx, spec)
+        bi, ei, truncated = _match_with_overflow(bi, ei, key, recs.owner, recs.pos, warps, spec)
     backwards = ei < bi
     if backwards.any():
         j = int(np.flatnonzero(backwards)[0])
@@ -404,6 +424,10 @@ def _summary(launch_index: int, spec: L.BufferSpec, warps: _Warps, recs: _Record
         "clock_ghz_median": float(np.median(1.0 / ratio[valid])) if valid.any() else None,
         "span_ns": int(w.gt1.max() - times.t0),
     }
+    rings = w.ring > 0
+    if rings.any():  # records kept in shared-memory rings: the ones lost are the oldest
+        summary.update(ring=int(w.ring[rings].max()), ring_warps=int(rings.sum()),
+                       overwritten=int(w.dropped[rings].sum()), overwritten_warps=int(w.lost_oldest.sum()))
     summary["ctas_timed"] = 0 if lifetimes is None else int(lifetimes["cta"].size)
     if lifetimes is not None:
         summary["ctas_outside_lifetime"] = _outside_lifetime(lifetimes, w.cta, w.gt0, w.gt1)
@@ -487,6 +511,20 @@ def _unwrap(lo, owner, n_w, anchor0):
     return np.repeat(anchor0, counts) + (csum - seg_base)
 
 
+def _unwrap_from_end(full, owner, timer, lost_oldest, anchor1) -> None:
+    """Warps whose ring overwrote records: their first kept record may lie more than one
+    32-bit wrap after the start anchor (~2.2 s of clock64), so their times are moved by whole
+    wraps until the last lies within one wrap before the end anchor (the ring keeps the end)."""
+    rows = np.flatnonzero(timer & lost_oldest[owner])
+    if rows.size == 0:
+        return
+    own = owner[rows]
+    last = np.full(lost_oldest.size, -1, np.int64)
+    np.maximum.at(last, own, rows)  # each warp's last record
+    gap = anchor1[own] - full[last[own]]
+    full[rows] += np.where(gap > 0, gap >> 32, 0) << 32
+
+
 def _check_anchor_pairs(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> None:
     """Anchor records come as (clock, globaltimer) pairs, back to back in one warp, and only
     in the clock64 timebase (they tie its cycles to the global timer)."""
@@ -502,14 +540,16 @@ def _check_anchor_pairs(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> No
         nxt = np.minimum(c + 1, anc_gt.size - 1)
         ok = (c + 1 < anc_gt.size) & anc_gt[nxt] & (owner[nxt] == owner[c])
         # The last kept record of an overflowed warp may be a clock anchor whose partner was dropped.
-        cut = (pos[c] == counts[owner[c]] - 1) & (dropped[owner[c]] > 0)
+        cut = (pos[c] == counts[owner[c]] - 1) & (dropped[owner[c]] > 0) & (warps.ring[owner[c]] == 0)
         if not (ok | cut).all():
             bad = int(c[~(ok | cut)][0]), "clock anchor without its globaltimer partner"
         else:
             g = np.flatnonzero(anc_gt)
             prv = np.maximum(g - 1, 0)
-            if not (anc_clk[prv] & (g > 0) & (owner[prv] == owner[g])).all():
-                bad = int(g[~(anc_clk[prv] & (g > 0))][0]), "globaltimer anchor without its clock partner"
+            # The first kept record of a ring that overwrote may be a globaltimer anchor whose partner went.
+            ok = (anc_clk[prv] & (g > 0) & (owner[prv] == owner[g])) | ((pos[g] == 0) & warps.lost_oldest[owner[g]])
+            if not ok.all():
+                bad = int(g[~ok][0]), "globaltimer anchor without its clock partner"
     if bad is not None:
         r, why = bad
         raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: {why}")
@@ -556,12 +596,16 @@ def _ns_per_cycle(gt0, gt1, clk0, clk1, sm):
     return ratio, borrowed
 
 
-def _match_with_overflow(bi, ei, key, owner, pos, dropped, idx, spec):
+def _match_with_overflow(bi, ei, key, owner, pos, warps: _Warps, spec):
     """Slow path: some (warp, event, payload) has unequal begins and ends.
 
-    Allowed only where the warp overflowed (its last begins lost their ends to the full
-    slot): those begins are dropped and counted. Anything else is a format error.
+    Allowed only where the warp lost records: a full slot lost its newest (its last begins
+    lost their ends: those begins are dropped), a ring its oldest (its first ends lost their
+    begins: those ends are dropped); either is counted. Anything else is a format error.
     """
+    idx = warps.idx
+    newest = (warps.dropped > 0) & (warps.ring == 0)
+    oldest = warps.lost_oldest
     kb, cb = np.unique(key[bi], return_counts=True)
     ke, ce = np.unique(key[ei], return_counts=True)
     allk = np.union1d(kb, ke)
@@ -573,21 +617,23 @@ def _match_with_overflow(bi, ei, key, owner, pos, dropped, idx, spec):
     warp_of_key = (allk >> 28)
     for j in mism:
         w = int(warp_of_key[j])
-        if nb[j] > ne[j] and dropped[w] > 0:
+        if (nb[j] > ne[j] and newest[w]) or (ne[j] > nb[j] and oldest[w]):
             continue
         members = bi[key[bi] == allk[j]] if nb[j] > ne[j] else ei[key[ei] == allk[j]]
         r = int(members[-1] if nb[j] > ne[j] else members[0])
         what = "begin without end" if nb[j] > ne[j] else "end without begin"
         raise TraceFormatError(f"{_warp_name(int(idx[owner[r]]), spec)}, record {pos[r]}: {what}")
-    # Keep, per key, only the first min(nb, ne) begins and ends (record order is preserved).
+    # Keep, per key, the first min(nb, ne) begins and the first min(nb, ne) ends, or where a
+    # ring lost the oldest records the last ends (record order is preserved).
     keep_n = np.minimum(nb, ne)
+    skip_e = np.where(oldest[warp_of_key], ne - keep_n, 0)
     rank_b = _rank_in_group(key[bi])
     rank_e = _rank_in_group(key[ei])
     kb_all = np.searchsorted(allk, key[bi])
     ke_all = np.searchsorted(allk, key[ei])
     bi2 = bi[rank_b < keep_n[kb_all]]
-    ei2 = ei[rank_e < keep_n[ke_all]]
-    return bi2, ei2, int(bi.size - bi2.size)
+    ei2 = ei[(rank_e >= skip_e[ke_all]) & (rank_e < skip_e[ke_all] + keep_n[ke_all])]
+    return bi2, ei2, int(bi.size - bi2.size + ei.size - ei2.size)
 
 
 def _rank_in_group(sorted_keys: np.ndarray) -> np.ndarray:

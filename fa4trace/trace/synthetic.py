@@ -37,10 +37,17 @@ class WarpEvents:
 
 
 def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
-                 timebase: int = L.TIMEBASE_CLOCK64, lifetimes=None) -> np.ndarray:
+                 timebase: int = L.TIMEBASE_CLOCK64, lifetimes=None, ring: int = 0) -> np.ndarray:
     """``warps`` into their slots, and ``lifetimes`` — (CTA indices, start ns, end ns),
     absolute %globaltimer — into the CTA-lifetime region as the stamps leave it (entries of
-    CTAs beyond ``spec.lifetime_ctas`` are not timed, as on the device)."""
+    CTAs beyond ``spec.lifetime_ctas`` are not timed, as on the device).
+
+    ``ring``: the warps recorded into shared-memory rings of that many records
+    (``SegmentRecorder`` cursor="ring"): each keeps the last min(n, ring, capacity) of its
+    events, the others count as dropped (overwritten), and its header names the ring. Without
+    a ring a warp keeps its first events, as a slot that fills does."""
+    if ring:
+        L.check_ring(ring)
     buf = spec.new_buffer()
     slots = buf[L.GLOBAL_HEADER_WORDS:spec.slots_end].reshape(spec.n_slots, spec.slot_words)
     recorded = spec.recorded_warps
@@ -51,15 +58,16 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
         s = (rel // spec.cta_stride) * spec.warps_per_cta + recorded.index(w.warp)
         n = len(w.kind)
         attempted = n if w.attempted is None else w.attempted
-        written = min(attempted, spec.capacity, n)
+        written = min(attempted, spec.capacity, n, ring or n)
+        keep = slice(n - written, n) if ring else slice(0, written)  # a ring keeps the newest
         hdr = slots[s, :L.WARP_HEADER_WORDS]
         hdr[L.W_MAGIC] = L.warp_word0(timebase, w.role)
         hdr[L.W_IDS] = (w.sm & 0xFFFFFFFF) | (w.cta << 32)
-        hdr[L.W_WARP] = w.warp
+        hdr[L.W_WARP] = w.warp | (L.ring_field(ring) << L.RING_SHIFT)
         hdr[L.W_GT0], hdr[L.W_CLK0], hdr[L.W_GT1], hdr[L.W_CLK1] = w.gt0, w.clk0, w.gt1, w.clk1
         hdr[L.W_COUNTS] = written | ((attempted - written) << 32)
         slots[s, L.WARP_HEADER_WORDS:L.WARP_HEADER_WORDS + written] = pack_records(
-            w.t[:written], w.event[:written], w.kind[:written], w.payload[:written])
+            w.t[keep], w.event[keep], w.kind[keep], w.payload[keep])
     if lifetimes is not None:
         write_lifetimes(buf, spec, *lifetimes)
     return buf

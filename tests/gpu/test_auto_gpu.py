@@ -86,3 +86,47 @@ def test_every_cta_is_timed_and_the_bundle_measures_its_perturbation(gemm):
     assert p["measured"] and p["timed"]["recorded"] == 4 and p["timed"]["untraced"] == len(life) - 4
     assert -0.05 < p["rel"] < 0.5  # every family on: a few % to a few tens of %
     assert any(c.startswith("one wave") for c in p["caveats"])  # quack's GEMM is persistent
+
+
+def test_the_ring_build_keeps_each_warps_newest_records(gemm):
+    """The ring build (cursor="ring", benchmarks/auto_kernels.py GEMM_RING records a warp): its
+    output equals the plain build's bit for bit, every recorded warp kept at most the ring's
+    records, and what a warp kept is the end of what the slot build recorded on the same
+    inputs: its rows (in record order) are the last rows of that warp in the slot build's bundle."""
+    from fa4trace.auto.build import load
+    from fa4trace.auto.run import RecordOptions
+    from fa4trace.run.aot import BuildDir
+
+    if "quack_gemm_sm90_ring" not in BuildDir(BUILD).functions:
+        pytest.skip(f"{BUILD} has no ring build: rebuild it (benchmarks/auto_kernels.py build)")
+    import torch
+
+    ring = load(BUILD, "quack_gemm_sm90_ring", options=RecordOptions(ctas=4, cta_stride=8, capacity=8192))
+    ring.plain = gemm.plain
+    torch.manual_seed(0)
+    m, n, k = 1024, 2048, 4096
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    gemm(a, b, d)
+    full = gemm.trace(config={"m": m, "n": n, "k": k})
+    ring(a, b, d)
+    assert ring.checked == [True] and ring.meta["cursor"] == "ring"
+    t = ring.trace(config={"m": m, "n": n, "k": k})
+    size = ring.meta["ring"]
+    launch = t.meta["launches"][0]
+    assert launch["ring"] == size and launch["ring_warps"] == launch["warps_recorded"]
+    assert launch["overwritten_warps"] > 0 and t.meta["total_overwritten"] == launch["overwritten"] > 0
+    assert launch["records"] <= size * launch["warps_recorded"]
+
+    def rows(trace):
+        out: dict = {}
+        for r in trace.events.select(["cta", "warp", "name", "iter", "kind"]).to_pylist():
+            if r["kind"] != "warp":
+                out.setdefault((r["cta"], r["warp"]), []).append((r["name"], r["iter"], r["kind"]))
+        return out
+
+    kept, slot = rows(t), rows(full)
+    assert kept and set(kept) <= set(slot)
+    for w, mine in kept.items():
+        assert slot[w][len(slot[w]) - len(mine):] == mine, w

@@ -1,7 +1,7 @@
 """Compile a kernel under fa4trace's automatic events in this (fresh) process and print a JSON
 summary: what the compile found, the PTX's marker counts, and whether every hook was removed.
 
-    python tests/tools/auto_probe.py quack_gemm sm_90a [--families pipeline,mma] [--cursor smem]
+    python tests/tools/auto_probe.py quack_gemm sm_90a [--families pipeline,mma] [--cursor smem|gmem|ring] [--ring 64]
     python tests/tools/auto_probe.py plain_copy sm_90a
 """
 
@@ -74,6 +74,7 @@ def main():
     ap.add_argument("arch")
     ap.add_argument("--families", default=None)
     ap.add_argument("--cursor", default="smem")
+    ap.add_argument("--ring", type=int, default=None, help="records per warp of --cursor ring")
     ap.add_argument("--no-split", action="store_true", help="one instrumented body for every CTA (split=False)")
     ap.add_argument("--no-lifetimes", action="store_true", help="no CTA-lifetime stamps (cta_lifetimes=False)")
     a = ap.parse_args()
@@ -85,6 +86,7 @@ def main():
     from fa4trace.auto.compiler import compile_traced
 
     fams = tuple(f for f in a.families.split(",") if f) if a.families is not None else None
+    ring = {} if a.ring is None else {"ring": a.ring}
     before = originals()
     if a.kernel == "fa4_prefill":
         # FA4's forward for a prefill shape through FA4's own interface; on sm_100a with a span
@@ -98,13 +100,13 @@ def main():
             cap = capture(arch, schedule="base" if arch == "sm100" else "pingpong", d=128, hq=16, hkv=16, sq=8192,
                           sk=8192, b=2)
             kw = {} if fams is None else {"families": fams}
-            c = compile_traced(cap.kernel, *cap.args, spans=spans, check=False, cursor=a.cursor,
+            c = compile_traced(cap.kernel, *cap.args, spans=spans, check=False, cursor=a.cursor, **ring,
                                options=cap.options + " --keep-ptx", **kw)
         plain_ptx = None
     elif a.kernel == "quack_gemm":
         import auto_kernels as ak
 
-        c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor,
+        c = ak.compile_quack_gemm(arch=a.arch, keep_ptx=True, check=False, families=fams, cursor=a.cursor, **ring,
                                   split=not a.no_split, cta_lifetimes=not a.no_lifetimes)
         plain_ptx = None
     elif a.kernel == "span_loop":
@@ -133,7 +135,7 @@ def main():
         entry, kern = _static_smem_kernel() if a.kernel == "static_smem" else copy_kernel()
         t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
         kw = {} if fams is None else {"families": fams}
-        c = compile_traced(entry, t, t, kernels=[kern], check=True, cursor=a.cursor, options="--keep-ptx",
+        c = compile_traced(entry, t, t, kernels=[kern], check=True, cursor=a.cursor, options="--keep-ptx", **ring,
                            split=not a.no_split, cta_lifetimes=not a.no_lifetimes, **kw)
         plain_ptx = c.plain.__ptx__
     after = originals()
@@ -145,6 +147,12 @@ def main():
         "restored": all(before[k] is after[k] for k in before),
         "ptx_globaltimer": ptx.count("%globaltimer"), "ptx_cluster_sregs": sorted(set(re.findall(r"%(nclusterid|clusterid|cluster_nctarank|cluster_ctarank)\.?[xyz]?", ptx))), "ptx_clock64": ptx.count("%clock64"),
         "ptx_record_stores": ptx.count("st.global.L2::cache_hint"),
+        # a ring's record stores (8 bytes into shared memory); the global record stores of a
+        # ring's copy at the warp's exit; conditional branches (a slot's record store has its
+        # bounds branch)
+        "ptx_shared_b64_stores": len(re.findall(r"\bst\.shared\.[bu]64\b", ptx)),
+        "ptx_exit_record_stores": _exit_record_stores(entry_ptx),
+        "ptx_branches": len(re.findall(r"@!?%p\d+\s+bra\b", entry_ptx)),
         # the CTA-lifetime stamps (and any other reduction or atomic of the kernel's own)
         "ptx_red_max_u64": len(re.findall(r"\bred(\.\w+)*\.global\.max\.u64\b|\bred\.global(\.\w+)*\.max\.u64\b", ptx)),
         "ptx_atomics": len(re.findall(r"\b(red|atom)\.", ptx)),
@@ -157,6 +165,21 @@ def main():
         # the kernel's first and last timer reads, global loads and reductions, in order
         "ptx_top": _memory_ops(entry_ptx)[:4], "ptx_tail": _memory_ops(_after_last_join(entry_ptx)),
     }))
+
+
+def _exit_record_stores(ptx: str) -> int:
+    """Record stores (st.global.L2::cache_hint) in a ring's copy at the warp's exit: after its
+    bar.warp.sync, with no timer read between (an event's record would follow its timer read)."""
+    lines = ptx.splitlines()
+    n, sync = 0, None
+    for i, ln in enumerate(lines):
+        if "bar.warp.sync" in ln:
+            sync = i
+        elif "%clock64" in ln or "%globaltimer" in ln:
+            sync = None
+        elif "st.global.L2::cache_hint" in ln and sync is not None and i - sync < 40:
+            n += 1
+    return n
 
 
 def _after_last_join(ptx: str) -> str:
