@@ -290,3 +290,32 @@ def test_empty_and_subset_bundles_do_not_break():
     empty = Trace(tr.events.slice(0, 0), tr.meta)
     s = K.summarize_kernel(empty)
     assert s["rows"] == 0 and s["pipelines"] == {} and s["wait_chain_ns"] is None
+
+
+def test_occupancy_counts_only_what_both_sides_kept_in_a_ctas_that_lost_records():
+    """A ring keeps each warp's newest records: a consumer that lost its oldest releases while
+    the producer kept those fills would show them held until the CTA ends. In such a CTA only
+    the counts between the first and last kept release count; a CTA that lost nothing is as
+    before."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = bundle(n_ctas=2, k_tiles=16, stages=4, consumer_warps=1, idle_warps=0)
+    before = K.occupancy_series(t)
+    ev = t.events
+    names = ev["name"].cast(pa.string())
+    consumer = pc.and_(pc.equal(ev["cta"], 0), pc.equal(ev["warp"], 0))
+    lost = pc.and_(pc.and_(consumer, pc.less(ev["iter"], 6)), pc.not_equal(ev["kind"].cast(pa.string()), "warp"))
+    lost = pc.and_(lost, pc.invert(pc.equal(names, "WARP")))
+    kept = ev.filter(pc.invert(lost))
+    warp_row = pc.and_(pc.and_(pc.equal(kept["cta"], 0), pc.equal(kept["warp"], 0)),
+                       pc.equal(kept["kind"].cast(pa.string()), "warp"))
+    dropped = pc.if_else(warp_row, pa.scalar(12, kept["dropped"].type), kept["dropped"])
+    lossy = Trace(kept.set_column(kept.schema.get_field_index("dropped"), "dropped", dropped), t.meta)
+    occ = K.occupancy_series(lossy)
+    cta0 = occ.filter(pc.equal(occ["cta"], 0))
+    assert 0 < pc.max(cta0["stages_full"]).as_py() <= 4  # not the 6 lost releases piled on top
+    cta1 = occ.filter(pc.equal(occ["cta"], 1))
+    assert cta1.equals(before.filter(pc.equal(before["cta"], 1)))
+    # the same CTA before it lost records held at most its stages too
+    assert pc.max(before.filter(pc.equal(before["cta"], 0))["stages_full"]).as_py() <= 4

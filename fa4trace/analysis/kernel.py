@@ -176,10 +176,39 @@ def _cta_end(c: AutoCols) -> np.ndarray:
     return out
 
 
+def _lossy_ctas(c: AutoCols) -> np.ndarray:
+    """Per CTA gid: whether a warp of it lost records (a full slot, or a shared-memory ring that
+    overwrote its oldest: the WARP rows' ``dropped``)."""
+    out = np.zeros(c.n_ctas, bool)
+    w = np.flatnonzero(c.is_warp_row & (c.dropped > 0))
+    out[c.cta_gid[w]] = True
+    return out
+
+
+def _within_kept(keys: np.ndarray, fill: np.ndarray, rk: np.ndarray, lossy: np.ndarray):
+    """In CTAs that lost records, the counts both sides kept: fills between the first and last
+    count released there. Warps lose different spans of time (a ring keeps each warp's newest
+    records), so a fill whose release was lost would otherwise count as held to the CTA's end."""
+    if not keys.size or not lossy.any():
+        return keys, fill
+    group = keys >> 21  # (cta gid, pipeline resource)
+    lo = np.full(keys.size, np.iinfo(np.int64).max)
+    hi = np.full(keys.size, -1)
+    if rk.size:
+        ug, first = np.unique(rk >> 21, return_index=True)
+        last = np.r_[first[1:], rk.size] - 1
+        pos = np.minimum(np.searchsorted(ug, group), ug.size - 1)
+        has = ug[pos] == group
+        lo[has], hi[has] = rk[first[pos[has]]], rk[last[pos[has]]]
+    keep = ~lossy[keys >> 30] | ((keys >= lo) & (keys <= hi))
+    return keys[keep], fill[keep]
+
+
 def _fills_and_frees(c: AutoCols, pipeline: str):
     keys, fill = _fills(c, pipeline)
     rel = np.flatnonzero(c.where("pipeline", "release", pipeline) & (c.iter >= 0))
     rk, rt = _first_per_key(_key(c, rel), c.start[rel], latest=True)
+    keys, fill = _within_kept(keys, fill, rk, _lossy_ctas(c))
     free = np.full(keys.size, -1, np.int64)
     if rk.size and keys.size:
         pos = np.minimum(np.searchsorted(rk, keys), rk.size - 1)
