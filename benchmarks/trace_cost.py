@@ -18,7 +18,7 @@ same instructions; what differs is the records stored:
 Timed like ``fa4trace bench`` (``fa4trace.run.timing``: CUDA-graph replay, cold L2), all
 buffers on the same inputs in one process; ``--rounds`` passes over the list, rotated by one
 place per pass (where a variant sits in a pass moves it by a few percent at the power cap),
-reported by ``reported_us``. ``--json`` writes the "trace-cost" area of BENCHMARKS.md.
+reported by ``reported_us``. ``--json`` writes the "trace-cost" area (docs/tracing-cost.md).
 ``--once VARIANTS`` launches each once at the first shape, untimed (for ``ncu``).
 """
 

@@ -102,7 +102,7 @@ def test_bench_merge_json_is_a_result_file(tmp_path):
     assert [row["case"] for row in loaded["rows"]] == ["merge (with numbers)", "merge --no-numbers"]
     assert all(row["median_s"] > 0 and row["slices"] > 3000 for row in loaded["rows"])
     assert all(row["launches"] == 2 for row in loaded["results"])
-    assert "| merge --no-numbers |" in report.render_page("merge", [loaded])  # a docs page of its own
+    assert "| merge --no-numbers |" in report.render_page("profiler-merge-speed.md", [loaded])  # a docs page of its own
 
 
 def test_the_result_envelope_has_what_report_requires():
@@ -212,7 +212,7 @@ def test_bench_fidelity_sets_the_line_beside_the_launch_cost_and_writes_reportab
     loaded = report.load_results(out.parent)
     assert [r["area"] for r in loaded] == ["fidelity-error", "fidelity"]
     md = report.render(loaded, out.parent)
-    page = report.render_page("fidelity-error", loaded)  # the per-metric errors have a page of their own
+    page = report.render_page("fidelity-error.md", loaded)  # the per-metric errors have a page of their own
     assert "| k | cta.median_ns | 120.0 | lifetimes | 100.0 | 20.0 |" in page and "| k | dense |" in md
     assert "cta.median_ns" not in md and "docs/fidelity-error.md" in md
 

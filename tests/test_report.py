@@ -1,5 +1,5 @@
-"""benchmarks/report.py: BENCHMARKS.md and docs/not-kept.md are what the result files render to, and the
-renderer's rules."""
+"""benchmarks/report.py: BENCHMARKS.md and the docs pages (docs/not-kept.md, docs/tracing-cost.md, ...)
+are what the result files render to, and the renderer's rules."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_generic_areas_and_the_not_kept_page(tmp_path):
     assert md.index("## Bandwidth floors") < md.index("## FlashAttention-4 SM90")
     # what was tried and not kept is no current result: its own page, linked from BENCHMARKS.md
     assert "Work stealing" not in md and "[docs/not-kept.md](docs/not-kept.md)" in md
-    page = report.render_page("not-kept", results)
+    page = report.render_page("not-kept.md", results)
     assert page.startswith("# Tried and not kept\n") and "One line per idea.\n\n- Work stealing: slower (`ca34783`)\n" in page
 
 
@@ -113,6 +113,44 @@ def test_main_writes_and_checks_the_not_kept_page(tmp_path, capsys):
     (docs / "not-kept.md").write_text("edited by hand\n")
     assert report.main(["--check", *args]) == 1
     assert "not-kept.md is out of date" in capsys.readouterr().err
+
+
+def test_a_page_holds_several_areas(tmp_path):
+    """docs/tracing-cost.md: the tracing-cost tables in its areas' order, under their headings, each
+    area's files in name order; none of them in BENCHMARKS.md, which keeps the targets and links the page."""
+    res, docs = tmp_path / "results", tmp_path / "docs"
+    res.mkdir()
+    _write(res, "auto_kernels_ring_h200.json", _meta("auto-kernels", title="ring builds", rows=[{"cost_pct": 3.1}]))
+    _write(res, "auto_kernels_h200.json", _meta("auto-kernels", title="first builds", rows=[{"cost_pct": 6.3}]))
+    _write(res, "cta_sample_h200.json", _meta("auto-sample", title="a sample", rows=[{"cost_split_pct": 5.2}]))
+    _write(res, "trace_cost_parts_h200.json", _meta("trace-cost-parts", title="parts", rows=[{"full": 7.0}]))
+    _write(res, "cost_targets.json", _meta("cost-targets", title="targets", rows=[{"target": "GEMM", "best": "+3.10%"}]))
+    _write(res, "floors.json", _meta("floors", rows=[{"shape": "x", "read_us": 1.5}]))
+    _write(res, "n.json", _meta("not-kept", rows=[{"idea": "Two S tiles", "result": "no gain", "commit": "abc1234"}]))
+    out = tmp_path / "B.md"
+    assert report.main(["--results", str(res), "--out", str(out), "--docs", str(docs)]) == 0
+    md, page = out.read_text(), (docs / "tracing-cost.md").read_text()
+    assert page.startswith("# Tracing cost in detail\n")
+    order = [page.index(s) for s in ("## Our decode kernel's recorder", "### parts",
+                                     "## Automatic events on any CuTe DSL kernel", "### first builds",
+                                     "### ring builds", "### a sample")]
+    assert order == sorted(order)
+    for title in ("parts", "first builds", "ring builds", "a sample"):
+        assert f"### {title}" not in md
+    assert "## Automatic events" not in md and "| GEMM | +3.10% |" not in page
+    # the targets open the "Tracing cost" section; the header links every page with something on it
+    assert md.index("## Tracing cost\n\n### targets") < md.index("## Bandwidth floors")
+    assert "Tracing cost in detail: [docs/tracing-cost.md](docs/tracing-cost.md)." in md
+    assert "[docs/not-kept.md](docs/not-kept.md)" in md and "docs/fidelity-error.md" not in md
+    assert sorted(p.name for p in docs.iterdir()) == ["not-kept.md", "tracing-cost.md"]
+    assert report.main(["--check", "--results", str(res), "--out", str(out), "--docs", str(docs)]) == 0
+
+
+def test_every_paged_area_is_on_one_page_and_not_in_the_sections():
+    paged = [area for _, _, areas in report.PAGES.values() for area, _ in areas]
+    assert len(paged) == len(set(paged)) == len(report.PAGE_OF)
+    assert not set(paged) & {a for a, _ in report.AREAS}
+    assert ("cost-targets", "Tracing cost") in report.AREAS
 
 
 def test_a_results_folder_without_not_kept_rows_writes_no_page(tmp_path):

@@ -32,6 +32,15 @@ FA4_OVERLAPS = {"pingpong": ((0.5, 1.0), None), "base": ((0.0, 0.1), None), "fa3
 REL_TOL = 1e-2  # bf16 output vs the fp32 reference (tests/gpu: TOL["bf16"])
 # tracing slower than this (fraction) is a warning: the trace's timings are then off by as much
 COST_WARN = PERTURBATION_WARN
+# The attention rows' shape unless the command says another (the overlap ranges above hold here);
+# our decode kernel's tracing cost is timed here, ping-pong only (``decode_rows``).
+DEFAULT_SHAPE = dict(d=128, hq=16, hkv=1, sk=32768, b=1, sq=1)
+
+
+def decode_splits(shape: dict) -> int:
+    """The split count our decode kernel runs with in the check: the one the GPU test of the
+    schedules' overlaps uses (its ranges hold there), not the launch planner's."""
+    return max(1, shape["sk"] // 128 // 32)
 
 
 @dataclass
@@ -44,7 +53,7 @@ class Context:
     fa4_build: Optional[str] = None
     quick: bool = False
     force: bool = False
-    shape: dict = field(default_factory=lambda: dict(d=128, hq=16, hkv=1, sk=32768, b=1, sq=1))
+    shape: dict = field(default_factory=lambda: dict(DEFAULT_SHAPE))
     seed: int = 0
     files: list = field(default_factory=list)
 
@@ -361,8 +370,7 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     label = f"ours {schedule}"
     nxt = f"do not trust our decode kernel on this GPU; {REPORT_BUG}"
     s = ctx.shape
-    # the split count the GPU test of the schedules' overlaps uses (its ranges hold there)
-    splits = max(1, s["sk"] // 128 // 32)
+    splits = decode_splits(s)
     rows = []
     try:
         q, k, v = _inputs(s, ctx.seed)

@@ -1,0 +1,144 @@
+"""benchmarks/cost_targets.py: each target's best is the minimum over the rows of exactly its
+configuration (every warp of every CTA; lead-warp and sampled rows left out), "not measured" where
+no row matches, new auto_kernels*_h200.json files are read, and the committed cost_targets.json is
+what the result files give."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_cost_targets", ROOT / "benchmarks" / "cost_targets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ct = _load()
+ALL = "barrier+mma+pipeline+tma"
+
+
+def _write(folder: Path, name: str, area: str, rows: list, date: str = "2026-12-01", **kw) -> None:
+    doc = {"area": area, "title": "t", "date": date, "commit": "abc1234", "gpu": "NVIDIA H200", "command": "x",
+           **kw, "rows": rows}
+    (folder / name).write_text(json.dumps(doc))
+
+
+def _gemm(families, cost, shape="8192x8192x8192", cursor="smem", kernel="quack GemmSm90"):
+    return {"kernel": kernel, "shape": shape, "cursor": cursor, "families": families, "cost_pct": cost}
+
+
+def _by_key(rows):
+    return {r["key"]: r for r in rows}
+
+
+def test_the_best_is_the_minimum_of_the_matching_rows_only(tmp_path):
+    _write(tmp_path, "auto_kernels_h200.json", "auto-kernels", [
+        _gemm(ALL + "; lead warps 0, 4, 8 record", 1.0),   # lead warps: another configuration
+        _gemm(ALL, 5.0),
+        _gemm(ALL, 4.0, cursor="ring (8 records/warp)"),
+        _gemm(ALL, 2.0, shape="64x8192x8192"),              # another shape
+        _gemm("pipeline", 0.5),                             # fewer families
+        _gemm(ALL, None, cursor="gmem")])                   # refused: no time
+    _write(tmp_path, "cta_sample_h200.json", "auto-sample", [
+        {"kernel": "quack GEMM", "shape": "8192^3 (132 CTAs)", "recording": "16 spread", "cost_split_pct": 0.1,
+         "cost_one_body_pct": 0.2},                         # a CTA sample
+        {"kernel": "quack GEMM", "shape": "8192^3 (132 CTAs)", "recording": "all", "cost_split_pct": 4.5,
+         "cost_one_body_pct": 3.9},
+        {"kernel": "quack GEMM, dynamic", "shape": "8192^3 (132 CTAs)", "recording": "all", "cost_split_pct": 1.0,
+         "cost_one_body_pct": 1.0}])                        # another scheduler
+    rows = _by_key(ct.target_rows(tmp_path))
+    gemm = rows["gemm-every-family"]
+    assert gemm["best_pct"] == 3.9 and gemm["build"] == "smem, one body" and gemm["status"] == "missed"
+    assert gemm["source"] == "cta_sample_h200.json" and gemm["detail"] == "best of 4 rows in 2 files"
+    # nothing of FA4, our decode or the markers in these files: said, never a number
+    for key in ("fa4-spans-pipeline-barrier", "fa4-every-family", "decode-own-recorder", "markers-vs-iket"):
+        assert rows[key]["status"] == "not measured" and rows[key]["best_pct"] is None, key
+
+
+def test_fa4_rows_match_families_and_spans_exactly(tmp_path):
+    fa4 = {"kernel": "FA4 SM90 prefill full", "shape": "b2 s8192 h16 d128", "cursor": "smem"}
+    _write(tmp_path, "auto_kernels_ring_h200.json", "auto-kernels", [
+        dict(fa4, families=ALL + " + softmax, rescale spans; lead warps 0, 4, 8 record", cost_pct=10.0),
+        dict(fa4, families=ALL + " + softmax, rescale spans", cost_pct=20.0),
+        dict(fa4, families="barrier+pipeline + softmax, rescale spans", cost_pct=15.0,
+             cursor="ring (128 records/warp)"),
+        dict(fa4, families="barrier+pipeline", cost_pct=7.0),          # no spans
+        dict(fa4, kernel="FA4 SM90 prefill causal", families="barrier+pipeline + softmax, rescale spans",
+             cost_pct=6.0)])
+    # the first file's labels: spans unless "(no spans)", d left out of the shape
+    _write(tmp_path, "auto_kernels_h200.json", "auto-kernels", [
+        {"kernel": "FA4 SM90 prefill", "shape": "b2 s8192 h16", "cursor": "", "families": "all families",
+         "cost_pct": 18.0},
+        {"kernel": "FA4 SM90 prefill", "shape": "b2 s8192 h16", "cursor": "", "families": "all families (no spans)",
+         "cost_pct": 11.0}])
+    rows = _by_key(ct.target_rows(tmp_path))
+    pb, every = rows["fa4-spans-pipeline-barrier"], rows["fa4-every-family"]
+    assert (pb["best_pct"], pb["build"], pb["status"]) == (15.0, "ring (128 records/warp)", "missed")
+    assert (every["best_pct"], every["build"], every["source"]) == (18.0, "smem", "auto_kernels_h200.json")
+
+
+def test_a_new_auto_kernels_file_is_read(tmp_path):
+    _write(tmp_path, "auto_kernels_h200.json", "auto-kernels", [_gemm(ALL, 5.0)])
+    assert _by_key(ct.target_rows(tmp_path))["gemm-every-family"]["best_pct"] == 5.0
+    _write(tmp_path, "auto_kernels_spill_h200.json", "auto-kernels", [_gemm(ALL, 2.5, cursor="spill")],
+           date="2026-12-03")
+    _write(tmp_path, "auto_kernels_other_h200.json", "floors", [_gemm(ALL, 0.1)])  # not an auto-kernels file
+    gemm = _by_key(ct.target_rows(tmp_path))["gemm-every-family"]
+    assert (gemm["best_pct"], gemm["build"], gemm["status"]) == (2.5, "spill", "met")
+    assert gemm["from"] == "`auto_kernels_spill_h200.json` (2026-12-03, `abc1234`)"
+
+
+def _decode(kernel, us, d=128, b=1, **kw):
+    return {"d": d, "hq": 16, "hkv": 1, "sk": 131072, "b": b, "sq": 1, "dtype": "bf16", "kernel": kernel, "us": us,
+            **kw}
+
+
+def test_decode_takes_the_newest_file_and_its_build_with_the_lowest_worst_shape(tmp_path):
+    _write(tmp_path, "decode_h200.json", "decode", [
+        _decode("base", 10.0), _decode("base+ref", 10.0), _decode("base+trace", 10.2),          # +2%
+        _decode("pingpong+ref", 10.0), _decode("pingpong+trace", 10.1),                        # +1%
+        _decode("base+ref", 10.0, d=64), _decode("base+trace", 10.4, d=64),                    # +4%
+        _decode("base+tracelead", 10.0, d=64),                                                 # lead warps
+        _decode("pingpong+ref", 10.0, d=64), _decode("pingpong+trace", 10.5, d=64)])           # +5%
+    _write(tmp_path, "trace_cost_parts_h200.json", "trace-cost-parts",
+           [{"shape": "d64 16:1 b 1, sk 131072", "base_full_pct": 0.1}], date="2026-11-29")     # older
+    dec = _by_key(ct.target_rows(tmp_path))["decode-own-recorder"]
+    assert dec["best_pct"] == 4.0 and dec["build"].startswith("base,")
+    assert dec["worst_shape"] == "d64 16:1 sk 131072 b 1"
+    assert (dec["shapes_met"], dec["shapes_timed"], dec["matrix_shapes"]) == (1, 2, 48)
+    assert dec["status"] == "missed" and dec["source"] == "decode_h200.json"
+    assert "`fa4trace check`'s shape (d128 16:1 sk 32768 b 1, 8 splits, pingpong): not measured" in dec["detail"]
+
+
+def test_markers_compare_each_configuration_with_iket(tmp_path):
+    cols = [["work", "work:chain"], ["staged_pct", "fa4trace staged %"], ["lane0_pct", "fa4trace lane-0 stores %"],
+            ["iket_placeholders_pct", "IKET placeholders only %"], ["iket_pct", "IKET under run-iket %"]]
+    _write(tmp_path, "markers_iket_h200.json", "markers", columns=cols, rows=[
+        {"work": "l2:1", "staged_pct": 0.8, "lane0_pct": 9.6, "iket_placeholders_pct": 0.0, "iket_pct": 14.7},
+        {"work": "smem:3", "staged_pct": 96.7, "lane0_pct": 90.0, "iket_placeholders_pct": 64.5, "iket_pct": 68.2}])
+    m = _by_key(ct.target_rows(tmp_path))["markers-vs-iket"]
+    assert m["best"] == "1 of 2 configurations" and m["status"] == "missed" and m["configurations_met"] == 1
+    assert m["configurations"][1] == {"work": "smem:3", "fa4trace_pct": 90.0, "fa4trace_build": "lane-0 stores",
+                                      "iket_pct": 68.2, "met": False}
+
+
+def test_main_writes_a_result_file_and_checks_it(tmp_path, capsys):
+    _write(tmp_path, "auto_kernels_h200.json", "auto-kernels", [_gemm(ALL, 5.0)])
+    out = tmp_path / "ct.json"
+    assert ct.main(["--results", str(tmp_path), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["area"] == "cost-targets" and len(doc["rows"]) == 5 and doc["date"] == "2026-12-01"
+    assert ct.main(["--check", "--results", str(tmp_path), "--json", str(out)]) == 0
+    _write(tmp_path, "auto_kernels_ring_h200.json", "auto-kernels", [_gemm(ALL, 2.0)])
+    assert ct.main(["--check", "--results", str(tmp_path), "--json", str(out)]) == 1
+    assert "out of date" in capsys.readouterr().err
+
+
+def test_the_committed_cost_targets_are_what_the_results_give():
+    assert ct.main(["--check"]) == 0, "cost_targets.json is stale: run python benchmarks/cost_targets.py"
