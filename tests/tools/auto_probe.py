@@ -153,6 +153,9 @@ def main():
         # bounds branch)
         "ptx_shared_b64_stores": len(re.findall(r"\bst\.shared\.[bu]64\b", ptx)),
         "ptx_exit_record_stores": _exit_record_stores(entry_ptx),
+        # a ring's copies into the slot each start with one (at exit; a spilling ring's also behind
+        # each spill test), besides the kernel's own
+        "ptx_warp_syncs": entry_ptx.count("bar.warp.sync"),
         "ptx_branches": len(re.findall(r"@!?%p\d+\s+bra\b", entry_ptx)),
         # the CTA-lifetime stamps (and any other reduction or atomic of the kernel's own)
         "ptx_red_max_u64": len(re.findall(r"\bred(\.\w+)*\.global\.max\.u64\b|\bred\.global(\.\w+)*\.max\.u64\b", ptx)),
