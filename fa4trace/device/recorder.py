@@ -734,7 +734,7 @@ class SegmentRecorder:
         ring, n = self._ring
         gt1, clk1 = _edge_anchor()
         start = L.spill_rest_from(cursor, n // 2)
-        self._copy_out(start, cutlass.min(cursor, cap) - start)
+        self._copy_out(start, cutlass.min(cursor, cap) - start, reused=False)
         written = cutlass.min(cursor, cap)
         trace = self.trace
         if cap > 0:
@@ -759,22 +759,27 @@ class SegmentRecorder:
         return t
 
     @cute.jit
-    def _copy_out(self, start: Int32, count: Int32):
-        """Records at positions ``start`` .. ``start + count - 1`` (none where count <= 0), one
-        half of the ring at most, from the ring into the slot, oldest first, by the lanes active
-        here side by side (8-byte stores, consecutive lanes at consecutive words). The
-        ``bar.warp.sync`` over those lanes orders the ring stores other lanes made before."""
+    def _copy_out(self, start: Int32, count: Int32, reused: cutlass.Constexpr = True):
+        """Records at positions ``start`` .. ``start + count - 1``, one half of the ring at most,
+        from the ring into the slot, oldest first, by the lanes active here side by side (8-byte
+        stores, consecutive lanes at consecutive words). Nothing where count <= 0 (a full slot, a
+        warp that does not record). The ``bar.warp.sync`` over those lanes orders the ring stores
+        other lanes made before; ``reused`` (a spill: the ring is written again after it), a
+        second one orders the copy's reads before any lane's later ring stores."""
         header, _cap, lane = self._inv
         ring, n = self._ring
-        active = cute.arch.activemask()
-        cute.arch.sync_warp(active)
-        rank = Int32(cute.arch.popc(active & ((Int32(1) << lane) - 1)))
-        step = Int32(cute.arch.popc(active))
-        records = header + L.WARP_HEADER_WORDS + start
-        first = start & (n - 1)  # a half's records do not wrap in the ring
-        trace = self.trace
-        for i in cutlass.range(rank, count, step, unroll=1):
-            _store_record_word(trace, records + i, ring[first + i], self._policy)
+        if count > 0:
+            active = cute.arch.activemask()
+            cute.arch.sync_warp(active)
+            rank = Int32(cute.arch.popc(active & ((Int32(1) << lane) - 1)))
+            step = Int32(cute.arch.popc(active))
+            records = header + L.WARP_HEADER_WORDS + start
+            first = start & (n - 1)  # a half's records do not wrap in the ring
+            trace = self.trace
+            for i in cutlass.range(rank, count, step, unroll=1):
+                _store_record_word(trace, records + i, ring[first + i], self._policy)
+            if const_expr(reused):
+                cute.arch.sync_warp(active)
 
     @cute.jit
     def _finish(self, cursor: Int32):
