@@ -145,7 +145,8 @@ FA4_VARIANTS = [("_l2last", None, True, "smem"), ("_nospans", None, False, "smem
                 ("_barrier", ("barrier",), False, "smem"), ("_tma", ("tma",), False, "smem"),
                 ("_spans", (), True, "smem"), ("_none", (), False, "smem"), ("_ring", None, True, "ring"),
                 ("_spill", None, True, SPILL), ("_spb", ("pipeline", "barrier"), True, "smem"),
-                ("_spb_ring", ("pipeline", "barrier"), True, "ring"), ("_spb_spill", ("pipeline", "barrier"), True, SPILL)]
+                ("_spb_ring", ("pipeline", "barrier"), True, "ring"),
+                ("_spb_spill", ("pipeline", "barrier"), True, SPILL)]
 # our decode kernel, generic events: (suffix, l2, cursor)
 DECODE_VARIANTS = [("", "first", "smem"), ("_l2last", "last", "smem"), ("_ring", "first", "ring"),
                    ("_spill", "first", SPILL)]
@@ -241,8 +242,8 @@ def build(out: str, force: bool, ring_only: bool = False) -> None:
     for suffix, cursor, fams, l2 in VARIANTS:
         if not wanted("quack_gemm_sm90" + suffix):
             continue
-        c = compile_quack_gemm(families=fams, check=not ents, l2=l2, ring=GEMM_RING if cursor in ("ring", SPILL) else None,
-                               **_recorder(cursor))
+        c = compile_quack_gemm(families=fams, check=not ents, l2=l2,
+                               ring=GEMM_RING if cursor in ("ring", SPILL) else None, **_recorder(cursor))
         ents.update(entries("quack_gemm_sm90" + suffix, c,
                             {"kernel": "quack GemmSm90", "tile": list(TILE), "cluster": list(CLUSTER),
                              "quack": _version("quack-kernels"), "cursor": c.meta["cursor"], "l2": l2,
@@ -271,7 +272,8 @@ def build(out: str, force: bool, ring_only: bool = False) -> None:
         c, variant = compile_decode(l2=l2, check=not sfx, cursor=cursor)
         ents.update(entries("decode_sm90_generic" + sfx, c,
                             {"kernel": f"fa4trace decode ({variant.name}), generic events only", "variant": variant.name,
-                             "cursor": c.meta["cursor"], "ring": c.meta.get("ring"), "spill": c.meta.get("spill"), "l2": l2,
+                             "cursor": c.meta["cursor"], "ring": c.meta.get("ring"), "spill": c.meta.get("spill"),
+                             "l2": l2,
                              "families": sorted(c.meta["families"]), **DECODE}))
     build_library(ents, out, arch="sm_90a", overwrite=force)
     print(f"built {', '.join(ents)} into {out} in {time.time() - t:.0f} s")
@@ -359,8 +361,8 @@ def _pair_rings(rows: list) -> None:
             ring = row_of(build[:-len(sfx)] + "_ring", r)
             if ring is not None:
                 r["ring_cost_pct"] = ring["cost_pct"]
-                print(f"spilling ring vs ring: {r['kernel']} {r['shape']}, {r['families']}: spill {r['cost_pct']:+.2f}%, "
-                      f"ring {ring['cost_pct']:+.2f}%", flush=True)
+                print(f"spilling ring vs ring: {r['kernel']} {r['shape']}, {r['families']}: "
+                      f"spill {r['cost_pct']:+.2f}%, ring {ring['cost_pct']:+.2f}%", flush=True)
 
 
 def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: int,
@@ -604,7 +606,8 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
     from fa4trace.run.aot import BuildDir
 
     # the ring builds (plain and spilling) there are, timed in the same rounds
-    ring_names = [n for n in ("decode_sm90_generic_ring", "decode_sm90_generic_spill") if n in BuildDir(build_dir).functions]
+    ring_names = [n for n in ("decode_sm90_generic_ring", "decode_sm90_generic_spill")
+                  if n in BuildDir(build_dir).functions]
     rings = {n: load(build_dir, n, options=full.options).fn for n in ring_names}
     ring_refused = {n: _refused(lambda fn=fn: fn(*args(0), bufs[0])) for n, fn in rings.items()}
     tp, tt, tl = [], [], []

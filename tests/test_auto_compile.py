@@ -324,7 +324,8 @@ def test_quack_gemm_spill_build(arch, size):
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_fa4_prefill_spill_build(arch):
     _needs_fa4()
-    spill, ring = probe("fa4_prefill", arch, "--cursor", "ring", "--spill"), probe("fa4_prefill", arch, "--cursor", "ring")
+    spill = probe("fa4_prefill", arch, "--cursor", "ring", "--spill")
+    ring = probe("fa4_prefill", arch, "--cursor", "ring")
     _spill_matches_ring(spill, ring)
     assert "softmax" in spill["vocab"]
 
