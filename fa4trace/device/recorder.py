@@ -910,6 +910,7 @@ def check_spill(spill, cursor: str) -> bool:
         raise ValueError(f"spill=True needs cursor='ring' (it spills the ring into the slot), got cursor={cursor!r}")
     return spill
 
+
 # L2 policy of record stores (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_LAST).
 _L2_EVICT_LAST = 0x14F0000000000000
 _L2_EVICT_FIRST = 0x12F0000000000000  # CacheHintSm90::EVICT_FIRST
