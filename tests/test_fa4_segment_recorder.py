@@ -219,3 +219,97 @@ def test_ring_sizes_are_checked_in_one_line():
         with pytest.raises(ValueError, match=match) as exc:
             SegmentRecorder.start(t, cursor="ring", **kw)
         assert "\n" not in str(exc.value)
+
+
+def _spill_regions(loop: list) -> tuple:
+    """(hot path, spill branches) of a spilling ring's loop: a spill branch runs from a
+    conditional branch whose target it reaches through a bar.warp.sync (the copy) to that label."""
+    hot, spills, i = [], [], 0
+    while i < len(loop):
+        ln = loop[i]
+        target = ln.split()[-1].rstrip(";") if " bra" in ln and "@" in ln else None
+        end = next((k for k in range(i + 1, len(loop)) if loop[k].strip() == f"{target}:"), None) if target else None
+        if end is not None and any("bar.warp.sync" in x for x in loop[i:end]):
+            hot.append(ln)  # the test itself is on the hot path
+            spills.append(loop[i + 1:end])
+            i = end
+        else:
+            hot.append(ln)
+            i += 1
+    return hot, spills
+
+
+def _cache_hint_stores(lines) -> int:
+    return sum("st.global.L2::cache_hint.b64" in ln for ln in lines)
+
+
+def test_a_spilling_ring_adds_one_uniform_branch_and_copies_behind_it():
+    """cursor="ring", spill=True: the loop's hot path is the ring's (each record one st.shared.b64,
+    the cursor's st.shared.b32, no global record store, no bar.warp.sync) plus one test and its
+    branch per segment; behind that branch, where the slot has room, the active lanes copy the
+    half that filled (activemask, bar.warp.sync, ld.shared.b64, st.global with the L2 hint, in a
+    loop over the lanes, and a second bar.warp.sync before the ring is written again); finish
+    copies the rest the same way (one bar.warp.sync). The header's ring field is 0 (the ring
+    build's is 7 << 16)."""
+    args = (_fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+    ring = _ptx(_build(_Hooked(cursor="ring", ring=64, ring_warps=2)), *args)
+    spill = _ptx(_build(_Hooked(cursor="ring", ring=64, ring_warps=2, spill=True)), *args)
+    loop = _loop(spill)
+    hot, spills = _spill_regions(loop)
+    assert len(spills) == 1, spills
+    assert sum("st.shared.b64" in ln for ln in hot) == 2 and sum("st.shared.b32" in ln for ln in hot) == 1
+    assert not any("st.global" in ln and ".b64" in ln for ln in hot), hot
+    assert not any("bar.warp.sync" in ln or "activemask" in ln or "ld.shared.b64" in ln for ln in hot)
+    assert sum(" bra" in ln for ln in hot) == 2  # the spill test and the back edge
+    # the test, right after the cursor's store: cursor & 31 >= 32 - 2 as and + setp + bra. (Here
+    # the ring build keeps its cursor in a register across the loop, which the copy's
+    # bar.warp.sync does not allow; in FA4 or quack's GEMM their own barriers already keep the
+    # cursor's shared-memory loads, tests/test_auto_compile.py.)
+    at = next(i for i, ln in enumerate(hot) if "st.shared.b32" in ln)
+    test = hot[at + 1:at + 4]
+    assert test[0].split()[0] == "and.b32" and test[1].split()[0].startswith("setp") and " bra" in test[2], test
+    copy = spills[0]
+    assert any("activemask.b32" in ln for ln in copy) and sum("bar.warp.sync" in ln for ln in copy) == 2
+    assert any("ld.shared.b64" in ln for ln in copy) and _cache_hint_stores(copy) == 1
+    exit_ = spill[spill.index("\n", spill.index(loop[-1])):]
+    assert exit_.count("bar.warp.sync") == 1 and _cache_hint_stores(exit_.splitlines()) == 1
+    assert _cache_hint_stores(spill.splitlines()) == 2
+    assert f", {L.ring_field(64) << L.RING_SHIFT};" in ring and f", {L.ring_field(64) << L.RING_SHIFT};" not in spill
+
+
+@pytest.mark.parametrize("ring", [2, 4, 8, 64])
+def test_a_segment_longer_than_half_the_ring_spills_in_groups(ring):
+    """_Adjacent's segments hold 4 and 2 records: each group of at most R/2 records is followed
+    by its own test and copy (a group of exactly R/2 always fills a half: the test folds away,
+    the copy stays; two bar.warp.sync each), so no record of a long segment is overwritten
+    before it is copied."""
+    args = (_fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+    ptx = _ptx(_build(_Adjacent(cursor="ring", ring=ring, ring_warps=2, spill=True)), *args)
+    loop = _loop(ptx)
+    half = ring // 2
+    groups = sum(-(-n // half) for n in (4, 2))
+    assert sum("bar.warp.sync" in ln for ln in loop) == 2 * groups
+    assert sum("st.shared.b64" in ln for ln in loop) == 6
+
+
+def test_a_spill_reads_the_timer_again_for_the_event_after_it(monkeypatch):
+    """Adjacent events share one timer read in a spilling ring too (its hot path reads the timer
+    as the ring's does); where a close spilled, the value shared after it is read after the copy,
+    one read inside each spill branch (the copy shows as a gap, not inside the next event)."""
+    args = (_fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+    monkeypatch.setattr(SegmentRecorder, "share_timer", True)
+    ring = _loop(_ptx(_build(_Adjacent(cursor="ring", ring=64, ring_warps=2)), *args))
+    hot, spills = _spill_regions(_loop(_ptx(_build(_Adjacent(cursor="ring", ring=64, ring_warps=2, spill=True)),
+                                            *args)))
+    reads = lambda lines: sum("%clock64" in ln for ln in lines)  # noqa: E731
+    assert reads(hot) == reads(ring) == 3
+    assert len(spills) == 2 and [reads(s) for s in spills] == [1, 1]
+
+
+def test_spill_options_are_checked_in_one_line():
+    t = _fake(cutlass.Int64)
+    for kw, match in (({"cursor": "smem", "spill": True}, "spill=True needs cursor='ring'"),
+                      ({"cursor": "ring", "spill": "yes"}, "spill must be True or False")):
+        with pytest.raises(ValueError, match=match) as exc:
+            SegmentRecorder.start(t, **kw)
+        assert "\n" not in str(exc.value)

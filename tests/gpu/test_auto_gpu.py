@@ -130,3 +130,46 @@ def test_the_ring_build_keeps_each_warps_newest_records(gemm):
     assert kept and set(kept) <= set(slot)
     for w, mine in kept.items():
         assert slot[w][len(slot[w]) - len(mine):] == mine, w
+
+
+def test_the_spill_build_keeps_what_the_slot_build_keeps(gemm):
+    """The spill build (cursor="ring", spill=True, rings of 8 records: a copy every 4): its output
+    equals the plain build's bit for bit, nothing is overwritten (the headers name no ring), and
+    every warp's rows are the slot build's rows on the same inputs, in the same order (a small
+    capacity makes some warps drop their newest records in both builds alike)."""
+    from fa4trace.auto.build import load
+    from fa4trace.auto.run import RecordOptions
+    from fa4trace.run.aot import BuildDir
+
+    if "quack_gemm_sm90_spill" not in BuildDir(BUILD).functions:
+        pytest.skip(f"{BUILD} has no spill build: rebuild it (benchmarks/auto_kernels.py build)")
+    import torch
+
+    torch.manual_seed(0)
+    m, n, k = 1024, 2048, 4096
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def rows(trace):
+        out: dict = {}
+        for r in trace.events.select(["cta", "warp", "name", "iter", "kind"]).to_pylist():
+            if r["kind"] != "warp":
+                out.setdefault((r["cta"], r["warp"]), []).append((r["name"], r["iter"], r["kind"]))
+        return out
+
+    for capacity in (8192, 50):
+        opts = RecordOptions(ctas=4, cta_stride=8, capacity=capacity)
+        slot = load(BUILD, "quack_gemm_sm90", options=opts)
+        spill = load(BUILD, "quack_gemm_sm90_spill", options=opts)
+        spill.plain = slot.plain
+        slot(a, b, d)
+        full = slot.trace(config={"m": m, "n": n, "k": k})
+        spill(a, b, d)
+        assert spill.checked == [True] and spill.meta["cursor"] == "ring" and spill.meta["spill"] is True
+        t = spill.trace(config={"m": m, "n": n, "k": k})
+        launch, ref = t.meta["launches"][0], full.meta["launches"][0]
+        assert "ring" not in launch and "overwritten" not in launch
+        assert launch["records"] == ref["records"] and launch["dropped"] == ref["dropped"]
+        assert (launch["dropped"] > 0) == (capacity == 50)
+        assert rows(t) == rows(full)
