@@ -17,13 +17,6 @@ FA4's prefill (every family + its spans; pipeline + barrier + its spans) and our
 own (``smem_cost_pct``), and one launch of 8 CTAs is checked against the plain build and
 decoded into a bundle (``<build>.parquet``: what the rings kept and overwrote). A build the GPU
 refuses to launch gets a row saying why instead of a time.
-
-Spill builds (names ending "_spill": ``cursor="ring", spill=True``, each ring copying a half
-into the buffer as it fills, nothing overwritten) stand beside the same ring builds: their rows
-carry the smem twin's cost (``smem_cost_pct``), the plain ring's (``ring_cost_pct``) and the
-smem twin's bundle's event count (``smem_events``: a spill bundle of the same CTAs should hold
-the same records). quack's GEMM has rings of 8 records only (see GEMM_RING): its spill build
-copies every 4 records, the worst case.
 """
 
 from __future__ import annotations
@@ -98,11 +91,9 @@ def quack_gemm_entry(arch_major: int = 9, dynamic: bool = False):
 
 def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: bool = True, families=None,
                        cursor: str = "smem", l2: str = "first", split: bool = True,
-                       dynamic: bool = False, cta_lifetimes: bool = True, ring: int | None = None,
-                       spill: bool = False):
+                       dynamic: bool = False, cta_lifetimes: bool = True, ring: int | None = None):
     """``fa4trace.instrument`` over quack's GEMM entry: the traced compile (and its plain twin).
-    ``ring``: records per warp of ``cursor="ring"`` (None: fa4trace's default); ``spill``: the
-    ring spills into the buffer (``compile_traced(spill=)``)."""
+    ``ring``: records per warp of ``cursor="ring"`` (None: fa4trace's default)."""
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     from fa4trace.auto.compiler import compile_traced
     from fa4trace.auto.events import FAMILIES
@@ -111,45 +102,32 @@ def compile_quack_gemm(*, arch: str = "sm_90a", keep_ptx: bool = False, check: b
     opts = "--enable-tvm-ffi" + (" --keep-ptx" if keep_ptx else "")
     return compile_traced(entry, *args, kernels=[cls], families=FAMILIES if families is None else families,
                           check=check, options=opts, cursor=cursor, l2=l2, split=split,
-                          cta_lifetimes=cta_lifetimes, spill=spill, **({} if ring is None else {"ring": ring}))
-
-
-# A variant table's cursor for a ring that spills (compile_traced(cursor="ring", spill=True))
-SPILL = "ring+spill"
-
-
-def _recorder(cursor: str) -> dict:
-    """compile_traced's recorder arguments for a variant table's cursor."""
-    return {"cursor": "ring", "spill": True} if cursor == SPILL else {"cursor": cursor}
+                          cta_lifetimes=cta_lifetimes, **({} if ring is None else {"ring": ring}))
 
 
 # (name suffix, cursor, families, l2): the default build and the cost-by-family variants
 VARIANTS = [("", "smem", None, "first"), ("_l2last", "smem", None, "last"), ("_gmem", "gmem", None, "first"),
             ("_pipeline", "smem", ("pipeline",), "first"), ("_mma", "smem", ("mma",), "first"),
             ("_tma", "smem", ("tma",), "first"), ("_barrier", "smem", ("barrier",), "first"),
-            ("_none", "smem", (), "first"), ("_ring", "ring", None, "first"), ("_spill", SPILL, None, "first")]
+            ("_none", "smem", (), "first"), ("_ring", "ring", None, "first")]
 # Records per warp of the GEMM's ring build. quack's GEMM takes 230,400 B of dynamic shared
 # memory (its stages fill the H200's 232,448 B a block may have but 2 KB), which starts at a 1 KB
 # boundary after the static: the smem cursor's 128 B already hold that first 1 KB, and rings of 8
 # records for its 12 warps (768 B more) fit in it too, so the ring build takes no more shared
 # memory than the smem one (a ring of 16 would fill the block exactly; 128 does not launch). A
-# record costs the same whatever the ring's size; only the copy at exit is shorter. (The spill
-# build's ring of 8 copies a half, 4 records, every 4 records.)
+# record costs the same whatever the ring's size; only the copy at exit is shorter.
 GEMM_RING = 8
 
 
 # FA4 (non-causal) cost by family: (suffix, families, with the softmax / rescale spans, cursor);
-# "_ring" is the default build's ring twin (every family + the spans), "_spill" its spilling ring
+# "_ring" is the default build's ring twin (every family + the spans)
 FA4_VARIANTS = [("_l2last", None, True, "smem"), ("_nospans", None, False, "smem"),
                 ("_pipeline", ("pipeline",), False, "smem"), ("_mma", ("mma",), False, "smem"),
                 ("_barrier", ("barrier",), False, "smem"), ("_tma", ("tma",), False, "smem"),
                 ("_spans", (), True, "smem"), ("_none", (), False, "smem"), ("_ring", None, True, "ring"),
-                ("_spill", None, True, SPILL), ("_spb", ("pipeline", "barrier"), True, "smem"),
-                ("_spb_ring", ("pipeline", "barrier"), True, "ring"),
-                ("_spb_spill", ("pipeline", "barrier"), True, SPILL)]
+                ("_spb", ("pipeline", "barrier"), True, "smem"), ("_spb_ring", ("pipeline", "barrier"), True, "ring")]
 # our decode kernel, generic events: (suffix, l2, cursor)
-DECODE_VARIANTS = [("", "first", "smem"), ("_l2last", "last", "smem"), ("_ring", "first", "ring"),
-                   ("_spill", "first", SPILL)]
+DECODE_VARIANTS = [("", "first", "smem"), ("_l2last", "last", "smem"), ("_ring", "first", "ring")]
 
 
 def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = True, cursor: str = "smem",
@@ -167,9 +145,8 @@ def compile_fa4_prefill(*, causal: bool, keep_ptx: bool = False, check: bool = T
         opts = cap.options + (" --keep-ptx" if keep_ptx else "")
         from fa4trace.auto.events import FAMILIES
 
-        c = compile_traced(cap.kernel, *cap.args, spans=FA4_SPANS if spans else None, check=check,
-                           families=FAMILIES if families is None else families, options=opts, l2=l2,
-                           **_recorder(cursor))
+        c = compile_traced(cap.kernel, *cap.args, spans=FA4_SPANS if spans else None, check=check, cursor=cursor,
+                           families=FAMILIES if families is None else families, options=opts, l2=l2)
     return c, cap.config
 
 
@@ -219,15 +196,14 @@ def compile_decode(*, keep_ptx: bool = False, check: bool = True, l2: str = "fir
     opts = f"--enable-tvm-ffi --gpu-arch {A.ARCH} {A.PTXAS_OPTIONS}" + (" --keep-ptx" if keep_ptx else "")
     c = compile_traced(A.DecodeAttentionSm90(variant), *A.fake_arguments(variant.head_dim, variant.dtype, False),
                        check=check, options=opts, l2=l2, families=FAMILIES if families is None else families,
-                       **_recorder(cursor))
+                       cursor=cursor)
     return c, variant
 
 
 # ``build --ring-only``: the ring builds, their smem-cursor twins and what ``run`` needs beside them
-RING_BUILDS = ("quack_gemm_sm90", "quack_gemm_sm90_ring", "quack_gemm_sm90_spill", "fa4_sm90_prefill_full",
-               "fa4_sm90_prefill_full_ring", "fa4_sm90_prefill_full_spill", "fa4_sm90_prefill_full_spb",
-               "fa4_sm90_prefill_full_spb_ring", "fa4_sm90_prefill_full_spb_spill", "decode_sm90_generic",
-               "decode_sm90_generic_l2last", "decode_sm90_generic_ring", "decode_sm90_generic_spill")
+RING_BUILDS = ("quack_gemm_sm90", "quack_gemm_sm90_ring", "fa4_sm90_prefill_full", "fa4_sm90_prefill_full_ring",
+               "fa4_sm90_prefill_full_spb", "fa4_sm90_prefill_full_spb_ring", "decode_sm90_generic",
+               "decode_sm90_generic_l2last", "decode_sm90_generic_ring")
 
 
 def build(out: str, force: bool, ring_only: bool = False) -> None:
@@ -242,13 +218,12 @@ def build(out: str, force: bool, ring_only: bool = False) -> None:
     for suffix, cursor, fams, l2 in VARIANTS:
         if not wanted("quack_gemm_sm90" + suffix):
             continue
-        c = compile_quack_gemm(families=fams, check=not ents, l2=l2,
-                               ring=GEMM_RING if cursor in ("ring", SPILL) else None, **_recorder(cursor))
+        c = compile_quack_gemm(cursor=cursor, families=fams, check=not ents, l2=l2,
+                               ring=GEMM_RING if cursor == "ring" else None)
         ents.update(entries("quack_gemm_sm90" + suffix, c,
                             {"kernel": "quack GemmSm90", "tile": list(TILE), "cluster": list(CLUSTER),
-                             "quack": _version("quack-kernels"), "cursor": c.meta["cursor"], "l2": l2,
-                             "ring": c.meta.get("ring"), "spill": c.meta.get("spill"),
-                             "families": sorted(c.meta["families"])}))
+                             "quack": _version("quack-kernels"), "cursor": cursor, "l2": l2,
+                             "ring": c.meta.get("ring"), "families": sorted(c.meta["families"])}))
     for causal in (False, True):
         if not wanted(f"fa4_sm90_prefill_{'causal' if causal else 'full'}"):
             continue
@@ -262,8 +237,7 @@ def build(out: str, force: bool, ring_only: bool = False) -> None:
         c, cfg = compile_fa4_prefill(causal=False, families=fams, spans=sp, check=False, cursor=cursor,
                                      l2="last" if sfx == "_l2last" else "first")
         ents.update(entries(f"fa4_sm90_prefill_full{sfx}", c,
-                            dict(cfg, kernel="FA4 prefill", cursor=c.meta["cursor"], ring=c.meta.get("ring"),
-                                 spill=c.meta.get("spill"), l2=c.meta["l2"],
+                            dict(cfg, kernel="FA4 prefill", cursor=cursor, ring=c.meta.get("ring"), l2=c.meta["l2"],
                                  families=sorted(c.meta["families"]),
                                  spans=sorted(FA4_SPANS) if sp else [])))
     for sfx, l2, cursor in DECODE_VARIANTS:
@@ -272,8 +246,7 @@ def build(out: str, force: bool, ring_only: bool = False) -> None:
         c, variant = compile_decode(l2=l2, check=not sfx, cursor=cursor)
         ents.update(entries("decode_sm90_generic" + sfx, c,
                             {"kernel": f"fa4trace decode ({variant.name}), generic events only", "variant": variant.name,
-                             "cursor": c.meta["cursor"], "ring": c.meta.get("ring"), "spill": c.meta.get("spill"),
-                             "l2": l2,
+                             "cursor": cursor, "ring": c.meta.get("ring"), "l2": l2,
                              "families": sorted(c.meta["families"]), **DECODE}))
     build_library(ents, out, arch="sm_90a", overwrite=force)
     print(f"built {', '.join(ents)} into {out} in {time.time() - t:.0f} s")
@@ -287,10 +260,8 @@ def _version(dist: str) -> str:
 
 # ---- run (GPU: torch + tvm-ffi) -------------------------------------------------------------
 def _cursor_text(cfg: dict) -> str:
-    """A build's recorder placement as a row says it: "smem", "ring (8 records/warp)",
-    "ring (8 records/warp), spilling", ..."""
+    """A build's recorder placement as a row says it: "smem", "ring (8 records/warp)", ..."""
     text = f"ring ({cfg['ring']} records/warp)" if cfg.get("cursor") == "ring" else cfg.get("cursor", "smem")
-    text += ", spilling" if cfg.get("spill") else ""
     return text + (", L2 evict_last" if cfg.get("l2") == "last" else "")
 
 
@@ -312,8 +283,7 @@ def _ring_bundle(build_dir: str, name: str, call, options, config: dict, out: st
                  file: str | None = None) -> dict:
     """One launch of the ring build ``name`` through ``fa4trace.auto.build.load`` (``options``:
     who records; the output checked against the plain build of ``plain_of``), decoded into
-    ``<out>/<file or name>.parquet``: the row fields that say what the rings kept and overwrote
-    (a spilling ring overwrites nothing: its line counts the newest records past the capacity)."""
+    ``<out>/<file or name>.parquet``: the row fields that say what the rings kept and overwrote."""
     from fa4trace.analysis.overlap import ring_losses, summarize
     from fa4trace.analysis.text import dropped_text
     from fa4trace.auto.build import load
@@ -335,34 +305,18 @@ def _ring_bundle(build_dir: str, name: str, call, options, config: dict, out: st
 
 
 def _pair_rings(rows: list) -> None:
-    """Each ring or spill build's row gets the cost of its smem-cursor twin (the build of the
-    same name without "_ring" / "_spill": the same kernel, shape and events), and one line says
-    both; a spill row also gets its plain ring's cost (the "_ring" build) and the smem twin's
-    bundle's event count (``smem_events``)."""
-    def row_of(build: str, like: dict):
-        return next((t for t in rows if t.get("build") == build and t["kernel"] == like["kernel"]
-                     and t["shape"] == like["shape"] and "lead warps" not in t.get("families", "")
-                     and t.get("cost_pct") is not None), None)
-
+    """Each ring build's row gets the cost of its smem-cursor twin (the build of the same name
+    without "_ring": the same kernel, shape and events), and one line says both."""
     for r in rows:
-        build = str(r.get("build", ""))
-        sfx = next((s for s in ("_ring", "_spill") if build.endswith(s)), None)
-        if sfx is None or r.get("cost_pct") is None:
+        if not str(r.get("build", "")).endswith("_ring") or r.get("cost_pct") is None:
             continue
-        what = "ring" if sfx == "_ring" else "spilling ring"
-        twin = row_of(build[:-len(sfx)], r)
+        twin = next((t for t in rows if t.get("build") == r["build"][:-len("_ring")] and t["kernel"] == r["kernel"]
+                     and t["shape"] == r["shape"] and "lead warps" not in t.get("families", "")
+                     and t.get("cost_pct") is not None), None)
         if twin is not None:
             r["smem_cost_pct"] = twin["cost_pct"]
-            print(f"{what} vs smem cursor: {r['kernel']} {r['shape']}, {r['families']}: {what} {r['cost_pct']:+.2f}% "
+            print(f"ring vs smem cursor: {r['kernel']} {r['shape']}, {r['families']}: ring {r['cost_pct']:+.2f}% "
                   f"({r['cursor']}), smem {twin['cost_pct']:+.2f}%", flush=True)
-        if sfx == "_spill":
-            if twin is not None and twin.get("events") is not None:
-                r["smem_events"] = twin["events"]
-            ring = row_of(build[:-len(sfx)] + "_ring", r)
-            if ring is not None:
-                r["ring_cost_pct"] = ring["cost_pct"]
-                print(f"spilling ring vs ring: {r['kernel']} {r['shape']}, {r['families']}: "
-                      f"spill {r['cost_pct']:+.2f}%, ring {ring['cost_pct']:+.2f}%", flush=True)
 
 
 def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: int,
@@ -461,9 +415,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
                                notes="traced = every warp of every CTA records, all four families on; "
                                      "the bundle records 8 CTAs. CUDA-graph replay, cold L2, rounds interleaved. "
                                      "cursor ring: each record a shared-memory store, copied out at the warp's exit "
-                                     "(smem_cost_pct: the smem-cursor twin's cost in the same rounds); "
-                                     "spilling: the ring copies each half into the buffer as it fills, nothing "
-                                     "overwritten (ring_cost_pct: the plain ring's cost).")
+                                     "(smem_cost_pct: the smem-cursor twin's cost in the same rounds).")
         results.write(json_path, doc)
 
 
@@ -605,20 +557,16 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
     bufs = [new_trace_tensor(full.options.spec(full.warps_per_cta)) for _ in range(n_sets)]
     from fa4trace.run.aot import BuildDir
 
-    # the ring builds (plain and spilling) there are, timed in the same rounds
-    ring_names = [n for n in ("decode_sm90_generic_ring", "decode_sm90_generic_spill")
-                  if n in BuildDir(build_dir).functions]
-    rings = {n: load(build_dir, n, options=full.options).fn for n in ring_names}
-    ring_refused = {n: _refused(lambda fn=fn: fn(*args(0), bufs[0])) for n, fn in rings.items()}
-    tp, tt, tl = [], [], []
-    tr: dict = {n: [] for n in ring_names}
+    ring_name = "decode_sm90_generic_ring"
+    ring = load(build_dir, ring_name, options=full.options).fn if ring_name in BuildDir(build_dir).functions else None
+    ring_refused = None if ring is None else _refused(lambda: ring(*args(0), bufs[0]))
+    tp, tt, tl, tr = [], [], [], []
     for _ in range(rounds):
         tp.append(graph_time(lambda i: full.plain(*args(i)), n_sets, replays, n_sets * 8)[0])
         tt.append(graph_time(lambda i: full.fn(*args(i), bufs[i]), n_sets, replays, n_sets * 8)[0])
         tl.append(graph_time(lambda i: last(*args(i), bufs[i]), n_sets, replays, n_sets * 8)[0])
-        for n, fn in rings.items():
-            if ring_refused[n] is None:
-                tr[n].append(graph_time(lambda i: fn(*args(i), bufs[i]), n_sets, replays, n_sets * 8)[0])
+        if ring is not None and ring_refused is None:
+            tr.append(graph_time(lambda i: ring(*args(i), bufs[i]), n_sets, replays, n_sets * 8)[0])
     mp, mt, ml = sorted(tp)[len(tp) // 2], sorted(tt)[len(tt) // 2], sorted(tl)[len(tl) // 2]
     extra = {"kernel": "fa4trace decode, generic events only", "shape": "d128 16:1 sk131072 b1 pingpong",
              "build": "decode_sm90_generic_l2last", "cursor": "smem, L2 evict_last", "families": "barrier+mma+pipeline+tma",
@@ -630,22 +578,21 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
            "bitwise_equal": all(kern.checked), "events": len(trace),
            "dropped": int(trace.events.column("dropped").to_numpy().max()), "bundle": os.path.basename(path)}
     print(json.dumps(row), flush=True)
-    out_rows = [extra, row]
-    for ring_name in ring_names:
-        cfg = BuildDir(build_dir).functions[ring_name]["config"]
-        rrow = {"kernel": row["kernel"], "shape": row["shape"], "build": ring_name, "cursor": _cursor_text(cfg),
-                "families": row["families"], "plain_us": round(mp, 2)}
-        if ring_refused[ring_name] is not None:
-            rrow.update(traced_us=None, cost_pct=None, refused=ring_refused[ring_name])
-        else:
-            mr = sorted(tr[ring_name])[len(tr[ring_name]) // 2]
-            rrow.update(_ring_bundle(build_dir, ring_name, lambda kk: kk(*args(0)),
-                                     RecordOptions(ctas=plan.n_ctas, capacity=4096),
-                                     dict(p, dtype="bf16", variant=variant.name), out, "decode_sm90_generic"))
-            rrow.update(traced_us=round(mr, 2), cost_pct=round(100 * (mr / mp - 1), 2))
-        print(json.dumps(rrow), flush=True)
-        out_rows.append(rrow)
-    return out_rows
+    if ring is None:
+        return [extra, row]
+    cfg = BuildDir(build_dir).functions[ring_name]["config"]
+    rrow = {"kernel": row["kernel"], "shape": row["shape"], "build": ring_name, "cursor": _cursor_text(cfg),
+            "families": row["families"], "plain_us": round(mp, 2)}
+    if ring_refused is not None:
+        rrow.update(traced_us=None, cost_pct=None, refused=ring_refused)
+    else:
+        mr = sorted(tr)[len(tr) // 2]
+        rrow.update(_ring_bundle(build_dir, ring_name, lambda kk: kk(*args(0)),
+                                 RecordOptions(ctas=plan.n_ctas, capacity=4096), dict(p, dtype="bf16", variant=variant.name),
+                                 out, "decode_sm90_generic"))
+        rrow.update(traced_us=round(mr, 2), cost_pct=round(100 * (mr / mp - 1), 2))
+    print(json.dumps(rrow), flush=True)
+    return [extra, row, rrow]
 
 
 def main(argv=None):

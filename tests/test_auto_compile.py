@@ -291,45 +291,6 @@ def test_fa4_prefill_ring_build(arch):
     assert "softmax" in ring["vocab"]
 
 
-def _spill_matches_ring(spill: dict, ring: dict) -> None:
-    """A spilling ring build against the plain ring build of the same kernel: the same records
-    stored into the same rings (st.shared.b64), the same shared memory; its global record stores
-    are all in copies that start with a bar.warp.sync (one per spill branch, which ends with a
-    second one, plus finish's, as the ring's one), and each spill branch reads the timer at most
-    once more (the value an event after the close shares, read after the copy)."""
-    m, r = spill["meta"], ring["meta"]
-    assert m["cursor"] == r["cursor"] == "ring" and m["spill"] is True and r["spill"] is False
-    assert m["ring"] == r["ring"] and m["ring_smem_bytes"] == r["ring_smem_bytes"] == spill["ptx_static_smem"]
-    assert spill["ptx_shared_b64_stores"] == ring["ptx_shared_b64_stores"] > 0
-    assert m["placed"] == r["placed"] and m["split"] == r["split"]
-    copies = spill["ptx_record_stores"] - ring["ptx_record_stores"]
-    assert 0 < copies <= spill["ptx_shared_b64_stores"]  # a spill test per segment (or per R/2 of its records)
-    assert spill["ptx_warp_syncs"] - ring["ptx_warp_syncs"] == 2 * copies
-    assert spill["ptx_exit_record_stores"] == spill["ptx_record_stores"]  # none outside a copy
-    assert 0 <= spill["ptx_clock64"] - ring["ptx_clock64"] <= copies
-    assert spill["ptx_red_max_u64"] == ring["ptx_red_max_u64"] == 2 and spill["restored"]
-
-
-@pytest.mark.parametrize("arch, size", [("sm_90a", None), ("sm_90a", "8"), ("sm_100a", None)])
-def test_quack_gemm_spill_build(arch, size):
-    """cursor="ring", spill=True on quack's GEMM, with fa4trace's ring and with the benchmark's
-    rings of 8 records (a copy every 4 records)."""
-    _needs_quack()
-    args = ("--cursor", "ring") + (("--ring", size) if size else ())
-    spill, ring = probe("quack_gemm", arch, *args, "--spill"), probe("quack_gemm", arch, *args)
-    _spill_matches_ring(spill, ring)
-    assert spill["ptx_mma"] == ring["ptx_mma"] > 0
-
-
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-def test_fa4_prefill_spill_build(arch):
-    _needs_fa4()
-    spill = probe("fa4_prefill", arch, "--cursor", "ring", "--spill")
-    ring = probe("fa4_prefill", arch, "--cursor", "ring")
-    _spill_matches_ring(spill, ring)
-    assert "softmax" in spill["vocab"]
-
-
 def test_ring_size_and_a_kernel_without_events():
     """--ring 16: 16 records a warp. A kernel that records nothing keeps no ring (the compiler
     sees the cursor stay 0 and drops it), whatever its size."""

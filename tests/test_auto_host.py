@@ -178,15 +178,14 @@ def test_a_refused_shared_memory_build_is_compiled_again_with_the_global_cursor(
         calls.append(args)
         return "ran"
 
-    meta = {"kernel": "k", "cursor": cursor, **({"ring": 128, "spill": True, "ring_cta_warps": 12,
-                                                  "ring_smem_bytes": 12416}
+    meta = {"kernel": "k", "cursor": cursor, **({"ring": 128, "ring_cta_warps": 12, "ring_smem_bytes": 12416}
                                                  if cursor == "ring" else {})}
     k = Instrumented(refused, None, meta, plain=None, recompile=lambda c: SimpleNamespace(
         fn=gmem, vocab="v", meta={"kernel": "k", "cursor": c}))
     assert k._launch((1, 2), {}, "buf") == "ran" and calls == [(1, 2, "buf")]
     assert k.meta["cursor"] == "gmem" and k.not_traced == ""
     assert k.meta["cursor_reason"] == f"the {what} did not launch: CUDA_ERROR_INVALID_VALUE: too much shared memory"
-    assert not {"ring", "spill", "ring_cta_warps", "ring_smem_bytes"} & set(k.meta)
+    assert not {"ring", "ring_cta_warps", "ring_smem_bytes"} & set(k.meta)
 
 
 def test_bad_cursor_or_ring_is_one_line():
@@ -197,9 +196,7 @@ def test_bad_cursor_or_ring_is_one_line():
     if not dsl_version().startswith("4.8"):
         pytest.skip("needs nvidia-cutlass-dsl 4.8")
     for kw, match in (({"cursor": "regs"}, "cursor must be one of 'gmem', 'smem', 'ring'"),
-                      ({"cursor": "ring", "ring": 100}, "ring must be a power of two"),
-                      ({"cursor": "smem", "spill": True}, "spill=True needs cursor='ring'"),
-                      ({"cursor": "ring", "spill": 1}, "spill must be True or False")):
+                      ({"cursor": "ring", "ring": 100}, "ring must be a power of two")):
         with pytest.raises(ValueError, match=match):
             compile_traced(lambda: None, **kw)
         with pytest.raises(ValueError, match=match):

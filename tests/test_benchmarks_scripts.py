@@ -237,30 +237,6 @@ def test_auto_kernels_pairs_each_ring_build_with_its_smem_twin(capsys):
     assert "ring vs smem cursor: k s, f: ring +12.50% (ring (128 records/warp)), smem +20.00%" in capsys.readouterr().out
 
 
-def test_auto_kernels_pairs_each_spill_build_with_its_smem_and_ring_twins(capsys):
-    """The "_spill" builds (a ring that spills) stand beside each ring build, are built by
-    build --ring-only, compile with cursor="ring", spill=True, and their rows get the smem twin's
-    cost and events and the plain ring's cost."""
-    ak = _load(BENCH / "auto_kernels.py")
-    made = ({"quack_gemm_sm90" + v[0] for v in ak.VARIANTS} | {"fa4_sm90_prefill_full" + v[0] for v in ak.FA4_VARIANTS}
-            | {"decode_sm90_generic" + v[0] for v in ak.DECODE_VARIANTS})
-    spills = sorted(n for n in made if n.endswith("_spill"))
-    assert spills == ["decode_sm90_generic_spill", "fa4_sm90_prefill_full_spb_spill", "fa4_sm90_prefill_full_spill",
-                      "quack_gemm_sm90_spill"]
-    assert all(n in ak.RING_BUILDS and n[:-len("_spill")] + "_ring" in made for n in spills)
-    assert ak._recorder(ak.SPILL) == {"cursor": "ring", "spill": True} and ak._recorder("ring") == {"cursor": "ring"}
-    assert ak._cursor_text({"cursor": "ring", "ring": 8, "spill": True}) == "ring (8 records/warp), spilling"
-    row = {"kernel": "k", "shape": "s", "families": "f"}
-    rows = [dict(row, build="a", cursor="smem", cost_pct=20.0, events=1000),
-            dict(row, build="a_ring", cursor="ring (128 records/warp)", cost_pct=12.5),
-            dict(row, build="a_spill", cursor="ring (128 records/warp), spilling", cost_pct=13.0, events=1000)]
-    ak._pair_rings(rows)
-    assert rows[2]["smem_cost_pct"] == 20.0 and rows[2]["ring_cost_pct"] == 12.5 and rows[2]["smem_events"] == 1000
-    out = capsys.readouterr().out
-    assert "spilling ring vs smem cursor: k s, f: spilling ring +13.00%" in out
-    assert "spilling ring vs ring: k s, f: spill +13.00%, ring +12.50%" in out
-
-
 def test_auto_kernels_names_a_refused_launch_in_one_line():
     pytest.importorskip("torch")
     ak = _load(BENCH / "auto_kernels.py")

@@ -30,13 +30,12 @@ class Recording:
     """What one ``instrument`` block compiled: ``kernels`` (Instrumented, in compile order)."""
 
     def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None,
-                 l2: str = "first", split: bool = True, ring: int = DEFAULT_RING, spill: bool = False):
+                 l2: str = "first", split: bool = True, ring: int = DEFAULT_RING):
         self.families = tuple(families)
         self.extra_kernels = tuple(kernels)
         self.roles = dict(roles) if roles else None
         self.cursor = cursor
         self.ring = ring
-        self.spill = spill
         self.options = options
         self.warps_per_cta = warps_per_cta
         self.spans = dict(spans or {})
@@ -79,8 +78,7 @@ class Recording:
         # and once the block has ended the program runs it wherever the Instrumented was kept
         return compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=cursor,
                               check=True if check is None else check, spans=self.spans, l2=self.l2,
-                              split=self.split, compile_fn=real_compile, ring=self.ring,
-                              spill=self.spill and cursor == "ring", **kwargs)
+                              split=self.split, compile_fn=real_compile, ring=self.ring, **kwargs)
 
     def _open(self, caches=()) -> None:
         """Make the program's cached kernels miss (``reach.Reach``) and watch for calls of
@@ -175,7 +173,7 @@ class _CompileProxy:
 def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
                warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None,
-               l2: str = "first", split: bool = True, caches=(), ring: int = DEFAULT_RING, spill: bool = False):
+               l2: str = "first", split: bool = True, caches=(), ring: int = DEFAULT_RING):
     """Trace every CuTe DSL kernel that runs inside the block, with automatic events.
 
     Kernels the program compiled before the block (kept in FA4's or quack's caches, or any
@@ -199,14 +197,12 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     False compiles one body. ``cursor``: "smem" (default), "gmem", or "ring": each warp keeps
     its last ``ring`` records (a power of two, default 128) in shared memory, one shared-memory
     store per record, and copies them into the buffer when it exits; the bundle says how many
-    older records the rings overwrote; ``spill=True`` (with "ring"): each ring copies a half into
-    the buffer as it fills, so nothing is overwritten (the capacity holds as with "smem"). A
-    kernel whose traced build cannot launch with the shared-memory cursor or ring is compiled
-    again with "gmem".
+    older records the rings overwrote. A kernel whose traced build cannot launch with the
+    shared-memory cursor or ring is compiled again with "gmem".
     """
     import cutlass.cute as cute
 
-    from ..device.recorder import CURSORS, check_spill
+    from ..device.recorder import CURSORS
     from .compiler import require_dsl
 
     require_dsl()
@@ -214,11 +210,10 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
         raise ValueError(f"cursor must be one of {', '.join(repr(c) for c in CURSORS)}, got {cursor!r}")
     if cursor == "ring":
         check_ring(ring)
-    check_spill(spill, cursor)
     recording = Recording(families=families, kernels=kernels, roles=roles, cursor=cursor,
                           options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
                                                 warps=tuple(warps) if warps else None, check=check),
-                          warps_per_cta=warps_per_cta, spans=spans, l2=l2, split=split, ring=ring, spill=spill)
+                          warps_per_cta=warps_per_cta, spans=spans, l2=l2, split=split, ring=ring)
     real = cute.compile
     proxy = _CompileProxy(real, recording)
     patches = Patches()

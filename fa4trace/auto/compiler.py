@@ -157,7 +157,7 @@ SPLIT_REFUSALS = {
 def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
                    spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
                    hooks=None, buffer_before: Optional[str] = None, cta_lifetimes: bool = True,
-                   ring: int = DEFAULT_RING, spill: bool = False, **kwargs) -> CompiledTraced:
+                   ring: int = DEFAULT_RING, **kwargs) -> CompiledTraced:
     """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
 
     ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
@@ -168,9 +168,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     records (a power of two, default 128: 1 KB a warp, for the CTA's warp count when its block
     size is a constant, else for 32 warps), copied into the trace buffer when the warp exits;
     a warp then keeps its last ``ring`` records, and the bundle says how many older ones the
-    ring overwrote (``SegmentRecorder``); with ``spill=True`` the ring copies each half into the
-    buffer as it fills, so nothing is overwritten (the slot's capacity holds as with "smem";
-    one test per segment more than the plain ring). ``l2``: the
+    ring overwrote (``SegmentRecorder``). ``l2``: the
     record stores' L2 policy, "first" (default: records leave L2 before the kernel's reused data)
     or "last" (records stay in L2; for kernels that stream their inputs once). ``check``: also
     compile the plain kernel, for the output check. ``split`` (default): the kernel holds its
@@ -189,14 +187,13 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ..device.recorder import CURSORS, SegmentRecorder, check_spill
+    from ..device.recorder import CURSORS, SegmentRecorder
 
     require_dsl()
     if cursor not in CURSORS:
         raise ValueError(f"cursor must be one of {', '.join(repr(c) for c in CURSORS)}, got {cursor!r}")
     if cursor == "ring":
         L.check_ring(ring)
-    check_spill(spill, cursor)
     compile_fn = compile_fn or cute.compile
     entry, obj = _entry_of(fn)
     targets = find_kernels(fn, kernels)
@@ -224,8 +221,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             # the launch being traced was just reported (entry._LaunchSpy): a constant block
             # sizes the ring for the CTA's warps
             warps = _block_warps(STATE.launches[-1:]) if cursor == "ring" else None
-            STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2, ring=ring, ring_warps=warps,
-                                              spill=spill)
+            STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2, ring=ring, ring_warps=warps)
             if cursor == "ring":
                 ring_warps.append(warps or L.MAX_CTA_WARPS)
 
@@ -269,7 +265,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                 "pipelines": dict(table.pipelines),
                 "warps_per_cta": _block_warps(STATE.launches),
                 "cursor": cursor,
-                **({"ring": int(ring), "spill": spill, "ring_cta_warps": max(ring_warps, default=None),
+                **({"ring": int(ring), "ring_cta_warps": max(ring_warps, default=None),
                     "ring_smem_bytes": L.ring_smem_bytes(ring, max(ring_warps, default=L.MAX_CTA_WARPS))}
                    if cursor == "ring" else {}),
                 "l2": l2,

@@ -229,7 +229,7 @@ class Instrumented:
         if self._recompile is not None and was in SHARED_MEMORY_CURSORS:
             c = self._recompile("gmem")
             self.fn, self.vocab = c.fn, c.vocab
-            for k in ("ring", "spill", "ring_cta_warps", "ring_smem_bytes"):  # a ring build's: gone with it
+            for k in ("ring", "ring_cta_warps", "ring_smem_bytes"):  # a ring build's: gone with it
                 self.meta.pop(k, None)
             self.meta.update(c.meta, cursor="gmem",
                              cursor_reason=f"the {SHARED_MEMORY_CURSORS[was]} did not launch: {first}")

@@ -510,33 +510,19 @@ class SegmentRecorder:
     ``min(cursor, R, capacity)`` records into the warp's slot, oldest first, with the warp's
     active lanes side by side, and its header says so (layout: word 2's ring field), so the
     decoder knows that the records lost are the oldest ones (overwritten), not the newest.
-
-    Ring that spills (``start(cursor="ring", spill=True)``): the same ring stores, and at each
-    segment's close one warp-uniform test, did its records fill a half of the ring? If so the
-    active lanes copy that half (R/2 records) into the slot at its records' own positions
-    (record k of the warp at slot position k, as the "gmem"/"smem" cursors place it; positions
-    past the capacity are not stored), and ``finish`` copies the records since the last spill.
-    Nothing is lost up to the slot's capacity, and the slot, its counts and its header (ring
-    field 0) are those of a warp without a ring: the decoder needs nothing new. Why halves: the
-    half that just filled is copied while the segments after it write into the other half, so
-    no record is overwritten before it is copied and the copy never waits for one; spilling the
-    whole ring when it wraps would need the copy before the wrapping records' stores. A segment
-    of more than R/2 records makes that test after each R/2 of its records (``Segment.close``).
     """
 
     # Adjacent events share one timer read (``timer``). Class-wide, as a switch for tests and
     # measurements of the reads it saves; on by default.
     share_timer: bool = True
 
-    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last", ring=None,
-                 spill: bool = False):
+    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last", ring=None):
         self.trace = trace
         self.role = role
         self.timebase = timebase
         self._inv = invariants
         self._smem = smem_cursor  # (cute tensor of 32 Int32 in shared memory, warp index) or None
         self._ring = ring  # (this warp's ring: cute tensor of R Int64 in shared memory, R) or None
-        self._spill = spill  # the ring spills each half into the slot as it fills (class doc)
         self._policy = L2_POLICY[l2]
         self._open: Optional["Segment"] = None
         self._last_read = None  # (emit point, value) of the last timer read, while shareable
@@ -548,8 +534,7 @@ class SegmentRecorder:
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
               timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last",
-              ring: int = L.DEFAULT_RING, ring_warps: Optional[int] = None,
-              spill: bool = False) -> "SegmentRecorder":
+              ring: int = L.DEFAULT_RING, ring_warps: Optional[int] = None) -> "SegmentRecorder":
         """Claim this warp's slot, write the start of its header and zero its cursor.
 
         ``cursor``: where the cursor lives between segments. "gmem" (default): the header word
@@ -563,9 +548,6 @@ class SegmentRecorder:
         compile time; else 32, the most a CTA holds): records are stored there and copied to
         the slot at ``finish``, which keeps the last ``ring`` of them (class doc).
 
-        ``spill`` (cursor "ring" only): each half of the ring is copied into the slot as it
-        fills, so nothing is lost up to the slot's capacity (class doc).
-
         ``l2``: the L2 policy of the record stores. "last" (evict_last, default): records stay in
         L2 until the launch ends, right for kernels that stream their inputs once (decode
         attention). "first" (evict_first): records leave L2 first, right for kernels whose
@@ -574,7 +556,6 @@ class SegmentRecorder:
         """
         if l2 not in L2_POLICY:
             raise ValueError(f"l2 must be one of {sorted(L2_POLICY)}, got {l2!r}")
-        check_spill(spill, cursor)
         if const_expr(trace is None):
             return SegmentRecorder(None, role, timebase, None)
         if timebase not in L.TIMEBASE_NAMES:
@@ -591,9 +572,7 @@ class SegmentRecorder:
             if need > L.STATIC_SMEM_LIMIT:
                 raise ValueError(f"a ring of {records} records for {warps} warps needs {need} B of static shared "
                                  f"memory, more than the {L.STATIC_SMEM_LIMIT} B a kernel may hold; choose a smaller ring")
-        # a ring that spills leaves the slot of a warp without one: its header names no ring
-        inv = Recorder._claim_slot(trace, role, timebase, *Recorder._begin_slot(trace, timebase),
-                                   ring=0 if spill else records)
+        inv = Recorder._claim_slot(trace, role, timebase, *Recorder._begin_slot(trace, timebase), ring=records)
         smem = ring_buf = None
         if cursor in ("smem", "ring"):
             ptr = cute.arch.alloc_smem(Int32, L.MAX_CTA_WARPS, alignment=16)
@@ -603,7 +582,7 @@ class SegmentRecorder:
             # the CTA's warp count (ring_warps, else 32), so no ring reaches another's
             rptr = cute.arch.alloc_smem(Int64, warps * records, alignment=16)
             ring_buf = (cute.make_tensor(rptr + smem[1] * records, cute.make_layout(records)), records)
-        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2, ring_buf, bool(spill))
+        rec = SegmentRecorder(trace, role, timebase, inv, smem, l2, ring_buf)
         rec._store_cursor(Int32(0))
         return rec
 
@@ -675,25 +654,20 @@ class SegmentRecorder:
         last = self._last_read
         if self.share_timer and last is not None and _same_point(last[0], _emit_point()):
             return last[1]
-        t = self._read_timer()
+        if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
+            t = cute.arch.globaltimer()
+        else:
+            t = cute.arch.clock64()
         self._last_read = (_emit_point(), t) if self.share_timer else None
         return t
 
-    def _read_timer(self):
-        if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
-            return cute.arch.globaltimer()
-        return cute.arch.clock64()
-
     def finish(self):
         """Close the header: end anchors and written/dropped counts (as ``Recorder.finish``);
-        with a ring, first copy its records into the slot (a ring that spills: those since its
-        last spill)."""
+        with a ring, first copy its records into the slot."""
         if self._open is not None:
             raise RuntimeError("fa4trace: finish() with a segment still open")
         if const_expr(self.trace is not None):
-            if const_expr(self._spill):
-                self._finish_spill(self._load_cursor())
-            elif const_expr(self._ring is not None):
+            if const_expr(self._ring is not None):
                 self._finish_ring(self._load_cursor())
             else:
                 self._finish(self._load_cursor())
@@ -724,62 +698,6 @@ class SegmentRecorder:
             trace[header + L.W_GT1] = gt1
             trace[header + L.W_CLK1] = clk1
             trace[header + L.W_COUNTS] = Int64(kept) | (Int64(cursor - kept) << 32)
-
-    @cute.jit
-    def _finish_spill(self, cursor: Int32):
-        """A ring that spills: end anchors, the records since the last spill into the slot, and
-        the counts of a warp without a ring (written | dropped << 32: the newest past the
-        capacity are the dropped ones)."""
-        header, cap, _lane = self._inv
-        ring, n = self._ring
-        gt1, clk1 = _edge_anchor()
-        start = L.spill_rest_from(cursor, n // 2)
-        self._copy_out(start, cutlass.min(cursor, cap) - start, reused=False)
-        written = cutlass.min(cursor, cap)
-        trace = self.trace
-        if cap > 0:
-            trace[header + L.W_GT1] = gt1
-            trace[header + L.W_CLK1] = clk1
-            trace[header + L.W_COUNTS] = Int64(written) | (Int64(cursor - written) << 32)
-
-    @cute.jit
-    def _spill_check(self, c: Int32, m: cutlass.Constexpr, t):
-        """After ``m`` records (``m <= R/2``) stored from position ``c`` on: the one test a
-        segment of a spilling ring adds, and behind it the copy of the half they filled. ``t``:
-        the timer value an event after the close would share (``timer``), or None; where the
-        copy ran, a value read after it takes its place (the copy's time is then a gap
-        between the events, not part of the next one). Returns that value."""
-        half = self._ring[1] // 2
-        if L.spill_due(c, m, half):
-            start = L.spill_from(c, m, half)
-            _header, cap, _lane = self._inv
-            self._copy_out(start, cutlass.min(Int32(half), cap - start))
-            if const_expr(t is not None):
-                t = self._read_timer()
-        return t
-
-    @cute.jit
-    def _copy_out(self, start: Int32, count: Int32, reused: cutlass.Constexpr = True):
-        """Records at positions ``start`` .. ``start + count - 1``, one half of the ring at most,
-        from the ring into the slot, oldest first, by the lanes active here side by side (8-byte
-        stores, consecutive lanes at consecutive words). Nothing where count <= 0 (a full slot, a
-        warp that does not record). The ``bar.warp.sync`` over those lanes orders the ring stores
-        other lanes made before; ``reused`` (a spill: the ring is written again after it), a
-        second one orders the copy's reads before any lane's later ring stores."""
-        header, _cap, lane = self._inv
-        ring, n = self._ring
-        if count > 0:
-            active = cute.arch.activemask()
-            cute.arch.sync_warp(active)
-            rank = Int32(cute.arch.popc(active & ((Int32(1) << lane) - 1)))
-            step = Int32(cute.arch.popc(active))
-            records = header + L.WARP_HEADER_WORDS + start
-            first = start & (n - 1)  # a half's records do not wrap in the ring
-            trace = self.trace
-            for i in cutlass.range(rank, count, step, unroll=1):
-                _store_record_word(trace, records + i, ring[first + i], self._policy)
-            if const_expr(reused):
-                cute.arch.sync_warp(active)
 
     @cute.jit
     def _finish(self, cursor: Int32):
@@ -865,51 +783,15 @@ class Segment:
         if const_expr(rec.trace is not None):
             if current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
-            if const_expr(rec._spill):
-                self._close_spilling()
-            else:
-                for j, word in enumerate(self._words):
-                    rec._store_record(self._cursor + j, word)
-                if self._words:
-                    rec._store_cursor(self._cursor + len(self._words))
+            for j, word in enumerate(self._words):
+                rec._store_record(self._cursor + j, word)
+            if self._words:
+                rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
-
-    def _close_spilling(self):
-        """A spilling ring's close: the records in groups of at most R/2, each group's ring
-        stores followed by the spill test (one group, one test, for segments of up to R/2
-        records: a group of at most R/2 fills at most one half, and the half it fills is not
-        written again before the next group's records, which go into the other half)."""
-        rec = self._rec
-        half = rec._ring[1] // 2
-        n = len(self._words)
-        # the timer value an event after this close would share (timer), if any: refreshed by a spill
-        last = rec._last_read
-        held = last[1] if last is not None and _same_point(last[0], _emit_point()) else None
-        t = held
-        for g in range(0, n, half):
-            group = self._words[g:g + half]
-            for j, word in enumerate(group):
-                rec._store_record(self._cursor + g + j, word)
-            if g + half >= n:
-                rec._store_cursor(self._cursor + n)
-            t = rec._spill_check(self._cursor + g, len(group), t)
-        if held is not None:
-            rec._last_read = (None, t)  # a new value for _recorder_ops to place after the close
 
 
 # Where a SegmentRecorder keeps its cursor (and, "ring", its records) between segments
 CURSORS = ("gmem", "smem", "ring")
-
-
-def check_spill(spill, cursor: str) -> bool:
-    """``spill`` as a recorder option (a ring that spills: cursor "ring" only), or a one-line
-    ValueError."""
-    if not isinstance(spill, bool):
-        raise ValueError(f"spill must be True or False, got {spill!r}")
-    if spill and cursor != "ring":
-        raise ValueError(f"spill=True needs cursor='ring' (it spills the ring into the slot), got cursor={cursor!r}")
-    return spill
-
 
 # L2 policy of record stores (the createpolicy encoding CUTLASS names CacheHintSm90::EVICT_LAST).
 _L2_EVICT_LAST = 0x14F0000000000000

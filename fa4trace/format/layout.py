@@ -46,10 +46,7 @@ counting, so its dropped records are the newest ones. A warp with a ring
 (``SegmentRecorder`` cursor="ring") keeps its last R records in shared memory and copies them
 into its slot, oldest first, when it finishes: its dropped records are the oldest ones
 (overwritten in the ring), and ``written`` is at most R. (The ring field came after the first
-buffers; those have 0 there and read as before.) A ring that spills (``spill=True``) copies
-each half of the ring into the slot as it fills, record k at slot position k, and the rest
-at finish: its slot is that of a warp without a ring (newest records dropped past the
-capacity), so its ring field is 0.
+buffers; those have 0 there and read as before.)
 
 Record (one word, one per event):
     bits  0..31  low 32 bits of the timer (clock64 cycles, or globaltimer ns)
@@ -136,27 +133,6 @@ def check_ring(records) -> int:
             or records & (records - 1) or records > 1 << 12:
         raise ValueError(f"ring must be a power of two from 2 to 4096 (records per warp), got {records!r}")
     return int(records)
-
-
-# A ring that spills (SegmentRecorder cursor="ring", spill=True) copies each half of the ring
-# into the slot once it is full. These index rules are shared by the device recorder (with
-# runtime integers) and its host twin (fa4trace.trace.synthetic.spill_ring); ``half`` = R / 2.
-def spill_due(c, m: int, half: int):
-    """Do ``m`` records (``m <= half``) stored from position ``c`` on fill a half of the ring
-    (does position c + m reach a multiple of ``half`` that c was below)?"""
-    return (c & (half - 1)) >= half - m
-
-
-def spill_from(c, m: int, half: int):
-    """Where ``spill_due`` holds: the position of the first record of the half that filled
-    (a multiple of ``half``; its records are positions spill_from .. spill_from + half - 1)."""
-    return ((c + m) & -half) - half
-
-
-def spill_rest_from(cursor, half: int):
-    """The position of the first record not yet spilled once ``cursor`` records were stored
-    (the records from there to the cursor are copied at finish)."""
-    return cursor & -half
 
 
 def ring_smem_bytes(records: int, warps: int) -> int:

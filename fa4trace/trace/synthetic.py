@@ -34,12 +34,10 @@ class WarpEvents:
     payload: np.ndarray  # int, -1 = none
     t: np.ndarray  # int64 timer values (full 64-bit)
     attempted: int | None = None  # default len(kind): > capacity models an overflowing warp
-    segments: list[int] | None = None  # records per SegmentRecorder segment (a spilling ring's); None: 1 each
 
 
 def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
-                 timebase: int = L.TIMEBASE_CLOCK64, lifetimes=None, ring: int = 0,
-                 spill: bool = False) -> np.ndarray:
+                 timebase: int = L.TIMEBASE_CLOCK64, lifetimes=None, ring: int = 0) -> np.ndarray:
     """``warps`` into their slots, and ``lifetimes`` — (CTA indices, start ns, end ns),
     absolute %globaltimer — into the CTA-lifetime region as the stamps leave it (entries of
     CTAs beyond ``spec.lifetime_ctas`` are not timed, as on the device).
@@ -47,15 +45,9 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
     ``ring``: the warps recorded into shared-memory rings of that many records
     (``SegmentRecorder`` cursor="ring"): each keeps the last min(n, ring, capacity) of its
     events, the others count as dropped (overwritten), and its header names the ring. Without
-    a ring a warp keeps its first events, as a slot that fills does.
-
-    ``spill`` (with ``ring``): the rings spilled each half into the slot as it filled
-    (``cursor="ring", spill=True``): each warp's records go through ``spill_ring`` in its
-    ``segments``, and the slot and header are those of a warp without a ring."""
+    a ring a warp keeps its first events, as a slot that fills does."""
     if ring:
         L.check_ring(ring)
-    if spill and not ring:
-        raise ValueError("spill=True needs a ring (ring=R)")
     buf = spec.new_buffer()
     slots = buf[L.GLOBAL_HEADER_WORDS:spec.slots_end].reshape(spec.n_slots, spec.slot_words)
     recorded = spec.recorded_warps
@@ -66,63 +58,19 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
         s = (rel // spec.cta_stride) * spec.warps_per_cta + recorded.index(w.warp)
         n = len(w.kind)
         attempted = n if w.attempted is None else w.attempted
-        kept_ring = 0 if spill else ring  # a spilling ring keeps no fewer than the slot does
-        written = min(attempted, spec.capacity, n, kept_ring or n)
-        keep = slice(n - written, n) if kept_ring else slice(0, written)  # a ring keeps the newest
+        written = min(attempted, spec.capacity, n, ring or n)
+        keep = slice(n - written, n) if ring else slice(0, written)  # a ring keeps the newest
         hdr = slots[s, :L.WARP_HEADER_WORDS]
         hdr[L.W_MAGIC] = L.warp_word0(timebase, w.role)
         hdr[L.W_IDS] = (w.sm & 0xFFFFFFFF) | (w.cta << 32)
-        hdr[L.W_WARP] = w.warp | (L.ring_field(kept_ring) << L.RING_SHIFT)
+        hdr[L.W_WARP] = w.warp | (L.ring_field(ring) << L.RING_SHIFT)
         hdr[L.W_GT0], hdr[L.W_CLK0], hdr[L.W_GT1], hdr[L.W_CLK1] = w.gt0, w.clk0, w.gt1, w.clk1
         hdr[L.W_COUNTS] = written | ((attempted - written) << 32)
-        if spill:  # through the device's rules: what it leaves is the first records, as without a ring
-            words = spill_ring(pack_records(w.t, w.event, w.kind, w.payload), w.segments or [1] * n, ring, written)[0]
-        else:
-            words = pack_records(w.t[keep], w.event[keep], w.kind[keep], w.payload[keep])
-        slots[s, L.WARP_HEADER_WORDS:L.WARP_HEADER_WORDS + written] = words
+        slots[s, L.WARP_HEADER_WORDS:L.WARP_HEADER_WORDS + written] = pack_records(
+            w.t[keep], w.event[keep], w.kind[keep], w.payload[keep])
     if lifetimes is not None:
         write_lifetimes(buf, spec, *lifetimes)
     return buf
-
-
-def spill_ring(words, segments, ring: int, capacity: int) -> tuple[np.ndarray, int, int]:
-    """Host twin of a spilling ring (``SegmentRecorder`` cursor="ring", spill=True) with the
-    device's index rules (``layout.spill_due`` / ``spill_from`` / ``spill_rest_from``): the
-    records ``words`` arrive in segments of ``segments`` records; each segment's records go into
-    the ring at position & (ring - 1) in groups of at most ring / 2, each group followed by the
-    spill test and the copy of the half it filled (slot positions below ``capacity`` only), and
-    the rest is copied at finish. Returns (the slot's records, written, dropped). A copy that
-    would read a ring entry already overwritten raises RuntimeError (the rules must not allow it)."""
-    words = np.asarray(words, np.uint64)
-    if sum(segments) != len(words) or min(segments, default=1) < 1:
-        raise ValueError(f"segments must be positive and add up to the {len(words)} records, got {list(segments)}")
-    half = ring // 2
-    slot = np.zeros(capacity, np.uint64)
-    ring_words = np.zeros(ring, np.uint64)
-    held = np.full(ring, -1, np.int64)  # the position of the record each ring entry holds
-
-    def copy_out(start: int, count: int) -> None:
-        for i in range(max(count, 0)):
-            at = (start & (ring - 1)) + i
-            if held[at] != start + i:
-                raise RuntimeError(f"the copy of record {start + i} found record {held[at]} in ring entry {at}")
-            slot[start + i] = ring_words[at]
-
-    cursor = 0
-    for n in segments:
-        for g in range(0, n, half):
-            m = min(half, n - g)
-            for j in range(m):
-                ring_words[(cursor + g + j) & (ring - 1)] = words[cursor + g + j]
-                held[(cursor + g + j) & (ring - 1)] = cursor + g + j
-            if L.spill_due(cursor + g, m, half):
-                start = L.spill_from(cursor + g, m, half)
-                copy_out(start, min(half, capacity - start))
-        cursor += n
-    start = L.spill_rest_from(cursor, half)
-    copy_out(start, min(cursor, capacity) - start)
-    written = min(cursor, capacity)
-    return slot[:written], written, cursor - written
 
 
 def write_lifetimes(buf: np.ndarray, spec: L.BufferSpec, cta, start, end) -> None:

@@ -1,7 +1,7 @@
 """Compile a kernel under fa4trace's automatic events in this (fresh) process and print a JSON
 summary: what the compile found, the PTX's marker counts, and whether every hook was removed.
 
-    python tests/tools/auto_probe.py quack_gemm sm_90a [--families pipeline,mma] [--cursor smem|gmem|ring] [--ring 64] [--spill]
+    python tests/tools/auto_probe.py quack_gemm sm_90a [--families pipeline,mma] [--cursor smem|gmem|ring] [--ring 64]
     python tests/tools/auto_probe.py plain_copy sm_90a
 """
 
@@ -75,7 +75,6 @@ def main():
     ap.add_argument("--families", default=None)
     ap.add_argument("--cursor", default="smem")
     ap.add_argument("--ring", type=int, default=None, help="records per warp of --cursor ring")
-    ap.add_argument("--spill", action="store_true", help="--cursor ring spills each half into the slot (spill=True)")
     ap.add_argument("--no-split", action="store_true", help="one instrumented body for every CTA (split=False)")
     ap.add_argument("--no-lifetimes", action="store_true", help="no CTA-lifetime stamps (cta_lifetimes=False)")
     a = ap.parse_args()
@@ -87,7 +86,7 @@ def main():
     from fa4trace.auto.compiler import compile_traced
 
     fams = tuple(f for f in a.families.split(",") if f) if a.families is not None else None
-    ring = ({} if a.ring is None else {"ring": a.ring}) | ({"spill": True} if a.spill else {})
+    ring = {} if a.ring is None else {"ring": a.ring}
     before = originals()
     if a.kernel == "fa4_prefill":
         # FA4's forward for a prefill shape through FA4's own interface; on sm_100a with a span
@@ -153,9 +152,6 @@ def main():
         # bounds branch)
         "ptx_shared_b64_stores": len(re.findall(r"\bst\.shared\.[bu]64\b", ptx)),
         "ptx_exit_record_stores": _exit_record_stores(entry_ptx),
-        # a ring's copies into the slot each start with one (at exit; a spilling ring's also behind
-        # each spill test), besides the kernel's own
-        "ptx_warp_syncs": entry_ptx.count("bar.warp.sync"),
         "ptx_branches": len(re.findall(r"@!?%p\d+\s+bra\b", entry_ptx)),
         # the CTA-lifetime stamps (and any other reduction or atomic of the kernel's own)
         "ptx_red_max_u64": len(re.findall(r"\bred(\.\w+)*\.global\.max\.u64\b|\bred\.global(\.\w+)*\.max\.u64\b", ptx)),
