@@ -94,7 +94,8 @@ PAGES = {
                         "([`benchmarks/results/`](../benchmarks/results/)); what they mean: "
                         "[instrument.md](instrument.md), [fidelity.md](fidelity.md).",
                         [("trace-cost-parts", "Our decode kernel's recorder"), ("trace-cost", None),
-                         ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None)]),
+                         ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None),
+                         ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill")]),
     "fidelity-error.md": ("Fidelity error",
                           "What a trace with every family reports against the lightest trace of the same launch "
                           "that reports the same figure (per metric), and against a second dense launch (the "

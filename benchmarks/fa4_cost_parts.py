@@ -1,0 +1,138 @@
+"""Where fa4trace.instrument's cost goes in FA4's SM90 prefill: one build per part, timed together.
+
+    python benchmarks/fa4_cost_parts.py build -o build/fa4_parts      # CPU with the CuTe DSL + flash-attn-4
+    python benchmarks/fa4_cost_parts.py run build/fa4_parts --json benchmarks/results/fa4_cost_parts_h200.json  # GPU
+
+FA4's SM90 forward at b2 s8192 h16 d128 (benchmarks/auto_kernels.py's prefill shape), every warp of
+every CTA recording, each build timed against the plain build in the same interleaved rounds
+(CUDA-graph replay, cold L2; auto_kernels.run_fa4). The parts (``PARTS``): the recorder alone
+(warp lifetimes, with and without the CTA-lifetime stamps), the two named spans (softmax,
+rescale) alone and together, each family alone, spans + pipeline + barrier, every family; with
+records in global memory (smem cursor) or in the shared-memory ring, and with span begins held
+in registers across the wrapped call or stored before it (``families.STORE_AT_BEGIN``: the
+user's spans by default, every family's, or none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+BASE = "fa4_sm90_prefill_full"
+SOFTMAX, RESCALE = "softmax", "rescale"
+ALL_SPAN_FAMILIES = ("user", "pipeline", "barrier", "mma", "tma")
+# suffix -> (families (None: every one), spans, cursor, families whose spans store their begin
+# before the call (None: fa4trace's default), CTA-lifetime stamps, what the row says)
+PARTS = {
+    "": (None, (SOFTMAX, RESCALE), "smem", None, True, "every family + spans"),
+    "_life": ((), (), "smem", None, True, "warp lifetimes (recorder start and finish) + CTA stamps"),
+    "_life_nostamps": ((), (), "smem", None, False, "warp lifetimes, no CTA stamps"),
+    "_spans": ((), (SOFTMAX, RESCALE), "smem", None, True, "spans"),
+    "_spans_ring": ((), (SOFTMAX, RESCALE), "ring", None, True, "spans"),
+    "_spans_held": ((), (SOFTMAX, RESCALE), "ring", (), True, "spans, begins held across the call"),
+    "_softmax": ((), (SOFTMAX,), "ring", None, True, "softmax span"),
+    "_rescale": ((), (RESCALE,), "ring", None, True, "rescale span"),
+    "_pipeline": (("pipeline",), (), "ring", None, True, "pipeline"),
+    "_barrier": (("barrier",), (), "ring", None, True, "barrier"),
+    "_mma": (("mma",), (), "ring", None, True, "mma"),
+    "_tma": (("tma",), (), "ring", None, True, "tma"),
+    "_spb": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "smem", None, True, "spans + pipeline + barrier"),
+    "_spb_ring": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", None, True, "spans + pipeline + barrier"),
+    "_spb_held": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", (), True,
+                  "spans + pipeline + barrier, begins held"),
+    "_spb_allbegin": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", ALL_SPAN_FAMILIES, True,
+                      "spans + pipeline + barrier, every family's begins stored first"),
+    "_all_ring": (None, (SOFTMAX, RESCALE), "ring", None, True, "every family + spans"),
+}
+
+
+def build(out: str, force: bool) -> None:
+    """Compile every part (sm_90a) into one AOT library."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    import auto_kernels as ak
+    import fa4trace.auto.compiler as compiler
+    import fa4trace.auto.families as families
+    from fa4trace.auto.build import entries
+    from fa4trace.run.aot import build_library
+
+    all_spans, compile_traced, default_begin = dict(ak.FA4_SPANS), compiler.compile_traced, families.STORE_AT_BEGIN
+    t, ents = time.time(), {}
+    try:
+        for sfx, (fams, spans, cursor, begin, stamps, _what) in PARTS.items():
+            families.STORE_AT_BEGIN = default_begin if begin is None else frozenset(begin)
+            ak.FA4_SPANS = {k: all_spans[k] for k in spans}
+            compiler.compile_traced = (lambda *a, _s=stamps, **k: compile_traced(*a, cta_lifetimes=_s, **k))
+            c, cfg = ak.compile_fa4_prefill(causal=False, families=fams, spans=bool(spans), check=not sfx,
+                                            cursor=cursor)
+            ents.update(entries(BASE + sfx, c, dict(
+                cfg, kernel="FA4 prefill", cursor=cursor, ring=c.meta.get("ring"), l2=c.meta["l2"],
+                families=sorted(c.meta["families"]), spans=sorted(spans),
+                begins_first=sorted(families.STORE_AT_BEGIN), cta_lifetimes=stamps)))
+            print(f"{BASE + sfx}: compiled", flush=True)
+    finally:
+        ak.FA4_SPANS, compiler.compile_traced, families.STORE_AT_BEGIN = all_spans, compile_traced, default_begin
+    build_library(ents, out, arch="sm_90a", overwrite=force)
+    print(f"built {len(ents)} entries into {out} in {time.time() - t:.0f} s")
+
+
+def run(build_dir: str, json_path: str | None, rounds: int, replays: int) -> list:
+    """Time every part against the plain build (auto_kernels.run_fa4, rounds interleaved)."""
+    import tempfile
+
+    import auto_kernels as ak
+    from fa4trace.bench import results
+    from fa4trace.run.aot import BuildDir
+
+    funcs = BuildDir(build_dir).functions
+    ak.FA4_VARIANTS = [(sfx, None, True, "") for sfx in PARTS if sfx and BASE + sfx in funcs]
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = ak.run_fa4(build_dir, tmp, rounds, replays)
+    rows = []
+    for r in raw:
+        if "lead warps" in r.get("families", "") or r["build"] not in funcs:
+            continue
+        sfx = r["build"][len(BASE):]
+        cfg = funcs[r["build"]]["config"]
+        rows.append({"part": PARTS[sfx][5], "build": r["build"], "cursor": r.get("cursor"),
+                     "begins_first": ", ".join(cfg.get("begins_first") or []) or "none",
+                     "plain_us": r["plain_us"], "traced_us": r.get("traced_us"), "cost_pct": r.get("cost_pct"),
+                     "refused": r.get("refused")})
+        print(json.dumps(rows[-1]), flush=True)
+    if json_path:
+        results.write(json_path, results.envelope(
+            "fa4-cost-parts", "Where the cost goes: FA4 SM90 prefill b2 s8192 h16 d128, one build per part", rows,
+            columns=[["part", "part"], ["cursor", "records"], ["begins_first", "span begins stored before the call"],
+                     ["plain_us", "plain µs"], ["traced_us", "traced µs"], ["cost_pct", "cost %"]],
+            notes="Every warp of every CTA records; each build against the plain build in the same interleaved "
+                  "rounds (CUDA-graph replay, cold L2). records: smem = each record stored to global memory (the "
+                  "cursor in shared memory); ring = each record a shared-memory store, the newest 128 per warp "
+                  "copied out at the warp's exit."))
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile every part (CPU, the CuTe DSL)")
+    b.add_argument("-o", "--out", default="build/fa4_parts")
+    b.add_argument("--force", action="store_true")
+    r = sub.add_parser("run", help="time every part on this GPU")
+    r.add_argument("build")
+    r.add_argument("--json")
+    r.add_argument("--rounds", type=int, default=7)
+    r.add_argument("--replays", type=int, default=10)
+    a = ap.parse_args(argv)
+    if a.cmd == "build":
+        build(a.out, a.force)
+    else:
+        run(a.build, a.json, a.rounds, a.replays)
+
+
+if __name__ == "__main__":
+    main()
