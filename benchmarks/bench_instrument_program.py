@@ -111,6 +111,21 @@ def _replays_us(graphs: list, rounds: int = 7, replays: int = 10) -> list:
     return [statistics.median(t) for t in times]
 
 
+def _python_calls(fn, calls: int = 20) -> float:
+    """Python function calls per library call (cProfile's count): what the call runs on the host,
+    free of the timing noise of a shared machine; the same before and after the block means
+    nothing of fa4trace stayed in the call's path."""
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        fn()
+    pr.disable()
+    return pstats.Stats(pr).total_calls / calls
+
+
 def one(case: str) -> dict:
     """Everything for one case, in this (fresh) process."""
     import fa4trace
@@ -121,6 +136,7 @@ def one(case: str) -> dict:
     rounds, calls = 7, 50
     graphable = case != "fa4_fwd_bwd"  # autograd's backward is not captured here
     before = [_host_us(fn, calls) for _ in range(rounds)]
+    py_before = _python_calls(fn)
     g_before = _graph(fn) if graphable else None  # the kernels the program launched before the block
     graph_before = _replays_us([g_before])[0] if graphable else None
     t0 = time.perf_counter()
@@ -131,6 +147,7 @@ def one(case: str) -> dict:
     exit_s = time.perf_counter() - t1
     traced = [k.meta.get("kernel") for k in rec.launched]
     after = [_host_us(fn, calls) for _ in range(rounds)]
+    py_after = _python_calls(fn)
     graph_after = graph_pair = None
     if graphable:
         g_after = _graph(fn)  # the kernels the program launches after the block
@@ -148,6 +165,7 @@ def one(case: str) -> dict:
         "graph_us_before": None if graph_before is None else round(graph_before, 2),
         "graph_us_after": None if graph_after is None else round(graph_after, 2),
         "graph_us_pair_after_block": None if graph_pair is None else [round(x, 2) for x in graph_pair],
+        "python_calls_per_call_before": round(py_before, 1), "python_calls_per_call_after": round(py_after, 1),
     }
 
 
@@ -162,13 +180,56 @@ def gpu_text() -> str:
     return f"{torch.cuda.get_device_name()} (driver {drv[0] if drv else '?'}, torch {torch.__version__})"
 
 
+def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -> None:
+    """The per-case rows (``one``'s) with their percentages, written as a result file (``gpu``:
+    default the visible one)."""
+    for r in rows:
+        if "error" in r:
+            continue
+        r["kernels_traced_n"] = len(r["kernels_traced"])
+        r["block_s"] = round(r["block_entry_s"] + r["block_exit_s"], 2)
+        r["after_host_pct"] = round(100 * (r["host_us_per_call_after"] / r["host_us_per_call_before"] - 1), 2)
+        if r.get("graph_us_before"):
+            r["after_graph_seq_pct"] = round(100 * (r["graph_us_after"] / r["graph_us_before"] - 1), 2)
+            pre, post = r["graph_us_pair_after_block"]
+            r["after_graph_pct"] = round(100 * (post / pre - 1), 2)
+    out = {"area": "instrument-program",
+           "title": "instrument() in a PyTorch program: compile time; a plain call after the block",
+           "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT", ""),
+           "gpu": gpu or gpu_text(),
+           "command": "python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json",
+           "notes": "Fresh process per case, JIT; in instrument(): first call after a warm-up (cached kernel "
+                    "taken out, compiled traced + plain). After vs before the block: host time per call; "
+                    "CUDA-graph replay, cold L2: a graph captured before the block and one captured "
+                    "after it, replayed in turns after the block (sequential: each replayed alone, "
+                    "before and after the block)." + note,
+           "columns": [["what", "case"], ["first_call_plain_s", "first call plain (s)"],
+                       ["first_call_instrumented_s", "in instrument() (s)"], ["block_s", "block entry + exit (s)"],
+                       ["after_host_pct", "host call after vs before %"],
+                       ["after_graph_pct", "graph replay after vs before % (in turns)"],
+                       ["after_graph_seq_pct", "... sequential %"]],
+           "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"wrote {output}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--output", default="benchmarks/results/instrument_program_h200.json")
     ap.add_argument("--case", choices=CASES, help="one case in this process (the driver runs each in its own)")
+    ap.add_argument("--rows", help="summarise the per-case JSON lines a run printed (a log) instead of running")
+    ap.add_argument("--note", default="", help="a sentence added to the notes")
+    ap.add_argument("--gpu", help="the GPU the rows were measured on (with --rows on another machine)")
     a = ap.parse_args()
     if a.case:
         print(json.dumps(one(a.case)))
+        return
+    if a.rows:
+        with open(a.rows) as f:
+            rows = [json.loads(ln) for ln in f if ln.startswith("{")]
+        summarise(rows, a.output, a.note, a.gpu)
         return
     rows = []
     for case in CASES:
@@ -178,36 +239,7 @@ def main():
         else:
             rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)
-    for r in rows:
-        if "error" in r:
-            continue
-        r["kernels_traced_n"] = len(r["kernels_traced"])
-        r["block_s"] = round(r["block_entry_s"] + r["block_exit_s"], 2)
-        r["after_host_pct"] = round(100 * (r["host_us_per_call_after"] / r["host_us_per_call_before"] - 1), 2)
-        if r.get("graph_us_before"):
-            r["after_graph_seq_pct"] = round(100 * (r["graph_us_after"] / r["graph_us_before"] - 1), 2)
-            b, a = r["graph_us_pair_after_block"]
-            r["after_graph_pct"] = round(100 * (a / b - 1), 2)
-    out = {"area": "instrument-program",
-           "title": "instrument() in a PyTorch program: compile time; a plain call after the block",
-           "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT", ""),
-           "gpu": gpu_text(),
-           "command": "python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json",
-           "notes": "Fresh process per case, JIT; in instrument(): first call after a warm-up (cached kernel "
-                    "taken out, compiled traced + plain). After vs before the block: host time per call; "
-                    "CUDA-graph replay, cold L2: a graph captured before the block and one captured "
-                    "after it, replayed in turns after the block (sequential: each replayed alone, "
-                    "before and after the block).",
-           "columns": [["what", "case"], ["first_call_plain_s", "first call plain (s)"],
-                       ["first_call_instrumented_s", "in instrument() (s)"], ["block_s", "block entry + exit (s)"],
-                       ["after_host_pct", "host call after vs before %"],
-                       ["after_graph_pct", "graph replay after vs before % (in turns)"],
-                       ["after_graph_seq_pct", "... sequential %"]],
-           "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(a.output)), exist_ok=True)
-    with open(a.output, "w") as f:
-        json.dump(out, f, indent=1)
-    print(f"wrote {a.output}")
+    summarise(rows, a.output, a.note)
 
 
 if __name__ == "__main__":
