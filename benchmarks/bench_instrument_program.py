@@ -205,6 +205,8 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
                     "before and after the block)." + note,
            "columns": [["what", "case"], ["first_call_plain_s", "first call plain (s)"],
                        ["first_call_instrumented_s", "in instrument() (s)"], ["block_s", "block entry + exit (s)"],
+                       ["python_calls_per_call_before", "Python calls per call before"],
+                       ["python_calls_per_call_after", "... after"],
                        ["after_host_pct", "host call after vs before %"],
                        ["after_graph_pct", "graph replay after vs before % (in turns)"],
                        ["after_graph_seq_pct", "... sequential %"]],
