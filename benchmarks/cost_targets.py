@@ -50,7 +50,8 @@ SOURCES = {"auto": ("auto_kernels*_h200.json", "auto-kernels"),
            "fidelity": ("fidelity*_cost.json", "fidelity"),
            "decode": ("decode*_h200.json", "decode"),
            "parts": ("trace_cost_parts*_h200.json", "trace-cost-parts"),
-           "markers": ("markers*_h200.json", "markers")}
+           "markers": ("markers*_h200.json", "markers"),
+           "fa4-parts": ("fa4_cost_parts*_h200.json", "fa4-cost-parts")}
 
 GEMM = "quack GEMM"
 FA4 = "FA4 SM90 prefill"
@@ -181,11 +182,20 @@ def fidelity_measurements(doc: dict) -> list[dict]:
     return out
 
 
+def fa4_parts_measurements(doc: dict) -> list[dict]:
+    """fa4_cost_parts.py rows (FA4's prefill, every warp of every CTA): the parts that are a
+    target's configuration as fa4trace builds it by default (span begins of the user's spans
+    stored first), "every family + spans" and "spans + pipeline + barrier"."""
+    fams = {"every family + spans": ALL, "spans + pipeline + barrier": "barrier+pipeline"}
+    return [_measure(doc, FA4, FA4_SHAPE, fams[r["part"]], True, True, r.get("cursor") or "smem", r.get("cost_pct"))
+            for r in doc["rows"] if r.get("part") in fams and r.get("begins_first") == "user"]
+
+
 def measurements(folder: Path) -> list[dict]:
     """Every cost row of the automatic-event result files, in one form."""
     out = []
     for kind, read in (("auto", auto_measurements), ("sample", sample_measurements),
-                       ("fidelity", fidelity_measurements)):
+                       ("fidelity", fidelity_measurements), ("fa4-parts", fa4_parts_measurements)):
         for doc in source_files(folder, kind):
             out += read(doc)
     return out

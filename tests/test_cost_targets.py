@@ -142,3 +142,19 @@ def test_main_writes_a_result_file_and_checks_it(tmp_path, capsys):
 
 def test_the_committed_cost_targets_are_what_the_results_give():
     assert ct.main(["--check"]) == 0, "cost_targets.json is stale: run python benchmarks/cost_targets.py"
+
+
+def test_fa4_cost_parts_count_where_they_are_a_targets_configuration(tmp_path):
+    """fa4_cost_parts.py's every-family and spans + pipeline + barrier parts, built as fa4trace
+    builds them (the user's span begins stored first); the other parts are no target's."""
+    _write(tmp_path, "fa4_cost_parts_h200.json", "fa4-cost-parts", [
+        {"part": "spans + pipeline + barrier", "cursor": "ring (128 records/warp)", "begins_first": "user",
+         "cost_pct": 7.5},
+        {"part": "spans + pipeline + barrier, begins held", "cursor": "ring (128 records/warp)",
+         "begins_first": "none", "cost_pct": 1.0},
+        {"part": "every family + spans", "cursor": "smem", "begins_first": "user", "cost_pct": 11.0},
+        {"part": "barrier", "cursor": "ring (128 records/warp)", "begins_first": "user", "cost_pct": 0.5}])
+    rows = _by_key(ct.target_rows(tmp_path))
+    spb, every = rows["fa4-spans-pipeline-barrier"], rows["fa4-every-family"]
+    assert (spb["best_pct"], spb["build"], spb["status"]) == (7.5, "ring (128 records/warp)", "met")
+    assert (every["best_pct"], every["build"], every["status"]) == (11.0, "smem", "met")
