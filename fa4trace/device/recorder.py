@@ -718,6 +718,18 @@ class SegmentRecorder:
         else:
             self._store_record_slot(pos, word)
 
+    def _store_ring_pair(self, pos: Int32, a: Int64, b: Int64):
+        """Records ``a``, ``b`` at ring positions ``pos``, ``pos + 1`` (``pos`` even) with one
+        ``st.shared.v2.b64``: the ring is 16-byte aligned and holds an even number of records,
+        so an even position is a 16-byte boundary and the pair never straddles the wrap."""
+        from cutlass._mlir.dialects import llvm
+
+        ring, n = self._ring
+        addr = (ring.iterator + (pos & (n - 1))).toint()
+        llvm.inline_asm(None, [Int32(addr).ir_value(), Int64(a).ir_value(), Int64(b).ir_value()],
+                        "st.shared.v2.b64 [$0], {$1, $2};", "r,l,l",
+                        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+
     @cute.jit
     def _store_record_slot(self, pos: Int32, word: Int64):
         header, cap, _lane = self._inv
@@ -783,10 +795,19 @@ class Segment:
         if const_expr(rec.trace is not None):
             if current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
-            for j, word in enumerate(self._words):
-                rec._store_record(self._cursor + j, word)
-            if self._words:
-                rec._store_cursor(self._cursor + len(self._words))
+            words = list(self._words)
+            if const_expr(rec._ring is not None):
+                # a ring takes records two at a time (one 16-byte store a pair), so its cursor
+                # stays even: an odd segment ends with a pad record the decoder skips
+                if len(words) % 2:
+                    words.append(Int64(L.PAD_RECORD))
+                for j in range(0, len(words), 2):
+                    rec._store_ring_pair(self._cursor + j, words[j], words[j + 1])
+            else:
+                for j, word in enumerate(words):
+                    rec._store_record(self._cursor + j, word)
+            if words:
+                rec._store_cursor(self._cursor + len(words))
         rec._open = None
 
 
