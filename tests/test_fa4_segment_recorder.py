@@ -188,7 +188,7 @@ def _loop(ptx: str) -> list:
     return lines[pragma:back + 1]
 
 
-def test_ring_stores_each_record_into_shared_memory_and_copies_at_exit():
+def test_ring_stores_records_in_pairs_into_shared_memory_and_copies_at_exit():
     """cursor="ring": in the loop the segment's begin and end are one st.shared.v2.b64 at
     cursor & (R - 1) (cursor even), with no global store and no bounds branch (the loop's only
     branch is its back edge); the records reach global memory once, in the copy after
@@ -244,3 +244,14 @@ def test_ring_sizes_are_checked_in_one_line():
         with pytest.raises(ValueError, match=match) as exc:
             SegmentRecorder.start(t, cursor="ring", **kw)
         assert "\n" not in str(exc.value)
+
+
+def test_ring_pairs_keep_adjacent_events_sharing_a_timer_read(monkeypatch):
+    """The pair stores sit in ``close`` with the recorder's own ops: adjacent events still share
+    one read. Per loop trip: four records (2 pairs) and two instants (1 pair), 3 reads of 6."""
+    def loop_counts(share):
+        monkeypatch.setattr(SegmentRecorder, "share_timer", share)
+        args = (_fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8))
+        loop = _loop(_ptx(_build(_Adjacent(cursor="ring", ring=64, ring_warps=2)), *args))
+        return sum("%clock64" in ln for ln in loop), sum("st.shared.v2.b64" in ln for ln in loop)
+    assert loop_counts(True) == (3, 3) and loop_counts(False) == (6, 3)

@@ -502,10 +502,12 @@ class SegmentRecorder:
     the hooks sit, so a violation fails the compile, never the trace.
 
     Cost per segment: one global load (its result is needed only at ``close``), one store per
-    record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
+    record (a ring: per pair of records), one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
 
-    Ring (``start(cursor="ring")``): each record is one shared-memory store into the warp's ring
-    of R records, at ``(cursor + j) & (R - 1)``, with no bounds check and no global store; the
+    Ring (``start(cursor="ring")``): records go into the warp's ring of R records two at a time,
+    one ``st.shared.v2.b64`` a pair at ``(cursor + j) & (R - 1)`` (j even), with no bounds check
+    and no global store; a segment of an odd number of records ends with ``layout.PAD_RECORD``
+    (the decoder skips it), so the cursor stays even and every pair 16-byte aligned. The
     cursor is in shared memory as with "smem". ``finish`` copies the ring's last
     ``min(cursor, R, capacity)`` records into the warp's slot, oldest first, with the warp's
     active lanes side by side, and its header says so (layout: word 2's ring field), so the
