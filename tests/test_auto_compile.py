@@ -2,8 +2,8 @@
 
 quack-kernels' GEMM (SM90 and SM100 paths) gets every automatic family with nothing of quack
 edited; a kernel with no pipeline still gets warp lifetimes and says which families it lacks;
-every hook is removed after the compile; with cursor="ring" records are shared-memory stores
-(two a store) and the records reach global memory only in the copy at the warp's exit. Each compile
+every hook is removed after the compile; with cursor="ring" each record is a shared-memory
+store and the records reach global memory only in the copy at the warp's exit. Each compile
 runs in a fresh process (the CuTe DSL fixes its target arch once per process).
 """
 
@@ -252,17 +252,15 @@ def test_fa4_prefill_through_the_generic_layer(arch):
 
 
 def _ring_matches_smem(ring: dict, smem: dict) -> None:
-    """A ring build against the smem-cursor build of the same kernel: the same records, two at a
-    time in one st.shared.v2.b64 (an odd segment's last with a pad) instead of a bounds-checked
-    global store each, no record stored alone; one global record store left, the
+    """A ring build against the smem-cursor build of the same kernel: the same records, each one
+    st.shared.b64 instead of a bounds-checked global store; one global record store left, the
     copy at the warp's exit; the rings (CTA's warps x 128 records x 8 B) and the cursors in
     static shared memory; the CTA-lifetime stamps as before."""
     m = ring["meta"]
     assert m["cursor"] == "ring" and m["ring"] == 128 and m["ring_cta_warps"] == m["warps_per_cta"]
     assert m["ring_smem_bytes"] == 128 + 8 * 128 * m["warps_per_cta"] == ring["ptx_static_smem"]
     assert smem["ptx_static_smem"] == 128 and smem["ptx_shared_b64_stores"] == 0
-    assert smem["ptx_record_stores"] >= sum(m["placed"].values()) > 0 and ring["ptx_shared_b64_stores"] == 0
-    assert smem["ptx_record_stores"] / 2 <= ring["ptx_shared_v2_b64_stores"] < smem["ptx_record_stores"]
+    assert ring["ptx_shared_b64_stores"] == smem["ptx_record_stores"] >= sum(m["placed"].values()) > 0
     assert ring["ptx_record_stores"] == ring["ptx_exit_record_stores"] == 1
     assert ring["ptx_clock64"] == smem["ptx_clock64"] and ring["meta"]["placed"] == smem["meta"]["placed"]
     # each slot record store sits behind its bounds branch; the ring's exit copy adds two
@@ -273,8 +271,8 @@ def _ring_matches_smem(ring: dict, smem: dict) -> None:
 
 def test_quack_gemm_sm90_ring_build(gemm90):
     """cursor="ring" on quack's SM90 GEMM (split: the CTAs that do not record run the plain copy,
-    which stores nothing into the ring: its st.shared.v2.b64 count is at most the smem build's
-    record count, not twice it)."""
+    which stores nothing into the ring: its st.shared.b64 count is the smem build's record count,
+    not twice it)."""
     ring = probe("quack_gemm", "sm_90a", "--cursor", "ring")
     assert ring["meta"]["split"] is True and ring["ptx_mma"] == gemm90["ptx_mma"] > 0
     _ring_matches_smem(ring, gemm90)

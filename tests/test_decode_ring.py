@@ -203,39 +203,3 @@ def _rering(buf, ring: int) -> np.ndarray:
         hdr[L.W_WARP] = int(hdr[L.W_WARP]) | (L.ring_field(ring) << L.RING_SHIFT)
         hdr[L.W_COUNTS] = kept | ((n - kept) << 32)
     return out
-
-
-@pytest.mark.parametrize("ring", [0, 64, 4])  # a slot, a ring that did not wrap, one that wrapped
-def test_pads_decode_to_the_same_events(ring):
-    """A ring stores pairs: odd segments end with a pad record. Pads are no events, no drops and
-    no errors; a wrapped ring's counts are positions (pads among them)."""
-    spec = L.BufferSpec(1, 1, 64)
-    events = [(B, EV.QK, 0, 100), (E, EV.QK, 0, 200), (I, EV.MARK, 7, 300), (B, EV.QK, 1, 400),
-              (E, EV.QK, 1, 500), (B, EV.PV, 0, 600), (E, EV.PV, 0, 700)]
-    sizes = (1, 1, 1, 2, 1, 1)  # begins alone (E1), an instant, a pair
-    plain = decode_buffer(write_buffer(spec, [warp(events=events)], ring=ring or 64))
-    padded_buf = write_buffer(spec, [warp(events=events, segments=sizes)], ring=ring)
-    slot = padded_buf[L.GLOBAL_HEADER_WORDS + L.WARP_HEADER_WORDS:][:spec.capacity]
-    padded = decode_buffer(padded_buf)
-    s = padded.summary
-    if ring == 4:  # 12 positions, the ring keeps the last 4: PV(0) begin, pad, PV(0) end, pad
-        assert list(slot[:4:2]) == [np.uint64(L.pack_record(10_600, EV.PV, B, 0)),
-                                    np.uint64(L.pack_record(10_700, EV.PV, E, 0))]
-        assert list(slot[1:4:2]) == [np.uint64(L.PAD_RECORD)] * 2
-        assert named(padded) == named(plain)[-1:]
-        assert (s["records"], s["overwritten"], s["dropped"], s["truncated_spans"]) == (2, 8, 8, 0)
-        return
-    assert int((slot == np.uint64(L.PAD_RECORD)).sum()) == 5
-    assert named(padded) == named(plain) and len(named(plain)) == 4
-    assert s["records"] == plain.summary["records"] == 7 and s["dropped"] == 0 and s["truncated_spans"] == 0
-
-
-def test_a_pad_is_not_an_event_of_id_0():
-    """The pad is one exact word: other records of event id 0 are still foreign bytes."""
-    spec = L.BufferSpec(1, 1, 64)
-    buf = write_buffer(spec, [warp(events=spans(1), segments=(1, 1))], ring=8)
-    base = L.GLOBAL_HEADER_WORDS + L.WARP_HEADER_WORDS
-    assert buf[base + 1] == np.uint64(L.PAD_RECORD)
-    buf[base + 1] = np.uint64(L.pack_record(5, 0, L.KIND_INSTANT, None))
-    with pytest.raises(TraceFormatError, match="unknown event id 0"):
-        decode_buffer(buf)

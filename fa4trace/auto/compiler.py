@@ -164,8 +164,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     each warp keeps its record count between events: "smem" (default; 128 B of static shared
     memory, read back in tens of cycles) or "gmem" (the warp's header: no shared memory, for a
     kernel that uses all of it, but an L2 round trip per event; see docs/tracing-cost.md), or "ring":
-    the "smem" cursor, and records stored two at a time (one 16-byte shared-memory store a
-    pair, an odd segment padded) into the warp's ring of ``ring``
+    the "smem" cursor, and each record one shared-memory store into the warp's ring of ``ring``
     records (a power of two, default 128: 1 KB a warp, for the CTA's warp count when its block
     size is a constant, else for 32 warps), copied into the trace buffer when the warp exits;
     a warp then keeps its last ``ring`` records, and the bundle says how many older ones the

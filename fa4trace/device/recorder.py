@@ -502,12 +502,10 @@ class SegmentRecorder:
     the hooks sit, so a violation fails the compile, never the trace.
 
     Cost per segment: one global load (its result is needed only at ``close``), one store per
-    record (a ring: per pair of records), one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
+    record, one store for the cursor. ``trace=None`` compiles to nothing, as for ``Recorder``.
 
-    Ring (``start(cursor="ring")``): records go into the warp's ring of R records two at a time,
-    one ``st.shared.v2.b64`` a pair at ``(cursor + j) & (R - 1)`` (j even), with no bounds check
-    and no global store; a segment of an odd number of records ends with ``layout.PAD_RECORD``
-    (the decoder skips it), so the cursor stays even and every pair 16-byte aligned. The
+    Ring (``start(cursor="ring")``): each record is one shared-memory store into the warp's ring
+    of R records, at ``(cursor + j) & (R - 1)``, with no bounds check and no global store; the
     cursor is in shared memory as with "smem". ``finish`` copies the ring's last
     ``min(cursor, R, capacity)`` records into the warp's slot, oldest first, with the warp's
     active lanes side by side, and its header says so (layout: word 2's ring field), so the
@@ -720,18 +718,6 @@ class SegmentRecorder:
         else:
             self._store_record_slot(pos, word)
 
-    def _store_ring_pair(self, pos: Int32, a: Int64, b: Int64):
-        """Records ``a``, ``b`` at ring positions ``pos``, ``pos + 1`` (``pos`` even) with one
-        ``st.shared.v2.b64``: the ring is 16-byte aligned and holds an even number of records,
-        so an even position is a 16-byte boundary and the pair never straddles the wrap."""
-        from cutlass._mlir.dialects import llvm
-
-        ring, n = self._ring
-        addr = (ring.iterator + (pos & (n - 1))).toint()
-        llvm.inline_asm(None, [Int32(addr).ir_value(), Int64(a).ir_value(), Int64(b).ir_value()],
-                        "st.shared.v2.b64 [$0], {$1, $2};", "r,l,l",
-                        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
-
     @cute.jit
     def _store_record_slot(self, pos: Int32, word: Int64):
         header, cap, _lane = self._inv
@@ -797,19 +783,10 @@ class Segment:
         if const_expr(rec.trace is not None):
             if current_block() != self._block:
                 raise RuntimeError("fa4trace: segment closed in another region than it was opened in")
-            words = list(self._words)
-            if const_expr(rec._ring is not None):
-                # a ring takes records two at a time (one 16-byte store a pair), so its cursor
-                # stays even: an odd segment ends with a pad record the decoder skips
-                if len(words) % 2:
-                    words.append(Int64(L.PAD_RECORD))
-                for j in range(0, len(words), 2):
-                    rec._store_ring_pair(self._cursor + j, words[j], words[j + 1])
-            else:
-                for j, word in enumerate(words):
-                    rec._store_record(self._cursor + j, word)
-            if words:
-                rec._store_cursor(self._cursor + len(words))
+            for j, word in enumerate(self._words):
+                rec._store_record(self._cursor + j, word)
+            if self._words:
+                rec._store_cursor(self._cursor + len(self._words))
         rec._open = None
 
 

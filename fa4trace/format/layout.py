@@ -48,9 +48,6 @@ into its slot, oldest first, when it finishes: its dropped records are the oldes
 (overwritten in the ring), and ``written`` is at most R. (The ring field came after the first
 buffers; those have 0 there and read as before.)
 
-A ring stores its records in pairs: a segment of an odd number of records is followed by
-PAD_RECORD, which the decoder skips (written/dropped count those positions too).
-
 Record (one word, one per event):
     bits  0..31  low 32 bits of the timer (clock64 cycles, or globaltimer ns)
     bits 32..39  event id (vocabulary)
@@ -151,15 +148,6 @@ LIFE_START_NOT, LIFE_END = 0, 1
 DEFAULT_LIFETIME_CTAS = 16384
 
 
-# Pad record: a ring (SegmentRecorder cursor="ring") stores records two at a time with one
-# 16-byte store, so a segment of an odd number of records ends with this word. Event id 0 is
-# the vocabulary's WARP id, which the decoder makes itself and never reads from a record; the
-# decoder skips this exact word wherever it reads records and counts it nowhere as an event.
-# It fills a ring position like any record: a header's written/dropped counts are positions
-# (records and pads), so a ring's ``overwritten`` counts positions lost, pads included.
-PAD_EVENT_ID = 0
-
-
 def record_tag(event_id: int, kind: int) -> int:
     """The constant upper bits of a record without payload (folded at compile time)."""
     if not 0 <= event_id < (1 << EVENT_BITS):
@@ -167,9 +155,6 @@ def record_tag(event_id: int, kind: int) -> int:
     if kind not in (KIND_BEGIN, KIND_END, KIND_INSTANT):
         raise ValueError(f"bad record kind {kind}")
     return (event_id << EVENT_SHIFT) | (kind << KIND_SHIFT)
-
-
-PAD_RECORD = record_tag(PAD_EVENT_ID, KIND_INSTANT)  # timer 0, payload 0: never zero bytes
 
 
 def pack_record(timer_lo: int, event_id: int, kind: int, payload: int | None) -> int:

@@ -20,9 +20,6 @@ Lost records: a warp whose slot filled lost its newest records (its last spans' 
 begins are dropped), a warp with a shared-memory ring (layout: header word 2) lost its oldest
 ones (overwritten; the ends whose begins went are dropped). Both count in ``dropped``; the
 summary's ``ring`` / ``overwritten`` / ``overwritten_warps`` say which were overwritten.
-A ring stores records in pairs, padding odd segments with layout.PAD_RECORD: pads are skipped
-here (no row, not in ``records``), but a header's counts are positions, so ``dropped`` and
-``overwritten`` of a ring count the positions lost, pads among them.
 """
 
 from __future__ import annotations
@@ -133,8 +130,8 @@ class _Warps:
     clk0: np.ndarray
     gt1: np.ndarray
     clk1: np.ndarray
-    written: np.ndarray  # records kept in the slot (positions: pads included)
-    dropped: np.ndarray  # records lost: to a full slot (the newest), or overwritten in a ring (the oldest; pads included)
+    written: np.ndarray  # records kept in the slot
+    dropped: np.ndarray  # records lost: to a full slot (the newest), or overwritten in a ring (the oldest)
     ring: np.ndarray  # records of the warp's shared-memory ring, 0: none
 
     @property
@@ -150,7 +147,6 @@ class _Records:
     owner: np.ndarray  # index into the _Warps arrays
     pos: np.ndarray  # record index within its warp (for messages)
     first: np.ndarray  # per warp: global index of its first record
-    counts: np.ndarray  # per warp: its records (the slot's written positions less its pads)
     rec: np.ndarray  # the raw 64-bit words
     lo: np.ndarray  # low 32 bits of the timer
     ev: np.ndarray
@@ -269,12 +265,6 @@ def _records(words: np.ndarray, spec: L.BufferSpec, warps: _Warps, names) -> _Re
     lin = np.arange(total, dtype=np.int64) + np.repeat(slot_base - first, counts)
     pos = lin - np.repeat(slot_base, counts)
     rec = words.take(lin)
-    pad = rec == np.uint64(L.PAD_RECORD)
-    if pad.any():  # a ring's pairs (layout.PAD_RECORD): positions, not records
-        keep = ~pad
-        owner, pos, rec = owner[keep], pos[keep], rec[keep]
-        counts = np.bincount(owner, minlength=n_w).astype(np.int64)
-        first = np.cumsum(counts) - counts
 
     halves = rec.view(np.uint32).reshape(-1, 2)  # little-endian: [timer lo, tag word]
     lo = halves[:, 0].astype(np.int64)
@@ -293,7 +283,7 @@ def _records(words: np.ndarray, spec: L.BufferSpec, warps: _Warps, names) -> _Re
                                f"(word 0x{int(rec[r]):016x})")
     # anchor pairs (Recorder.anchor): clock64 then globaltimer low words
     is_anc = ev == L.ANCHOR_EVENT_ID
-    return _Records(owner, pos, first, counts, rec, lo, ev, kind, payload, is_anc,
+    return _Records(owner, pos, first, rec, lo, ev, kind, payload, is_anc,
                     is_anc & (payload == L.ANCHOR_GLOBALTIMER), is_anc & (payload == L.ANCHOR_CLOCK))
 
 
@@ -302,7 +292,7 @@ def _times(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> _Times:
     cycles into ns per warp (its own anchors' ratio, piecewise through its anchor pairs).
 
     A time past the warp's end anchor is foreign bytes or a wrapped timer: an error."""
-    w, counts = warps, recs.counts
+    w, counts = warps, warps.written
     clock = w.timebase == L.TIMEBASE_CLOCK64
     anchor0, anchor1 = (w.clk0, w.clk1) if clock else (w.gt0, w.gt1)
     n_w = w.idx.size
@@ -539,7 +529,7 @@ def _check_anchor_pairs(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> No
     """Anchor records come as (clock, globaltimer) pairs, back to back in one warp, and only
     in the clock64 timebase (they tie its cycles to the global timer)."""
     anc_clk, anc_gt, is_anc, owner, pos = recs.anc_clk, recs.anc_gt, recs.is_anc, recs.owner, recs.pos
-    counts, dropped, idx, tb = recs.counts, warps.dropped, warps.idx, warps.timebase
+    counts, dropped, idx, tb = warps.written, warps.dropped, warps.idx, warps.timebase
     bad = None
     if tb != L.TIMEBASE_CLOCK64:
         bad = int(np.flatnonzero(is_anc)[0]), "anchor record in a globaltimer-timebase warp"
@@ -550,16 +540,14 @@ def _check_anchor_pairs(recs: _Records, warps: _Warps, spec: L.BufferSpec) -> No
         nxt = np.minimum(c + 1, anc_gt.size - 1)
         ok = (c + 1 < anc_gt.size) & anc_gt[nxt] & (owner[nxt] == owner[c])
         # The last kept record of an overflowed warp may be a clock anchor whose partner was dropped.
-        last = c == recs.first[owner[c]] + counts[owner[c]] - 1  # the warp's last record (pads aside)
-        cut = last & (dropped[owner[c]] > 0) & (warps.ring[owner[c]] == 0)
+        cut = (pos[c] == counts[owner[c]] - 1) & (dropped[owner[c]] > 0) & (warps.ring[owner[c]] == 0)
         if not (ok | cut).all():
             bad = int(c[~(ok | cut)][0]), "clock anchor without its globaltimer partner"
         else:
             g = np.flatnonzero(anc_gt)
             prv = np.maximum(g - 1, 0)
             # The first kept record of a ring that overwrote may be a globaltimer anchor whose partner went.
-            ok = (anc_clk[prv] & (g > 0) & (owner[prv] == owner[g])) | ((g == recs.first[owner[g]])
-                                                                          & warps.lost_oldest[owner[g]])
+            ok = (anc_clk[prv] & (g > 0) & (owner[prv] == owner[g])) | ((pos[g] == 0) & warps.lost_oldest[owner[g]])
             if not ok.all():
                 bad = int(g[~ok][0]), "globaltimer anchor without its clock partner"
     if bad is not None:

@@ -34,9 +34,6 @@ class WarpEvents:
     payload: np.ndarray  # int, -1 = none
     t: np.ndarray  # int64 timer values (full 64-bit)
     attempted: int | None = None  # default len(kind): > capacity models an overflowing warp
-    # records per segment, in order (summing to len(kind)): each odd one is followed by a pad
-    # record, as a ring stores pairs (layout.PAD_RECORD; attempted then counts pads too)
-    segments: tuple | None = None
 
 
 def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
@@ -48,9 +45,7 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
     ``ring``: the warps recorded into shared-memory rings of that many records
     (``SegmentRecorder`` cursor="ring"): each keeps the last min(n, ring, capacity) of its
     events, the others count as dropped (overwritten), and its header names the ring. Without
-    a ring a warp keeps its first events, as a slot that fills does. A warp with ``segments``
-    gets a pad record after each odd segment (the ring's pairs; also laid out without a ring,
-    for the decoder's sake)."""
+    a ring a warp keeps its first events, as a slot that fills does."""
     if ring:
         L.check_ring(ring)
     buf = spec.new_buffer()
@@ -61,39 +56,21 @@ def write_buffer(spec: L.BufferSpec, warps: list[WarpEvents], *,
         if rel < 0 or rel % spec.cta_stride or rel // spec.cta_stride >= spec.n_cta_slots or w.warp not in recorded:
             continue
         s = (rel // spec.cta_stride) * spec.warps_per_cta + recorded.index(w.warp)
-        order = _positions(w)  # record index at each position, -1: a pad
-        n = len(order)
+        n = len(w.kind)
         attempted = n if w.attempted is None else w.attempted
         written = min(attempted, spec.capacity, n, ring or n)
-        keep = order[n - written:] if ring else order[:written]  # a ring keeps the newest
+        keep = slice(n - written, n) if ring else slice(0, written)  # a ring keeps the newest
         hdr = slots[s, :L.WARP_HEADER_WORDS]
         hdr[L.W_MAGIC] = L.warp_word0(timebase, w.role)
         hdr[L.W_IDS] = (w.sm & 0xFFFFFFFF) | (w.cta << 32)
         hdr[L.W_WARP] = w.warp | (L.ring_field(ring) << L.RING_SHIFT)
         hdr[L.W_GT0], hdr[L.W_CLK0], hdr[L.W_GT1], hdr[L.W_CLK1] = w.gt0, w.clk0, w.gt1, w.clk1
         hdr[L.W_COUNTS] = written | ((attempted - written) << 32)
-        words = pack_records(w.t[keep], w.event[keep], w.kind[keep], w.payload[keep])
-        words[keep < 0] = L.PAD_RECORD
-        slots[s, L.WARP_HEADER_WORDS:L.WARP_HEADER_WORDS + written] = words
+        slots[s, L.WARP_HEADER_WORDS:L.WARP_HEADER_WORDS + written] = pack_records(
+            w.t[keep], w.event[keep], w.kind[keep], w.payload[keep])
     if lifetimes is not None:
         write_lifetimes(buf, spec, *lifetimes)
     return buf
-
-
-def _positions(w: WarpEvents) -> np.ndarray:
-    """Index of the record at each position a warp stores, -1 where a pad goes (``segments``)."""
-    n = len(w.kind)
-    if w.segments is None:
-        return np.arange(n, dtype=np.int64)
-    if sum(w.segments) != n or min(w.segments, default=1) < 1:
-        raise ValueError(f"segments {w.segments} do not split the warp's {n} records")
-    order, at = [], 0
-    for k in w.segments:
-        order += range(at, at + k)
-        at += k
-        if k % 2:
-            order.append(-1)
-    return np.array(order, np.int64)
 
 
 def write_lifetimes(buf: np.ndarray, spec: L.BufferSpec, cta, start, end) -> None:

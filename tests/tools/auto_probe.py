@@ -151,7 +151,6 @@ def main():
         # ring's copy at the warp's exit; conditional branches (a slot's record store has its
         # bounds branch)
         "ptx_shared_b64_stores": len(re.findall(r"\bst\.shared\.[bu]64\b", ptx)),
-        "ptx_shared_v2_b64_stores": len(re.findall(r"\bst\.shared\.v2\.[bu]64\b", ptx)),  # a ring's pairs
         "ptx_exit_record_stores": _exit_record_stores(entry_ptx),
         "ptx_branches": len(re.findall(r"@!?%p\d+\s+bra\b", entry_ptx)),
         # the CTA-lifetime stamps (and any other reduction or atomic of the kernel's own)
