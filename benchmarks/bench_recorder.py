@@ -21,9 +21,12 @@ import re
 import statistics
 import sys
 
-VARIANTS = ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "iket")
+VARIANTS = ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "fa4trace_smem",
+            "fa4trace_smem_block", "iket")
 # variant -> (row key, column header) of the JSON rows
 COLUMN = {"fa4trace": ("staged_pct", "fa4trace staged %"), "fa4trace_block": ("block_pct", "fa4trace_block %"),
+          "fa4trace_smem": ("smem_pct", "fa4trace smem-staged %"),
+          "fa4trace_smem_block": ("smem_block_pct", "fa4trace smem-staged, blocks %"),
           "fa4trace_lane": ("lane0_pct", "fa4trace lane-0 stores %"),
           "fa4trace_gt": ("globaltimer_pct", "fa4trace globaltimer %"),
           "iket": ("iket_placeholders_pct", "IKET placeholders only %")}
@@ -48,7 +51,9 @@ def event_time(fn, args, reps: int):
     return statistics.median(times), min(times), max(times)
 
 
-def time_variant(variant: str, work: str, n_ctas: int, iters: int, chain: int, reps: int):
+def variant_launch(variant: str, work: str, n_ctas: int, iters: int, chain: int):
+    """(kernel, its arguments, how it was loaded) of one variant, with a trace buffer that holds
+    every record where the variant records."""
     import numpy as np
     import torch
 
@@ -62,7 +67,22 @@ def time_variant(variant: str, work: str, n_ctas: int, iters: int, chain: int, r
     if variant.startswith("fa4trace"):
         spec = BufferSpec.for_grid(n_ctas, MARKER_WARPS, 2 * iters + 8)
         trace = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
-    return (*event_time(kern.fn, (out, table, trace, n_ctas, iters, chain), reps), kern.how)
+    return kern.fn, (out, table, trace, n_ctas, iters, chain), kern.how
+
+
+def time_variants(work: str, n_ctas: int, iters: int, chain: int, reps: int, rounds: int):
+    """{variant: (median, min, max µs, how)}: every variant timed ``reps`` launches per round,
+    the variants in turn within each round (interleaved: clock or thermal drift over the run
+    falls on all of them alike); the median of the rounds' medians."""
+    import statistics
+
+    launches = {v: variant_launch(v, work, n_ctas, iters, chain) for v in VARIANTS}
+    per = {v: [] for v in VARIANTS}
+    for _ in range(rounds):
+        for v, (fn, args, _how) in launches.items():
+            per[v].append(event_time(fn, args, reps))
+    return {v: (statistics.median(m for m, _, _ in per[v]), min(lo for _, lo, _ in per[v]),
+                max(hi for _, _, hi in per[v]), launches[v][2]) for v in VARIANTS}
 
 
 def read_iket(path: str) -> dict:
@@ -81,7 +101,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=1600)
     ap.add_argument("--config", nargs="+", default=["l2:1", "l2:2", "smem:3", "smem:10"],
                     help="work:chain pairs (work l2 = latency-bound, smem = issue-bound)")
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--reps", type=int, default=10, help="launches per variant per round")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (every variant once per round)")
     ap.add_argument("--clock-ghz", type=float, default=1.98, help="SM clock under load, for cycle counts")
     ap.add_argument("--iket", help="log of iket_workload.py runs under run-iket: adds the IKET column")
     ap.add_argument("--json", help="write the 'markers' result file here")
@@ -95,10 +116,10 @@ def main(argv=None) -> int:
     for cfg in args.config:
         work, chain = cfg.split(":")[0], int(cfg.split(":")[1])
         row = {"work": cfg}
-        base = None
+        timed = time_variants(work, args.n_ctas, args.iters, chain, args.reps, args.rounds)
+        base = timed["plain"][0]
         for v in VARIANTS:
-            med, lo, hi, how = time_variant(v, work, args.n_ctas, args.iters, chain, args.reps)
-            base = med if v == "plain" else base
+            med, lo, hi, how = timed[v]
             added_cycles = (med - base) * 1e3 * ghz / (2 * args.iters)
             detail.append({"work": work, "chain": chain, "variant": v, "median_us": med, "min_us": lo, "max_us": hi,
                            "overhead_pct": 100 * (med - base) / base, "added_cycles_per_event": added_cycles,
@@ -122,7 +143,8 @@ def main(argv=None) -> int:
             [COLUMN[v] for v in VARIANTS[1:]] + ([("iket_pct", "IKET under run-iket %")] if iket else [])
         doc = envelope("markers", "Recorder overhead: marker-dense microbenchmark, ours vs IKET", rows,
                        columns=cols, notes=f"{args.n_ctas} CTAs x 8 warps, {args.iters} iterations, 2 events per "
-                       f"iteration per warp; CUDA events around single launches, median of {args.reps}; cycles at "
+                       f"iteration per warp; CUDA events around single launches, {args.reps} per variant per round, "
+                       f"{args.rounds} interleaved rounds, the median of the rounds' medians; cycles at "
                        f"{ghz} GHz.", variants=detail)
         print(f"wrote {write(args.json, doc)}")
     return 0

@@ -6,9 +6,11 @@ numbers.
 
 from __future__ import annotations
 
-# plain: no markers; fa4trace*: our recorder (staged, one room check per block, lane-0 direct
-# stores, globaltimer per event); iket: NVIDIA's IKET markers.
-VARIANTS = ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "iket")
+# plain: no markers; fa4trace*: our recorder (staged in lane registers, the same with one room
+# check per block, lane-0 direct stores, globaltimer per event, staged in shared memory, the same
+# with one room check per block); iket: NVIDIA's IKET markers.
+VARIANTS = ("plain", "fa4trace", "fa4trace_block", "fa4trace_lane", "fa4trace_gt", "fa4trace_smem",
+            "fa4trace_smem_block", "iket")
 RECORDING_VARIANTS = tuple(v for v in VARIANTS if v.startswith("fa4trace"))  # those that fill a trace buffer
 WORKS = ("l2", "smem")
 WARPS_PER_CTA = 8

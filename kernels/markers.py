@@ -11,8 +11,10 @@ Two kinds of work (compile-time ``work``):
 * ``smem``: shared-memory loads: many instructions per cycle of latency, so the SM's issue
   slots are the bottleneck and every added instruction shows (a worst case for recorders).
 
-Variants (compile-time): ``plain`` (no markers), ``fa4trace`` (our recorder, staged),
-``fa4trace_lane`` (lane-0 direct stores), ``fa4trace_gt`` (globaltimer per event), and
+Variants (compile-time): ``plain`` (no markers), ``fa4trace`` (our recorder, staged in lane
+registers), ``fa4trace_block`` (the same, one room check per iteration), ``fa4trace_lane``
+(lane-0 direct stores), ``fa4trace_gt`` (globaltimer per event), ``fa4trace_smem`` and
+``fa4trace_smem_block`` (staged in shared memory, ``Recorder.start(stage="smem")``), and
 ``iket`` (NVIDIA's IKET markers; compile with options including ``iket`` and run under
 ``run-iket``).
 """
@@ -67,6 +69,8 @@ class MarkerBench:
             rec = Recorder.start(trace, ROLE.BENCH, timebase=L.TIMEBASE_GLOBALTIMER)
         elif const_expr(self.variant in ("fa4trace", "fa4trace_block")):
             rec = Recorder.start(trace, ROLE.BENCH)
+        elif const_expr(self.variant in ("fa4trace_smem", "fa4trace_smem_block")):
+            rec = Recorder.start(trace, ROLE.BENCH, stage="smem", stage_warps=WARPS_PER_CTA)
         else:
             rec = Recorder.start(None)
 
@@ -79,7 +83,7 @@ class MarkerBench:
                 from cutlass.cute.experimental import iket
 
                 tok = iket.range_start("BENCH", it)
-            if const_expr(self.variant == "fa4trace_block"):
+            if const_expr(self.variant in ("fa4trace_block", "fa4trace_smem_block")):
                 rec = rec.open_block(2)  # begin + end: one room check per iteration
             rec.begin(EV.BENCH, it)
             for _ in cutlass.range(chain, unroll=1):
@@ -89,7 +93,7 @@ class MarkerBench:
                     x = cute.arch.load(table.iterator + x, Int32, cop="cg")
             acc = acc * Float32(0.999) + Float32(x)
             rec.end(EV.BENCH, it)
-            if const_expr(self.variant == "fa4trace_block"):
+            if const_expr(self.variant in ("fa4trace_block", "fa4trace_smem_block")):
                 rec = rec.close_block()
             if const_expr(self.variant == "iket"):
                 iket.range_end(tok, it)

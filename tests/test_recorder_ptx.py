@@ -27,6 +27,7 @@ KERNELS = textwrap.dedent('''
 
     TB = int(os.environ.get("TB", "0"))
     STAGED = os.environ.get("STAGED", "1") == "1"
+    STAGE = os.environ.get("STAGE", "lanes")  # where staged records wait: lanes | smem
     BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
     WHEN = os.environ.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
     SETTLE = os.environ.get("SETTLE", "now")  # now | later (start(settle=False) ... settle()) | never
@@ -36,7 +37,7 @@ KERNELS = textwrap.dedent('''
     @cute.kernel
     def traced(x: cute.Tensor, trace: Optional[cute.Tensor], n: Int32):
         rec = Recorder.start(trace, ROLE.BENCH, timebase=TB, staged=STAGED, events=EVENTS,
-                             settle=SETTLE == "now")
+                             settle=SETTLE == "now", stage=STAGE, stage_warps=4)
         tid, _, _ = cute.arch.thread_idx()
         if const_expr(SETTLE != "now"):
             rec.begin(EV.LOAD_Q, 0)
@@ -153,6 +154,40 @@ def test_lane_mode_stores_per_event(tmp_path):
     # Staged mode selects records into registers (selp); lane mode has no selects for it.
     assert staged.count("selp.b32") > lane.count("selp.b32")
     assert "st.global.L2::cache_hint.b64" in lane
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_smem_staging_stores_each_record_into_shared_memory(arch, tmp_path):
+    """stage="smem": each event is one st.shared.v2.b32 (time, tag | payload) from every lane,
+    no select into lane registers; the flush loads a lane's own slot back and stores it with
+    the records' L2 policy, bounds-checked as in lane staging."""
+    lanes = _body(_ptx(arch, "traced", tmp_path))
+    smem = _body(_ptx(arch, "traced", tmp_path, STAGE="smem"))
+    assert smem.count("%clock") == lanes.count("%clock")  # the same events (and anchors)
+    # one shared store per event's timer read (%clock; the anchors read %clock64), at least the
+    # loop's three (SOFTMAX begin, MARK, SOFTMAX end; the loop may be unrolled)
+    event_reads = len(re.findall(r"%clock\b(?!64)", smem))
+    assert smem.count("st.shared.v2.b32") == event_reads >= 3
+    assert "st.shared.v2.b32" not in lanes
+    assert smem.count("selp.b32") < lanes.count("selp.b32")
+    assert "ld.shared.b64" in smem and "st.global.L2::cache_hint.b64" in smem
+
+
+@pytest.mark.parametrize("env", [{"BLOCK": "3"}, {"WHEN": "1"}, {"WHEN": "1", "BLOCK": "3"}, {"SETTLE": "later"}],
+                         ids=["block", "when", "when-in-block", "settle-later"])
+def test_smem_staging_compiles_with_blocks_when_and_settle(env, tmp_path):
+    """Blocks, predicated events and a late settle work with shared-memory staging: one shared
+    store per event there too, nothing selected into lane registers."""
+    smem = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", **env))
+    assert smem.count("st.shared.v2.b32") == len(re.findall(r"%clock\b(?!64)", smem)) >= 3
+    assert "selp.b64" not in smem and "st.global.L2::cache_hint.b64" in smem
+
+
+def test_smem_staging_refuses_lane_mode_and_unknown_stages(tmp_path):
+    r = _run("sm_90a", "traced", tmp_path, STAGE="smem", STAGED="0")
+    assert r.returncode != 0 and 'stage="smem" needs the staged mode' in r.stderr
+    r = _run("sm_90a", "traced", tmp_path, STAGE="registers")
+    assert r.returncode != 0 and "stage must be one of 'lanes', 'smem'" in r.stderr
 
 
 @pytest.mark.parametrize("kind", ["calibration", "markers"])

@@ -18,7 +18,13 @@ record, lane ``n % 32`` keeps the n-th in a register, and every 32nd event the w
 writes the 32 staged records with one coalesced 256-byte store. Dense markers then cost a
 timer read and a few ALU ops each, not a lone 8-byte store each (which is what makes naive
 recorders store-bound). ``staged=False`` writes each record from lane 0 at once:
-use it where events are recorded from single-lane code (inside ``elect_one``). Records are
+use it where events are recorded from single-lane code (inside ``elect_one``).
+``stage="smem"`` stages in shared memory instead of lane registers: every lane stores the
+record into the warp's 32-record buffer (one ``st.shared.b64``, the same word at the same
+address from all lanes) and the flush has each lane load its own slot back and store it as
+above. An event then costs a timer read and one shared store, where lane staging costs a
+compare and two selects (and two registers held across the kernel); nothing is lost either way.
+Records are
 stored with the L2 policy evict_last, so they stay in L2 until the launch ends instead of
 going out to DRAM between a streaming kernel's reads (``_store_record_word``).
 
@@ -64,20 +70,23 @@ class Recorder:
     # changes (a dynamic if or loop body: pos may differ per path).
     _block_lane_offset = None
 
-    def __init__(self, trace, role, timebase, staged, state, invariants, events=None, pending=None):
+    def __init__(self, trace, role, timebase, staged, state, invariants, events=None, pending=None, stage="lanes"):
         # Static (Python) configuration: never changes, copied as is through loops.
         self.trace = trace
         self.role = role
         self.timebase = timebase
         self.staged = staged
         self.events = events  # frozenset of event ids that record; None = all
+        self.stage = stage  # "lanes" or "smem": where staged records wait (module doc)
         # Loop-carried DSL values (empty when off): [pos, base, staged low word, staged high word]
-        # where pos = events staged in lanes (0..31) and base = events already flushed, so the
-        # warp has recorded base + pos events. (Lane mode: pos stays 0, base counts.)
+        # where pos = events staged (0..31) and base = events already flushed, so the
+        # warp has recorded base + pos events. (Lane mode: pos stays 0, base counts; smem
+        # staging: [pos, base] only, the records wait in shared memory.)
         self._state = state
         # DSL values fixed at start (defined before any loop, so they dominate its body):
-        # slot index of the warp header, capacity (0 = this warp does not record), lane.
-        # Before ``settle`` (``start(settle=False)``): (None, None, lane).
+        # slot index of the warp header, capacity (0 = this warp does not record), lane, and
+        # the warp's staging buffer in shared memory (None unless stage="smem").
+        # Before ``settle`` (``start(settle=False)``): (None, None, lane, buffer).
         self._inv = invariants
         # Before ``settle``: (start anchor globaltimer, clock64, header words g1..g3 as loaded).
         self._pending = pending
@@ -90,9 +99,9 @@ class Recorder:
         return vals
 
     def __new_from_mlir_values__(self, values):
-        state = [Int32(v) for v in values[:4]] if self._state else []
+        state = [Int32(v) for v in values[:len(self._state)]]
         return Recorder(self.trace, self.role, self.timebase, self.staged, state, self._inv, self.events,
-                        self._pending)
+                        self._pending, self.stage)
 
     @property
     def enabled(self) -> bool:
@@ -107,11 +116,15 @@ class Recorder:
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
               timebase: int = L.TIMEBASE_CLOCK64, staged: bool = True, events=None,
-              settle: bool = True) -> "Recorder":
+              settle: bool = True, stage: str = "lanes", stage_warps: Optional[int] = None) -> "Recorder":
         """Claim this warp's slot and write the start of its header. Call once per warp.
 
         ``events``: ids of the events that record (a subset costs fewer instructions: the
         others compile to nothing, as with ``trace=None``); None records every event.
+
+        ``stage``: where staged records wait for their 256-byte store: "lanes" (one per lane
+        register) or "smem" (a 32-record buffer per warp in static shared memory, 256 B per
+        warp for ``stage_warps`` warps, else for the 32 a CTA may hold; module doc).
 
         ``settle=False``: take the start anchor and issue the loads of the buffer header, but
         do not wait for them; ``rec = rec.settle()`` later, in the same straight-line code,
@@ -123,19 +136,25 @@ class Recorder:
         """
         Recorder._block_budget = None  # a failed compile may have left a block open
         Recorder._block_lane_offset = None
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(repr(x) for x in STAGES)}, got {stage!r}")
+        if stage == "smem" and not staged:
+            raise ValueError('stage="smem" needs the staged mode (lane mode stores each record at once)')
         if const_expr(trace is None):
-            return Recorder(None, role, timebase, staged, [], None)
+            return Recorder(None, role, timebase, staged, [], None, stage=stage)
         if timebase not in L.TIMEBASE_NAMES:
             raise ValueError(f"unknown timebase {timebase}")
+        buf = Recorder._stage_buffer(stage_warps) if stage == "smem" else None
+        zero = Recorder._zero_state()[:2] if stage == "smem" else Recorder._zero_state()
         pending = Recorder._begin_slot(trace, timebase)
         if settle:
-            inv = Recorder._claim_slot(trace, role, timebase, *pending)
-            rec = Recorder(trace, role, timebase, staged, Recorder._zero_state(), inv)
+            inv = (*Recorder._claim_slot(trace, role, timebase, *pending), buf)
+            rec = Recorder(trace, role, timebase, staged, zero, inv, stage=stage)
         else:
             if not staged:
                 raise ValueError("start(settle=False) needs the staged mode (lane mode stores each record at once)")
-            rec = Recorder(trace, role, timebase, staged, Recorder._zero_state(),
-                           (None, None, cute.arch.lane_idx()), pending=pending)
+            rec = Recorder(trace, role, timebase, staged, zero,
+                           (None, None, cute.arch.lane_idx(), buf), pending=pending, stage=stage)
             # the events before settle are an implicit block: staged, no flush, lanes by count
             Recorder._block_budget = 31
         if events is not None:
@@ -151,8 +170,9 @@ class Recorder:
             raise RuntimeError("fa4trace: settle() without start(settle=False), or twice")
         Recorder._block_budget = None
         Recorder._block_lane_offset = None
-        inv = Recorder._claim_slot(self.trace, self.role, self.timebase, *self._pending)
-        return Recorder(self.trace, self.role, self.timebase, self.staged, self._state, inv, self.events)
+        inv = (*Recorder._claim_slot(self.trace, self.role, self.timebase, *self._pending), self._inv[3])
+        return Recorder(self.trace, self.role, self.timebase, self.staged, self._state, inv, self.events,
+                        stage=self.stage)
 
     def _settled(self):
         if self._pending is not None:
@@ -161,6 +181,16 @@ class Recorder:
     @staticmethod
     def _zero_state():
         return [Int32(0), Int32(0), Int32(0), Int32(0)]
+
+    @staticmethod
+    def _stage_buffer(warps: Optional[int]) -> cute.Tensor:
+        """This warp's 32 staging records in static shared memory (one allocation per
+        ``start`` call site, ``warps`` buffers side by side, indexed by warp)."""
+        warps = warps or L.MAX_CTA_WARPS
+        if not 1 <= warps <= L.MAX_CTA_WARPS:
+            raise ValueError(f"stage_warps must be 1..{L.MAX_CTA_WARPS}, got {warps}")
+        ptr = cute.arch.alloc_smem(Int64, 32 * warps, alignment=16)
+        return cute.make_tensor(ptr + (cute.arch.warp_idx() % warps) * 32, cute.make_layout(32))
 
     @staticmethod
     @cute.jit
@@ -270,28 +300,35 @@ class Recorder:
             raise RuntimeError("fa4trace: close_block without open_block")
         Recorder._block_budget = None
         Recorder._block_lane_offset = None
-        self._make_room(1)
+        if const_expr(self.stage == "lanes"):  # smem staging flushes a full buffer at the next event
+            self._make_room(1)
         return self
 
     @cute.jit
     def _make_room(self, n: cutlass.Constexpr):
         self._settled()
-        pos, base, st_lo, st_hi = self._state
+        pos = self._state[0]
+        base = self._state[1]
         if pos > 32 - n:  # write lanes 0..pos-1 (pos <= 32)
             self._write_staged()
             base = base + pos
             pos = Int32(0)
-        self._state = [Int32(pos), Int32(base), Int32(st_lo), Int32(st_hi)]
+        self._state = [Int32(pos), Int32(base)] + self._state[2:]
 
     @cute.jit
     def _write_staged(self):
-        """Store the records staged so far (lanes 0..pos-1) at base.., bounds-checked."""
+        """Store the records staged so far (staging slots 0..pos-1, slot n in lane n) at
+        base.., bounds-checked."""
         self._settled()
-        header, cap, lane = self._inv
-        pos, base, st_lo, st_hi = self._state
-        idx = base + lane
+        header, cap, lane, buf = self._inv
+        pos = self._state[0]
+        idx = self._state[1] + lane
         if (lane < pos) & (idx < cap):
-            _store_record_word(self.trace, header + L.WARP_HEADER_WORDS + idx, _pack(st_lo, st_hi))
+            if const_expr(buf is None):
+                word = _pack(self._state[2], self._state[3])
+            else:
+                word = buf[lane]  # this lane's own store of slot ``lane``: no warp sync needed
+            _store_record_word(self.trace, header + L.WARP_HEADER_WORDS + idx, word)
 
     def _record(self, event: int, kind: int, payload, when=None):
         if const_expr(self.records(event)):
@@ -305,10 +342,43 @@ class Recorder:
     def _emit(self, tag: int, payload: Int32, when=None):
         if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
             t = Int32(cute.arch.globaltimer_lo())
+        elif const_expr(self.stage == "smem"):
+            t = _clock_lo_vector(self._inv[2])
         else:
             t = Int32(cute.arch.clock64())
         in_block = self._take_block_slot()
         self._stage(tag, payload, t, in_block, when)
+
+    def _stage(self, tag: int, payload: Int32, t: Int32, in_block: bool = False, when=None):
+        """Stage one record, where this recorder stages (lane registers or shared memory)."""
+        if self.stage == "smem":
+            self._stage_smem(tag, payload, t, in_block, when)
+        else:
+            self._stage_lanes(tag, payload, t, in_block, when)
+
+    @cute.jit
+    def _stage_smem(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, in_block: cutlass.Constexpr = False,
+                    when=None):
+        """Stage one record in the warp's shared-memory buffer: every lane stores the same word at
+        slot pos (no lane test, no select). Outside a block a full buffer is flushed first (so
+        ``close_block`` has nothing to do: a block's room is made once, at ``open_block``).
+        ``when``: the store happens anyway, only pos moves where it holds (an unmoved slot is
+        written over or never flushed)."""
+        header, cap, lane, buf = self._inv
+        pos = self._state[0]
+        base = self._state[1]
+        if const_expr(not in_block):
+            self._settled()
+            if pos == 32:
+                idx = base + lane
+                if idx < cap:
+                    _store_record_word(self.trace, header + L.WARP_HEADER_WORDS + idx, buf[lane])
+                base = base + 32
+                pos = Int32(0)
+        hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
+        _store_shared_v2(buf.iterator + pos, t, hi)
+        pos = _advance(when, pos + 1, pos)
+        self._state = [Int32(pos), Int32(base)]
 
     def _take_block_slot(self) -> bool:
         """Trace time: True if this event is one of an open block's reserved ones."""
@@ -321,13 +391,13 @@ class Recorder:
         return True
 
     @cute.jit
-    def _stage(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, in_block: cutlass.Constexpr = False,
-               when=None):
-        """Stage (or, in lane mode, store) one record. ``when``: a runtime condition; the
+    def _stage_lanes(self, tag: cutlass.Constexpr, payload: Int32, t: Int32, in_block: cutlass.Constexpr = False,
+                     when=None):
+        """Stage (or, in lane mode, store) one record in lane registers. ``when``: a runtime condition; the
         record, its flush and the cursor moves are predicated on it, so no dynamic ``if``
         surrounds the record (only the flush). In a block the lane then comes from the run-time
         position: whether earlier predicated events recorded is not known while compiling."""
-        header, cap, lane = self._inv
+        header, cap, lane, _buf = self._inv
         pos, base, st_lo, st_hi = self._state
         # Per event the SASS is about: CS2R.32 (timer, often predicated straight into the
         # staging register), ISETP (is this lane the stager), a predicated move of the high
@@ -384,9 +454,8 @@ class Recorder:
 
     @cute.jit
     def _finish(self):
-        header, cap, lane = self._inv
-        pos, base, st_lo, st_hi = self._state
-        cursor = base + pos
+        header, cap, lane, _buf = self._inv
+        cursor = self._state[0] + self._state[1]
         if const_expr(self.staged):
             self._write_staged()
         gt1, clk1 = _edge_anchor()
@@ -790,6 +859,9 @@ class Segment:
         rec._open = None
 
 
+# Where a Recorder's staged records wait for their store (Recorder.start)
+STAGES = ("lanes", "smem")
+
 # Where a SegmentRecorder keeps its cursor (and, "ring", its records) between segments
 CURSORS = ("gmem", "smem", "ring")
 
@@ -813,6 +885,27 @@ def _store_record_word(trace: cute.Tensor, index, word: Int64, policy: int = _L2
     llvm.inline_asm(None, [ptr, Int64(word).ir_value(), Int64(policy).ir_value()],
                     "st.global.L2::cache_hint.b64 [$0], $1, $2;", "l,l,l",
                     has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+
+
+def _store_shared_v2(ptr, lo: Int32, hi: Int32):
+    """``*ptr = lo | hi << 32`` as one st.shared.v2.b32 (shared-memory pointer)."""
+    from cutlass._mlir.dialects import llvm
+
+    llvm.inline_asm(None, [ptr.llvm_ptr, Int32(lo).ir_value(), Int32(hi).ir_value()],
+                    "st.shared.v2.b32 [$0], {$1, $2};", "r,r,r",
+                    has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+
+
+def _clock_lo_vector(lane: Int32) -> Int32:
+    """%clock read into a per-lane register (a read predicated on lane < 32, true everywhere),
+    where ptxas would read a uniform one and move it (S2UR, NOP, MOV) for a per-lane store."""
+    from cutlass._mlir.dialects import llvm
+    from cutlass._mlir import ir
+
+    return Int32(llvm.inline_asm(ir.IntegerType.get_signless(32), [Int32(lane).ir_value()],
+                                 "{ .reg .pred p; setp.lt.u32 p, $1, 32; mov.u32 $0, 0; @p mov.u32 $0, %clock; }",
+                                 "=r,r", has_side_effects=True, is_align_stack=False,
+                                 asm_dialect=llvm.AsmDialect.AD_ATT))
 
 
 @cute.jit

@@ -50,7 +50,7 @@ def _markers(variant, n_ctas=264, work="smem"):
     return fn, out, table
 
 
-@pytest.mark.parametrize("variant", ["fa4trace", "fa4trace_lane", "fa4trace_gt"])
+@pytest.mark.parametrize("variant", ["fa4trace", "fa4trace_lane", "fa4trace_gt", "fa4trace_smem", "fa4trace_smem_block"])
 def test_markers_every_event_recorded(variant, kernels_available):
     from fa4trace.probes.markers import record_markers
 
@@ -68,10 +68,11 @@ def test_markers_every_event_recorded(variant, kernels_available):
     assert warps["sm"].nunique() > 100  # spread over the GPU
 
 
-def test_overflow_drops_and_never_writes_past_its_slot(kernels_available):
+@pytest.mark.parametrize("variant", ["fa4trace", "fa4trace_smem"])
+def test_overflow_drops_and_never_writes_past_its_slot(variant, kernels_available):
     import torch
 
-    fn, out, table = _markers("fa4trace")
+    fn, out, table = _markers(variant)
     n_ctas, iters, cap = 264, 100, 37  # 200 events per warp, room for 37
     spec = L.BufferSpec.for_grid(n_ctas, 8, cap)
     canary = np.uint64(0xDEADBEEFCAFEF00D)
