@@ -7,7 +7,8 @@ reports the overhead, the added cycles per event per warp, and the added issue s
 (cycles per event / warps per scheduler: what an issue-bound kernel pays). ``--json`` writes the
 "markers" area of BENCHMARKS.md.
 
-Timing: CUDA events around single launches, median of ``--reps``, not ``fa4trace.run.timing``:
+Timing: CUDA events around single launches, ``--reps`` per variant per round, the variants in
+turn within each of ``--rounds`` rounds, the median of the rounds' medians; not ``fa4trace.run.timing``:
 one launch runs for milliseconds (launch cost is noise), the pointer-chase table is L2-resident
 by design (a cold L2 would measure DRAM, not the recorder), and IKET's timings
 (``benchmarks/iket_workload.py`` under NVIDIA's run-iket, in its own process; ``--iket`` reads

@@ -67,7 +67,6 @@ REQUIRED = ("area", "title", "date", "commit", "gpu", "command", "rows")
 AREAS = [
     ("timers", "Recorder overhead and timer calibration"),
     ("markers", None),
-    ("markers-blocks", None),
     ("host", "Host pipeline on the CPU"),
     ("decode", "Decode attention"),
     ("pdl", None),
