@@ -49,6 +49,7 @@ SOURCES = {"auto": ("auto_kernels*_h200.json", "auto-kernels"),
            "sample": ("cta_sample*_h200.json", "auto-sample"),
            "fidelity": ("fidelity*_cost.json", "fidelity"),
            "decode": ("decode*_h200.json", "decode"),
+           "decode-traced": ("traced_decode*_h200.json", "decode-traced"),
            "parts": ("trace_cost_parts*_h200.json", "trace-cost-parts"),
            "markers": ("markers*_h200.json", "markers"),
            "fa4-parts": ("fa4_cost_parts*_h200.json", "fa4-cost-parts")}
@@ -288,7 +289,8 @@ def decode_target(folder: Path) -> dict:
     matrix = [_decode_shape(s.d, s.hq, s.hkv, s.sk, s.b, s.sq) for s in bench_matrix()]
     check_shape = _decode_shape(*(DEFAULT_SHAPE[k] for k in ("d", "hq", "hkv", "sk", "b", "sq")))
     splits = decode_splits(DEFAULT_SHAPE)
-    docs = [(doc, decode_overheads(doc)) for kind in ("decode", "parts") for doc in source_files(folder, kind)]
+    docs = [(doc, decode_overheads(doc)) for kind in ("decode", "decode-traced", "parts")
+            for doc in source_files(folder, kind)]
     docs = sorted(((d, o) for d, o in docs if o), key=lambda x: (x[0]["date"], x[0]["_file"]), reverse=True)
     row = {"key": "decode-own-recorder",
            "target": "our decode kernel, its own recorder (traced vs untraced): every shape of the benchmark "
@@ -296,9 +298,10 @@ def decode_target(folder: Path) -> dict:
            "limit": f"<= {limit:g}% at every shape", "target_pct": limit, "matrix_shapes": len(matrix),
            "check_shape": f"{check_shape}, {splits} splits, pingpong"}
     check = None
-    for doc, over in docs:
-        hit = over.get("pingpong", {}).get(check_shape)
-        if hit is not None and hit[1] in (None, splits):
+    for doc, over in docs:  # newest first; ping-pong as the planner split it, or at the check's count
+        hits = [over.get(b, {}).get(check_shape) for b in ("pingpong", f"pingpong@s{splits}")]
+        hit = next((h for h in hits if h is not None and h[1] in (None, splits)), None)
+        if hit is not None:
             check = {"check_pct": hit[0], "check_source": doc["_file"]}
             break
     check_text = ("`fa4trace check`'s shape (" + row["check_shape"] + "): " +
@@ -306,7 +309,8 @@ def decode_target(folder: Path) -> dict:
     if not docs:
         return dict(row, best_pct=None, best="not measured", build=None, status="not measured",
                     detail=check_text, **{"from": None})
-    doc, over = docs[0]
+    # the matrix from the file that timed it traced at the most of its shapes (newest on a tie)
+    doc, over = max(docs, key=lambda x: max(sum(s in matrix for s in shapes) for shapes in x[1].values()))
     cover = {b: [s for s in shapes if s in matrix] for b, shapes in over.items()}
     most = max(len(c) for c in cover.values())
     build = min((b for b in over if len(cover[b]) == most),

@@ -92,7 +92,8 @@ PAGES = {
                         "`python benchmarks/report.py` from the result files each table names "
                         "([`benchmarks/results/`](../benchmarks/results/)); what they mean: "
                         "[instrument.md](instrument.md), [fidelity.md](fidelity.md).",
-                        [("trace-cost-parts", "Our decode kernel's recorder"), ("trace-cost", None),
+                        [("decode-traced", "Our decode kernel traced at every shape"),
+                         ("trace-cost-parts", "Our decode kernel's recorder"), ("trace-cost", None),
                          ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None),
                          ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill")]),
     "fidelity-error.md": ("Fidelity error",
@@ -301,7 +302,7 @@ def render_not_kept(res: dict) -> list[str]:
 
 
 def render_area(res: dict, gpu: str = "") -> list[str]:
-    if res["area"] == "decode":
+    if res["area"] in ("decode", "decode-traced"):
         body = render_decode(res)
     elif "pivot" in res:
         body = render_pivot(res)

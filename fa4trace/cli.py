@@ -17,6 +17,7 @@ import click
 from click.core import ParameterSource
 
 from .format.errors import Fa4traceError, MissingDependency, WouldOverwrite
+from .bench.options import DEFAULT_TRACED, TRACE_AT, TRACED_VARIANTS
 from .kernels.decode_spec import LEAD_WARPS, SCHEDULES, WARPS_PER_CTA
 from .kernels.marker_spec import RECORDING_VARIANTS
 from .run import deps
@@ -871,11 +872,17 @@ def _plot_points(df, which: str, kernels: list, b: int, overlap_kernels) -> int:
 @click.option("--rounds", default=5, type=click.IntRange(min=1), show_default=True,
               help="Interleaved passes over all kernels; reported: the last of 1-2, else the median of all but "
                    "the first.")
-@click.option("--no-trace-overhead", is_flag=True, help="Skip the traced variants at sk 131072.")
+@click.option("--no-trace-overhead", is_flag=True, help="Skip the traced variants.")
+@click.option("--trace-at", type=click.Choice(TRACE_AT), default="long", show_default=True,
+              help="Where the traced variants are timed: long (the sk 131072, sq 1 shapes) or all (every shape).")
+@click.option("--traced", default=",".join(DEFAULT_TRACED), show_default=True,
+              help=f"Comma list of traced variants, each timed next to the untraced '+ref' twin: "
+                   f"{', '.join(TRACED_VARIANTS)} (every warp; lead warps store; every warp with the stall "
+                   "events; only the first CTA stores).")
 @click.option("--only", default="", help="Filter the matrix, e.g. 'd=128,hkv=1,sk=131072'.")
 @click.option("--out", default=lambda: os.environ.get("OUT", "artifacts/bench"), show_default="$OUT or artifacts/bench",
               type=click.Path(file_okay=False), help="Folder for bench.json and bench.md.")
-def bench(quick, kernels, replays, rounds, no_trace_overhead, only, out):
+def bench(quick, kernels, replays, rounds, no_trace_overhead, trace_at, traced, only, out):
     """Decode attention on this GPU: ours (base, pingpong, intrawg) vs cuDNN, FLASH and FA4 SM90.
 
     CUDA-graph replay with a cold L2, every kernel on the same inputs, interleaved passes; the
@@ -887,11 +894,16 @@ def bench(quick, kernels, replays, rounds, no_trace_overhead, only, out):
         select_shapes(quick=quick, only=only)
     except Fa4traceError as e:
         raise click.BadParameter(str(e), param_hint="--only") from None
+    variants = tuple(t for t in traced.split(",") if t)
+    bad = [t for t in variants if t not in TRACED_VARIANTS]
+    if bad:
+        raise click.BadParameter(f"unknown traced variant {bad[0]!r}: want {', '.join(TRACED_VARIANTS)}",
+                                 param_hint="--traced")
     _require_kernels("fa4trace bench")
 
     run(quick=quick, kernels=kernels, replays=replays, rounds=rounds, trace_overhead=not no_trace_overhead,
         only=only, out=out, command=" ".join(["fa4trace", *sys.argv[1:]]),
-        log=lambda m: click.echo(m))
+        log=lambda m: click.echo(m), trace_at=trace_at, traced=variants)
 
 
 # ---- sweep / compact / query -------------------------------------------------------------

@@ -77,6 +77,9 @@ PREFETCH_TILES = 3  # at most this many K / V tiles prefetched into L2 at launch
 # every KV byte is read once, so its lines go first and what is reused stays in L2 - the split
 # partials the combine reads back, Q, and the trace records when tracing.
 _L2_EVICT_FIRST = 0x12F0000000000000
+# Where the recorder stages records (Recorder.start): shared memory, one st.shared per event
+# instead of a compare and two selects into lane registers (docs/recorder.md).
+RECORD_STAGE = "smem"
 # Named barrier ids (0 is __syncthreads).
 _BAR_CONSUMER = 1
 _BAR_Q_ISSUED = 2  # consumers arrive once their Q loads are issued; the producer waits on it
@@ -407,7 +410,8 @@ class DecodeAttentionSm90:
         tile_n, d = self.tile_n, self.d
         # settle=False: K0 goes out before the warp waits for the trace buffer's header (its
         # slot is claimed right after); see Recorder.start.
-        rec = Recorder.start(trace, role=ROLE.PRODUCER, events=self.trace_events, settle=False)
+        rec = Recorder.start(trace, role=ROLE.PRODUCER, events=self.trace_events, settle=False, stage=RECORD_STAGE,
+                             stage_warps=1)
         gK = cute.local_tile(tma.k[None, None, work.h_idx, work.b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
         gV = cute.local_tile(tma.v[None, None, work.h_idx, work.b_idx], (d, tile_n), (0, None))  # (d, n, blocks)
         tKsK, tKgK = cpasync.tma_partition(tma.atom_k, 0, cute.make_layout(1),
@@ -538,7 +542,8 @@ class DecodeAttentionSm90:
                 softmax_scale, scale_log2, work: CtaWork, cut: CombineCut):
         d, tile_n = self.d, self.tile_n
         # settle=False: the Q loads go out before the warp waits for the trace buffer's header.
-        rec = Recorder.start(trace, role=ROLE.CONSUMER, events=self.trace_events, settle=False)
+        rec = Recorder.start(trace, role=ROLE.CONSUMER, events=self.trace_events, settle=False,
+                             stage=RECORD_STAGE, stage_warps=NUM_CONSUMER_THREADS // 32)
         # The arrival counter's value at the start of this launch, read long before this split
         # can finish: the last arrival advances it only after every CTA has arrived.
         base0 = Int32(0)

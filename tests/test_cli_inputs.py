@@ -130,6 +130,8 @@ BAD_INPUT = [
     ("bench", ["--only", "x=1"], "unknown shape key 'x'"),
     ("bench", ["--only", "d=7"], "leaves no shape of the matrix"),
     ("bench", ["--rounds", "0"], "'--rounds': 0 is not in the range"),
+    ("bench", ["--traced", "trace,everything"], "unknown traced variant 'everything'"),
+    ("bench", ["--trace-at", "some"], "'--trace-at': 'some' is not one of 'long', 'all'"),
     ("check", ["--out", "{bad}"], "is a file"),
     ("sweep", ["--d", "128", "--gpus", "x", "-o", "ds"], "--gpus: want all or comma GPU indices"),
     ("sweep", ["--replay", "missing", "-o", "ds"], "missing: no such replay folder"),

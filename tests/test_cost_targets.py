@@ -116,6 +116,25 @@ def test_decode_takes_the_newest_file_and_its_build_with_the_lowest_worst_shape(
     assert "`fa4trace check`'s shape (d128 16:1 sk 32768 b 1, 8 splits, pingpong): not measured" in dec["detail"]
 
 
+def test_decode_matrix_comes_from_the_file_traced_at_the_most_shapes_and_the_check_shape_at_its_splits(tmp_path):
+    """A file traced at every shape beats a newer one traced at one shape for the matrix; the
+    check's shape counts from ping-pong at the check's split count (pingpong@s8) too."""
+    from fa4trace.bench.decode import bench_matrix
+
+    rows = []
+    for sh in bench_matrix():
+        kw = dict(d=sh.d, b=sh.b, hkv=sh.hkv, sk=sh.sk, sq=sh.sq)
+        rows += [_decode("pingpong+ref", 10.0, **kw), _decode("pingpong+trace", 10.2, **kw)]  # +2% everywhere
+    _write(tmp_path, "traced_decode_h200.json", "decode-traced", rows)
+    check = dict(d=128, b=1, hkv=1, sk=32768, sq=1)
+    _write(tmp_path, "traced_decode_check_h200.json", "decode-traced", date="2026-12-02", rows=[
+        _decode("pingpong+ref@s8", 10.0, splits=8, **check), _decode("pingpong+trace@s8", 10.25, splits=8, **check)])
+    dec = _by_key(ct.target_rows(tmp_path))["decode-own-recorder"]
+    assert dec["source"] == "traced_decode_h200.json" and dec["shapes_timed"] == dec["matrix_shapes"] == 48
+    assert dec["check_pct"] == 2.5 and dec["check_source"] == "traced_decode_check_h200.json"
+    assert dec["status"] == "met" and dec["best_pct"] == 2.0
+
+
 def test_markers_compare_each_configuration_with_iket(tmp_path):
     cols = [["work", "work:chain"], ["staged_pct", "fa4trace staged %"], ["lane0_pct", "fa4trace lane-0 stores %"],
             ["iket_placeholders_pct", "IKET placeholders only %"], ["iket_pct", "IKET under run-iket %"]]

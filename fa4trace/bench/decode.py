@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..attention import (SCHEDULES, LEAD_WARPS, Shape, decode_attention, launch_plan, reference, rel_error,
                          trace_buffer, variant_for)
 from ..format.errors import Fa4traceError
+from .options import DEFAULT_TRACED, TRACE_AT, TRACED_VARIANTS
 from ..run.timing import cold_l2_inputs, graph_time, reported_us
 
 PEAK_TBPS = 4.8  # H200 HBM3e, spec
@@ -171,17 +172,29 @@ def bench_matrix(*, quick: bool = False) -> list[Shape]:
     return shapes
 
 
+def traces_shape(shape: Shape, trace_at: str) -> bool:
+    """Whether `fa4trace bench` times the traced variants at ``shape`` (``TRACE_AT``)."""
+    return trace_at == "all" or (shape.sk == 131072 and shape.sq == 1)
+
+
 def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True, rounds: int = 2,
-              log=print, power=None) -> list[BenchRow]:
-    """bench_shape over shapes; adds the traced variants at sk 131072, sq 1 (tracing overhead).
+              log=print, power=None, trace_at: str = "long",
+              traced: tuple = DEFAULT_TRACED) -> list[BenchRow]:
+    """bench_shape over shapes; adds the traced variants ``traced`` (``TRACED_VARIANTS``) and the
+    untraced "+ref" twin at the shapes ``trace_at`` names (``TRACE_AT``: tracing overhead).
     ``power``: a running ``fa4trace.run.power_log.PowerLog``; each row then carries the GPU's clock
     and power state during its shape (``extra["gpu_state"]``)."""
     import time
 
+    if trace_at not in TRACE_AT:
+        raise Fa4traceError(f"trace_at must be one of {', '.join(TRACE_AT)}, got {trace_at!r}")
+    unknown = [t for t in traced if t not in TRACED_VARIANTS]
+    if unknown:
+        raise Fa4traceError(f"unknown traced variant {unknown[0]!r}: want {', '.join(TRACED_VARIANTS)}")
     rows = []
     for i, shape in enumerate(shapes):
         ks = list(kernels)
-        if trace_overhead and shape.sk == 131072 and shape.sq == 1:
+        if trace_overhead and traced and traces_shape(shape, trace_at):
             # The kernels and peers first, in the usual order; then each of ours again as "+ref"
             # with its traced variants right after it. An overhead is the ratio of two timings,
             # so they are taken next to each other (where in a pass a long kernel is timed moves
@@ -189,7 +202,7 @@ def bench_run(shapes, kernels, *, replays: int = 15, trace_overhead: bool = True
             for k in kernels:
                 sched, at, opt = k.partition("@")
                 if sched in SCHEDULES and not _variant_option(k, opt)[-1]:  # @p has no traced twin
-                    ks += [sched + sfx + at + opt for sfx in ("+ref", "+trace", "+tracelead", "+tracestalls")]
+                    ks += [sched + sfx + at + opt for sfx in ("+ref", *("+" + t for t in traced))]
         t = time.time()
         t0 = power.now() if power is not None else None
         r = bench_shape(shape, ks, replays=replays, seed=i, rounds=rounds)
@@ -291,9 +304,11 @@ def select_shapes(*, quick: bool = False, only: str = "") -> list[Shape]:
 
 def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flash,fa4", replays: int = 15,
         rounds: int = 5, trace_overhead: bool = True, only: str = "", out: str = "artifacts/bench",
-        command: str = "fa4trace bench", log=print) -> list[BenchRow]:
+        command: str = "fa4trace bench", log=print, trace_at: str = "long",
+        traced: tuple = DEFAULT_TRACED) -> list[BenchRow]:
     """The matrix on this GPU; writes ``bench.json`` (``benchmarks/report.py``'s format, area
-    "decode") and ``bench.md`` into ``out`` and returns the rows."""
+    "decode", or "decode-traced" with ``trace_at="all"``) and ``bench.md`` into ``out`` and returns
+    the rows."""
     import datetime as dt
     import json
 
@@ -314,12 +329,14 @@ def run(*, quick: bool = False, kernels: str = "base,pingpong,intrawg,cudnn,flas
             log(f"(no clock/power log: {power.why_off})")
         rows = bench_run(shapes, [k for k in kernels.split(",") if k], replays=replays,
                          trace_overhead=trace_overhead, rounds=rounds, log=log,
-                         power=power if power.enabled else None)
+                         power=power if power.enabled else None, trace_at=trace_at, traced=tuple(traced))
     md = bench_table(rows)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "bench.json"), "w") as f:
-        json.dump(envelope("decode", "Decode attention: ours vs cuDNN, FLASH and FA4 (cold L2)", bench_json(rows),
-                           gpu=gpu_name(), command=command, device=dev), f, indent=1)
+        # traced at every shape: the tracing-cost area (BENCHMARKS' decode table keeps the peers' run)
+        area, title = (("decode-traced", "Our decode kernel traced at every shape (cold L2)") if trace_at == "all"
+                       else ("decode", "Decode attention: ours vs cuDNN, FLASH and FA4 (cold L2)"))
+        json.dump(envelope(area, title, bench_json(rows), gpu=gpu_name(), command=command, device=dev), f, indent=1)
     with open(os.path.join(out, "bench.md"), "w") as f:
         f.write(md + "\n")
     log(md)
