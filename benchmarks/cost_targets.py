@@ -326,8 +326,9 @@ def decode_target(folder: Path) -> dict:
     return dict(row, best_pct=shapes[worst], best=f"{shapes[worst]:+.2f}% at its worst shape",
                 build=f"{build}, every warp, core events", status=status,
                 detail=f"{met} of {len(shapes)} shapes meet {limit:g}%, worst {worst}; "
-                       f"{len(matrix) - len(cover[build])} of the matrix's {len(matrix)} shapes not timed traced; "
-                       f"{check_text}",
+                       + ("every shape of the matrix timed traced; " if len(cover[build]) == len(matrix) else
+                          f"{len(matrix) - len(cover[build])} of the matrix's {len(matrix)} shapes not timed traced; ")
+                       + check_text,
                 worst_shape=worst, shapes_timed=len(shapes), shapes_met=met, **(check or {}),
                 source=doc["_file"], source_date=doc["date"], source_commit=doc["commit"],
                 **{"from": _from(doc["_file"], doc["date"], doc["commit"])})

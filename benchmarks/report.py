@@ -195,12 +195,16 @@ def _decode_groups(rows: list[dict]):
 
 
 def _overhead(ks: dict, sched: str, suffix: str):
-    b = ks.get(sched + suffix)
+    """A traced variant's overhead against its "+ref" twin (else the plain kernel); ``sched`` may
+    carry an @option ("pingpong@s8": the kernels "pingpong+trace@s8", "pingpong+ref@s8")."""
+    name, at, opt = sched.partition("@")
+    b = ks.get(name + suffix + at + opt)
     if b is None:
         return None
     if not _ok(b):
         return b.get("overhead_pct")
-    a = ks.get(sched + "+ref") if _ok(ks.get(sched + "+ref")) else ks.get(sched)
+    ref = ks.get(name + "+ref" + at + opt)
+    a = ref if _ok(ref) else ks.get(sched)
     return 100 * (b["us"] / a["us"] - 1) if _ok(a) else None
 
 
@@ -241,8 +245,12 @@ def render_decode(res: dict) -> list[str]:
     if errs:
         lines += ["", f"Max relative error vs float32: {max(errs):.1e}. Power cap: share of nvidia-smi samples "
                   "capped (from 10%) / lowest SM MHz."]
-    ours = [s for s in ("base", "pingpong", "intrawg")
-            if any(r["kernel"].partition("@")[0] == s + "+trace" for r in res["rows"])]
+    ours = []  # our schedules (with their @options) that have a traced timing, in table order
+    for s in ("base", "pingpong", "intrawg"):
+        for r in res["rows"]:
+            name, at, opt = r["kernel"].partition("@")
+            if name == s + "+trace" and s + at + opt not in ours:
+                ours.append(s + at + opt)
     traced = [(k, ks) for k, ks in by_shape.items() if any(_overhead(ks, s, "+trace") is not None for s in ours)]
     if traced:
         short = {"pingpong": "pp", "intrawg": "iw"}
