@@ -80,7 +80,9 @@ def _compile_fa4(arch: str, schedule: str, variants: list) -> dict:
     )
     env = dict(os.environ)
     env.pop("CUTE_DSL_ARCH", None)
-    p = subprocess.run([sys.executable, "-c", code, arch, schedule, json.dumps(variants)],
+    # -W error::UserWarning: compiling FA4 through fa4trace prints no warning (the DSL's about
+    # FA4's aux_data argument is quieted in fa4trace.fa4.build; any other fails here)
+    p = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code, arch, schedule, json.dumps(variants)],
                        capture_output=True, text=True, env=env, timeout=900)
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")]
     assert p.returncode == 0 and line, f"compile worker failed:\n{p.stderr[-4000:]}"
