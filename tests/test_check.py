@@ -344,11 +344,18 @@ def test_cli_prints_the_report_and_exits_by_verdict(rows, code, tmp_path, monkey
 # ---- the cost rows: tracing cost and each bundle's own perturbation ------------------------------
 @pytest.mark.parametrize("traced_us, verdict", [(108.0, "ok"), (109.9, "ok"), (110.2, "warn"), (125.7, "warn")])
 def test_tracing_cost_warns_above_ten_percent(traced_us, verdict):
-    r = R._cost_row("FA4 fa3", 100.0, traced_us, "timed")
+    r = R._cost_row("FA4 fa3", 100.0, traced_us, "timed", R.COST_HINT["fa4"])
     assert r.verdict == verdict and r.group == "cost"
     assert r.values["overhead"] == pytest.approx(traced_us / 100 - 1)
     if verdict == "warn":
-        assert "more than 10%" in r.next
+        assert "more than 10%" in r.next and "--families" in r.next
+
+
+def test_our_decode_cost_hint_does_not_send_the_user_to_fewer_warps():
+    """Lead warps only cost our decode kernel as much as every warp at the check's shape (H200):
+    its hint says so instead of suggesting --warps lead."""
+    r = R._cost_row("ours pingpong", 32.2, 40.4, "timed", R.COST_HINT["ours"])
+    assert r.verdict == "warn" and "--warps lead" not in r.next and "no cheaper" in r.next
 
 
 def _sampled(**kw) -> Trace:
