@@ -245,3 +245,19 @@ def test_auto_kernels_names_a_refused_launch_in_one_line():
         raise RuntimeError("CUDA_ERROR_INVALID_VALUE: too much shared memory\nsecond line")
 
     assert ak._refused(refused) == "CUDA_ERROR_INVALID_VALUE: too much shared memory"
+
+
+def test_decode_recorder_parts_reads_overheads_per_traced_kernel(tmp_path):
+    """Each traced kernel against its own "+ref" twin, @options kept apart."""
+    import json
+
+    parts = _load(BENCH / "decode_recorder_parts.py")
+    rows = [{"kernel": k, "us": us} for k, us in (("pingpong@s8", 32.0), ("pingpong+ref@s8", 32.0),
+                                                   ("pingpong+trace@s8", 40.0), ("pingpong+ref", 10.0),
+                                                   ("pingpong+trace", 10.5), ("base+trace", float("nan")),
+                                                   ("base+ref", 9.0))]
+    p = tmp_path / "bench.json"
+    p.write_text(json.dumps({"rows": rows}))
+    got = parts.overheads(str(p))
+    assert got == pytest.approx({"pingpong@s8": 25.0, "pingpong": 5.0})
+    assert set(parts.PARTS) == {"full", "no-timer", "no-store"}

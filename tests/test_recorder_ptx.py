@@ -28,6 +28,7 @@ KERNELS = textwrap.dedent('''
     TB = int(os.environ.get("TB", "0"))
     STAGED = os.environ.get("STAGED", "1") == "1"
     STAGE = os.environ.get("STAGE", "lanes")  # where staged records wait: lanes | smem
+    Recorder.ablation = os.environ.get("ABLATION") or None  # measurements only
     BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
     WHEN = os.environ.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
     SETTLE = os.environ.get("SETTLE", "now")  # now | later (start(settle=False) ... settle()) | never
@@ -181,6 +182,19 @@ def test_smem_staging_compiles_with_blocks_when_and_settle(env, tmp_path):
     smem = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", **env))
     assert smem.count("st.shared.v2.b32") == len(re.findall(r"%clock\b(?!64)", smem)) >= 3
     assert "selp.b64" not in smem and "st.global.L2::cache_hint.b64" in smem
+
+
+def test_ablations_take_out_the_timer_reads_or_the_record_stores(tmp_path):
+    """Recorder.ablation (benchmarks/decode_recorder_parts.py): "no-timer" events read no timer
+    (the anchors still do), "no-store" events store nothing into the staging buffer."""
+    full = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem"))
+    no_timer = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", ABLATION="no-timer"))
+    no_store = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", ABLATION="no-store"))
+    events = re.compile(r"%clock\b(?!64)")
+    assert len(events.findall(full)) >= 3 and not events.findall(no_timer)
+    assert "%clock64" in no_timer and full.count("st.shared.v2.b32") >= 3
+    # (the compiler unrolls the loop its own way once the stores are gone: at least the three reads)
+    assert len(events.findall(no_store)) >= 3 and "st.shared.v2.b32" not in no_store
 
 
 def test_smem_staging_refuses_lane_mode_and_unknown_stages(tmp_path):

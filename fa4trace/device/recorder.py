@@ -61,6 +61,10 @@ _PAYLOAD_MASK = (1 << L.PAYLOAD_BITS) - 1
 
 
 class Recorder:
+    # A switch for measuring where the recorder's cost goes (benchmarks/decode_recorder_parts.py),
+    # None in every real build: "no-timer" events stage a constant instead of reading the timer,
+    # "no-store" events read the timer and stage nothing. Read while a kernel compiles.
+    ablation: Optional[str] = None
     # Trace-time: events left in the open block (``open_block``), None outside one. Tracing
     # runs one kernel at a time, in order, so a class attribute is enough.
     _block_budget: Optional[int] = None
@@ -340,7 +344,9 @@ class Recorder:
                 self._emit(tag, Int32(payload), when)
 
     def _emit(self, tag: int, payload: Int32, when=None):
-        if const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
+        if const_expr(Recorder.ablation == "no-timer"):
+            t = Int32(0)
+        elif const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
             t = Int32(cute.arch.globaltimer_lo())
         elif const_expr(self.stage == "smem"):
             t = _clock_lo_vector(self._inv[2])
@@ -376,7 +382,8 @@ class Recorder:
                 base = base + 32
                 pos = Int32(0)
         hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
-        _store_shared_v2(buf.iterator + pos, t, hi)
+        if const_expr(Recorder.ablation != "no-store"):
+            _store_shared_v2(buf.iterator + pos, t, hi)
         pos = _advance(when, pos + 1, pos)
         self._state = [Int32(pos), Int32(base)]
 
@@ -415,8 +422,9 @@ class Recorder:
                 # the count-based lane of the events after this one no longer holds
                 Recorder._block_lane_offset = None
             mine = _where(when, mine)
-            st_lo = cutlass.select_(mine, t, st_lo)
-            st_hi = cutlass.select_(mine, hi, st_hi)
+            if const_expr(Recorder.ablation != "no-store"):
+                st_lo = cutlass.select_(mine, t, st_lo)
+                st_hi = cutlass.select_(mine, hi, st_hi)
             if const_expr(in_block):
                 # open_block made the room; close_block writes a full staging
                 pos = _advance(when, pos + 1, pos)
@@ -861,6 +869,8 @@ class Segment:
 
 # Where a Recorder's staged records wait for their store (Recorder.start)
 STAGES = ("lanes", "smem")
+# Recorder.ablation's values (measurements only)
+ABLATIONS = (None, "no-timer", "no-store")
 
 # Where a SegmentRecorder keeps its cursor (and, "ring", its records) between segments
 CURSORS = ("gmem", "smem", "ring")

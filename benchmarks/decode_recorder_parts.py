@@ -1,0 +1,123 @@
+"""Where our decode kernel's tracing cost goes: the recorder with its timer reads or its record
+stores taken out, one build each, timed at the shapes where tracing costs the most.
+
+    python benchmarks/decode_recorder_parts.py build -o build/decode_parts    # CPU with the CuTe DSL
+    python benchmarks/decode_recorder_parts.py run build/decode_parts --json benchmarks/results/decode_recorder_parts_h200.json
+
+Parts (``PARTS``, ``Recorder.ablation``): "full" (the recorder as shipped), "no timer reads"
+(events stage a constant), "no record stores" (events read the timer and stage nothing; the
+flushes still run). Each part is its own AOT build of the untraced and the traced (core events)
+kernels; ``fa4trace bench`` times every traced kernel against its untraced twin timed next to it
+(CUDA-graph replay, cold L2), one process per part and shape, the parts in turn within each round.
+A part that leaves the cost where it was did not hold it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+# part -> (Recorder.ablation, what the row says)
+PARTS = {"full": (None, "the recorder as shipped"),
+         "no-timer": ("no-timer", "no timer reads (events stage a constant)"),
+         "no-store": ("no-store", "no record stores (events read the timer, stage nothing)")}
+# (bench --only filter, kernels): fa4trace check's shape at its 8 splits and as the planner splits it;
+# the matrix's costliest shapes (H200, traced_decode_h200.json)
+SHAPES = [("d=128,hq=16,hkv=1,sk=32768,b=1,sq=1", "pingpong@s8,pingpong"),
+          ("d=64,hq=16,hkv=1,sk=131072,b=1,sq=1", "base,pingpong"),
+          ("d=64,hq=16,hkv=1,sk=4096,b=1,sq=1", "base,pingpong")]
+BUILT = [(128, "pingpong"), (64, "pingpong"), (64, "base")]
+
+
+def build(out: str, force: bool) -> None:
+    """One AOT build per part: the untraced and core-traced kernels of ``BUILT`` (sm_90a)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from fa4trace.device import Recorder
+    from fa4trace.format.entry import Entry
+    from fa4trace.run.aot import build_library
+    from kernels.attention_sm90 import compile_variant
+    from kernels.decode_spec import Variant
+
+    for part, (ablation, _what) in PARTS.items():
+        Recorder.ablation = ablation
+        try:
+            compiled = {}
+            for d, sched in BUILT:
+                for v in (Variant(d, sched), Variant(d, sched, events="core")):
+                    compiled[v.name] = (compile_variant(v)[0],
+                                        Entry(v.name, "attention", {**v.config(), "arch": "sm_90a"}))
+        finally:
+            Recorder.ablation = None
+        print(build_library(compiled, os.path.join(out, part), arch="sm_90a", overwrite=force), flush=True)
+
+
+def overheads(bench_json: str) -> dict:
+    """{kernel (with its @option): traced vs untraced %} of one ``fa4trace bench`` file."""
+    rows = json.load(open(bench_json))["rows"]
+    us = {r["kernel"]: r["us"] for r in rows}
+    out = {}
+    for k, v in us.items():
+        name, at, opt = k.partition("@")
+        if name.endswith("+trace"):
+            ref = us.get(name[:-len("+trace")] + "+ref" + at + opt)
+            if ref and v == v and ref == ref:
+                out[name[:-len("+trace")] + at + opt] = 100 * (v / ref - 1)
+    return out
+
+
+def run(build_dir: str, json_path: str | None, rounds: int) -> list:
+    """Every part at every shape, ``rounds`` times, the parts in turn."""
+    from fa4trace.bench import results
+
+    got: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(rounds):
+            for part in PARTS:
+                for only, kernels in SHAPES:
+                    out = os.path.join(tmp, f"{part}-{rnd}-{len(got)}")
+                    env = dict(os.environ, FA4TRACE_BUILD=os.path.join(build_dir, part))
+                    subprocess.run([sys.executable, "-m", "fa4trace", "bench", "--only", only, "--kernels", kernels,
+                                    "--trace-at", "all", "--traced", "trace", "--out", out],
+                                   env=env, check=True, capture_output=True, text=True)
+                    for kernel, pct in overheads(os.path.join(out, "bench.json")).items():
+                        got.setdefault((only, kernel, part), []).append(pct)
+                        print(f"round {rnd + 1} {part:9s} {only} {kernel}: {pct:+.1f}%", flush=True)
+    rows = [{"shape": only.replace(",", " "), "schedule": kernel, "part": PARTS[part][1],
+             "cost_pct": round(statistics.median(v), 2), "rounds_pct": [round(x, 2) for x in v]}
+            for (only, kernel, part), v in got.items()]
+    if json_path:
+        results.write(json_path, results.envelope(
+            "decode-recorder-parts", "Where our decode kernel's tracing cost goes", rows,
+            columns=[["shape", "shape"], ["schedule", "schedule"], ["part", "recorder"], ["cost_pct", "cost %"]],
+            notes=f"Every warp of every CTA records the core events; each traced kernel against its untraced "
+                  f"twin timed next to it (fa4trace bench: CUDA-graph replay, cold L2, 5 passes); the median of "
+                  f"{rounds} rounds, the parts in turn within each round."))
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile every part (CPU, the CuTe DSL)")
+    b.add_argument("-o", "--out", default="build/decode_parts")
+    b.add_argument("--force", action="store_true")
+    r = sub.add_parser("run", help="time every part on this GPU")
+    r.add_argument("build")
+    r.add_argument("--json")
+    r.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args(argv)
+    if a.cmd == "build":
+        build(a.out, a.force)
+    else:
+        run(a.build, a.json, a.rounds)
+
+
+if __name__ == "__main__":
+    main()
