@@ -39,9 +39,10 @@ Rows of "not-kept" are {"idea", "result", "commit"} and render as one line each,
 an error. An area of a page in ``PAGES`` (a page may hold several) renders there, not in BENCHMARKS.md.
 
 Which script writes which area (each takes ``--json benchmarks/results/<file>.json``; the
-envelope comes from ``fa4trace.bench.results``): decode: ``fa4trace bench`` (its bench.json);
-markers: bench_recorder.py (with iket_workload.py under run-iket); host: bench_export.py;
-viewer: bench_app.py; floors: stream_floor.py; trace-cost: trace_cost.py; cost-targets:
+envelope comes from ``fa4trace.bench.results``): decode, decode-traced: ``fa4trace bench`` (its
+bench.json; decode-traced with --trace-at all); markers: bench_recorder.py (with iket_workload.py
+under run-iket); host: bench_export.py; viewer: bench_app.py; floors: stream_floor.py;
+trace-cost: trace_cost.py; decode-recorder-parts: decode_recorder_parts.py; cost-targets:
 cost_targets.py (from the other result files, no GPU); fa4-sm90:
 fa4_sm90_device.py; auto-kernels, auto-sample: auto_kernels.py, bench_cta_sample.py; fidelity:
 bench_fidelity.py; sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
@@ -93,6 +94,7 @@ PAGES = {
                         "([`benchmarks/results/`](../benchmarks/results/)); what they mean: "
                         "[instrument.md](instrument.md), [fidelity.md](fidelity.md).",
                         [("decode-traced", "Our decode kernel traced at every shape"),
+                         ("decode-recorder-parts", "Where our decode kernel's tracing cost goes"),
                          ("trace-cost-parts", "Our decode kernel's recorder"), ("trace-cost", None),
                          ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None),
                          ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill")]),
