@@ -15,6 +15,7 @@ A part that leaves the cost where it was did not hold it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -33,7 +34,7 @@ PARTS = {"full": (None, "the recorder as shipped"),
 SHAPES = [("d=128,hq=16,hkv=1,sk=32768,b=1,sq=1", "pingpong@s8,pingpong"),
           ("d=64,hq=16,hkv=1,sk=131072,b=1,sq=1", "base,pingpong"),
           ("d=64,hq=16,hkv=1,sk=4096,b=1,sq=1", "base,pingpong")]
-BUILT = [(128, "pingpong"), (64, "pingpong"), (64, "base")]
+BUILT = [(128, "pingpong"), (64, "pingpong"), (64, "base")]  # each with 32- and 64-row CTAs
 
 
 def build(out: str, force: bool) -> None:
@@ -43,14 +44,14 @@ def build(out: str, force: bool) -> None:
     from fa4trace.format.entry import Entry
     from fa4trace.run.aot import build_library
     from kernels.attention_sm90 import compile_variant
-    from kernels.decode_spec import Variant
+    from kernels.decode_spec import BLOCK_ROWS, Variant
 
     for part, (ablation, _what) in PARTS.items():
         Recorder.ablation = ablation
         try:
             compiled = {}
-            for d, sched in BUILT:
-                for v in (Variant(d, sched), Variant(d, sched, events="core")):
+            for (d, sched), rows in itertools.product(BUILT, BLOCK_ROWS):
+                for v in (Variant(d, sched, block_rows=rows), Variant(d, sched, block_rows=rows, events="core")):
                     compiled[v.name] = (compile_variant(v)[0],
                                         Entry(v.name, "attention", {**v.config(), "arch": "sm_90a"}))
         finally:
@@ -72,21 +73,26 @@ def overheads(bench_json: str) -> dict:
     return out
 
 
-def run(build_dir: str, json_path: str | None, rounds: int) -> list:
-    """Every part at every shape, ``rounds`` times, the parts in turn."""
+def run(build_dir: str, json_path: str | None, rounds: int, shapes=SHAPES) -> list:
+    """Every part at every shape of ``shapes``, ``rounds`` times, the parts in turn. A shape
+    the build cannot run (no traced timing) stops the run with its error."""
     from fa4trace.bench import results
 
     got: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(rounds):
             for part in PARTS:
-                for only, kernels in SHAPES:
+                for only, kernels in shapes:
                     out = os.path.join(tmp, f"{part}-{rnd}-{len(got)}")
                     env = dict(os.environ, FA4TRACE_BUILD=os.path.join(build_dir, part))
                     subprocess.run([sys.executable, "-m", "fa4trace", "bench", "--only", only, "--kernels", kernels,
                                     "--trace-at", "all", "--traced", "trace", "--out", out],
                                    env=env, check=True, capture_output=True, text=True)
-                    for kernel, pct in overheads(os.path.join(out, "bench.json")).items():
+                    found = overheads(os.path.join(out, "bench.json"))
+                    if not found:
+                        errors = [r.get("error") for r in json.load(open(os.path.join(out, "bench.json")))["rows"]]
+                        raise SystemExit(f"{part} at {only}: no traced timing ({next(filter(None, errors), '?')})")
+                    for kernel, pct in found.items():
                         got.setdefault((only, kernel, part), []).append(pct)
                         print(f"round {rnd + 1} {part:9s} {only} {kernel}: {pct:+.1f}%", flush=True)
     rows = [{"shape": only.replace(",", " "), "schedule": kernel, "part": PARTS[part][1],
@@ -112,11 +118,12 @@ def main(argv=None) -> None:
     r.add_argument("build")
     r.add_argument("--json")
     r.add_argument("--rounds", type=int, default=2)
+    r.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N of SHAPES")
     a = ap.parse_args(argv)
     if a.cmd == "build":
         build(a.out, a.force)
     else:
-        run(a.build, a.json, a.rounds)
+        run(a.build, a.json, a.rounds, SHAPES[:a.shapes])
 
 
 if __name__ == "__main__":
