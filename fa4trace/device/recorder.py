@@ -128,7 +128,10 @@ class Recorder:
 
         ``stage``: where staged records wait for their 256-byte store: "lanes" (one per lane
         register) or "smem" (a 32-record buffer per warp in static shared memory, 256 B per
-        warp for ``stage_warps`` warps, else for the 32 a CTA may hold; module doc).
+        warp for ``stage_warps`` warps, else for the 32 a CTA may hold; module doc). Warp w
+        stages in buffer ``w % stage_warps`` of this call site's allocation: no two warps that
+        call this site may share that number (where unsure, give the CTA's warp count), else
+        they mix their records.
 
         ``settle=False``: take the start anchor and issue the loads of the buffer header, but
         do not wait for them; ``rec = rec.settle()`` later, in the same straight-line code,
