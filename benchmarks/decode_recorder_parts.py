@@ -14,7 +14,6 @@ A part that leaves the cost where it was did not hold it.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -24,6 +23,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from fa4trace.bench.buildrun import build_run_parser  # noqa: E402  (after the path)
 
 # part -> (Recorder.ablation, what the row says)
 PARTS = {"full": (None, "the recorder as shipped"),
@@ -109,14 +110,8 @@ def run(build_dir: str, json_path: str | None, rounds: int, shapes=SHAPES) -> li
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="compile every part (CPU, the CuTe DSL)")
-    b.add_argument("-o", "--out", default="build/decode_parts")
-    b.add_argument("--force", action="store_true")
-    r = sub.add_parser("run", help="time every part on this GPU")
-    r.add_argument("build")
-    r.add_argument("--json")
+    ap, _b, r = build_run_parser(__doc__, "build/decode_parts", build_help="compile every part (CPU, the CuTe DSL)",
+                                 run_help="time every part on this GPU")
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N of SHAPES")
     a = ap.parse_args(argv)

@@ -15,7 +15,6 @@ user's spans by default, every family's, or none).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -23,6 +22,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from fa4trace.bench.buildrun import build_run_parser  # noqa: E402  (after the path)
 
 BASE = "fa4_sm90_prefill_full"
 SOFTMAX, RESCALE = "softmax", "rescale"
@@ -117,14 +118,8 @@ def run(build_dir: str, json_path: str | None, rounds: int, replays: int) -> lis
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="compile every part (CPU, the CuTe DSL)")
-    b.add_argument("-o", "--out", default="build/fa4_parts")
-    b.add_argument("--force", action="store_true")
-    r = sub.add_parser("run", help="time every part on this GPU")
-    r.add_argument("build")
-    r.add_argument("--json")
+    ap, _b, r = build_run_parser(__doc__, "build/fa4_parts", build_help="compile every part (CPU, the CuTe DSL)",
+                                 run_help="time every part on this GPU")
     r.add_argument("--rounds", type=int, default=7)
     r.add_argument("--replays", type=int, default=10)
     a = ap.parse_args(argv)
