@@ -430,7 +430,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
     from fa4trace.auto.run import RecordOptions
     from fa4trace.fa4.run import call_args
     from fa4trace.run.record import new_trace_tensor
-    from fa4trace.run.timing import graph_time
+    from fa4trace.run.timing import paired_costs
 
     p = FA4_PREFILL
     rows = []
@@ -473,28 +473,21 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
         fns = {nm: load(build_dir, nm, options=full.options).fn for nm in others}
         refused = {nm: _refused(lambda fn=fn: fn(*args(0), bufs[0])) for nm, fn in fns.items()}
         fns = {nm: fn for nm, fn in fns.items() if refused[nm] is None}
-        to = {nm: [] for nm in fns}
-        tp, tt = [], []
-        for _ in range(rounds):
-            tp.append(graph_time(lambda i: full.plain(*args(i)), n_sets, replays, n_sets * 2)[0])
-            tt.append(graph_time(lambda i: full.fn(*args(i), bufs[i]), n_sets, replays, n_sets * 2)[0])
-            for nm, fn in fns.items():
-                to[nm].append(graph_time(lambda i: fn(*args(i), bufs[i]), n_sets, replays, n_sets * 2)[0])
-        mp, mt = sorted(tp)[len(tp) // 2], sorted(tt)[len(tt) // 2]
         # the same build with one warp per warpgroup recording in every CTA (the others' stores
         # predicated off); a sample of CTAs is bench_cta_sample.py's
-        subsets = [(RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False, warps=LEAD_WARPS),
-                    "lead warps 0, 4, 8 record")]
-        for opts, what in subsets:
-            sbufs = [new_trace_tensor(opts.spec(full.warps_per_cta)) for _ in range(n_sets)]
-            ts = [graph_time(lambda i: full.fn(*args(i), sbufs[i]), n_sets, replays, n_sets * 2)[0]
-                  for _ in range(rounds)]
-            ms = sorted(ts)[len(ts) // 2]
-            rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
-                         "build": name, "cursor": "smem",
-                         "families": f"barrier+mma+pipeline+tma + softmax, rescale spans; {what}",
-                         "plain_us": round(mp, 2), "traced_us": round(ms, 2), "cost_pct": round(100 * (ms / mp - 1), 2)})
-            print(json.dumps(rows[-1]), flush=True)
+        lead_opts, lead_what = (RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False, warps=LEAD_WARPS),
+                                "lead warps 0, 4, 8 record")
+        sbufs = [new_trace_tensor(lead_opts.spec(full.warps_per_cta)) for _ in range(n_sets)]
+        launches = {name: lambda i: full.fn(*args(i), bufs[i]), "lead": lambda i: full.fn(*args(i), sbufs[i])}
+        launches.update({nm: (lambda i, fn=fn: fn(*args(i), bufs[i])) for nm, fn in fns.items()})
+        timed = paired_costs(lambda i: full.plain(*args(i)), launches, n_sets, replays, n_sets * 2, rounds)
+        mp, mt, cost = timed[name]
+        lp, ls, lcost = timed["lead"]
+        rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
+                     "build": name, "cursor": "smem",
+                     "families": f"barrier+mma+pipeline+tma + softmax, rescale spans; {lead_what}",
+                     "plain_us": round(lp, 2), "traced_us": round(ls, 2), "cost_pct": round(lcost, 2)})
+        print(json.dumps(rows[-1]), flush=True)
         for nm in others:
             cfg = BuildDir(build_dir).functions[nm]["config"]
             row = {"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
@@ -504,18 +497,18 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
             if refused[nm] is not None:
                 rows.append(dict(row, traced_us=None, cost_pct=None, refused=refused[nm]))
             else:
-                mo = sorted(to[nm])[len(to[nm]) // 2]
+                op, mo, ocost = timed[nm]
                 if cfg.get("cursor") == "ring":
                     row.update(_ring_bundle(build_dir, nm, lambda kk: kk(*args(0)),
                                             RecordOptions(ctas=8, cta_stride=17, capacity=1 << 15),
                                             {"b": p["b"], "seqlen": p["seqlen"], "h": p["h"], "d": p["d"],
                                              "dtype": "bf16", "causal": False}, out, name))
-                rows.append(dict(row, traced_us=round(mo, 2), cost_pct=round(100 * (mo / mp - 1), 2)))
+                rows.append(dict(row, plain_us=round(op, 2), traced_us=round(mo, 2), cost_pct=round(ocost, 2)))
             print(json.dumps(rows[-1]), flush=True)
         flops = 4 * p["b"] * p["h"] * p["seqlen"] ** 2 * p["d"] / (2 if variant == "causal" else 1)
         rows.append({"kernel": f"FA4 SM90 prefill {variant}", "shape": f"b{p['b']} s{p['seqlen']} h{p['h']} d{p['d']}",
                      "build": name, "cursor": "smem", "families": "barrier+mma+pipeline+tma + softmax, rescale spans",
-                     "plain_us": round(mp, 2), "traced_us": round(mt, 2), "cost_pct": round(100 * (mt / mp - 1), 2),
+                     "plain_us": round(mp, 2), "traced_us": round(mt, 2), "cost_pct": round(cost, 2),
                      "tflops_plain": round(flops / mp / 1e6, 1), "bitwise_equal": all(kern.checked),
                      "rel_err_vs_fp32": rel, "events": len(trace),
                      "dropped": int(trace.events.column("dropped").to_numpy().max()), "bundle": os.path.basename(path)})

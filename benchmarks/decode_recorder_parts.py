@@ -5,8 +5,9 @@ stores taken out, one build each, timed at the shapes where tracing costs the mo
     python benchmarks/decode_recorder_parts.py run build/decode_parts --json benchmarks/results/decode_recorder_parts_h200.json
 
 Parts (``PARTS``, ``Recorder.ablation``): "full" (the recorder as shipped), "no timer reads"
-(events stage a constant), "no record stores" (events read the timer and stage nothing; the
-flushes still run). Each part is its own AOT build of the untraced and the traced (core events)
+(events stage a constant), "no record stores" (events stage nothing, and ptxas then drops their
+timer reads as well, whose values go nowhere: the SASS of this build has the timer reads of the
+warp anchors only; the flushes still run). Each part is its own AOT build of the untraced and the traced (core events)
 kernels; ``fa4trace bench`` times every traced kernel against its untraced twin timed next to it
 (CUDA-graph replay, cold L2), one process per part and shape, the parts in turn within each round.
 A part that leaves the cost where it was did not hold it.
@@ -29,7 +30,7 @@ from fa4trace.bench.buildrun import build_run_parser  # noqa: E402  (after the p
 # part -> (Recorder.ablation, what the row says)
 PARTS = {"full": (None, "the recorder as shipped"),
          "no-timer": ("no-timer", "no timer reads (events stage a constant)"),
-         "no-store": ("no-store", "no record stores (events read the timer, stage nothing)")}
+         "no-store": ("no-store", "no record stores, hence no timer reads (nothing staged; the compiler drops the unused reads)")}
 # (bench --only filter, kernels): fa4trace check's shape at its 8 splits and as the planner splits it;
 # the matrix's costliest shapes (H200, traced_decode_h200.json)
 SHAPES = [("d=128,hq=16,hkv=1,sk=32768,b=1,sq=1", "pingpong@s8,pingpong"),

@@ -51,21 +51,48 @@ PARTS = {
                       "spans + pipeline + barrier, every family's begins stored first"),
     "_all_ring": (None, (SOFTMAX, RESCALE), "ring", None, True, "every family + spans"),
 }
+# suffix -> (the part it repeats, SegmentRecorder switches set for it, what the row adds): the
+# same events compiled another way, to tell one cost from the rest
+VARIANTS = {
+    "_spans_ring_notimer": ("_spans_ring", {"ablation": "no-timer"}, "no timer reads"),
+    "_spb_ring_notimer": ("_spb_ring", {"ablation": "no-timer"}, "no timer reads"),
+    "_all_ring_notimer": ("_all_ring", {"ablation": "no-timer"}, "no timer reads"),
+    "_spb_ring_notimer_instants": ("_spb_ring", {"ablation": "no-timer-instants"}, "no timer reads for instants"),
+    "_spb_ring_notimer_spans": ("_spb_ring", {"ablation": "no-timer-spans"}, "no timer reads for span begins and ends"),
+    "_spb_ring_loadcursor": ("_spb_ring", {"reuse_cursor": False}, "cursor loaded by every segment"),
+    "_spans_ring_vector": ("_spans_ring", {"vector_clock": True}, "timer read into vector registers"),
+    "_spb_ring_vector": ("_spb_ring", {"vector_clock": True}, "timer read into vector registers"),
+    "_all_ring_vector": ("_all_ring", {"vector_clock": True}, "timer read into vector registers"),
+}
 
 
-def build(out: str, force: bool) -> None:
-    """Compile every part (sm_90a) into one AOT library."""
+def part(sfx: str) -> tuple:
+    """(families, spans, cursor, begins first, CTA stamps, what the row says, SegmentRecorder
+    switches) of a part."""
+    base, switches, more = VARIANTS.get(sfx, (sfx, {}, ""))
+    *cfg, what = PARTS[base]
+    return (*cfg, what + (", " + more if more else ""), switches)
+
+
+def build(out: str, force: bool, only=None) -> None:
+    """Compile every part (sm_90a; ``only``: those suffixes, plus the full build every run needs)
+    into one AOT library."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import auto_kernels as ak
     import fa4trace.auto.compiler as compiler
     import fa4trace.auto.families as families
     from fa4trace.auto.build import entries
+    from fa4trace.device.recorder import SegmentRecorder
     from fa4trace.run.aot import build_library
 
     all_spans, compile_traced, default_begin = dict(ak.FA4_SPANS), compiler.compile_traced, families.STORE_AT_BEGIN
+    defaults = {k: getattr(SegmentRecorder, k) for v in VARIANTS.values() for k in v[1]}
     t, ents = time.time(), {}
     try:
-        for sfx, (fams, spans, cursor, begin, stamps, _what) in PARTS.items():
+        for sfx in [x for x in (*PARTS, *VARIANTS) if not x or only is None or x in only]:
+            fams, spans, cursor, begin, stamps, _what, switches = part(sfx)
+            for k, v in {**defaults, **switches}.items():
+                setattr(SegmentRecorder, k, v)
             families.STORE_AT_BEGIN = default_begin if begin is None else frozenset(begin)
             ak.FA4_SPANS = {k: all_spans[k] for k in spans}
             compiler.compile_traced = (lambda *a, _s=stamps, **k: compile_traced(*a, cta_lifetimes=_s, **k))
@@ -74,10 +101,12 @@ def build(out: str, force: bool) -> None:
             ents.update(entries(BASE + sfx, c, dict(
                 cfg, kernel="FA4 prefill", cursor=cursor, ring=c.meta.get("ring"), l2=c.meta["l2"],
                 families=sorted(c.meta["families"]), spans=sorted(spans),
-                begins_first=sorted(families.STORE_AT_BEGIN), cta_lifetimes=stamps)))
+                begins_first=sorted(families.STORE_AT_BEGIN), cta_lifetimes=stamps, recorder=switches)))
             print(f"{BASE + sfx}: compiled", flush=True)
     finally:
         ak.FA4_SPANS, compiler.compile_traced, families.STORE_AT_BEGIN = all_spans, compile_traced, default_begin
+        for k, v in defaults.items():
+            setattr(SegmentRecorder, k, v)
     build_library(ents, out, arch="sm_90a", overwrite=force)
     print(f"built {len(ents)} entries into {out} in {time.time() - t:.0f} s")
 
@@ -91,7 +120,7 @@ def run(build_dir: str, json_path: str | None, rounds: int, replays: int) -> lis
     from fa4trace.run.aot import BuildDir
 
     funcs = BuildDir(build_dir).functions
-    ak.FA4_VARIANTS = [(sfx, None, True, "") for sfx in PARTS if sfx and BASE + sfx in funcs]
+    ak.FA4_VARIANTS = [(sfx, None, True, "") for sfx in (*PARTS, *VARIANTS) if sfx and BASE + sfx in funcs]
     with tempfile.TemporaryDirectory() as tmp:
         raw = ak.run_fa4(build_dir, tmp, rounds, replays)
     rows = []
@@ -100,7 +129,7 @@ def run(build_dir: str, json_path: str | None, rounds: int, replays: int) -> lis
             continue
         sfx = r["build"][len(BASE):]
         cfg = funcs[r["build"]]["config"]
-        rows.append({"part": PARTS[sfx][5], "build": r["build"], "cursor": r.get("cursor"),
+        rows.append({"part": part(sfx)[5], "build": r["build"], "cursor": r.get("cursor"),
                      "begins_first": ", ".join(cfg.get("begins_first") or []) or "none",
                      "plain_us": r["plain_us"], "traced_us": r.get("traced_us"), "cost_pct": r.get("cost_pct"),
                      "refused": r.get("refused")})
@@ -118,13 +147,14 @@ def run(build_dir: str, json_path: str | None, rounds: int, replays: int) -> lis
 
 
 def main(argv=None) -> None:
-    ap, _b, r = build_run_parser(__doc__, "build/fa4_parts", build_help="compile every part (CPU, the CuTe DSL)",
+    ap, b, r = build_run_parser(__doc__, "build/fa4_parts", build_help="compile every part (CPU, the CuTe DSL)",
                                  run_help="time every part on this GPU")
+    b.add_argument("--only", help="comma-separated part suffixes to build (default: every part)")
     r.add_argument("--rounds", type=int, default=7)
     r.add_argument("--replays", type=int, default=10)
     a = ap.parse_args(argv)
     if a.cmd == "build":
-        build(a.out, a.force)
+        build(a.out, a.force, a.only.split(",") if a.only else None)
     else:
         run(a.build, a.json, a.rounds, a.replays)
 

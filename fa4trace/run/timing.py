@@ -52,19 +52,7 @@ def graph_time(launch, n_sets: int, replays: int, per_graph: int):
     """
     import torch
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(min(n_sets, 3)):  # warm-up outside the graph: module load, workspaces
-            launch(i)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for j in range(per_graph):
-            launch(j % n_sets)
-    g.replay()
-    torch.cuda.synchronize()
+    g = _capture(launch, n_sets, per_graph)
     times = []
     for _ in range(replays):
         a, b_ = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -78,6 +66,66 @@ def graph_time(launch, n_sets: int, replays: int, per_graph: int):
     spread = (times[int(0.9 * (len(times) - 1))] - times[int(0.1 * (len(times) - 1))]) / 2
     del g
     return med, spread
+
+
+def _capture(launch, n_sets: int, per_graph: int):
+    """A CUDA graph of ``per_graph`` launches of ``launch(i)`` cycling through the input sets,
+    after a warm-up outside the graph (module load, workspaces)."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(min(n_sets, 3)):
+            launch(i)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for j in range(per_graph):
+            launch(j % n_sets)
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def _replay_us(g, replays: int, per_graph: int) -> float:
+    """Median per-launch time (µs) of ``replays`` timed replays of graph ``g``."""
+    import torch
+
+    times = []
+    for _ in range(replays):
+        a, b_ = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b_.record()
+        b_.synchronize()
+        times.append(a.elapsed_time(b_) * 1e3 / per_graph)
+    return sorted(times)[len(times) // 2]
+
+
+def paired_costs(plain, traced: dict, n_sets: int, replays: int, per_graph: int, rounds: int) -> dict:
+    """Each traced launch's cost against the plain one timed right before it.
+
+    ``plain`` and every value of ``traced`` are ``launch(i)`` callables (input set i). Each is
+    captured once as a graph; every round times, for each traced launch in turn (the order
+    rotated by one each round, so no launch always runs on a GPU warmed by the same neighbour),
+    the plain graph and then the traced one. Clock and power drift over a run then moves both
+    times of a pair alike. Returns {name: (plain µs, traced µs, cost %)}: the medians over the
+    rounds of the plain times next to it, of its own times, and of the per-round ratios."""
+    import statistics
+
+    gp = _capture(plain, n_sets, per_graph)
+    graphs = {name: _capture(fn, n_sets, per_graph) for name, fn in traced.items()}
+    names = list(graphs)
+    pairs = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names) if names else 0
+        for name in names[k:] + names[:k]:
+            tp = _replay_us(gp, replays, per_graph)
+            pairs[name].append((tp, _replay_us(graphs[name], replays, per_graph)))
+    return {name: (statistics.median(p for p, _ in ps), statistics.median(t for _, t in ps),
+                   100 * (statistics.median(t / p for p, t in ps) - 1)) for name, ps in pairs.items()}
 
 
 def reported_us(rounds_us: list[float]) -> float:
