@@ -59,10 +59,6 @@ VARIANTS = {
     "_all_ring_notimer": ("_all_ring", {"ablation": "no-timer"}, "no timer reads"),
     "_spb_ring_notimer_instants": ("_spb_ring", {"ablation": "no-timer-instants"}, "no timer reads for instants"),
     "_spb_ring_notimer_spans": ("_spb_ring", {"ablation": "no-timer-spans"}, "no timer reads for span begins and ends"),
-    "_spb_ring_loadcursor": ("_spb_ring", {"reuse_cursor": False}, "cursor loaded by every segment"),
-    "_spans_ring_vector": ("_spans_ring", {"vector_clock": True}, "timer read into vector registers"),
-    "_spb_ring_vector": ("_spb_ring", {"vector_clock": True}, "timer read into vector registers"),
-    "_all_ring_vector": ("_all_ring", {"vector_clock": True}, "timer read into vector registers"),
 }
 
 

@@ -221,25 +221,25 @@ def test_ring_sizes_are_checked_in_one_line():
         assert "\n" not in str(exc.value)
 
 
-class _TwoSegments(_Hooked):
-    """Two segments one after the other in the same region (as two hooked calls in a row)."""
+
+class _SpanAndInstant(_Hooked):
+    """One span around a kernel op, then an instant after another: three timer reads a trip."""
 
     def step(self, out: cute.Tensor, i):
         super().step(out, i)
+        out[i] = out[i] + 1.0
         seg = self.rec.open()
         seg.instant(EV.MARK, i)
         seg.close()
 
 
-def test_a_segment_in_the_region_of_the_last_cursor_store_does_not_load_it(monkeypatch):
-    """reuse_cursor: the second segment of a loop trip takes the cursor the first one stored (no
-    load, nothing waits on one); off, every segment loads it. Same records either way."""
-    counts = f"+{8 * L.W_COUNTS}]"
-
-    def loop_ops(reuse: bool):
-        monkeypatch.setattr(SegmentRecorder, "reuse_cursor", reuse)
-        loop = _loop(_ptx(_build(_TwoSegments()), _fake(cutlass.Float32), _fake(cutlass.Int64), Int32(8)))
-        return (sum("ld.global" in ln and counts in ln for ln in loop),
-                sum("st.global.L2::cache_hint.b64" in ln for ln in loop))
-
-    assert loop_ops(True) == (1, 3) and loop_ops(False) == (2, 3)
+@pytest.mark.parametrize("ablation, reads", [(None, 3), ("no-timer", 0), ("no-timer-instants", 2),
+                                             ("no-timer-spans", 1)])
+def test_ablations_take_out_the_timer_reads_they_name_and_keep_every_record(monkeypatch, ablation, reads):
+    """SegmentRecorder.ablation (benchmarks/fa4_cost_parts.py): the loop reads the timer only for
+    the records the ablation leaves timed, and stores all three records either way."""
+    monkeypatch.setattr(SegmentRecorder, "ablation", ablation)
+    loop = _loop(_ptx(_build(_SpanAndInstant(cursor="smem")), _fake(cutlass.Float32), _fake(cutlass.Int64),
+                      Int32(8)))
+    assert sum("%clock64" in ln for ln in loop) == reads
+    assert sum("st.global.L2::cache_hint.b64" in ln for ln in loop) == 3

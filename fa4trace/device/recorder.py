@@ -490,17 +490,6 @@ def current_block():
         return None
 
 
-def _same_block(a, b) -> bool:
-    """Two MLIR block handles are the same block (False where in doubt: None, or a handle of a
-    module already gone)."""
-    if a is None or b is None:
-        return False
-    try:
-        return a == b
-    except (RuntimeError, TypeError, ValueError):
-        return False
-
-
 def _emit_point():
     """Where ops are inserted now: (block, its op count, the op the insertion point is before,
     the op right before the insertion point); None outside a trace. Two equal points taken at
@@ -607,15 +596,11 @@ class SegmentRecorder:
     # Adjacent events share one timer read (``timer``). Class-wide, as a switch for tests and
     # measurements of the reads it saves; on by default.
     share_timer: bool = True
-    # A segment opened in the MLIR block where the cursor was last stored takes the stored value
-    # instead of loading it back (no shared/global load, no wait on one). Class-wide switch, on.
-    reuse_cursor: bool = True
     # Measurements only (benchmarks/fa4_cost_parts.py): "no-timer" records a constant where the
     # timer was read, to tell the reads' cost from the rest ("no-timer-instants" /
     # "no-timer-spans": for those records only); "no-store" drops the record stores (and with
     # them the reads, which the compiler then removes). Class-wide, like share_timer.
     ablation: Optional[str] = None
-    vector_clock: bool = False
 
     def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last", ring=None):
         self.trace = trace
@@ -627,7 +612,6 @@ class SegmentRecorder:
         self._policy = L2_POLICY[l2]
         self._open: Optional["Segment"] = None
         self._last_read = None  # (emit point, value) of the last timer read, while shareable
-        self._cursor_known = None  # (block, value) of the last cursor store (reuse_cursor)
 
     @property
     def enabled(self) -> bool:
@@ -704,9 +688,6 @@ class SegmentRecorder:
             trace[header + L.W_MAGIC] = Int64(L.warp_word0(self.timebase, int(role)))
 
     def _load_cursor(self) -> Int32:
-        known = self._cursor_known
-        if known is not None and _same_block(known[0], current_block()):
-            return known[1]  # stored earlier in this block: nothing else writes this warp's cursor
         if self._smem is not None:
             cur, w = self._smem
             return Int32(cur[w])
@@ -719,7 +700,6 @@ class SegmentRecorder:
             cur[w] = cursor
         else:
             self._store_cursor_gmem(cursor)
-        self._cursor_known = (current_block(), cursor) if self.reuse_cursor else None
 
     @cute.jit
     def _store_cursor_gmem(self, cursor: Int32):
@@ -764,8 +744,6 @@ class SegmentRecorder:
             t = cute.arch.globaltimer()
         elif const_expr(SegmentRecorder.ablation == "no-timer"):
             t = Int64(0)
-        elif const_expr(SegmentRecorder.vector_clock):
-            t = _clock_lo_opaque(self._inv[0], self._inv[2])
         else:
             t = cute.arch.clock64()
         self._last_read = (_emit_point(), t) if self.share_timer else None
@@ -941,17 +919,6 @@ def _store_shared_v2(ptr, lo: Int32, hi: Int32):
     llvm.inline_asm(None, [ptr.llvm_ptr, Int32(lo).ir_value(), Int32(hi).ir_value()],
                     "st.shared.v2.b32 [$0], {$1, $2};", "r,r,r",
                     has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
-
-
-def _clock_lo_opaque(header: Int32, lane: Int32) -> Int32:
-    from cutlass._mlir.dialects import llvm
-    from cutlass._mlir import ir
-
-    q = Int32(header) + Int32(lane)
-    return Int32(llvm.inline_asm(ir.IntegerType.get_signless(32), [q.ir_value(), q.ir_value()],
-                                 "{ .reg .pred p; setp.ne.u32 p, $1, -1; @p mov.u32 $0, %clock; }",
-                                 "=r,r,0", has_side_effects=True, is_align_stack=False,
-                                 asm_dialect=llvm.AsmDialect.AD_ATT))
 
 
 def _clock_lo_vector(lane: Int32) -> Int32:
