@@ -9,8 +9,9 @@ every CTA recording, each build timed against the plain build in the same interl
 (warp lifetimes, with and without the CTA-lifetime stamps), the two named spans (softmax,
 rescale) alone and together, each family alone, spans + pipeline + barrier, every family; with
 records in global memory (smem cursor) or in the shared-memory ring, and with span begins held
-in registers across the wrapped call or stored before it (``families.STORE_AT_BEGIN``: the
-user's spans by default, every family's, or none).
+in registers across the wrapped call or stored before it (``families.STORE_AT_BEGIN``: none by
+default, the user's spans, or every family's); ``VARIANTS``: the same events with some timer
+reads taken out (the records stay), to tell what the reads cost.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ PARTS = {
     "_life_nostamps": ((), (), "smem", None, False, "warp lifetimes, no CTA stamps"),
     "_spans": ((), (SOFTMAX, RESCALE), "smem", None, True, "spans"),
     "_spans_ring": ((), (SOFTMAX, RESCALE), "ring", None, True, "spans"),
-    "_spans_held": ((), (SOFTMAX, RESCALE), "ring", (), True, "spans, begins held across the call"),
+    "_spans_first": ((), (SOFTMAX, RESCALE), "ring", ("user",), True, "spans, begins stored before the call"),
     "_softmax": ((), (SOFTMAX,), "ring", None, True, "softmax span"),
     "_rescale": ((), (RESCALE,), "ring", None, True, "rescale span"),
     "_pipeline": (("pipeline",), (), "ring", None, True, "pipeline"),
@@ -45,11 +46,13 @@ PARTS = {
     "_tma": (("tma",), (), "ring", None, True, "tma"),
     "_spb": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "smem", None, True, "spans + pipeline + barrier"),
     "_spb_ring": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", None, True, "spans + pipeline + barrier"),
-    "_spb_held": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", (), True,
-                  "spans + pipeline + barrier, begins held"),
+    "_spb_first": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", ("user",), True,
+                   "spans + pipeline + barrier, the spans' begins stored before the call"),
     "_spb_allbegin": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", ALL_SPAN_FAMILIES, True,
                       "spans + pipeline + barrier, every family's begins stored first"),
     "_all_ring": (None, (SOFTMAX, RESCALE), "ring", None, True, "every family + spans"),
+    "_all_first": (None, (SOFTMAX, RESCALE), "ring", ("user",), True,
+                   "every family + spans, the spans' begins stored before the call"),
 }
 # suffix -> (the part it repeats, SegmentRecorder switches set for it, what the row adds): the
 # same events compiled another way, to tell one cost from the rest

@@ -44,12 +44,12 @@ PIPELINE_METHODS = {
 
 
 # Families whose spans store their begin record before the wrapped call (a segment each side of
-# it) instead of holding it in registers until the end: spans around long calls (a user's
-# softmax) keep nothing of the recorder live across them. The user's spans only: on the H200
-# (FA4 SM90 prefill, ring records) it took spans alone +6.4% -> +5.9% and spans + pipeline +
-# barrier +18.2% -> +16.0%, while every family's spans stored at begin cost 2.5 points more
-# than the user's alone (their calls are short waits).
-STORE_AT_BEGIN: frozenset = frozenset({"user"})
+# it) instead of holding it in registers until the end. None by default: on the H200 (FA4 SM90
+# prefill, ring records, each build against the plain one timed next to it) holding every begin
+# cost spans + pipeline + barrier +19.0%, +18.4%, +20.1% where storing the user's spans' begins
+# first cost +21.2%, +23.1%, +22.0% (three runs; spans alone the same either way, within 0.6
+# points). Kept as a switch for benchmarks/fa4_cost_parts.py.
+STORE_AT_BEGIN: frozenset = frozenset()
 
 
 def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "", stages: int = 0,
