@@ -7,7 +7,9 @@ stores taken out, one build each, timed at the shapes where tracing costs the mo
 Parts (``PARTS``, ``Recorder.ablation``): "full" (the recorder as shipped), "no timer reads"
 (events stage a constant), "no record stores" (events stage nothing, and ptxas then drops their
 timer reads as well, whose values go nowhere: the SASS of this build has the timer reads of the
-warp anchors only; the flushes still run). Each part is its own AOT build of the untraced and the traced (core events)
+warp anchors only; the flushes still run), "no events" (the warps' start and finish only: the
+recorder's fixed cost), "no tick edge" (the start and end anchors one plain read each instead of
+a spin to the global timer's next tick). Each part is its own AOT build of the untraced and the traced (core events)
 kernels; ``fa4trace bench`` times every traced kernel against its untraced twin timed next to it
 (CUDA-graph replay, cold L2), one process per part and shape, the parts in turn within each round.
 A part that leaves the cost where it was did not hold it.
@@ -30,7 +32,9 @@ from fa4trace.bench.buildrun import build_run_parser  # noqa: E402  (after the p
 # part -> (Recorder.ablation, what the row says)
 PARTS = {"full": (None, "the recorder as shipped"),
          "no-timer": ("no-timer", "no timer reads (events stage a constant)"),
-         "no-store": ("no-store", "no record stores, hence no timer reads (nothing staged; the compiler drops the unused reads)")}
+         "no-store": ("no-store", "no record stores, hence no timer reads (nothing staged; the compiler drops the unused reads)"),
+         "no-events": ("no-events", "no events: the warps' start and finish only"),
+         "no-edge": ("no-edge", "start and end anchors not caught at a timer tick edge")}
 # (bench --only filter, kernels): fa4trace check's shape at its 8 splits and as the planner splits it;
 # the matrix's costliest shapes (H200, traced_decode_h200.json)
 SHAPES = [("d=128,hq=16,hkv=1,sk=32768,b=1,sq=1", "pingpong@s8,pingpong"),

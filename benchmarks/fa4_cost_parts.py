@@ -65,6 +65,15 @@ VARIANTS = {
 }
 
 
+NOTES = ("Every warp of every CTA records; each build against the plain build timed right before it, "
+         "in every round (median of the rounds' ratios; the builds' order rotates by one each round; "
+         "CUDA-graph replay, cold L2). records: smem = each record stored to global memory (the cursor in "
+         "shared memory); ring = each record a shared-memory store, the newest 128 per warp copied out at "
+         "the warp's exit. no timer reads: a constant recorded where the timer was read (the records and "
+         "their stores stay; the bundle does not decode). Between runs on different days the same build "
+         "moved by up to 3 points: compare rows of one file.")
+
+
 def part(sfx: str) -> tuple:
     """(families, spans, cursor, begins first, CTA stamps, what the row says, SegmentRecorder
     switches) of a part."""
@@ -138,10 +147,7 @@ def run(build_dir: str, json_path: str | None, rounds: int, replays: int) -> lis
             "fa4-cost-parts", "Where the cost goes: FA4 SM90 prefill b2 s8192 h16 d128, one build per part", rows,
             columns=[["part", "part"], ["cursor", "records"], ["begins_first", "span begins stored before the call"],
                      ["plain_us", "plain µs"], ["traced_us", "traced µs"], ["cost_pct", "cost %"]],
-            notes="Every warp of every CTA records; each build against the plain build in the same interleaved "
-                  "rounds (CUDA-graph replay, cold L2). records: smem = each record stored to global memory (the "
-                  "cursor in shared memory); ring = each record a shared-memory store, the newest 128 per warp "
-                  "copied out at the warp's exit."))
+            notes=NOTES))
     return rows
 
 

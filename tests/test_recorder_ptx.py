@@ -195,6 +195,13 @@ def test_ablations_take_out_the_timer_reads_or_the_record_stores(tmp_path):
     assert "%clock64" in no_timer and full.count("st.shared.v2.b32") >= 3
     # (the compiler unrolls the loop its own way once the stores are gone: at least the three reads)
     assert len(events.findall(no_store)) >= 3 and "st.shared.v2.b32" not in no_store
+    # "no-events": the warp's start and finish only; "no-edge": each anchor one plain read
+    no_events = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", ABLATION="no-events"))
+    assert not events.findall(no_events) and "st.shared.v2.b32" not in no_events
+    assert "%globaltimer" in no_events and "%clock64" in no_events
+    no_edge = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", ABLATION="no-edge"))
+    assert no_edge.count("%globaltimer") == 2 < full.count("%globaltimer")
+    assert len(events.findall(no_edge)) == len(events.findall(full))
 
 
 def test_smem_staging_refuses_lane_mode_and_unknown_stages(tmp_path):

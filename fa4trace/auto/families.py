@@ -44,11 +44,12 @@ PIPELINE_METHODS = {
 
 
 # Families whose spans store their begin record before the wrapped call (a segment each side of
-# it) instead of holding it in registers until the end. None by default: on the H200 (FA4 SM90
-# prefill, ring records, each build against the plain one timed next to it) holding every begin
-# cost spans + pipeline + barrier +19.0%, +18.4%, +20.1% where storing the user's spans' begins
-# first cost +21.2%, +23.1%, +22.0% (three runs; spans alone the same either way, within 0.6
-# points). Kept as a switch for benchmarks/fa4_cost_parts.py.
+# it) instead of holding it in registers until the end. None by default, the simpler of the two
+# (one segment per span): on the H200 (FA4 SM90 prefill spans + pipeline + barrier, ring records,
+# each build against the plain one timed right before it) holding every begin cost 2.2, 4.6 and
+# 1.9 points less than storing the user's spans' begins first in three runs and 3.1 points more
+# in a fourth; spans alone within 1.3 points either way. Kept as a switch for
+# benchmarks/fa4_cost_parts.py.
 STORE_AT_BEGIN: frozenset = frozenset()
 
 

@@ -64,7 +64,9 @@ class Recorder:
     # A switch for measuring where the recorder's cost goes (benchmarks/decode_recorder_parts.py),
     # None in every real build: "no-timer" events stage a constant instead of reading the timer,
     # "no-store" events stage nothing (ptxas then drops their timer reads too: a read whose value
-    # goes nowhere is removed, seen in the SASS). Read while a kernel compiles.
+    # goes nowhere is removed, seen in the SASS); "no-events": no event compiles in (the warp's
+    # start and finish stay); "no-edge": the start and end anchors are one plain read each, not
+    # caught at the global timer's tick edge. Read while a kernel compiles.
     ablation: Optional[str] = None
     # Trace-time: events left in the open block (``open_block``), None outside one. Tracing
     # runs one kernel at a time, in order, so a class attribute is enough.
@@ -115,7 +117,8 @@ class Recorder:
     def records(self, event: int) -> bool:
         """Trace time: is ``event`` compiled in (tracing on and the event in ``start``'s set)?
         For code that exists only to feed an event, such as a probe deciding whether to record."""
-        return self.trace is not None and (self.events is None or int(event) in self.events)
+        return (self.trace is not None and (self.events is None or int(event) in self.events)
+                and Recorder.ablation != "no-events")
 
     # ---- creation -----------------------------------------------------------------------
     @staticmethod
@@ -885,7 +888,7 @@ class Segment:
 # Where a Recorder's staged records wait for their store (Recorder.start)
 STAGES = ("lanes", "smem")
 # Recorder.ablation's values (measurements only)
-ABLATIONS = (None, "no-timer", "no-store")
+ABLATIONS = (None, "no-timer", "no-store", "no-events", "no-edge")
 
 # Where a SegmentRecorder keeps its cursor (and, "ring", its records) between segments
 CURSORS = ("gmem", "smem", "ring")
@@ -958,12 +961,15 @@ def _edge_anchor():
     the anchor is then as precise as one loop trip (a few ns). Costs ≤ one tick per warp,
     at start and at finish only.
     """
-    g0 = cute.arch.globaltimer()
     g = cute.arch.globaltimer()
     c = cute.arch.clock64()
-    while g == g0:
+    if const_expr(Recorder.ablation != "no-edge"):
+        g0 = g
         g = cute.arch.globaltimer()
         c = cute.arch.clock64()
+        while g == g0:
+            g = cute.arch.globaltimer()
+            c = cute.arch.clock64()
     return g, c
 
 
