@@ -43,8 +43,9 @@ SHAPES = [("d=128,hq=16,hkv=1,sk=32768,b=1,sq=1", "pingpong@s8,pingpong"),
 BUILT = [(128, "pingpong"), (64, "pingpong"), (64, "base")]  # each with 32- and 64-row CTAs
 
 
-def build(out: str, force: bool) -> None:
-    """One AOT build per part: the untraced and core-traced kernels of ``BUILT`` (sm_90a)."""
+def build(out: str, force: bool, only=None) -> None:
+    """One AOT build per part (``only``: those parts): the untraced and core-traced kernels of
+    ``BUILT`` (sm_90a)."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from fa4trace.device import Recorder
     from fa4trace.format.entry import Entry
@@ -53,6 +54,8 @@ def build(out: str, force: bool) -> None:
     from kernels.decode_spec import BLOCK_ROWS, Variant
 
     for part, (ablation, _what) in PARTS.items():
+        if only is not None and part not in only:
+            continue
         Recorder.ablation = ablation
         try:
             compiled = {}
@@ -80,14 +83,15 @@ def overheads(bench_json: str) -> dict:
 
 
 def run(build_dir: str, json_path: str | None, rounds: int, shapes=SHAPES) -> list:
-    """Every part at every shape of ``shapes``, ``rounds`` times, the parts in turn. A shape
-    the build cannot run (no traced timing) stops the run with its error."""
+    """Every part built (a folder of ``build_dir``) at every shape of ``shapes``, ``rounds``
+    times, the parts in turn. A shape the build cannot run (no traced timing) stops the run
+    with its error."""
     from fa4trace.bench import results
 
     got: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(rounds):
-            for part in PARTS:
+            for part in [p for p in PARTS if os.path.isdir(os.path.join(build_dir, p))]:
                 for only, kernels in shapes:
                     out = os.path.join(tmp, f"{part}-{rnd}-{len(got)}")
                     env = dict(os.environ, FA4TRACE_BUILD=os.path.join(build_dir, part))
@@ -115,13 +119,14 @@ def run(build_dir: str, json_path: str | None, rounds: int, shapes=SHAPES) -> li
 
 
 def main(argv=None) -> None:
-    ap, _b, r = build_run_parser(__doc__, "build/decode_parts", build_help="compile every part (CPU, the CuTe DSL)",
-                                 run_help="time every part on this GPU")
+    ap, b, r = build_run_parser(__doc__, "build/decode_parts", build_help="compile every part (CPU, the CuTe DSL)",
+                                run_help="time every part built on this GPU")
+    b.add_argument("--only", help="comma-separated parts to build (default: every part)")
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N of SHAPES")
     a = ap.parse_args(argv)
     if a.cmd == "build":
-        build(a.out, a.force)
+        build(a.out, a.force, a.only.split(",") if a.only else None)
     else:
         run(a.build, a.json, a.rounds, SHAPES[:a.shapes])
 

@@ -408,8 +408,8 @@ class DecodeAttentionSm90:
     def produce(self, trace, smem: SmemTiles, tma: KvTma, pipes: Pipes, work: CtaWork):
         """Warp 4: TMA loads of this split's K and V blocks, as fast as stages free up."""
         tile_n, d = self.tile_n, self.d
-        # settle=False: K0 goes out before the warp waits for the trace buffer's header (its
-        # slot is claimed right after); see Recorder.start.
+        # settle=False: the first loads (K0, K1, V0) go out before the warp waits for the trace
+        # buffer's header (its slot is claimed right after them); see Recorder.start.
         rec = Recorder.start(trace, role=ROLE.PRODUCER, events=self.trace_events, settle=False, stage=RECORD_STAGE,
                              stage_warps=1)
         gK = cute.local_tile(tma.k[None, None, work.h_idx, work.b_idx], (tile_n, d), (None, 0))  # (n, d, blocks)
@@ -428,7 +428,6 @@ class DecodeAttentionSm90:
         # hundred instructions (Q addresses) before they can issue Q. The producer waits only
         # for the Q loads to be *issued* (tens of ns), not to land.
         rec, k_state = self.load_kv(rec, EV.LOAD_K, pipes.k, k_state, tma.atom_k, tKgK, tKsK, work.n_begin)
-        rec = rec.settle()
         cute.arch.barrier(barrier_id=_BAR_Q_ISSUED, number_of_threads=NUM_THREADS)
         if const_expr(self.schedule != "base"):
             # K1's records go outside `if blocks > 1` (``when=``): recorded inside it, they made
@@ -438,6 +437,10 @@ class DecodeAttentionSm90:
             rec, k_state = self.load_kv_if(work.blocks > 1, rec, EV.LOAD_K, pipes.k, k_state, tma.atom_k, tKgK, tKsK,
                                            work.n_begin + 1)
         rec, v_state = self.load_kv(rec, EV.LOAD_V, pipes.v, v_state, tma.atom_v, tVgV, tVsV, work.n_begin)
+        # The slot is claimed once the first loads are out: waiting for the trace buffer's header
+        # before K1 and V0 held a one-block split's V0 back by an L2 round trip (H200, d64 sk 4096
+        # b 1: the recorder's start and finish alone cost +9%).
+        rec = rec.settle()
 
         if const_expr(self.schedule != "base"):
             # K0 K1 V0 | K2 V1 | K3 V2 | ... | V(last)
