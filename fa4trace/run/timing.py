@@ -50,18 +50,8 @@ def graph_time(launch, n_sets: int, replays: int, per_graph: int):
     One graph holds ``per_graph`` launches cycling through the input sets (so consecutive
     launches read different KV: a cold L2); each replay is timed with events.
     """
-    import torch
-
     g = _capture(launch, n_sets, per_graph)
-    times = []
-    for _ in range(replays):
-        a, b_ = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b_.record()
-        b_.synchronize()
-        times.append(a.elapsed_time(b_) * 1e3 / per_graph)
-    times.sort()
+    times = _replay_times(g, replays, per_graph)
     med = times[len(times) // 2]
     spread = (times[int(0.9 * (len(times) - 1))] - times[int(0.1 * (len(times) - 1))]) / 2
     del g
@@ -89,8 +79,9 @@ def _capture(launch, n_sets: int, per_graph: int):
     return g
 
 
-def _replay_us(g, replays: int, per_graph: int) -> float:
-    """Median per-launch time (µs) of ``replays`` timed replays of graph ``g``."""
+def _replay_times(g, replays: int, per_graph: int) -> list[float]:
+    """Per-launch times (µs, sorted) of ``replays`` replays of graph ``g``, each timed with
+    CUDA events."""
     import torch
 
     times = []
@@ -101,7 +92,13 @@ def _replay_us(g, replays: int, per_graph: int) -> float:
         b_.record()
         b_.synchronize()
         times.append(a.elapsed_time(b_) * 1e3 / per_graph)
-    return sorted(times)[len(times) // 2]
+    return sorted(times)
+
+
+def _replay_us(g, replays: int, per_graph: int) -> float:
+    """Median per-launch time (µs) of ``replays`` timed replays of graph ``g``."""
+    times = _replay_times(g, replays, per_graph)
+    return times[len(times) // 2]
 
 
 def paired_costs(plain, traced: dict, n_sets: int, replays: int, per_graph: int, rounds: int) -> dict:
