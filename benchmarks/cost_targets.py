@@ -185,16 +185,22 @@ def fidelity_measurements(doc: dict) -> list[dict]:
 
 def fa4_parts_measurements(doc: dict) -> list[dict]:
     """fa4_cost_parts.py rows (FA4's prefill, every warp of every CTA): the parts that are a
-    target's configuration as fa4trace builds it by default (``families.STORE_AT_BEGIN``: which
-    span begins are stored before the call), "every family + spans" and "spans + pipeline +
-    barrier"; the parts with timer reads taken out are measurements, not builds, and have other
-    names."""
+    target's configuration (``fa4_cost_parts.configuration``: "every family + spans", "spans +
+    pipeline + barrier") as fa4trace builds them by default (``families.STORE_AT_BEGIN``: which
+    span begins are stored before the call); parts with timer reads taken out are measurements,
+    not builds, and no configuration."""
+    import fa4_cost_parts
     from fa4trace.auto.families import STORE_AT_BEGIN
 
     default = ", ".join(sorted(STORE_AT_BEGIN)) or "none"
     fams = {"every family + spans": ALL, "spans + pipeline + barrier": "barrier+pipeline"}
-    return [_measure(doc, FA4, FA4_SHAPE, fams[r["part"]], True, True, r.get("cursor") or "smem", r.get("cost_pct"))
-            for r in doc["rows"] if r.get("part") in fams and r.get("begins_first") == default]
+    out = []
+    for r in doc["rows"]:
+        conf = fa4_cost_parts.configuration(r)
+        if conf is not None and r.get("begins_first") == default:
+            out.append(_measure(doc, FA4, FA4_SHAPE, fams[conf], True, True, r.get("cursor") or "smem",
+                                r.get("cost_pct")))
+    return out
 
 
 def measurements(folder: Path) -> list[dict]:

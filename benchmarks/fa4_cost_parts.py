@@ -9,8 +9,8 @@ every CTA recording, each build timed against the plain build in the same interl
 (warp lifetimes, with and without the CTA-lifetime stamps), the two named spans (softmax,
 rescale) alone and together, each family alone, spans + pipeline + barrier, every family; with
 records in global memory (smem cursor) or in the shared-memory ring, and with span begins held
-in registers across the wrapped call or stored before it (``families.STORE_AT_BEGIN``: none by
-default, the user's spans, or every family's); ``VARIANTS``: the same events with some timer
+in registers across the wrapped call or stored before it (``families.STORE_AT_BEGIN``: the
+user's spans by default, none, or every family's); ``VARIANTS``: the same events with some timer
 reads taken out (the records stay), to tell what the reads cost.
 """
 
@@ -29,6 +29,9 @@ from fa4trace.bench.buildrun import build_run_parser  # noqa: E402  (after the p
 BASE = "fa4_sm90_prefill_full"
 SOFTMAX, RESCALE = "softmax", "rescale"
 ALL_SPAN_FAMILIES = ("user", "pipeline", "barrier", "mma", "tma")
+# what a part's row adds where its spans' begins are stored otherwise than by default
+HELD, FIRST = ", begins held across the call", ", the spans' begins stored before the call"
+TARGET_PARTS = ("every family + spans", "spans + pipeline + barrier")  # the cost targets' configurations
 # suffix -> (families (None: every one), spans, cursor, families whose spans store their begin
 # before the call (None: fa4trace's default), CTA-lifetime stamps, what the row says)
 PARTS = {
@@ -37,7 +40,7 @@ PARTS = {
     "_life_nostamps": ((), (), "smem", None, False, "warp lifetimes, no CTA stamps"),
     "_spans": ((), (SOFTMAX, RESCALE), "smem", None, True, "spans"),
     "_spans_ring": ((), (SOFTMAX, RESCALE), "ring", None, True, "spans"),
-    "_spans_first": ((), (SOFTMAX, RESCALE), "ring", ("user",), True, "spans, begins stored before the call"),
+    "_spans_held": ((), (SOFTMAX, RESCALE), "ring", (), True, "spans" + HELD),
     "_softmax": ((), (SOFTMAX,), "ring", None, True, "softmax span"),
     "_rescale": ((), (RESCALE,), "ring", None, True, "rescale span"),
     "_pipeline": (("pipeline",), (), "ring", None, True, "pipeline"),
@@ -46,13 +49,11 @@ PARTS = {
     "_tma": (("tma",), (), "ring", None, True, "tma"),
     "_spb": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "smem", None, True, "spans + pipeline + barrier"),
     "_spb_ring": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", None, True, "spans + pipeline + barrier"),
-    "_spb_first": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", ("user",), True,
-                   "spans + pipeline + barrier, the spans' begins stored before the call"),
+    "_spb_held": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", (), True, "spans + pipeline + barrier" + HELD),
     "_spb_allbegin": (("pipeline", "barrier"), (SOFTMAX, RESCALE), "ring", ALL_SPAN_FAMILIES, True,
                       "spans + pipeline + barrier, every family's begins stored first"),
     "_all_ring": (None, (SOFTMAX, RESCALE), "ring", None, True, "every family + spans"),
-    "_all_first": (None, (SOFTMAX, RESCALE), "ring", ("user",), True,
-                   "every family + spans, the spans' begins stored before the call"),
+    "_all_held": (None, (SOFTMAX, RESCALE), "ring", (), True, "every family + spans" + HELD),
 }
 # suffix -> (the part it repeats, SegmentRecorder switches set for it, what the row adds): the
 # same events compiled another way, to tell one cost from the rest
@@ -72,6 +73,16 @@ NOTES = ("Every warp of every CTA records; each build against the plain build ti
          "the warp's exit. no timer reads: a constant recorded where the timer was read (the records and "
          "their stores stay; the bundle does not decode). Between runs on different days the same build "
          "moved by up to 3 points: compare rows of one file.")
+
+
+def configuration(row: dict):
+    """The cost target configuration a result row is (one of ``TARGET_PARTS``), whichever way its
+    spans' begins were stored (the row's ``begins_first`` says), or None: a family alone, a
+    part with timer reads taken out, anything else."""
+    text = row.get("part") or ""
+    for clause in (HELD, FIRST):
+        text = text[:-len(clause)] if text.endswith(clause) else text
+    return text if text in TARGET_PARTS else None
 
 
 def part(sfx: str) -> tuple:

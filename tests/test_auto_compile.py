@@ -181,6 +181,17 @@ def test_span_payload_is_the_named_argument():
     assert with_payload["restored"]
 
 
+def test_a_users_span_keeps_the_hooked_calls_inside_it():
+    """A span the user names stores its begin before the call (families.STORE_AT_BEGIN), so a
+    named barrier synced inside the spanned helper is still an event of its own; a span held
+    open across the call would bracket it and it would record nothing."""
+    r = probe("span_barrier", "sm_90a")
+    assert r["meta"]["placed"] == {"step": 1, "barrier.sync": 1} and r["vocab"] == ["step", "barrier.sync"]
+    held = probe("span_barrier", "sm_90a", "--hold-begins")
+    assert held["meta"]["placed"] == {"step": 1} and held["ptx_clock64"] < r["ptx_clock64"]
+    assert r["restored"] and held["restored"]
+
+
 @pytest.mark.parametrize("arg, error, words", [
     ("dst", "Fa4traceError", ["argument 'dst' is a", "not an integer"]),
     ("nope", "ValueError", ["has no parameter 'nope'", "dst, i, scale"]),

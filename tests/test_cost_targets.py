@@ -182,17 +182,20 @@ def test_the_committed_cost_targets_are_what_the_results_give():
 
 def test_fa4_cost_parts_count_where_they_are_a_targets_configuration(tmp_path):
     """fa4_cost_parts.py's every-family and spans + pipeline + barrier parts, built as fa4trace
-    builds them (span begins held: families.STORE_AT_BEGIN empty); the other parts (a family
-    alone, begins stored first, timer reads taken out) are no target's."""
+    builds them (the user's span begins stored first: families.STORE_AT_BEGIN), whatever the row
+    calls the begins; the other parts (a family alone, begins held, timer reads taken out) are
+    no target's."""
     _write(tmp_path, "fa4_cost_parts_h200.json", "fa4-cost-parts", [
         {"part": "spans + pipeline + barrier", "cursor": "ring (128 records/warp)", "begins_first": "none",
-         "cost_pct": 7.5},
-        {"part": "spans + pipeline + barrier", "cursor": "ring (128 records/warp)", "begins_first": "user",
          "cost_pct": 2.0},
+        {"part": "spans + pipeline + barrier, the spans' begins stored before the call",
+         "cursor": "ring (128 records/warp)", "begins_first": "user", "cost_pct": 7.5},
+        {"part": "spans + pipeline + barrier, begins held across the call", "cursor": "ring (128 records/warp)",
+         "begins_first": "none", "cost_pct": 1.5},
         {"part": "spans + pipeline + barrier, no timer reads", "cursor": "ring (128 records/warp)",
-         "begins_first": "none", "cost_pct": 1.0},
-        {"part": "every family + spans", "cursor": "smem", "begins_first": "none", "cost_pct": 11.0},
-        {"part": "barrier", "cursor": "ring (128 records/warp)", "begins_first": "none", "cost_pct": 0.5}])
+         "begins_first": "user", "cost_pct": 1.0},
+        {"part": "every family + spans", "cursor": "smem", "begins_first": "user", "cost_pct": 11.0},
+        {"part": "barrier", "cursor": "ring (128 records/warp)", "begins_first": "user", "cost_pct": 0.5}])
     rows = _by_key(ct.target_rows(tmp_path))
     spb, every = rows["fa4-spans-pipeline-barrier"], rows["fa4-every-family"]
     assert (spb["best_pct"], spb["build"], spb["status"]) == (7.5, "ring (128 records/warp)", "met")

@@ -44,13 +44,14 @@ PIPELINE_METHODS = {
 
 
 # Families whose spans store their begin record before the wrapped call (a segment each side of
-# it) instead of holding it in registers until the end. None by default, the simpler of the two
-# (one segment per span): on the H200 (FA4 SM90 prefill spans + pipeline + barrier, ring records,
-# each build against the plain one timed right before it) holding every begin cost 2.2, 4.6 and
-# 1.9 points less than storing the user's spans' begins first in three runs and 3.1 points more
-# in a fourth; spans alone within 1.3 points either way. Kept as a switch for
-# benchmarks/fa4_cost_parts.py.
-STORE_AT_BEGIN: frozenset = frozenset()
+# it) instead of holding it in registers until the end. The user's spans: a span held open
+# across its call would bracket the hooked calls inside it, which then record nothing (a hooked
+# call inside another records nothing), so a span the user names around code with waits or
+# barriers would hide them. Holding every begin measured the same within the spread of runs (H200,
+# FA4 SM90 prefill spans + pipeline + barrier, ring, each build against the plain one timed right
+# before it: 2.2, 4.6 and 1.9 points cheaper in three runs, 3.1 points dearer in a fourth; the
+# families' spans wrap short waits and always hold theirs).
+STORE_AT_BEGIN: frozenset = frozenset({"user"})
 
 
 def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "", stages: int = 0,

@@ -69,7 +69,7 @@ def originals():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "static_smem", "stateful", "global_state",
-                                       "fa4_prefill", "span_loop"])
+                                       "fa4_prefill", "span_loop", "span_barrier"])
     ap.add_argument("--payload", default=None, help="span_loop: the step span's payload argument")
     ap.add_argument("arch")
     ap.add_argument("--families", default=None)
@@ -77,6 +77,8 @@ def main():
     ap.add_argument("--ring", type=int, default=None, help="records per warp of --cursor ring")
     ap.add_argument("--no-split", action="store_true", help="one instrumented body for every CTA (split=False)")
     ap.add_argument("--no-lifetimes", action="store_true", help="no CTA-lifetime stamps (cta_lifetimes=False)")
+    ap.add_argument("--hold-begins", action="store_true",
+                    help="every span holds its begin across its call (families.STORE_AT_BEGIN empty)")
     a = ap.parse_args()
     os.environ["CUTE_DSL_ARCH"] = a.arch
     import cutlass
@@ -84,6 +86,11 @@ def main():
     from cutlass.cute.runtime import make_fake_compact_tensor
 
     from fa4trace.auto.compiler import compile_traced
+
+    if a.hold_begins:
+        import fa4trace.auto.families as families
+
+        families.STORE_AT_BEGIN = frozenset()
 
     fams = tuple(f for f in a.families.split(",") if f) if a.families is not None else None
     ring = {} if a.ring is None else {"ring": a.ring}
@@ -123,6 +130,15 @@ def main():
         except (Fa4traceError, ValueError) as exc:
             print(json.dumps({"error": type(exc).__name__, "message": str(exc), "restored": True}))
             return
+        plain_ptx = None
+    elif a.kernel == "span_barrier":
+        # a user's span around a helper that syncs a named barrier (a hooked call inside it)
+        import span_loop_kernel as sk
+
+        t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
+        c = compile_traced(sk.sync_loop_entry, t, cutlass.Int32(4), kernels=[sk.sync_loop_kernel],
+                           families=fams if fams is not None else ("barrier",),
+                           spans={"step": "span_loop_kernel:step_sync"}, check=False, options="--keep-ptx")
         plain_ptx = None
     elif a.kernel in ("stateful", "global_state"):
         import stateful_kernel as sk

@@ -20,3 +20,21 @@ def loop_kernel(dst: cute.Tensor, n: Int32):
 @cute.jit
 def loop_entry(dst: cute.Tensor, n: Int32):
     loop_kernel(dst, n).launch(grid=(1, 1, 1), block=(32, 1, 1))
+
+
+@cute.jit
+def step_sync(dst: cute.Tensor, i: Int32):
+    """A helper with a named barrier inside: a span around it brackets a hooked call."""
+    dst[i] = dst[i] + 1.0
+    cute.arch.barrier()
+
+
+@cute.kernel
+def sync_loop_kernel(dst: cute.Tensor, n: Int32):
+    for i in cutlass.range(n, unroll=1):
+        step_sync(dst, i)
+
+
+@cute.jit
+def sync_loop_entry(dst: cute.Tensor, n: Int32):
+    sync_loop_kernel(dst, n).launch(grid=(1, 1, 1), block=(32, 1, 1))
