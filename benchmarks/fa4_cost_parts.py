@@ -93,30 +93,36 @@ def part(sfx: str) -> tuple:
     return (*cfg, what + (", " + more if more else ""), switches)
 
 
-def build(out: str, force: bool, only=None) -> None:
+def build(out: str, force: bool, only=None, sass_json=None) -> None:
     """Compile every part (sm_90a; ``only``: those suffixes, plus the full build every run needs)
-    into one AOT library."""
+    into one AOT library. ``sass_json``: also count each part's SASS against the plain kernel's
+    (``fa4trace.bench.sass``: needs ptxas and nvdisasm, no GPU) into that result file."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import auto_kernels as ak
     import fa4trace.auto.compiler as compiler
     import fa4trace.auto.families as families
     from fa4trace.auto.build import entries
+    from fa4trace.bench.sass import footprint, sass_of
     from fa4trace.device.recorder import SegmentRecorder
     from fa4trace.run.aot import build_library
 
     all_spans, compile_traced, default_begin = dict(ak.FA4_SPANS), compiler.compile_traced, families.STORE_AT_BEGIN
     defaults = {k: getattr(SegmentRecorder, k) for v in VARIANTS.values() for k in v[1]}
-    t, ents = time.time(), {}
+    t, ents, counted = time.time(), {}, {}
     try:
         for sfx in [x for x in (*PARTS, *VARIANTS) if not x or only is None or x in only]:
-            fams, spans, cursor, begin, stamps, _what, switches = part(sfx)
+            fams, spans, cursor, begin, stamps, what, switches = part(sfx)
             for k, v in {**defaults, **switches}.items():
                 setattr(SegmentRecorder, k, v)
             families.STORE_AT_BEGIN = default_begin if begin is None else frozenset(begin)
             ak.FA4_SPANS = {k: all_spans[k] for k in spans}
             compiler.compile_traced = (lambda *a, _s=stamps, **k: compile_traced(*a, cta_lifetimes=_s, **k))
             c, cfg = ak.compile_fa4_prefill(causal=False, families=fams, spans=bool(spans), check=not sfx,
-                                            cursor=cursor)
+                                            cursor=cursor, keep_ptx=sass_json is not None)
+            if sass_json is not None:
+                if not sfx:
+                    counted["plain"] = ("FA4's kernel, untraced", footprint(sass_of(c.plain.__ptx__)))
+                counted[sfx] = (what, footprint(sass_of(c.ptx)))
             ents.update(entries(BASE + sfx, c, dict(
                 cfg, kernel="FA4 prefill", cursor=cursor, ring=c.meta.get("ring"), l2=c.meta["l2"],
                 families=sorted(c.meta["families"]), spans=sorted(spans),
@@ -128,6 +134,29 @@ def build(out: str, force: bool, only=None) -> None:
             setattr(SegmentRecorder, k, v)
     build_library(ents, out, arch="sm_90a", overwrite=force)
     print(f"built {len(ents)} entries into {out} in {time.time() - t:.0f} s")
+    if sass_json is not None:
+        write_sass(sass_json, counted)
+
+
+def write_sass(path: str, counted: dict) -> None:
+    """The SASS counts of every part, and what each adds to the plain kernel, as a result file."""
+    from fa4trace.bench import results
+
+    plain = counted["plain"][1]["instructions"]
+    rows = [dict({"part": what, "build": BASE + sfx if sfx != "plain" else "plain", **fp},
+                 added=fp["instructions"] - plain) for sfx, (what, fp) in counted.items()]
+    results.write(path, results.envelope(
+        "fa4-cost-parts-sass", "What each part of FA4's cost adds in SASS (sm_90a)", rows,
+        gpu="none: ptxas and nvdisasm on the CPU",
+        columns=[["part", "part"], ["build", "build"], ["instructions", "SASS instructions"],
+                 ["added", "added to the plain kernel"], ["timer_reads", "timer reads"],
+                 ["timer_reads_uniform", "of them S2UR"], ["shared_stores", "STS"], ["shared_loads", "LDS"],
+                 ["global_stores", "STG"]],
+        notes="Counts of the whole kernel as ptxas -O3 builds it: a traced build holds its body twice (the "
+              "CTAs that do not record run the untraced copy), so 'added' is what the traced copy and the "
+              "recorder's start and finish add. Timer reads include the warps' %globaltimer anchors. The same "
+              "parts' costs on the H200: fa4_cost_parts_h200.json."))
+    print(f"wrote {path}")
 
 
 def run(build_dir: str, json_path: str | None, rounds: int, replays: int) -> list:
@@ -166,11 +195,13 @@ def main(argv=None) -> None:
     ap, b, r = build_run_parser(__doc__, "build/fa4_parts", build_help="compile every part (CPU, the CuTe DSL)",
                                  run_help="time every part on this GPU")
     b.add_argument("--only", help="comma-separated part suffixes to build (default: every part)")
+    b.add_argument("--sass", metavar="JSON", help="also write each part's SASS counts to this result file "
+                                                  "(needs ptxas and nvdisasm)")
     r.add_argument("--rounds", type=int, default=7)
     r.add_argument("--replays", type=int, default=10)
     a = ap.parse_args(argv)
     if a.cmd == "build":
-        build(a.out, a.force, a.only.split(",") if a.only else None)
+        build(a.out, a.force, a.only.split(",") if a.only else None, a.sass)
     else:
         run(a.build, a.json, a.rounds, a.replays)
 

@@ -97,7 +97,8 @@ PAGES = {
                          ("decode-recorder-parts", "Where our decode kernel's tracing cost goes"),
                          ("trace-cost-parts", "Our decode kernel's recorder"), ("trace-cost", None),
                          ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None),
-                         ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill")]),
+                         ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill"),
+                         ("fa4-cost-parts-sass", "What each part adds in SASS")]),
     "fidelity-error.md": ("Fidelity error",
                           "What a trace with every family reports against the lightest trace of the same launch "
                           "that reports the same figure (per metric), and against a second dense launch (the "

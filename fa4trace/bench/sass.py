@@ -1,0 +1,100 @@
+"""What a kernel's PTX becomes in SASS, counted: the static footprint of a traced build against
+its plain twin, on a machine without a GPU (``benchmarks/fa4_cost_parts.py sass``).
+
+``ptxas`` (the CUDA toolkit's, on PATH or under $CUDA_HOME) assembles the PTX; ``nvdisasm``
+(the toolkit's, or the copy Triton ships) prints the SASS. ``footprint`` counts what tracing
+adds: instructions, timer reads (and whether ptxas read them into uniform registers: S2UR, or
+per lane: CS2R), shared-memory stores and loads, global stores and branches. The counts are of
+the whole kernel, every copy of its body: they say how much was added and of what kind, not
+where it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+# one SASS instruction line of nvdisasm: /*0420*/  [@!P0] OPCODE.MODS operands ;
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z0-9_]+)(\.[A-Z0-9_.]+)?\s*([^;]*);")
+_TIMER = re.compile(r"SR_(CLOCKLO|CLOCKHI|GLOBALTIMERLO|GLOBALTIMERHI|GLOBALTIMER)\b")
+
+
+def find_tool(name: str) -> Optional[str]:
+    """Path of a CUDA binary tool: on PATH, under $CUDA_HOME/bin, else (nvdisasm) Triton's copy."""
+    found = shutil.which(name)
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and os.access(os.path.join(home, "bin", name), os.X_OK):
+        return os.path.join(home, "bin", name)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        spec = None
+    if spec and spec.origin:
+        path = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / name
+        if os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+_UNSUPPORTED = re.compile(r"Unsupported \.version ([\d.]+); current version is '([\d.]+)'")
+
+
+def sass_of(ptx: str, arch: str = "sm_90a", ptxas: Optional[str] = None, nvdisasm: Optional[str] = None) -> str:
+    """The SASS text of ``ptx`` (assembled for ``arch`` at -O3). A PTX ISA newer than the
+    ptxas found (the CuTe DSL 4.8 writes 9.4; CUDA 13.0's ptxas reads up to 9.0) is assembled
+    as the newest that ptxas reads, which holds while the kernel uses nothing newer (ptxas says
+    so where it does). Raises RuntimeError in one line where a tool is missing or fails."""
+    ptxas = ptxas or find_tool("ptxas")
+    nvdisasm = nvdisasm or find_tool("nvdisasm")
+    if not ptxas or not nvdisasm:
+        raise RuntimeError("counting SASS needs ptxas and nvdisasm (the CUDA toolkit; nvdisasm also ships with "
+                           "Triton): " + ", ".join(n for n, p in (("ptxas", ptxas), ("nvdisasm", nvdisasm)) if not p)
+                           + " not found")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        Path(src).write_text(ptx)
+        p = subprocess.run([ptxas, f"-arch={arch}", "-O3", src, "-o", cubin], capture_output=True, text=True)
+        newer = _UNSUPPORTED.search(p.stderr)
+        if p.returncode != 0 and newer:
+            Path(src).write_text(re.sub(r"^\.version [\d.]+", f".version {newer.group(2)}", ptx, count=1, flags=re.M))
+            p = subprocess.run([ptxas, f"-arch={arch}", "-O3", src, "-o", cubin], capture_output=True, text=True)
+        _check(p, ptxas)
+        p = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+        _check(p, nvdisasm)
+    return p.stdout
+
+
+def _check(proc, tool: str):
+    if proc.returncode != 0:
+        msgs = [ln for ln in proc.stderr.strip().splitlines() if "fatal" in ln or "error" in ln.lower()]
+        raise RuntimeError(f"{os.path.basename(tool)} failed: {(msgs or proc.stderr.strip().splitlines() or ['no message'])[0]}")
+
+
+def footprint(sass: str) -> dict:
+    """Counts of one SASS listing: instructions, timer reads (uniform: S2UR; per lane: CS2R or
+    S2R), shared stores / loads (STS, LDS), global stores (STG), branches (BRA)."""
+    n = uniform = vector = sts = lds = stg = bra = 0
+    for line in sass.splitlines():
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        op, operands = m.group(1), m.group(3)
+        n += 1
+        if _TIMER.search(operands):
+            uniform += op == "S2UR"
+            vector += op in ("CS2R", "S2R")
+        sts += op == "STS"
+        lds += op == "LDS"
+        stg += op == "STG"
+        bra += op == "BRA"
+    return {"instructions": n, "timer_reads": uniform + vector, "timer_reads_uniform": uniform,
+            "timer_reads_per_lane": vector, "shared_stores": sts, "shared_loads": lds, "global_stores": stg,
+            "branches": bra}

@@ -1,0 +1,70 @@
+"""fa4trace.bench.sass: SASS counts of a PTX kernel on the CPU (ptxas + nvdisasm where found)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fa4trace.bench.sass import find_tool, footprint, sass_of
+
+LISTING = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   S2UR UR4, SR_CLOCKLO ;
+        /*0020*/                   CS2R.32 R2, SR_CLOCKLO ;
+        /*0030*/              @!P0 S2UR UR6, SR_GLOBALTIMERLO ;
+        /*0040*/                   STS.64 [R4+UR5], R2 ;
+        /*0050*/                   STSM.16.M88.4 [R3], R8 ;
+        /*0060*/                   LDS R10, [R4] ;
+        /*0070*/              @P1  STG.E.64 desc[UR8][R16.64], R10 ;
+        /*0080*/                   BRA `(.L_x_1) ;
+        .L_x_1:
+"""
+
+# a kernel that reads %clock and stores it into shared memory, then to global memory
+PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<3>;
+    .shared .align 4 .b32 buf[32];
+    mov.u32 %r1, %clock;
+    st.shared.u32 [buf], %r1;
+    ld.shared.u32 %r2, [buf];
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    st.global.u32 [%rd2], %r2;
+    ret;
+}
+"""
+
+
+def test_footprint_counts_what_tracing_adds():
+    fp = footprint(LISTING)
+    assert fp["instructions"] == 9  # the label and blank lines are no instructions
+    assert (fp["timer_reads"], fp["timer_reads_uniform"], fp["timer_reads_per_lane"]) == (3, 2, 1)
+    # STSM (a matrix store) is not one of the recorder's shared stores
+    assert (fp["shared_stores"], fp["shared_loads"], fp["global_stores"], fp["branches"]) == (1, 1, 1, 1)
+
+
+@pytest.mark.skipif(not (find_tool("ptxas") and find_tool("nvdisasm")), reason="needs ptxas and nvdisasm")
+def test_a_ptx_kernel_assembles_and_is_counted():
+    fp = footprint(sass_of(PTX))
+    assert fp["timer_reads"] == 1 and fp["shared_stores"] == 1 and fp["global_stores"] == 1
+    assert fp["instructions"] >= 5
+
+
+def test_missing_tools_say_so_in_one_line(monkeypatch):
+    import fa4trace.bench.sass as sass
+
+    monkeypatch.setattr(sass, "find_tool", lambda name: None if name == "nvdisasm" else "/usr/bin/true")
+    with pytest.raises(RuntimeError, match="needs ptxas and nvdisasm.*nvdisasm not found") as e:
+        sass.sass_of(PTX)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(not (find_tool("ptxas") and find_tool("nvdisasm")), reason="needs ptxas and nvdisasm")
+def test_bad_ptx_fails_in_one_line():
+    with pytest.raises(RuntimeError, match="ptxas failed") as e:
+        sass_of("not ptx")
+    assert "\n" not in str(e.value)
