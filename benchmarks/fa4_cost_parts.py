@@ -2,10 +2,12 @@
 
     python benchmarks/fa4_cost_parts.py build -o build/fa4_parts      # CPU with the CuTe DSL + flash-attn-4
     python benchmarks/fa4_cost_parts.py run build/fa4_parts --json benchmarks/results/fa4_cost_parts_h200.json  # GPU
+    python benchmarks/fa4_cost_parts.py build -o build/fa4_parts --sass benchmarks/results/fa4_cost_parts_sass.json
 
 FA4's SM90 forward at b2 s8192 h16 d128 (benchmarks/auto_kernels.py's prefill shape), every warp of
-every CTA recording, each build timed against the plain build in the same interleaved rounds
-(CUDA-graph replay, cold L2; auto_kernels.run_fa4). The parts (``PARTS``): the recorder alone
+every CTA recording, each build timed against the plain build right before it in every round
+(CUDA-graph replay, cold L2; auto_kernels.run_fa4, fa4trace.run.timing.paired_costs); with
+``--sass`` the build also counts each part's SASS (fa4trace.bench.sass). The parts (``PARTS``): the recorder alone
 (warp lifetimes, with and without the CTA-lifetime stamps), the two named spans (softmax,
 rescale) alone and together, each family alone, spans + pipeline + barrier, every family; with
 records in global memory (smem cursor) or in the shared-memory ring, and with span begins held
