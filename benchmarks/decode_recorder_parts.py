@@ -43,17 +43,25 @@ SHAPES = [("d=128,hq=16,hkv=1,sk=32768,b=1,sq=1", "pingpong@s8,pingpong"),
 BUILT = [(128, "pingpong"), (64, "pingpong"), (64, "base")]  # each with 32- and 64-row CTAs
 
 
-def build(out: str, force: bool, only=None) -> None:
+SASS_VARIANT = (128, "pingpong", 32)  # fa4trace check's kernel (d128 ping-pong, 32-row CTAs): --sass counts it
+
+
+def build(out: str, force: bool, only=None, sass_json=None) -> None:
     """One AOT build per part (``only``: those parts): the untraced and core-traced kernels of
-    ``BUILT`` (sm_90a)."""
+    ``BUILT`` (sm_90a). ``sass_json``: also count the SASS of ``SASS_VARIANT`` in each part
+    (``fa4trace.bench.sass``: needs ptxas and nvdisasm, no GPU) into that result file."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from fa4trace.bench.sass import footprint, sass_of
     from fa4trace.device import Recorder
     from fa4trace.format.entry import Entry
     from fa4trace.run.aot import build_library
-    from kernels.attention_sm90 import compile_variant
+    from kernels.attention_sm90 import PTXAS_OPTIONS, compile_variant
     from kernels.decode_spec import BLOCK_ROWS, Variant
 
-    for part, (ablation, _what) in PARTS.items():
+    ptxas_args = tuple(PTXAS_OPTIONS.split("=", 1)[1].split())  # what the DSL gives ptxas for these kernels
+    options = "--enable-tvm-ffi" + (" --keep-ptx" if sass_json else "")
+    counted = {}
+    for part, (ablation, what) in PARTS.items():
         if only is not None and part not in only:
             continue
         Recorder.ablation = ablation
@@ -61,11 +69,37 @@ def build(out: str, force: bool, only=None) -> None:
             compiled = {}
             for (d, sched), rows in itertools.product(BUILT, BLOCK_ROWS):
                 for v in (Variant(d, sched, block_rows=rows), Variant(d, sched, block_rows=rows, events="core")):
-                    compiled[v.name] = (compile_variant(v)[0],
-                                        Entry(v.name, "attention", {**v.config(), "arch": "sm_90a"}))
+                    fn = compile_variant(v, options=options)[0]
+                    compiled[v.name] = (fn, Entry(v.name, "attention", {**v.config(), "arch": "sm_90a"}))
+                    if sass_json and (d, sched, rows) == SASS_VARIANT and (v.traced or "plain" not in counted):
+                        key = part if v.traced else "plain"
+                        counted[key] = (what if v.traced else "the kernel, untraced", v.name,
+                                        footprint(sass_of(fn.__ptx__, ptxas_args=ptxas_args)))
         finally:
             Recorder.ablation = None
         print(build_library(compiled, os.path.join(out, part), arch="sm_90a", overwrite=force), flush=True)
+    if sass_json:
+        write_sass(sass_json, counted)
+
+
+def write_sass(path: str, counted: dict) -> None:
+    """Each part's SASS counts of fa4trace check's kernel, and what each adds to the untraced one."""
+    from fa4trace.bench import results
+
+    plain = counted["plain"][2]["instructions"]
+    rows = [dict({"part": what, "kernel": name, **fp}, added=fp["instructions"] - plain)
+            for what, name, fp in counted.values()]
+    results.write(path, results.envelope(
+        "decode-recorder-parts-sass", "What each part of our decode kernel's recorder adds in SASS (sm_90a)", rows,
+        gpu="none: ptxas and nvdisasm on the CPU",
+        columns=[["part", "recorder"], ["kernel", "kernel"], ["instructions", "SASS instructions"],
+                 ["added", "added to the untraced kernel"], ["timer_reads", "timer reads"],
+                 ["timer_reads_per_lane", "of them CS2R/S2R"], ["shared_stores", "STS"], ["shared_loads", "LDS"],
+                 ["global_stores", "STG"], ["branches", "BRA"]],
+        notes="fa4trace check's kernel (d128 ping-pong, 32-row CTAs) as ptxas -O3 --fmad=false builds it, the "
+              "whole kernel. Timer reads include the warps' %globaltimer anchors. The same parts' costs on the "
+              "H200: decode_recorder_parts_h200.json."))
+    print(f"wrote {path}")
 
 
 def overheads(bench_json: str) -> dict:
@@ -122,11 +156,13 @@ def main(argv=None) -> None:
     ap, b, r = build_run_parser(__doc__, "build/decode_parts", build_help="compile every part (CPU, the CuTe DSL)",
                                 run_help="time every part built on this GPU")
     b.add_argument("--only", help="comma-separated parts to build (default: every part)")
+    b.add_argument("--sass", metavar="JSON", help="also write the SASS counts of fa4trace check's kernel in each part "
+                                                  "to this result file (needs ptxas and nvdisasm)")
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N of SHAPES")
     a = ap.parse_args(argv)
     if a.cmd == "build":
-        build(a.out, a.force, a.only.split(",") if a.only else None)
+        build(a.out, a.force, a.only.split(",") if a.only else None, a.sass)
     else:
         run(a.build, a.json, a.rounds, SHAPES[:a.shapes])
 

@@ -95,6 +95,7 @@ PAGES = {
                         "[instrument.md](instrument.md), [fidelity.md](fidelity.md).",
                         [("decode-traced", "Our decode kernel traced at every shape"),
                          ("decode-recorder-parts", "Where our decode kernel's tracing cost goes"),
+                         ("decode-recorder-parts-sass", "What each part of our decode kernel's recorder adds in SASS"),
                          ("trace-cost-parts", "Our decode kernel's recorder"), ("trace-cost", None),
                          ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None),
                          ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill"),

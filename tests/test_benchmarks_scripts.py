@@ -260,6 +260,13 @@ def test_decode_recorder_parts_reads_overheads_per_traced_kernel(tmp_path):
     p.write_text(json.dumps({"rows": rows}))
     got = parts.overheads(str(p))
     assert got == pytest.approx({"pingpong@s8": 25.0, "pingpong": 5.0})
+    # --sass: each part's counts against the untraced kernel's, in a result file
+    fp = {"instructions": 100, "timer_reads": 2, "timer_reads_per_lane": 2, "shared_stores": 1, "shared_loads": 0,
+          "global_stores": 1, "branches": 3}
+    parts.write_sass(str(tmp_path / "s.json"), {"plain": ("the kernel, untraced", "k", dict(fp, timer_reads=0)),
+                                                  "full": ("as shipped", "k_traced", dict(fp, instructions=130))})
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["area"] == "decode-recorder-parts-sass" and [r["added"] for r in doc["rows"]] == [0, 30]
     # each part is the build with the Recorder.ablation of its name; "full" is the recorder as shipped
     assert parts.PARTS["full"][0] is None and {"no-timer", "no-store", "no-events"} <= set(parts.PARTS)
     assert all(name == ablation for name, (ablation, _what) in parts.PARTS.items() if name != "full")

@@ -47,8 +47,10 @@ def find_tool(name: str) -> Optional[str]:
 _UNSUPPORTED = re.compile(r"Unsupported \.version ([\d.]+); current version is '([\d.]+)'")
 
 
-def sass_of(ptx: str, arch: str = "sm_90a", ptxas: Optional[str] = None, nvdisasm: Optional[str] = None) -> str:
-    """The SASS text of ``ptx`` (assembled for ``arch`` at -O3). A PTX ISA newer than the
+def sass_of(ptx: str, arch: str = "sm_90a", ptxas: Optional[str] = None, nvdisasm: Optional[str] = None,
+            ptxas_args: tuple = ()) -> str:
+    """The SASS text of ``ptx`` (assembled for ``arch`` at -O3, plus ``ptxas_args``: the options
+    the kernel's own build gives ptxas, such as ``--fmad=false``). A PTX ISA newer than the
     ptxas found (the CuTe DSL 4.8 writes 9.4; CUDA 13.0's ptxas reads up to 9.0) is assembled
     as the newest that ptxas reads, which holds while the kernel uses nothing newer (ptxas says
     so where it does). Raises RuntimeError in one line where a tool is missing or fails."""
@@ -61,11 +63,12 @@ def sass_of(ptx: str, arch: str = "sm_90a", ptxas: Optional[str] = None, nvdisas
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         Path(src).write_text(ptx)
-        p = subprocess.run([ptxas, f"-arch={arch}", "-O3", src, "-o", cubin], capture_output=True, text=True)
+        assemble = [ptxas, f"-arch={arch}", "-O3", *ptxas_args, src, "-o", cubin]
+        p = subprocess.run(assemble, capture_output=True, text=True)
         newer = _UNSUPPORTED.search(p.stderr)
         if p.returncode != 0 and newer:
             Path(src).write_text(re.sub(r"^\.version [\d.]+", f".version {newer.group(2)}", ptx, count=1, flags=re.M))
-            p = subprocess.run([ptxas, f"-arch={arch}", "-O3", src, "-o", cubin], capture_output=True, text=True)
+            p = subprocess.run(assemble, capture_output=True, text=True)
         _check(p, ptxas)
         p = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
         _check(p, nvdisasm)
