@@ -82,23 +82,19 @@ def build(out: str, force: bool, only=None, sass_json=None) -> None:
         write_sass(sass_json, counted)
 
 
+SASS_NOTES = ("fa4trace check's kernel (d128 ping-pong, 32-row CTAs) as ptxas -O3 --fmad=false builds it, the "
+              "whole kernel. Timer reads include the warps' %globaltimer anchors. The same parts' costs on the "
+              "H200: decode_recorder_parts_h200.json.")
+
+
 def write_sass(path: str, counted: dict) -> None:
     """Each part's SASS counts of fa4trace check's kernel, and what each adds to the untraced one."""
-    from fa4trace.bench import results
+    from fa4trace.bench import results, sass
 
-    plain = counted["plain"][2]["instructions"]
-    rows = [dict({"part": what, "kernel": name, **fp}, added=fp["instructions"] - plain)
-            for what, name, fp in counted.values()]
-    results.write(path, results.envelope(
-        "decode-recorder-parts-sass", "What each part of our decode kernel's recorder adds in SASS (sm_90a)", rows,
-        gpu="none: ptxas and nvdisasm on the CPU",
-        columns=[["part", "recorder"], ["kernel", "kernel"], ["instructions", "SASS instructions"],
-                 ["added", "added to the untraced kernel"], ["timer_reads", "timer reads"],
-                 ["timer_reads_per_lane", "of them CS2R/S2R"], ["shared_stores", "STS"], ["shared_loads", "LDS"],
-                 ["global_stores", "STG"], ["branches", "BRA"]],
-        notes="fa4trace check's kernel (d128 ping-pong, 32-row CTAs) as ptxas -O3 --fmad=false builds it, the "
-              "whole kernel. Timer reads include the warps' %globaltimer anchors. The same parts' costs on the "
-              "H200: decode_recorder_parts_h200.json."))
+    named = [({"part": what, "kernel": name}, fp) for what, name, fp in counted.values()]
+    results.write(path, sass.envelope(
+        "decode-recorder-parts-sass", "What each part of our decode kernel's recorder adds in SASS (sm_90a)", named,
+        counted["plain"][2], [["part", "recorder"], ["kernel", "kernel"]], SASS_NOTES))
     print(f"wrote {path}")
 
 

@@ -140,24 +140,20 @@ def build(out: str, force: bool, only=None, sass_json=None) -> None:
         write_sass(sass_json, counted)
 
 
+SASS_NOTES = ("Counts of the whole kernel as ptxas -O3 builds it: a traced build holds its body twice (the CTAs "
+              "that do not record run the untraced copy), so 'added' is what the traced copy and the recorder's "
+              "start and finish add. Timer reads include the warps' %globaltimer anchors. The same parts' costs "
+              "on the H200: fa4_cost_parts_h200.json.")
+
+
 def write_sass(path: str, counted: dict) -> None:
     """The SASS counts of every part, and what each adds to the plain kernel, as a result file."""
-    from fa4trace.bench import results
+    from fa4trace.bench import results, sass
 
-    plain = counted["plain"][1]["instructions"]
-    rows = [dict({"part": what, "build": BASE + sfx if sfx != "plain" else "plain", **fp},
-                 added=fp["instructions"] - plain) for sfx, (what, fp) in counted.items()]
-    results.write(path, results.envelope(
-        "fa4-cost-parts-sass", "What each part of FA4's cost adds in SASS (sm_90a)", rows,
-        gpu="none: ptxas and nvdisasm on the CPU",
-        columns=[["part", "part"], ["build", "build"], ["instructions", "SASS instructions"],
-                 ["added", "added to the plain kernel"], ["timer_reads", "timer reads"],
-                 ["timer_reads_uniform", "of them S2UR"], ["shared_stores", "STS"], ["shared_loads", "LDS"],
-                 ["global_stores", "STG"]],
-        notes="Counts of the whole kernel as ptxas -O3 builds it: a traced build holds its body twice (the "
-              "CTAs that do not record run the untraced copy), so 'added' is what the traced copy and the "
-              "recorder's start and finish add. Timer reads include the warps' %globaltimer anchors. The same "
-              "parts' costs on the H200: fa4_cost_parts_h200.json."))
+    named = [({"part": what, "build": BASE + sfx if sfx != "plain" else "plain"}, fp)
+             for sfx, (what, fp) in counted.items()]
+    results.write(path, sass.envelope("fa4-cost-parts-sass", "What each part of FA4's cost adds in SASS (sm_90a)",
+                                      named, counted["plain"][1], [["part", "part"], ["build", "build"]], SASS_NOTES))
     print(f"wrote {path}")
 
 

@@ -68,3 +68,14 @@ def test_bad_ptx_fails_in_one_line():
     with pytest.raises(RuntimeError, match="ptxas failed") as e:
         sass_of("not ptx")
     assert "\n" not in str(e.value)
+
+
+def test_a_result_file_of_counts_says_what_each_adds():
+    from fa4trace.bench.sass import COUNT_COLUMNS, envelope
+
+    plain, traced = footprint(LISTING), dict(footprint(LISTING), instructions=30)
+    doc = envelope("x-sass", "counts", [({"part": "plain"}, plain), ({"part": "traced"}, traced)], plain,
+                   [["part", "part"]], "notes")
+    assert [r["added"] for r in doc["rows"]] == [0, 21] and doc["gpu"].startswith("none")
+    assert doc["columns"] == [["part", "part"], *[list(c) for c in COUNT_COLUMNS]]
+    assert all(k in doc["rows"][0] for k, _ in COUNT_COLUMNS)

@@ -101,3 +101,19 @@ def footprint(sass: str) -> dict:
     return {"instructions": n, "timer_reads": uniform + vector, "timer_reads_uniform": uniform,
             "timer_reads_per_lane": vector, "shared_stores": sts, "shared_loads": lds, "global_stores": stg,
             "branches": bra}
+
+
+# the counts' columns of a result file of SASS counts (report.py's generic table), after its naming ones
+COUNT_COLUMNS = (("instructions", "SASS instructions"), ("added", "added to the untraced kernel"),
+                 ("timer_reads", "timer reads"), ("timer_reads_uniform", "of them S2UR"),
+                 ("shared_stores", "STS"), ("shared_loads", "LDS"), ("global_stores", "STG"), ("branches", "BRA"))
+
+
+def envelope(area: str, title: str, counted: list, untraced: dict, name_columns: list, notes: str) -> dict:
+    """A result file of SASS counts: one row per (naming fields, ``footprint``) of ``counted``,
+    with ``added``, its instructions above the ``untraced`` kernel's footprint."""
+    from .results import envelope as result_envelope
+
+    rows = [dict(names, **fp, added=fp["instructions"] - untraced["instructions"]) for names, fp in counted]
+    return result_envelope(area, title, rows, gpu="none: ptxas and nvdisasm on the CPU", notes=notes,
+                           columns=[*name_columns, *COUNT_COLUMNS])
