@@ -610,7 +610,7 @@ class DecodeAttentionSm90:
         else:
             acc_S1 = cute.make_rmem_tensor(s_shape, Float32)
             # Prologue: QK(first) issued and waited.
-            rec = self.issue_qk(rec, ctx, acc_S0, k_state, work.n_begin)
+            rec, _t = self.issue_qk(rec, ctx, acc_S0, k_state, work.n_begin)
             warpgroup.wait_group(0)
             rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, work.n_begin)
             # Step j works on S[j % 2] and issues QK(j+1) into the other buffer.  The loop is
@@ -708,15 +708,22 @@ class DecodeAttentionSm90:
 
     @cute.jit
     def issue_qk(self, rec: Recorder, ctx, acc_S, k_state, n_block):
+        """Issue QK(n_block) once its K stage has landed. Returns (rec, t): ``t`` is the timer
+        read of QK's begin, which the work issued right after the wgmmas (the ping-pong's
+        softmax, the intra-warpgroup correction) takes as its own begin. A second read there
+        would be a scheduling fence: ptxas moves nothing across a timer read, and the untraced
+        kernel interleaves the wgmma issue with that work (SASS); behind the fence the issue
+        runs alone first (fa4trace check's shape: +29.6% -> see docs/recorder.md)."""
         rec = self.wait_full(rec, ctx.pipe_k, k_state, EV.WAIT_K, n_block)
-        rec.begin(EV.QK, n_block)
+        t = rec.timer()
+        rec.begin(EV.QK, n_block, t=t)
         warpgroup.fence()
         atom = cute.make_mma_atom(ctx.mma_qk.op)
         for kk in cutlass.range_constexpr(cute.size(ctx.tSrQ, mode=[2])):
             atom.set(warpgroup.Field.ACCUMULATE, kk != 0)
             cute.gemm(atom, acc_S, ctx.tSrQ[None, None, kk], ctx.tSrK[None, None, kk, k_state.index], acc_S)
         warpgroup.commit_group()
-        return rec
+        return rec, t
 
     @cute.jit
     def retire(self, rec: Recorder, event: cutlass.Constexpr, pipe, state, n_block):
@@ -729,7 +736,7 @@ class DecodeAttentionSm90:
     @cute.jit
     def qk_then_softmax(self, rec: Recorder, ctx, acc_S, k_state, n_block, is_last: cutlass.Constexpr):
         """QK(n_block) issued and waited for, then its softmax: nothing overlaps the two."""
-        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
+        rec, _t = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
         warpgroup.wait_group(0)
         rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_block)
         rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last)
@@ -749,14 +756,15 @@ class DecodeAttentionSm90:
         return rec
 
     @cute.jit
-    def softmax(self, rec: Recorder, ctx, acc_S, n_block, may_mask: cutlass.Constexpr):
+    def softmax(self, rec: Recorder, ctx, acc_S, n_block, may_mask: cutlass.Constexpr, t=None):
         """Online softmax of one S block in place (S -> exp), returns the O correction factors.
+        ``t``: a timer read to begin with (``issue_qk``'s), else one now.
 
         ``may_mask``: this is the split's last block, which may be the global last one.  Only
         there are keys past sk (TMA zero-filled them); masking nowhere else keeps the per-column
         compares out of the mainloop (hoisted, they would pin registers for the whole loop).
         """
-        rec.begin(EV.SOFTMAX, n_block)
+        rec.begin(EV.SOFTMAX, n_block, t=t)
         s_mn = _acc_mn_view(acc_S)
         ncol = cute.size(s_mn, mode=[1])
         if const_expr(may_mask):
@@ -791,9 +799,10 @@ class DecodeAttentionSm90:
         return rec, corr
 
     @cute.jit
-    def correct(self, rec: Recorder, ctx, corr, n_block):
-        """O *= the correction factors of softmax(n_block), before PV(n_block) adds to O."""
-        rec.begin(EV.CORRECTION, n_block)
+    def correct(self, rec: Recorder, ctx, corr, n_block, t=None):
+        """O *= the correction factors of softmax(n_block), before PV(n_block) adds to O.
+        ``t``: a timer read to begin with (``issue_qk``'s), else one now."""
+        rec.begin(EV.CORRECTION, n_block, t=t)
         o_mn = _acc_mn_view(ctx.acc_O)
         for r in cutlass.range_constexpr(2):  # padding rows too: keeps the wgmma async
             for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
@@ -828,9 +837,10 @@ class DecodeAttentionSm90:
                       has_next: cutlass.Constexpr, has_prev_pv: cutlass.Constexpr):
         """QK(n_block) is done (in acc_cur); PV(n_block-1) may still run (has_prev_pv)."""
         rec = rec.open_block(EVENTS_PER_STEP)
+        t = None
         if const_expr(has_next):
-            rec = self.issue_qk(rec, ctx, acc_nxt, k_state, n_block + 1)
-        rec, corr = self.softmax(rec, ctx, acc_cur, n_block, not has_next)
+            rec, t = self.issue_qk(rec, ctx, acc_nxt, k_state, n_block + 1)
+        rec, corr = self.softmax(rec, ctx, acc_cur, n_block, not has_next, t=t)
         # O and P are operands of PV(n_block-1): wait for it (the oldest pending group) first.
         if const_expr(has_next):
             warpgroup.wait_group(1)
@@ -868,8 +878,8 @@ class DecodeAttentionSm90:
         exposed, the softmax hides behind PV. One S tile in registers, as in ``base``.
         """
         rec = rec.open_block(EVENTS_PER_STEP)
-        rec = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
-        rec = self.correct(rec, ctx, corr, n_block - 1)
+        rec, t = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
+        rec = self.correct(rec, ctx, corr, n_block - 1, t=t)
         rec = self.issue_pv(rec, ctx, v_state, n_block - 1)
         warpgroup.wait_group(1)  # QK(n_block) is older than PV(n_block-1): it is done now
         rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_block)

@@ -32,6 +32,7 @@ KERNELS = textwrap.dedent('''
     BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
     WHEN = os.environ.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
     SETTLE = os.environ.get("SETTLE", "now")  # now | later (start(settle=False) ... settle()) | never
+    SHARE = os.environ.get("SHARE", "0") == "1"  # SOFTMAX's end takes its begin's timer read (t=)
     # EVENTS: comma names of the events that record ("" = none); unset = all
     EVENTS = None if "EVENTS" not in os.environ else [getattr(EV, n) for n in os.environ["EVENTS"].split(",") if n]
 
@@ -50,14 +51,15 @@ KERNELS = textwrap.dedent('''
         for i in cutlass.range(n):
             if const_expr(BLOCK > 0):
                 rec = rec.open_block(BLOCK)
-            rec.begin(EV.SOFTMAX, i)
+            t = rec.timer() if const_expr(SHARE) else None
+            rec.begin(EV.SOFTMAX, i, t=t)
             acc = acc * Float32(0.5) + x[tid + i]
             if const_expr(WHEN):
                 rec.instant(EV.MARK, i, when=acc > Float32(3.0))
             else:
                 if acc > Float32(3.0):
                     rec.instant(EV.MARK, i)
-            rec.end(EV.SOFTMAX, i)
+            rec.end(EV.SOFTMAX, i, t=t)
             if const_expr(BLOCK > 0):
                 rec = rec.close_block()
         rec.finish()
@@ -286,3 +288,18 @@ def test_settle_later_issues_the_header_loads_before_the_first_work(tmp_path):
     assert len(header_loads) == 3 and anchor < header_loads[0] and header_loads[-1] < first_work < header_store
     r = _run("sm_90a", "traced", tmp_path, SETTLE="never")
     assert r.returncode != 0 and "needs rec = rec.settle() first" in r.stderr
+
+
+@pytest.mark.parametrize("stage", ["lanes", "smem"])
+def test_an_event_given_a_timer_read_stages_it_and_reads_no_other(stage, tmp_path):
+    """``rec.timer()`` then ``begin``/``end`` with ``t=``: one read serves both records (the
+    decode kernel's softmax takes QK's read so that ptxas may interleave the two)."""
+    own = _body(_ptx("sm_90a", "traced", tmp_path, STAGE=stage))
+    shared = _body(_ptx("sm_90a", "traced", tmp_path, STAGE=stage, SHARE="1"))
+    reads = re.compile(r"%clock\b(?!64)" if stage == "smem" else r"%clock64")
+    bodies = own.count("0f3F000000")  # acc * 0.5: one per copy of the loop body the compiler made
+    assert bodies >= 1 and len(reads.findall(shared)) == len(reads.findall(own)) - bodies
+    stores = "st.shared.v2.b32" if stage == "smem" else "selp.b32"  # each record staged
+    assert shared.count(stores) == own.count(stores) > 0  # the same records
+    off = _body(_ptx("sm_90a", "off", tmp_path, SHARE="1"))
+    assert "%clock" not in off  # tracing off: timer() is nothing

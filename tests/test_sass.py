@@ -79,3 +79,29 @@ def test_a_result_file_of_counts_says_what_each_adds():
     assert [r["added"] for r in doc["rows"]] == [0, 21] and doc["gpu"].startswith("none")
     assert doc["columns"] == [["part", "part"], *[list(c) for c in COUNT_COLUMNS]]
     assert all(k in doc["rows"][0] for k, _ in COUNT_COLUMNS)
+
+
+def _loop(label: str, body: list) -> list:
+    return [f"        {label}:"] + [f"        /*0000*/                   {ins} ;" for ins in body] + \
+        [f"        /*0000*/               @P0 BRA `({label}) ;"]
+
+
+# an outer loop (rotated: its label sits inside the range of the loops below), an untraced copy of
+# the main loop, the traced copy (longer, the same MMAs) and an epilogue loop with one MMA
+MAINLOOPS = "\n".join(
+    ["        /*0000*/                   LDC R1, c[0x0][0x28] ;", "        .L_x_9:"]
+    + _loop(".L_x_1", ["HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24", "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24",
+                       "MUFU.EX2 R3, R3"])
+    + _loop(".L_x_2", ["HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24", "S2UR UR4, SR_CLOCKLO", "STS.64 [R4], R2",
+                       "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24", "MUFU.EX2 R3, R3"])
+    + _loop(".L_x_3", ["HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24", "FMUL R3, R3, R3"])
+    + ["        /*0000*/                   BRA `(.L_x_9) ;"])
+
+
+def test_the_main_loop_is_the_innermost_loop_issuing_the_most_mmas():
+    from fa4trace.bench.sass import mainloop
+
+    loop = mainloop(MAINLOOPS)
+    assert len(loop) == 6 and sum("S2UR" in x for x in loop) == 1  # the traced copy, its back branch too
+    assert footprint(MAINLOOPS)["mainloop"] == 6
+    assert mainloop(LISTING) is None and footprint(LISTING)["mainloop"] is None  # no MMA loop

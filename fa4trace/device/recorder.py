@@ -243,7 +243,7 @@ class Recorder:
         return header, cap, lane
 
     # ---- events -------------------------------------------------------------------------
-    def begin(self, event: int, payload=None, *, when=None):
+    def begin(self, event: int, payload=None, *, when=None, t=None):
         """Start of a span; pair it with ``end`` of the same event and payload.
 
         ``when``: a runtime (warp-uniform) condition; the event is recorded only where it holds.
@@ -255,13 +255,19 @@ class Recorder:
         ``settle``) it counts against the block's events; it and the events after it in the
         same code region find their staging lane at run time (one instruction more each).
         """
-        self._record(event, L.KIND_BEGIN, payload, when)
+        self._record(event, L.KIND_BEGIN, payload, when, t)
 
-    def end(self, event: int, payload=None, *, when=None):
-        self._record(event, L.KIND_END, payload, when)
+    def end(self, event: int, payload=None, *, when=None, t=None):
+        self._record(event, L.KIND_END, payload, when, t)
 
-    def instant(self, event: int, payload=None, *, when=None):
-        self._record(event, L.KIND_INSTANT, payload, when)
+    def instant(self, event: int, payload=None, *, when=None, t=None):
+        self._record(event, L.KIND_INSTANT, payload, when, t)
+
+    def timer(self):
+        """The timer now, as an event records it (None with tracing off)."""
+        if const_expr(self.trace is None):
+            return None
+        return self._read_timer()
 
     def anchor(self):
         """Tie %clock64 to %globaltimer again, now (clock64 timebase; no-op otherwise).
@@ -341,16 +347,22 @@ class Recorder:
                 word = buf[lane]  # this lane's own store of slot ``lane``: no warp sync needed
             _store_record_word(self.trace, header + L.WARP_HEADER_WORDS + idx, word)
 
-    def _record(self, event: int, kind: int, payload, when=None):
+    def _record(self, event: int, kind: int, payload, when=None, t=None):
         if const_expr(self.records(event)):
             tag = L.record_tag(int(event), kind)
             if const_expr(payload is None):
                 tag |= L.PAYLOAD_NONE << L.PAYLOAD_SHIFT
-                self._emit(tag, Int32(0), when)
+                self._emit(tag, Int32(0), when, t)
             else:
-                self._emit(tag, Int32(payload), when)
+                self._emit(tag, Int32(payload), when, t)
 
-    def _emit(self, tag: int, payload: Int32, when=None):
+    def _emit(self, tag: int, payload: Int32, when=None, t=None):
+        if const_expr(t is None):
+            t = self._read_timer()
+        in_block = self._take_block_slot()
+        self._stage(tag, payload, t, in_block, when)
+
+    def _read_timer(self) -> Int32:
         if const_expr(Recorder.ablation == "no-timer"):
             t = Int32(0)
         elif const_expr(self.timebase == L.TIMEBASE_GLOBALTIMER):
@@ -359,8 +371,7 @@ class Recorder:
             t = _clock_lo_vector(self._inv[2])
         else:
             t = Int32(cute.arch.clock64())
-        in_block = self._take_block_slot()
-        self._stage(tag, payload, t, in_block, when)
+        return t
 
     def _stage(self, tag: int, payload: Int32, t: Int32, in_block: bool = False, when=None):
         """Stage one record, where this recorder stages (lane registers or shared memory)."""
