@@ -112,30 +112,26 @@ def overheads(bench_json: str) -> dict:
     return out
 
 
-def run(build_dir: str, json_path: str | None, rounds: int, shapes=SHAPES) -> list:
+def run(build_dir: str, json_path: str | None, rounds: int, shapes=SHAPES, before: str | None = None) -> list:
     """Every part built (a folder of ``build_dir``) at every shape of ``shapes``, ``rounds``
-    times, the parts in turn. A shape the build cannot run (no traced timing) stops the run
-    with its error."""
+    times, the parts in turn. ``before``: a build folder of the same parts made at an earlier
+    commit, timed in the same rounds (the two folders take turns going first); its rows' part
+    says "(before)". A shape the build cannot run (no traced timing) stops the run with its
+    error."""
     from fa4trace.bench import results
 
     got: dict = {}
+    builds = ([(before, " (before)")] if before else []) + [(build_dir, "")]
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(rounds):
-            for part in [p for p in PARTS if os.path.isdir(os.path.join(build_dir, p))]:
-                for only, kernels in shapes:
-                    out = os.path.join(tmp, f"{part}-{rnd}-{len(got)}")
-                    env = dict(os.environ, FA4TRACE_BUILD=os.path.join(build_dir, part))
-                    subprocess.run([sys.executable, "-m", "fa4trace", "bench", "--only", only, "--kernels", kernels,
-                                    "--trace-at", "all", "--traced", "trace", "--out", out],
-                                   env=env, check=True, capture_output=True, text=True)
-                    found = overheads(os.path.join(out, "bench.json"))
-                    if not found:
-                        errors = [r.get("error") for r in json.load(open(os.path.join(out, "bench.json")))["rows"]]
-                        raise SystemExit(f"{part} at {only}: no traced timing ({next(filter(None, errors), '?')})")
-                    for kernel, pct in found.items():
-                        got.setdefault((only, kernel, part), []).append(pct)
-                        print(f"round {rnd + 1} {part:9s} {only} {kernel}: {pct:+.1f}%", flush=True)
-    rows = [{"shape": only.replace(",", " "), "schedule": kernel, "part": PARTS[part][1],
+            for folder, label in (builds if rnd % 2 == 0 else builds[::-1]):
+                for part in [p for p in PARTS if os.path.isdir(os.path.join(folder, p))]:
+                    for only, kernels in shapes:
+                        pct = _time_part(os.path.join(folder, part), only, kernels, os.path.join(tmp, str(len(got))))
+                        for kernel, v in pct.items():
+                            got.setdefault((only, kernel, PARTS[part][1] + label), []).append(v)
+                            print(f"round {rnd + 1} {part + label:18s} {only} {kernel}: {v:+.1f}%", flush=True)
+    rows = [{"shape": only.replace(",", " "), "schedule": kernel, "part": part,
              "cost_pct": round(statistics.median(v), 2), "rounds_pct": [round(x, 2) for x in v]}
             for (only, kernel, part), v in got.items()]
     if json_path:
@@ -148,6 +144,19 @@ def run(build_dir: str, json_path: str | None, rounds: int, shapes=SHAPES) -> li
     return rows
 
 
+def _time_part(build: str, only: str, kernels: str, out: str) -> dict:
+    """{kernel: cost %} of one part's build at one shape (one ``fa4trace bench`` process)."""
+    env = dict(os.environ, FA4TRACE_BUILD=build)
+    subprocess.run([sys.executable, "-m", "fa4trace", "bench", "--only", only, "--kernels", kernels,
+                    "--trace-at", "all", "--traced", "trace", "--out", out],
+                   env=env, check=True, capture_output=True, text=True)
+    found = overheads(os.path.join(out, "bench.json"))
+    if not found:
+        errors = [r.get("error") for r in json.load(open(os.path.join(out, "bench.json")))["rows"]]
+        raise SystemExit(f"{build} at {only}: no traced timing ({next(filter(None, errors), '?')})")
+    return found
+
+
 def main(argv=None) -> None:
     ap, b, r = build_run_parser(__doc__, "build/decode_parts", build_help="compile every part (CPU, the CuTe DSL)",
                                 run_help="time every part built on this GPU")
@@ -156,11 +165,13 @@ def main(argv=None) -> None:
                                                   "to this result file (needs ptxas and nvdisasm)")
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N of SHAPES")
+    r.add_argument("--before", metavar="DIR", help="a build folder of the same parts at an earlier commit, timed "
+                                                   "in the same rounds (its rows say \"(before)\")")
     a = ap.parse_args(argv)
     if a.cmd == "build":
         build(a.out, a.force, a.only.split(",") if a.only else None, a.sass)
     else:
-        run(a.build, a.json, a.rounds, SHAPES[:a.shapes])
+        run(a.build, a.json, a.rounds, SHAPES[:a.shapes], a.before)
 
 
 if __name__ == "__main__":

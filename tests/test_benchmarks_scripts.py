@@ -270,3 +270,21 @@ def test_decode_recorder_parts_reads_overheads_per_traced_kernel(tmp_path):
     # each part is the build with the Recorder.ablation of its name; "full" is the recorder as shipped
     assert parts.PARTS["full"][0] is None and {"no-timer", "no-store", "no-events"} <= set(parts.PARTS)
     assert all(name == ablation for name, (ablation, _what) in parts.PARTS.items() if name != "full")
+
+
+def test_decode_recorder_parts_times_a_before_build_in_the_same_rounds(tmp_path, monkeypatch):
+    """run --before: the earlier build's parts take turns with the current ones, rows say "(before)"."""
+    parts = _load(BENCH / "decode_recorder_parts.py")
+    for folder in ("now", "then"):
+        (tmp_path / folder / "full").mkdir(parents=True)
+    order = []
+
+    def timed(build, only, kernels, out):
+        order.append(build.split("/")[-2])
+        return {"pingpong": 10.0 if "now" in build else 20.0}
+
+    monkeypatch.setattr(parts, "_time_part", timed)
+    rows = parts.run(str(tmp_path / "now"), None, 2, parts.SHAPES[:1], before=str(tmp_path / "then"))
+    assert order == ["then", "now", "now", "then"]  # the earlier build first in odd rounds, second in even
+    got = {r["part"]: r["cost_pct"] for r in rows}
+    assert got == {"the recorder as shipped": 10.0, "the recorder as shipped (before)": 20.0}
