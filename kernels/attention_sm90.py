@@ -728,18 +728,26 @@ class DecodeAttentionSm90:
     @cute.jit
     def retire(self, rec: Recorder, event: cutlass.Constexpr, pipe, state, n_block):
         """After the wait that covers QK or PV(n_block): close its span, free its K or V stage."""
-        rec.end(event, n_block)
+        rec, state, _t = self.retire_then(rec, event, pipe, state, n_block)
+        return rec, state
+
+    @cute.jit
+    def retire_then(self, rec: Recorder, event: cutlass.Constexpr, pipe, state, n_block):
+        """``retire``, also returning its timer read: the work that starts right after the
+        release (one mbarrier arrive) begins at it, as fenceless as the untraced kernel."""
+        t = rec.timer()
+        rec.end(event, n_block, t=t)
         pipe.consumer_release(state)
         state.advance()
-        return rec, state
+        return rec, state, t
 
     @cute.jit
     def qk_then_softmax(self, rec: Recorder, ctx, acc_S, k_state, n_block, is_last: cutlass.Constexpr):
         """QK(n_block) issued and waited for, then its softmax: nothing overlaps the two."""
         rec, _t = self.issue_qk(rec, ctx, acc_S, k_state, n_block)
         warpgroup.wait_group(0)
-        rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_block)
-        rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        rec, k_state, t = self.retire_then(rec, EV.QK, ctx.pipe_k, k_state, n_block)
+        rec, corr = self.softmax(rec, ctx, acc_S, n_block, is_last, t=t)
         return rec, k_state, corr
 
     @cute.jit
@@ -816,8 +824,8 @@ class DecodeAttentionSm90:
         ctx.tOrP.store(_acc_as_frg_a(acc_S).load().to(self.dtype))
 
     @cute.jit
-    def correct_and_convert(self, rec: Recorder, ctx, acc_S, corr, n_block):
-        rec = self.correct(rec, ctx, corr, n_block)
+    def correct_and_convert(self, rec: Recorder, ctx, acc_S, corr, n_block, t=None):
+        rec = self.correct(rec, ctx, corr, n_block, t=t)
         self.convert_p(ctx, acc_S)
         return rec
 
@@ -846,9 +854,10 @@ class DecodeAttentionSm90:
             warpgroup.wait_group(1)
         else:
             warpgroup.wait_group(0)
+        t = None
         if const_expr(has_prev_pv):
-            rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_block - 1)
-        rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block)
+            rec, v_state, t = self.retire_then(rec, EV.PV, ctx.pipe_v, v_state, n_block - 1)
+        rec = self.correct_and_convert(rec, ctx, acc_cur, corr, n_block, t=t)
         rec = self.issue_pv(rec, ctx, v_state, n_block)
         if const_expr(has_next):
             warpgroup.wait_group(1)  # QK(n_block+1) is older than PV(n_block): it is done now
@@ -882,8 +891,8 @@ class DecodeAttentionSm90:
         rec = self.correct(rec, ctx, corr, n_block - 1, t=t)
         rec = self.issue_pv(rec, ctx, v_state, n_block - 1)
         warpgroup.wait_group(1)  # QK(n_block) is older than PV(n_block-1): it is done now
-        rec, k_state = self.retire(rec, EV.QK, ctx.pipe_k, k_state, n_block)
-        rec, c = self.softmax(rec, ctx, acc_S, n_block, is_last)
+        rec, k_state, t = self.retire_then(rec, EV.QK, ctx.pipe_k, k_state, n_block)
+        rec, c = self.softmax(rec, ctx, acc_S, n_block, is_last, t=t)
         # P and O are operands of PV(n_block-1): wait for it before they are rewritten.
         warpgroup.wait_group(0)
         rec, v_state = self.retire(rec, EV.PV, ctx.pipe_v, v_state, n_block - 1)
