@@ -34,7 +34,6 @@ PARTS = {"full": (None, "the recorder as shipped"),
          "no-timer": ("no-timer", "no timer reads (events stage a constant)"),
          "no-store": ("no-store", "no record stores, hence no timer reads (nothing staged; the compiler drops the unused reads)"),
          "no-events": ("no-events", "no events: the warps' start and finish only"),
-         "packed": ("packed", "a block stores one whole record, then only its distinct timer reads, 32 bits each (timing only: no payloads, no decoder)"),
          "no-edge": ("no-edge", "start and end anchors not caught at a timer tick edge")}
 # (bench --only filter, kernels): fa4trace check's shape at its 8 splits and as the planner splits it;
 # the matrix's costliest shapes (H200, traced_decode_h200.json)

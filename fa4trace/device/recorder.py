@@ -317,12 +317,6 @@ class Recorder:
             raise RuntimeError("fa4trace: close_block without open_block")
         Recorder._block_budget = None
         Recorder._block_lane_offset = None
-        if const_expr(Recorder.ablation == "packed" and self.stage == "smem"):
-            used = Recorder._packed
-            Recorder._packed = None
-            if used is not None:
-                self._state = [self._state[0] + (1 + (used[0] + 1) // 2)] + self._state[1:]
-            return self
         if const_expr(self.stage == "lanes"):  # smem staging flushes a full buffer at the next event
             self._make_room(1)
         return self
@@ -366,34 +360,7 @@ class Recorder:
         if const_expr(t is None):
             t = self._read_timer()
         in_block = self._take_block_slot()
-        if const_expr(in_block and Recorder.ablation == "packed" and self.stage == "smem"):
-            self._stage_packed(tag, payload, t)
-        else:
-            self._stage(tag, payload, t, in_block, when)
-
-    # Trace-time, inside an open block with ablation "packed": [32-bit slots used, timer values stored]
-    _packed = None
-
-    def _stage_packed(self, tag: int, payload: Int32, t: Int32):
-        """Measurement only (ablation "packed", writes traces no decoder reads): a block's
-        first event stores a whole record (its header), the others only their timer value, 32
-        bits each after it, once per distinct read; no payloads. What a block format of a
-        header and the block's timer values would cost in the hot loop."""
-        header, cap, lane, buf = self._inv
-        pos = self._state[0]
-        state = Recorder._packed
-        tv = Int32(t).ir_value()
-        if state is None:
-            hi = Int32(tag >> 32) | ((payload & _PAYLOAD_MASK) << (L.PAYLOAD_SHIFT - 32))
-            _store_shared_v2(buf.iterator + pos, t, hi)
-            Recorder._packed = [0, [tv.get_name()]]
-            return
-        if tv.get_name() in state[1]:
-            return
-        s = state[0]
-        _store_shared_b32(buf.iterator + pos + 1 + s // 2, t, 4 * (s % 2))
-        state[0] += 1
-        state[1].append(tv.get_name())
+        self._stage(tag, payload, t, in_block, when)
 
     def _read_timer(self) -> Int32:
         if const_expr(Recorder.ablation == "no-timer"):
@@ -965,15 +932,6 @@ def _store_shared_v2(ptr, lo: Int32, hi: Int32):
 
     llvm.inline_asm(None, [ptr.llvm_ptr, Int32(lo).ir_value(), Int32(hi).ir_value()],
                     "st.shared.v2.b32 [$0], {$1, $2};", "r,r,r",
-                    has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
-
-
-def _store_shared_b32(ptr, v: Int32, offset: int):
-    """EXPERIMENT: ``*(u32 *)((char *)ptr + offset) = v`` (shared-memory pointer)."""
-    from cutlass._mlir.dialects import llvm
-
-    llvm.inline_asm(None, [ptr.llvm_ptr, Int32(v).ir_value()],
-                    f"st.shared.b32 [$0+{offset}], $1;", "r,r",
                     has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
 
 
