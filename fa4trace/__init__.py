@@ -6,8 +6,7 @@ Data path, one module per arrow:
 Host modules import without cutlass, torch or a GPU.
 """
 
-__version__ = "0.1.0"
-
+from .format.version import __version__
 from .format.errors import DeviceUnavailable, Fa4traceError, TraceFormatError  # noqa: E402
 from .format.vocab import EV, ROLE, VOCAB, Vocabulary  # noqa: E402
 from .trace.bundle import Trace, load  # noqa: E402

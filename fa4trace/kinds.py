@@ -27,9 +27,9 @@ def compile_own(kind: str):
     the first whose config holds every key=value given."""
 
     def compile_kernel(arch: str, name: Optional[str], config: dict) -> Loaded:
-        from . import kernels
+        from .kernels import aot_variants
 
-        for n, thunk, entry in kernels.aot_variants(arch, only=(kind,)):
+        for n, thunk, entry in aot_variants(arch, only=(kind,)):
             if (name is not None and n == name) or (name is None and all(entry.config.get(k) == v
                                                                          for k, v in config.items())):
                 return Loaded(thunk(), n, entry.config, "jit")

@@ -94,7 +94,7 @@ def build_library(compiled: dict[str, tuple[Any, Entry]], out_dir: str | os.Path
 def write_manifest(out_dir: str | os.PathLike, arch: str, functions: dict[str, dict], *,
                    runtime: str = DEFAULT_RUNTIME) -> None:
     """The build folder's manifest.json: what was built, for which GPU, with which recorder."""
-    from .. import __version__
+    from ..format.version import __version__
 
     manifest = {
         "build_format": BUILD_FORMAT,

@@ -30,7 +30,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import __version__
+from ..format.version import __version__
 from ..format.errors import Fa4traceError, TraceFormatError, WouldOverwrite
 from ..format.vocab import VOCAB, Vocabulary
 from .decode import SCHEMA, DecodedLaunch
