@@ -119,6 +119,22 @@ def test_bundles_without_lifetimes_say_so():
     assert perturbation_lines(p) == [f"not measured: {p['reason']}"]
 
 
+def test_our_decode_kernels_bundles_report_their_own_twin_timing():
+    # our decode kernel's recorder stamps no CTA lifetimes; its bundles time the traced launch
+    # and the untraced kernel on the same inputs (meta "timing", µs): that is the figure shown
+    buf, meta = attention_like("base", n_ctas=2, n_blocks=4)
+    meta["timing"] = {"kernel_us": 19.4, "traced_us": 20.44, "bench_us": 21.0}
+    p = perturbation(Trace.from_launches([decode_buffer(buf)], meta))
+    assert not p["measured"] and p["plain_twin"]["rel"] == pytest.approx(20.44 / 19.4 - 1)
+    assert perturbation_lines(p)[1] == "traced launch ran +5.4% against its plain twin (20.44 µs vs 19.40 µs)"
+    assert headline(p) == pytest.approx(0.0536, abs=1e-4)
+    # an instrument twin wins over the timing block; an incomplete timing block is no twin
+    assert plain_twin({"timing": meta["timing"], "instrument": {"plain_twin": {"plain_ns": 10, "traced_ns": 11}}})[
+        "plain_ns"] == 10.0
+    assert plain_twin({"timing": {"kernel_us": 19.4}}) is None
+    assert plain_twin({"timing": {"kernel_us": "x", "traced_us": 2}}) is None
+
+
 def test_recorded_ctas_beyond_the_region_are_not_timed():
     p = perturbation(bundle(n_ctas=64, sms=8, cta_first=40, cta_stride=2, n_recorded=8, lifetime_ctas=32))
     assert p["timed"] == {"recorded": 0, "untraced": 32} and "no recorded CTA was timed" in p["reason"]

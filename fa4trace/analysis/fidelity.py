@@ -14,8 +14,10 @@ those are compared ("steady-state waves"); else all of them, with a caveat. Cave
 when the sample is biased in other ways: recorded CTAs that all started before (or after) the
 untraced ones, CTAs that do unequal work, a launch of one wave (a persistent kernel), one
 instrumented body for every CTA. Where every CTA recorded nothing can be compared in the
-launch; the metadata's ``instrument.plain_twin`` ({"plain_ns", "traced_ns"}: the traced
-launch and its plain build timed next to each other) is reported instead where present.
+launch; the traced launch and its plain build timed next to each other are reported instead
+where the metadata holds them: ``instrument.plain_twin`` ({"plain_ns", "traced_ns"}: kernels
+compiled by fa4trace.auto) or ``timing`` ({"kernel_us", "traced_us"}: our decode kernel's own
+recorder, which stamps no CTA lifetimes).
 docs/fidelity.md says what the figure means and where it stops.
 """
 
@@ -74,9 +76,12 @@ def _comparison(dur: np.ndarray, recorded: np.ndarray) -> dict:
 
 
 def plain_twin(meta: dict) -> dict | None:
-    """``instrument.plain_twin`` of the metadata as {"plain_ns", "traced_ns", "rel", "n"}: one
-    timing, or the medians of a list of them (one per launch); None where absent or unusable."""
+    """The traced launch against its plain build as {"plain_ns", "traced_ns", "rel", "n"}:
+    ``instrument.plain_twin`` (one timing, or the medians of a list of them, one per launch),
+    else ``timing``'s ``kernel_us`` / ``traced_us`` (module doc); None where absent or unusable."""
     raw = (meta.get("instrument") or {}).get("plain_twin")
+    if raw is None:
+        raw = _timing_twin(meta.get("timing"))
     items = raw if isinstance(raw, list) else [raw]
     pairs = []
     for it in items:
@@ -92,6 +97,16 @@ def plain_twin(meta: dict) -> dict | None:
         return None
     p, t = (float(np.median([x[i] for x in pairs])) for i in (0, 1))
     return {"plain_ns": p, "traced_ns": t, "rel": t / p - 1, "n": len(pairs)}
+
+
+def _timing_twin(timing) -> dict | None:
+    """A ``timing`` block's untraced and traced kernel times (µs) as one plain-twin timing (ns)."""
+    if not isinstance(timing, dict) or timing.get("kernel_us") is None or timing.get("traced_us") is None:
+        return None
+    try:
+        return {"plain_ns": 1e3 * float(timing["kernel_us"]), "traced_ns": 1e3 * float(timing["traced_us"])}
+    except (TypeError, ValueError):
+        return None
 
 
 def _order_overlap(start: np.ndarray, launch: np.ndarray, recorded: np.ndarray) -> float | None:
