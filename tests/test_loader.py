@@ -76,3 +76,38 @@ def test_the_loader_names_no_kernel_kind():
     names = " ".join(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
     for word in (r"\bfa4\b", "flash", "FA4TRACE_BUILD", "build/", "attention", "calibration", "markers"):
         assert not re.search(word, text + " " + names, re.IGNORECASE), word
+
+
+def test_the_shipped_kinds_jit_compile_here_for_a_named_target():
+    """fa4trace's own kinds compile through the registry as a JIT load does (a B200 or H200 box
+    with the CuTe DSL): by variant name, by config, and an unknown name is a one-line error.
+    In a fresh process: the CuTe DSL reads its target (CUTE_DSL_ARCH) once."""
+    pytest.importorskip("cutlass")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[1])
+    code = (
+        "import json\n"
+        "import fa4trace\n"
+        "from fa4trace.format.errors import Fa4traceError\n"
+        "from fa4trace.run import registry\n"
+        "kind = registry.get('calibration')\n"
+        "a = kind.compile('sm_90a', 'calibration_globaltimer', {})\n"
+        "b = kind.compile('sm_90a', None, {'timebase': 'clock64'})\n"
+        "try:\n"
+        "    kind.compile('sm_90a', 'calibration_nope', {})\n"
+        "    err = None\n"
+        "except Fa4traceError as e:\n"
+        "    err = str(e)\n"
+        "print(json.dumps({'a': [a.name, a.how, a.config['timebase'], callable(a.fn)],\n"
+        "                  'b': [b.name, b.how, b.config['timebase']], 'err': err}))\n")
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["a"] == ["calibration_globaltimer", "jit", "globaltimer", True]
+    assert got["b"] == ["calibration_clock64", "jit", "clock64"]
+    assert got["err"] == "no calibration kernel calibration_nope for sm_90a"
