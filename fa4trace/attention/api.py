@@ -106,15 +106,12 @@ def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[in
     """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan).
     ``warps``: the warp indices that record (default all five; ``LEAD_WARPS`` = one warp per role).
     ``trace_events``: the event set the launch will record (the variant must exist)."""
-    import numpy as np
-    import torch
-
     from ..format.layout import BufferSpec
+    from ..run.record import new_trace_tensor
 
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
     variant = variant_for(shape, schedule, events=trace_events, block_rows=block_rows)
     _, plan = launch_plan(shape, variant, q.device, num_splits, build)
     spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
                                cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps)
-    buf = torch.from_numpy(spec.new_buffer().view(np.int64)).to(q.device)
-    return buf, spec, plan
+    return new_trace_tensor(spec, q.device), spec, plan

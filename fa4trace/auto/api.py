@@ -98,6 +98,11 @@ class Recording:
         line = self._spy.report()
         if line:
             print(line, file=sys.stderr)
+        plain = sum(k.captured_plain for k in self.kernels)
+        if plain:
+            print(f"fa4trace: {plain} launch(es) captured into a CUDA graph ran plain: their kernel had not run "
+                  "once inside instrument() before the capture (run it once first, as torch.cuda.graph's "
+                  "warm-up does)", file=sys.stderr)
 
     @property
     def launched(self) -> list[Instrumented]:

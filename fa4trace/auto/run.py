@@ -19,12 +19,19 @@ from typing import Any, Callable, Optional
 from ..format import layout as L
 from ..format.errors import Fa4traceError
 from ..run.record import new_trace_tensor
+from .outcheck import OutputCheck, named_tensors
 
 DEFAULT_CTAS = 256  # the first CTAs of the grid record (a launch's grid is often known only at run time)
 # recorder placements that take static shared memory (a launch may be refused for them), as a
 # bundle's cursor_reason names them
 SHARED_MEMORY_CURSORS = {"smem": "shared-memory cursor", "ring": "shared-memory ring"}
 DEFAULT_CAPACITY = 4096  # records per warp
+
+# Trace buffers of launches captured into a CUDA graph: the graph writes into its buffer at
+# every replay, for as long as the graph lives, and fa4trace cannot see when that ends (a
+# graph's memory pool may be shared with later captures), so these stay allocated while the
+# process runs. The bundle of such a launch holds what its last replay recorded.
+GRAPH_BUFFERS: list = []
 
 
 @dataclass
@@ -43,22 +50,6 @@ class RecordOptions:
         n = self.cta_first + self.ctas * self.cta_stride
         return L.BufferSpec.for_grid(n, warps_per_cta, self.capacity, cta_first=self.cta_first,
                                      cta_stride=self.cta_stride, max_ctas=self.ctas, warps=self.warps)
-
-
-def _bits(t):
-    """A tensor's bytes (bit-for-bit comparison: NaN payloads and signed zeros included)."""
-    import torch
-
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def _tensor_args(args, kwargs, params) -> list[tuple[str, Any]]:
-    """(name, tensor) of every torch tensor among the call's arguments."""
-    import torch
-
-    named = [(params[i] if i < len(params) else f"arg{i}", a) for i, a in enumerate(args)]
-    named += list(kwargs.items())
-    return [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
 
 
 def _symbols(fn) -> list[str]:
@@ -84,12 +75,6 @@ def _capturing(args) -> bool:
             if err == driver.CUresult.CUDA_SUCCESS and status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
                 return True
     return False
-
-
-def _put(t, value) -> None:
-    """Write ``value`` into ``t``'s memory as a kernel would: not through autograd, whose
-    version counters would otherwise call a view of an autograd output modified in place."""
-    t.data.copy_(value)
 
 
 def _launch_failure(exc: BaseException) -> str:
@@ -121,6 +106,8 @@ class Instrumented:
         self.twin: list[dict] = []  # plain vs traced time of checked launches
         self.not_traced = ""  # why this kernel runs plain inside the block ('' while it traces)
         self.active = True
+        self.launched_ok = False  # a traced launch ran eagerly: its build is known to launch
+        self.captured_plain = 0  # launches captured into a CUDA graph before that: they ran plain
 
     @property
     def warps_per_cta(self) -> int:
@@ -150,13 +137,17 @@ class Instrumented:
         import torch
 
         capturing = _capturing(args)
+        if capturing and not self.launched_ok and self.plain is not None:
+            # a launch that fails while a stream captures would break the user's capture: only a
+            # build that has launched eagerly goes into a graph
+            self.captured_plain += 1
+            return self.plain(*args, **kwargs)
         check = self.options.check and self.plain is not None and not capturing
-        tensors = _tensor_args(args, kwargs, self.meta.get("params") or [])
         if check:
-            before = [t.clone() for _n, t in tensors]
-            want, plain_ns = self._plain_twice(args, kwargs, tensors, before)
+            oc = OutputCheck(named_tensors(args, kwargs, self.meta.get("params") or []), torch.cuda.synchronize)
+            plain_ns = self._plain_twice(args, kwargs, oc)
         spec = self.options.spec(self.warps_per_cta)
-        buf = new_trace_tensor(spec)
+        buf = new_trace_tensor(spec)  # device operations only: capturable
         start = end = None
         if check:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -167,53 +158,48 @@ class Instrumented:
                     cuda_symbols=_symbols(self.fn))
         if self.not_traced:  # it could not run traced: the plain kernel ran instead
             return ret
+        self.launched_ok = self.launched_ok or not capturing
+        if capturing:  # nothing ran yet: the graph's replays fill buf, for as long as the graph lives
+            GRAPH_BUFFERS.append(buf)
+            # the host times are the capture's, not a launch's: a profiler trace must not match them
+            host = {"captured": True, "captured_at_ns": host["host_launch_ns"],
+                    **{k: v for k, v in host.items() if not k.startswith("host_")}}
         if check:
             end.record()
             torch.cuda.synchronize()
-            self._compare(tensors, want)
+            self._compare(oc)
             self.twin.append({"plain_ns": plain_ns, "traced_ns": int(start.elapsed_time(end) * 1e6)})
         self._launches.append((buf, spec, host))
         return ret
 
-    def _plain_twice(self, args, kwargs, tensors, before):
-        """Run the plain kernel twice from the same inputs: what each output should be, or
-        None where two plain runs differ (atomics, races); the second run's time (ns)."""
+    def _plain_twice(self, args, kwargs, oc: OutputCheck) -> int:
+        """Run the plain kernel twice from the same memory (``OutputCheck.plain_twice``); the
+        second run's time (ns). Arguments whose memory two plain runs leave different
+        (atomics, races) are named non-deterministic."""
         import torch
 
-        outs = []
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for run in range(2):
-            if run:
+
+        def run(i):
+            if i:
                 start.record()
             self.plain(*args, **kwargs)
-            if run:
+            if i:
                 end.record()
-            torch.cuda.synchronize()
-            outs.append([t.clone() for _n, t in tensors])
-            for (_n, t), b in zip(tensors, before):
-                _put(t, b)
-        want = []
-        for (name, _t), a, b in zip(tensors, *outs):
-            if torch.equal(_bits(a), _bits(b)):
-                want.append(a)
-            else:
-                want.append(None)
-                self.nondeterministic.add(name)
-        return want, int(start.elapsed_time(end) * 1e6)
 
-    def _compare(self, tensors, want) -> None:
+        oc.plain_twice(run)
+        self.nondeterministic |= oc.nondeterministic
+        return int(start.elapsed_time(end) * 1e6)
+
+    def _compare(self, oc: OutputCheck) -> None:
         """Traced outputs against the plain ones where plain is reproducible. A difference is
         fa4trace's bug, not the program's: the plain result is put back and one line says so."""
-        differ = [name for (name, t), w in zip(tensors, want) if w is not None and not torch_equal(t, w)]
+        differ = oc.compare()
         self.checked.append(not differ)
-        if differ:
-            for (name, t), w in zip(tensors, want):
-                if name in differ:
-                    _put(t, w)
-            if self.checked.count(False) == 1:
-                print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: the traced kernel's {', '.join(differ)} "
-                      "differ from the plain kernel's (bitwise; plain is reproducible there): the plain result "
-                      "is kept and the trace marked unchecked; please report this kernel", file=sys.stderr)
+        if differ and self.checked.count(False) == 1:
+            print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: the traced kernel's {', '.join(differ)} "
+                  "differ from the plain kernel's (bitwise; plain is reproducible there): the plain result "
+                  "is kept and the trace marked unchecked; please report this kernel", file=sys.stderr)
 
     def _launch(self, args, kwargs, buf):
         """The traced launch; a launch the GPU refuses (shared memory, registers) is compiled
@@ -273,8 +259,3 @@ class Instrumented:
         self.twin = []
         return Trace.from_launches(decoded, meta, vocab=self.vocab)
 
-
-def torch_equal(a, b) -> bool:
-    import torch
-
-    return torch.equal(_bits(a), _bits(b))

@@ -468,12 +468,13 @@ def _fa4_cost(ctx, arch, kw, trace, q, k, v, scale, plain_args, plain, label) ->
 
     from ..fa4.run import call_args, load_fn
     from ..format import layout as L
+    from ..run.record import new_trace_tensor
     from ..run.timing import graph_time
 
     traced = load_fn(arch, traced=True, **kw)
     ln = trace.meta["launches"][0]
     spec = L.BufferSpec.for_grid(ln["grid_ctas"], ln["warps_per_cta"], ln["capacity"])
-    buf = torch.from_numpy(spec.new_buffer().view(np.int64)).cuda()
+    buf = new_trace_tensor(spec)
     out = torch.empty_like(q)
     targs = call_args(traced.params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=buf)
     us_plain, _ = graph_time(lambda i: plain.fn(*plain_args), 1, 20, 10)

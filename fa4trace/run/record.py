@@ -46,8 +46,18 @@ class TracedLaunch:
 
 
 def new_trace_tensor(spec: L.BufferSpec, device="cuda"):
-    torch = require_cuda()
-    return torch.from_numpy(spec.new_buffer().view(np.int64)).to(device)
+    """A zeroed trace buffer with its header, made on ``device`` with no copy from the host:
+    a memset and one fill per non-zero header word, each a device operation, so it can be
+    made while a stream captures a CUDA graph (a host-to-device copy cannot be captured)."""
+    if str(device).startswith("cuda"):
+        torch = require_cuda()
+    else:
+        import torch
+    buf = torch.zeros(spec.words, dtype=torch.int64, device=device)
+    for i, word in enumerate(spec.header().view(np.int64).tolist()):
+        if word:
+            buf[i].fill_(word)
+    return buf
 
 
 def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: dict | None = None,
