@@ -23,7 +23,7 @@ from ..format.layout import DEFAULT_RING, check_ring
 from .events import FAMILIES
 from .patches import Patches
 from .reach import CallSpy, Reach
-from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions
+from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions, passes_asked
 
 
 class Recording:
@@ -64,20 +64,23 @@ class Recording:
             getattr(real_compile, "_compile_options", ""))
         k = Instrumented(c.fn, c.vocab, meta, plain=c.plain, options=self.options,
                          to_arg=(lambda t: t) if tvm_ffi else _from_dlpack,
-                         recompile=lambda cursor: self._compile_traced(real_compile, fn, args, kwargs, cursor,
-                                                                       check=False),
+                         recompile=lambda cursor, **kw: self._compile_traced(real_compile, fn, args, kwargs, cursor,
+                                                                             check=False, **kw),
                          own=self._spy.own)
         k.compiled = c
         self.kernels.append(k)
         return k
 
-    def _compile_traced(self, real_compile, fn, args, kwargs, cursor, check=None):
+    def _compile_traced(self, real_compile, fn, args, kwargs, cursor, check=None, families=None, spans=None):
         from .compiler import compile_traced
 
         # the plain build is always compiled beside the traced one: the output check runs it,
         # and once the block has ended the program runs it wherever the Instrumented was kept
-        return compile_traced(fn, *args, families=self.families, kernels=self.extra_kernels, cursor=cursor,
-                              check=True if check is None else check, spans=self.spans, l2=self.l2,
+        # families / spans: a pass's lighter recording (fa4trace.auto.run), else the block's
+        return compile_traced(fn, *args, families=self.families if families is None else families,
+                              kernels=self.extra_kernels, cursor=cursor,
+                              check=True if check is None else check, spans=self.spans if spans is None else spans,
+                              l2=self.l2,
                               split=self.split, compile_fn=real_compile, ring=self.ring, **kwargs)
 
     def _open(self, caches=()) -> None:
@@ -178,7 +181,7 @@ class _CompileProxy:
 def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
                warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None,
-               l2: str = "first", split: bool = True, caches=(), ring: int = DEFAULT_RING):
+               l2: str = "first", split: bool = True, caches=(), ring: int = DEFAULT_RING, passes=None):
     """Trace every CuTe DSL kernel that runs inside the block, with automatic events.
 
     Kernels the program compiled before the block (kept in FA4's or quack's caches, or any
@@ -203,7 +206,10 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     its last ``ring`` records (a power of two, default 128) in shared memory, one shared-memory
     store per record, and copies them into the buffer when it exits; the bundle says how many
     older records the rings overwrote. A kernel whose traced build cannot launch with the
-    shared-memory cursor or ring is compiled again with "gmem".
+    shared-memory cursor or ring is compiled again with "gmem". ``passes``: True (or names of
+    fa4trace.auto.run.PASSES): each call also replays its launch with lighter recordings,
+    lifetimes only, then one family at a time, memory restored between them; the bundle holds
+    every pass and fa4trace.analysis.passes takes each figure from the lightest that reports it.
     """
     import cutlass.cute as cute
 
@@ -217,7 +223,8 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
         check_ring(ring)
     recording = Recording(families=families, kernels=kernels, roles=roles, cursor=cursor,
                           options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
-                                                warps=tuple(warps) if warps else None, check=check),
+                                                warps=tuple(warps) if warps else None, check=check,
+                                                passes=passes_asked(passes)),
                           warps_per_cta=warps_per_cta, spans=spans, l2=l2, split=split, ring=ring)
     real = cute.compile
     proxy = _CompileProxy(real, recording)
