@@ -123,3 +123,56 @@ def test_trace_tensor_is_made_on_the_device_and_equals_the_host_buffer():
                                                                      warps=[0, 4, 8, 31 % 12])):
         t = new_trace_tensor(spec, device="cpu")
         assert t.dtype == torch.int64 and np.array_equal(t.numpy().view(np.uint64), spec.new_buffer())
+
+
+def _accumulating():
+    """An input, an output a kernel accumulates into (out += x), and that kernel."""
+    x = torch.arange(8.0)
+    out = torch.full((8,), 100.0)
+    return x, out, lambda: out.add_(x)
+
+
+def test_snapshot_and_put_back_undo_extra_launches_of_an_accumulating_kernel():
+    """After the checked launch, more launches on the same arguments (the plain-twin timing)
+    accumulate again; put_back leaves exactly one launch's result, and touches no input."""
+    x, out, kernel = _accumulating()
+    oc = OutputCheck([("x", x), ("out", out)])
+    oc.plain_twice(lambda i: kernel())
+    kernel()  # the traced launch
+    assert oc.compare() == []
+    snap = oc.snapshot()
+    assert snap[1] is oc.want[1]  # the plain result the memory holds: no copy made
+    for _ in range(5):
+        kernel()
+    assert oc.put_back(snap) == ["out"]
+    assert torch.equal(out, 100.0 + x) and torch.equal(x, torch.arange(8.0))
+    assert oc.put_back(snap) == []  # nothing differs: nothing written
+
+
+def test_snapshot_copies_what_the_check_does_not_know():
+    """Without plain runs (check off) or where two plain runs disagree, the snapshot is a copy
+    of the bytes as they are: put_back restores the traced launch's own result."""
+    x, out, kernel = _accumulating()
+    oc = OutputCheck([("x", x), ("out", out)])
+    kernel()
+    snap = oc.snapshot()
+    assert snap[1] is not None and snap[1].data_ptr() != oc.regions[1].bytes.data_ptr()
+    kernel()
+    kernel()
+    oc.put_back(snap)
+    assert torch.equal(out, 100.0 + x)
+
+
+def test_rerun_replays_from_the_bytes_before_the_launch_and_checks_it():
+    """A pass replays the launch from the memory the arguments held before it (an
+    accumulating kernel adds once, not twice) and is compared with the plain result."""
+    x, out, kernel = _accumulating()
+    oc = OutputCheck([("x", x), ("out", out)])
+    oc.plain_twice(lambda i: kernel())
+    kernel()
+    assert oc.compare() == []
+    seen = []
+    assert oc.rerun(lambda: (kernel(), seen.append(out.clone()))) == []
+    assert torch.equal(seen[0], 100.0 + x)  # from 100, not from 100 + x
+    assert oc.rerun(lambda: out.add_(x * 2)) == ["out"]  # a pass that computed something else
+    assert torch.equal(out, 100.0 + x)  # the plain result put back

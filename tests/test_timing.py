@@ -48,3 +48,124 @@ def test_each_launch_is_timed_right_after_a_plain_one_in_a_rotated_order(fake_gp
 def test_no_traced_launch_times_nothing(fake_gpu):
     assert timing.paired_costs(_launch("plain", 1.0), {}, 1, 1, 1, 3) == {}
     assert fake_gpu["order"] == []
+
+
+# ---- the plain twin (twin_times) on a fake GPU --------------------------------------------------
+class FakeGPU:
+    """Launches cost ``us`` each, times a clock that drifts ``drift`` per launch; ``_round_us``
+    sums what each interval queued (the head's work is untimed). ``capture_fails``: graphs
+    cannot be captured (the kernel launches somewhere a capture cannot follow)."""
+
+    def __init__(self, drift=0.0, capture_fails=False):
+        self.slow, self.drift, self.capture_fails = 1.0, drift, capture_fails
+        self.pending = 0.0
+        self.log: list = []  # ("capture", n) / ("interval", what ran) / ("head",)
+
+    def launch(self, name, us):
+        def run():
+            self.pending += us * self.slow
+            self.slow *= 1 + self.drift
+            self.log.append(name)
+        return run
+
+    def capture(self, launch, n_sets, per_graph):
+        if self.capture_fails:
+            raise RuntimeError("operation not permitted when stream is capturing\ndetails")
+        gpu = self
+
+        class Graph:
+            def replay(self):
+                for _ in range(per_graph):
+                    launch(0)
+
+        self.log.append(("capture", per_graph))
+        return Graph()
+
+    def round_us(self, order, head):
+        mark = len(self.log)
+        head(order)
+        self.log.insert(mark, ("head",))
+        self.pending = 0.0
+        out = []
+        for enqueue in order:
+            enqueue()
+            out.append(self.pending)
+            self.pending = 0.0
+        return out
+
+
+@pytest.fixture
+def twin_gpu(monkeypatch):
+    def make(**kw):
+        gpu = FakeGPU(**kw)
+        monkeypatch.setattr(timing, "_capture", gpu.capture)
+        monkeypatch.setattr(timing, "_round_us", gpu.round_us)
+        monkeypatch.setattr(timing, "_sleep_cycles_per_us", lambda: 1000.0)
+        monkeypatch.setattr(timing, "_spin", lambda us, rate: gpu.log.append(("spin", us)))
+        monkeypatch.setattr(timing, "time", type("T", (), {"perf_counter": staticmethod(lambda: 0.0)}))
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+        return gpu
+
+    return make
+
+
+def test_the_twin_is_graph_timed_with_enough_launches_per_replay_and_interleaved(twin_gpu):
+    gpu = twin_gpu()
+    got = timing.twin_times(gpu.launch("P", 2.0), gpu.launch("T", 2.5), target_us=200, rounds=6)
+    # the probe (4 launches at 2 µs) sizes a replay of 200 µs: 100 launches per graph
+    assert [e for e in gpu.log if isinstance(e, tuple) and e[0] == "capture"] == [
+        ("capture", 4), ("capture", 100), ("capture", 100)]
+    assert got["method"] == "graph" and got["launches_per_replay"] == 100 and got["l2"] == "warm"
+    assert got["plain_ns"] == pytest.approx(2000) and got["traced_ns"] == pytest.approx(2500)
+    assert got["rel"] == pytest.approx(0.25) and got["noise_pct"] == pytest.approx(0) and got["rounds"] == 6
+    # every timed round: a head (untimed), then outer / middle / outer, the order alternating
+    rounds = []
+    for e in gpu.log:
+        if e == ("head",):
+            rounds.append([])
+        elif isinstance(e, str) and rounds:
+            rounds[-1].append(e)
+    timed = rounds[-6:]
+    firsts = ["".join(dict.fromkeys(r[:1])) for r in timed]
+    assert firsts == ["P", "T"] * 3
+
+
+def test_a_drifting_clock_cancels_in_the_twin(twin_gpu):
+    """The GPU slows 0.01% per launch (over a run, tens of %): plain and traced timed in the
+    same round, the middle one against the mean of the outer two, keep the true ratio."""
+    gpu = twin_gpu(drift=1e-4)
+    got = timing.twin_times(gpu.launch("P", 10.0), gpu.launch("T", 11.0), target_us=200, rounds=9)
+    assert gpu.slow > 1.05  # the drift over the run is far larger than the 10% to measure
+    assert got["rel"] == pytest.approx(0.10, abs=2e-3) and got["noise_pct"] < 0.5
+
+
+def test_a_kernel_that_cannot_be_captured_is_timed_in_batches_behind_a_spin(twin_gpu):
+    gpu = twin_gpu(capture_fails=True)
+    got = timing.twin_times(gpu.launch("P", 4.0), gpu.launch("T", 5.0), target_us=200, rounds=5)
+    assert got["method"] == "batch" and got["launches_per_replay"] == 50
+    assert got["rel"] == pytest.approx(0.25) and got["plain_ns"] == pytest.approx(4000)
+    spins = [e for e in gpu.log if isinstance(e, tuple) and e[0] == "spin"]
+    assert len(spins) >= 5  # one before every round (and the probes)
+
+
+def test_when_no_method_works_the_error_names_both(twin_gpu):
+    gpu = twin_gpu(capture_fails=True)
+
+    def broken():
+        raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS: boom")
+
+    with pytest.raises(timing.TwinTimingError) as e:
+        timing.twin_times(gpu.launch("P", 4.0), broken)
+    assert "graph: operation not permitted when stream is capturing" in str(e.value)
+    assert "batch: CUDA_ERROR_ILLEGAL_ADDRESS: boom" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_launches_per_interval_and_rounds_within_the_budget():
+    assert timing.launches_for(2.0, 200, 1000) == 100
+    assert timing.launches_for(0.05, 200, 1000) == 1000  # capped
+    assert timing.launches_for(900.0, 200, 1000) == 1  # a long kernel: one launch an interval
+    assert timing.launches_for(0.0) == timing.TWIN_MAX_LAUNCHES
+    assert timing._rounds_for(200.0, 15, 1.0) == 15
+    assert timing._rounds_for(100_000.0, 15, 1.0) == timing.TWIN_MIN_ROUNDS  # 100 ms intervals

@@ -10,6 +10,12 @@ the traced run bit for bit the same, one they disagree on (atomics, reductions i
 order) is named as non-deterministic. Only regions a plain run changed are written back, so
 nothing the kernel could not have written is ever touched.
 
+The same regions let fa4trace run the kernel again after the checked launch and leave memory
+as that launch did: ``snapshot`` / ``put_back`` around the plain-twin timing (many launches on
+the same arguments, into an output a kernel may accumulate into), and ``rerun`` for a pass
+(the same launch replayed from the bytes the arguments held before it, with a lighter
+recording, and compared with the plain result).
+
 It runs on any torch device (the CPU tests drive it with Python "kernels").
 """
 
@@ -89,6 +95,7 @@ class OutputCheck:
         self.want: list = []
         self.nondeterministic: set[str] = set()
         self.written: list[str] = []  # regions written back, in order (what the check touched)
+        self.compared = False  # compare() ran: each region with a plain result holds it
 
     def _restore(self) -> None:
         """Put back the bytes of every region a run changed (and only those)."""
@@ -123,7 +130,34 @@ class OutputCheck:
                 differ += r.names
                 r.bytes.copy_(w)
                 self.written.append(r.name)
+        self.compared = True
         return differ
+
+    def snapshot(self) -> list:
+        """What every region holds now, for ``put_back``: after ``compare`` a region with a
+        plain result holds exactly that (no copy is made), any other region is copied."""
+        want = self.want if self.compared and self.want else [None] * len(self.regions)
+        return [w if w is not None else r.bytes.clone() for r, w in zip(self.regions, want)]
+
+    def put_back(self, snap: list) -> list[str]:
+        """Write ``snap`` (a ``snapshot``) back into every region whose bytes differ from it,
+        and only those; the names of the regions written."""
+        back = []
+        for r, b in zip(self.regions, snap):
+            if not equal(r.bytes, b):
+                r.bytes.copy_(b)
+                back.append(r.name)
+        self.written += back
+        return back
+
+    def rerun(self, run: Callable[[], None]) -> list[str]:
+        """Replay the launch: put back the bytes the arguments held before it (where they
+        differ), ``run()``, wait, and ``compare`` with the plain result (the names that
+        differ; none without ``plain_twice``)."""
+        self._restore()
+        run()
+        self.sync()
+        return self.compare()
 
 
 def named_tensors(args, kwargs, params) -> list[tuple[str, Any]]:

@@ -6,6 +6,32 @@ compile found (``meta``). Each call gets a fresh buffer appended to its argument
 ``check`` the plain build runs twice first on the same inputs, and every tensor argument that
 two plain runs agree on must come out bit-identical from the traced run (instrumentation never
 changes what a kernel computes); those they disagree on (atomics) are named in the bundle.
+
+**Plain twin.** Once per distinct shape of the arguments (``shape_signature``), a checked
+call also times the traced build against the plain one on the device
+(``fa4trace.run.timing.twin_times``: CUDA graphs of n launches each, replayed interleaved over
+rounds, warm L2; back-to-back launches behind a spin kernel where a kernel cannot be
+captured), never across a host synchronize or a compile (the traced build is timed only once
+it has launched, so a recompile to the global-memory cursor is behind it). The extra launches
+run on the program's own arguments: what they change is put back afterwards (the output
+check's regions, ``OutputCheck.snapshot`` / ``put_back``), so a kernel that accumulates into
+its output leaves the result of one launch. The bundle's ``instrument.plain_twin`` is a list
+with one entry per launch, in launch order: {"launch", "plain_ns", "traced_ns" (per launch,
+medians), "rel" (median of the per-round ratios - 1), "noise_pct" (half the p10-p90 spread
+of those ratios, points), "same_pct", "method" ("graph" or "batch"), "launches_per_replay",
+"rounds", "l2" ("warm")}, or {"launch", "method": None, "reason"} where nothing was timed
+(a timing that failed, a launch captured into a graph, check=False, a pass launch).
+
+**Passes** (``RecordOptions.passes``): after the main recording ("dense": the families and
+spans asked for) each call replays the same launch with lighter recordings, one each:
+"lifetimes" (no family: warp and CTA lifetimes only), then one family at a time ("pipeline",
+"tma", "mma", "barrier") and "spans" (the named spans alone). Their builds are compiled on
+the first call, the same compile with other families (``recompile``). Before each pass the
+argument memory is put back as it was before the call and after it the output is checked
+like the main launch's; after the last, memory is as the main launch left it. Each pass
+records into its own buffer and becomes its own launch of the bundle, tagged
+``meta["launches"][i]["pass"]`` (and ``"call"``: which call it replays);
+fa4trace.analysis.passes takes each figure from the lightest pass that reports it.
 """
 
 from __future__ import annotations
@@ -13,12 +39,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
 from ..format import layout as L
 from ..format.errors import Fa4traceError
+from ..format.vocab import MAX_EVENT_ID
 from ..run.record import new_trace_tensor
+from .events import FAMILIES
 from .outcheck import OutputCheck, named_tensors
 
 DEFAULT_CTAS = 256  # the first CTAs of the grid record (a launch's grid is often known only at run time)
@@ -33,6 +61,113 @@ DEFAULT_CAPACITY = 4096  # records per warp
 # process runs. The bundle of such a launch holds what its last replay recorded.
 GRAPH_BUFFERS: list = []
 
+DENSE = "dense"  # the pass name of the main recording, where a call also replays passes
+# the lighter recordings a call can replay, in the order they run (lightest by design first:
+# fa4trace.analysis.passes measures it, as records per CTA)
+PASSES = ("lifetimes", *FAMILIES, "spans")
+
+
+def passes_asked(passes) -> tuple:
+    """``instrument(passes=...)``: None/False none, True every pass, else names of ``PASSES``
+    (a list or a comma string); an unknown name is a one-line ValueError."""
+    if passes is None or passes is False:
+        return ()
+    if passes is True:
+        return PASSES
+    names = [p.strip() for p in passes.split(",")] if isinstance(passes, str) else [str(p) for p in passes]
+    names = [p for p in dict.fromkeys(names) if p]
+    bad = [p for p in names if p not in PASSES]
+    if bad:
+        raise ValueError(f"passes must be True or names from {', '.join(PASSES)}; got {', '.join(bad)}")
+    return tuple(names)
+
+
+def pass_plan(meta: dict, asked) -> tuple[list, dict]:
+    """([(pass, families, spans)], {pass: why skipped}) for a kernel whose main build's meta
+    is ``meta``: a family the recording does not ask for or the kernel lacks, named spans that
+    were not placed, or a pass that would record what the main build records, is skipped.
+    ``spans``: {} none, None the recording's own."""
+    fams = set(meta.get("families") or ())
+    found = fams - set(meta.get("missing") or ())
+    spans = set(meta.get("spans") or ()) - set(meta.get("spans_missing") or ())
+    plan, skipped = [], {}
+    for name in asked:
+        if name == "lifetimes":
+            plan.append((name, (), {}))
+        elif name == "spans":
+            if not spans:
+                skipped[name] = "no named span was placed"
+            elif not found:
+                skipped[name] = "the main recording records the named spans alone"
+            else:
+                plan.append((name, (), None))
+        elif name not in fams:
+            skipped[name] = "not a family of this recording"
+        elif name not in found:
+            skipped[name] = f"the kernel has no {name} events"
+        elif found == {name} and not spans:
+            skipped[name] = "the main recording records this family alone"
+        else:
+            plan.append((name, (name,), {}))
+    return plan, skipped
+
+
+def shape_signature(args, kwargs) -> tuple:
+    """What a launch's cost depends on, per argument: a tensor's shape, strides and dtype, an
+    integer's value (sizes), the type of anything else. The plain twin is timed once per
+    signature."""
+    def one(a):
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            stride = a.stride() if callable(getattr(a, "stride", None)) else None
+            return ("tensor", tuple(int(x) for x in a.shape), tuple(stride) if stride is not None else None,
+                    str(a.dtype))
+        if isinstance(a, (bool, int)):
+            return a
+        return type(a).__name__
+
+    return tuple(one(a) for a in args) + tuple((k, one(v)) for k, v in sorted(kwargs.items()))
+
+
+def on_current_stream(args, kwargs) -> tuple:
+    """The call's arguments with every CUDA driver stream (``CUstream``, as CUTLASS's examples
+    pass) replaced by torch's current stream: a replay fa4trace captures or times runs where
+    fa4trace queues it, not on the stream the program called with."""
+    import torch
+
+    def swap(a):
+        return type(a)(torch.cuda.current_stream().cuda_stream) if type(a).__name__ == "CUstream" else a
+
+    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
+
+
+def call_traced(fn, args, kwargs, targs):
+    """``fn`` with the trace buffer: last positional argument, or keyword where the call has keywords."""
+    return fn(*args, targs, **kwargs) if not kwargs else fn(*args, **kwargs, fa4trace_buf=targs)
+
+
+def merged_vocab(vocabs):
+    """One vocabulary for launches decoded with several (a pass build numbers its events
+    itself): the first, plus any event of the others it lacks by name, under a free id."""
+    vocabs = [v for v in vocabs if v is not None]
+    if not vocabs:
+        return None
+    out = vocabs[0].copy()
+    for v in vocabs[1:]:
+        for e in v.events:
+            try:
+                out.event(e.name)
+                continue
+            except KeyError:
+                pass
+            used = {x.id for x in out.events}
+            free = next((i for i in range(MAX_EVENT_ID - 1, 0, -1) if i not in used), None)
+            if free is None:
+                continue
+            d = asdict(e)
+            d.pop("name"), d.pop("id")
+            out.register(e.name, free, **d)
+    return out
+
 
 @dataclass
 class RecordOptions:
@@ -45,6 +180,8 @@ class RecordOptions:
     cta_stride: int = 1
     warps: Optional[tuple] = None
     check: bool = True
+    passes: tuple = ()  # lighter recordings each call replays (``passes_asked``)
+    twin: bool = True  # with check: time the plain twin once per shape of the arguments
 
     def spec(self, warps_per_cta: int) -> L.BufferSpec:
         n = self.cta_first + self.ctas * self.cta_stride
@@ -83,6 +220,25 @@ def _launch_failure(exc: BaseException) -> str:
     return msg[0][:200] if msg else type(exc).__name__
 
 
+def _sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+@dataclass
+class LaunchRecord:
+    """One launch a bundle will hold: its buffer and spec, the vocabulary to decode it with,
+    what its meta["launches"] entry says (host times, device, pass, call) and its plain-twin
+    entry (a timing, or why none)."""
+
+    buf: Any
+    spec: L.BufferSpec
+    vocab: Any
+    info: dict
+    twin: dict = field(default_factory=dict)
+
+
 class Instrumented:
     """Callable like the kernel it wraps; ``trace()`` gives the bundle of its launches so far.
 
@@ -98,12 +254,14 @@ class Instrumented:
         self.to_arg = to_arg  # torch trace tensor -> what the compiled function takes
         self._recompile = recompile  # (cursor) -> CompiledTraced: the same compile, recorder elsewhere
         self._own = own or contextlib.nullcontext  # calls made here are fa4trace's own
-        # (buffer, its spec, the launch call's host times / device / CUDA symbols): the last
-        # let fa4trace.profiler match a launch to its kernel in a torch.profiler trace
-        self._launches: list[tuple[Any, L.BufferSpec, dict]] = []
+        # the launches so far; their host times / device / CUDA symbols let fa4trace.profiler
+        # match a launch to its kernel in a torch.profiler trace
+        self._launches: list[LaunchRecord] = []
         self.checked: list[bool] = []
         self.nondeterministic: set[str] = set()
-        self.twin: list[dict] = []  # plain vs traced time of checked launches
+        self.twins: dict[tuple, dict] = {}  # shape signature -> the plain twin timed for it (or why not)
+        self.calls = 0  # calls traced since the last trace(): each launch says which it belongs to
+        self.pass_builds: dict[str, Any] = {}  # pass -> its CompiledTraced, or why it has none (str)
         self.not_traced = ""  # why this kernel runs plain inside the block ('' while it traces)
         self.active = True
         self.launched_ok = False  # a traced launch ran eagerly: its build is known to launch
@@ -143,15 +301,14 @@ class Instrumented:
             self.captured_plain += 1
             return self.plain(*args, **kwargs)
         check = self.options.check and self.plain is not None and not capturing
+        replay = bool(self.options.passes) and not capturing and self._recompile is not None
+        oc = None
+        if check or replay:
+            oc = OutputCheck(named_tensors(args, kwargs, self.meta.get("params") or []), _sync)
         if check:
-            oc = OutputCheck(named_tensors(args, kwargs, self.meta.get("params") or []), torch.cuda.synchronize)
-            plain_ns = self._plain_twice(args, kwargs, oc)
+            self._plain_twice(args, kwargs, oc)
         spec = self.options.spec(self.warps_per_cta)
         buf = new_trace_tensor(spec)  # device operations only: capturable
-        start = end = None
-        if check:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
         host = {"host_launch_ns": time.time_ns()}
         ret = self._launch(args, kwargs, buf)
         host.update(host_return_ns=time.time_ns(), device=torch.cuda.current_device(),
@@ -164,32 +321,111 @@ class Instrumented:
             # the host times are the capture's, not a launch's: a profiler trace must not match them
             host = {"captured": True, "captured_at_ns": host["host_launch_ns"],
                     **{k: v for k, v in host.items() if not k.startswith("host_")}}
+        info = dict(host, call=self.calls, **({"pass": DENSE} if self.options.passes else {}))
+        rec = LaunchRecord(buf, spec, self.vocab, info, _untimed(
+            "captured into a CUDA graph: not checked or timed" if capturing else
+            "check=False: nothing but the traced launch ran" if not self.options.check else
+            "no plain build to time it against" if self.plain is None else
+            "the plain twin is not timed (RecordOptions.twin=False)"))
+        self.calls += 1
         if check:
-            end.record()
-            torch.cuda.synchronize()
+            _sync()
             self._compare(oc)
-            self.twin.append({"plain_ns": plain_ns, "traced_ns": int(start.elapsed_time(end) * 1e6)})
-        self._launches.append((buf, spec, host))
+        self._launches.append(rec)
+        if oc is not None:
+            after = oc.snapshot()  # what this call leaves in memory, whatever runs next
+            try:
+                if check and self.options.twin:
+                    rec.twin = self._twin(args, kwargs, spec)
+                if replay:
+                    self._run_passes(args, kwargs, spec, oc, info["call"])
+            finally:
+                oc.put_back(after)
         return ret
 
-    def _plain_twice(self, args, kwargs, oc: OutputCheck) -> int:
-        """Run the plain kernel twice from the same memory (``OutputCheck.plain_twice``); the
-        second run's time (ns). Arguments whose memory two plain runs leave different
-        (atomics, races) are named non-deterministic."""
+    def _plain_twice(self, args, kwargs, oc: OutputCheck) -> None:
+        """Run the plain kernel twice from the same memory (``OutputCheck.plain_twice``).
+        Arguments whose memory two plain runs leave different (atomics, races) are named
+        non-deterministic."""
+        oc.plain_twice(lambda i: self.plain(*args, **kwargs))
+        self.nondeterministic |= oc.nondeterministic
+
+    def _twin(self, args, kwargs, spec: L.BufferSpec) -> dict:
+        """The plain twin of this shape of the arguments (module doc), timed at its first call;
+        a timing that fails says why in the bundle and in one line, and never reaches the
+        program."""
+        sig = shape_signature(args, kwargs)
+        if sig not in self.twins:
+            try:
+                self.twins[sig] = self._time_twin(args, kwargs, spec)
+            except Exception as exc:  # noqa: BLE001 (timing is fa4trace's business, not the program's)
+                why = _launch_failure(exc)
+                self.twins[sig] = _untimed(f"the timing failed: {why}")
+                if sum(1 for t in self.twins.values() if t.get("method") is None) == 1:
+                    print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: its plain twin could not be timed "
+                          f"({why}); the bundle says so", file=sys.stderr)
+        return dict(self.twins[sig])
+
+    def _time_twin(self, args, kwargs, spec: L.BufferSpec) -> dict:
+        """``twin_times`` of the plain build and the traced one (into a scratch buffer of the
+        same spec) on this call's arguments."""
+        from ..run.timing import twin_times
+
+        fn, plain = self.fn, self.plain
+        targs = self.to_arg(new_trace_tensor(spec))
+
+        def plain_once():
+            a, kw = on_current_stream(args, kwargs)
+            plain(*a, **kw)
+
+        def traced_once():
+            a, kw = on_current_stream(args, kwargs)
+            call_traced(fn, a, kw, targs)
+
+        return twin_times(plain_once, traced_once)
+
+    def _run_passes(self, args, kwargs, spec: L.BufferSpec, oc: OutputCheck, call: int) -> None:
+        """Replay this call's launch once per pass (module doc), each into its own buffer."""
         import torch
 
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        plan, _skipped = pass_plan(self.meta, self.options.passes)
+        for name, families, spans in plan:
+            build = self._pass_build(name, families, spans)
+            if build is None:
+                continue
+            buf = new_trace_tensor(spec)
+            host = {"host_launch_ns": time.time_ns()}
+            try:
+                differ = oc.rerun(lambda: call_traced(build.fn, args, kwargs, self.to_arg(buf)))
+            except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
+                self._pass_refused(name, f"did not launch: {_launch_failure(exc)}")
+                continue
+            host.update(host_return_ns=time.time_ns(), device=torch.cuda.current_device(),
+                        cuda_symbols=_symbols(build.fn))
+            if differ:
+                print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: pass {name}'s {', '.join(differ)} differ from "
+                      "the plain kernel's (bitwise); the plain result is kept; please report this kernel",
+                      file=sys.stderr)
+            self._launches.append(LaunchRecord(buf, spec, build.vocab, dict(
+                host, call=call, **{"pass": name}, checked=(not differ) if oc.want else None),
+                _untimed("a pass launch: only the main recording's plain twin is timed")))
 
-        def run(i):
-            if i:
-                start.record()
-            self.plain(*args, **kwargs)
-            if i:
-                end.record()
+    def _pass_build(self, name: str, families: tuple, spans):
+        """The traced build of pass ``name`` (compiled at its first use, with the main build's
+        cursor), or None where it could not be had (said once, and in the bundle)."""
+        b = self.pass_builds.get(name)
+        if b is None and self._recompile is not None:
+            try:
+                b = self._recompile(self.meta.get("cursor", "smem"), families=families, spans=spans)
+            except Exception as exc:  # noqa: BLE001 (a compile error is the pass's, never the program's)
+                b = self._pass_refused(name, f"did not compile: {_launch_failure(exc)}")
+            self.pass_builds[name] = b
+        return None if b is None or isinstance(b, str) else b
 
-        oc.plain_twice(run)
-        self.nondeterministic |= oc.nondeterministic
-        return int(start.elapsed_time(end) * 1e6)
+    def _pass_refused(self, name: str, why: str) -> str:
+        self.pass_builds[name] = why
+        print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: pass {name} {why}; it is left out", file=sys.stderr)
+        return why
 
     def _compare(self, oc: OutputCheck) -> None:
         """Traced outputs against the plain ones where plain is reproducible. A difference is
@@ -208,7 +444,7 @@ class Instrumented:
         never fails for being traced)."""
         targs = self.to_arg(buf)
         try:
-            return self.fn(*args, targs, **kwargs) if not kwargs else self.fn(*args, **kwargs, fa4trace_buf=targs)
+            return call_traced(self.fn, args, kwargs, targs)
         except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
             first = _launch_failure(exc)
         was = self.meta.get("cursor")
@@ -220,7 +456,7 @@ class Instrumented:
             self.meta.update(c.meta, cursor="gmem",
                              cursor_reason=f"the {SHARED_MEMORY_CURSORS[was]} did not launch: {first}")
             try:
-                return self.fn(*args, targs, **kwargs) if not kwargs else self.fn(*args, **kwargs, fa4trace_buf=targs)
+                return call_traced(self.fn, args, kwargs, targs)
             except Exception as exc:  # noqa: BLE001
                 first = _launch_failure(exc)
         self.not_traced = first
@@ -242,20 +478,40 @@ class Instrumented:
         if not self._launches:
             raise Fa4traceError("nothing recorded yet: call the instrumented kernel first")
         torch.cuda.synchronize()
-        decoded = [decode_buffer(b.cpu().numpy(), launch_index=i, vocab=self.vocab)
-                   for i, (b, _s, _h) in enumerate(self._launches)]
+        decoded = [decode_buffer(r.buf.cpu().numpy(), launch_index=i, vocab=r.vocab)
+                   for i, r in enumerate(self._launches)]
         launches = [{"kernel": self.meta.get("kernel"), "recorded_ctas":
-                     f"{s.cta_first}:{s.cta_first + s.n_cta_slots * s.cta_stride}:{s.cta_stride}",
-                     "warp_subset": s.warp_subset, **h} for _b, s, h in self._launches]
-        instrument = dict(self.meta, checked=list(self.checked), nondeterministic=sorted(self.nondeterministic))
-        if self.twin:
-            instrument["plain_twin"] = {"plain_ns": sorted(t["plain_ns"] for t in self.twin)[len(self.twin) // 2],
-                                        "traced_ns": sorted(t["traced_ns"] for t in self.twin)[len(self.twin) // 2],
-                                        "launches": len(self.twin)}
+                     f"{r.spec.cta_first}:{r.spec.cta_first + r.spec.n_cta_slots * r.spec.cta_stride}:{r.spec.cta_stride}",
+                     "warp_subset": r.spec.warp_subset, **r.info} for r in self._launches]
+        instrument = dict(self.meta, checked=list(self.checked), nondeterministic=sorted(self.nondeterministic),
+                          plain_twin=[dict(r.twin, launch=i) for i, r in enumerate(self._launches)])
+        if self.options.passes:
+            instrument.update(self.passes_meta())
         meta = {"kernel": self.meta.get("kernel", "kernel"), "config": dict(config or {}),
                 "gpu": gpu_facts(), "launches": launches, "instrument": instrument,
                 "cta_subset": True, "warp_subset": launches[0]["warp_subset"]}
+        vocab = merged_vocab([r.vocab for r in self._launches])
         self._launches = []
-        self.twin = []
-        return Trace.from_launches(decoded, meta, vocab=self.vocab)
+        self.calls = 0
+        return Trace.from_launches(decoded, meta, **({"vocab": vocab} if vocab is not None else {}))
 
+    def passes_meta(self) -> dict:
+        """What the bundle's ``instrument`` says of the passes: ``passes`` (the main recording
+        and each pass that ran: its families and spans) and ``passes_skipped`` ({pass: why})."""
+        plan, skipped = pass_plan(self.meta, self.options.passes)
+        spans = list(self.meta.get("spans") or [])
+        ran = [{"pass": DENSE, "families": list(self.meta.get("families") or []), "spans": spans}]
+        for name, families, sp in plan:
+            b = self.pass_builds.get(name)
+            if isinstance(b, str):
+                skipped[name] = b
+            elif b is None:
+                skipped[name] = "its build was never made (no compile at hand: an AOT build)"
+            else:
+                ran.append({"pass": name, "families": list(families), "spans": spans if sp is None else []})
+        return {"passes": ran, "passes_skipped": skipped}
+
+
+def _untimed(why: str) -> dict:
+    """A plain-twin entry that holds no timing, and why."""
+    return {"method": None, "reason": why}

@@ -1,12 +1,24 @@
-"""Timing on the GPU for every benchmark: CUDA-graph replay with a cold L2.
+"""Timing on the GPU: CUDA-graph replay for every benchmark, and a traced launch's plain twin.
 
-A graph holds many launches that cycle through enough input sets to rotate ``L2_ROTATE_BYTES``
-through L2, so consecutive launches read different data (cold L2), and each replay carries
-about ``REPLAY_BYTES`` of traffic, so the graph's fixed cost per replay is spread thin. Each
-replay is timed with CUDA events; the median per launch is reported.
+Benchmarks (cold L2): a graph holds many launches that cycle through enough input sets to
+rotate ``L2_ROTATE_BYTES`` through L2, so consecutive launches read different data, and each
+replay carries about ``REPLAY_BYTES`` of traffic, so the graph's fixed cost per replay is
+spread thin. Each replay is timed with CUDA events; the median per launch is reported.
+
+The plain twin (``twin_times``, warm L2: fa4trace.instrument times a traced launch against its
+plain build on the program's own arguments, the same inputs back to back): each build is
+captured as one graph of n launches (n makes a replay about ``TWIN_TARGET_US`` long), and the
+two replays alternate over rounds, every interval timed on the device between events that
+follow work already queued (the GPU never waits for the host inside one). Where a kernel
+cannot be captured, n back-to-back launches per interval take the graph's place, behind a
+spin kernel long enough for the host to queue them all.
 """
 
 from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
 
 L2_ROTATE_BYTES = 256 << 20
 # Each graph replay carries a fixed cost that the per-launch time takes a 1/launches share of
@@ -128,10 +140,181 @@ def paired_costs(plain, traced: dict, n_sets: int, replays: int, per_graph: int,
 def reported_us(rounds_us: list[float]) -> float:
     """The time a benchmark row reports from its passes (see bench_shape): the last of one or
     two, else the median of all but the first (the warm-up pass)."""
-    import statistics
-
     if not rounds_us:
         raise ValueError("no timing passes")
     if len(rounds_us) < 3:
         return float(rounds_us[-1])
     return float(statistics.median(rounds_us[1:]))
+
+
+# ---- the plain twin ------------------------------------------------------------------------------
+TWIN_TARGET_US = 200.0  # device time of one timed interval (a replay of n launches), so its edges weigh little
+TWIN_MAX_LAUNCHES = 1000  # launches per interval at most (a kernel of a few hundred ns)
+TWIN_ROUNDS = 15  # rounds of (plain, traced, plain) or (traced, plain, traced)
+TWIN_BUDGET_S = 1.0  # device time the rounds may take; fewer rounds (not below TWIN_MIN_ROUNDS) past it
+TWIN_MIN_ROUNDS = 5
+TWIN_PROBE = 4  # launches of the probe that sizes n
+
+
+class TwinTimingError(RuntimeError):
+    """Neither way of timing the twin worked (the message says why, per method)."""
+
+
+def launches_for(per_launch_us: float, target_us: float = TWIN_TARGET_US, cap: int = TWIN_MAX_LAUNCHES) -> int:
+    """Launches per timed interval: enough for ``target_us`` at ``per_launch_us`` each, 1..cap."""
+    if not per_launch_us or per_launch_us <= 0:
+        return cap
+    return max(1, min(cap, -(-int(target_us * 1000) // max(1, int(per_launch_us * 1000)))))
+
+
+def twin_times(plain: Callable[[], None], traced: Callable[[], None], *, target_us: float = TWIN_TARGET_US,
+               max_launches: int = TWIN_MAX_LAUNCHES, rounds: int = TWIN_ROUNDS,
+               budget_s: float = TWIN_BUDGET_S) -> dict:
+    """A traced launch against its plain build, timed on the device, warm L2.
+
+    ``plain()`` and ``traced()`` each queue one launch on torch's current stream, on the same
+    inputs every time. CUDA graphs of n launches each ("graph"); where capture fails, n
+    back-to-back launches behind a spin kernel ("batch"); where that fails too,
+    ``TwinTimingError`` names both reasons. Rounds alternate (plain, traced, plain) and
+    (traced, plain, traced); each round's ratio sets the middle interval against the mean of
+    the outer two, so a linear drift of the clocks cancels. Returns plain_ns and traced_ns
+    (medians per launch), rel (the median ratio - 1), noise_pct (half the p10-p90 spread of
+    the per-round ratios, in points: how far rel may be off), same_pct (the median difference
+    between the outer two intervals of a round, one build against itself, %), method,
+    launches_per_replay, rounds and l2 ("warm")."""
+    errors = []
+    for name, method in (("graph", _graph_twin), ("batch", _batch_twin)):
+        try:
+            return method(plain, traced, target_us, max_launches, rounds, budget_s)
+        except Exception as exc:  # noqa: BLE001 (the DSL, tvm-ffi and CUDA raise their own types)
+            msg = str(exc).strip().splitlines()
+            errors.append(f"{name}: {msg[0][:160] if msg else type(exc).__name__}")
+    raise TwinTimingError("; ".join(errors))
+
+
+def _round_us(order: list, head: Callable[[list], None]) -> list[float]:
+    """Device time (µs) of each of ``order``'s callables, queued back to back after
+    ``head(order)`` (work that keeps the GPU busy while the host queues them), each between
+    two events; one wait at the end."""
+    import torch
+
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(order) + 1)]
+    head(order)
+    ev[0].record()
+    for i, enqueue in enumerate(order):
+        enqueue()
+        ev[i + 1].record()
+    ev[-1].synchronize()
+    return [1e3 * ev[i].elapsed_time(ev[i + 1]) for i in range(len(order))]
+
+
+def _rounds_for(replay_us: float, rounds: int, budget_s: float) -> int:
+    """``rounds``, fewer where four intervals a round would take more than ``budget_s``."""
+    fit = int(budget_s * 1e6 / max(4 * replay_us, 1e-3))
+    return max(TWIN_MIN_ROUNDS, min(rounds, fit))
+
+
+def _interleaved(plain_n: Callable, traced_n: Callable, head: Callable, n: int, rounds: int, method: str) -> dict:
+    """The rounds of ``twin_times`` over two interval callables (each queues n launches)."""
+    plain_t, traced_t, ratios, same = [], [], [], []
+    for r in range(rounds):
+        outer, middle = (plain_n, traced_n) if r % 2 == 0 else (traced_n, plain_n)
+        a, b, c = _round_us([outer, middle, outer], head)
+        p, t = ((a + c) / 2, b) if r % 2 == 0 else (b, (a + c) / 2)
+        plain_t.append(p)
+        traced_t.append(t)
+        ratios.append(t / p)
+        same.append(abs(c / a - 1))
+    lo, hi = _p10_p90(ratios)
+    return {"plain_ns": 1e3 * statistics.median(plain_t) / n, "traced_ns": 1e3 * statistics.median(traced_t) / n,
+            "rel": statistics.median(ratios) - 1, "noise_pct": 50 * (hi - lo), "same_pct": 100 * statistics.median(same),
+            "method": method, "launches_per_replay": n, "rounds": rounds, "l2": "warm"}
+
+
+def _p10_p90(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=10, method="inclusive")
+    return q[0], q[-1]
+
+
+def _graph_twin(plain, traced, target_us, max_launches, rounds, budget_s) -> dict:
+    """``twin_times`` with each build captured as one CUDA graph of n launches (``_capture``:
+    a warm-up outside the graph first). A probe graph of TWIN_PROBE plain launches sizes n."""
+    probe = _capture(lambda i: plain(), 1, TWIN_PROBE)
+
+    def replay_first(order):  # the first interval's own replay, untimed: the GPU is busy meanwhile
+        order[0]()
+
+    per_us = statistics.median(_round_us([probe.replay], replay_first)[0] for _ in range(3)) / TWIN_PROBE
+    n = launches_for(per_us, target_us, max_launches)
+    gp = probe if n == TWIN_PROBE else _capture(lambda i: plain(), 1, n)
+    del probe
+    gt = _capture(lambda i: traced(), 1, n)
+    try:
+        return _interleaved(gp.replay, gt.replay, replay_first, n, _rounds_for(n * per_us, rounds, budget_s), "graph")
+    finally:
+        del gp, gt
+
+
+def _sleep_cycles_per_us() -> float:
+    """How many cycles of ``torch.cuda._sleep`` (a spin kernel) last one µs on this GPU."""
+    import torch
+
+    torch.cuda._sleep(1000)
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(1_000_000)
+    b.record()
+    b.synchronize()
+    return 1e6 / max(1e3 * a.elapsed_time(b), 1e-3)
+
+
+def _spin(us: float, cycles_per_us: float) -> None:
+    """Keep the GPU busy for about ``us`` (a spin kernel on the current stream)."""
+    import torch
+
+    torch.cuda._sleep(max(1, int(us * cycles_per_us)))
+
+
+def _batch_probe(launch: Callable, cycles_per_us: float, k: int = 8) -> tuple[float, float]:
+    """(host µs to queue one launch, device µs per launch) from ``k`` launches queued behind a
+    2 ms spin."""
+    holder = {}
+
+    def batch():
+        t0 = time.perf_counter()
+        for _ in range(k):
+            launch()
+        holder["host"] = (time.perf_counter() - t0) * 1e6 / k
+
+    (dev,) = _round_us([batch], lambda order: _spin(2000.0, cycles_per_us))
+    return holder["host"], dev / k
+
+
+def _batch_twin(plain, traced, target_us, max_launches, rounds, budget_s) -> dict:
+    """``twin_times`` with n back-to-back launches per interval, queued behind a spin kernel
+    that lasts longer than the host takes to queue a whole round (1.5 x the probes' longer host
+    time per launch x 3n, + 50 µs), so no interval waits for the host."""
+    import torch
+
+    plain()
+    traced()
+    torch.cuda.synchronize()
+    rate = _sleep_cycles_per_us()
+    host_us, per_us = _batch_probe(plain, rate)
+    host_us = max(host_us, _batch_probe(traced, rate)[0])  # the traced call may convert its buffer too
+    n = launches_for(per_us, target_us, max_launches)
+
+    def plain_n():
+        for _ in range(n):
+            plain()
+
+    def traced_n():
+        for _ in range(n):
+            traced()
+
+    def spin(order):
+        _spin(1.5 * host_us * 3 * n + 50.0, rate)
+
+    return _interleaved(plain_n, traced_n, spin, n, _rounds_for(n * per_us, rounds, budget_s), "batch")

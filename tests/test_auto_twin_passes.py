@@ -1,0 +1,217 @@
+"""What an instrumented call runs besides its traced launch, without a GPU: Python functions on
+CPU tensors stand in for the plain and traced builds, and a stand-in for
+fa4trace.run.timing.twin_times runs them as the real timing would (many launches on the
+program's arguments). The device side: tests/gpu/test_twin_passes_gpu.py.
+
+- the plain twin is timed once per shape of the arguments, after the traced launch (and any
+  recompile), and what its launches change is put back: a kernel that accumulates into its
+  output leaves the result of one launch;
+- a timing that fails costs the program nothing but one line;
+- passes replay the launch from the bytes before it, one build each (compiled once), tagged in
+  the launch records; a pass that does not compile or launch is left out with its reason.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fa4trace.auto import run as R  # noqa: E402
+from fa4trace.run import timing  # noqa: E402
+
+META = {"kernel": "acc", "warps_per_cta": 4, "params": ["x", "out"], "cursor": "smem",
+        "families": ["pipeline", "tma", "mma", "barrier"], "missing": ["tma"], "spans": [], "spans_missing": []}
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """The GPU calls of fa4trace.auto.run made harmless on the CPU; ``log`` says what ran, in order."""
+    log = []
+    monkeypatch.setattr(R, "new_trace_tensor", lambda spec: torch.zeros(8, dtype=torch.int64))
+    monkeypatch.setattr(R, "_sync", lambda: None)
+    monkeypatch.setattr(R, "_capturing", lambda args: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    def fake_twin(plain, traced, **kw):  # what twin_times does to memory: many launches of both
+        log.append("twin")
+        for _ in range(7):
+            plain()
+            traced()
+        return {"plain_ns": 1000.0, "traced_ns": 1100.0, "rel": 0.1, "noise_pct": 0.2, "same_pct": 0.1,
+                "method": "graph", "launches_per_replay": 100, "rounds": 15, "l2": "warm"}
+
+    monkeypatch.setattr(timing, "twin_times", fake_twin)
+    return log
+
+
+def accumulate(log, name):
+    """A build of ``out += x`` (the traced ones take the buffer last), logging each launch."""
+    def fn(x, out, buf=None):
+        log.append(name)
+        out.add_(x)
+    return fn
+
+
+def test_the_twin_is_timed_once_per_shape_and_an_accumulated_output_is_kept(cpu):
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(ctas=1))
+    x, out = torch.arange(8.0), torch.full((8,), 100.0)
+    k(x, out)
+    assert torch.equal(out, 100.0 + x)  # one launch's result, after 2 plain + 1 traced + 14 timing launches
+    assert cpu[:4] == ["plain", "plain", "traced", "twin"]
+    assert k._launches[0].twin["method"] == "graph" and k._launches[0].twin["rel"] == 0.1
+    k(x, out)  # same shapes: not timed again
+    assert torch.equal(out, 100.0 + 2 * x) and cpu.count("twin") == 1
+    assert k._launches[1].twin == k._launches[0].twin
+    k(torch.arange(16.0), torch.zeros(16))  # another shape: timed
+    assert cpu.count("twin") == 2 and len(k.twins) == 2
+
+
+def test_a_failed_timing_costs_the_program_one_line_and_the_bundle_says_why(cpu, monkeypatch, capsys):
+    def broken(plain, traced, **kw):
+        plain()
+        traced()
+        raise timing.TwinTimingError("graph: capture refused; batch: CUDA_ERROR_LAUNCH_FAILED")
+
+    monkeypatch.setattr(timing, "twin_times", broken)
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(ctas=1))
+    x, out = torch.arange(8.0), torch.full((8,), 100.0)
+    k(x, out)
+    k(torch.arange(4.0), torch.zeros(4))
+    assert torch.equal(out, 100.0 + x)
+    twin = k._launches[0].twin
+    assert twin["method"] is None and twin["reason"].startswith("the timing failed: graph: capture refused")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "plain twin could not be timed" in err[0]
+
+
+def test_the_twin_times_the_recompiled_build_never_the_recompile(cpu, monkeypatch):
+    """A shared-memory build the GPU refuses is compiled again with the global cursor inside the
+    traced launch; the timing starts after it and times the build that launched."""
+    def refused(*a):
+        cpu.append("refused")
+        raise RuntimeError("CUDA_ERROR_INVALID_VALUE: too much shared memory")
+
+    def recompile(cursor, **kw):
+        cpu.append(f"recompile {cursor}")
+        return SimpleNamespace(fn=accumulate(cpu, "gmem"), vocab=None, meta={"kernel": "acc", "cursor": cursor})
+
+    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"), options=R.RecordOptions(ctas=1),
+                       recompile=recompile)
+    x, out = torch.arange(8.0), torch.full((8,), 100.0)
+    k(x, out)
+    assert cpu[:6] == ["plain", "plain", "refused", "recompile gmem", "gmem", "twin"]
+    assert "refused" not in cpu[6:] and cpu[6:].count("gmem") == 7  # the timing launched the gmem build
+    assert torch.equal(out, 100.0 + x) and k.meta["cursor"] == "gmem"
+
+
+def test_no_twin_without_the_check_and_each_launch_says_why(cpu):
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(ctas=1, check=False))
+    x, out = torch.arange(8.0), torch.full((8,), 100.0)
+    k(x, out)
+    assert cpu == ["traced"] and torch.equal(out, 100.0 + x)
+    assert k._launches[0].twin == {"method": None, "reason": "check=False: nothing but the traced launch ran"}
+
+
+def pass_builds(log, wrong=(), no_compile=(), no_launch=()):
+    """recompile(cursor, families=, spans=) of a kernel whose pass builds log what they saw."""
+    compiled = []
+
+    def recompile(cursor, families=None, spans=None):
+        name = families[0] if families else "spans" if spans is None else "lifetimes"
+        compiled.append((name, cursor, tuple(families), spans))
+        if name in no_compile:
+            raise RuntimeError("ptxas: too many resources requested")
+
+        def fn(x, out, buf=None):
+            log.append((name, float(out[0])))  # what the pass started from
+            if name in no_launch:
+                raise RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+            out.add_(x * (2 if name in wrong else 1))
+
+        return SimpleNamespace(fn=fn, vocab=None, meta={})
+
+    return recompile, compiled
+
+
+def test_passes_replay_the_launch_from_the_bytes_before_it_one_build_each(cpu):
+    recompile, compiled = pass_builds(cpu)
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(ctas=1, passes=R.PASSES, twin=False), recompile=recompile)
+    x, out = torch.arange(8.0) + 1, torch.full((8,), 100.0)
+    k(x, out)
+    k(x, out)
+    ran = [e for e in cpu if isinstance(e, tuple)]
+    # tma is missing in the kernel, no span was named: four passes, each from the memory before its call
+    assert [n for n, _ in ran] == ["lifetimes", "pipeline", "mma", "barrier"] * 2
+    assert [v for _, v in ran] == [100.0] * 4 + [101.0] * 4
+    assert torch.equal(out, 100.0 + 2 * x)  # as two launches leave it
+    assert [c[:3] for c in compiled] == [("lifetimes", "smem", ()), ("pipeline", "smem", ("pipeline",)),
+                                         ("mma", "smem", ("mma",)), ("barrier", "smem", ("barrier",))]
+    assert [c[3] for c in compiled] == [{}] * 4  # the family passes record no named span
+    tags = [(r.info.get("pass"), r.info["call"], r.info.get("checked")) for r in k._launches]
+    assert tags == [("dense", 0, None), ("lifetimes", 0, True), ("pipeline", 0, True), ("mma", 0, True),
+                    ("barrier", 0, True), ("dense", 1, None), ("lifetimes", 1, True), ("pipeline", 1, True),
+                    ("mma", 1, True), ("barrier", 1, True)]
+    assert all(r.twin["method"] is None for r in k._launches)
+    pm = k.passes_meta()
+    assert [p["pass"] for p in pm["passes"]] == ["dense", "lifetimes", "pipeline", "mma", "barrier"]
+    assert pm["passes_skipped"] == {"tma": "the kernel has no tma events", "spans": "no named span was placed"}
+
+
+def test_a_pass_that_fails_is_left_out_and_a_wrong_one_is_named(cpu, capsys):
+    recompile, compiled = pass_builds(cpu, wrong=("pipeline",), no_compile=("mma",), no_launch=("barrier",))
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(ctas=1, passes=R.PASSES, twin=False), recompile=recompile)
+    x, out = torch.arange(8.0) + 1, torch.full((8,), 100.0)
+    k(x, out)
+    k(x, out)
+    assert torch.equal(out, 100.0 + 2 * x)
+    assert [c[0] for c in compiled] == ["lifetimes", "pipeline", "mma", "barrier"]  # each compiled once
+    tags = [(r.info.get("pass"), r.info.get("checked")) for r in k._launches]
+    assert tags == [("dense", None), ("lifetimes", True), ("pipeline", False)] * 2
+    skipped = k.passes_meta()["passes_skipped"]
+    assert skipped["mma"] == "did not compile: ptxas: too many resources requested"
+    assert skipped["barrier"] == "did not launch: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
+    err = capsys.readouterr().err
+    assert err.count("pass mma did not compile") == 1 and err.count("pass barrier did not launch") == 1
+    assert err.count("pass pipeline's out differ") == 2
+
+
+def test_pass_names_and_plans():
+    assert R.passes_asked(None) == () and R.passes_asked(False) == ()
+    assert R.passes_asked(True) == R.PASSES and R.passes_asked("mma, lifetimes") == ("mma", "lifetimes")
+    with pytest.raises(ValueError, match="passes must be True or names from lifetimes, pipeline"):
+        R.passes_asked(["lifetimes", "stalls"])
+    spans_meta = dict(META, families=["pipeline"], missing=[], spans=["softmax", "rescale"], spans_missing=["rescale"])
+    plan, skipped = R.pass_plan(spans_meta, R.PASSES)
+    assert plan == [("lifetimes", (), {}), ("pipeline", ("pipeline",), {}), ("spans", (), None)]
+    assert skipped == {f: "not a family of this recording" for f in ("tma", "mma", "barrier")}
+    alone = dict(META, families=["pipeline"], missing=[])
+    assert R.pass_plan(alone, R.PASSES)[1]["pipeline"] == "the main recording records this family alone"
+
+
+def test_the_shape_signature_tells_shapes_apart_not_values():
+    a, b = torch.zeros(4, 8), torch.ones(4, 8)
+    assert R.shape_signature((a, 3, 0.5), {}) == R.shape_signature((b, 3, 0.7), {})
+    assert R.shape_signature((a, 3), {}) != R.shape_signature((a, 4), {})  # an integer may be a size
+    assert R.shape_signature((a,), {}) != R.shape_signature((a.t(),), {})  # strides
+    assert R.shape_signature((a,), {}) != R.shape_signature((a.half(),), {})
+
+
+def test_launches_of_passes_decode_with_one_vocabulary():
+    from fa4trace.format.vocab import VOCAB
+
+    dense, light = VOCAB.copy(), VOCAB.copy()
+    dense.register("ab.wait", 32, family="pipeline", op="wait", resource="ab")
+    dense.register("mma.wait", 33, family="mma", op="wait")
+    light.register("mma.wait", 32, family="mma", op="wait")  # the same event under its own id
+    light.register("barrier.sync", 33, family="barrier", op="sync")  # one the main build lacks
+    v = R.merged_vocab([dense, None, light])
+    assert v.event("ab.wait").id == 32 and v.event("mma.wait").id == 33
+    assert v.event("barrier.sync").family == "barrier" and v.event("barrier.sync").id not in (32, 33)
