@@ -1,6 +1,6 @@
 """The kernel kinds fa4trace ships, registered into ``fa4trace.run.registry``.
 
-* ``fa4trace.kernels``' kinds (``kernels.KINDS``: calibration, markers, attention): a JIT
+* ``fa4trace.kernels``' kinds (``kernels.KINDS``: calibration, markers, known_answer, attention): a JIT
   compile is the matching entry of ``kernels.aot_variants``; builds come from ``fa4trace build``
   into ``$FA4TRACE_BUILD`` or build/kernels.
 * ``fa4``: upstream FlashAttention-4 (``fa4trace.fa4``): a JIT compile needs flash-attn-4 and

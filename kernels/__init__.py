@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 
 # Module names under fa4trace.kernels that define aot_variants(arch).
-MODULES = ("calibration", "markers", "attention_sm90")
+MODULES = ("calibration", "markers", "known_answer", "attention_sm90")
 # The kinds their entries have (``fa4trace.format.entry.Entry.kind``): what ``fa4trace build --only`` and the loader name.
-KINDS = ("calibration", "markers", "attention")
+KINDS = ("calibration", "markers", "known_answer", "attention")
 
 
 def available_modules() -> list[str]:
