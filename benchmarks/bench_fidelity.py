@@ -65,65 +65,8 @@ def lead_warps(warps_per_cta: int) -> tuple:
 
 
 # ---- what a trace reports (CPU: these run on any machine, tests/test_benchmarks_scripts.py) ----
-def span_medians(trace) -> dict:
-    """{"span.<name>.median_ns": median duration} of every span event of the trace."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    ev = trace.events
-    spans = ev.filter(pc.equal(ev["kind"].cast("string"), "span"))
-    if not spans.num_rows:
-        return {}
-    names = np.asarray(spans["name"].cast("string").to_pylist())
-    dur = (spans["end_ns"].to_numpy() - spans["start_ns"].to_numpy()).astype(np.float64)
-    return {f"span.{n}.median_ns": float(np.median(dur[names == n])) for n in sorted(set(names.tolist()))}
-
-
-def recorded_cta_ns(trace) -> float | None:
-    """Median lifetime of the recorded CTAs: from the bundle's CTA lifetimes, else from the span
-    of each CTA's warps."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    from fa4trace.analysis.fidelity import cta_lifetimes
-
-    life = cta_lifetimes(trace)
-    if life is not None:
-        rec = life.filter(life["recorded"])
-        return float(np.median(rec["dur_ns"].to_numpy())) if rec.num_rows else None
-    w = trace.events.filter(pc.equal(trace.events["kind"].cast("string"), "warp"))
-    if not w.num_rows:
-        return None
-    g = w.group_by(["launch", "cta"]).aggregate([("start_ns", "min"), ("end_ns", "max")])
-    return float(np.median(g["end_ns_max"].to_numpy() - g["start_ns_min"].to_numpy()))
-
-
-def trace_metrics(trace, roles: dict | None = None) -> dict:
-    """What a trace reports, by flat name: ``cta.median_ns`` (recorded CTAs' lifetime),
-    ``span.<name>.median_ns`` (per-stage durations), ``lag.<pipeline>.median_ns`` / ``p90_ns``
-    (producer -> consumer lag), ``waiting.<role>.<event>`` (share of the role's lifetime in that
-    wait) and ``overlap.<span>.mma`` (share of a named span with the warp's MMAs in flight).
-    ``roles``: warp -> role, so traces of different families name the same warps alike."""
-    from fa4trace.analysis.autoevents import AutoCols
-    from fa4trace.analysis.kernel import lag_stats, pipeline_lags, waiting_by_event
-    from fa4trace.analysis.mma_flight import mma_in_flight, overlap_share
-    from fa4trace.analysis.roles import assign_roles
-
-    out: dict = {"cta.median_ns": recorded_cta_ns(trace)}
-    out.update(span_medians(trace))
-    tr = assign_roles(trace, roles)
-    c = AutoCols.of(tr)
-    for p, d in lag_stats(pipeline_lags(c)).items():
-        out[f"lag.{p}.median_ns"], out[f"lag.{p}.p90_ns"] = d["median_ns"], d["p90_ns"]
-    for role, shares in waiting_by_event(c).items():
-        for ev, v in shares.items():
-            out[f"waiting.{role}.{ev}"] = v
-    flight = mma_in_flight(c)
-    if flight.num_rows:
-        for e in trace.vocab.events:
-            if e.family == "user":
-                out[f"overlap.{e.name}.mma"] = overlap_share(c, e.name, flight)
-    return {k: v for k, v in out.items() if v is not None}
+# One definition with the product (fa4trace summary's figures by pass): fa4trace.analysis.figures.
+from fa4trace.analysis.figures import recorded_cta_ns, span_medians, trace_metrics  # noqa: E402,F401
 
 
 def dense_roles(trace) -> dict:

@@ -113,8 +113,12 @@ def summary(bundle, as_json, roles):
         from .analysis.kernel import summarize_kernel
         from .analysis.text import format_kernel_summary
 
+        trace, by_pass = _passes_of(trace, _parse_roles(roles))
         s = summarize_kernel(trace, _parse_roles(roles))
-        click.echo(json.dumps(s, indent=1, sort_keys=True) if as_json else format_kernel_summary(s))
+        if by_pass:
+            s["passes"] = by_pass
+        click.echo(json.dumps(s, indent=1, sort_keys=True) if as_json else format_kernel_summary(s)
+                   + "".join("\n" + line for line in _pass_lines(by_pass)))
         return
     if roles:
         raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
@@ -125,6 +129,24 @@ def summary(bundle, as_json, roles):
         click.echo(json.dumps(s, indent=1, sort_keys=True))
         return
     click.echo(_format_summary(s))
+
+
+# -- a bundle recorded with passes (instrument(passes=...), record --passes) --
+def _passes_of(trace, roles: dict):
+    """(the bundle's main recording, each figure from its lightest pass) where the bundle was
+    recorded with passes (fa4trace.analysis.passes), else (the bundle, None)."""
+    from .analysis.passes import DENSE, has_passes, pass_traces, sourced_figures
+
+    if not has_passes(trace):
+        return trace, None
+    by_pass = sourced_figures(trace, roles)
+    return pass_traces(trace).get(DENSE, trace), by_pass
+
+
+def _pass_lines(by_pass) -> list:
+    from .analysis.passes import figures_lines
+
+    return figures_lines(by_pass) if by_pass else []
 
 
 def _parse_roles(values) -> dict:
@@ -414,7 +436,7 @@ RECORD_OPTIONS = {
             "build_dir", "families"),
     "calibration": ("kind", "timebase", "build_dir"),
     "markers": ("kind", "variant", "ctas", "warps", "capacity", "build_dir"),
-    "script": ("script", "script_args", "families", "capacity", "ctas", "warps"),
+    "script": ("script", "script_args", "families", "capacity", "ctas", "warps", "passes"),
 }
 RECORD_MODE_NAMES = {"ours": "our decode attention", "fa4": "--impl fa4", "calibration": "--kernel calibration",
                      "markers": "--kernel markers", "script": "--script"}
@@ -423,6 +445,7 @@ RECORD_NOT_FOR = {
     ("warps", "calibration"): "--warps: the calibration kernel records every warp (its checks need them)",
     ("events", None): "--events picks the event set of our decode attention kernels only",
     ("families", None): "--families goes with --script or --impl fa4 (our kernels place their events by hand)",
+    ("passes", None): "--passes goes with --script (kernels traced by fa4trace.instrument)",
 }
 
 
@@ -464,6 +487,10 @@ RECORD_NOT_FOR = {
 @click.option("--families", default=None,
               help="Comma list of generic event families (pipeline,tma,mma,barrier). --script: what is "
                    "recorded (default all). --impl fa4: recorded besides FA4's own events (default none).")
+@click.option("--passes", is_flag=True,
+              help="--script: each launch is also replayed with lighter recordings (lifetimes only, then one family "
+                   "at a time, then the named spans), memory restored between them; the bundle holds every pass and "
+                   "`summary` takes each figure from the lightest pass that reports it.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -570,9 +597,10 @@ def _record_markers(out: Path, force: bool, *, variant, ctas, warps, capacity, b
     _save(record_markers(variant=variant, build=build_dir, capacity=capacity, **subset), out, force)
 
 
-def _record_script(out: Path, force: bool, *, script, script_args, families, capacity, ctas, warps):
+def _record_script(out: Path, force: bool, *, script, script_args, families, capacity, ctas, warps, passes=False):
     """``--script``: the user's script runs under ``fa4trace.instrument``; every kernel it
-    launched is written as a bundle (-o, then -o's stem + _1, _2...)."""
+    launched is written as a bundle (-o, then -o's stem + _1, _2...). ``passes``: every launch
+    is replayed with lighter recordings too (``instrument(passes=True)``)."""
     import runpy
 
     _check_capacity(capacity)
@@ -585,7 +613,7 @@ def _record_script(out: Path, force: bool, *, script, script_args, families, cap
     from .auto.events import FAMILIES
 
     opts = dict(families=fams or FAMILIES, warps=_parse_warps(warps) if warps else None,
-                ctas=subset.get("max_ctas", 256), cta_stride=subset.get("cta_stride", 1))
+                ctas=subset.get("max_ctas", 256), cta_stride=subset.get("cta_stride", 1), passes=bool(passes))
     if capacity:
         opts["capacity"] = capacity
     argv = sys.argv
@@ -616,8 +644,10 @@ def _record_script(out: Path, force: bool, *, script, script_args, families, cap
         t = k.trace()
         t.save(p, overwrite=force)
         missing = t.meta["instrument"].get("missing") or []
+        ran = [x["pass"] for x in t.meta["instrument"].get("passes") or []]
         click.echo(f"wrote {p}: {t.meta['kernel']}, {len(t)} rows"
-                   + (f"; no {', '.join(missing)} events found in this kernel" if missing else ""))
+                   + (f"; no {', '.join(missing)} events found in this kernel" if missing else "")
+                   + (f"; passes {', '.join(ran)}" if ran else ""))
 
 
 RECORDERS = {"ours": _record_ours, "fa4": _record_fa4, "calibration": _record_calibration,

@@ -58,3 +58,37 @@ def test_unknown_family_and_stray_arguments_are_one_line(tmp_path):
     assert r.returncode == 2 and "unknown dma" in r.stderr and "Traceback" not in r.stderr
     r = run(["--kernel", "calibration", "-o", "o.parquet", "extra"], tmp_path)
     assert r.returncode == 2 and "they go to --script" in r.stderr
+
+
+def test_passes_go_with_script_only(tmp_path):
+    r = run(["--kernel", "calibration", "--passes", "-o", "o.parquet"], tmp_path)
+    assert r.returncode == 2 and "--passes goes with --script" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_passes_reach_instrument(tmp_path, monkeypatch):
+    """``record --script --passes`` runs the script under instrument(passes=True) (and without the
+    flag, passes=False); a script that compiles nothing then fails in one line as before."""
+    pytest.importorskip("torch")
+    pytest.importorskip("cutlass")
+    import contextlib
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    import fa4trace.auto.api as api
+    from fa4trace.cli import main
+
+    seen = []
+
+    @contextlib.contextmanager
+    def fake_instrument(**kw):
+        seen.append(kw)
+        yield SimpleNamespace(kernels=[], launched=[])
+
+    monkeypatch.setattr(api, "instrument", fake_instrument)
+    script = tmp_path / "noop.py"
+    script.write_text("pass\n")
+    for flag, want in ((["--passes"], True), ([], False)):
+        r = CliRunner().invoke(main, ["record", "--script", str(script), *flag, "-o", str(tmp_path / "o.parquet")])
+        assert r.exit_code == 1 and "compiled no CuTe DSL kernel" in r.output, r.output
+        assert seen[-1]["passes"] is want

@@ -1,0 +1,151 @@
+"""Each figure from the lightest recording that reports it: bundles of ``instrument(passes=...)``.
+
+Recording perturbs what it records: a dense trace's waits and durations stretch with every
+event its warps store. A bundle recorded with passes holds, for every call, the main launch
+(pass "dense": the families and spans asked for) and the same launch replayed from the same
+memory with lighter recordings, one each: "lifetimes" (no family: warp and CTA lifetimes),
+one family at a time ("pipeline", "tma", "mma", "barrier") and "spans" (the named spans
+alone). Each launch says its pass and the call it replays in ``meta["launches"][i]["pass"]``
+and ``["call"]`` (fa4trace.auto.run).
+
+**Lightest** is measured, not assumed: a pass is lighter than another when its warps recorded
+fewer events per recorded CTA (rows other than warp lifetimes, over the CTAs that have warps in
+its launches). By construction that orders lifetimes (none) < one family < dense; between two
+families the bundle decides. Ties keep the order the passes ran in.
+
+``sourced_figures`` takes every figure of fa4trace.analysis.figures (CTA duration, per-stage
+durations, waits by event, lags, overlaps) from the lightest pass that reports it, and says
+which pass that was and what the dense recording read. Roles are decided once, on the dense
+pass (with the roles given), and given to every pass, so a warp plays one role in all of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..format.errors import Fa4traceError
+from ..trace.bundle import Trace
+from .figures import is_duration, trace_metrics
+
+DENSE = "dense"  # the main recording's pass name (fa4trace.auto.run.DENSE)
+
+
+def launch_passes(trace: Trace) -> list | None:
+    """The pass of each launch (meta["launches"] order), or None for a bundle without passes."""
+    launches = trace.meta.get("launches") or []
+    names = [ln.get("pass") if isinstance(ln, dict) else None for ln in launches]
+    return names if any(names) else None
+
+
+def has_passes(trace: Trace) -> bool:
+    """Whether the bundle holds launches of more than one pass."""
+    names = launch_passes(trace)
+    return bool(names) and len(set(names)) > 1
+
+
+def select_launches(trace: Trace, launches) -> Trace:
+    """The bundle with only ``launches`` (indices), renumbered 0.. in order: events, the
+    per-launch metadata, CTA lifetimes and plain-twin entries alike."""
+    keep = sorted({int(i) for i in launches})
+    ev = trace.events
+    col = ev["launch"]
+    ev = ev.filter(pc.is_in(col, value_set=pa.array(keep, col.type)))
+    renum = np.searchsorted(np.asarray(keep, np.int64), ev["launch"].to_numpy().astype(np.int64))
+    ev = ev.set_column(ev.schema.get_field_index("launch"), ev.schema.field("launch"),
+                       pa.array(renum.astype(np.int16), col.type))
+    meta = dict(trace.meta)
+    old = meta.get("launches") or []
+    meta["launches"] = [old[i] for i in keep if i < len(old)]
+    meta["total_dropped"] = int(sum(int(ln.get("dropped", 0) or 0) for ln in meta["launches"] if isinstance(ln, dict)))
+    life = meta.get("cta_lifetimes")
+    if isinstance(life, dict) and "launch" in life:
+        ln = np.asarray(life["launch"], np.int64)
+        m = np.isin(ln, keep)
+        meta["cta_lifetimes"] = {k: (np.searchsorted(keep, ln[m]) if k == "launch" else np.asarray(v)[m]).tolist()
+                                 for k, v in life.items()}
+    inst = meta.get("instrument")
+    if isinstance(inst, dict) and isinstance(inst.get("plain_twin"), list):
+        where = {old_i: new_i for new_i, old_i in enumerate(keep)}
+        inst = dict(inst, plain_twin=[dict(t, launch=where[t["launch"]]) for t in inst["plain_twin"]
+                                      if isinstance(t, dict) and t.get("launch") in where])
+        meta["instrument"] = inst
+    return Trace(ev, meta)
+
+
+def pass_traces(trace: Trace) -> dict[str, Trace]:
+    """{pass: the bundle's launches of that pass}, in the order the passes first appear."""
+    names = launch_passes(trace)
+    if not names:
+        raise Fa4traceError(f"{trace.name}: no launch of this bundle says its pass: it was not recorded with passes")
+    out = {}
+    for p in dict.fromkeys(n for n in names if n):
+        out[p] = select_launches(trace, [i for i, n in enumerate(names) if n == p])
+    return out
+
+
+def events_per_cta(trace: Trace) -> float:
+    """Events recorded per recorded CTA: rows other than warp lifetimes, over the (launch, CTA)
+    pairs with warps in the table (0 for an empty trace)."""
+    ev = trace.events
+    if not ev.num_rows:
+        return 0.0
+    kind = np.asarray(ev["kind"].cast(pa.string()).to_pylist())
+    ctas = np.unique(np.stack([ev["launch"].to_numpy().astype(np.int64), ev["cta"].to_numpy().astype(np.int64)]),
+                     axis=1).shape[1]
+    return float((kind != "warp").sum() / max(ctas, 1))
+
+
+def sourced_figures(trace: Trace, roles=None) -> dict:
+    """Every figure from the lightest pass that reports it (module doc):
+
+    {"passes": [{"pass", "launches", "events_per_cta"}, ...] lightest first,
+     "figures": {metric: {"value", "pass", "dense", "dense_rel"}}} where "dense" is what the
+    main recording read (None where it does not report the figure) and "dense_rel" its
+    relative difference from the sourced value (dense / value - 1; None where not defined)."""
+    from .roles import decide_roles
+
+    by_pass = pass_traces(trace)
+    main = by_pass[DENSE] if DENSE in by_pass else max(by_pass.values(), key=events_per_cta)
+    warp_roles = decide_roles(main, roles)["by_warp"]
+    order = list(by_pass)
+    weight = {p: events_per_cta(t) for p, t in by_pass.items()}
+    lightest = sorted(order, key=lambda p: (weight[p], order.index(p)))
+    metrics = {p: trace_metrics(by_pass[p], warp_roles) for p in lightest}
+    dense = metrics.get(DENSE, {})
+    figures = {}
+    for key in sorted({k for m in metrics.values() for k in m}):
+        src = next(p for p in lightest if key in metrics[p])
+        v, d = metrics[src][key], dense.get(key)
+        figures[key] = {"value": v, "pass": src, "dense": d,
+                        "dense_rel": (d / v - 1) if d is not None and v else None}
+    n_launches = {p: len(t.meta.get("launches") or []) for p, t in by_pass.items()}
+    return {"passes": [{"pass": p, "launches": n_launches[p], "events_per_cta": weight[p]} for p in lightest],
+            "figures": figures}
+
+
+def _value(metric: str, v) -> str:
+    if v is None:
+        return "n/a"
+    if is_duration(metric):
+        return f"{v / 1e3:.2f} µs" if v >= 1e4 else f"{v:.0f} ns"
+    return f"{100 * v:.1f}%"
+
+
+def figures_lines(sourced: dict) -> list[str]:
+    """What ``fa4trace summary`` prints of ``sourced_figures``: the passes by weight, then one
+    line per figure: its value, the pass it came from, and the dense recording's reading."""
+    if not sourced:
+        return []
+    order = ", ".join(f"{p['pass']} {p['events_per_cta']:.0f}" for p in sourced["passes"])
+    lines = [f"  by pass        each figure from the lightest pass that reports it (events per recorded CTA: {order})"]
+    figs = sourced["figures"]
+    width = max((len(k) for k in figs), default=0)
+    for key, f in figs.items():
+        tail = ""
+        if f["pass"] != DENSE and f["dense"] is not None:
+            rel = f" ({100 * f['dense_rel']:+.1f}%)" if f["dense_rel"] is not None else ""
+            tail = f"   dense {_value(key, f['dense'])}{rel}"
+        lines.append(f"    {key:<{width}}  {_value(key, f['value']):>10}  {f['pass']:<9}{tail}".rstrip())
+    return lines
