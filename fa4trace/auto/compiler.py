@@ -11,7 +11,9 @@ it found, so a buffer it fills decodes into a bundle on any machine.
 from __future__ import annotations
 
 import inspect
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -20,6 +22,7 @@ from ..format.errors import Fa4traceError
 from ..format.layout import DEFAULT_RING
 from . import entry as E
 from . import families as F
+from .ctadeps import dependencies_of, keep_ptx
 from .events import FAMILIES, EventTable
 from .patches import Patches
 from .state import STATE
@@ -242,7 +245,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             traced = E.traced_entry(entry, on_buffer, before=buffer_before)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
             try:
-                compiled = compile_fn(traced, *full[:at], buf, *full[at:], **ctl)
+                compiled = compile_fn(traced, *full[:at], buf, *full[at:], **keep_ptx(ctl, ptx_dir))
             except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 if not msg.startswith("fa4trace:"):
@@ -279,20 +282,27 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             STATE.reset()
         return compiled, table, meta
 
+    ptx_dir = tempfile.mkdtemp(prefix="fa4trace-ptx-")  # the PTX the DSL keeps is read into memory, then removed
     try:
-        compiled, table, meta = attempt(split)
-    except Exception as exc:  # noqa: BLE001 (the DSL raises its own types; only these messages are ours to handle)
-        why = next((w for key, w in SPLIT_REFUSALS.items() if key in str(exc)), None) if split else None
-        if why is None:
-            raise
-        compiled, table, meta = attempt(False)  # one instrumented body for every CTA instead
-        meta["split_refused"] = why
+        try:
+            compiled, table, meta = attempt(split)
+        except Exception as exc:  # noqa: BLE001 (the DSL raises its own types; only these messages are ours to handle)
+            why = next((w for key, w in SPLIT_REFUSALS.items() if key in str(exc)), None) if split else None
+            if why is None:
+                raise
+            compiled, table, meta = attempt(False)  # one instrumented body for every CTA instead
+            meta["split_refused"] = why
+        plain = compile_fn(fn, *args, **keep_ptx(kwargs, ptx_dir)) if check else None
+    finally:
+        shutil.rmtree(ptx_dir, ignore_errors=True)
+    # whether the kernel's CTAs wait on each other (fa4trace.analysis.fidelity reads it): the
+    # plain build's PTX where it was compiled, else the traced build's
+    meta["cta_dependencies"] = dependencies_of(getattr(plain, "__ptx__", None), getattr(compiled, "__ptx__", None))
     # runtime parameters: the entry's with the buffer where the entry takes it, less the bound
     # object and any stream tvm-ffi takes from the environment
     params = list(bound.arguments.items())
     params.insert(at, (E.BUF, None))
     names = [n for n, v in params[1 if obj is not None else 0:] if not getattr(v, "use_tvm_ffi_env_stream", False)]
-    plain = compile_fn(fn, *args, **kwargs) if check else None
     return CompiledTraced(compiled, names, table.vocab, meta, plain)
 
 
