@@ -1,0 +1,416 @@
+"""Compensated figures: a trace's spans, waits and lags less what recording them cost.
+
+Every event a warp records costs that warp some cycles (a timer read, a store, a cursor move),
+so a span's measured duration holds, besides the work it brackets, the fixed gap between its
+begin's timer read and its end's (``e``) and the cost of every event the same warp recorded
+in between (``c`` each). A calibration measures both on the GPU at hand, per recorder
+(``fa4trace.probes.known_answer.calibrate``; ``fa4trace check`` writes them to
+``recorder_cost.json``), and this module subtracts them, as Triton Proton's ``time_shift`` does:
+
+* span (any kind, one warp): ``raw - e - n_inner * c``; ``n_inner`` counts the records the same
+  warp made strictly between the span's two timer reads. ``e`` is the recorder's offset, or,
+  for a segment recorder's pipeline / MMA / barrier spans (their two records held in one
+  segment around the call), its ``held`` offset;
+* pipeline wait released by another warp's fill after it began (the fill as
+  ``fa4trace.analysis.kernel`` defines it: the first commit of the count, else the end of its
+  acquire): ``raw - n_release * c``, ``n_release`` counting the records the filling warp made
+  between the wait's begin and the fill (they delayed the fill). No offset: the recorder's ops
+  after the begin read ran while the warp would have waited anyway. A wait whose fill came
+  before it began, or has none recorded (MMA waits, barriers), is a span as above;
+* producer -> consumer lag (fill to the end of the wait): ``raw - n_cons * c - lag_offset``;
+  ``n_cons`` counts the consumer's records between the fill and the wait's end, the wait's own
+  begin aside (its own recording delays it); a wait that began after the fill did not block,
+  and its offset goes too. ``lag_offset`` is the calibrated gap between a traced and an
+  untraced handoff with nothing recorded in between (the fill event's read after the arrive,
+  the wait's read after the wake).
+
+Costs are calibrated in SM cycles and turned into ns per warp with the warp's own clock (its
+WARP row: ns over cycles). A figure that comes out negative is clamped at 0 and counted. Raw
+values stay beside compensated ones; docs/compensation.md says what the calibration measures
+and how well it holds against the known-answer kernels.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..format.errors import Fa4traceError
+from ..trace.bundle import Trace
+from .autoevents import AutoCols
+from .overlap import group_ids
+
+KEY = "recorder_cost"  # the bundle metadata key holding the calibration its figures are compensated with
+FILE = "recorder_cost.json"  # what `fa4trace check` writes: {recorder: calibration}
+# Spans that a segment recorder records as one segment around the call (both records held until
+# it closes): instrument()'s pipeline, MMA, barrier and TMA hooks. Its user spans and hand-placed
+# events store their begin at once.
+HELD_FAMILIES = frozenset({"pipeline", "mma", "barrier", "tma"})
+_T_BITS = 41  # per-warp time offsets below 2**41 (cycles or ns: minutes) pack beside the warp id
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one recorder's events cost its warp, in SM cycles (and ns at ``clock_ghz``).
+
+    ``offset_cycles``: median duration of an empty span (begin right before end);
+    ``held_offset_cycles``: the same with both records in one segment (segment recorders; a
+    ``Recorder`` has one kind of span, the same value); ``event_cycles``: one more record inside
+    a span (the median span around back-to-back events, less an empty one, per event);
+    ``lag_offset_cycles``: a traced handoff's lag less the untraced twin's, nothing recorded
+    between (None where not measured: no lag compensation beyond the consumer's events)."""
+
+    recorder: str
+    offset_cycles: float
+    held_offset_cycles: float
+    event_cycles: float
+    lag_offset_cycles: float | None = None
+    clock_ghz: float | None = None
+    gpu: str | None = None
+    measured_at: str | None = None
+    source: str | None = None
+    samples: int | None = None
+    noise: dict = field(default_factory=dict)  # p10/p90 of what each median came from
+
+    def __post_init__(self):
+        for name in ("offset_cycles", "held_offset_cycles", "event_cycles"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise Fa4traceError(f"recorder calibration of {self.recorder!r}: {name} is {v!r}, not a number")
+
+    def ns(self, cycles: float) -> float | None:
+        """``cycles`` in ns at the calibration's clock (None where it is unknown)."""
+        return cycles / self.clock_ghz if self.clock_ghz else None
+
+    def to_dict(self) -> dict:
+        """The calibration as stored (bundle metadata, result files): cycles, and ns at its clock."""
+        d = asdict(self)
+        for name in ("offset", "held_offset", "event", "lag_offset"):
+            c = d[f"{name}_cycles"]
+            d[f"{name}_ns"] = None if c is None else self.ns(c)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Calibration":
+        if not isinstance(d, dict) or "recorder" not in d:
+            raise Fa4traceError("a recorder calibration must be an object with 'recorder', 'offset_cycles', "
+                                "'held_offset_cycles' and 'event_cycles'")
+        names = {f.name for f in fields(cls)}
+        missing = [n for n in ("offset_cycles", "held_offset_cycles", "event_cycles") if n not in d]
+        if missing:
+            raise Fa4traceError(f"recorder calibration of {d['recorder']!r} lacks {', '.join(missing)}")
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def stamp() -> str:
+    """Now, as a calibration's ``measured_at``."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---- which calibration a bundle takes ----------------------------------------------------------------
+def recorder_of(meta: dict) -> str | None:
+    """The recorder a bundle was recorded with, where its metadata says: the calibration it
+    holds, else ``segment_<cursor>`` for a kernel traced by fa4trace.instrument."""
+    held = meta.get(KEY)
+    if isinstance(held, dict) and held.get("recorder"):
+        return str(held["recorder"])
+    inst = meta.get("instrument")
+    if isinstance(inst, dict) and inst.get("cursor"):
+        return f"segment_{inst['cursor']}"
+    return None
+
+
+def attach(trace: Trace, cal: Calibration) -> Trace:
+    """Store ``cal`` in the bundle's metadata (``KEY``): its figures are then compensated with it."""
+    trace.meta[KEY] = cal.to_dict()
+    return trace
+
+
+def load_calibrations(path) -> dict[str, Calibration]:
+    """{recorder: Calibration} from a file: ``recorder_cost.json`` as ``fa4trace check`` writes
+    it ({recorder: calibration}), or one calibration object."""
+    p = Path(path)
+    if not p.is_file():
+        raise Fa4traceError(f"{p}: no such calibration file (`fa4trace check` writes {FILE} into its folder)")
+    try:
+        data = json.loads(p.read_text())
+    except ValueError as exc:
+        raise Fa4traceError(f"{p}: not JSON ({exc})") from None
+    if isinstance(data, dict) and "recorder" in data:
+        data = {data["recorder"]: data}
+    if not isinstance(data, dict) or not data:
+        raise Fa4traceError(f"{p}: expected {{recorder: calibration}} as `fa4trace check` writes it")
+    return {str(k): Calibration.from_dict(v) for k, v in data.items()}
+
+
+def calibration_for(trace: Trace, calibrations: dict | None = None) -> Calibration:
+    """The calibration for ``trace``: the one its metadata holds, else the entry of
+    ``calibrations`` for its recorder (``recorder_of``); one line saying what is missing otherwise."""
+    held = trace.meta.get(KEY)
+    if isinstance(held, dict):
+        return Calibration.from_dict(held)
+    rec = recorder_of(trace.meta)
+    if not calibrations:
+        raise Fa4traceError(f"{trace.name}: no recorder calibration in the bundle; pass one (`fa4trace check` writes "
+                            f"{FILE}: --calibration CHECK_FOLDER/{FILE})")
+    if rec is None:
+        if len(calibrations) == 1:
+            return next(iter(calibrations.values()))
+        raise Fa4traceError(f"{trace.name}: the bundle does not say which recorder wrote it; pass a calibration "
+                            f"file with one recorder (known: {', '.join(sorted(calibrations))})")
+    if rec not in calibrations:
+        raise Fa4traceError(f"{trace.name}: recorded with {rec}, the calibration file has "
+                            f"{', '.join(sorted(calibrations))}")
+    return calibrations[rec]
+
+
+# ---- records per warp ------------------------------------------------------------------------------
+class _Records:
+    """Every record of a trace (span begins, span ends, instants) by warp, sorted, in cycles and
+    in ns, so that how many a warp made in an interval is two binary searches."""
+
+    def __init__(self, c: AutoCols, start_cycles: np.ndarray, end_cycles: np.ndarray):
+        span = (c.kind == 0)
+        inst = (c.kind == 1)
+        rows = np.concatenate([np.flatnonzero(span | inst), np.flatnonzero(span)])
+        gid = c.warp_gid[rows]
+        is_end = np.r_[np.zeros(int((span | inst).sum()), bool), np.ones(int(span.sum()), bool)]
+        cyc = np.where(is_end, end_cycles[rows], start_cycles[rows])
+        ns = np.where(is_end, c.end[rows], c.start[rows])
+        self.n_warps = c.n_warps
+        self.cyc_lo, self.cycles = self._keys(gid, cyc)
+        self.ns_lo, self.ns = self._keys(gid, ns)
+
+    def _keys(self, gid, t):
+        lo = np.zeros(self.n_warps, np.int64)
+        if t.size:
+            lo = np.full(self.n_warps, np.iinfo(np.int64).max)
+            np.minimum.at(lo, gid, t)
+            lo[lo == np.iinfo(np.int64).max] = 0
+            if int((t - lo[gid]).max()) >= 1 << _T_BITS:
+                raise Fa4traceError("a warp's records span more than 2**41 timer ticks: too long to compensate")
+        return lo, np.sort((gid.astype(np.int64) << _T_BITS) | (t - lo[gid]))
+
+    def between(self, gid, t0, t1, *, ns: bool = False) -> np.ndarray:
+        """Records of warp ``gid`` strictly between ``t0`` and ``t1`` (arrays, same length)."""
+        lo, keys = (self.ns_lo, self.ns) if ns else (self.cyc_lo, self.cycles)
+        gid = np.asarray(gid, np.int64)
+        base = gid << _T_BITS
+        a = np.clip(np.asarray(t0, np.int64) - lo[gid], -1, (1 << _T_BITS) - 1)
+        b = np.clip(np.asarray(t1, np.int64) - lo[gid], 0, (1 << _T_BITS))
+        left = np.searchsorted(keys, base + np.maximum(a, -1) + 1, side="left")  # first record > t0
+        right = np.searchsorted(keys, base + b, side="left")  # first record >= t1
+        return np.maximum(right - left, 0)
+
+
+def _ns_per_cycle(c: AutoCols, start_cycles, end_cycles, cal: Calibration) -> np.ndarray:
+    """Per warp gid: its ns per SM cycle, from its WARP row (both timebases keep the clock64
+    anchors there); a warp without one (a filtered table) takes the median of the others, else
+    the calibration's clock."""
+    out = np.full(c.n_warps, np.nan)
+    w = np.flatnonzero(c.is_warp_row)
+    dc = (end_cycles[w] - start_cycles[w]).astype(np.float64)
+    dn = (c.end[w] - c.start[w]).astype(np.float64)
+    ok = dc > 0
+    out[c.warp_gid[w[ok]]] = dn[ok] / dc[ok]
+    known = np.isfinite(out)
+    if not known.all():
+        if known.any():
+            out[~known] = float(np.median(out[known]))
+        elif cal.clock_ghz:
+            out[:] = 1.0 / cal.clock_ghz
+        else:
+            raise Fa4traceError("no warp of the trace has its lifetime row (cycles and ns), and the calibration "
+                                "names no clock: cycles cannot be turned into ns")
+    return out
+
+
+# ---- fills: the events that release pipeline waits ---------------------------------------------------
+def _key(c: AutoCols, rows: np.ndarray) -> np.ndarray:
+    return (c.cta_gid[rows].astype(np.int64) << 30) | (c.resource[rows].astype(np.int64) << 21) | (c.iter[rows] + 1)
+
+
+def fills(c: AutoCols, pipeline: str):
+    """(key, fill ns, filling warp gid) per count of ``pipeline`` per CTA, sorted by key: the
+    first commit of the count, else the end of its first acquire (fa4trace.analysis.kernel)."""
+    rows = np.flatnonzero(c.where("pipeline", "commit", pipeline) & (c.iter >= 0))
+    t = c.start[rows] if rows.size else rows
+    if not rows.size:
+        rows = np.flatnonzero(c.where("pipeline", "acquire", pipeline) & (c.kind == 0) & (c.iter >= 0))
+        t = c.end[rows]
+    k = _key(c, rows)
+    o = np.lexsort((t, k))
+    k, t, rows = k[o], t[o], rows[o]
+    first = np.r_[True, k[1:] != k[:-1]] if k.size else np.zeros(0, bool)
+    return k[first], t[first], c.warp_gid[rows[first]]
+
+
+def _releases(c: AutoCols):
+    """Per row: the fill that released it (ns, filling warp gid), -1 where the row is not a
+    pipeline wait with a recorded fill."""
+    fill_ns = np.full(c.n, -1, np.int64)
+    fill_gid = np.full(c.n, -1, np.int64)
+    for p in c.pipelines():
+        keys, ft, fg = fills(c, p)
+        waits = np.flatnonzero(c.where("pipeline", "wait", p) & (c.kind == 0) & (c.iter >= 0))
+        if not keys.size or not waits.size:
+            continue
+        wk = _key(c, waits)
+        pos = np.minimum(np.searchsorted(keys, wk), keys.size - 1)
+        hit = keys[pos] == wk
+        fill_ns[waits[hit]] = ft[pos[hit]]
+        fill_gid[waits[hit]] = fg[pos[hit]]
+    return fill_ns, fill_gid
+
+
+# ---- the compensated tables ----------------------------------------------------------------------------
+SPAN_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("warp", pa.int16()), ("name", pa.string()),
+                         ("iter", pa.int32()), ("raw_ns", pa.int64()), ("n_inner", pa.int32()),
+                         ("n_release", pa.int32()), ("cost_ns", pa.float64()), ("ns", pa.float64()),
+                         ("clamped", pa.bool_())])
+LAG_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("pipeline", pa.string()), ("iter", pa.int32()),
+                        ("warp", pa.int16()), ("raw_ns", pa.int64()), ("n_consumer", pa.int32()),
+                        ("cost_ns", pa.float64()), ("ns", pa.float64()), ("clamped", pa.bool_())])
+
+
+def _offsets(c: AutoCols, rows: np.ndarray, cal: Calibration) -> np.ndarray:
+    """Per span row: the recorder's gap between its two reads with nothing between, in cycles
+    (a segment recorder's pipeline, MMA, barrier and TMA spans: its held offset)."""
+    if not cal.recorder.startswith("segment_"):
+        return np.full(rows.size, float(cal.offset_cycles))
+    held = np.array([f in HELD_FAMILIES for f in c.families])[c.family[rows]]
+    return np.where(held, cal.held_offset_cycles, cal.offset_cycles)
+
+
+def _cycles(trace: Trace):
+    ev = trace.events
+    return ev["start_cycles"].to_numpy(), ev["end_cycles"].to_numpy()
+
+
+def spans(trace: Trace, cal: Calibration) -> pa.Table:
+    """One row per span (WARP rows aside): launch, cta, warp, name, iter, ``raw_ns``,
+    ``n_inner`` (the warp's records strictly between its two reads), ``n_release`` (a pipeline
+    wait: the filling warp's records between the wait's begin and the fill), ``cost_ns`` (what is
+    subtracted), ``ns`` (compensated, >= 0) and ``clamped`` (it came out negative)."""
+    c = AutoCols.of(trace)
+    if c.n == 0:
+        return SPAN_SCHEMA.empty_table()
+    sc, ec = _cycles(trace)
+    rec = _Records(c, sc, ec)
+    ratio = _ns_per_cycle(c, sc, ec, cal)
+    rows = np.flatnonzero(c.kind == 0)
+    gid = c.warp_gid[rows]
+    n_inner = rec.between(gid, sc[rows], ec[rows])
+    fill_ns, fill_gid = _releases(c)
+    fns, fg = fill_ns[rows], fill_gid[rows]
+    released = (fg >= 0) & (fg != gid) & (fns > c.start[rows])
+    n_rel = np.zeros(rows.size, np.int64)
+    if released.any():
+        n_rel[released] = rec.between(fg[released], c.start[rows][released], fns[released], ns=True)
+    # a wait that blocked until a later fill hid the recorder's ops after its begin read: no offset
+    offset = np.where(released, 0.0, _offsets(c, rows, cal))
+    ratio_rel = np.where(released, ratio[np.maximum(fg, 0)], ratio[gid])
+    cost = ratio[gid] * (offset + n_inner * cal.event_cycles) + ratio_rel * n_rel * cal.event_cycles
+    raw = (c.end[rows] - c.start[rows]).astype(np.int64)
+    comp = raw - cost
+    return pa.table({
+        "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
+        "warp": pa.array(c.warp[rows].astype(np.int16)),
+        "name": pa.array([c.name_dict[k] for k in c.name_codes[rows]], pa.string()),
+        "iter": pa.array(c.iter[rows].astype(np.int32)), "raw_ns": pa.array(raw),
+        "n_inner": pa.array(n_inner.astype(np.int32)), "n_release": pa.array(n_rel.astype(np.int32)),
+        "cost_ns": pa.array(cost), "ns": pa.array(np.maximum(comp, 0.0)), "clamped": pa.array(comp < 0)},
+        schema=SPAN_SCHEMA)
+
+
+def lags(trace: Trace, cal: Calibration) -> pa.Table:
+    """One row per pipeline wait with a recorded fill: ``raw_ns`` = the wait's end - the fill
+    (``fa4trace.analysis.kernel.pipeline_lags``), ``n_consumer`` (the waiting warp's records
+    between the fill and its wait's end, the wait's begin aside), ``cost_ns``, ``ns``
+    (compensated, >= 0), ``clamped``."""
+    c = AutoCols.of(trace)
+    if c.n == 0:
+        return LAG_SCHEMA.empty_table()
+    sc, ec = _cycles(trace)
+    rec = _Records(c, sc, ec)
+    ratio = _ns_per_cycle(c, sc, ec, cal)
+    fill_ns, fill_gid = _releases(c)
+    rows = np.flatnonzero(fill_gid >= 0)
+    if not rows.size:
+        return LAG_SCHEMA.empty_table()
+    gid = c.warp_gid[rows]
+    f = fill_ns[rows]
+    # the waiting warp's records after the fill, its wait's own begin aside: a wait that began
+    # after the fill did not block, and its two reads are a span's offset apart
+    late = c.start[rows] > f
+    n_cons = rec.between(gid, f, c.end[rows], ns=True) - late
+    cost = ratio[gid] * (n_cons * cal.event_cycles + np.where(late, _offsets(c, rows, cal), 0.0)
+                         + (cal.lag_offset_cycles or 0.0))
+    raw = (c.end[rows] - f).astype(np.int64)
+    comp = raw - cost
+    return pa.table({
+        "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
+        "pipeline": pa.array([c.resources[r] for r in c.resource[rows]], pa.string()),
+        "iter": pa.array(c.iter[rows].astype(np.int32)), "warp": pa.array(c.warp[rows].astype(np.int16)),
+        "raw_ns": pa.array(raw), "n_consumer": pa.array(n_cons.astype(np.int32)), "cost_ns": pa.array(cost),
+        "ns": pa.array(np.maximum(comp, 0.0)), "clamped": pa.array(comp < 0)}, schema=LAG_SCHEMA)
+
+
+# ---- summary and text ------------------------------------------------------------------------------------
+def _per_name(names, raw, comp, clamped) -> dict:
+    out = {}
+    names = np.asarray(names, dtype=object)
+    for n in sorted(set(names.tolist())):
+        m = names == n
+        r, v = raw[m].astype(np.float64), comp[m]
+        out[n] = {"n": int(m.sum()), "raw_median_ns": float(np.median(r)), "median_ns": float(np.median(v)),
+                  "raw_p90_ns": float(np.percentile(r, 90)), "p90_ns": float(np.percentile(v, 90)),
+                  "clamped": int(clamped[m].sum())}
+    return out
+
+
+def summary(trace: Trace, cal: Calibration) -> dict:
+    """What ``fa4trace summary --compensate`` adds: per span event and per pipeline's lag, the
+    median and p90 raw and compensated, how many came out negative (clamped at 0), and the
+    calibration used. ``shown`` names the figures this section holds (compensated, raw beside)."""
+    sp, lg = spans(trace, cal), lags(trace, cal)
+    out = {"shown": "compensated (raw beside)", "recorder": cal.recorder, "calibration": cal.to_dict(),
+           "spans": {}, "lags": {}, "clamped": 0, "compensated": 0}
+    if sp.num_rows:
+        clamped = sp["clamped"].to_numpy(zero_copy_only=False)
+        out["spans"] = _per_name(sp["name"].to_pylist(), sp["raw_ns"].to_numpy(), sp["ns"].to_numpy(), clamped)
+        out["clamped"] += int(clamped.sum())
+        out["compensated"] += sp.num_rows
+    if lg.num_rows:
+        clamped = lg["clamped"].to_numpy(zero_copy_only=False)
+        out["lags"] = _per_name(lg["pipeline"].to_pylist(), lg["raw_ns"].to_numpy(), lg["ns"].to_numpy(), clamped)
+        out["clamped"] += int(clamped.sum())
+        out["compensated"] += lg.num_rows
+    return out
+
+
+def lines(comp: dict) -> list[str]:
+    """``summary``'s result as text: the calibration, then one line per span event and per lag
+    (median compensated, raw beside), and how many were clamped."""
+    cal = comp["calibration"]
+
+    def ns(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    head = (f"compensated    recorder {comp['recorder']}: offset {ns(cal.get('offset_ns'))} ns, held offset "
+            f"{ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
+            + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
+            + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")
+    out = [head, "               median ns, compensated (raw); p90"]
+    for kind, table in (("span", comp["spans"]), ("lag", comp["lags"])):
+        for name, d in table.items():
+            out.append(f"               {kind} {name}: {d['median_ns']:.1f} ({d['raw_median_ns']:.1f}); "
+                       f"p90 {d['p90_ns']:.1f} ({d['raw_p90_ns']:.1f}); n {d['n']}"
+                       + (f", {d['clamped']} clamped at 0" if d["clamped"] else ""))
+    out.append(f"               {comp['clamped']} of {comp['compensated']} figures clamped at 0")
+    return out

@@ -1,0 +1,221 @@
+"""Compensation (fa4trace.analysis.compensate) on traces whose true durations are known.
+
+The traces are buffers the device recorder's host twin writes (fa4trace.trace.synthetic), decoded
+by the real decoder: warps that spin known numbers of cycles, where each record costs its warp a
+set number of cycles, as the cost model of docs/compensation.md says (a span's begin costs
+OFFSET before the work it brackets, each inner record EVENT, a fill is read DELTA after the
+arrive, a wait wakes LAG after the arrive). Compensation must give back the work to within the
+ns rounding of the decoder; the raw figures must not (else these tests could not fail).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fa4trace.analysis import compensate as C
+from fa4trace.format import layout as L
+from fa4trace.format.errors import Fa4traceError
+from fa4trace.kernels import known_answer_spec as S
+from fa4trace.trace.bundle import Trace
+from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.synthetic import WarpEvents, write_buffer
+
+GHZ = 2.0  # the synthetic SM clock: 0.5 ns per cycle
+OFFSET, HELD, EVENT, DELTA, LAG = 80, 12, 50, 6, 100  # cycles
+CAL = C.Calibration("recorder_smem", offset_cycles=OFFSET, held_offset_cycles=HELD, event_cycles=EVENT,
+                    lag_offset_cycles=-DELTA, clock_ghz=GHZ)
+TOL_NS = 1.5  # the decoder rounds each time to a whole ns
+
+
+class Timeline:
+    """One warp's records as the cost model makes them: ``read`` records at the current cycle and
+    moves on by the record's cost, ``work`` spins."""
+
+    def __init__(self, warp: int, role: int, t0: int = 4_000_000):
+        self.warp, self.role, self.start, self.t = warp, role, t0, t0
+        self.recs: list[tuple[int, int, int, int]] = []
+
+    def read(self, kind: int, event: int, payload: int, cost: int = 0) -> int:
+        at = self.t
+        self.recs.append((at, kind, event, payload))
+        self.t += cost
+        return at
+
+    def work(self, cycles: int) -> None:
+        self.t += int(cycles)
+
+    def events(self, cta: int = 0) -> WarpEvents:
+        end = self.t + 200
+        a = np.array(self.recs, np.int64).reshape(-1, 4)
+        gt = lambda cyc: 1_700_000_000_000 + int(round((cyc - 4_000_000) / GHZ))  # noqa: E731
+        return WarpEvents(cta=cta, warp=self.warp, sm=0, role=self.role, clk0=self.start, clk1=end,
+                          gt0=gt(self.start), gt1=gt(end), kind=a[:, 1], event=a[:, 2], payload=a[:, 3], t=a[:, 0])
+
+
+def _trace(timelines: list[Timeline], *, instrument: dict | None = None) -> Trace:
+    spec = L.BufferSpec(warps_per_cta=len(timelines), n_cta_slots=1, capacity=4096)
+    buf = write_buffer(spec, [t.events() for t in timelines])
+    d = decode_buffer(buf, vocab=S.vocabulary())
+    meta = {"kernel": "synthetic.known_cost", "synthetic": True}
+    if instrument:
+        meta["instrument"] = instrument
+    return Trace.from_launches([d], meta, vocab=S.vocabulary())
+
+
+def spans_case(cases):
+    """One warp: a span per (work cycles, density): begin (OFFSET), density sub-spins with an
+    inner instant (EVENT) between two, end."""
+    w = Timeline(0, 9)
+    for r, (work, k) in enumerate(cases):
+        w.read(L.KIND_BEGIN, S.SPAN, r, OFFSET)
+        for j in range(k):
+            if j:
+                w.read(L.KIND_INSTANT, S.INNER, j, EVENT)
+            w.work(work // k)
+        w.read(L.KIND_END, S.SPAN, r, EVENT)
+        w.work(300)
+    return _trace([w])
+
+
+CASES = [(400, 1), (400, 4), (2000, 8), (2000, 16), (20000, 1), (20000, 32), (100_000, 16)]
+
+
+def test_compensated_spans_give_back_the_work_and_raw_ones_do_not():
+    sp = C.spans(spans_case(CASES), CAL)
+    sp = sp.filter(np.asarray(sp["name"].to_pylist()) == "ka.span")
+    truth = np.array([w // k * k for w, k in CASES]) / GHZ
+    comp, raw = sp["ns"].to_numpy(), sp["raw_ns"].to_numpy()
+    assert sp["n_inner"].to_pylist() == [k - 1 for _, k in CASES]
+    assert np.abs(comp - truth).max() <= TOL_NS, (comp, truth)
+    # raw holds the offset and every inner event: off by (OFFSET + (k - 1) * EVENT) cycles
+    assert np.allclose(raw - truth, [(OFFSET + (k - 1) * EVENT) / GHZ for _, k in CASES], atol=TOL_NS)
+    assert (np.abs(raw - truth) > 30).all()
+    assert not sp["clamped"].to_numpy(zero_copy_only=False).any()
+
+
+def test_a_span_shorter_than_its_cost_is_clamped_at_zero_and_counted():
+    cal = C.Calibration("recorder_smem", offset_cycles=OFFSET + 400, held_offset_cycles=HELD, event_cycles=EVENT)
+    sp = C.spans(spans_case([(100, 1), (20000, 1)]), cal)
+    sp = sp.filter(np.asarray(sp["name"].to_pylist()) == "ka.span")
+    assert sp["ns"].to_pylist()[0] == 0.0 and sp["clamped"].to_pylist() == [True, False]
+    s = C.summary(spans_case([(100, 1), (20000, 1)]), cal)
+    assert s["clamped"] == 1 and s["spans"]["ka.span"]["clamped"] == 1
+
+
+def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=False, gap=OFFSET):
+    """Producer warp 0 spins ``work`` cycles in ``prod_density`` sub-spins (inner events between),
+    arrives, reads its fill DELTA later; consumer warp 1 spins ``cons_work`` in ``cons_density``
+    sub-spins, then waits from its begin read until LAG after the arrive (its recorder's ops after
+    the begin read, ``gap`` cycles, overlap the wait; a wait that does not block ends ``gap`` after
+    its begin: the recorder's offset, OFFSET for a Recorder, HELD for a segment's). Returns (trace, true waits, true lags) in cycles: what the same
+    code does with no recorder (fill read right at the arrive, no events)."""
+    p, q = Timeline(0, 1), Timeline(1, 2)
+    waits, lags = [], []
+    for r, work in enumerate(rounds):
+        s = max(p.t, q.t) + 500
+        p.t = q.t = s
+        for j in range(prod_density):
+            if j:
+                p.read(L.KIND_INSTANT, S.INNER, j, EVENT)
+            p.work(work // prod_density)
+        arrive = p.t
+        p.work(DELTA)
+        p.read(L.KIND_INSTANT, S.COMMIT, r, EVENT)
+        for j in range(cons_density):
+            if j:
+                q.read(L.KIND_INSTANT, S.INNER, j, EVENT)
+            q.work(cons_work // cons_density)
+        begin = q.read(L.KIND_BEGIN, S.WAIT, r)
+        wake = arrive + LAG
+        q.t = max(wake, begin + gap)
+        q.read(L.KIND_END, S.WAIT, r, EVENT)
+        # untraced: the producer arrives after its work alone, the consumer begins after its own
+        u_arrive, u_begin = s + work // prod_density * prod_density, s + cons_work // cons_density * cons_density
+        waits.append(max(u_arrive + LAG - u_begin, 0))
+        lags.append(max(u_arrive + LAG, u_begin) - u_arrive)
+        assert late == (begin > arrive), "the case does not do what its caller says"
+    return _trace([p, q]), np.array(waits) / GHZ, np.array(lags) / GHZ
+
+
+def _wait_rows(trace, cal=CAL):
+    sp = C.spans(trace, cal)
+    return sp.filter(np.asarray(sp["name"].to_pylist()) == "handoff.wait")
+
+
+def test_a_wait_released_by_a_dense_producer_loses_the_producers_events():
+    trace, truth, _ = handoff_case([4000, 8000, 20000], prod_density=16)
+    w = _wait_rows(trace)
+    assert w["n_release"].to_pylist() == [15, 15, 15] and w["n_inner"].to_pylist() == [0, 0, 0]
+    assert np.abs(w["ns"].to_numpy() - truth).max() <= TOL_NS
+    assert (w["raw_ns"].to_numpy() - truth > 15 * EVENT / GHZ - TOL_NS).all()  # raw: every producer event
+    light, truth1, _ = handoff_case([4000, 8000, 20000])
+    assert np.abs(_wait_rows(light)["ns"].to_numpy() - truth1).max() <= TOL_NS
+
+
+def test_lags_lose_the_consumers_own_events_after_the_fill_and_the_calibrated_offset():
+    trace, _, truth = handoff_case([4000, 8000], late=False)
+    lg = C.lags(trace, CAL)
+    assert np.abs(lg["ns"].to_numpy() - truth).max() <= TOL_NS
+    # a consumer that reaches its wait after the fill, recording 7 events on the way, all after it
+    late, _, truth = handoff_case([400, 400], cons_work=8000, cons_density=8, late=True)
+    lg = C.lags(late, CAL)
+    assert lg["n_consumer"].to_pylist() == [7, 7]
+    assert np.abs(lg["ns"].to_numpy() - truth).max() <= TOL_NS
+    assert (lg["raw_ns"].to_numpy() - truth > 7 * EVENT / GHZ - TOL_NS).all()
+    w = _wait_rows(late)  # its wait did not block: a span, less the held offset of a segment recorder
+    assert w["n_release"].to_pylist() == [0, 0]
+
+
+def test_segment_recorders_take_the_held_offset_for_pipeline_spans_only():
+    seg = C.Calibration("segment_smem", offset_cycles=OFFSET, held_offset_cycles=HELD, event_cycles=EVENT)
+    late, _, truth = handoff_case([400, 400], cons_work=8000, cons_density=8, late=True, gap=HELD)
+    lanes, segment = _wait_rows(late, CAL), _wait_rows(late, seg)
+    # the same unblocked waits: a Recorder takes its one offset, a segment recorder its held one
+    assert np.allclose(lanes["cost_ns"].to_numpy(), OFFSET / GHZ, atol=0.01)
+    assert np.allclose(segment["cost_ns"].to_numpy(), HELD / GHZ, atol=0.01)
+    seg_lag = C.lags(late, C.Calibration("segment_smem", OFFSET, HELD, EVENT, lag_offset_cycles=-DELTA))
+    assert np.abs(seg_lag["ns"].to_numpy() - truth).max() <= TOL_NS
+    sp = C.spans(spans_case([(4000, 4)]), seg)
+    span = sp.filter(np.asarray(sp["name"].to_pylist()) == "ka.span")
+    assert np.allclose(span["cost_ns"].to_numpy(), (OFFSET + 3 * EVENT) / GHZ, atol=0.01)  # hand-placed: stored
+
+
+def test_summary_and_text_hold_raw_beside_compensated():
+    trace, _, _ = handoff_case([4000, 8000, 20000], prod_density=16)
+    s = C.summary(trace, CAL)
+    assert s["recorder"] == "recorder_smem" and s["shown"].startswith("compensated")
+    w = s["spans"]["handoff.wait"]
+    assert w["n"] == 3 and w["median_ns"] < w["raw_median_ns"]
+    assert s["lags"]["handoff"]["n"] == 3
+    text = "\n".join(C.lines(s))
+    assert "span handoff.wait" in text and "lag handoff" in text and "recorder recorder_smem" in text
+    json.dumps(s)  # it goes into `summary --json`
+
+
+def test_which_calibration_a_bundle_takes(tmp_path):
+    trace, _, _ = handoff_case([4000])
+    with pytest.raises(Fa4traceError, match="no recorder calibration"):
+        C.calibration_for(trace)
+    f = tmp_path / C.FILE
+    f.write_text(json.dumps({k: C.Calibration(k, 1.0, 1.0, 2.0).to_dict() for k in ("segment_smem", "segment_ring")}))
+    cals = C.load_calibrations(f)
+    with pytest.raises(Fa4traceError, match="does not say which recorder"):
+        C.calibration_for(trace, cals)
+    trace.meta["instrument"] = {"cursor": "ring"}
+    assert C.calibration_for(trace, cals).recorder == "segment_ring"
+    trace.meta["instrument"] = {"cursor": "gmem"}
+    with pytest.raises(Fa4traceError, match="recorded with segment_gmem"):
+        C.calibration_for(trace, cals)
+    C.attach(trace, CAL)  # the bundle's own calibration wins
+    assert C.calibration_for(trace, cals) == CAL
+    back = Trace(trace.events, json.loads(json.dumps(trace.meta)))
+    assert C.calibration_for(back).event_cycles == EVENT
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"recorder": "x", "offset_cycles": 1.0}))
+    with pytest.raises(Fa4traceError, match="lacks held_offset_cycles, event_cycles"):
+        C.load_calibrations(bad)
+    with pytest.raises(Fa4traceError, match="no such calibration file"):
+        C.load_calibrations(tmp_path / "missing.json")
