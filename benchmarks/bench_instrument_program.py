@@ -8,10 +8,14 @@ For FA4's forward and backward (through ``flash_attn_func``) and quack's RMSNorm
   ``instrument()`` after a warm-up (the library's cache is warm: fa4trace takes the kernel out,
   compiles it traced, and the plain build again for the check; the DSL's own cache serves the
   plain one), and the time to take the caches apart and put them back (block entry + exit);
-- after the block: the plain call before the block vs after it, host wall time per call over
-  rounds (the library call as the program makes it, the GPU synchronised each round) and the
-  kernels under CUDA-graph replay with a cold L2 (a graph captured before the block and one after
-  it, replayed in turns after the block: clock drift over the run moves both); target: 0 difference.
+- after the block: the plain call before the block vs after it, host wall time of each call
+  (the library call as the program makes it; the median and p90 over rounds of calls, the GPU
+  synchronised after each round) and the kernels under CUDA-graph replay with a cold L2 (a graph
+  captured before the block and one after it, replayed in turns after the block: clock drift over
+  the run moves both); target: within 2% of before.
+- a control: the same process schedule with an empty block in place of ``instrument()`` (every
+  case is run both ways, in turns, each in a fresh process), so the drift a host timing shows
+  between the start and the end of a process is not read as the block's.
 
     python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json
 """
@@ -71,9 +75,24 @@ def _sync_s(fn) -> float:
     return time.perf_counter() - t
 
 
-def _host_us(fn, calls: int) -> float:
-    """Wall time per call of ``calls`` back-to-back calls, GPU synchronised at both ends (µs)."""
-    return _sync_s(lambda: [fn() for _ in range(calls)]) / calls * 1e6
+def _host_us(fn, calls: int) -> list:
+    """Host wall time of each of ``calls`` back-to-back calls (µs), the GPU synchronised after
+    them (the calls queue work as the program's do; a call that waits for the GPU shows it)."""
+    import torch
+
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(calls):
+        t = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t) / 1e3)
+    torch.cuda.synchronize()
+    return out
+
+
+def _pct(xs: list, q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def _graph(fn):
@@ -126,8 +145,12 @@ def _python_calls(fn, calls: int = 20) -> float:
     return pstats.Stats(pr).total_calls / calls
 
 
-def one(case: str) -> dict:
-    """Everything for one case, in this (fresh) process."""
+def one(case: str, control: bool = False) -> dict:
+    """Everything for one case, in this (fresh) process; ``control``: an empty block in place of
+    ``instrument()`` (the same schedule, nothing traced)."""
+    import contextlib
+    import gc
+
     import fa4trace
 
     fn, what = _setup(case)
@@ -136,16 +159,21 @@ def one(case: str) -> dict:
     rounds, calls = 7, 50
     graphable = case != "fa4_fwd_bwd"  # autograd's backward is not captured here
     before = [_host_us(fn, calls) for _ in range(rounds)]
+    objects_before = len(gc.get_objects())
     py_before = _python_calls(fn)
     g_before = _graph(fn) if graphable else None  # the kernels the program launched before the block
     graph_before = _replays_us([g_before])[0] if graphable else None
     t0 = time.perf_counter()
-    with fa4trace.instrument() as rec:
+    with (contextlib.nullcontext() if control else fa4trace.instrument()) as rec:
         entered_s = time.perf_counter() - t0
         first_traced_s = _sync_s(fn)
         t1 = time.perf_counter()
     exit_s = time.perf_counter() - t1
-    traced = [k.meta.get("kernel") for k in rec.launched]
+    traced = [k.meta.get("kernel") for k in rec.launched] if rec is not None else []
+    hidden, unreached = (rec.hidden, rec.unreached) if rec is not None else (0, {})
+    del rec  # the program drops its recording (saved or not): what stays is what fa4trace leaves behind
+    gc.collect()
+    objects_after = len(gc.get_objects())
     after = [_host_us(fn, calls) for _ in range(rounds)]
     py_after = _python_calls(fn)
     graph_after = graph_pair = None
@@ -153,15 +181,19 @@ def one(case: str) -> dict:
         g_after = _graph(fn)  # the kernels the program launches after the block
         graph_after = _replays_us([g_after])[0]
         graph_pair = _replays_us([g_before, g_after])  # both, after the block, taking turns
+    flat_before, flat_after = [x for r in before for x in r], [x for r in after for x in r]
     return {
-        "case": case, "what": what, "first_call_plain_s": round(cold_s, 3),
+        "case": case + (" (control)" if control else ""), "what": what, "control": control,
+        "first_call_plain_s": round(cold_s, 3),
         "first_call_instrumented_s": round(first_traced_s, 3),
         "block_entry_s": round(entered_s, 4), "block_exit_s": round(exit_s, 4),
-        "kernels_taken_out": rec.hidden, "kernels_traced": traced, "unreached": rec.unreached,
-        "host_us_per_call_before": round(statistics.median(before), 2),
-        "host_us_per_call_after": round(statistics.median(after), 2),
-        "host_us_rounds_before": [round(x, 2) for x in before],
-        "host_us_rounds_after": [round(x, 2) for x in after],
+        "kernels_taken_out": hidden, "kernels_traced": traced, "unreached": unreached,
+        "host_us_per_call_before": round(statistics.median(flat_before), 2),
+        "host_us_per_call_after": round(statistics.median(flat_after), 2),
+        "host_us_p90_before": round(_pct(flat_before, 0.9), 2), "host_us_p90_after": round(_pct(flat_after, 0.9), 2),
+        "host_us_rounds_before": [round(statistics.median(r), 2) for r in before],
+        "host_us_rounds_after": [round(statistics.median(r), 2) for r in after],
+        "python_objects_before": objects_before, "python_objects_after": objects_after,
         "graph_us_before": None if graph_before is None else round(graph_before, 2),
         "graph_us_after": None if graph_after is None else round(graph_after, 2),
         "graph_us_pair_after_block": None if graph_pair is None else [round(x, 2) for x in graph_pair],
@@ -189,6 +221,7 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
         r["kernels_traced_n"] = len(r["kernels_traced"])
         r["block_s"] = round(r["block_entry_s"] + r["block_exit_s"], 2)
         r["after_host_pct"] = round(100 * (r["host_us_per_call_after"] / r["host_us_per_call_before"] - 1), 2)
+        r["after_host_p90_pct"] = round(100 * (r["host_us_p90_after"] / r["host_us_p90_before"] - 1), 2)
         if r.get("graph_us_before"):
             r["after_graph_seq_pct"] = round(100 * (r["graph_us_after"] / r["graph_us_before"] - 1), 2)
             pre, post = r["graph_us_pair_after_block"]
@@ -198,8 +231,10 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
            "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT", ""),
            "gpu": gpu or gpu_text(),
            "command": "python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json",
-           "notes": "Fresh process per case, JIT; in instrument(): first call after a warm-up (cached kernel "
-                    "taken out, compiled traced + plain). After vs before the block: host time per call; "
+           "notes": "Fresh process per case and arm, JIT, the cases and their control (an empty block instead of "
+                    "instrument(): the same schedule) run in turns; in instrument(): first call after a warm-up "
+                    "(cached kernel taken out, compiled traced + plain). After vs before the block: host time of "
+                    "each call, median and p90 over 7 rounds of 50 calls; "
                     "CUDA-graph replay, cold L2: a graph captured before the block and one captured "
                     "after it, replayed in turns after the block (sequential: each replayed alone, "
                     "before and after the block)." + note,
@@ -207,9 +242,12 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
                        ["first_call_instrumented_s", "in instrument() (s)"], ["block_s", "block entry + exit (s)"],
                        ["python_calls_per_call_before", "Python calls per call before"],
                        ["python_calls_per_call_after", "... after"],
-                       ["after_host_pct", "host call after vs before %"],
+                       ["after_host_pct", "host call after vs before % (median)"],
+                       ["after_host_p90_pct", "... p90 %"],
                        ["after_graph_pct", "graph replay after vs before % (in turns)"],
-                       ["after_graph_seq_pct", "... sequential %"]],
+                       ["after_graph_seq_pct", "... sequential %"],
+                       ["python_objects_before", "Python objects before"],
+                       ["python_objects_after", "... after (recording dropped)"]],
            "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
@@ -221,12 +259,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--output", default="benchmarks/results/instrument_program_h200.json")
     ap.add_argument("--case", choices=CASES, help="one case in this process (the driver runs each in its own)")
+    ap.add_argument("--control", action="store_true", help="with --case: an empty block instead of instrument()")
     ap.add_argument("--rows", help="summarise the per-case JSON lines a run printed (a log) instead of running")
     ap.add_argument("--note", default="", help="a sentence added to the notes")
     ap.add_argument("--gpu", help="the GPU the rows were measured on (with --rows on another machine)")
     a = ap.parse_args()
     if a.case:
-        print(json.dumps(one(a.case)))
+        print(json.dumps(one(a.case, a.control)))
         return
     if a.rows:
         with open(a.rows) as f:
@@ -235,12 +274,15 @@ def main():
         return
     rows = []
     for case in CASES:
-        r = subprocess.run([sys.executable, __file__, "--case", case], capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            rows.append({"case": case, "error": (r.stderr.strip().splitlines() or ["?"])[-1][:300]})
-        else:
-            rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
-        print(json.dumps(rows[-1]), flush=True)
+        for control in (False, True):
+            argv = [sys.executable, __file__, "--case", case] + (["--control"] if control else [])
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+            if r.returncode != 0:
+                rows.append({"case": case, "control": control,
+                             "error": (r.stderr.strip().splitlines() or ["?"])[-1][:300]})
+            else:
+                rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), flush=True)
     summarise(rows, a.output, a.note)
 
 
