@@ -102,12 +102,24 @@ ROLES_HELP = ("Any-kernel bundles: the role of some warps, ROLE=WARPS (e.g. prod
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--roles", "roles", multiple=True, metavar="ROLE=WARPS", help=ROLES_HELP)
-def summary(bundle, as_json, roles):
+@click.option("--compensate/--raw", "compensate", default=False,
+              help="--compensate: also show each span, wait and lag less the recorder's own cost (calibrated per "
+                   "recorder, docs/compensation.md), raw beside. --raw (default): raw figures only.")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="With --compensate, for a bundle that holds no calibration: recorder_cost.json as `fa4trace "
+                   "check` writes it into its folder.")
+@click.option("--recorder", default=None, metavar="NAME",
+              help="With --compensate: the recorder that wrote the bundle where it does not say (recorder_smem for "
+                   "our decode kernel's bundles; instrument()'s say segment_<cursor>).")
+def summary(bundle, as_json, roles, compensate, calibration, recorder):
     """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events; for a
-    kernel traced automatically: roles, busy/waiting/idle, stage occupancy, lag, wait chain."""
+    kernel traced automatically: roles, busy/waiting/idle, stage occupancy, lag, wait chain.
+    --compensate adds the spans, waits and lags less what recording them cost."""
     from .analysis.autoevents import is_automatic
     from .trace.bundle import load
 
+    if (calibration or recorder) and not compensate:
+        raise click.UsageError("--calibration and --recorder go with --compensate")
     trace = load(bundle)
     if is_automatic(trace):
         from .analysis.kernel import summarize_kernel
@@ -117,18 +129,38 @@ def summary(bundle, as_json, roles):
         s = summarize_kernel(trace, _parse_roles(roles))
         if by_pass:
             s["passes"] = by_pass
+        _add_compensation(s, trace, compensate, calibration, recorder)
         click.echo(json.dumps(s, indent=1, sort_keys=True) if as_json else format_kernel_summary(s)
-                   + "".join("\n" + line for line in _pass_lines(by_pass)))
+                   + "".join("\n" + line for line in _pass_lines(by_pass)) + _compensation_text(s))
         return
     if roles:
         raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
     from .analysis.overlap import summarize
 
     s = summarize(trace)
+    _add_compensation(s, trace, compensate, calibration, recorder)
     if as_json:
         click.echo(json.dumps(s, indent=1, sort_keys=True))
         return
-    click.echo(_format_summary(s))
+    click.echo(_format_summary(s) + _compensation_text(s))
+
+
+# -- compensated figures (summary --compensate) --
+def _add_compensation(s: dict, trace, compensate: bool, calibration, recorder) -> None:
+    """With --compensate: the summary's ``compensation`` (fa4trace.analysis.compensate.summary),
+    with the bundle's own calibration, else the file's entry for its recorder."""
+    if not compensate:
+        return
+    from .analysis import compensate as C
+
+    cals = C.load_calibrations(calibration) if calibration else None
+    s["compensation"] = C.summary(trace, C.calibration_for(trace, cals, recorder=recorder))
+
+
+def _compensation_text(s: dict) -> str:
+    from .analysis.compensate import lines
+
+    return "".join("\n" + line for line in lines(s["compensation"])) if "compensation" in s else ""
 
 
 # -- a bundle recorded with passes (instrument(passes=...), record --passes) --

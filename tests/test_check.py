@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fa4trace.check import probes as CP
+from fa4trace.check import recorder_cost as RC
 from fa4trace.check import report as CR
 from fa4trace.check import rows as R
 from fa4trace.check import run as C
@@ -223,13 +224,14 @@ def test_plan_per_architecture(tmp_path):
     route = {"kernels": "jit", "fa4": "jit"}
     rows, steps = C.plan(ctx_for(tmp_path), route)
     names = [s[1] for s in steps]
-    assert names == ["timer calibration", "recorder", "ours base", "ours pingpong", "ours intrawg", "FA4 fa3"]
+    assert names == ["timer calibration", "recorder", "recorder cost", "ours base", "ours pingpong", "ours intrawg",
+                     "FA4 fa3"]
     rows, steps = C.plan(ctx_for(tmp_path, gpu=B200), route)
-    assert [s[1] for s in steps] == ["timer calibration", "recorder", "FA4 pingpong", "FA4 base"]
+    assert [s[1] for s in steps] == ["timer calibration", "recorder", "recorder cost", "FA4 pingpong", "FA4 base"]
     skip = [r for r in rows if r.group == "decode"]
     assert skip[0].verdict == "skip" and "no decode kernel for this architecture" in skip[0].detail
     rows, steps = C.plan(ctx_for(tmp_path, gpu=B200, quick=True), {"kernels": "jit", "fa4": "none"})
-    assert [s[1] for s in steps] == ["timer calibration", "recorder"]
+    assert [s[1] for s in steps] == ["timer calibration", "recorder", "recorder cost"]
     assert any(r.group == "fa4" and r.verdict == "warn" and "flash-attn-4" in r.next for r in rows)
     rows, steps = C.plan(ctx_for(tmp_path, quick=True), {"kernels": "none", "fa4": "none"})
     assert steps == [] and rows[0].verdict == "fail" and "fa4trace build" in rows[0].next
@@ -249,6 +251,7 @@ def test_run_checks_survives_a_check_that_raises(tmp_path, monkeypatch):
 
     monkeypatch.setattr(R, "timer_rows", timer)
     monkeypatch.setattr(R, "recorder_rows", lambda ctx: [ok("recorder", "overflow counted")])
+    monkeypatch.setattr(RC, "recorder_cost_rows", lambda ctx: [ok("cost", "recorder cost: segment_smem")])
     monkeypatch.setattr(R, "decode_rows", lambda ctx, schedule: [ok("decode", f"ours {schedule}")])
     monkeypatch.setattr(R, "fa4_rows", boom)
     seen = []

@@ -202,7 +202,7 @@ def test_which_calibration_a_bundle_takes(tmp_path):
     f = tmp_path / C.FILE
     f.write_text(json.dumps({k: C.Calibration(k, 1.0, 1.0, 2.0).to_dict() for k in ("segment_smem", "segment_ring")}))
     cals = C.load_calibrations(f)
-    with pytest.raises(Fa4traceError, match="does not say which recorder"):
+    with pytest.raises(Fa4traceError, match="does not say which recorder wrote it; name it"):
         C.calibration_for(trace, cals)
     trace.meta["instrument"] = {"cursor": "ring"}
     assert C.calibration_for(trace, cals).recorder == "segment_ring"
@@ -219,3 +219,47 @@ def test_which_calibration_a_bundle_takes(tmp_path):
         C.load_calibrations(bad)
     with pytest.raises(Fa4traceError, match="no such calibration file"):
         C.load_calibrations(tmp_path / "missing.json")
+
+
+# ---- fa4trace summary --compensate -------------------------------------------------------------------
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "fa4trace", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_summary_compensate_on_an_automatic_bundle_and_a_hand_placed_one(tmp_path):
+    trace, _, _ = handoff_case([4000, 8000, 20000], prod_density=16)
+    trace.meta["instrument"] = {"cursor": "smem", "kernel": "synthetic.known_cost"}
+    auto = trace.save(tmp_path / "auto.parquet")
+    cal = tmp_path / C.FILE
+    seg = C.Calibration("segment_smem", OFFSET, HELD, EVENT, lag_offset_cycles=-DELTA, clock_ghz=GHZ, gpu="test GPU")
+    cal.write_text(json.dumps({"segment_smem": seg.to_dict(), "recorder_smem": CAL.to_dict()}))
+    r = _cli("summary", str(auto), "--compensate", "--calibration", str(cal), "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    comp = s["compensation"]
+    assert comp["recorder"] == "segment_smem" and comp["lags"]["handoff"]["n"] == 3
+    assert comp["spans"]["handoff.wait"]["median_ns"] < comp["spans"]["handoff.wait"]["raw_median_ns"]
+    r = _cli("summary", str(auto), "--compensate", "--calibration", str(cal))
+    assert r.returncode == 0 and "compensated    recorder segment_smem" in r.stdout and "test GPU" in r.stdout
+    assert "compensation" not in json.loads(_cli("summary", str(auto), "--json").stdout)  # --raw: as before
+    # a hand-placed bundle says no recorder: name it
+    hand = spans_case(CASES).save(tmp_path / "hand.parquet")
+    r = _cli("summary", str(hand), "--compensate", "--calibration", str(cal))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--recorder" in r.stderr
+    r = _cli("summary", str(hand), "--compensate", "--calibration", str(cal), "--recorder", "recorder_smem", "--json")
+    assert r.returncode == 0, r.stderr
+    span = json.loads(r.stdout)["compensation"]["spans"]["ka.span"]
+    assert abs(span["median_ns"] - 1000.0) <= TOL_NS  # the median case: 2000 cycles of work
+
+
+def test_summary_compensate_refuses_in_one_line(tmp_path):
+    hand = spans_case([(4000, 2)]).save(tmp_path / "hand.parquet")
+    r = _cli("summary", str(hand), "--compensate")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "no recorder calibration" in r.stderr
+    r = _cli("summary", str(hand), "--calibration", "x.json")
+    assert r.returncode == 2 and "go with --compensate" in r.stderr
+    r = _cli("summary", str(hand), "--compensate", "--calibration", str(tmp_path / "nope.json"))
+    assert r.returncode == 1 and "no such calibration file" in r.stderr and "Traceback" not in r.stderr

@@ -32,7 +32,6 @@ and how well it holds against the known-answer kernels.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -107,11 +106,6 @@ class Calibration:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def stamp() -> str:
-    """Now, as a calibration's ``measured_at``."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
 # ---- which calibration a bundle takes ----------------------------------------------------------------
 def recorder_of(meta: dict) -> str | None:
     """The recorder a bundle was recorded with, where its metadata says: the calibration it
@@ -148,21 +142,22 @@ def load_calibrations(path) -> dict[str, Calibration]:
     return {str(k): Calibration.from_dict(v) for k, v in data.items()}
 
 
-def calibration_for(trace: Trace, calibrations: dict | None = None) -> Calibration:
+def calibration_for(trace: Trace, calibrations: dict | None = None, *, recorder: str | None = None) -> Calibration:
     """The calibration for ``trace``: the one its metadata holds, else the entry of
-    ``calibrations`` for its recorder (``recorder_of``); one line saying what is missing otherwise."""
+    ``calibrations`` for ``recorder`` or, not given, the bundle's (``recorder_of``); one line
+    saying what is missing otherwise."""
     held = trace.meta.get(KEY)
-    if isinstance(held, dict):
+    if isinstance(held, dict) and recorder in (None, held.get("recorder")):
         return Calibration.from_dict(held)
-    rec = recorder_of(trace.meta)
+    rec = recorder or recorder_of(trace.meta)
     if not calibrations:
         raise Fa4traceError(f"{trace.name}: no recorder calibration in the bundle; pass one (`fa4trace check` writes "
                             f"{FILE}: --calibration CHECK_FOLDER/{FILE})")
     if rec is None:
         if len(calibrations) == 1:
             return next(iter(calibrations.values()))
-        raise Fa4traceError(f"{trace.name}: the bundle does not say which recorder wrote it; pass a calibration "
-                            f"file with one recorder (known: {', '.join(sorted(calibrations))})")
+        raise Fa4traceError(f"{trace.name}: the bundle does not say which recorder wrote it; name it (--recorder: "
+                            f"{', '.join(sorted(calibrations))})")
     if rec not in calibrations:
         raise Fa4traceError(f"{trace.name}: recorded with {rec}, the calibration file has "
                             f"{', '.join(sorted(calibrations))}")

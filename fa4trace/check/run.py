@@ -20,7 +20,7 @@ EXIT_NO_GPU = 2
 NO_GPU_MESSAGE = "no CUDA GPU here: fa4trace check needs one"
 REPORT_NAME = "check.json"
 # What a check writes into its folder; an existing one of these is not replaced unless forced.
-WRITES = ("*.parquet", "*.pftrace", REPORT_NAME)
+WRITES = ("*.parquet", "*.pftrace", REPORT_NAME, "recorder_cost.json")
 
 
 # ---- the output folder -----------------------------------------------------------------------
@@ -63,13 +63,15 @@ def run_step(group: str, name: str, fn, ctx, log=None) -> list[Row]:
 def plan(ctx, route: dict) -> tuple[list[Row], list]:
     """(rows known without running anything, steps to run: (group, name, function of ctx)).
 
-    Timer and recorder always; our decode kernel on Hopper (each schedule; --quick: ping-pong);
-    FA4's paths for the architecture (SM100: ping-pong and base; SM90: FA3's; --quick: the
-    first), the first also timed for the cost of tracing."""
+    Timer, recorder and what an event costs per recorder (``recorder_cost``) always; our decode
+    kernel on Hopper (each schedule; --quick: ping-pong); FA4's paths for the architecture
+    (SM100: ping-pong and base; SM90: FA3's; --quick: the first), the first also timed for the
+    cost of tracing."""
     from functools import partial
 
     from ..kernels.decode_spec import SCHEDULES
     from . import rows as R
+    from .recorder_cost import recorder_cost_rows
 
     rows = R.route_rows(ctx, route)
     steps = []
@@ -78,6 +80,7 @@ def plan(ctx, route: dict) -> tuple[list[Row], list]:
                  for g, n in (("timer", "calibration kernel"), ("recorder", "marker kernel"))]
     else:
         steps += [("timer", "timer calibration", R.timer_rows), ("recorder", "recorder", R.recorder_rows)]
+        steps.append(("cost", "recorder cost", recorder_cost_rows))  # what an event costs, per recorder
     if ctx.major != 9:
         rows.append(Row("decode", "ours", "skip", "", f"no decode kernel for this architecture "
                                                        f"({ctx.gpu.get('arch')}; ours is Hopper's, sm_90a)"))

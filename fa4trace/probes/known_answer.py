@@ -1,0 +1,172 @@
+"""Record the known-answer kernels (``fa4trace.kernels.known_answer``) and calibrate the
+recorder with them: what one event of each recorder costs its warp on the GPU at hand.
+
+``record`` runs a recorder variant and returns its bundle; ``time_untraced`` runs the untraced
+twin (the same spins, two %clock64 reads around each region) and returns what each region
+lasted, in cycles: the truth the traces are held against. ``calibrate`` measures, for one
+recorder, the numbers ``fa4trace.analysis.compensate`` subtracts (``Calibration``'s fields):
+the median empty span (offset; held: both records in one segment), the cost of one more event
+(the median span around ``CAL_EVENTS`` back-to-back events, less an empty one, per event), and
+the lag offset (a traced handoff's producer -> consumer lag less the untraced twin's, nothing
+recorded between). Results are cached per process, GPU, recorder and build.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import known_answer_spec as S
+from ..run.gpu import gpu_facts, require_cuda
+from ..run.record import TracedLaunch
+from ..run.record import record as record_launches
+from ..trace.bundle import Trace
+
+CAL_REPS = 64  # calibration rounds per warp (each: an empty span, a held one, a run of CAL_EVENTS)
+LAG_REPS = 64  # handoff rounds of the lag offset
+LAG_CYCLES = 4000  # the producer's spin in those rounds: the consumer waits before the fill
+_CACHE: dict = {}
+
+
+def _sms() -> int:
+    return int(require_cuda().cuda.get_device_properties(0).multi_processor_count)
+
+
+def _params(test: str, reps: int, cal_reps: int, cycles: int, density: int, cons_cycles: int,
+            cons_density: int, n_ctas: int | None) -> dict:
+    if reps < 0 or cal_reps < 0 or reps + cal_reps < 1:
+        raise ValueError(f"reps and cal_reps must be >= 0 with at least one round, got {reps} and {cal_reps}")
+    if density < 1 or cons_density < 1 or cycles < 0 or cons_cycles < 0 or max(cycles, cons_cycles) >= 1 << 31:
+        raise ValueError("densities must be >= 1 and cycles 0..2**31-1")
+    if test == "handoff" and (cal_reps or reps < 1):
+        raise ValueError("the handoff test has no calibration rounds and needs reps >= 1")
+    return dict(test=test, reps=reps, cal_reps=cal_reps, cycles=cycles, density=density, cons_cycles=cons_cycles,
+                cons_density=cons_density, n_ctas=n_ctas or _sms())
+
+
+def _launch_args(p: dict):
+    return (p["n_ctas"], p["reps"], p["cal_reps"], p["cycles"], p["density"], p["cons_cycles"], p["cons_density"])
+
+
+def record(variant: str, test: str = "spans", *, reps: int = 16, cal_reps: int = 0, cycles: int = 0,
+           density: int = 1, cons_cycles: int = 0, cons_density: int = 1, n_ctas: int | None = None,
+           build=None) -> Trace:
+    """One traced launch of a recorder variant (``known_answer_spec.RECORDERS``) of ``test``
+    (every warp of every CTA records; the slot holds every record). ``n_ctas``: default one per SM."""
+    from ..run import loader
+
+    S.check_variant(variant, test)
+    if variant == S.UNTRACED:
+        raise ValueError(f"{S.UNTRACED!r} records nothing: time it with time_untraced")
+    p = _params(test, reps, cal_reps, cycles, density, cons_cycles, cons_density, n_ctas)
+    cap = S.records_per_warp(test, reps, cal_reps, density, cons_density)
+    if variant == "segment_ring" and cap > S.RING_RECORDS:
+        raise ValueError(f"{cap} records per warp overflow the ring of {S.RING_RECORDS}: record fewer rounds")
+    torch = require_cuda()
+    kern = loader.load("known_answer", build=build, variant=variant, test=test)
+    out = torch.zeros(max(1, S.out_words(test, p["n_ctas"], reps, cal_reps)), dtype=torch.int64, device="cuda")
+    launch = TracedLaunch(
+        kernel=f"known_answer_{test}_{variant}", grid_ctas=p["n_ctas"], warps_per_cta=S.WARPS_PER_CTA,
+        run=lambda tr: kern.fn(out, tr, *_launch_args(p)), grid=(p["n_ctas"], 1, 1),
+        block=(32 * S.WARPS_PER_CTA, 1, 1), capacity=cap + 8, extra={"how": kern.how})
+    return record_launches([launch], kernel=f"known_answer_{test}_{variant}", vocab=S.vocabulary(),
+                           config={"variant": variant, **{k: v for k, v in p.items()}})
+
+
+def time_untraced(test: str = "spans", *, reps: int = 16, cal_reps: int = 0, cycles: int = 0, density: int = 1,
+                  cons_cycles: int = 0, cons_density: int = 1, n_ctas: int | None = None, build=None) -> dict:
+    """The untraced twin's regions, in %clock64 cycles, as numpy arrays.
+
+    spans: ``empty``, ``held``, ``run`` (calibration rounds: two reads around nothing, and around
+    the run's place) and ``span`` (each span's region), shape (warps, rounds). handoff, shape
+    (CTAs, rounds): ``wait`` (the consumer's wait, read to read), ``lag`` (the producer's read
+    right after its arrive to the consumer's read right after its wake; one SM, one clock) and
+    ``produce`` (the producer's round start to that read)."""
+    from ..run import loader
+
+    S.check_variant(S.UNTRACED, test)
+    p = _params(test, reps, cal_reps, cycles, density, cons_cycles, cons_density, n_ctas)
+    torch = require_cuda()
+    kern = loader.load("known_answer", build=build, variant=S.UNTRACED, test=test)
+    out = torch.zeros(max(1, S.out_words(test, p["n_ctas"], reps, cal_reps)), dtype=torch.int64, device="cuda")
+    kern.fn(out, None, *_launch_args(p))
+    torch.cuda.synchronize()
+    w = out.cpu().numpy()
+    if test == "spans":
+        t = w.reshape(p["n_ctas"] * S.WARPS_PER_CTA, S.span_slots(reps, cal_reps), S.SPAN_WORDS)
+        d = t[:, :, 1] - t[:, :, 0]
+        cal = d[:, :3 * cal_reps].reshape(-1, cal_reps, 3)
+        return {"empty": cal[:, :, 0], "held": cal[:, :, 1], "run": cal[:, :, 2], "span": d[:, 3 * cal_reps:]}
+    t = w.reshape(p["n_ctas"], reps, S.HANDOFF_WORDS)
+    return {"wait": t[:, :, 3] - t[:, :, 2], "lag": t[:, :, 3] - t[:, :, 1], "produce": t[:, :, 1] - t[:, :, 0]}
+
+
+def durations(trace: Trace, name: str) -> np.ndarray:
+    """Cycles between the two reads of every span called ``name`` (one warp's own clock)."""
+    import pyarrow.compute as pc
+
+    ev = trace.events
+    m = pc.and_(pc.equal(ev["name"].cast("string"), name), pc.equal(ev["kind"].cast("string"), "span"))
+    rows = ev.filter(m)
+    return (rows["end_cycles"].to_numpy() - rows["start_cycles"].to_numpy()).astype(np.int64)
+
+
+def handoff_lags(trace: Trace) -> np.ndarray:
+    """Cycles from each round's fill (``handoff.commit``) to the end of its wait, per CTA (the
+    producer and the consumer share their SM's clock)."""
+    import pyarrow.compute as pc
+
+    ev = trace.events
+    name = ev["name"].cast("string")
+    key = lambda t: t["cta"].to_numpy().astype(np.int64) << 32 | t["iter"].to_numpy()  # noqa: E731
+    fill = ev.filter(pc.equal(name, f"{S.PIPELINE}.commit"))
+    wait = ev.filter(pc.and_(pc.equal(name, f"{S.PIPELINE}.wait"), pc.equal(ev["kind"].cast("string"), "span")))
+    fk, wk = key(fill), key(wait)
+    if not fk.size or not wk.size:
+        return np.zeros(0, np.int64)
+    o = np.argsort(fk)
+    pos = np.minimum(np.searchsorted(fk[o], wk), fk.size - 1)
+    hit = fk[o][pos] == wk
+    return (wait["end_cycles"].to_numpy()[hit] - fill["start_cycles"].to_numpy()[o][pos][hit]).astype(np.int64)
+
+
+def _spread(x: np.ndarray) -> dict:
+    x = np.asarray(x, np.float64)
+    return {"p10": float(np.percentile(x, 10)), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
+
+
+def calibrate(recorder: str, *, n_ctas: int | None = None, cal_reps: int = CAL_REPS, build=None,
+              cache: bool = True) -> dict:
+    """What one event of ``recorder`` costs its warp on this GPU (module doc): a dict of
+    ``fa4trace.analysis.compensate.Calibration``'s fields, cycles and the clock they were
+    measured at, with the spread (p10 / median / p90) of what each median came from."""
+    S.check_variant(recorder, "spans")
+    if recorder == S.UNTRACED:
+        raise ValueError("calibrate a recorder, not the untraced twin")
+    torch = require_cuda()
+    key = (torch.cuda.current_device(), torch.cuda.get_device_name(), recorder, str(build), n_ctas, cal_reps)
+    if cache and key in _CACHE:
+        return dict(_CACHE[key])
+    spans = record(recorder, "spans", reps=0, cal_reps=cal_reps, n_ctas=n_ctas, build=build)
+    empty, held, run = (durations(spans, n) for n in ("ka.empty", "ka.held", "ka.run"))
+    offset, held_offset = float(np.median(empty)), float(np.median(held))
+    event = (float(np.median(run)) - offset) / S.CAL_EVENTS
+    handoff = record(recorder, "handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
+    twin = time_untraced("handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
+    lag = handoff_lags(handoff)
+    ghz = spans.meta["launches"][0].get("clock_ghz_median")
+    out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": held_offset, "event_cycles": event,
+           "lag_offset_cycles": float(np.median(lag) - np.median(twin["lag"])) if lag.size else None,
+           "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),
+           "measured_at": _now(), "source": "fa4trace.probes.known_answer.calibrate",
+           "samples": int(empty.size),
+           "noise": {"empty_cycles": _spread(empty), "held_cycles": _spread(held),
+                     "run_cycles": _spread(run), "lag_cycles": _spread(lag) if lag.size else None,
+                     "untraced_lag_cycles": _spread(twin["lag"])}}
+    _CACHE[key] = out
+    return dict(out)
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,78 @@
+"""`fa4trace check`'s recorder-cost rows (fa4trace.check.recorder_cost) and the known-answer
+target (fa4trace.check.known_answer), with the GPU work replaced: the rows' verdicts, what they
+say, recorder_cost.json as summary --compensate reads it, and one failing recorder leaving the
+others' rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fa4trace.analysis import compensate as C
+from fa4trace.check import known_answer as KA
+from fa4trace.check import recorder_cost as RC
+from fa4trace.check.rows import Context
+from fa4trace.probes import known_answer as PK
+
+
+def _cal(recorder, **kw):
+    d = dict(recorder=recorder, offset_cycles=84.0, held_offset_cycles=10.0, event_cycles=46.0,
+             lag_offset_cycles=-3.0, clock_ghz=1.98, gpu="NVIDIA H200", measured_at="2026-12-03T00:00:00+00:00")
+    d.update(kw)
+    return d
+
+
+def _span(comp_ns, truth_ns=2000.0, raw_ns=2400.0):
+    return {"comp_ns": comp_ns, "raw_ns": raw_ns, "truth_ns": truth_ns, "within": KA.within_target(comp_ns, truth_ns)}
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return Context(out=tmp_path, gpu={"name": "NVIDIA H200", "compute_capability": "9.0"}, quick=True)
+
+
+def test_rows_ok_within_the_target_warn_outside_it_and_write_the_calibrations(ctx, monkeypatch):
+    monkeypatch.setattr(PK, "calibrate", lambda rec, build=None: _cal(rec))
+    comp = {"recorder_smem": 2010.0, "segment_smem": 2100.0}
+    monkeypatch.setattr(KA, "span_case", lambda rec, cal, **kw: _span(comp[rec]))
+    rows = {r.name: r for r in RC.recorder_cost_rows(ctx)}
+    assert list(rows) == ["recorder cost: recorder_smem", "recorder cost: segment_smem"]  # --quick: two
+    ok, warn = rows["recorder cost: recorder_smem"], rows["recorder cost: segment_smem"]
+    assert ok.verdict == "ok" and warn.verdict == "warn" and "not to be trusted" in warn.next
+    assert ok.group == "cost" and "42.4 ns" in ok.measured and "2010 ns compensated (raw 2400) vs 2000" in ok.measured
+    assert ok.values["calibration"]["event_ns"] == pytest.approx(46.0 / 1.98)
+    saved = C.load_calibrations(ctx.out / C.FILE)
+    assert set(saved) == {"recorder_smem", "segment_smem"} and saved["segment_smem"].held_offset_cycles == 10.0
+    assert str(ctx.out / C.FILE) in ctx.files
+
+
+def test_a_recorder_that_fails_is_a_fail_row_and_the_others_still_run(ctx, monkeypatch):
+    def calibrate(rec, build=None):
+        if rec == "recorder_smem":
+            raise RuntimeError("no known_answer kernel recorder_smem in build/kernels")
+        return _cal(rec)
+
+    monkeypatch.setattr(PK, "calibrate", calibrate)
+    monkeypatch.setattr(KA, "span_case", lambda rec, cal, **kw: _span(2000.0))
+    ctx.quick = False
+    rows = {r.name.removeprefix("recorder cost: "): r for r in RC.recorder_cost_rows(ctx)}
+    assert len(rows) == 5
+    bad = rows.pop("recorder_smem")
+    assert bad.verdict == "fail" and "rebuild it" in bad.next and "RuntimeError" in bad.detail
+    assert all(r.verdict == "ok" for r in rows.values())
+    assert "recorder_smem" not in C.load_calibrations(ctx.out / C.FILE)
+
+
+def test_a_calibration_that_is_not_a_number_fails_its_row(ctx, monkeypatch):
+    monkeypatch.setattr(PK, "calibrate", lambda rec, build=None: _cal(rec, event_cycles=float("nan")))
+    monkeypatch.setattr(KA, "span_case", lambda rec, cal, **kw: _span(2000.0))
+    rows = RC.recorder_cost_rows(ctx)
+    assert [r.verdict for r in rows] == ["fail", "fail"] and "event_cycles is nan" in rows[0].detail
+    assert not (ctx.out / C.FILE).exists()
+
+
+@pytest.mark.parametrize("value,truth,ok", [(2039.0, 2000.0, True), (2041.0, 2000.0, False), (219.0, 200.0, True),
+                                            (221.0, 200.0, False), (179.0, 200.0, False), (50_900.0, 50_000.0, True)])
+def test_the_target_is_two_percent_or_twenty_ns(value, truth, ok):
+    assert KA.within_target(value, truth) is ok
