@@ -165,9 +165,11 @@ class KnownAnswer:
                     if lane == 0:
                         out[(first + 3 * i + s) * SPAN_WORDS] = t0
                         out[(first + 3 * i + s) * SPAN_WORDS + 1] = t1
-            else:
+            else:  # fenced apart: no span begins at the read that ended the one before
                 rec = self._empty(rec, CAL_EMPTY, i, held=False)
+                _fence()
                 rec = self._empty(rec, CAL_HELD, i, held=True)
+                _fence()
                 rec = self._event(rec, "begin", CAL_RUN, i)
                 for _ in cutlass.range_constexpr(CAL_EVENTS):  # unrolled: nothing but the events
                     _fence()
