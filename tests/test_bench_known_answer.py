@@ -1,0 +1,77 @@
+"""benchmarks/bench_known_answer.py on the CPU: its runs aggregated into rows (medians over runs,
+the spread, the target), the result file report.py renders, and its compile mode."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{Path(name).stem}", BENCH / name)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _row(rec, truth, raw, comp, *, figure="span", nominal=1000, density=16, clamped=0):
+    return {"recorder": rec, "figure": figure, "case": "span", "nominal_ns": nominal, "density": density,
+            "cons_density": None, "truth_ns": truth, "raw_ns": raw, "comp_ns": comp, "clamped": clamped}
+
+
+def test_runs_aggregate_to_medians_with_their_spread_and_the_target():
+    b = _load("bench_known_answer.py")
+    runs = [[_row("segment_smem", 1000, 1400, 1010), _row("segment_smem", 150, 300, 190, nominal=100)],
+            [_row("segment_smem", 1002, 1410, 1030), _row("segment_smem", 151, 300, 120, nominal=100)],
+            [_row("segment_smem", 1001, 1390, 1005, clamped=1), _row("segment_smem", 149, 310, 150, nominal=100)]]
+    rows = {r["nominal_ns"]: r for r in b.aggregate(runs)}
+    long, short = rows[1000], rows[100]
+    assert long["truth_ns"] == 1001.0 and long["comp_ns"] == 1010.0 and long["raw_ns"] == 1400.0
+    assert long["comp_noise_ns"] == 25.0 and long["truth_noise_ns"] == 2.0 and long["runs"] == 3
+    assert long["within_target"] is True and long["raw_within_target"] is False and long["clamped"] == 1
+    assert long["comp_err_pct"] == pytest.approx(100 * 9 / 1001, abs=0.01)
+    assert short["within_target"] is None  # under 200 ns: reported, not judged
+    s = b.summary(list(rows.values()))
+    assert s == {"segment_smem": {"span": {"judged": 1, "within": 1, "raw_within": 0, "worst_pct": long["comp_err_pct"],
+                                           "worst_ns": 9.0}}}
+
+
+def test_a_compensated_figure_off_by_more_than_the_target_fails_it():
+    b = _load("bench_known_answer.py")
+    rows = b.aggregate([[_row("recorder_lanes", 5000, 6000, 5200)]])
+    assert rows[0]["within_target"] is False and rows[0]["comp_err_pct"] == 4.0
+
+
+def test_the_result_file_renders(tmp_path):
+    b = _load("bench_known_answer.py")
+    report = _load("report.py")
+    rows = b.aggregate([[_row("segment_ring", 2000, 2600, 2004)], [_row("segment_ring", 2001, 2610, 1999)]])
+    out = tmp_path / "results" / "known_answer_test.json"
+    cal = {"recorder": "segment_ring", "offset_cycles": 80.0, "held_offset_cycles": 9.0, "event_cycles": 40.0}
+    b.write_results(str(out), rows, [[cal], [cal]], gpu="none: test")
+    doc = json.loads(out.read_text())
+    assert doc["area"] == "known-answer" and doc["summary"]["segment_ring"]["span"]["within"] == 1
+    assert doc["calibrations"][0][0]["recorder"] == "segment_ring"
+    md = report.render(report.load_results(out.parent), out.parent)
+    assert "| segment_ring | span | span | 1000 | 16 | 2000.5 | 2605.0 | 2001.5 |" in md
+
+
+def test_compile_mode_compiles_variants_without_a_gpu():
+    pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl")
+    r = subprocess.run([sys.executable, str(BENCH / "bench_known_answer.py"), "compile", "--tests", "handoff",
+                        "--variants", "untraced,segment_ring"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**__import__("os").environ, "CUTE_DSL_ARCH": "sm_90a"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [json.loads(ln.split(": ", 1)[1]) for ln in r.stdout.splitlines() if ln.startswith("handoff_")]
+    assert len(lines) == 2
+    untraced, ring = lines
+    assert untraced["globaltimer"] == 0 and untraced["record_stores"] == 0 and untraced["clock64"] > 0
+    assert ring["globaltimer"] > 0 and ring["record_stores"] > 0
