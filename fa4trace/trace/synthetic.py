@@ -94,15 +94,21 @@ def pack_records(t, event, kind, payload) -> np.ndarray:
 
 
 def attention_like(schedule: str, *, n_ctas: int = 132, n_blocks: int = 64, sms: int = 132,
-                   capacity: int | None = None, seed: int = 0, ghz: float = 1.98) -> tuple[np.ndarray, dict]:
+                   capacity: int | None = None, seed: int = 0, ghz: float = 1.98,
+                   stretch: dict | None = None) -> tuple[np.ndarray, dict]:
     """A plausible decode-attention buffer: 1 producer + 4 consumer warps per CTA.
 
     base:     QK(i) -> SOFTMAX(i) -> CORRECTION(i) -> PV(i), serial.
     pingpong: QK(i+1) is issued before SOFTMAX(i) and waited after PV(i) is issued.
+    ``stretch``: {event: factor} on the durations of QK, SOFTMAX, CORRECTION or PV (a stage made
+    slower, or faster; what follows it moves with it), the noise drawn as without it.
     Returns (buffer words, launch metadata marked synthetic). Vectorized over CTAs and blocks.
     """
     if schedule not in ("base", "pingpong"):
         raise ValueError(f"schedule must be 'base' or 'pingpong', got {schedule!r}")
+    stretch = dict(stretch or {})
+    if set(stretch) - {"QK", "SOFTMAX", "CORRECTION", "PV"}:
+        raise ValueError(f"stretch takes QK, SOFTMAX, CORRECTION, PV; got {sorted(stretch)}")
     rng = np.random.default_rng(seed)
     warps_per_cta = 5
     ev_per_block_cons = 8  # QK b/e, SOFTMAX b/e, CORRECTION b/e, PV b/e
@@ -116,6 +122,8 @@ def attention_like(schedule: str, *, n_ctas: int = 132, n_blocks: int = 64, sms:
     corr = rng.normal(90, 10, shape).clip(30)
     pv = rng.normal(430, 30, shape).clip(200)
     gap = rng.normal(40, 8, shape).clip(5)
+    qk, sm_, corr, pv = (x * float(stretch.get(n, 1.0)) for n, x in
+                         (("QK", qk), ("SOFTMAX", sm_), ("CORRECTION", corr), ("PV", pv)))
     if schedule == "base":
         period = qk + sm_ + corr + pv + gap
     else:
@@ -213,7 +221,7 @@ def pipelined_vocab(stages: int, pipeline: str = PIPELINE):
 
 
 def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consumer_warps: int = 4,
-                   idle_warps: int = 2, load_ns=400, mma_ns: int = 300, store_ns: int = 200,
+                   idle_warps: int = 2, load_ns=400, mma_ns=300, store_ns=200,
                    consumer_stagger_ns: int = 4, straggler_ns: int = 0, producer_gap_ns: int = 10,
                    consumer_gap_ns: int = 10, cta_offset_ns: int = 100, sms: int = 132,
                    roles: dict | None = None, kernel: str = "synthetic.gemm_like"):
@@ -231,13 +239,15 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
       (n_ctas, k_tiles)) after the commit.
     * consumer w: ``ab.wait(c)`` from ``q`` until ``max(q, landed) + 10``; ``mma.commit`` 10 ns
       after; ``mma.wait`` (iter 0) from 20 ns after the wait for ``mma_ns + w *
-      consumer_stagger_ns``; ``ab.release(c)`` 10 ns after; the next wait ``consumer_gap_ns``
-      after the release (the first at 50).
+      consumer_stagger_ns`` (``mma_ns`` may be an array broadcast to (n_ctas, k_tiles));
+      ``ab.release(c)`` 10 ns after; the next wait ``consumer_gap_ns`` after the release (the
+      first at 50).
     * epilogue: consumer w arrives at ``barrier.sync`` (id 1) 20 ns after its last release
       (the last consumer ``straggler_ns`` later), all leave 10 ns after the last arrives,
       ``barrier.arrive`` (id 2) 100 ns later; the epilogue warp waits at ``barrier.sync`` (id 2)
       from 50 until 10 ns after the last consumer arrived, then ``tma.store`` (+20) and
-      ``tma.store_wait`` (+30, ``store_ns`` long). Warps end 30 ns (consumers), 50 ns
+      ``tma.store_wait`` (+30, ``store_ns`` long, or per CTA: an array of n_ctas). Warps end
+      30 ns (consumers), 50 ns
       (producer, epilogue) after their last event; idle warps live 200 ns.
 
     Returns (buffer words, metadata marked synthetic with meta["instrument"], vocabulary to
@@ -253,6 +263,8 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
     prod, epi = W, W + idle_warps + 1
     warps_per_cta = epi + 1
     load = np.broadcast_to(np.asarray(load_ns, np.int64), (n_ctas, k_tiles))
+    mma = np.broadcast_to(np.asarray(mma_ns, np.int64), (n_ctas, k_tiles))
+    store = np.broadcast_to(np.asarray(store_ns, np.int64), (n_ctas,))
     Bk, Ek, Ik = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT
     progs: dict[int, list] = {w: [] for w in range(warps_per_cta)}  # warp -> [(t[n_ctas], id, kind, payload)]
 
@@ -281,7 +293,7 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
             rec(w, ws, f"{P}.wait", Bk, c)
             rec(w, we, f"{P}.wait", Ek, c)
             rec(w, we + 10, "mma.commit", Ik)
-            me = we + 20 + mma_ns + w * consumer_stagger_ns
+            me = we + 20 + mma[:, c] + w * consumer_stagger_ns
             rec(w, we + 20, "mma.wait", Bk, 0)
             rec(w, me, "mma.wait", Ek, 0)
             rel_w[w] = me + 10
@@ -302,8 +314,8 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
     rec(epi, e_out, "barrier.sync", Ek, 2)
     rec(epi, e_out + 20, "tma.store", Ik)
     rec(epi, e_out + 30, "tma.store_wait", Bk)
-    rec(epi, e_out + 30 + store_ns, "tma.store_wait", Ek)
-    ends[epi] = e_out + 30 + store_ns + 50
+    rec(epi, e_out + 30 + store, "tma.store_wait", Ek)
+    ends[epi] = e_out + 30 + store + 50
     for w in range(prod + 1, epi):
         ends[w] = zero + 200
 
