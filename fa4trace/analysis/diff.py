@@ -357,7 +357,9 @@ def launch_signatures(trace: Trace) -> dict[int, tuple]:
     for i, lm in enumerate(trace.meta.get("launches") or []):
         if isinstance(lm, dict):
             metas[int(lm.get("launch", i))] = lm
-    return {L: (_grid_ctas(metas.get(L, {})), tuple(metas.get(L, {}).get("cuda_symbols") or ())) for L in present}
+    top = {"grid": trace.meta.get("grid")}  # a bundle-wide grid, where its launches do not say
+    return {L: (_grid_ctas(metas.get(L, {})) or _grid_ctas(top), tuple(metas.get(L, {}).get("cuda_symbols") or ()))
+            for L in present}
 
 
 def launch_groups(trace: Trace, which: str, repeats: bool = False) -> list[LaunchGroup]:
