@@ -45,7 +45,7 @@ under run-iket); host: bench_export.py; viewer: bench_app.py; floors: stream_flo
 trace-cost: trace_cost.py; decode-recorder-parts: decode_recorder_parts.py; cost-targets:
 cost_targets.py (from the other result files, no GPU); fa4-sm90:
 fa4_sm90_device.py; auto-kernels, auto-sample: auto_kernels.py, bench_cta_sample.py; fidelity:
-bench_fidelity.py; sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
+bench_fidelity.py; known-answer: bench_known_answer.py; sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
 bench_sweep_page.py, bench_sweep_query.py, bench_sweep_overhead.py, bench_sweep_pool.py. benchmarks/device_run.sh runs the GPU ones in one go. The other areas hold
 tables made from runs of these (their "command" says which).
 """
