@@ -20,11 +20,22 @@ from pathlib import Path
 from typing import Optional
 
 # one SASS instruction line of nvdisasm: /*0420*/  [@!P0] OPCODE.MODS operands ;
-_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z0-9_]+)(\.[A-Z0-9_.]+)?\s*([^;]*);")
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:(?P<guard>@!?U?P[T0-9]+)\s+)?(?P<op>[A-Z0-9_]+)(?P<mods>\.[A-Z0-9_.]+)?"
+                          r"\s*(?P<operands>[^;]*);")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _BACK_BRANCH = re.compile(r"\bBRA(?:\.\w+)*\s+`\((\.L_x_\d+)\)")
 _MMA = re.compile(r"^(HGMMA|UTC\w*MMA|HMMA|IMMA)$")
 _TIMER = re.compile(r"SR_(CLOCKLO|CLOCKHI|GLOBALTIMERLO|GLOBALTIMERHI|GLOBALTIMER)\b")
+
+
+def parse_instruction(line: str) -> Optional[tuple]:
+    """(guard, opcode, modifiers, operands) of one instruction line of nvdisasm, e.g.
+    ("@!P0", "MUFU", ".EX2", "R3, R3"); guard and modifiers "" where absent. None: not an
+    instruction (a label, a directive, a blank line)."""
+    m = _INSTRUCTION.match(line)
+    if not m:
+        return None
+    return m.group("guard") or "", m.group("op"), m.group("mods") or "", m.group("operands").strip()
 
 
 def find_tool(name: str) -> Optional[str]:
@@ -85,16 +96,75 @@ def _check(proc, tool: str):
         raise RuntimeError(f"{os.path.basename(tool)} failed: {(msgs or proc.stderr.strip().splitlines() or ['no message'])[0]}")
 
 
-def footprint(sass: str) -> dict:
-    """Counts of one SASS listing: instructions, timer reads (uniform: S2UR; per lane: CS2R or
-    S2R), shared stores / loads (STS, LDS), global stores (STG), branches (BRA), and the
-    instructions of one iteration of its main loop (``mainloop``; None: no MMA loop)."""
-    n = uniform = vector = sts = lds = stg = bra = 0
-    for line in sass.splitlines():
+def disassemble(cubin: bytes, code_only: bool = True, nvdisasm: Optional[str] = None) -> str:
+    """nvdisasm's text of a cubin (the bytes a compile made): its code (``nvdisasm -c``), or with
+    ``code_only=False`` the whole listing, whose .nv.info and .nv.shared sections ``resources``
+    reads. RuntimeError in one line where nvdisasm is missing or fails."""
+    nvdisasm = nvdisasm or find_tool("nvdisasm")
+    if not nvdisasm:
+        raise RuntimeError("reading a cubin needs nvdisasm (the CUDA toolkit; it also ships with Triton): not found")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        Path(path).write_bytes(cubin)
+        p = subprocess.run([nvdisasm, *(["-c"] if code_only else []), path], capture_output=True, text=True)
+        _check(p, nvdisasm)
+    return p.stdout
+
+
+_NVINFO = re.compile(r"//-+\s*nvinfo\s*:\s*(EIATTR_\w+)")
+_WORD = re.compile(r"\.word\s+(index@\((\S+)\)|0x[0-9a-f]+)")
+_SECTION = re.compile(r"^\s*\.section\s+([^,\s]+)")
+_ZERO = re.compile(r"^\s*\.zero\s+(\d+)")
+
+
+def resources(listing: str) -> dict:
+    """{kernel: {"registers", "stack_frame_bytes", "static_smem_bytes"}} from a whole nvdisasm
+    listing (``disassemble(..., code_only=False)``): the cubin's EIATTR_REGCOUNT and
+    EIATTR_FRAME_SIZE per function, and the size of its ``.nv.shared.<kernel>`` section (shared
+    memory declared in the kernel; what the launch adds, dynamic shared memory, is not in the
+    cubin). A function without an attribute has None there."""
+    out: dict = {}
+    attr, words, section = None, [], None
+
+    def flush():
+        if attr in ("EIATTR_REGCOUNT", "EIATTR_FRAME_SIZE") and len(words) >= 2 and words[0][1]:
+            key = "registers" if attr == "EIATTR_REGCOUNT" else "stack_frame_bytes"
+            out.setdefault(words[0][1], {})[key] = int(words[1][0], 16)
+
+    for line in listing.splitlines():
+        m = _NVINFO.search(line)
+        sec = _SECTION.match(line)
+        if m or sec or line.startswith("//-----"):
+            flush()
+            attr, words = (m.group(1) if m else None), []
+        if sec:
+            section = sec.group(1)
+        w = _WORD.search(line)
+        if w and attr:
+            words.append((w.group(1), w.group(2)))
+        z = _ZERO.match(line)
+        if z and section and section.startswith(".nv.shared.") and not section.startswith(".nv.shared.reserved"):
+            name = section[len(".nv.shared."):]
+            entry = out.setdefault(name, {})
+            entry["static_smem_bytes"] = entry.get("static_smem_bytes", 0) + int(z.group(1))
+    flush()
+    for entry in out.values():
+        for key in ("registers", "stack_frame_bytes", "static_smem_bytes"):
+            entry.setdefault(key, None)
+    return out
+
+
+def counts(lines) -> dict:
+    """Counts of SASS instruction lines (any other line is skipped): instructions, timer reads
+    (uniform: S2UR; per lane: CS2R or S2R), shared stores / loads (STS, LDS), global stores (STG),
+    local-memory loads / stores (LDL, STL: register spills, or arrays ptxas could not keep in
+    registers) and branches (BRA)."""
+    n = uniform = vector = sts = lds = stg = ldl = stl = bra = 0
+    for line in lines:
         m = _INSTRUCTION.match(line)
         if not m:
             continue
-        op, operands = m.group(1), m.group(3)
+        op, operands = m.group("op"), m.group("operands")
         n += 1
         if _TIMER.search(operands):
             uniform += op == "S2UR"
@@ -102,11 +172,25 @@ def footprint(sass: str) -> dict:
         sts += op == "STS"
         lds += op == "LDS"
         stg += op == "STG"
+        ldl += op == "LDL"
+        stl += op == "STL"
         bra += op == "BRA"
-    loop = mainloop(sass)
     return {"instructions": n, "timer_reads": uniform + vector, "timer_reads_uniform": uniform,
             "timer_reads_per_lane": vector, "shared_stores": sts, "shared_loads": lds, "global_stores": stg,
-            "branches": bra, "mainloop": None if loop is None else len(loop)}
+            "local_loads": ldl, "local_stores": stl, "branches": bra}
+
+
+def footprint(sass: str) -> dict:
+    """``counts`` of one SASS listing, and the instructions of one iteration of its main loop
+    (``mainloop``; None: no MMA loop)."""
+    loop = mainloop(sass)
+    return dict(counts(sass.splitlines()), mainloop=None if loop is None else len(loop))
+
+
+def is_mma(op: str) -> bool:
+    """Whether an opcode issues tensor-core math: HGMMA (sm_90 wgmma), UTC*MMA (sm_100 tcgen05),
+    HMMA / IMMA (mma.sync)."""
+    return bool(_MMA.match(op))
 
 
 def mainloop(sass: str) -> Optional[list]:
@@ -126,14 +210,14 @@ def mainloop(sass: str) -> Optional[list]:
             back = _BACK_BRANCH.search(line)
             if back and back.group(1) in labels:
                 loops.append((labels[back.group(1)], len(lines)))
-    has_mma = [(a, b) for a, b in loops if any(_MMA.match(_INSTRUCTION.match(x).group(1)) for x in lines[a:b])]
+    has_mma = [(a, b) for a, b in loops if any(is_mma(_INSTRUCTION.match(x).group("op")) for x in lines[a:b])]
     # innermost: no shorter MMA loop shares an instruction with it (ptxas rotates loops, so an
     # outer loop's range may overlap an inner one's without holding it whole)
     inner = [(a, b) for a, b in has_mma if not any(c < b and a < d and d - c < b - a for c, d in has_mma)]
     if not inner:
         return None
     def mmas(ab):
-        return sum(bool(_MMA.match(_INSTRUCTION.match(x).group(1))) for x in lines[ab[0]:ab[1]])
+        return sum(bool(is_mma(_INSTRUCTION.match(x).group("op"))) for x in lines[ab[0]:ab[1]])
 
     a, b = max(inner, key=lambda ab: (mmas(ab), ab[1] - ab[0]))
     return lines[a:b]
