@@ -506,3 +506,16 @@ def iter_events(key: str, _t: Trace) -> tuple[str, ...] | None:
         return ()
     best = max(pipes, key=lambda p: int(np.unique(c.iter[c.where("pipeline", resource=p)]).size))
     return tuple(sorted({c.name_dict[k] for k in np.unique(c.name_codes[c.where("pipeline", resource=best)])}))
+
+
+# ---- fa4trace diff: B against A beyond noise (fa4trace.analysis.diff) ------------------------
+@st.cache_resource(max_entries=16, show_spinner=False)
+def diff_cached(key_a: str, key_b: str, _a: Trace, _b: Trace) -> dict | str:
+    """`fa4trace diff --json A B` of the two traces shown, or the one line that refuses them
+    (other kernels, other event vocabularies)."""
+    from fa4trace.analysis.diff import diff
+
+    try:
+        return diff(_a, _b)
+    except Fa4traceError as exc:
+        return str(exc).splitlines()[0]

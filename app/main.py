@@ -79,6 +79,7 @@ if picked.trace_b is not None:
 
 page.header(picked, start.notes, start.errors)
 page.metrics_section(picked)
+page.diff_section(picked)  # B against A beyond noise: fa4trace diff
 tabs = st.tabs(["Timeline", "Per iteration", "Grid", "Perfetto UI", "Bundle info", "Sweep", "Profiler"], key="view",
                bind="query-params", default="Profiler" if os.environ.get(page.MERGED_ENV) else
                "Sweep" if os.environ.get(page.SWEEP_ENV) else None)

@@ -686,3 +686,23 @@ def _merged_perfetto(p: Path, static_error: str | None) -> None:
     html = perfetto_ui.embed_html(p.read_bytes(), p.name, base_url_path=st.get_option("server.baseUrlPath") or "",
                                   frame_height=760)
     st.iframe(html, height=790)
+
+
+# ---- fa4trace diff: B against A beyond noise ---------------------------------------------------
+def diff_section(p: Picked) -> None:
+    """With a trace B: the figures that moved beyond noise from A to B (`fa4trace diff A B`),
+    the most moved first, in an expander that opens where one regressed; where diff refuses the
+    pair (other kernels), the one line why."""
+    from . import diff_view
+
+    if p.trace_b is None:
+        return
+    result = data.diff_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
+    if isinstance(result, str):
+        st.caption(f"Beyond noise (fa4trace diff): not diffed: {result}")
+        return
+    with st.expander(diff_view.title(result), expanded=diff_view.any_regressed(result)):
+        st.caption(diff_view.caption(result))
+        rows = diff_view.moved_rows(result)
+        if rows:
+            st.table(rows, hide_index=True, border="horizontal")

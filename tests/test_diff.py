@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -319,3 +320,27 @@ def test_input_kinds():
     assert diff_input_kind(str(TRACES / DECODE.format("base"))) == "bundle"
     assert diff_input_kind(str(TRACES)) == "a folder"
     assert diff_input_kind(str(TRACES / "README.md")) == "another file"
+
+
+# ---- the viewer ----------------------------------------------------------------------------------------
+def test_viewer_lists_what_moved_beyond_noise(app_env, files):
+    pytest.importorskip("streamlit")
+    from test_app import run_app  # the viewer's AppTest harness
+
+    from fa4trace.viewer import data, diff_view
+
+    a, b = files["base"], files["slow"]
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    at = run_app(trace_a=data.path_key(a), trace_b=data.path_key(b))
+    want = D.diff(load(a), load(b))
+    label = diff_view.title(want)
+    assert label.startswith("B against A, beyond noise: ") and "regressed" in label
+    assert any(e.label == label for e in at.expander)
+    table = next(t.value for t in at.table if "noise band" in t.value.columns)
+    assert table.to_dict("records") == diff_view.moved_rows(want)
+    assert table.iloc[0]["stage"] == "SOFTMAX" and table.iloc[0][""] == "▲ regressed"
+    # a pair diff refuses: one line, no table
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(files["gemm"])]))
+    at = run_app(trace_a=data.path_key(a), trace_b=data.path_key(files["gemm"]))
+    assert any(c.value.startswith("Beyond noise (fa4trace diff): not diffed: BASE (") for c in at.caption)
+    assert not any("noise band" in t.value.columns for t in at.table)
