@@ -34,6 +34,7 @@ import streamlit as st
 
 from fa4trace.analysis import kernel, overlap
 from fa4trace.analysis.autoevents import AutoCols, is_automatic
+from fa4trace.analysis.launches import launch_of
 from fa4trace.analysis.roles import assign_roles
 from fa4trace.analysis.wait_chain import wait_chains
 from fa4trace.format.errors import Fa4traceError
@@ -181,6 +182,9 @@ def describe(meta: dict, rows: int) -> str:
     if shape:
         bits.append(shape)
     bits.append(f"{rows:,} rows")
+    n_launches = len(meta.get("launches") or [])
+    if n_launches > 1:
+        bits.append(f"{n_launches} launches")
     if meta.get("synthetic"):
         bits.append("SYNTHETIC")
     return " · ".join(bits)
@@ -375,6 +379,19 @@ def subset(trace: Trace, rows: pa.Table, note: str) -> Trace:
     meta = dict(trace.meta)
     meta["subset"] = note
     return Trace(rows, meta)
+
+
+# ---- one launch of a bundle of several (fa4trace.analysis.launches) -------------------------
+@st.cache_resource(max_entries=16, show_spinner=False)
+def launch_cached(key: str, launch: int, _t: Trace) -> Trace:
+    """Launch ``launch`` of the bundle ``key`` names: every view and number of the page is one
+    launch's, never one that mixes launches."""
+    return launch_of(_t, launch)
+
+
+def launch_key(key: str, launch: int) -> str:
+    """The Source key of one launch of a bundle: every cache below is keyed per launch."""
+    return f"{key}#launch{launch}"
 
 
 # ---- derived tables, cached per trace (keys are the Source keys) ---------------------------

@@ -62,6 +62,7 @@ def _trace(src):
 picked = page.Picked(by_key[ka], by_key.get(kb), _trace(by_key[ka]), _trace(by_key[kb]) if kb else None)
 
 side.header("View")
+picked = page.pick_launches(side, picked)  # a bundle of several launches: one launch from here on
 sel = {"A": page.cta_picker(side, "A", picked.a, picked.trace_a)}
 if picked.trace_b is not None:
     sel["B"] = page.cta_picker(side, "B", picked.b, picked.trace_b)

@@ -6,6 +6,7 @@ data); this module only places them with Streamlit widgets.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -17,6 +18,7 @@ import streamlit as st
 
 from fa4trace.analysis.fidelity import perturbation, perturbation_lines
 from fa4trace.analysis.kernel import flat_metrics
+from fa4trace.analysis.launches import launch_table
 from fa4trace.analysis.overlap import typical_cta
 from fa4trace.analysis.text import fmt_delta, fmt_value
 from fa4trace.format.errors import Fa4traceError
@@ -120,6 +122,35 @@ def pickers(container, sources: list[data.Source], default_a: str | None, defaul
     kb = container.selectbox(PICKER_B, opts_b, format_func=label.get, key="trace_b",
                              help="Optional: a second bundle, compared with A (B − A) and drawn under it.")
     return ka, kb
+
+
+def launch_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[data.Source, Trace]:
+    """A bundle of several launches: which one the page shows (default the first). The Source
+    and the trace returned are that launch's, so every number, table and timeline after this is
+    one launch's (fa4trace.analysis.launches); a bundle of one launch comes back as it is."""
+    rows = launch_table(trace)
+    if len(rows) <= 1:
+        return src, trace
+    spans = {r["launch"]: r for r in rows}
+    t0 = min((r["start_ns"] for r in rows if r.get("start_ns") is not None), default=0)
+
+    def label(L):
+        r = spans[L]
+        span = "n/a" if r["span_ns"] is None else f"{r['span_ns'] / 1e3:,.2f} µs"
+        at = "" if r["start_ns"] is None else f", at +{(r['start_ns'] - t0) / 1e9:.3f} s"
+        return f"launch {L} ({r['ctas']} CTAs, {span}{at})"
+
+    pick = container.selectbox(f"Launch of {which}", list(spans), format_func=label, key=f"launch_{which}:{src.key}",
+                               help=f"This bundle holds {len(rows)} launches; every figure and view is one launch's.")
+    return (dataclasses.replace(src, key=data.launch_key(src.key, pick), label=f"{src.label} · launch {pick} of {len(rows)}"),
+            data.launch_cached(src.key, pick, trace))
+
+
+def pick_launches(container, p: Picked) -> Picked:
+    """``p`` with each bundle of several launches cut to the launch its picker names."""
+    a, ta = launch_picker(container, "A", p.a, p.trace_a)
+    b, tb = launch_picker(container, "B", p.b, p.trace_b) if p.trace_b is not None else (p.b, None)
+    return Picked(a, b, ta, tb)
 
 
 def cta_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[int, int]:
@@ -226,7 +257,8 @@ def metrics_section(p: Picked) -> dict:
             col.metric(f"{label} (A)", metrics.fmt(s.get(key), kind))
         left, right = st.columns([2, 3])
         left.markdown(f"- {_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · "
-                      f"{_n(s['launches'], 'launch', 'launches')}\n"
+                      + (f"launch {s.get('launch')} of {s['launch_count']}" if (s.get("launch_count") or 1) > 1
+                         else _n(s['launches'], 'launch', 'launches')) + "\n"
                       f"- kernel time from the {s.get('kernel_time_source')}"
                       + (f"; the recorded (traced) launch took {metrics.fmt(s['traced_time_ns'], 'ns')}"
                          if s.get('traced_time_ns') else "") + "\n"
@@ -280,7 +312,8 @@ def kernel_metrics_section(p: Picked) -> dict:
                        delta_color="inverse" if key.endswith("_ns") else "normal")
     left, right = st.columns([2, 3])
     facts = [f"{_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · kernel {s.get('kernel')}"
-             + (f" ({s['arch']})" if s.get("arch") else ""),
+             + (f" ({s['arch']})" if s.get("arch") else "")
+             + (f" · launch {s.get('launch')} of {s['launch_count']}" if (s.get("launch_count") or 1) > 1 else ""),
              f"kernel time from the {s.get('kernel_time_source')}"]
     if isinstance(raw, dict) and raw.get("speed"):
         facts.append(raw["speed"])

@@ -111,9 +111,13 @@ ROLES_HELP = ("Any-kernel bundles: the role of some warps, ROLE=WARPS (e.g. prod
 @click.option("--recorder", default=None, metavar="NAME",
               help="With --compensate: the recorder that wrote the bundle where it does not say (recorder_smem for "
                    "our decode kernel's bundles; instrument()'s say segment_<cursor>).")
-def summary(bundle, as_json, roles, compensate, calibration, recorder):
+@click.option("--launch", "launch", default=None, type=click.IntRange(0), metavar="N",
+              help="A bundle of several launches: the figures of launch N only (default: each launch's own, one "
+                   "after the other).")
+def summary(bundle, as_json, roles, compensate, calibration, recorder, launch):
     """What a trace bundle holds: shape, kernel time, overlap fractions, dropped events; for a
     kernel traced automatically: roles, busy/waiting/idle, stage occupancy, lag, wait chain.
+    Every figure is one launch's: a bundle of several launches lists them and shows each one's.
     --compensate adds the spans, waits and lags less what recording them cost."""
     from .analysis.autoevents import is_automatic
     from .trace.bundle import load
@@ -126,7 +130,7 @@ def summary(bundle, as_json, roles, compensate, calibration, recorder):
         from .analysis.text import format_kernel_summary
 
         trace, by_pass = _passes_of(trace, _parse_roles(roles))
-        s = summarize_kernel(trace, _parse_roles(roles))
+        s = summarize_kernel(trace, _parse_roles(roles), launch)
         if by_pass:
             s["passes"] = by_pass
         _add_compensation(s, trace, compensate, calibration, recorder)
@@ -137,7 +141,7 @@ def summary(bundle, as_json, roles, compensate, calibration, recorder):
         raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
     from .analysis.overlap import summarize
 
-    s = summarize(trace)
+    s = summarize(trace, launch)
     _add_compensation(s, trace, compensate, calibration, recorder)
     if as_json:
         click.echo(json.dumps(s, indent=1, sort_keys=True))
@@ -244,16 +248,19 @@ ATTENTION_LINES = (("bandwidth     ", "bandwidth_tbps", _tbps, ""),
 
 
 def _format_summary(s: dict) -> str:
-    from .analysis.text import dropped_text, perturbation_text
+    from .analysis.text import dropped_text, format_launches, launch_text, other_launches_lines, perturbation_text
 
+    if s.get("per_launch"):
+        return format_launches(s, _format_summary)
     cfg = s.get("config") or {}
     shape = " ".join(f"{k}={v}" for k, v in cfg.items())
     lines = [
         f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
         f"  gpu            {s.get('gpu') or 'n/a'}",
         f"  config         {shape or 'n/a'}",
-        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))"
+        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {launch_text(s)})"
         + _subset_note(s),
+        *other_launches_lines(s),
         f"  kernel time    {_ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]" + _traced_note(s),
         *(f"  {label} {fmt(s[key])}{tail}" for label, key, fmt, tail in ATTENTION_LINES if s.get(key) is not None),
         f"  dropped        {dropped_text(s)}",
@@ -288,13 +295,21 @@ def _format_summary(s: dict) -> str:
 @click.argument("b", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--roles", "roles", multiple=True, metavar="ROLE=WARPS", help=ROLES_HELP)
-def compare(a, b, as_json, roles):
+@click.option("--launch", "launch", default=None, type=click.IntRange(0), metavar="N",
+              help="Compare launch N of A with launch N of B (bundles of several launches).")
+@click.option("--launch-a", "launch_a", default=None, type=click.IntRange(0), metavar="N", help="Launch N of A.")
+@click.option("--launch-b", "launch_b", default=None, type=click.IntRange(0), metavar="N", help="Launch N of B.")
+def compare(a, b, as_json, roles, launch, launch_a, launch_b):
     """Compare two bundles (B against A): overlap, period, kernel time; for two
-    bundles of one automatically traced kernel: roles' busy/waiting/idle, lag, wait chain."""
+    bundles of one automatically traced kernel: roles' busy/waiting/idle, lag, wait chain.
+    One launch of A against one of B: bundles of as many launches each are compared launch by
+    launch; otherwise choose with --launch / --launch-a / --launch-b."""
     from .analysis.autoevents import is_automatic
     from .analysis.overlap import compare as cmp
     from .trace.bundle import load
 
+    launch_a = launch if launch_a is None else launch_a
+    launch_b = launch if launch_b is None else launch_b
     ta, tb = load(a), load(b)
     auto = (is_automatic(ta), is_automatic(tb))
     if any(auto):
@@ -305,15 +320,25 @@ def compare(a, b, as_json, roles):
         from .analysis.kernel import compare_kernels
         from .analysis.text import format_kernel_compare
 
-        c = compare_kernels(ta, tb, _parse_roles(roles))
+        c = compare_kernels(ta, tb, _parse_roles(roles), launch_a, launch_b)
         click.echo(json.dumps(c, indent=1, sort_keys=True) if as_json else format_kernel_compare(c))
         return
     if roles:
         raise click.UsageError("--roles applies to bundles of automatically traced kernels (meta 'instrument')")
-    c = cmp(ta, tb)
+    c = cmp(ta, tb, launch_a, launch_b)
     if as_json:
         click.echo(json.dumps(c, indent=1, sort_keys=True))
         return
+    from .analysis.text import pairs_text
+
+    click.echo(pairs_text(c, _format_compare) if c.get("pairs") else _format_compare(c))
+
+
+def _format_compare(c: dict) -> str:
+    """The text of `fa4trace compare` for bundles of our attention kernels (one launch pair)."""
+    from .analysis.text import pair_line, perturbation_text
+
+    out = [pair_line(c)] if pair_line(c) else []
     rows = [("kernel time", "kernel_time_ns", _ns), ("bandwidth", "bandwidth_tbps", _tbps),
             ("QK ∥ SOFTMAX", "qk_softmax_overlap", _pct), ("PV ∥ SOFTMAX", "pv_softmax_overlap", _pct),
             ("hidden softmax", "hidden_softmax_ns", _ns), ("period", "period_ns", _ns),
@@ -323,17 +348,13 @@ def compare(a, b, as_json, roles):
             ("dropped", "dropped", str)]
     short = {"cold_l2_bench": "cold-L2 bench", "recorded_inputs": "recorded inputs", "trace_span": "trace span"}
     rows.insert(1, ("kernel time from", "kernel_time_kind", lambda k: short.get(k, "n/a")))
-    click.echo(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
+    out.append(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
-        click.echo(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")
-    from .analysis.text import perturbation_text
-
+        out.append(f"{label:20s}{fmt(c['a'].get(key)):>36s}  {fmt(c['b'].get(key)):>36s}")
     for which in ("a", "b"):
-        for line in perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation"):
-            click.echo(line)
-    for line in (c.get("headline"), *_differs_notes(c), c.get("speed")):
-        if line:
-            click.echo(line)
+        out += perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation")
+    out += [line for line in (c.get("headline"), *_differs_notes(c), c.get("speed")) if line]
+    return "\n".join(out)
 
 
 def _differs_notes(c: dict) -> list[str]:

@@ -383,8 +383,11 @@ def test_multi_launch_bundle_with_its_own_vocabulary(app_env, tmp_path):
     path = _custom_vocab_bundle(tmp_path / "custom.parquet")
     app_env.setenv("FA4TRACE_BUNDLES", str(path))
     at = run_app()
+    lb = next(s for s in at.selectbox if s.label == "Launch of A")  # one launch at a time
+    assert [o.split(" (")[0] for o in lb.options] == ["launch 0", "launch 1"] and lb.value == 0
+    lb.set_value(1).run()
     sb = next(s for s in at.selectbox if s.label == "CTA of A")
-    assert any(o.startswith("launch 1 · CTA 1") for o in sb.options)
+    assert [o.split(" (")[0] for o in sb.options] == ["CTA 0", "CTA 1"]  # launch 1's CTAs only
     sb.set_value((1 << 32) | 1).run()
     assert not at.exception
     fig = figure(at, "timeline")
@@ -635,8 +638,8 @@ def test_bundle_info_says_how_much_the_trace_slowed_its_ctas(app_env, pair, tmp_
     app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(pair[1])]))
     at = run_app(view="Bundle info")
     captions = [c.value for c in at.caption if c.value.startswith("Perturbation: ")]
-    want = perturbation_lines(perturbation(load(a)))[0]
-    assert want.startswith("recorded CTAs ran +") and captions[0] == "Perturbation: " + want
+    want = perturbation_lines(perturbation(load(a)))
+    assert want[0].startswith("recorded CTAs ran +") and captions[0] == "Perturbation: " + "  \n".join(want)
     assert captions[1].startswith("Perturbation: not measured: no CTA lifetimes")
     # the lifetimes table stays out of the metadata shown as JSON
     assert not any("cta_lifetimes" in j.value for j in at.json)

@@ -377,10 +377,42 @@ def test_perturbation_row_judges_what_the_bundle_measured():
     assert slow.detail.startswith("recorded CTAs ran +2") and slow.next
     light = R.perturbation_row("FA4 fa3", _sampled(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.03))
     assert light.verdict == "ok"
-    twin = R.perturbation_row("x", _sampled(n_ctas=16, sms=16, n_recorded=16,
-                                            instrument={"plain_twin": {"plain_ns": 100.0, "traced_ns": 105.0}}))
+    twin = R.perturbation_row("x", _sampled(n_ctas=16, sms=16, n_recorded=16, instrument={"plain_twin": {
+        "plain_ns": 100.0, "traced_ns": 105.0, "method": "graph", "noise_pct": 0.4}}))
     assert twin.verdict == "ok" and twin.measured == "+5.0% (traced vs plain twin)"
     assert "not measurable in this launch" in twin.detail
+
+
+def test_perturbation_row_is_never_ok_where_the_figure_cannot_be_trusted():
+    from fa4trace.trace.synthetic import split_kv_like
+
+    # a twin timed from the host (bundles made before the device timing)
+    host = R.perturbation_row("x", _sampled(n_ctas=16, sms=16, n_recorded=16,
+                                            instrument={"plain_twin": {"plain_ns": 100.0, "traced_ns": 105.0}}))
+    assert host.verdict == "warn" and host.measured == "+5.0% (traced vs plain twin), unreliable"
+    assert "timed from the host" in host.next
+    # recorded CTAs faster than untraced ones, far beyond the noise: -10%, which a <= 10% rule called "ok"
+    fast = R.perturbation_row("x", _sampled(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=-0.1))
+    assert fast.verdict == "warn" and "recording cannot speed a CTA up" in fast.next
+    assert fast.measured == "n/a (unreliable)"
+    # CTAs that wait on each other (split-KV combine): the in-launch figure reads ~0% and is refused
+    buf, meta, vocab = split_kv_like(groups=32, splits=4, cta_stride=4, n_recorded=32)
+    dep = R.perturbation_row("x", Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab))
+    assert dep.verdict == "warn" and "not valid for this kernel" in dep.next and "wait on each other" in dep.next
+    assert CR.final_verdict(core_ok() + [dep]) == CR.WARNINGS
+
+
+def test_perturbation_row_judges_each_launch():
+    from fa4trace.trace.synthetic import T0_NS, sampled_like
+
+    parts = [sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=s, seed=i, t0_ns=T0_NS + i * 10**9)
+             for i, s in enumerate((0.02, 0.25))]
+    meta, vocab = parts[0][1], parts[0][2]
+    t = Trace.from_launches([decode_buffer(b, vocab=vocab, launch_index=i) for i, (b, _m, _v) in enumerate(parts)],
+                            meta, vocab=vocab)
+    r = R.perturbation_row("x", t)
+    assert r.verdict == "warn" and r.measured.startswith("launch 0: +") and "; launch 1: +2" in r.measured
+    assert r.next.startswith("launch 1: the trace's durations run more than 10% slow")
 
 
 def test_perturbation_row_skips_bundles_that_did_not_measure_it():

@@ -186,7 +186,7 @@ def test_compare_names_the_kernel_time_source(tmp_path):
 def test_attention_summary_and_compare_show_the_perturbation(tmp_path):
     """Attention bundles (FA4 through its adapter records CTA lifetimes too) print the same
     line as any kernel's: here lifetimes of a synthetic sampled launch stand in."""
-    from fa4trace.analysis.fidelity import perturbation
+    from fa4trace.analysis.fidelity import perturbation, perturbation_lines
     from fa4trace.trace.synthetic import sampled_like
 
     sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
@@ -197,8 +197,10 @@ def test_attention_summary_and_compare_show_the_perturbation(tmp_path):
     a = with_life.save(tmp_path / "a.parquet")
     b = Trace.from_launches([decode_buffer(buf)], meta).save(tmp_path / "b.parquet")
     out = run("summary", str(a)).stdout.splitlines()
-    assert (f"  perturbation   recorded CTAs ran +{100 * p['rel']:.1f}% longer than untraced ones "
-            f"({p['recorded']['n']} recorded, {p['untraced']['n']} untraced; steady-state waves)") in out
+    assert perturbation_lines(p)[0] == (f"recorded CTAs ran +{100 * p['rel']:.1f}% longer than untraced ones "
+                                        f"({p['recorded']['n']} recorded, {p['untraced']['n']} untraced; "
+                                        f"steady-state waves; noise ±{100 * p['noise']:.1f}%)")
+    assert f"  perturbation   {perturbation_lines(p)[0]}" in out
     out = run("compare", str(a), str(b)).stdout.splitlines()
     assert any(x.startswith("  A perturbation recorded CTAs ran +") for x in out)
     assert any(x.startswith("  B perturbation not measured: no CTA lifetimes") for x in out)

@@ -104,7 +104,8 @@ def test_summary_and_compare_say_how_much_the_trace_slowed_its_ctas(paths):
     code, out, err = run("summary", paths["sampled"])
     assert code == 0, err
     want = (f"  perturbation   recorded CTAs ran +{100 * p['rel']:.1f}% longer than untraced ones "
-            f"({p['recorded']['n']} recorded, {p['untraced']['n']} untraced; steady-state waves)")
+            f"({p['recorded']['n']} recorded, {p['untraced']['n']} untraced; steady-state waves; "
+            f"noise ±{100 * p['noise']:.1f}%)")
     assert want in out.splitlines() and 0.23 < p["rel"] < 0.27
     code, out, _ = run("summary", paths["sampled"], "--json")
     assert json.loads(out)["perturbation"] == json.loads(json.dumps(p))

@@ -1,11 +1,15 @@
-"""How much a trace slowed what it shows, measured in the launch it comes from.
+"""How much a trace slowed what it shows, measured in the launch it comes from, and when that
+measure cannot be trusted.
 
 Kernels compiled by fa4trace.auto stamp every CTA's start and end into the trace buffer,
 whether the CTA records or runs the untouched copy of the body (fa4trace.format.layout, the
 CTA-lifetime region; the bundle's ``cta_lifetimes``). ``perturbation(trace)`` compares the
 durations of the CTAs that recorded with those of the CTAs that did not, in the same launch:
 
-    recorded CTAs ran +25.3% longer than untraced ones (124 recorded, 1650 untraced)
+    recorded CTAs ran +25.3% longer than untraced ones (124 recorded, 1650 untraced; noise ±1.1%)
+
+Every figure is one launch's: a bundle of several launches gets one result per launch
+(``per_launch``), never one of CTAs pooled across launches (fa4trace.analysis.launches).
 
 Launch order biases such a comparison: the CTAs of a launch's opening wave start together and
 contend for memory, those of its tail run beside idle SMs. Where both sets have enough CTAs
@@ -13,27 +17,46 @@ in between (started after the launch's first CTA ended, ended before its last CT
 those are compared ("steady-state waves"); else all of them, with a caveat. Caveats also say
 when the sample is biased in other ways: recorded CTAs that all started before (or after) the
 untraced ones, CTAs that do unequal work, a launch of one wave (a persistent kernel), one
-instrumented body for every CTA. Where every CTA recorded nothing can be compared in the
-launch; the traced launch and its plain build timed next to each other are reported instead
-where the metadata holds them: ``instrument.plain_twin`` ({"plain_ns", "traced_ns"}: kernels
-compiled by fa4trace.auto) or ``timing`` ({"kernel_us", "traced_us"}: our decode kernel's own
-recorder, which stamps no CTA lifetimes).
-docs/fidelity.md says what the figure means and where it stops.
+instrumented body for every CTA.
+
+The comparison assumes a CTA's duration is its own work. Where the kernel's CTAs wait on other
+CTAs (``instrument.cta_dependencies``, read from the kernel's PTX by fa4trace.auto.ctadeps:
+a split-KV combine, a dynamic tile scheduler, a spin on a global flag) the slowed recorded CTAs
+make untraced ones wait longer or take less work, and the figure is **not valid for this
+kernel**: it is shown as such, and the figure to go by is the plain twin's. A figure that cannot
+be right is **unreliable**, never an answer: recorded CTAs faster than untraced ones beyond the
+noise (recording cannot speed a CTA up), a build whose recorded CTAs record nothing but their
+lifetimes showing a large difference, a plain twin timed from the host or over several launches.
+
+The plain twin: the traced launch and its plain build timed next to each other, where the
+metadata holds them: ``instrument.plain_twin`` ({"plain_ns", "traced_ns"} and, where the
+recorder timed it on the device, "method", "rel", "noise_pct", "l2", "launch": one entry per
+launch) or ``timing`` ({"kernel_us", "traced_us"}: our decode kernel's bundles, timed by
+CUDA-graph replay).
+docs/fidelity.md says what each figure means and where it stops.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..trace.bundle import Trace
+from .launches import launch_ids, launch_of
 
 MIN_CTAS = 5  # fewer CTAs than this in either set: the comparison is noisy (caveat), or not made
 UNEQUAL_WORK_SPREAD = 0.25  # untraced CTAs' p90 / p10 above 1 + this: the CTAs do unequal work
 ORDER_OVERLAP = 0.25  # fewer untraced CTAs than this share starting among the recorded ones: launch order
 WARN = 0.10  # a perturbation above this is worth a warning (fa4trace check's cost rows)
+FASTER_LIMIT = 0.03  # recorded CTAs faster than untraced ones by more than this: implausible
+LIFETIMES_ONLY_LIMIT = 0.05  # recorded CTAs that record nothing, reading more than this: the sample's bias
+Z95 = 1.96  # the noise band: 95% of the difference of two medians, from the CTAs' own spread
 
 _COLUMNS = ("launch", "cta", "start_ns", "end_ns", "recorded")
+TIMING_METHOD = "CUDA-graph replay on the recorded inputs"  # how a decode bundle's ``timing`` was taken
+HOST_TIMED = ("timed from the host around one launch (launch latency, and after a recompile the compile, "
+              "count in it): not the kernel's cost")
 
 
 def cta_lifetimes(trace: Trace) -> pa.Table | None:
@@ -63,40 +86,72 @@ def cta_lifetimes(trace: Trace) -> pa.Table | None:
 def _stats(dur: np.ndarray) -> dict:
     d = np.asarray(dur, np.float64)
     if not d.size:
-        return {"n": 0, "median_ns": None, "p10_ns": None, "p90_ns": None}
+        return {"n": 0, "median_ns": None, "p10_ns": None, "p90_ns": None, "se_median_ns": None}
+    q25, q75 = np.percentile(d, [25, 75])
+    # the median's standard error from a robust spread (IQR / 1.349 estimates sigma)
     return {"n": int(d.size), "median_ns": float(np.median(d)), "p10_ns": float(np.percentile(d, 10)),
-            "p90_ns": float(np.percentile(d, 90))}
+            "p90_ns": float(np.percentile(d, 90)), "se_median_ns": float(1.2533 * (q75 - q25) / 1.349 / np.sqrt(d.size))}
 
 
 def _comparison(dur: np.ndarray, recorded: np.ndarray) -> dict:
-    """Recorded vs untraced durations: each set's stats and the relative difference of medians."""
+    """Recorded vs untraced durations: each set's stats, the relative difference of medians and
+    its noise (``noise``: the 95% half-width of that difference, from both sets' spread)."""
     rec, unt = _stats(dur[recorded]), _stats(dur[~recorded])
-    rel = rec["median_ns"] / unt["median_ns"] - 1 if rec["n"] and unt["n"] and unt["median_ns"] > 0 else None
-    return {"rel": rel, "recorded": rec, "untraced": unt}
+    ok = rec["n"] and unt["n"] and unt["median_ns"] > 0
+    rel = rec["median_ns"] / unt["median_ns"] - 1 if ok else None
+    noise = (Z95 * float(np.hypot(rec["se_median_ns"], unt["se_median_ns"])) / unt["median_ns"]) if ok else None
+    return {"rel": rel, "noise": noise, "recorded": rec, "untraced": unt}
+
+
+# how the recorder timed a plain twin on the device (``instrument.plain_twin[].method``)
+TWIN_METHODS = {"graph": "CUDA-graph replays alternating with the plain build's",
+                "batch": "back-to-back launches alternating with the plain build's"}
 
 
 def plain_twin(meta: dict) -> dict | None:
-    """The traced launch against its plain build as {"plain_ns", "traced_ns", "rel", "n"}:
-    ``instrument.plain_twin`` (one timing, or the medians of a list of them, one per launch),
-    else ``timing``'s ``kernel_us`` / ``traced_us`` (module doc); None where absent or unusable."""
+    """The traced launch against its plain build: {"plain_ns", "traced_ns", "rel", "n",
+    "method", "noise_pct", "l2", "over_launches"} from ``instrument.plain_twin`` (one timing,
+    or a list of timings of the launch: medians) or ``timing``'s ``kernel_us`` / ``traced_us``
+    (module doc). ``rel``: the timing's own (the median of its rounds' ratios) where it has
+    one, else traced / plain - 1. ``method`` None: timed from the host (a bundle made before
+    the device timing). ``over_launches``: the timing covers that many launches of the bundle
+    (fa4trace.analysis.launches). None where absent, not timed (``untimed_reason``) or unusable."""
     raw = (meta.get("instrument") or {}).get("plain_twin")
     if raw is None:
         raw = _timing_twin(meta.get("timing"))
     items = raw if isinstance(raw, list) else [raw]
-    pairs = []
+    rows = []
     for it in items:
-        if not isinstance(it, dict):
+        if not isinstance(it, dict) or ("method" in it and not it["method"]):  # not a timing, or nothing was timed
             continue
         try:
             p, t = float(it["plain_ns"]), float(it["traced_ns"])
         except (KeyError, TypeError, ValueError):
             continue
         if p > 0 and t > 0:
-            pairs.append((p, t))
-    if not pairs:
+            own = it.get("rel")
+            rows.append((p, t, float(own) if isinstance(own, (int, float)) else t / p - 1, it))
+    if not rows:
         return None
-    p, t = (float(np.median([x[i] for x in pairs])) for i in (0, 1))
-    return {"plain_ns": p, "traced_ns": t, "rel": t / p - 1, "n": len(pairs)}
+    p, t, rel = (float(np.median([r[i] for r in rows])) for i in (0, 1, 2))
+    rest = [r[3] for r in rows]
+    noise = [float(r["noise_pct"]) for r in rest if isinstance(r.get("noise_pct"), (int, float))]
+    methods = sorted({str(r["method"]) for r in rest if r.get("method")})
+    l2 = sorted({str(r["l2"]) for r in rest if r.get("l2")})
+    over = max(int(r.get("over_launches") or 0) for r in rest)
+    return {"plain_ns": p, "traced_ns": t, "rel": rel, "n": len(rows),
+            "method": methods[0] if len(methods) == 1 else ("; ".join(methods) or None),
+            "noise_pct": max(noise) if noise else None, "l2": l2[0] if len(l2) == 1 else None,
+            "over_launches": over if over > 1 else None}
+
+
+def untimed_reason(meta: dict) -> str | None:
+    """Why the recorder timed no plain twin, where its metadata says (``method`` null, ``reason``)."""
+    raw = (meta.get("instrument") or {}).get("plain_twin")
+    for it in raw if isinstance(raw, list) else [raw]:
+        if isinstance(it, dict) and "method" in it and not it["method"] and it.get("reason"):
+            return str(it["reason"])
+    return None
 
 
 def _timing_twin(timing) -> dict | None:
@@ -104,7 +159,8 @@ def _timing_twin(timing) -> dict | None:
     if not isinstance(timing, dict) or timing.get("kernel_us") is None or timing.get("traced_us") is None:
         return None
     try:
-        return {"plain_ns": 1e3 * float(timing["kernel_us"]), "traced_ns": 1e3 * float(timing["traced_us"])}
+        return {"plain_ns": 1e3 * float(timing["kernel_us"]), "traced_ns": 1e3 * float(timing["traced_us"]),
+                "method": TIMING_METHOD}
     except (TypeError, ValueError):
         return None
 
@@ -122,21 +178,59 @@ def _order_overlap(start: np.ndarray, launch: np.ndarray, recorded: np.ndarray) 
     return inside / total if total else None
 
 
-def perturbation(trace: Trace) -> dict:
-    """How much longer the recorded CTAs ran than the untraced ones of the same launch (module
-    doc): ``measured`` (a comparison was made), ``rel`` (median recorded / median untraced - 1),
-    ``basis`` ("steady" or "all": which CTAs were compared), ``recorded`` / ``untraced`` (n,
-    median, p10, p90 ns of the compared CTAs), ``all`` and ``steady`` (each comparison where
-    it could be made), ``timed`` (CTAs timed, recorded and untraced), ``caveats`` (why the figure
-    may be biased), ``reason`` (why nothing was compared) and ``plain_twin``."""
-    out: dict = {"measured": False, "rel": None, "basis": None, "recorded": None, "untraced": None,
-                 "all": None, "steady": None, "timed": None, "caveats": [], "reason": None,
-                 "plain_twin": plain_twin(trace.meta)}
+def perturbation(trace: Trace, launch: int | None = None) -> dict:
+    """How much longer the recorded CTAs ran than the untraced ones of the same launch, and
+    which figure to go by (module doc).
+
+    A bundle of several launches without ``launch``: {"per_launch": [one result per launch],
+    "launch": None, "measured": False, "reason", "headline": None, ...}; nothing is pooled.
+    One launch (the bundle's only one, or ``launch``): ``measured`` (a comparison was made),
+    ``rel`` (median recorded / median untraced - 1) and ``noise`` (its 95% band), ``basis``
+    ("steady" or "all"), ``recorded`` / ``untraced`` (n, median, p10, p90 ns), ``all`` and
+    ``steady`` (each comparison where it could be made), ``timed``, ``caveats``, ``notes``,
+    ``reason`` (why nothing was compared), ``plain_twin`` (``twin_reason``: why none was timed); then the judgement: ``valid``
+    (False: the kernel's CTAs wait on each other, ``invalid`` says what was found),
+    ``unreliable`` (why the in-launch figure cannot be right), ``twin_unreliable`` (the same
+    of the plain twin), ``headline`` (the figure to go by, or None), ``headline_source``
+    ("in_launch", "plain_twin" or None) and ``status`` ("ok", "unreliable", "not_measured")."""
+    ids = launch_ids(trace)
+    if launch is None and len(ids) > 1:
+        per = [perturbation(trace, L) for L in ids]
+        out = _empty(None)
+        out.update(launch=None, per_launch=per, status=_worst([p["status"] for p in per]),
+                   reason=f"this bundle holds {len(ids)} launches: each has its own figure")
+        return out
+    one = launch_of(trace, launch) if launch is not None else trace
+    out = _one_launch(one)
+    out["launch"] = launch if launch is not None else (ids[0] if ids else 0)
+    return out
+
+
+def _empty(meta: dict | None) -> dict:
+    return {"measured": False, "rel": None, "noise": None, "basis": None, "recorded": None, "untraced": None,
+            "all": None, "steady": None, "timed": None, "caveats": [], "notes": [], "reason": None,
+            "plain_twin": plain_twin(meta) if meta is not None else None,
+            "twin_reason": untimed_reason(meta) if meta is not None else None, "valid": None, "invalid": None,
+            "unreliable": [], "twin_unreliable": [], "headline": None, "headline_source": None,
+            "status": "not_measured", "dependencies": None}
+
+
+def _one_launch(trace: Trace) -> dict:
+    out = _empty(trace.meta)
+    deps = (trace.meta.get("instrument") or {}).get("cta_dependencies")
+    out["dependencies"] = deps.get("verdict") if isinstance(deps, dict) else None
+    _in_launch(trace, out, deps)
+    _judge(out)
+    return out
+
+
+def _in_launch(trace: Trace, out: dict, deps) -> None:
+    """The comparison of recorded and untraced CTAs of the launch, its caveats and whether it holds."""
     life = cta_lifetimes(trace)
     if life is None:
         out["reason"] = ("no CTA lifetimes in this bundle: recorded before fa4trace timed CTAs, or by a kernel "
                          "with its own recorder")
-        return out
+        return
     dur = life["dur_ns"].to_numpy()
     rec = life["recorded"].to_numpy(zero_copy_only=False)
     phase = np.asarray(life["phase"].to_pylist())
@@ -144,11 +238,11 @@ def perturbation(trace: Trace) -> dict:
     out["timed"] = {"recorded": int(rec.sum()), "untraced": int((~rec).sum())}
     if not rec.any():
         out["reason"] = "no recorded CTA was timed (they lie beyond the buffer's CTA-lifetime region)"
-        return out
+        return
     if rec.all():
         out["reason"] = (f"every timed CTA recorded ({int(rec.size)}): not measurable in this launch; "
                          "see the plain-twin timing")
-        return out
+        return
     out["all"] = _comparison(dur, rec)
     steady = phase == "steady"
     if (steady & rec).sum() >= MIN_CTAS and (steady & ~rec).sum() >= MIN_CTAS:
@@ -157,12 +251,82 @@ def perturbation(trace: Trace) -> dict:
     chosen = out[basis]
     if chosen["rel"] is None:
         out["reason"] = "the untraced CTAs' median duration is 0 ns (stamps within one timer tick)"
-        return out
+        return
     sel = steady if basis == "steady" else np.ones(rec.size, bool)
-    out.update(measured=True, basis=basis, rel=chosen["rel"], recorded=chosen["recorded"],
+    out.update(measured=True, basis=basis, rel=chosen["rel"], noise=chosen["noise"], recorded=chosen["recorded"],
                untraced=chosen["untraced"])
     out["caveats"] = _caveats(trace.meta, chosen, phase, start[sel], launch[sel], rec[sel])
-    return out
+    out["notes"] = _notes(deps)
+    if isinstance(deps, dict) and deps.get("waits_on_previous_grid") and basis == "all":
+        out["caveats"].append("the kernel waits for the previous grid (griddepcontrol.wait): launched with PDL, its "
+                              "opening CTAs' durations include that wait")
+    if not isinstance(deps, dict) or deps.get("verdict") in (None, "unknown"):
+        out["caveats"].append("whether this kernel's CTAs wait on each other was not read (a bundle recorded before "
+                              "fa4trace read the kernel's PTX, or a build without it): where they do (split-KV "
+                              "combine, dynamic tile scheduler, spin waits) this figure is wrong")
+    out["valid"] = not (isinstance(deps, dict) and deps.get("waits_on_ctas"))
+    if not out["valid"]:
+        out["invalid"] = f"its CTAs wait on each other ({deps.get('found') or 'waits_on_ctas'})"
+        return
+    out["unreliable"] = _implausible(trace, out["rel"], out["noise"])
+
+
+def _implausible(trace: Trace, rel: float, noise: float | None) -> list[str]:
+    """Why an in-launch figure cannot be right (module doc); [] where nothing says so."""
+    why = []
+    limit = min(noise, FASTER_LIMIT) if noise is not None else FASTER_LIMIT
+    if rel < -limit:
+        band = f"±{100 * noise:.1f}% noise" if noise is not None else "noise unknown"
+        why.append(f"recorded CTAs ran {-100 * rel:.1f}% faster than untraced ones ({band}): recording cannot "
+                   "speed a CTA up, so the two sets differ in more than recording (which CTAs record, the work "
+                   "they were given, where in the launch they ran)")
+    if _records_nothing(trace) and abs(rel) > max(LIFETIMES_ONLY_LIMIT, noise or 0.0):
+        why.append(f"the recorded CTAs recorded nothing but their warps' lifetimes, yet ran {100 * rel:+.1f}% "
+                   "against untraced ones: that is the sample's bias, not tracing")
+    return why
+
+
+def _records_nothing(trace: Trace) -> bool:
+    """The recorded warps hold no event but their lifetime (a lifetimes-only build)."""
+    ev = trace.events
+    if ev.num_rows == 0:
+        return False
+    names = set(pc.unique(ev["name"].cast(pa.string())).to_pylist())
+    return names <= {"WARP"}
+
+
+def _twin_unreliable(tw: dict) -> list[str]:
+    why = []
+    if not tw.get("method"):
+        why.append(HOST_TIMED)
+    if tw.get("over_launches"):
+        why.append(f"one timing over {tw['over_launches']} launches of this bundle, not this launch's own")
+    noise = (tw.get("noise_pct") or 0.0) / 100
+    if tw["rel"] < -max(noise, FASTER_LIMIT):
+        why.append(f"the traced launch ran faster than the plain one by {-100 * tw['rel']:.1f}%"
+                   + (f" (beyond its ±{100 * noise:.1f}% noise)" if noise else ""))
+    return why
+
+
+def _judge(out: dict) -> None:
+    """The figure to go by: the in-launch one where valid and plausible, else the plain twin."""
+    tw = out["plain_twin"]
+    if tw:
+        out["twin_unreliable"] = _twin_unreliable(tw)
+    if out["measured"] and out["valid"] and not out["unreliable"]:
+        out.update(headline=out["rel"], headline_source="in_launch", status="ok")
+    elif tw:
+        out.update(headline=tw["rel"], headline_source="plain_twin",
+                   status="unreliable" if out["twin_unreliable"] else "ok")
+    elif out["measured"]:
+        out["status"] = "unreliable"
+
+
+def _worst(statuses: list[str]) -> str:
+    for s in ("unreliable", "not_measured", "ok"):
+        if s in statuses:
+            return s
+    return "not_measured"
 
 
 def _caveats(meta: dict, chosen: dict, phase: np.ndarray, start, launch, rec) -> list[str]:
@@ -194,37 +358,76 @@ def _caveats(meta: dict, chosen: dict, phase: np.ndarray, start, launch, rec) ->
     return out
 
 
+def _notes(deps) -> list[str]:
+    """What the kernel's CTA dependencies say that does not bias the figure."""
+    if isinstance(deps, dict) and deps.get("cluster_only") and not deps.get("waits_on_ctas"):
+        return ["CTAs of one cluster wait on each other (cluster barriers, distributed shared memory); fa4trace "
+                "samples whole clusters, so the comparison across clusters holds"]
+    return []
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
 
+def _in_launch_text(p: dict) -> str:
+    rel = p["rel"]
+    how = f"+{100 * rel:.1f}% longer" if rel >= 0 else f"{-100 * rel:.1f}% shorter"
+    extra = "; steady-state waves" if p.get("basis") == "steady" else ""
+    if p.get("noise") is not None:
+        extra += f"; noise ±{100 * p['noise']:.1f}%"
+    return f"recorded CTAs ran {how} than untraced ones ({p['recorded']['n']} recorded, {p['untraced']['n']} untraced{extra})"
+
+
+def _twin_text(tw: dict) -> str:
+    how = [f"{tw['traced_ns'] / 1e3:.2f} µs vs {tw['plain_ns'] / 1e3:.2f} µs"]
+    if tw.get("method"):
+        how.append(TWIN_METHODS.get(tw["method"], tw["method"]) + (f", L2 {tw['l2']}" if tw.get("l2") else "")
+                   + (f", noise ±{tw['noise_pct']:.1f}%" if tw.get("noise_pct") is not None else ""))
+    return f"traced launch ran {_pct(tw['rel'])} against its plain twin ({'; '.join(how)})"
+
+
 def perturbation_lines(p: dict | None) -> list[str]:
     """What ``fa4trace summary`` / ``compare``, the viewer and ``check`` print of
-    ``perturbation()``: the headline first, then the plain twin and the caveats."""
+    ``perturbation()``: the in-launch figure (or why it is not valid, or unreliable), then the
+    plain twin, the caveats and notes; one block per launch for a bundle of several."""
     if not p:
         return []
+    if p.get("per_launch"):
+        lines = []
+        for q in p["per_launch"]:
+            sub = perturbation_lines(q)
+            lines += [f"launch {q.get('launch')}: {sub[0]}" if sub else f"launch {q.get('launch')}: n/a",
+                      *[f"  {x}" for x in sub[1:]]]
+        return lines
     lines = []
     if p.get("measured"):
-        rel = p["rel"]
-        how = f"+{100 * rel:.1f}% longer" if rel >= 0 else f"{-100 * rel:.1f}% shorter"
-        lines.append(f"recorded CTAs ran {how} than untraced ones "
-                     f"({p['recorded']['n']} recorded, {p['untraced']['n']} untraced"
-                     + ("; steady-state waves" if p.get("basis") == "steady" else "") + ")")
+        text = _in_launch_text(p)
+        if p.get("valid") is False:
+            lines.append(f"not valid for this kernel: {p['invalid']}; {text}, which says nothing of the tracing cost")
+        elif p.get("unreliable"):
+            lines.append(f"unreliable: {text}")
+            lines += [f"why: {w}" for w in p["unreliable"]]
+        else:
+            lines.append(text)
     elif p.get("reason"):
         lines.append(f"not measured: {p['reason']}")
     tw = p.get("plain_twin")
     if tw:
-        lines.append(f"traced launch ran {_pct(tw['rel'])} against its plain twin "
-                     f"({tw['traced_ns'] / 1e3:.2f} µs vs {tw['plain_ns'] / 1e3:.2f} µs)")
+        head = "instead: " if p.get("measured") and p.get("headline_source") == "plain_twin" else ""
+        lines.append(head + _twin_text(tw) + (" — unreliable" if p.get("twin_unreliable") else ""))
+        lines += [f"why: {w}" for w in p.get("twin_unreliable") or []]
+    elif p.get("twin_reason"):
+        lines.append(f"plain twin not timed: {p['twin_reason']}")
     lines += [f"caveat: {c}" for c in p.get("caveats") or []]
+    lines += [f"note: {c}" for c in p.get("notes") or []]
     return lines
 
 
 def headline(p: dict | None) -> float | None:
-    """The perturbation to judge by: the in-launch figure, else the plain twin's, else None."""
-    if not p:
+    """The perturbation to go by (``perturbation()``'s ``headline``): the in-launch figure where
+    it is valid and plausible, else the plain twin's, else None; None for a bundle of several
+    launches (each has its own: ``per_launch``)."""
+    if not p or p.get("per_launch"):
         return None
-    if p.get("measured"):
-        return p["rel"]
-    tw = p.get("plain_twin")
-    return tw["rel"] if tw else None
+    return p.get("headline")

@@ -20,6 +20,9 @@ Bundles of kernels traced by fa4trace.instrument carry pipeline, TMA, MMA and ba
   the fill of c (above); median and p90 per stage (c % stages) and over all stages.
 * **wait chain**: fa4trace.analysis.wait_chain.
 
+Every figure is one launch's: a bundle of several launches is summarized launch by launch and
+compared one launch of A against one of B (fa4trace.analysis.launches).
+
 Vectorized over rows (numpy sorts and bincounts); the loops are over pipelines, stages and roles.
 """
 
@@ -32,6 +35,7 @@ from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from .autoevents import AutoCols, is_automatic
 from .fidelity import perturbation
+from .launches import compare_launches, per_launch
 from .overlap import config_diff, diff_text, json_safe, kernel_time, ring_losses, speed_text, union_length
 from .roles import assign_roles, role_rank
 from .wait_chain import chain_per_cta, wait_chains
@@ -380,11 +384,18 @@ def _stats(x) -> dict | None:
     return {"min": float(x.min()), "median": float(np.median(x)), "max": float(x.max())} if x.size else None
 
 
-def summarize_kernel(trace: Trace, roles=None) -> dict:
-    """Everything `fa4trace summary --json` prints for an automatic bundle (module docstring).
+def summarize_kernel(trace: Trace, roles=None, launch: int | None = None) -> dict:
+    """Everything `fa4trace summary --json` prints for an automatic bundle (module docstring):
+    one launch's figures (the bundle's only launch, or ``launch``), or for a bundle of several
+    each launch's in ``per_launch`` (fa4trace.analysis.launches.per_launch).
 
     ``roles``: warp index -> role (or role -> warp indices), winning over the bundle's own."""
     require_automatic(trace)
+    return per_launch(trace, lambda t: _summarize_launch(t, roles), launch)
+
+
+def _summarize_launch(trace: Trace, roles=None) -> dict:
+    """``summarize_kernel`` of a bundle of one launch."""
     tr = assign_roles(trace, roles)
     c = AutoCols.of(tr)
     ra = tr.meta["role_assignment"]
@@ -519,13 +530,20 @@ def metric_pairs(sa: dict, sb: dict | None = None):
             yield key, a, b
 
 
-def compare_kernels(a: Trace, b: Trace, roles=None) -> dict:
-    """Side by side summaries of two bundles of the same kernel and what changed from a to b."""
+def compare_kernels(a: Trace, b: Trace, roles=None, launch_a: int | None = None, launch_b: int | None = None) -> dict:
+    """Side by side summaries of two bundles of the same kernel and what changed from a to b,
+    one launch of each (fa4trace.analysis.launches.launch_pairs): one comparison, or
+    {"pairs": [one per pair], "launch_pairs"}."""
     for t in (a, b):
         require_automatic(t)
     ka, kb = (t.meta["instrument"].get("kernel") or t.meta.get("kernel") for t in (a, b))
     if ka != kb:
         raise Fa4traceError(f"A is kernel {ka}, B is kernel {kb}: compare needs two bundles of the same kernel")
+    return compare_launches(a, b, launch_a, launch_b, lambda x, y: _compare_launch(x, y, roles))
+
+
+def _compare_launch(a: Trace, b: Trace, roles=None) -> dict:
+    """``compare_kernels`` of two bundles of one launch each."""
     sa, sb = summarize_kernel(a, roles), summarize_kernel(b, roles)
     diff = {key: {"a": va, "b": vb, "delta": vb - va, "ratio": (vb / va) if va else None}
             for key, va, vb in metric_pairs(sa, sb) if va is not None and vb is not None}

@@ -12,6 +12,8 @@ Definitions (all per CTA, then aggregated over CTAs weighted by time):
   (``stream_profile``): what the start, the end and the work after the stream cost.
 * kernel span = last warp end − first warp start of a launch (recorded warps only; a
   bundle recorded for a CTA subset says so in its metadata).
+* every figure is one launch's: a bundle of several launches is summarized launch by launch
+  (fa4trace.analysis.launches), and compared one launch of A against one of B.
 * kernel time (``kernel_time_ns``, bandwidth uses it), from the first of these the bundle's
   meta["timing"] has, named by ``kernel_time_kind`` and ``kernel_time_source``:
   ``bench_us``: the untraced kernel in the cold-L2 CUDA-graph benchmark (fresh inputs per
@@ -33,6 +35,7 @@ import pyarrow as pa
 
 from ..trace.bundle import Trace
 from .fidelity import perturbation
+from .launches import compare_launches, per_launch
 
 OVERLAP_PAIRS = (("QK", "SOFTMAX"), ("PV", "SOFTMAX"))
 ITER_EVENTS = ("LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV")
@@ -443,8 +446,15 @@ def ring_losses(trace: Trace) -> dict:
             "overwritten_warps": sum(int(m.get("overwritten_warps", 0)) for m in launches)}
 
 
-def summarize(trace: Trace) -> dict:
-    """Everything `fa4trace summary --json` prints; the app shows the same numbers."""
+def summarize(trace: Trace, launch: int | None = None) -> dict:
+    """Everything `fa4trace summary --json` prints; the app shows the same numbers. One launch's
+    figures (the bundle's only launch, or ``launch``), or for a bundle of several each launch's
+    in ``per_launch`` (fa4trace.analysis.launches.per_launch): no figure mixes launches."""
+    return per_launch(trace, _summarize_launch, launch)
+
+
+def _summarize_launch(trace: Trace) -> dict:
+    """``summarize`` of a bundle of one launch."""
     c = _columns(trace)
     ctas = _per_cta(c)  # the columns are decoded once per summary
     out: dict = {
@@ -468,7 +478,7 @@ def summarize(trace: Trace) -> dict:
     warp_rows = c.mask("WARP")
     bounds = _launch_bounds(c)
     span = {L: end - start for L, (start, end) in bounds.items()}
-    out["kernel_span_ns"] = span.get(0) if len(span) == 1 else span
+    out["kernel_span_ns"] = next(iter(span.values())) if len(span) == 1 else span
     out["total_span_ns"] = int(c.end[warp_rows].max() - c.start[warp_rows].min()) if warp_rows.any() else None
     out.update(kernel_time(trace.meta.get("timing") or {}, out["total_span_ns"]))
     kernel_ns = out["kernel_time_ns"]
@@ -625,10 +635,17 @@ def speed_text(sa: dict, sb: dict, caveat: str | None = None) -> str | None:
                    "different sources, not comparable]")
 
 
-def compare(a: Trace, b: Trace) -> dict:
-    """Side by side summaries and what changed from a to b (b is usually the ping-pong).
+def compare(a: Trace, b: Trace, launch_a: int | None = None, launch_b: int | None = None) -> dict:
+    """Side by side summaries and what changed from a to b (b is usually the ping-pong), one
+    launch of each (fa4trace.analysis.launches.launch_pairs: the ones named, a bundle's only
+    one, or launch by launch): one comparison, or {"pairs": [one per pair], "launch_pairs"}.
     ``differs``: the kernels (when not the same one) and the shape keys (``SHAPE_KEYS``) whose
     values differ; the ``speed`` line says when A and B ran different shapes."""
+    return compare_launches(a, b, launch_a, launch_b, _compare_launch)
+
+
+def _compare_launch(a: Trace, b: Trace) -> dict:
+    """``compare`` of two bundles of one launch each."""
     sa, sb = summarize(a), summarize(b)
     diff: dict = {}
     for key in ("kernel_time_ns", "bandwidth_tbps", "period_ns", "hidden_softmax_ns", "qk_softmax_overlap",

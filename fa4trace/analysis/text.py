@@ -38,13 +38,51 @@ def pipeline_recorded(d: dict) -> bool:
     return bool(counts.get("max")) or d.get("occupancy_mean") is not None or d.get("lag_median_ns") is not None
 
 
+def launch_text(s: dict) -> str:
+    """Which launch a summary's figures are: "1 launch", or "launch 0 of 2"."""
+    n = s.get("launch_count") or s.get("launches") or 1
+    return f"launch {s.get('launch', 0)} of {n}" if n > 1 else "1 launch"
+
+
+def other_launches_lines(s: dict) -> list[str]:
+    """A one-launch summary of a bundle of several: the other launches and their spans."""
+    rows = s.get("other_launches") or []
+    if not rows:
+        return []
+    return ["  other launches " + ", ".join(f"{r['launch']} ({ns(r.get('span_ns'))} span)" for r in rows)
+            + " (--launch N shows one)"]
+
+
+def format_launches(s: dict, format_one) -> str:
+    """A summary of a bundle of several launches (``per_launch``): the launch table, kernel time
+    across launches labelled as such, then each launch's own figures by ``format_one``."""
+    lines = [f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
+             f"  launches       {s['launch_count']} in this bundle; each launch's own figures below "
+             "(--launch N: one of them)",
+             f"  {'launch':>8s}{'CTAs':>7s}{'warps':>8s}{'kernel time':>14s}{'starts at':>14s}"]
+    t0 = min((r["start_ns"] for r in s.get("launch_table") or [] if r.get("start_ns") is not None), default=0)
+    for r in s.get("launch_table") or []:
+        at = "n/a" if r.get("start_ns") is None else f"{(r['start_ns'] - t0) / 1e9:+.6f} s"
+        lines.append(f"  {r['launch']:>8d}{r['ctas']:>7d}{r['warps']:>8d}{ns(r.get('kernel_time_ns')):>14s}{at:>14s}")
+    kt = (s.get("across_launches") or {}).get("kernel_time_ns")
+    if kt and kt["n"] > 1:
+        lines.append(f"  kernel time    median of {kt['n']} launches {ns(kt['median'])} "
+                     f"({ns(kt['min'])} to {ns(kt['max'])}): each launch's is its own")
+    for one in s.get("per_launch") or []:
+        lines += ["", f"launch {one.get('launch')} of {s['launch_count']}", format_one(one)]
+    return "\n".join(lines)
+
+
 def format_kernel_summary(s: dict) -> str:
+    if s.get("per_launch"):
+        return format_launches(s, format_kernel_summary)
     cfg = s.get("config") or {}
     lines = [
         f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
         f"  gpu            {s.get('gpu') or 'n/a'}{'  arch ' + s['arch'] if s.get('arch') else ''}",
         f"  config         {' '.join(f'{k}={v}' for k, v in cfg.items()) or 'n/a'}",
-        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {s['launches']} launch(es))",
+        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {launch_text(s)})",
+        *other_launches_lines(s),
         f"  kernel time    {ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
         f"  dropped        {dropped_text(s)}",
         *perturbation_text(s.get("perturbation")),
@@ -151,10 +189,31 @@ def label(key: str) -> str:
     return key
 
 
+def pairs_text(c: dict, format_one) -> str:
+    """A comparison of several launch pairs (``pairs``): each pair's under its own header."""
+    out = []
+    for one in c["pairs"]:
+        out += [f"A launch {one['launch_a']} vs B launch {one['launch_b']}", format_one(one), ""]
+    return "\n".join(out[:-1])
+
+
+def pair_line(c: dict) -> str:
+    """Which launches a comparison of bundles of several launches set side by side ("" for two
+    bundles of one launch each)."""
+    na, nb = (c.get(k, {}).get("launch_count") or 1 for k in ("a", "b"))
+    if na == nb == 1:
+        return ""
+    return f"A launch {c.get('launch_a')} of {na} vs B launch {c.get('launch_b')} of {nb}"
+
+
 def format_kernel_compare(c: dict) -> str:
     from .kernel import metric_pairs
 
+    if c.get("pairs"):
+        return pairs_text(c, format_kernel_compare)
     out = [f"{'':28s}{'A: ' + c['a']['name']:>24s}  {'B: ' + c['b']['name']:>24s}  {'B − A':>18s}"]
+    if pair_line(c):
+        out.insert(0, pair_line(c))
     for key, a, b in metric_pairs(c["a"], c["b"]):
         out.append(f"{label(key):28s}{fmt_value(key, a):>24s}  {fmt_value(key, b):>24s}  {fmt_delta(key, a, b):>18s}")
     for which in ("a", "b"):

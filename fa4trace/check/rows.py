@@ -343,20 +343,53 @@ def _cost_row(label: str, plain_us: float, traced_us: float, how: str, hint: str
 
 
 def perturbation_row(label: str, trace) -> Row:
-    """What the bundle measured of its own perturbation (fa4trace.analysis.fidelity): its recorded CTAs
-    against the untraced ones of the launch, else its plain twin; skip where neither was
-    measured. Warns above COST_WARN, as the cost rows do."""
+    """What the bundle measured of its own perturbation (fa4trace.analysis.fidelity), per launch:
+    the figure to go by (its recorded CTAs against the untraced ones of the launch where that
+    comparison holds, else its plain twin). Warns above COST_WARN as the cost rows do, and
+    wherever the figure cannot be trusted (CTAs that wait on each other with no twin to go by,
+    recorded CTAs faster than untraced ones, a twin timed from the host): never "ok" then.
+    Skips where nothing was measured."""
     p = perturbation(trace)
-    lines = perturbation_lines(p)
-    rel = headline(p)
     name = f"perturbation, {label}"
-    if rel is None:
+    judged = [(q.get("launch"), q) for q in p["per_launch"]] if p.get("per_launch") else [(None, p)]
+    verdicts, measured, why = [], [], []
+    for launch, q in judged:
+        verdict, text, reason = _judge_perturbation(q)
+        tag = "" if launch is None else f"launch {launch}: "
+        verdicts.append(verdict)
+        if text:
+            measured.append(tag + text)
+        if reason:
+            why.append(tag + reason)
+    lines = perturbation_lines(p)
+    if all(v == "skip" for v in verdicts):
         return Row("cost", name, "skip", "", lines[0] if lines else "not measured")
-    source = "recorded vs untraced CTAs" if p["measured"] else "traced vs plain twin"
-    return Row("cost", name, "ok" if rel <= COST_WARN else "warn", f"{100 * rel:+.1f}% ({source})",
-               "; ".join(lines),
-               f"the trace's durations run more than {COST_WARN:.0%} slow here: record fewer families or "
-               "fewer warps, and read its durations as upper bounds", {"perturbation": p})
+    verdict = "warn" if "warn" in verdicts else "ok"
+    return Row("cost", name, verdict, "; ".join(measured), "; ".join(lines),
+               "; ".join(why) if verdict == "warn" else "", {"perturbation": p})
+
+
+def _judge_perturbation(p: dict) -> tuple[str, str, str]:
+    """(verdict, the figure as the row shows it, why it warns) of one launch's perturbation."""
+    rel = headline(p)
+    source = {"in_launch": "recorded vs untraced CTAs", "plain_twin": "traced vs plain twin"}.get(p.get("headline_source"))
+    if rel is None:
+        if not p.get("measured"):
+            return "skip", "", ""
+        why = (f"the in-launch figure is not valid for this kernel ({p['invalid']}) and no plain twin was timed"
+               if p.get("valid") is False else "the in-launch figure is unreliable: " + "; ".join(p.get("unreliable") or [])
+               + " (and no plain twin was timed)")
+        return "warn", "n/a (unreliable)", why + ": record with a plain twin (instrument() times one) or a sample " \
+                                                 "spread over the grid (cta_stride)"
+    text = f"{100 * rel:+.1f}% ({source})"
+    if p.get("status") == "unreliable":
+        reasons = p.get("twin_unreliable") if p.get("headline_source") == "plain_twin" else p.get("unreliable")
+        return "warn", text + ", unreliable", ("this figure cannot be trusted: " + "; ".join(reasons or [])
+                                               + ": read the trace's durations with care")
+    if rel > COST_WARN:
+        return "warn", text, (f"the trace's durations run more than {COST_WARN:.0%} slow here: record fewer families "
+                              "or fewer warps, and read its durations as upper bounds")
+    return "ok", text, ""
 
 
 def _num(x) -> str:

@@ -16,6 +16,8 @@ import numpy as np
 from ..format import layout as L
 from ..format.vocab import EV, ROLE
 
+T0_NS = 1_700_000_000_000_000_000  # the synthetic launches' %globaltimer origin (ns)
+
 
 @dataclass
 class WarpEvents:
@@ -224,12 +226,12 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
                    idle_warps: int = 2, load_ns=400, mma_ns=300, store_ns=200,
                    consumer_stagger_ns: int = 4, straggler_ns: int = 0, producer_gap_ns: int = 10,
                    consumer_gap_ns: int = 10, cta_offset_ns: int = 100, sms: int = 132,
-                   roles: dict | None = None, kernel: str = "synthetic.gemm_like"):
+                   roles: dict | None = None, kernel: str = "synthetic.gemm_like", t0_ns: int = T0_NS):
     """A GEMM-like warp-specialized CTA set recorded by automatic events (known answers for tests).
 
     Warps of each CTA: 0..W-1 consumers (``consumer_warps``), W the producer, then ``idle_warps``
     that record nothing, then one epilogue warp. Times are exact ns (globaltimer timebase), from
-    the CTA's start (CTA i starts ``i * cta_offset_ns`` after CTA 0). Per k-tile count c
+    the CTA's start (CTA i starts ``i * cta_offset_ns`` after CTA 0, CTA 0 at ``t0_ns``). Per k-tile count c
     (stage c % stages):
 
     * producer: ``ab.acquire(c)`` from ``acq`` until ``max(acq, last consumer release of
@@ -321,7 +323,7 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
 
     cap = max(8, max(len(p) for p in progs.values()))
     spec = L.BufferSpec(warps_per_cta, n_ctas, cap)
-    gt_base = 1_700_000_000_000_000_000
+    gt_base = t0_ns
     warps = []
     for cta in range(n_ctas):
         g0 = gt_base + cta * cta_offset_ns
@@ -343,48 +345,123 @@ def pipelined_like(*, n_ctas: int = 4, k_tiles: int = 16, stages: int = 4, consu
 
 
 # ---- a sampled launch: some CTAs record, every CTA is timed --------------------------------------
+# what fa4trace.auto.ctadeps reads from a kernel whose CTAs never talk to each other
+NO_CTA_DEPENDENCIES = {"verdict": "none", "found": "", "waits_on_ctas": [], "waits_on_previous_grid": [],
+                       "cluster_only": [], "fire_and_forget": []}
+
+
 def sampled_like(*, n_ctas: int = 64, sms: int = 8, cta_first: int = 0, cta_stride: int = 1, n_recorded: int = 8,
                  work_ns: int = 10_000, slowdown: float = 0.25, opening_extra: float = 0.0, work_spread: float = 0.0,
-                 jitter: float = 0.01, warps_per_cta: int = 2, lifetime_ctas: int | None = None,
-                 split: bool = True, seed: int = 0):
+                 work_gradient: float = 0.0, jitter: float = 0.01, warps_per_cta: int = 2,
+                 lifetime_ctas: int | None = None, split: bool = True, events: bool = True, t0_ns: int = T0_NS,
+                 seed: int = 0):
     """A launch of ``n_ctas`` CTAs on ``sms`` CTA slots, taken in CTA order as slots free up
     (known answers for fa4trace.analysis.fidelity's tests; marked synthetic).
 
-    CTA i runs ``work_ns`` x (1 + a uniform draw in ±``work_spread``) x (1 + ``jitter`` noise),
-    x (1 + ``slowdown``) when it records, x (1 + ``opening_extra``) when it starts in the first
-    wave (the opening's contention). CTAs first, first+stride, ... (``n_recorded`` of them)
-    record: each warp a lifetime and one ``barrier.sync`` span, in the globaltimer timebase.
-    Every CTA below ``lifetime_ctas`` (default all) gets its lifetime entry, as the device's
-    stamps leave it. Returns (buffer words, metadata with meta["instrument"], vocabulary)."""
+    CTA i runs ``work_ns`` x (1 + ``work_gradient`` x i / (n_ctas - 1)) (work that grows along
+    the grid, as under a causal mask) x (1 + a uniform draw in ±``work_spread``) x (1 +
+    ``jitter`` noise), x (1 + ``slowdown``) when it records, x (1 + ``opening_extra``) when it
+    starts in the first wave (the opening's contention). CTAs first, first+stride, ...
+    (``n_recorded`` of them) record: each warp a lifetime and (``events``) one ``barrier.sync``
+    span, in the globaltimer timebase, from ``t0_ns``. Every CTA below ``lifetime_ctas``
+    (default all) gets its lifetime entry, as the device's stamps leave it. Its CTAs never wait
+    on each other (meta ``instrument.cta_dependencies``). Returns (buffer words, metadata with
+    meta["instrument"], vocabulary)."""
     rng = np.random.default_rng(seed)
-    vocab = pipelined_vocab(1)
-    sync = next(e.id for e in vocab.events if e.name == "barrier.sync")
+    work = work_ns * (1 + work_gradient * np.arange(n_ctas) / max(n_ctas - 1, 1))
+    work = work * (1 + rng.uniform(-work_spread, work_spread, n_ctas)) * (1 + jitter * rng.standard_normal(n_ctas))
     spec = L.BufferSpec.for_grid(n_ctas, warps_per_cta, 8, cta_first=cta_first, cta_stride=cta_stride,
                                  max_ctas=n_recorded, lifetime_ctas=n_ctas if lifetime_ctas is None else lifetime_ctas)
-    recorded = set(spec.cta_of_slot(np.arange(spec.n_cta_slots)).tolist())
-    t0 = 1_700_000_000_000_000_000
+    recorded = np.isin(np.arange(n_ctas), spec.cta_of_slot(np.arange(spec.n_cta_slots)))
+    work = work * np.where(recorded, 1 + slowdown, 1.0) * np.where(np.arange(n_ctas) < sms, 1 + opening_extra, 1.0)
     free = np.zeros(sms, np.int64)  # when each slot frees up, ns from t0
     start, end = np.zeros(n_ctas, np.int64), np.zeros(n_ctas, np.int64)
     for c in range(n_ctas):
         s = int(free.argmin())
         start[c] = free[s] + 40  # the launch of a CTA into a freed slot
-        d = work_ns * (1 + rng.uniform(-work_spread, work_spread)) * (1 + jitter * rng.standard_normal())
-        d *= (1 + slowdown) if c in recorded else 1.0
-        d *= (1 + opening_extra) if c < sms else 1.0
-        end[c] = start[c] + max(int(d), 200)
+        end[c] = start[c] + max(int(work[c]), 200)
         free[s] = end[c]
+    return _timed_launch("synthetic.sampled", spec, sms, start, end, recorded, warps_per_cta, events, t0_ns,
+                         {"n_ctas": n_ctas, "sms": sms, "slowdown": slowdown}, split, NO_CTA_DEPENDENCIES)
+
+
+def _timed_launch(kernel: str, spec: L.BufferSpec, sms: int, start, end, recorded, warps_per_cta: int, events: bool,
+                  t0_ns: int, config: dict, split: bool, deps: dict):
+    """A launch's buffer from its CTAs' start and end (ns from ``t0_ns``): each recorded CTA's
+    warps a lifetime and (``events``) one ``barrier.sync`` span; every CTA its lifetime entry."""
+    vocab = pipelined_vocab(1)
+    sync = next(e.id for e in vocab.events if e.name == "barrier.sync")
     warps = []
-    for c in sorted(recorded):
+    for c in np.flatnonzero(recorded).tolist():
         for w in range(warps_per_cta):
-            g0, g1 = t0 + start[c] + 10 + w, t0 + end[c] - 10 - w
+            g0, g1 = t0_ns + start[c] + 10 + w, t0_ns + end[c] - 10 - w
             mid = (g0 + g1) // 2
-            warps.append(WarpEvents(c, w, c % sms, ROLE.UNKNOWN, g0, g1, g0, g1, np.array([L.KIND_BEGIN, L.KIND_END]),
-                                    np.array([sync, sync]), np.array([1, 1]), np.array([mid - 50, mid + 50])))
-    buf = write_buffer(spec, warps, timebase=L.TIMEBASE_GLOBALTIMER, lifetimes=(np.arange(n_ctas), t0 + start, t0 + end))
-    meta = {"kernel": "synthetic.sampled", "synthetic": True,
-            "config": {"n_ctas": n_ctas, "sms": sms, "slowdown": slowdown},
+            kinds, ids, pay, t = (([L.KIND_BEGIN, L.KIND_END], [sync, sync], [1, 1], [mid - 50, mid + 50]) if events
+                                  else ([], [], [], []))
+            warps.append(WarpEvents(c, w, c % sms, ROLE.UNKNOWN, g0, g1, g0, g1, np.array(kinds, np.int64),
+                                    np.array(ids, np.int64), np.array(pay, np.int64), np.array(t, np.int64)))
+    n_ctas = len(start)
+    buf = write_buffer(spec, warps, timebase=L.TIMEBASE_GLOBALTIMER,
+                       lifetimes=(np.arange(n_ctas), t0_ns + np.asarray(start), t0_ns + np.asarray(end)))
+    meta = {"kernel": kernel, "synthetic": True, "config": config,
             "grid": [n_ctas, 1, 1], "block": [32 * warps_per_cta, 1, 1],
-            "instrument": {"kernel": "synthetic.sampled", "arch": "sm_90a", "families": ["barrier"],
+            "instrument": {"kernel": kernel, "arch": "sm_90a", "families": ["barrier"] if events else [],
                            "pipelines": {}, "roles": None, "warps_per_cta": warps_per_cta, "split": split,
-                           "cta_lifetimes": True, "synthetic": True}}
+                           "cta_lifetimes": True, "cta_dependencies": dict(deps), "synthetic": True}}
+    return buf, meta, vocab
+
+
+# what fa4trace.auto.ctadeps reads from a split-KV kernel whose CTAs take a ticket from a counter
+SPLIT_KV_DEPENDENCIES = {
+    "verdict": "waits_on_ctas",
+    "found": "returning atomics on global memory (counters, tickets, semaphores, tile schedulers): "
+             "atom.global.acq_rel.add.u32 x1; acquire gpu-scope loads of global memory (spin waits, polled "
+             "counters): ld.acquire.gpu.global.b32 x2",
+    "waits_on_ctas": [{"what": "returning atomics on global memory (counters, tickets, semaphores, tile schedulers)",
+                       "ops": {"atom.global.acq_rel.add.u32": 1}},
+                      {"what": "acquire gpu-scope loads of global memory (spin waits, polled counters)",
+                       "ops": {"ld.acquire.gpu.global.b32": 2}}],
+    "waits_on_previous_grid": [], "cluster_only": [], "fire_and_forget": []}
+
+
+def split_kv_like(*, groups: int = 32, splits: int = 4, sms: int = 132, cta_first: int = 0, cta_stride: int = 1,
+                  n_recorded: int = 32, work_ns: int = 10_000, combine_ns: int = 1_000, slowdown: float = 0.25,
+                  jitter: float = 0.01, warps_per_cta: int = 2, events: bool = True, seed: int = 0):
+    """A split-KV launch whose CTAs wait on each other (known answers for the perturbation
+    statistic where it does not hold; marked synthetic).
+
+    ``groups`` x ``splits`` CTAs, CTA c = split (c % splits) of group (c // splits), taken in CTA
+    order by ``sms`` slots. Each runs its share of the KV, ``work_ns`` x (1 + ``jitter``
+    noise), x (1 + ``slowdown``) when it records; then takes a ticket from its group's counter
+    and waits until every split of the group has arrived, and combines one share of the
+    output (``combine_ns``): every CTA of a group ends with its slowest split. A recorded
+    (slowed) CTA so makes the untraced CTAs of its group longer: the in-launch comparison
+    reads near 0% while every recorded CTA ran ``slowdown`` longer and the launch took longer.
+    The metadata says the CTAs wait on each other (``instrument.cta_dependencies``) and holds
+    the known answers: ``synthetic_truth`` {"cta_slowdown", "plain_ns", "traced_ns",
+    "launch_cost"} (the launch run again with ``slowdown`` 0 on the same draws). Returns
+    (buffer words, metadata, vocabulary)."""
+    rng = np.random.default_rng(seed)
+    n_ctas = groups * splits
+    if n_ctas > sms:  # a group that waits on a split no slot will run: the kernel needs one wave
+        raise ValueError(f"split_kv_like runs one wave: groups x splits ({n_ctas}) must fit the {sms} slots")
+    base = work_ns * (1 + jitter * rng.standard_normal(n_ctas))
+    spec = L.BufferSpec.for_grid(n_ctas, warps_per_cta, 8, cta_first=cta_first, cta_stride=cta_stride,
+                                 max_ctas=n_recorded)
+    recorded = np.isin(np.arange(n_ctas), spec.cta_of_slot(np.arange(spec.n_cta_slots)))
+
+    def run(slow: float):
+        start = np.full(n_ctas, 40, np.int64)
+        arrive = start + (base * np.where(recorded, 1 + slow, 1.0)).astype(np.int64)
+        last = arrive.reshape(groups, splits).max(axis=1).repeat(splits)  # every split of the group arrived
+        return start, last + combine_ns
+
+    start, end = run(slowdown)
+    plain_start, plain_end = run(0.0)
+    buf, meta, vocab = _timed_launch("synthetic.split_kv", spec, sms, start, end, recorded, warps_per_cta, events,
+                                     T0_NS, {"groups": groups, "splits": splits, "sms": sms, "slowdown": slowdown},
+                                     True, SPLIT_KV_DEPENDENCIES)
+    plain_ns, traced_ns = int(plain_end.max() - plain_start.min()), int(end.max() - start.min())
+    meta["synthetic_truth"] = {"cta_slowdown": slowdown, "plain_ns": plain_ns, "traced_ns": traced_ns,
+                               "launch_cost": traced_ns / plain_ns - 1}
     return buf, meta, vocab
