@@ -419,7 +419,8 @@ def perturbation_lines(p: dict | None) -> list[str]:
         lines += [f"why: {w}" for w in p.get("twin_unreliable") or []]
     elif p.get("twin_reason"):
         lines.append(f"plain twin not timed: {p['twin_reason']}")
-    lines += [f"caveat: {c}" for c in p.get("caveats") or []]
+    if p.get("valid") is not False:  # a refused comparison's biases are beside the point
+        lines += [f"caveat: {c}" for c in p.get("caveats") or []]
     lines += [f"note: {c}" for c in p.get("notes") or []]
     return lines
 
