@@ -14,6 +14,10 @@ from . import kinds  # noqa: E402
 
 kinds.register_shipped()  # the kernel kinds fa4trace ships, known to the loader (fa4trace.run.loader)
 
+from .auto.registry import install as _watch_kernels  # noqa: E402
+
+_watch_kernels()  # every CuTe DSL kernel compiled from now on is known to instrument() (no cutlass imported here)
+
 __all__ = ["__version__", "EV", "ROLE", "VOCAB", "Vocabulary", "Fa4traceError", "TraceFormatError",
            "DeviceUnavailable", "Trace", "load", "decode_attention", "instrument"]
 

@@ -4,25 +4,28 @@
         loss = model(x).sum(); loss.backward()      # FA4, quack, any CuTe DSL kernel in it
     recording.save("step.parquet")                  # one bundle per kernel that ran traced
 
-Inside the block ``cute.compile`` (under every name it is imported by) compiles with automatic
-events (``fa4trace.auto.compiler``) and returns an ``Instrumented`` callable that takes the
-same arguments as the plain compiled function; kernels compiled before the block are taken out
-of their caches so that they compile again (``fa4trace.auto.reach``). Everything is put back
+Inside the block ``cute.compile`` (under every name, on every thread: ``fa4trace.auto.block``)
+compiles with automatic events (``fa4trace.auto.compiler``) and returns an ``Instrumented``
+callable that takes the same arguments as the plain compiled function; kernels compiled
+before the block are taken out of their caches so that they compile again
+(``fa4trace.auto.reach``, the caches known through ``fa4trace.auto.registry``). With a
+``schedule`` only the active steps of a long run trace, and a traced build is compiled once
+per process (``fa4trace.auto.schedule``, ``fa4trace.auto.reuse``). Everything is put back
 when the block ends, and the program runs its plain kernels again.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..format.errors import Fa4traceError
 from ..format.layout import DEFAULT_RING, check_ring
+from .block import Block
 from .events import FAMILIES
-from .patches import Patches
-from .reach import CallSpy, Reach
+from .reach import own
+from .reuse import builds
 from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions, passes_asked
 
 
@@ -43,8 +46,11 @@ class Recording:
         self.split = split
         self.kernels: list[Instrumented] = []
         self.unreached: dict[str, int] = {}  # kernel calls inside the block fa4trace could not trace
-        self.hidden = 0  # cached kernels taken out of their caches for the block
-        self._spy = CallSpy()
+        self.hidden = 0  # cache entries taken out or replaced by a traced build when the last window opened
+        self.tracing = False  # an active step: kernels run traced
+        self.windows = 0  # capture windows closed that had active steps
+        self.ignored: set[int] = set()  # ids of host code compiled in the block (its calls are not counted)
+        self._block: Optional[Block] = None
 
     def compile(self, real_compile, fn, *args, **kwargs):
         """``cute.compile`` inside the block: an Instrumented kernel, or the plain compile for
@@ -54,58 +60,43 @@ class Recording:
 
         if not find_kernels(fn, self.extra_kernels):
             compiled = real_compile(fn, *args, **kwargs)
-            self._spy.ignore(compiled)
+            self.ignored.add(id(compiled))
             return compiled
         c = self._compile_traced(real_compile, fn, args, kwargs, self.cursor)
         meta = dict(c.meta, roles=self.roles, params=c.params)
         if self.warps_per_cta:
             meta["warps_per_cta"] = int(self.warps_per_cta)
         tvm_ffi = "enable-tvm-ffi" in str(kwargs.get("options", "")) or "enable-tvm-ffi" in str(
-            getattr(real_compile, "_compile_options", ""))
+            getattr(real_compile, "compile_options", ""))
+        settings = self._settings()
         k = Instrumented(c.fn, c.vocab, meta, plain=c.plain, options=self.options,
                          to_arg=(lambda t: t) if tvm_ffi else _from_dlpack,
-                         recompile=lambda cursor, **kw: self._compile_traced(real_compile, fn, args, kwargs, cursor,
-                                                                             check=False, **kw),
-                         own=self._spy.own)
+                         recompile=lambda cursor, **kw: _locked_compile(settings, real_compile, fn, args, kwargs,
+                                                                        cursor, check=False, **kw),
+                         own=own)
         k.compiled = c
+        k.active = self.tracing  # a warm-up step compiles it; the active steps run it traced
         self.kernels.append(k)
         return k
 
+    def _settings(self) -> tuple:
+        """What a traced compile of this block takes (a recompile holds this, not the recording)."""
+        return (self.families, self.extra_kernels, self.spans, self.l2, self.split, self.ring)
+
     def _compile_traced(self, real_compile, fn, args, kwargs, cursor, check=None, families=None, spans=None):
-        from .compiler import compile_traced
+        return _compile_traced(self._settings(), real_compile, fn, args, kwargs, cursor, check, families, spans)
 
-        # the plain build is always compiled beside the traced one: the output check runs it,
-        # and once the block has ended the program runs it wherever the Instrumented was kept
-        # families / spans: a pass's lighter recording (fa4trace.auto.run), else the block's
-        return compile_traced(fn, *args, families=self.families if families is None else families,
-                              kernels=self.extra_kernels, cursor=cursor,
-                              check=True if check is None else check, spans=self.spans if spans is None else spans,
-                              l2=self.l2,
-                              split=self.split, compile_fn=real_compile, ring=self.ring, **kwargs)
+    def step(self) -> None:
+        """The step just run has ended: the block moves to the next step of its ``schedule``
+        (the torch.profiler.profile it follows steps it by itself)."""
+        if self._block is None:
+            raise Fa4traceError("recording.step(): this recording's instrument() block has not started")
+        self._block.step()
 
-    def _open(self, caches=()) -> None:
-        """Make the program's cached kernels miss (``reach.Reach``) and watch for calls of
-        kernels fa4trace could not reach."""
-        self._reach = Reach()
-        self.hidden = self._reach.hide(tuple(caches))
-        self._spy.install()
-
-    def _close(self) -> None:
-        """Every kernel compiled in the block runs plain from now on; the caches hold the
-        program's kernels again; one line if some kernel calls could not be traced."""
-        for k in self.kernels:
-            k.close()
-        self._spy.restore()
-        self._reach.restore(self.kernels)
-        self.unreached = dict(self._spy.calls)
-        line = self._spy.report()
-        if line:
-            print(line, file=sys.stderr)
-        plain = sum(k.captured_plain for k in self.kernels)
-        if plain:
-            print(f"fa4trace: {plain} launch(es) captured into a CUDA graph ran plain: their kernel had not run "
-                  "once inside instrument() before the capture (run it once first, as torch.cuda.graph's "
-                  "warm-up does)", file=sys.stderr)
+    @property
+    def step_num(self) -> int:
+        """The step the block is at (counted from 0, as torch.profiler counts)."""
+        return self._block.steps.number if self._block is not None else 0
 
     @property
     def launched(self) -> list[Instrumented]:
@@ -161,33 +152,50 @@ def _from_dlpack(t):
     return from_dlpack(t, assumed_align=16)
 
 
-class _CompileProxy:
-    """Stands in for ``cute.compile`` (a CompileCallable): same call, same ``[options]``."""
+def _compile_traced(settings: tuple, real_compile, fn, args, kwargs, cursor, check=None, families=None, spans=None):
+    from .compiler import compile_traced
 
-    def __init__(self, real, recording: Recording):
-        self._real, self._recording = real, recording
+    block_families, extra_kernels, block_spans, l2, split, ring = settings
+    # the plain build is always compiled beside the traced one: the output check runs it,
+    # and once the block has ended the program runs it wherever the Instrumented was kept
+    # families / spans: a pass's lighter recording (fa4trace.auto.run), else the block's
+    return compile_traced(fn, *args, families=block_families if families is None else families,
+                          kernels=extra_kernels, cursor=cursor,
+                          check=True if check is None else check, spans=block_spans if spans is None else spans,
+                          l2=l2, split=split, compile_fn=real_compile, ring=ring, **kwargs)
 
-    def __getitem__(self, options):
-        return _CompileProxy(self._real[options], self._recording)
 
-    def __getattr__(self, name):
-        return getattr(self._real, name)
+def _locked_compile(*args, **kwargs):
+    """A traced compile made while a kernel runs (a recompile, a pass's build): one compile at
+    a time in the process, as inside the block (``state.COMPILE_LOCK``)."""
+    from .state import COMPILE_LOCK
 
-    def __call__(self, fn, *args, **kwargs):
-        return self._recording.compile(self._real, fn, *args, **kwargs)
+    with COMPILE_LOCK:
+        return _compile_traced(*args, **kwargs)
 
 
 @contextlib.contextmanager
 def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
                ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
                warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None,
-               l2: str = "first", split: bool = True, caches=(), ring: int = DEFAULT_RING, passes=None):
+               l2: str = "first", split: bool = True, caches=(), ring: int = DEFAULT_RING, passes=None,
+               schedule=None, on_trace_ready: Optional[Callable] = None):
     """Trace every CuTe DSL kernel that runs inside the block, with automatic events.
 
     Kernels the program compiled before the block (kept in FA4's or quack's caches, or any
     dict named like a cache) are compiled again inside it, traced; ``caches``: more dicts of
     compiled kernels to treat so. After the block the program runs its plain kernels again,
-    from the same caches (``fa4trace.auto.reach``).
+    from the same caches (``fa4trace.auto.reach``). The block covers every thread of the
+    process, and one block is open at a time (``fa4trace.auto.block``).
+
+    ``schedule``: trace only some steps of a long run, the block entered once around the
+    loop and ``recording.step()`` called at the end of each step:
+    ``fa4trace.auto.schedule.schedule(wait=, warmup=, active=, repeat=, skip_first=)`` or
+    ``torch.profiler.schedule(...)`` (steps outside the active ones run the plain kernels), or
+    a running ``torch.profiler.profile`` (its ``step()`` steps the block; its active steps are
+    the traced ones). ``on_trace_ready(recording)``: called when a window's active steps end
+    (``recording.save`` there keeps one file per window). A traced build is compiled once per
+    process and serves every later window and block with the same options.
 
     ``families``: which of pipeline, tma, mma, barrier to record (fewer cost less; warp
     lifetimes always record). ``kernels``: classes or ``@cute.kernel`` functions to instrument
@@ -211,8 +219,6 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     lifetimes only, then one family at a time, memory restored between them; the bundle holds
     every pass and fa4trace.analysis.passes takes each figure from the lightest that reports it.
     """
-    import cutlass.cute as cute
-
     from ..device.recorder import CURSORS
     from .compiler import require_dsl
 
@@ -226,15 +232,12 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
                                                 warps=tuple(warps) if warps else None, check=check,
                                                 passes=passes_asked(passes)),
                           warps_per_cta=warps_per_cta, spans=spans, l2=l2, split=split, ring=ring)
-    real = cute.compile
-    proxy = _CompileProxy(real, recording)
-    patches = Patches()
-    patches.set_everywhere({id(real): (real, proxy)})
+    key = repr((recording.families, recording.extra_kernels, recording.roles, cursor, recording.options,
+                warps_per_cta, recording.spans, l2, split, ring))
+    block = Block(recording, kept=builds(key), caches=caches, schedule=schedule, on_trace_ready=on_trace_ready)
+    recording._block = block
     try:
-        recording._open(caches)
+        block.open()
         yield recording
     finally:
-        try:
-            recording._close()
-        finally:
-            patches.restore()
+        block.close()

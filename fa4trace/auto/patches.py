@@ -49,23 +49,63 @@ class Patches:
                     self.set(mod, k, hit[1])
 
     def restore(self) -> None:
+        """Undo every swap, last first. One that fails does not stop the others: each is tried,
+        then the first failure is raised (a KeyboardInterrupt among them included)."""
+        first = None
         while self._saved:
             owner, name, old, had = self._saved.pop()
-            if owner is os.environ:
-                if had:
-                    os.environ[name] = old
+            try:
+                if isinstance(owner, CellType):
+                    owner.cell_contents = old
+                elif owner is os.environ:
+                    if had:
+                        os.environ[name] = old
+                    else:
+                        os.environ.pop(name, None)
+                elif had:
+                    setattr(owner, name, old)
                 else:
-                    os.environ.pop(name, None)
-            elif had:
-                setattr(owner, name, old)
-            else:
-                delattr(owner, name)
+                    delattr(owner, name)
+            except BaseException as exc:  # noqa: BLE001 (restore the rest, then raise it)
+                first = first if first is not None else exc
+        if first is not None:
+            raise first
 
     def __bool__(self) -> bool:
         return bool(self._saved)
 
     def __len__(self) -> int:
         return len(self._saved)
+
+
+class Undo:
+    """Steps that put things back, run last first by ``run``, each whatever the others did: a
+    step that raises (a KeyboardInterrupt included) is recorded and the next one runs.
+
+    A step is pushed before the change it undoes is made, so an interrupt between the two
+    leaves nothing behind that no step knows about (undoing what was not yet done is a no-op
+    for every step fa4trace pushes)."""
+
+    def __init__(self):
+        self._steps: list[tuple[str, Any]] = []
+
+    def push(self, what: str, step) -> None:
+        """``step()`` undoes one change; ``what`` names it in a failure."""
+        self._steps.append((what, step))
+
+    def run(self) -> list[tuple[str, BaseException]]:
+        """Run every step, last pushed first; (what, exception) of each that failed."""
+        failed = []
+        while self._steps:
+            what, step = self._steps.pop()
+            try:
+                step()
+            except BaseException as exc:  # noqa: BLE001 (every other step must still run)
+                failed.append((what, exc))
+        return failed
+
+    def __len__(self) -> int:
+        return len(self._steps)
 
 
 def subclasses(cls) -> list:

@@ -1,10 +1,19 @@
 """What the hooks know while one kernel compiles (the DSL traces on one thread, one kernel
-at a time): the trace buffer of the kernel being traced, the warp's recorder, the event table."""
+at a time): the trace buffer of the kernel being traced, the warp's recorder, the event table.
+
+``STATE`` and the hooks a traced compile places (``families``, ``entry``) are process-wide: a
+compile on another thread while they are in would trace them too. ``COMPILE_LOCK`` is held
+by whoever compiles while an ``instrument()`` block is open (fa4trace.auto.api): every
+``cute.compile`` of the process, traced or plain, runs one at a time then.
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+COMPILE_LOCK = threading.RLock()  # re-entrant: a compile may compile host code inside it
 
 
 @dataclass
