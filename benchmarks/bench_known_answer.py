@@ -9,8 +9,8 @@ staged in lane registers or shared memory; SegmentRecorder with the gmem, smem a
 and each of ``--runs`` rounds (each its own calibration, so the noise of the calibration is in
 the spread):
 
-* calibrate the recorder (``fa4trace.probes.known_answer.calibrate``: empty-span offset, held
-  offset, cost per event, lag offset);
+* calibrate the recorder (``fa4trace.probes.known_answer.calibrate``: offset, held offset,
+  cost per event, lag offset; measured on 2 µs spans with 0 and 15 events inside);
 * spans of ``SPAN_NS`` (100 ns to 50 µs at the measured clock) at each density of
   ``DENSITIES`` (density k: k sub-spins, k - 1 events inside), one CTA per SM, two warps each,
   ``--reps`` spans per warp;
@@ -18,10 +18,10 @@ the spread):
   mbarrier; light, dense producer, dense consumer (events before its wait), both, and a
   consumer that reaches its wait after the fill (the lag is its own work).
 
-Each figure (the median over the launch's spans) is set raw and compensated
+Each figure (the mean over the launch's spans) is set raw and compensated
 (``fa4trace.analysis.compensate``) beside the untraced twin's (``fa4trace.check.known_answer``:
 the same spins, two %clock64 reads around each region). A row is one figure of one recorder:
-the median over the runs of each run's median, and the spread over runs (max - min) of the
+the median over the runs of each run's mean, and the spread over runs (max - min) of the
 compensated one and of the truth. The target: compensated within max(2%, 20 ns) of the truth
 for figures of at least 200 ns (shorter ones are reported, not judged). Writes a result file of
 area "known-answer" (benchmarks/report.py renders it).
@@ -66,7 +66,7 @@ def _recorders():
 
 # ---- what the runs measured, aggregated (CPU: tests/test_benchmarks_scripts.py) ------------------------
 def aggregate(per_run: list[list[dict]]) -> list[dict]:
-    """One row per figure (``KEYS``) over the runs: the median of the runs' medians (truth, raw,
+    """One row per figure (``KEYS``) over the runs: the median of the runs' means (truth, raw,
     compensated), their errors, the spread over runs (max - min) of the compensated figure and
     of the truth, and the verdict: within max(2%, 20 ns) where the truth is >= 200 ns."""
     import numpy as np
@@ -118,8 +118,8 @@ def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_e
     results.write(path, results.envelope(
         "known-answer", "Known-answer kernels: spans, waits and lags, raw and compensated, against the untraced twin",
         rows, columns=COLUMNS, gpu=gpu, summary=summary(rows), calibrations=calibrations,
-        notes=("One CTA per SM, two warps each (one per SM sub-partition); each figure the median over a "
-               "launch's spans, then the median over runs of those medians; spread: max - min over runs. "
+        notes=("One CTA per SM, two warps each (one per SM sub-partition); each figure the mean over a "
+               "launch's spans, then the median over runs of those means; spread: max - min over runs. "
                "untraced: the same spins timed by two %clock64 reads, less the gap between those two reads. "
                "events in: the density, the events inside a span being one fewer. Target: compensated within "
                "max(2%, 20 ns) of untraced for figures >= 200 ns (shorter: not judged, '-')." + notes_extra)))

@@ -35,8 +35,8 @@ from fa4trace.device.recorder import SegmentRecorder
 from fa4trace.format.vocab import ROLE
 
 from .known_answer_spec import (CAL_EMPTY, CAL_EVENT, CAL_EVENTS, CAL_HELD, CAL_RUN, COMMIT, HANDOFF_WORDS, INNER,
-                                RING_RECORDS, SPAN, SPAN_WORDS, TESTS, UNTRACED, VARIANTS, WAIT, WARPS_PER_CTA,
-                                check_variant)
+                                JITTER_CYCLES, JITTER_STEPS, RING_RECORDS, SPAN, SPAN_WORDS, TESTS, UNTRACED, VARIANTS,
+                                WAIT, WARPS_PER_CTA, check_variant)
 
 
 def _fence():
@@ -59,6 +59,14 @@ def spin(cycles: Int64):
     t0 = cute.arch.clock64()
     while cute.arch.clock64() - t0 < cycles:
         pass
+
+
+def _jitter(r: Int32) -> Int64:
+    """Cycles added to round ``r``'s first spin: 0, 40, ..., 280 (``JITTER_STEPS`` of
+    ``JITTER_CYCLES``). A spin ends at the first loop trip past its length, so a set length
+    lands on one phase of the loop; spread over rounds, the phases average out in a mean,
+    the same in every variant (the twin's truth and the traces alike)."""
+    return Int64(r % JITTER_STEPS) * JITTER_CYCLES
 
 
 class KnownAnswer:
@@ -124,10 +132,10 @@ class KnownAnswer:
         return rec
 
     @cute.jit
-    def _spins(self, rec, sub: Int64, density: Int32):
-        """``density`` sub-spins of ``sub`` cycles, an inner instant (or, untraced, nothing)
-        between each two."""
-        spin(sub)
+    def _spins(self, rec, sub: Int64, density: Int32, extra: Int64):
+        """``density`` sub-spins of ``sub`` cycles (the first ``extra`` more), an inner instant
+        (or, untraced, nothing) between each two."""
+        spin(sub + extra)
         for j in cutlass.range(density - 1, unroll=1):
             if const_expr(self.variant == UNTRACED):
                 _fence()
@@ -180,14 +188,14 @@ class KnownAnswer:
         for r in cutlass.range(reps, unroll=1):
             if const_expr(self.variant == UNTRACED):
                 t0 = cute.arch.clock64()
-                rec = self._spins(rec, sub, density)
+                rec = self._spins(rec, sub, density, _jitter(r))
                 t1 = cute.arch.clock64()
                 if lane == 0:
                     out[(first + 3 * cal_reps + r) * SPAN_WORDS] = t0
                     out[(first + 3 * cal_reps + r) * SPAN_WORDS + 1] = t1
             else:
                 rec = self._event(rec, "begin", SPAN, r)
-                rec = self._spins(rec, sub, density)
+                rec = self._spins(rec, sub, density, _jitter(r))
                 rec = self._event(rec, "end", SPAN, r)
         self._finish(rec)
 
@@ -215,7 +223,7 @@ class KnownAnswer:
             if producer:
                 if const_expr(self.variant == UNTRACED):
                     t0 = cute.arch.clock64()
-                rec = self._spins(rec, sub, density)
+                rec = self._spins(rec, sub, density, _jitter(r))
                 if const_expr(self.segment):
                     seg = self._seg.open()  # as instrument()'s commit hook: open, the call, the instant
                     cute.arch.mbarrier_arrive(bar)
@@ -230,7 +238,7 @@ class KnownAnswer:
                         out[word] = t0
                         out[word + 1] = t1
             else:
-                rec = self._spins(rec, cons_sub, cons_density)
+                rec = self._spins(rec, cons_sub, cons_density, Int64(0))
                 if const_expr(self.variant == UNTRACED):
                     t2 = cute.arch.clock64()
                     cute.arch.mbarrier_wait(bar, r % 2)

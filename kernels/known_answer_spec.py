@@ -8,11 +8,13 @@ lasts is known by construction (docs/compensation.md). Two tests:
 * ``spans``: every warp on its own. First ``cal_reps`` calibration rounds (an empty span,
   the same held in one segment, a span around ``CAL_EVENTS`` back-to-back instants), then
   ``reps`` spans of ``cycles`` cycles, spun in ``density`` sub-spins of ``cycles // density``
-  cycles each with an instant recorded between two sub-spins (``density - 1`` inner events).
+  cycles each with an instant recorded between two sub-spins (``density - 1`` inner events);
+  round r's first sub-spin is ``jitter(r)`` longer (``JITTER_STEPS``).
 * ``handoff``: warp 0 (producer) spins ``cycles`` cycles in ``density`` sub-spins, then arrives
   on an mbarrier and records the fill (``handoff.commit``); warp 1 (consumer) spins
   ``cons_cycles`` cycles in ``cons_density`` sub-spins, then waits on the mbarrier inside a
-  ``handoff.wait`` span. Both start each round at a CTA barrier.
+  ``handoff.wait`` span. Both start each round at a CTA barrier; the producer's first sub-spin
+  of round r is ``jitter(r)`` longer.
 
 Variants: one per recorder the product uses (``RECORDERS``: ``Recorder`` staged in lane
 registers or in shared memory, hand-placed events; ``SegmentRecorder`` with each cursor, the
@@ -32,6 +34,9 @@ TESTS = ("spans", "handoff")
 WARPS_PER_CTA = 2  # one warp per SM sub-partition: the warps never compete for issue slots
 CAL_EVENTS = 32  # back-to-back instants in a calibration run span: one staging flush each
 RING_RECORDS = 2048  # the segment_ring recorder's ring per warp (32 KiB for the two warps)
+# Round r's first spin is (r % JITTER_STEPS) * JITTER_CYCLES cycles longer (known_answer._jitter):
+# the set lengths land on every phase of the spin loop's trip, in the twin and the traces alike
+JITTER_STEPS, JITTER_CYCLES = 8, 40
 
 # Event ids (hand-placed events use 1..31; fa4trace's own vocabulary ends at 14)
 SPAN, INNER, CAL_EMPTY, CAL_HELD, CAL_RUN, CAL_EVENT, WAIT, COMMIT = range(20, 28)
@@ -69,6 +74,11 @@ def check_variant(variant: str, test: str) -> None:
         raise ValueError(f"known-answer variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if test not in TESTS:
         raise ValueError(f"known-answer test must be one of {', '.join(TESTS)}, got {test!r}")
+
+
+def jitter(r: int) -> int:
+    """Cycles added to round ``r``'s first spin (the kernels' ``_jitter``)."""
+    return (r % JITTER_STEPS) * JITTER_CYCLES
 
 
 def span_slots(reps: int, cal_reps: int) -> int:

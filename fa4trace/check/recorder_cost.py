@@ -3,7 +3,7 @@ GPU, and whether subtracting it gives back a known answer.
 
 Per recorder (``--quick``: ours, ``recorder_smem``, and instrument()'s default, ``segment_smem``):
 the calibration (``fa4trace.probes.known_answer.calibrate``: the empty span's offset, the cost
-of one event, the lag offset), then a 2 µs known-answer span with 15 events inside, compensated
+of one event, the lag offset), then a 5 µs known-answer span with 7 events inside, compensated
 with it (``fa4trace.check.known_answer.span_case``) against the untraced twin. The row is ok
 where the compensated span lies within max(2%, 20 ns) of the twin's, and warns otherwise (the
 compensated figures of that recorder are not to be trusted here). The calibrations go to
@@ -18,8 +18,8 @@ import json
 from .report import Row, failed
 
 QUICK_RECORDERS = ("recorder_smem", "segment_smem")  # our decode kernel's recorder, instrument()'s default
-CHECK_NS = 2000  # the known-answer span's length
-CHECK_DENSITY = 16  # sub-spins: 15 events inside it
+CHECK_NS = 5000  # the known-answer span's length (the calibration's are 2 µs with 0 and 15 events inside)
+CHECK_DENSITY = 8  # sub-spins: 7 events inside it
 NEXT = "compensated figures of this recorder are not to be trusted on this GPU: read the raw ones (summary without " \
        "--compensate); report it with the check folder attached"
 

@@ -5,10 +5,10 @@ recorder with them: what one event of each recorder costs its warp on the GPU at
 twin (the same spins, two %clock64 reads around each region) and returns what each region
 lasted, in cycles: the truth the traces are held against. ``calibrate`` measures, for one
 recorder, the numbers ``fa4trace.analysis.compensate`` subtracts (``Calibration``'s fields):
-the median empty span (offset; held: both records in one segment), the cost of one more event
-(the median span around ``CAL_EVENTS`` back-to-back events, less an empty one, per event), and
-the lag offset (a traced handoff's producer -> consumer lag less the untraced twin's, nothing
-recorded between). Results are cached per process, GPU, recorder and build.
+the offset of a span with work inside and what each event inside adds (spans set against the
+untraced twin's), the held offset (an empty span held in one segment) and the lag offset (a
+traced handoff's producer -> consumer lag less the untraced twin's, nothing recorded between).
+Results are cached per process, GPU, recorder and build.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from ..run.record import TracedLaunch
 from ..run.record import record as record_launches
 from ..trace.bundle import Trace
 
-CAL_REPS = 64  # calibration rounds per warp (each: an empty span, a held one, a run of CAL_EVENTS)
+CAL_REPS = 32  # calibration rounds per warp (an empty span, a held one, a run of CAL_EVENTS events)
+CAL_SPANS = 16  # spans per warp at each density of the calibration (two jitter cycles)
+CAL_CYCLES = 4000  # their length (2 µs at 2 GHz)
+CAL_DENSITY = 16  # the dense ones: 15 events inside
 LAG_REPS = 64  # handoff rounds of the lag offset
 LAG_CYCLES = 4000  # the producer's spin in those rounds: the consumer waits before the fill
 _CACHE: dict = {}
@@ -134,34 +137,51 @@ def _spread(x: np.ndarray) -> dict:
     return {"p10": float(np.percentile(x, 10)), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
 
 
-def calibrate(recorder: str, *, n_ctas: int | None = None, cal_reps: int = CAL_REPS, build=None,
-              cache: bool = True) -> dict:
-    """What one event of ``recorder`` costs its warp on this GPU (module doc): a dict of
+def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bool = True) -> dict:
+    """What one event of ``recorder`` costs its warp on this GPU: a dict of
     ``fa4trace.analysis.compensate.Calibration``'s fields, cycles and the clock they were
-    measured at, with the spread (p10 / median / p90) of what each median came from."""
+    measured at, with the spread of what each came from (``noise``).
+
+    Measured where the events of a real kernel sit, between work: spans of ``CAL_CYCLES`` with
+    nothing inside and with ``CAL_DENSITY - 1`` events inside, each set against the untraced
+    twin's (the same spins; means over every span, whose jittered lengths average the spin
+    loop's phase). ``offset``: the empty-inside span less the twin's; ``event``: what each
+    event inside adds beyond that. ``held offset``: the median empty span held in one segment.
+    ``lag offset``: a handoff's fill-to-wake lag less the twin's. Also reported, not used:
+    ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with nothing between
+    them (cheaper: the compiler keeps in registers what a loop reloads)."""
     S.check_variant(recorder, "spans")
     if recorder == S.UNTRACED:
         raise ValueError("calibrate a recorder, not the untraced twin")
     torch = require_cuda()
-    key = (torch.cuda.current_device(), torch.cuda.get_device_name(), recorder, str(build), n_ctas, cal_reps)
+    key = (torch.cuda.current_device(), torch.cuda.get_device_name(), recorder, str(build), n_ctas)
     if cache and key in _CACHE:
         return dict(_CACHE[key])
-    spans = record(recorder, "spans", reps=0, cal_reps=cal_reps, n_ctas=n_ctas, build=build)
-    empty, held, run = (durations(spans, n) for n in ("ka.empty", "ka.held", "ka.run"))
-    offset, held_offset = float(np.median(empty)), float(np.median(held))
-    event = (float(np.median(run)) - offset) / S.CAL_EVENTS
+    kw = dict(reps=CAL_SPANS, cycles=CAL_CYCLES, n_ctas=n_ctas, build=build)
+    light = record(recorder, "spans", cal_reps=CAL_REPS, density=1, **kw)
+    dense = record(recorder, "spans", density=CAL_DENSITY, **kw)
+    twin1 = time_untraced("spans", cal_reps=4, density=1, **kw)
+    twin16 = time_untraced("spans", cal_reps=4, density=CAL_DENSITY, **kw)
+    gap = float(np.mean(twin1["empty"]))  # the twin's own two reads around nothing
+    raw1, raw16 = durations(light, "ka.span"), durations(dense, "ka.span")
+    offset = float(np.mean(raw1)) - (float(np.mean(twin1["span"])) - gap)
+    event = (float(np.mean(raw16)) - (float(np.mean(twin16["span"])) - gap) - offset) / (CAL_DENSITY - 1)
+    empty, held, run = (durations(light, n) for n in ("ka.empty", "ka.held", "ka.run"))
     handoff = record(recorder, "handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     twin = time_untraced("handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     lag = handoff_lags(handoff)
-    ghz = spans.meta["launches"][0].get("clock_ghz_median")
-    out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": held_offset, "event_cycles": event,
-           "lag_offset_cycles": float(np.median(lag) - np.median(twin["lag"])) if lag.size else None,
+    ghz = light.meta["launches"][0].get("clock_ghz_median")
+    out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": float(np.median(held)),
+           "event_cycles": event,
+           "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,
            "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),
            "measured_at": _now(), "source": "fa4trace.probes.known_answer.calibrate",
-           "samples": int(empty.size),
-           "noise": {"empty_cycles": _spread(empty), "held_cycles": _spread(held),
-                     "run_cycles": _spread(run), "lag_cycles": _spread(lag) if lag.size else None,
-                     "untraced_lag_cycles": _spread(twin["lag"])}}
+           "samples": int(raw1.size + raw16.size),
+           "noise": {"span_cycles": _spread(raw1), "dense_span_cycles": _spread(raw16),
+                     "untraced_span_cycles": _spread(twin1["span"]), "untraced_dense_span_cycles": _spread(twin16["span"]),
+                     "empty_cycles": _spread(empty), "held_cycles": _spread(held),
+                     "lag_cycles": _spread(lag) if lag.size else None, "untraced_lag_cycles": _spread(twin["lag"]),
+                     "back_to_back_event_cycles": (float(np.median(run)) - float(np.median(empty))) / S.CAL_EVENTS}}
     _CACHE[key] = out
     return dict(out)
 
