@@ -1,5 +1,5 @@
-"""`fa4trace` command line: record | convert | summary | compare | merge | view | plot | build | bench | check |
-sweep | compact | query.
+"""`fa4trace` command line: record | convert | summary | compare | diff | merge | view | plot | build | bench | check |
+sass | sweep | compact | query.
 
 Every failure prints one line (``fa4trace: error: ...``) and exits non-zero: bad input, a
 missing file, a missing optional package (what is missing and the pip command that brings it)
@@ -989,6 +989,76 @@ def bench(quick, kernels, replays, rounds, no_trace_overhead, trace_at, traced, 
         log=lambda m: click.echo(m), trace_at=trace_at, traced=variants)
 
 
+# ---- sass (begin) ----------------------------------------------------------------------------
+@main.command()
+@click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
+@click.option("--arch", "archs", default="sm_90a,sm_100a", show_default=True,
+              help="FILE.py:FUNCTION kernels: the architectures to compile them for, comma list (decode and "
+                   "fa4-* have their own).")
+@click.option("--d", "d", default="128", type=click.Choice(["64", "128"]), show_default=True,
+              help="Head dim (decode, fa4-*).")
+@click.option("--hq", default=16, type=click.IntRange(min=1), show_default=True, help="Query heads (fa4-*).")
+@click.option("--hkv", default=1, type=click.IntRange(min=1), show_default=True, help="KV heads (fa4-*).")
+@click.option("--families", default=None,
+              help="Generic event families of the traced build, comma list (fa4-*: FA4's own events plus these, "
+                   "default none; FILE.py:FUNCTION: default every family).")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False), help="Write the report (JSON) here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--keep-sass", default=None, type=click.Path(file_okay=False),
+              help="Also write every build's SASS listing into this folder.")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+def sass(kernels, archs, d, hq, hkv, families, output, as_json, keep_sass, force):
+    """The static footprint of tracing, per warp role, on any machine (no GPU): each KERNEL
+    compiled plain and traced for its architecture on the CPU, its SASS read per role
+    (instructions per main-loop iteration, registers, spills, shared memory), traced minus plain.
+
+    KERNEL: decode (ours, sm_90a), decode-base, decode-intrawg, fa4-sm100-pingpong,
+    fa4-sm100-base (FlashAttention-4, sm_100a), fa4-sm90, or FILE.py:FUNCTION (FUNCTION()
+    returns what cute.compile takes: (function, args[, kwargs])). Default: decode,
+    fa4-sm100-pingpong, fa4-sm100-base. Compare two reports with fa4trace diff A.json B.json."""
+    from .bench import static
+    from .bench.sass import find_tool
+    from .bench.staticbuild import ARCHS, DEFAULT_TARGETS, TARGETS, parse_target
+
+    arch_list = [a.strip() for a in archs.split(",") if a.strip()]
+    bad = [a for a in arch_list if a not in ARCHS]
+    if bad or not arch_list:
+        raise click.BadParameter(f"unknown arch {bad[0] if bad else archs!r}: want {', '.join(ARCHS)}",
+                                 param_hint="--arch")
+    fams = _parse_families(families) if families is not None else None
+    names = kernels or DEFAULT_TARGETS
+    targets = [t for n in names for t in parse_target(n, arch_list, d=int(d), hq=hq, hkv=hkv, families=fams)]
+    if fams and all(t.kind == "decode" for t in targets):
+        raise click.UsageError("--families: our decode kernel records its own events; give it with fa4-* or FILE.py:FUNCTION")
+    out = str(_check_out(output, force)) if output else None
+    deps.require("fa4trace sass", "cutlass", *(("tvm_ffi",) if any(n in TARGETS for n in names) else ()))
+    if any(t.kind == "fa4" for t in targets):
+        deps.require("fa4trace sass (FlashAttention-4)", "torch", "flash_attn")
+    if not find_tool("nvdisasm"):
+        raise Fa4traceError("fa4trace sass needs nvdisasm (the CUDA toolkit; it also ships with Triton): not found")
+    doc = static.run(targets, out=out, keep=keep_sass, command=" ".join(["fa4trace", *sys.argv[1:]]),
+                     log=lambda m: click.echo(m, err=True))
+    click.echo(json.dumps(doc, indent=1) if as_json else static.text(doc))
+    if out:
+        click.echo(f"wrote {out}", err=True)
+
+
+def _diff_static_reports(base: str, new: str, as_json: bool, fail_above) -> None:
+    """``fa4trace diff`` of two static reports (fa4trace sass -o): per kernel, build and role,
+    what changed; --fail-above PCT exits 1 when a figure grew by more (spills from none always)."""
+    from .bench import static
+
+    try:
+        a, b = static.load(base), static.load(new)
+    except Fa4traceError as e:  # inputs that cannot be diffed
+        _fail(_first_line(e), EXIT_USAGE)
+    d = static.diff_static(a, b, threshold_pct=fail_above or 0.0)
+    click.echo(json.dumps(d, indent=1) if as_json else static.diff_text(d))
+    if fail_above is not None and d["beyond"]:
+        sys.exit(EXIT_FAIL)
+# ---- sass (end) ------------------------------------------------------------------------------
+
+
 # ---- sweep / compact / query -------------------------------------------------------------
 @main.command()
 @click.option("--grid", "grid_file", default=None, type=click.Path(dir_okay=False),
@@ -1186,6 +1256,8 @@ def diff(base, new, as_json, show_all, top, fail_above, min_ns, ignore, repeats,
     noise band from the CTAs (or launches) of each bundle; names the figures that moved beyond
     noise, the most first. Exit status: 0, 1 when --fail-above fails, 2 when the inputs cannot be
     diffed."""
+    if diff_input_kind(base) == diff_input_kind(new) == "JSON":  # two static reports (fa4trace sass -o)
+        return _diff_static_reports(base, new, as_json, fail_above)
     if (min_ns or ignore) and fail_above is None:
         raise click.UsageError("--min-ns and --ignore shape the gate: give --fail-above PCT with them")
     try:

@@ -153,8 +153,7 @@ def role_summary(regions: list, kernel_registers) -> dict:
 
 # ---- the report ----------------------------------------------------------------------------------
 def report(entries: list, keep: Optional[Path] = None, command: Optional[str] = None) -> dict:
-    """The report (a result-file envelope) of compiled targets (``compile_targets``' entries)."""
-    from . import results
+    """The report of compiled targets (``compile_targets``' entries): each build's cubin read."""
     from .sass import find_tool
 
     kernels = []
@@ -165,13 +164,27 @@ def report(entries: list, keep: Optional[Path] = None, command: Optional[str] = 
             where = None if keep is None else keep / f"{e['name'].replace('/', '_')}.{e['arch']}.{b['build']}.sass"
             builds.append({"build": b["build"], "records": b["records"], "compile_s": b["compile_s"],
                            "kernels": cubin_kernels(cubin, b["launches"], where)})
-        kernels.append({"kernel": e["name"], "arch": e["arch"], "config": e["config"], "builds": builds,
-                        "delta": delta(builds[0], builds[1])})
+        kernels.append(kernel_entry(e["name"], e["arch"], e["config"], builds))
     tools = {"cute_dsl": entries[0].get("dsl") if entries else None, "nvdisasm": _tool_version(find_tool("nvdisasm"))}
+    return document(kernels, tools, command)
+
+
+def kernel_entry(name: str, arch: str, config: dict, builds: list) -> dict:
+    """One kernel of a report: its builds (plain first, then traced: {"build", "records",
+    "kernels": ``cubin_kernels``}) and traced minus plain (``delta``)."""
+    if [b["build"] for b in builds] != ["plain", "traced"]:
+        raise Fa4traceError(f"{name}: a report holds a plain and a traced build, in that order")
+    return {"kernel": name, "arch": arch, "config": config, "builds": builds, "delta": delta(builds[0], builds[1])}
+
+
+def document(kernels: list, tools: Optional[dict] = None, command: Optional[str] = None) -> dict:
+    """The report as a result file (fa4trace.bench.results' envelope, ``kind`` and ``schema`` added)."""
+    from . import results
+
     return results.envelope(AREA, "Static footprint of tracing per warp role (SASS, compiled on a CPU)",
                             rows_of(kernels), gpu="none: compiled on a CPU, no GPU (static counts)",
                             command=command, columns=COLUMNS, notes=NOTES, kind=KIND, schema=SCHEMA,
-                            tools=tools, kernels=kernels)
+                            tools=tools or {}, kernels=kernels)
 
 
 def _tool_version(path) -> Optional[str]:

@@ -195,6 +195,7 @@ def _compile(target: Target, traced: bool):
 
     spec = importlib.util.spec_from_file_location(f"fa4trace_static_{Path(cfg['file']).stem}", cfg["file"])
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # fa4trace.auto finds the kernels of the entry's module there
     spec.loader.exec_module(mod)
     made = getattr(mod, cfg["function"], None)
     if made is None:
