@@ -1249,8 +1249,11 @@ def query(dataset, sql, as_json, as_csv):
                    "the noise band holds the launch-to-launch noise. Default: launch i of BASE vs launch i of NEW.")
 @click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.999),
               help="Family-wise level of the noise bands (all figures together).")
+@click.option("--min-change", "min_change", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              metavar="PCT", help="A change beyond its noise band but below PCT (% for times, points for shares) is "
+                                  "negligible: the SM clock drifts about that much between two recordings.")
 @click.option("--roles", "roles", multiple=True, metavar="ROLE=WARPS", help=ROLES_HELP)
-def diff(base, new, as_json, show_all, top, fail_above, min_ns, ignore, repeats, confidence, roles):
+def diff(base, new, as_json, show_all, top, fail_above, min_ns, ignore, repeats, confidence, min_change, roles):
     """What moved from BASE to NEW, two bundles of one kernel: per role and stage (spans, waits,
     producer -> consumer lags, overlaps, busy/waiting/idle, CTA duration), the change with its
     noise band from the CTAs (or launches) of each bundle; names the figures that moved beyond
@@ -1268,7 +1271,8 @@ def diff(base, new, as_json, show_all, top, fail_above, min_ns, ignore, repeats,
             if kind != "bundle":
                 raise Fa4traceError(f"{which} ({path}) is {kind}, not a trace bundle: fa4trace diff compares two "
                                     "bundles of one kernel")
-        result = _diff_bundles(base, new, roles=_parse_roles(roles), repeats=repeats, confidence=confidence)
+        result = _diff_bundles(base, new, roles=_parse_roles(roles), repeats=repeats, confidence=confidence,
+                               min_change=min_change)
     except Fa4traceError as e:  # inputs that cannot be diffed: not the gate's failure
         _fail(_first_line(e), EXIT_USAGE)
     from .analysis.diff import format_diff, regressions_above

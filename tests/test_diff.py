@@ -135,6 +135,19 @@ def test_bundles_that_differ_only_by_noise_move_nothing(seeds):
         assert D.regressions_above(r, 0.0) == []
 
 
+def test_a_change_beyond_the_band_below_the_floor_is_negligible():
+    """Two recordings of one build moved compute spans by 0.4-0.7% on the H200, beyond a band of
+    8 launches each (the SM clock): below ``min_change`` such a change is negligible."""
+    a = np.random.default_rng(1).lognormal(6, 0.002, 40)
+    f = D.judge(a, a * 1.005, "span", 0.999)
+    assert f["status"] == "regressed" and f["change_pct"] == pytest.approx(0.5)
+    assert D.judge(a, a * 1.005, "span", 0.999, min_change=1.0)["status"] == "negligible"
+    assert D.judge(a, a * 1.02, "span", 0.999, min_change=1.0)["status"] == "regressed"
+    shares = np.random.default_rng(2).uniform(0.50, 0.502, 40)
+    assert D.judge(shares, shares + 0.005, "overlap", 0.999, min_change=1.0)["status"] == "negligible"  # 0.5 pts
+    assert D.judge(shares, shares + 0.05, "overlap", 0.999, min_change=1.0)["status"] == "improved"
+
+
 def test_the_band_is_family_wise():
     r = D.diff(attention(3), attention(4))
     m = r["figures_judged"]
@@ -292,14 +305,14 @@ def test_cli_json_has_every_figure_and_the_gate(files):
     assert code == 1
     doc = json.loads(out)
     assert {"format", "version", "base", "new", "kernel", "traced_by", "differs", "notes", "confidence",
-            "per_figure_confidence", "figures_judged", "repeats", "groups", "figures", "only_in_base", "only_in_new",
-            "moved", "gate"} <= set(doc)
+            "per_figure_confidence", "figures_judged", "min_change", "repeats", "groups", "figures", "only_in_base",
+            "only_in_new", "moved", "gate"} <= set(doc)
     assert doc["format"] == "fa4trace-diff" and doc["version"] == 1
     assert doc["base"]["path"] == str(files["base"]) and doc["new"]["synthetic"] is True
     assert len(doc["figures"]) == doc["figures_judged"]
     for f in doc["figures"]:
         assert FIGURE_KEYS <= set(f), f["id"]
-        assert f["status"] in ("regressed", "improved", "changed", "within noise", "too few units")
+        assert f["status"] in ("regressed", "improved", "changed", "negligible", "within noise", "too few units")
         assert ("change_pts" in f) == (f["unit"] == "share") and ("change_pct" in f) == (f["unit"] == "ns")
     assert doc["gate"]["failed"][0] == "consumer/SOFTMAX/span" and doc["gate"]["fail_above"] == 10
     assert doc["moved"] == [f["id"] for f in sorted((f for f in doc["figures"] if f.get("rank")),

@@ -39,10 +39,13 @@ family-wise: ``confidence`` (95%) for all the figures judged together, each at
 1 - (1 - confidence) / figures (Bonferroni), so that two bundles that differ only by noise show
 nothing beyond it, however many figures a kernel has. A figure moved beyond noise when its
 band excludes no change; it then regressed or improved by the direction that is better for it
-(``METRICS``), or just changed (busy and idle shares have no better direction).
-What one launch cannot show: noise from launch to launch (the SM clock, other work on the
-GPU). A bundle of one launch gives the spread of its CTAs; record several launches per bundle
-to have that noise in the band (docs/diff.md).
+(``METRICS``), or just changed (busy and idle shares have no better direction), unless the
+change is below ``MIN_CHANGE`` (1%, or 1 point of a share): then it is "negligible". Why a
+floor: what the bundles cannot show. A bundle's launches run back to back, under one SM clock;
+two recordings of the same build, minutes apart, ran at clocks 0.6% apart on the H200 and
+their compute spans moved by 0.4-0.7% with them, beyond a band made of 8 launches each
+(docs/diff.md). Launches in the band (``repeats``) catch the noise within a recording, the
+floor the drift between recordings; ``min_change`` raises it where a GPU drifts more.
 
 **Same kernel.** Two bundles diff when they ran the same kernel (for automatic bundles the
 CUDA kernel functions fa4trace.instrument compiled, ``meta["instrument"]["kernels"]``; the label a
@@ -66,7 +69,8 @@ from .overlap import config_diff, diff_text, json_safe, overlap_length
 
 CONFIDENCE = 0.95  # family-wise over every figure of a diff
 BATCHES = 4  # batches per warp where too few CTAs recorded (module docstring)
-CLOCK_NOTE = 0.02  # SM clocks further apart than this: a note says so
+MIN_CHANGE = 1.0  # %, points for shares: smaller changes beyond the band are "negligible" (module docstring)
+CLOCK_NOTE = 0.01  # SM clocks further apart than this: a note says so
 DIFF_FORMAT = "fa4trace-diff"
 DIFF_VERSION = 1
 
@@ -540,8 +544,10 @@ def coarsest_unit(va: Values, vb: Values, ga: LaunchGroup, gb: LaunchGroup, metr
     return "batch" if instances else "cta"
 
 
-def judge(a: np.ndarray, b: np.ndarray, metric: str, level: float) -> dict:
-    """One figure's change from BASE's units ``a`` to NEW's ``b`` with its band at ``level``."""
+def judge(a: np.ndarray, b: np.ndarray, metric: str, level: float, min_change: float = 0.0) -> dict:
+    """One figure's change from BASE's units ``a`` to NEW's ``b`` with its band at ``level``;
+    a change beyond the band but below ``min_change`` (% for times, points for shares) is
+    "negligible"."""
     scale, unit, better = METRICS[metric]
     med_a, med_b = float(np.median(a)), float(np.median(b))
     if scale == "ratio":
@@ -560,16 +566,18 @@ def judge(a: np.ndarray, b: np.ndarray, metric: str, level: float) -> dict:
             pct = lambda x: None if x is None or base is None else 100.0 * x / base  # noqa: E731
             out = {"change_ns": s.estimate, "band_ns": [s.low, s.high] if s.judged else None,
                    "change_pct": pct(s.estimate), "band_pct": [pct(s.low), pct(s.high)] if s.judged and base else None}
-    out.update({"base": med_a, "new": med_b, "n_base": s.n_base, "n_new": s.n_new,
-                "status": _status(s, better, scale), "magnitude": _magnitude(out)})
+    out.update({"base": med_a, "new": med_b, "n_base": s.n_base, "n_new": s.n_new, "magnitude": _magnitude(out)})
+    out["status"] = _status(s, better, out["magnitude"], min_change)
     return out
 
 
-def _status(s: Shift, better: str | None, scale: str) -> str:
+def _status(s: Shift, better: str | None, magnitude: float | None, min_change: float) -> str:
     if not s.judged:
         return "too few units"
     if not s.beyond:
         return "within noise"
+    if magnitude is not None and magnitude < min_change:
+        return "negligible"
     if better is None:
         return "changed"
     up = s.low > 0
@@ -589,10 +597,12 @@ def figure_id(role: str, stage: str, metric: str) -> str:
     return f"{role}/{stage}/{metric}"
 
 
-def diff(base: Trace, new: Trace, *, roles=None, repeats: bool = False, confidence: float = CONFIDENCE) -> dict:
+def diff(base: Trace, new: Trace, *, roles=None, repeats: bool = False, confidence: float = CONFIDENCE,
+         min_change: float = MIN_CHANGE) -> dict:
     """Every figure of BASE and NEW (module docstring), its change and band, and what moved.
     ``roles``: as `fa4trace summary --roles` (automatic bundles); ``repeats``: each bundle's
-    launches repeat one launch (module docstring).
+    launches repeat one launch; ``min_change``: the smallest change (% for times, points for
+    shares) that counts as moved (module docstring).
 
     Returns a JSON-safe dict (``fa4trace diff --json``; docs/diff.md lists its keys):
     ``base``/``new`` (what each bundle is), ``kernel``, ``differs``, ``notes``, ``confidence``,
@@ -601,6 +611,8 @@ def diff(base: Trace, new: Trace, *, roles=None, repeats: bool = False, confiden
     bundle lacks) and ``moved`` (ids of the figures beyond noise, the most moved first)."""
     if not 0 < confidence < 1:
         raise Fa4traceError(f"confidence must be between 0 and 1, got {confidence}")
+    if min_change < 0:
+        raise Fa4traceError(f"min_change must be >= 0, got {min_change}")
     require_same_kernel(base, new)
     pairs, notes = pair_groups(launch_groups(base, "BASE", repeats), launch_groups(new, "NEW", repeats))
     fa, fb = figures_of(base, roles), figures_of(new, roles)
@@ -636,7 +648,7 @@ def diff(base: Trace, new: Trace, *, roles=None, repeats: bool = False, confiden
         la, lb = ga.launches[0], gb.launches[0]
         fig = {"id": fid, "group": gi, "launch": str(la) if la == lb else f"{la}→{lb}", "role": role,
                "stage": stage, "metric": metric, "scale": scale, "unit": unit_of, "better": better, "units": unit}
-        fig.update(judge(ua, ub, metric, level))
+        fig.update(judge(ua, ub, metric, level, min_change))
         figures.append(fig)
     moved = [f for f in figures if f["status"] in ("regressed", "improved", "changed")]
     moved.sort(key=lambda f: -(f["magnitude"] or 0.0))
@@ -649,7 +661,7 @@ def diff(base: Trace, new: Trace, *, roles=None, repeats: bool = False, confiden
         "base": _side(base, [g for g, _ in pairs]), "new": _side(new, [h for _, h in pairs]),
         "kernel": ia[1], "traced_by": ia[0] if ia == ib else None,
         "differs": differences(base, new), "notes": notes,
-        "confidence": confidence, "per_figure_confidence": level, "figures_judged": len(rows),
+        "confidence": confidence, "per_figure_confidence": level, "figures_judged": len(rows), "min_change": min_change,
         "repeats": repeats,
         "groups": [{"base_launches": g.launches, "new_launches": h.launches,
                     "base_grid_ctas": g.signatures[0][0], "new_grid_ctas": h.signatures[0][0]} for g, h in pairs],
@@ -679,8 +691,8 @@ def _clock_notes(a: Trace, b: Trace) -> list[str]:
     ca, cb = clock_ghz(a), clock_ghz(b)
     if not ca or not cb or abs(cb / ca - 1) <= CLOCK_NOTE:
         return []
-    return [f"the SM clock differs: {ca:.2f} GHz (BASE) vs {cb:.2f} GHz (NEW), {100 * (cb / ca - 1):+.1f}%; a time "
-            "in ns that tracks the clock moves with it, and one launch per bundle cannot show that noise"]
+    return [f"the SM clock differs: {ca:.3f} GHz (BASE) vs {cb:.3f} GHz (NEW), {100 * (cb / ca - 1):+.1f}%: a time "
+            "that tracks the clock moves with it, so a change that small may be the clock (--min-change)"]
 
 
 # ---- the CI gate ------------------------------------------------------------------------------------
@@ -763,12 +775,14 @@ def format_diff(result: dict, *, show_all: bool = False, top: int = TOP) -> str:
              *_difference_lines(result["differs"]),
              f"  units        {_units_text(result)}",
              f"  noise band   {100 * result['confidence']:.0f}% for the {result['figures_judged']} figures together "
-             f"({100 * result['per_figure_confidence']:.2f}% each; rank-based, docs/diff.md)",
+             f"({100 * result['per_figure_confidence']:.2f}% each; rank-based, docs/diff.md); changes under "
+             f"{result['min_change']:g}% (points for shares) are negligible",
              *(f"  note: {note}" for note in result["notes"])]
     figs = result["figures"]
     moved = sorted((f for f in figs if f.get("rank")), key=lambda f: f["rank"])
     counts = {s: sum(f["status"] == s for f in figs) for s in ("regressed", "improved", "changed")}
     few = sum(f["status"] == "too few units" for f in figs)
+    small = sum(f["status"] == "negligible" for f in figs)
     if moved:
         head = (f"moved beyond noise: {len(moved)} of {len(figs)} figures ("
                 + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + ")")
@@ -776,7 +790,7 @@ def format_diff(result: dict, *, show_all: bool = False, top: int = TOP) -> str:
             head += f"; the {top} that moved most"
     else:
         head = f"nothing moved beyond noise ({len(figs)} figures; --all shows every figure)"
-    lines += ["", head + (f"; {few} with too few units to judge" if few else "")]
+    lines += ["", head + (f"; {small} negligible" if small else "") + (f"; {few} with too few units to judge" if few else "")]
     shown = figs if show_all else moved[:top]
     launches = len(result["groups"]) > 1
     if shown:
