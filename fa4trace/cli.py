@@ -129,7 +129,7 @@ def summary(bundle, as_json, roles, compensate, calibration, recorder, launch):
         from .analysis.kernel import summarize_kernel
         from .analysis.text import format_kernel_summary
 
-        trace, by_pass = _passes_of(trace, _parse_roles(roles))
+        trace, by_pass = _passes_of(trace, _parse_roles(roles), launch)
         s = summarize_kernel(trace, _parse_roles(roles), launch)
         if by_pass:
             s["passes"] = by_pass
@@ -168,21 +168,26 @@ def _compensation_text(s: dict) -> str:
 
 
 # -- a bundle recorded with passes (instrument(passes=...), record --passes) --
-def _passes_of(trace, roles: dict):
-    """(the bundle's main recording, each figure from its lightest pass) where the bundle was
-    recorded with passes (fa4trace.analysis.passes), else (the bundle, None)."""
-    from .analysis.passes import DENSE, has_passes, pass_traces, sourced_figures
+def _passes_of(trace, roles: dict, launch):
+    """(the bundle's main recording, per call shown: each figure from its lightest pass) where
+    the bundle was recorded with passes (fa4trace.analysis.passes), else (the bundle, None).
+    ``launch`` (--launch, an index among the main recording's launches): its call only."""
+    from .analysis.passes import DENSE, calls, has_passes, pass_traces, sourced_figures
 
     if not has_passes(trace):
         return trace, None
-    by_pass = sourced_figures(trace, roles)
-    return pass_traces(trace).get(DENSE, trace), by_pass
+    dense = pass_traces(trace).get(DENSE, trace)
+    shown = calls(trace)
+    main_launches = dense.meta.get("launches") or []
+    if launch is not None and 0 <= launch < len(main_launches):
+        shown = [int(main_launches[launch].get("call") or 0)]
+    return dense, [sourced_figures(trace, roles, c) for c in shown]
 
 
 def _pass_lines(by_pass) -> list:
     from .analysis.passes import figures_lines
 
-    return figures_lines(by_pass) if by_pass else []
+    return [line for sourced in by_pass or [] for line in figures_lines(sourced)]
 
 
 def _parse_roles(values) -> dict:

@@ -145,6 +145,47 @@ def test_summary_shows_the_main_recording_and_where_each_figure_came_from(bundle
     assert "by pass" in r.output and "span.mma.wait.median_ns" in r.output
     r = CliRunner().invoke(main, ["summary", str(path), "--json"])
     s = json.loads(r.output)
-    assert s["passes"]["figures"]["cta.median_ns"]["pass"] == "lifetimes"
+    assert [x["call"] for x in s["passes"]] == [0]
+    assert s["passes"][0]["figures"]["cta.median_ns"]["pass"] == "lifetimes"
     # the main recording's summary: the dense launch's rows only, not the passes'
     assert s["rows"] == len(P.pass_traces(bundle)["dense"]) < len(bundle)
+
+
+@pytest.fixture(scope="module")
+def two_calls():
+    """Two calls, each a dense launch and its lifetimes pass: call 0's kernel runs mma 300 ns,
+    call 1's mma 600 ns (another input): nothing of one call may reach the other's figures."""
+    parts = []
+    for call, mma in ((0, 300), (1, 600)):
+        parts.append(("dense", call, _launch(2 * call, mma_ns=mma + 30)))
+        parts.append(("lifetimes", call, _launch(2 * call + 1, lambda n: False, mma_ns=mma)))
+    meta = dict(parts[0][2][1], launches=[{"pass": p, "call": c} for p, c, _ in parts])
+    return Trace.from_launches([d for _p, _c, (d, _m, _v) in parts], meta, vocab=parts[0][2][2])
+
+
+def test_each_call_is_sourced_from_its_own_launches(two_calls):
+    assert P.calls(two_calls) == [0, 1]
+    a, b = (P.sourced_figures(two_calls, call=c) for c in (0, 1))
+    assert (a["call"], a["calls"], b["call"]) == (0, 2, 1)
+    assert [p["launches"] for p in a["passes"]] == [1, 1]  # one launch per pass: no pooling of calls
+    assert a["figures"]["span.mma.wait.median_ns"]["value"] == pytest.approx(332.0)  # dense: 330 and 334
+    assert b["figures"]["span.mma.wait.median_ns"]["value"] == pytest.approx(632.0)
+    assert b["figures"]["cta.median_ns"]["value"] > a["figures"]["cta.median_ns"]["value"] + 6 * 250
+    assert P.sourced_figures(two_calls)["call"] == 0
+    from fa4trace.format.errors import Fa4traceError
+
+    with pytest.raises(Fa4traceError, match="no call 5"):
+        P.sourced_figures(two_calls, call=5)
+
+
+def test_summary_shows_each_call_or_the_one_of_the_launch_asked_for(two_calls, tmp_path):
+    from fa4trace.cli import main
+
+    path = two_calls.save(tmp_path / "calls.parquet")
+    r = CliRunner().invoke(main, ["summary", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "call 0 of 2" in r.output and "call 1 of 2" in r.output
+    r = CliRunner().invoke(main, ["summary", str(path), "--launch", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert [x["call"] for x in s["passes"]] == [1]

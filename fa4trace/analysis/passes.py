@@ -15,8 +15,10 @@ families the bundle decides. Ties keep the order the passes ran in.
 
 ``sourced_figures`` takes every figure of fa4trace.analysis.figures (CTA duration, per-stage
 durations, waits by event, lags, overlaps) from the lightest pass that reports it, and says
-which pass that was and what the dense recording read. Roles are decided once, on the dense
-pass (with the roles given), and given to every pass, so a warp plays one role in all of them.
+which pass that was and what the dense recording read. It works on one call at a time (the
+launches that replay it): no figure mixes launches of different calls. Roles are decided once,
+on the dense pass (with the roles given), and given to every pass, so a warp plays one role in
+all of them.
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ def pass_traces(trace: Trace) -> dict[str, Trace]:
     return out
 
 
+def calls(trace: Trace) -> list[int]:
+    """The calls the bundle's launches replay (meta["launches"][i]["call"]; 0 where absent), in order."""
+    return list(dict.fromkeys(_call_of(ln) for ln in trace.meta.get("launches") or []))
+
+
+def _call_of(launch) -> int:
+    return int(launch.get("call") or 0) if isinstance(launch, dict) else 0
+
+
 def events_per_cta(trace: Trace) -> float:
     """Events recorded per recorded CTA: rows other than warp lifetimes, over the (launch, CTA)
     pairs with warps in the table (0 for an empty trace)."""
@@ -97,16 +108,25 @@ def events_per_cta(trace: Trace) -> float:
     return float((kind != "warp").sum() / max(ctas, 1))
 
 
-def sourced_figures(trace: Trace, roles=None) -> dict:
-    """Every figure from the lightest pass that reports it (module doc):
+def sourced_figures(trace: Trace, roles=None, call: int | None = None) -> dict:
+    """Every figure of one call (``call``; default the bundle's first) from the lightest pass
+    that reports it (module doc):
 
-    {"passes": [{"pass", "launches", "events_per_cta"}, ...] lightest first,
+    {"call", "calls" (how many the bundle holds),
+     "passes": [{"pass", "launches", "events_per_cta"}, ...] lightest first,
      "figures": {metric: {"value", "pass", "dense", "dense_rel"}}} where "dense" is what the
     main recording read (None where it does not report the figure) and "dense_rel" its
     relative difference from the sourced value (dense / value - 1; None where not defined)."""
     from .roles import decide_roles
 
-    by_pass = pass_traces(trace)
+    if not launch_passes(trace):
+        pass_traces(trace)  # the one-line error of a bundle without passes
+    every = calls(trace)
+    c = every[0] if call is None else int(call)
+    if c not in every:
+        raise Fa4traceError(f"{trace.name}: no call {c} in this bundle (calls {', '.join(map(str, every))})")
+    launches = trace.meta.get("launches") or []
+    by_pass = pass_traces(select_launches(trace, [i for i, ln in enumerate(launches) if _call_of(ln) == c]))
     main = by_pass[DENSE] if DENSE in by_pass else max(by_pass.values(), key=events_per_cta)
     warp_roles = decide_roles(main, roles)["by_warp"]
     order = list(by_pass)
@@ -121,7 +141,8 @@ def sourced_figures(trace: Trace, roles=None) -> dict:
         figures[key] = {"value": v, "pass": src, "dense": d,
                         "dense_rel": (d / v - 1) if d is not None and v else None}
     n_launches = {p: len(t.meta.get("launches") or []) for p, t in by_pass.items()}
-    return {"passes": [{"pass": p, "launches": n_launches[p], "events_per_cta": weight[p]} for p in lightest],
+    return {"call": c, "calls": len(every),
+            "passes": [{"pass": p, "launches": n_launches[p], "events_per_cta": weight[p]} for p in lightest],
             "figures": figures}
 
 
@@ -139,7 +160,9 @@ def figures_lines(sourced: dict) -> list[str]:
     if not sourced:
         return []
     order = ", ".join(f"{p['pass']} {p['events_per_cta']:.0f}" for p in sourced["passes"])
-    lines = [f"  by pass        each figure from the lightest pass that reports it (events per recorded CTA: {order})"]
+    which = f"call {sourced['call']} of {sourced['calls']}: " if sourced.get("calls", 1) > 1 else ""
+    lines = [f"  by pass        {which}each figure from the lightest pass that reports it (events per recorded CTA: "
+             f"{order})"]
     figs = sourced["figures"]
     width = max((len(k) for k in figs), default=0)
     for key, f in figs.items():
