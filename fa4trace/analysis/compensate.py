@@ -282,9 +282,21 @@ def _offsets(c: AutoCols, rows: np.ndarray, cal: Calibration) -> np.ndarray:
     return np.where(held, cal.held_offset_cycles, cal.offset_cycles)
 
 
-def _cycles(trace: Trace):
-    ev = trace.events
-    return ev["start_cycles"].to_numpy(), ev["end_cycles"].to_numpy()
+class _Trace:
+    """What both tables need of a trace, computed once: its columns, each warp's records and
+    clock, and which fill released each pipeline wait."""
+
+    def __init__(self, trace: Trace, cal: Calibration):
+        self.c = c = AutoCols.of(trace)
+        ev = trace.events
+        self.sc, self.ec = ev["start_cycles"].to_numpy(), ev["end_cycles"].to_numpy()
+        self.rec = _Records(c, self.sc, self.ec)
+        self.ratio = _ns_per_cycle(c, self.sc, self.ec, cal)
+        self.fill_ns, self.fill_gid = _releases(c)
+
+    def labels(self, names: list, codes: np.ndarray) -> pa.Array:
+        """``names[codes]`` as a string column (one take, no Python loop)."""
+        return pa.array(names, pa.string()).take(pa.array(codes.astype(np.int64)))
 
 
 def spans(trace: Trace, cal: Calibration) -> pa.Table:
@@ -292,17 +304,17 @@ def spans(trace: Trace, cal: Calibration) -> pa.Table:
     ``n_inner`` (the warp's records strictly between its two reads), ``n_release`` (a pipeline
     wait: the filling warp's records between the wait's begin and the fill), ``cost_ns`` (what is
     subtracted), ``ns`` (compensated, >= 0) and ``clamped`` (it came out negative)."""
-    c = AutoCols.of(trace)
-    if c.n == 0:
+    if trace.events.num_rows == 0:
         return SPAN_SCHEMA.empty_table()
-    sc, ec = _cycles(trace)
-    rec = _Records(c, sc, ec)
-    ratio = _ns_per_cycle(c, sc, ec, cal)
+    return _span_table(_Trace(trace, cal), cal)
+
+
+def _span_table(t: _Trace, cal: Calibration) -> pa.Table:
+    c, rec, ratio = t.c, t.rec, t.ratio
     rows = np.flatnonzero(c.kind == 0)
     gid = c.warp_gid[rows]
-    n_inner = rec.between(gid, sc[rows], ec[rows])
-    fill_ns, fill_gid = _releases(c)
-    fns, fg = fill_ns[rows], fill_gid[rows]
+    n_inner = rec.between(gid, t.sc[rows], t.ec[rows])
+    fns, fg = t.fill_ns[rows], t.fill_gid[rows]
     released = (fg >= 0) & (fg != gid) & (fns > c.start[rows])
     n_rel = np.zeros(rows.size, np.int64)
     if released.any():
@@ -315,8 +327,7 @@ def spans(trace: Trace, cal: Calibration) -> pa.Table:
     comp = raw - cost
     return pa.table({
         "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
-        "warp": pa.array(c.warp[rows].astype(np.int16)),
-        "name": pa.array([c.name_dict[k] for k in c.name_codes[rows]], pa.string()),
+        "warp": pa.array(c.warp[rows].astype(np.int16)), "name": t.labels(c.name_dict, c.name_codes[rows]),
         "iter": pa.array(c.iter[rows].astype(np.int32)), "raw_ns": pa.array(raw),
         "n_inner": pa.array(n_inner.astype(np.int32)), "n_release": pa.array(n_rel.astype(np.int32)),
         "cost_ns": pa.array(cost), "ns": pa.array(np.maximum(comp, 0.0)), "clamped": pa.array(comp < 0)},
@@ -328,41 +339,45 @@ def lags(trace: Trace, cal: Calibration) -> pa.Table:
     (``fa4trace.analysis.kernel.pipeline_lags``), ``n_consumer`` (the waiting warp's records
     between the fill and its wait's end, the wait's begin aside), ``cost_ns``, ``ns``
     (compensated, >= 0), ``clamped``."""
-    c = AutoCols.of(trace)
-    if c.n == 0:
+    if trace.events.num_rows == 0:
         return LAG_SCHEMA.empty_table()
-    sc, ec = _cycles(trace)
-    rec = _Records(c, sc, ec)
-    ratio = _ns_per_cycle(c, sc, ec, cal)
-    fill_ns, fill_gid = _releases(c)
-    rows = np.flatnonzero(fill_gid >= 0)
+    return _lag_table(_Trace(trace, cal), cal)
+
+
+def _lag_table(t: _Trace, cal: Calibration) -> pa.Table:
+    c = t.c
+    rows = np.flatnonzero(t.fill_gid >= 0)
     if not rows.size:
         return LAG_SCHEMA.empty_table()
     gid = c.warp_gid[rows]
-    f = fill_ns[rows]
+    f = t.fill_ns[rows]
     # the waiting warp's records after the fill, its wait's own begin aside: a wait that began
     # after the fill did not block, and its two reads are a span's offset apart
     late = c.start[rows] > f
-    n_cons = rec.between(gid, f, c.end[rows], ns=True) - late
-    cost = ratio[gid] * (n_cons * cal.event_cycles + np.where(late, _offsets(c, rows, cal), 0.0)
-                         + (cal.lag_offset_cycles or 0.0))
+    n_cons = t.rec.between(gid, f, c.end[rows], ns=True) - late
+    cost = t.ratio[gid] * (n_cons * cal.event_cycles + np.where(late, _offsets(c, rows, cal), 0.0)
+                           + (cal.lag_offset_cycles or 0.0))
     raw = (c.end[rows] - f).astype(np.int64)
     comp = raw - cost
     return pa.table({
         "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
-        "pipeline": pa.array([c.resources[r] for r in c.resource[rows]], pa.string()),
+        "pipeline": t.labels(c.resources, c.resource[rows]),
         "iter": pa.array(c.iter[rows].astype(np.int32)), "warp": pa.array(c.warp[rows].astype(np.int16)),
         "raw_ns": pa.array(raw), "n_consumer": pa.array(n_cons.astype(np.int32)), "cost_ns": pa.array(cost),
         "ns": pa.array(np.maximum(comp, 0.0)), "clamped": pa.array(comp < 0)}, schema=LAG_SCHEMA)
 
 
 # ---- summary and text ------------------------------------------------------------------------------------
-def _per_name(names, raw, comp, clamped) -> dict:
+def _per_name(table: pa.Table, key: str) -> dict:
+    """{name in ``key``: n, median and p90 raw and compensated, clamped} over ``table``'s rows."""
+    names = table[key].combine_chunks().dictionary_encode()
+    codes = names.indices.to_numpy(zero_copy_only=False)
+    raw, comp = table["raw_ns"].to_numpy().astype(np.float64), table["ns"].to_numpy()
+    clamped = table["clamped"].to_numpy(zero_copy_only=False)
     out = {}
-    names = np.asarray(names, dtype=object)
-    for n in sorted(set(names.tolist())):
-        m = names == n
-        r, v = raw[m].astype(np.float64), comp[m]
+    for i, n in sorted(enumerate(names.dictionary.to_pylist()), key=lambda kv: kv[1]):
+        m = codes == i
+        r, v = raw[m], comp[m]
         out[n] = {"n": int(m.sum()), "raw_median_ns": float(np.median(r)), "median_ns": float(np.median(v)),
                   "raw_p90_ns": float(np.percentile(r, 90)), "p90_ns": float(np.percentile(v, 90)),
                   "clamped": int(clamped[m].sum())}
@@ -373,19 +388,16 @@ def summary(trace: Trace, cal: Calibration) -> dict:
     """What ``fa4trace summary --compensate`` adds: per span event and per pipeline's lag, the
     median and p90 raw and compensated, how many came out negative (clamped at 0), and the
     calibration used. ``shown`` names the figures this section holds (compensated, raw beside)."""
-    sp, lg = spans(trace, cal), lags(trace, cal)
     out = {"shown": "compensated (raw beside)", "recorder": cal.recorder, "calibration": cal.to_dict(),
            "spans": {}, "lags": {}, "clamped": 0, "compensated": 0}
-    if sp.num_rows:
-        clamped = sp["clamped"].to_numpy(zero_copy_only=False)
-        out["spans"] = _per_name(sp["name"].to_pylist(), sp["raw_ns"].to_numpy(), sp["ns"].to_numpy(), clamped)
-        out["clamped"] += int(clamped.sum())
-        out["compensated"] += sp.num_rows
-    if lg.num_rows:
-        clamped = lg["clamped"].to_numpy(zero_copy_only=False)
-        out["lags"] = _per_name(lg["pipeline"].to_pylist(), lg["raw_ns"].to_numpy(), lg["ns"].to_numpy(), clamped)
-        out["clamped"] += int(clamped.sum())
-        out["compensated"] += lg.num_rows
+    if trace.events.num_rows == 0:
+        return out
+    t = _Trace(trace, cal)
+    for key, table, col in (("spans", _span_table(t, cal), "name"), ("lags", _lag_table(t, cal), "pipeline")):
+        if table.num_rows:
+            out[key] = _per_name(table, col)
+            out["clamped"] += int(table["clamped"].to_numpy(zero_copy_only=False).sum())
+            out["compensated"] += table.num_rows
     return out
 
 
