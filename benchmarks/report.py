@@ -46,7 +46,7 @@ trace-cost: trace_cost.py; decode-recorder-parts: decode_recorder_parts.py; cost
 cost_targets.py (from the other result files, no GPU); fa4-sm90:
 fa4_sm90_device.py; auto-kernels, auto-sample: auto_kernels.py, bench_cta_sample.py; fidelity:
 bench_fidelity.py; known-answer: bench_known_answer.py; sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
-bench_sweep_page.py, bench_sweep_query.py, bench_sweep_overhead.py, bench_sweep_pool.py. benchmarks/device_run.sh runs the GPU ones in one go. The other areas hold
+bench_sweep_page.py, bench_sweep_query.py, bench_sweep_overhead.py, bench_sweep_pool.py; static-footprint (CPU): ``fa4trace sass -o``. benchmarks/device_run.sh runs the GPU ones in one go. The other areas hold
 tables made from runs of these (their "command" says which).
 """
 
@@ -99,7 +99,8 @@ PAGES = {
                          ("trace-cost-parts", "Our decode kernel's recorder"), ("trace-cost", None),
                          ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None),
                          ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill"),
-                         ("fa4-cost-parts-sass", "What each part adds in SASS")]),
+                         ("fa4-cost-parts-sass", "What each part adds in SASS"),
+                         ("static-footprint", "What tracing adds per warp role in SASS (static, no GPU)")]),
     "fidelity-error.md": ("Fidelity error",
                           "What a trace with every family reports against the lightest trace of the same launch "
                           "that reports the same figure (per metric), and against a second dense launch (the "

@@ -1,6 +1,7 @@
 """The docs stay true to the repository: README.md is a five-minute read (<= 12 KB), every number
 in its cost table is the value in the results file its row names, and every repository path and
-relative link in README.md, BENCHMARKS.md, benchmarks/README.md and docs/*.md exists.
+relative link in README.md, BENCHMARKS.md, benchmarks/README.md and docs/*.md exists; a page under docs/
+with a numbers table is held to its results files the same way.
 
 The cost table sits between ``<!-- numbers-table`` and ``<!-- /numbers-table -->`` in README.md.
 Each row names one results file in its last cell (a link to ``benchmarks/results/NAME.json``);
@@ -26,7 +27,7 @@ README_MAX_BYTES = 12 * 1024
 
 TABLE = re.compile(r"<!-- numbers-table.*?-->\n(.*?)<!-- /numbers-table -->", re.S)
 SOURCED = re.compile(r"([+-]?\d+(?:\.\d+)?)<!--(.*?)-->")
-FILE_LINK = re.compile(r"\]\((benchmarks/results/[\w.-]+\.json)\)")
+FILE_LINK = re.compile(r"\]\((?:\.\./)?(benchmarks/results/[\w.-]+\.json)\)")  # from README or docs/
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 REPO_PATH = re.compile(r"(?<![\w/.-])((?:benchmarks|tests|docs)/[\w./-]*\w)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -96,6 +97,19 @@ def test_readme_numbers_are_the_results_files_values():
         value = value_at(json.loads((ROOT / name).read_text()), path)
         if not agrees(shown, value):
             wrong.append(f"{shown} in README, {value!r} at {name}: {path}")
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("doc", [p for p in DOCS[1:] if TABLE.search(p.read_text())],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_numbers_tables_of_docs_pages_are_the_results_files_values(doc):
+    """A page under docs/ with a numbers table (README's form; links to the results files from
+    docs/ start with ../) shows each number as its results file holds it."""
+    wrong = []
+    for name, shown, path in table_numbers(doc.read_text()):
+        value = value_at(json.loads((ROOT / name).read_text()), path)
+        if not agrees(shown, value):
+            wrong.append(f"{shown} in {doc.name}, {value!r} at {name}: {path}")
     assert not wrong, wrong
 
 
