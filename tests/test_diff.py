@@ -136,7 +136,7 @@ def test_bundles_that_differ_only_by_noise_move_nothing(seeds):
 
 
 def test_a_change_beyond_the_band_below_the_floor_is_negligible():
-    """Two recordings of one build moved compute spans by 0.4-0.7% on the H200, beyond a band of
+    """Two recordings of one build moved QK, PV, SOFTMAX by 0.4-0.6% on the H200, beyond a band of
     8 launches each (the SM clock): below ``min_change`` such a change is negligible."""
     a = np.random.default_rng(1).lognormal(6, 0.002, 40)
     f = D.judge(a, a * 1.005, "span", 0.999)
@@ -237,6 +237,32 @@ def test_base_against_pingpong_on_the_h200():
     text = D.format_diff(r)
     assert "config       n_blocks 1024 → 2048, schedule base → pingpong, tile_n 128 → 64" in text
     assert "consumer    SOFTMAX∥QK             overlap            0.3%      93.6%  +93.2 pts" in text
+
+
+def test_a_slowed_softmax_recorded_on_the_h200():
+    """traces/diff: our decode kernel, schedule base, 8 launches a bundle, recorded by
+    tests/gpu/test_diff_gpu.py as shipped, with 200 cycles spun inside every SOFTMAX span, and as
+    shipped again."""
+    def bundle(name):
+        return load(TRACES / "diff" / f"decode_d128_16to1_sk131072_b1_base_{name}.parquet")
+
+    plain = bundle("plain")
+    r = D.diff(plain, bundle("slow_softmax"), repeats=True)
+    sm = figure(r, "consumer/SOFTMAX/span")
+    assert sm["units"] == "launch" and sm["status"] == "regressed" and sm["change_pct"] > 50
+    spans = [f for f in r["figures"] if f["role"] == "consumer" and f["metric"] == "span" and f.get("rank")]
+    assert min(spans, key=lambda f: f["rank"])["id"] == "consumer/SOFTMAX/span"
+    for fid in ("consumer/QK/span", "consumer/PV/span", "consumer/CORRECTION/span"):
+        assert figure(r, fid)["status"] in ("within noise", "negligible"), fid
+    # memory-bound: the consumers had slack, the producer now waits longer for a free V stage
+    assert figure(r, "producer/LOAD_V/span")["status"] == "regressed"
+    assert figure(r, "cta/recorded/duration")["status"] == "within noise"
+    assert [f["id"] for f in D.regressions_above(r, 10)] == ["producer/LOAD_V/span", "consumer/SOFTMAX/span"]
+    again = D.diff(plain, bundle("plain_again"), repeats=True)
+    assert D.regressions_above(again, 1.0) == []
+    assert figure(again, "consumer/SOFTMAX/span")["status"] == "negligible"  # -0.4%: the clock
+    assert figure(D.diff(plain, bundle("plain_again"), repeats=True, min_change=0), "consumer/SOFTMAX/span")[
+        "status"] == "improved"
 
 
 def test_a_bundle_against_itself_moves_nothing():
@@ -357,3 +383,35 @@ def test_viewer_lists_what_moved_beyond_noise(app_env, files):
     at = run_app(trace_a=data.path_key(a), trace_b=data.path_key(files["gemm"]))
     assert any(c.value.startswith("Beyond noise (fa4trace diff): not diffed: BASE (") for c in at.caption)
     assert not any("noise band" in t.value.columns for t in at.table)
+
+
+# ---- docs/diff.md shows what the command prints ----------------------------------------------------------
+def doc_examples() -> list[tuple[list[str], str, int | None]]:
+    """(arguments, what the terminal shows, exit status or None) of every ``$ fa4trace diff`` block."""
+    import shlex
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "diff.md").read_text()
+    out = []
+    for block in text.split("```text\n")[1:]:
+        lines = block.split("\n```")[0].split("\n")
+        if not lines[0].startswith("$ fa4trace diff "):
+            continue
+        code = None
+        if "$ echo $?" in lines:
+            i = lines.index("$ echo $?")
+            code, lines = int(lines[i + 1]), lines[:i]
+        out.append((shlex.split(lines[0])[2:], "\n".join(lines[1:]), code))  # after "$ fa4trace"
+    return out
+
+
+@pytest.mark.parametrize("args, shown, code", doc_examples(), ids=lambda x: None)
+def test_docs_show_what_the_command_prints(args, shown, code, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    r = CliRunner().invoke(main, args)
+    assert (r.stdout + r.stderr).rstrip("\n") == shown
+    if code is not None:
+        assert r.exit_code == code
+
+
+def test_the_docs_have_examples():
+    assert len(doc_examples()) >= 5

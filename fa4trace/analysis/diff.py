@@ -42,9 +42,9 @@ band excludes no change; it then regressed or improved by the direction that is 
 (``METRICS``), or just changed (busy and idle shares have no better direction), unless the
 change is below ``MIN_CHANGE`` (1%, or 1 point of a share): then it is "negligible". Why a
 floor: what the bundles cannot show. A bundle's launches run back to back, under one SM clock;
-two recordings of the same build, minutes apart, ran at clocks 0.6% apart on the H200 and
-their compute spans moved by 0.4-0.7% with them, beyond a band made of 8 launches each
-(docs/diff.md). Launches in the band (``repeats``) catch the noise within a recording, the
+two recordings of the same build, seconds apart, ran at clocks 0.6% apart on the H200 and
+their QK, PV and SOFTMAX spans moved by 0.4-0.6% with them, beyond a band made of 8 launches
+each (docs/diff.md, traces/diff). Launches in the band (``repeats``) catch the noise within a recording, the
 floor the drift between recordings; ``min_change`` raises it where a GPU drifts more.
 
 **Same kernel.** Two bundles diff when they ran the same kernel (for automatic bundles the
@@ -615,6 +615,10 @@ def diff(base: Trace, new: Trace, *, roles=None, repeats: bool = False, confiden
         raise Fa4traceError(f"min_change must be >= 0, got {min_change}")
     require_same_kernel(base, new)
     pairs, notes = pair_groups(launch_groups(base, "BASE", repeats), launch_groups(new, "NEW", repeats))
+    if not repeats and len(pairs) > 1 and all(len({s for g in side for s in g.signatures}) == 1
+                                              for side in zip(*pairs)):
+        notes.append(f"each bundle holds {len(pairs)} launches of one grid, diffed launch by launch; if they "
+                     "repeat one call, --repeats pools them (and puts the launch-to-launch noise in the band)")
     fa, fb = figures_of(base, roles), figures_of(new, roles)
     several = len(pairs) > 1
     rows, only_a, only_b = [], [], []
@@ -783,14 +787,16 @@ def format_diff(result: dict, *, show_all: bool = False, top: int = TOP) -> str:
     counts = {s: sum(f["status"] == s for f in figs) for s in ("regressed", "improved", "changed")}
     few = sum(f["status"] == "too few units" for f in figs)
     small = sum(f["status"] == "negligible" for f in figs)
+    small = f"; {small} more by less than {result['min_change']:g}%: negligible" if small else ""
+    few = f"; {few} with too few units to judge" if few else ""
     if moved:
         head = (f"moved beyond noise: {len(moved)} of {len(figs)} figures ("
-                + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + ")")
+                + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + f"{small}){few}")
         if not show_all and len(moved) > top:
-            head += f"; the {top} that moved most"
+            head += f"; the {top} that moved most:"
     else:
-        head = f"nothing moved beyond noise ({len(figs)} figures; --all shows every figure)"
-    lines += ["", head + (f"; {small} negligible" if small else "") + (f"; {few} with too few units to judge" if few else "")]
+        head = f"nothing moved beyond noise ({len(figs)} figures{small}){few}; --all shows every figure"
+    lines += ["", head]
     shown = figs if show_all else moved[:top]
     launches = len(result["groups"]) > 1
     if shown:
