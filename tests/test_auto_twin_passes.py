@@ -215,3 +215,47 @@ def test_launches_of_passes_decode_with_one_vocabulary():
     v = R.merged_vocab([dense, None, light])
     assert v.event("ab.wait").id == 32 and v.event("mma.wait").id == 33
     assert v.event("barrier.sync").family == "barrier" and v.event("barrier.sync").id not in (32, 33)
+
+
+def test_a_refused_shared_memory_build_is_recorded_with_a_global_cursor_and_one_line_says_so(cpu, capsys):
+    def refused(*a):
+        raise RuntimeError("CUDA_ERROR_INVALID_VALUE: too much shared memory")
+
+    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"), options=R.RecordOptions(ctas=1),
+                       recompile=lambda cursor, **kw: SimpleNamespace(fn=accumulate(cpu, "gmem"), vocab=None,
+                                                                      meta={"cursor": cursor}))
+    x, out = torch.arange(8.0), torch.zeros(8)
+    k(x, out)
+    k(x, out)  # the second call runs the global-memory build at once: no second line
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0] == ("fa4trace: acc: the shared-memory cursor did not launch: CUDA_ERROR_INVALID_VALUE: "
+                                        "too much shared memory; recorded with the cursor in global memory instead")
+    assert k.meta["cursor"] == "gmem" and k.meta["cursor_reason"].startswith("the shared-memory cursor did not launch")
+    assert not k.not_traced and len(k._launches) == 2 and torch.equal(out, 2 * x)
+
+
+@pytest.mark.parametrize("recompile_fails", [False, True])
+def test_where_no_traced_build_launches_the_plain_kernel_runs_and_one_line_names_it(cpu, capsys, recompile_fails):
+    """The last fallback: the global-memory build is refused too (or does not even compile): the
+    plain kernel gives the program its result, the kernel runs plain from then on, one line."""
+    def refused(*a):
+        cpu.append("refused")
+        raise RuntimeError("CUDA_ERROR_INVALID_VALUE: refused")
+
+    def recompile(cursor, **kw):
+        if recompile_fails:
+            raise RuntimeError("ptxas error: out of registers")
+        return SimpleNamespace(fn=refused, vocab=None, meta={"cursor": cursor})
+
+    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"), options=R.RecordOptions(ctas=1),
+                       recompile=recompile)
+    x, out = torch.arange(8.0), torch.zeros(8)
+    k(x, out)
+    assert torch.equal(out, x)  # the plain result, once
+    assert k.not_traced.startswith("CUDA_ERROR_INVALID_VALUE: refused") and not k._launches
+    if recompile_fails:
+        assert "its global-memory build did not compile: ptxas error" in k.not_traced
+    k(x, out)  # from then on the plain kernel, not the refused build
+    assert torch.equal(out, 2 * x) and cpu.count("refused") == (1 if recompile_fails else 2)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("fa4trace: acc runs untraced: its traced build did not launch")

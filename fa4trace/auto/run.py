@@ -449,16 +449,26 @@ class Instrumented:
             first = _launch_failure(exc)
         was = self.meta.get("cursor")
         if self._recompile is not None and was in SHARED_MEMORY_CURSORS:
-            c = self._recompile("gmem")
+            try:
+                c = self._recompile("gmem")
+            except Exception as exc:  # noqa: BLE001 (a compile that fails must not fail the program)
+                c, first = None, f"{first}; its global-memory build did not compile: {_launch_failure(exc)}"
+        else:
+            c = None
+        if c is not None:
             self.fn, self.vocab = c.fn, c.vocab
             for k in ("ring", "ring_cta_warps", "ring_smem_bytes"):  # a ring build's: gone with it
                 self.meta.pop(k, None)
-            self.meta.update(c.meta, cursor="gmem",
-                             cursor_reason=f"the {SHARED_MEMORY_CURSORS[was]} did not launch: {first}")
+            reason = f"the {SHARED_MEMORY_CURSORS[was]} did not launch: {first}"
+            self.meta.update(c.meta, cursor="gmem", cursor_reason=reason)
             try:
-                return call_traced(self.fn, args, kwargs, targs)
+                ret = call_traced(self.fn, args, kwargs, targs)
             except Exception as exc:  # noqa: BLE001
                 first = _launch_failure(exc)
+            else:
+                print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: {reason}; recorded with the cursor in "
+                      "global memory instead", file=sys.stderr)
+                return ret
         self.not_traced = first
         print(f"fa4trace: {self.meta.get('kernel', 'kernel')} runs untraced: its traced build did not launch "
               f"({first})", file=sys.stderr)
