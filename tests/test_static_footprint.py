@@ -126,6 +126,23 @@ def test_a_consumer_keeps_its_later_phases_and_a_warp_index_exit_opens_it():
     assert consumer["evidence"]["entered_from"] == ["0x00c0"]  # the `@P0 EXIT` of warps above 3
 
 
+def test_registers_set_above_a_nested_dispatch_are_the_roles():
+    """A producer warpgroup that gives up registers before picking its one loading warp (FA4's
+    SM90 forward does): the role's registers are that setmaxnreg, the consumer's its own."""
+    listing = _listing([
+        "S2R R2, SR_TID.X", "SHF.R.U32.HI R0, RZ, 0x5, R2", "ISETP.GT.AND P0, PT, R0, 0x3, PT", "@P0 BRA `(.L_x_1)",
+        "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0",
+        ".L_x_2:", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT", "MUFU.EX2 R24, R24",
+        "ISETP.LT.AND P1, PT, R4, R6, PT", "@P1 BRA `(.L_x_2)", "EXIT",
+        ".L_x_1:", "USETMAXREG.DEALLOC.CTAPOOL 0x18", "ISETP.NE.AND P0, PT, R0, 0x4, PT", "@P0 EXIT",
+        ".L_x_3:", "UTMALDG.4D [UR16], [UR28], desc[UR30]", "ISETP.LT.AND P1, PT, R5, R6, PT", "@P1 BRA `(.L_x_3)",
+        "EXIT"])
+    k = static.listing_kernels(listing, {"k": {"registers": 168}}, [])[0]
+    assert {r: (v["registers"], v["registers_from"]) for r, v in k["roles"].items()} == {
+        "producer": (24, "setmaxnreg before the role's entry"), "consumer": (240, "setmaxnreg")}
+    assert k["roles"]["producer"]["confidence"] == "high" and k["registers"] == 168
+
+
 def test_without_a_warp_index_branch_roles_come_from_signatures_alone():
     cta = SM100.replace("S2R R2, SR_TID.X", "S2R R2, SR_CTAID.X")
     r = _roles(cta)

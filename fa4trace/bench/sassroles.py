@@ -25,8 +25,9 @@ How a role is assigned (docs/static-footprint.md says the same for users):
    without a signature outside every role) is "unattributed".
 
 Per role: the region's counts (``sass.counts``: instructions, timer reads, shared / global /
-local-memory stores and loads), the ``setmaxnreg`` (``USETMAXREG``) values in it, and its main
-loop: the innermost loop issuing the role's primary signature, the most of it (tie: the longer),
+local-memory stores and loads), the ``setmaxnreg`` (``USETMAXREG``) values in it, or else the
+nearest one above its entry on the dominator chain (a warpgroup that sets its registers before a
+nested dispatch picks the warp that issues its work), and its main loop: the innermost loop issuing the role's primary signature, the most of it (tie: the longer),
 counted over the loop's own blocks (inner loops, such as a barrier's try-wait retry, excluded):
 every instruction of one iteration, each path once.
 """
@@ -315,6 +316,20 @@ def setmaxnreg(instrs) -> list:
     return out
 
 
+def setmaxnreg_before(cfg: Cfg, block: int) -> Optional[int]:
+    """The register count the nearest ``USETMAXREG`` above ``block`` on its dominator chain sets
+    (code every warp reaching the block has run: a role's warpgroup may set its registers at a
+    dispatch level above the body that issues its work), or None."""
+    b = cfg.idom.get(block)
+    while b is not None:
+        found = setmaxnreg(cfg.instrs([b]))
+        if found:
+            return found[-1]
+        up = cfg.idom.get(b)
+        b = None if up == b else up
+    return None
+
+
 def main_loop(cfg: Cfg, region: Region) -> Optional[int]:
     """Index of the region's main loop (module docstring), or None."""
     prim = {k: signatures(cfg.instrs(cfg.own_blocks(k))).get(region.primary, 0) for k in region.loops}
@@ -341,6 +356,7 @@ def region_report(cfg: Cfg, region: Region) -> dict:
     out = dict(counts(i.text for i in instrs))
     out["signatures"] = dict(sorted(signatures(instrs).items()))
     out["setmaxnreg"] = setmaxnreg(instrs)
+    out["setmaxnreg_before"] = setmaxnreg_before(cfg, region.entry)
     k = main_loop(cfg, region)
     if k is None:
         out["mainloop"] = None

@@ -44,7 +44,8 @@ COLUMNS = [["kernel", "kernel"], ["arch", "arch"], ["role", "role"], ["confidenc
 NOTES = ("Static counts: each kernel compiled plain and traced on a CPU (CUTE_DSL_ARCH; the CuTe DSL's own ptxas "
          "made the cubin, nvdisasm read it), run on no GPU, measured on no B200. Main loop: the instructions of "
          "one iteration of the role's innermost loop issuing its work (each path once, wait-retry loops "
-         "excluded). Registers: the role's setmaxnreg where it sets one, else the kernel's. LDL+STL: "
+         "excluded). Registers: the role's setmaxnreg (in its code, else the nearest above its entry), else "
+         "the kernel's. LDL+STL: "
          "local-memory loads and stores (spills). Shared memory: the kernel's static bytes plus the launch's "
          "dynamic bytes (whole CTA). Roles and how they were found: docs/static-footprint.md.")
 
@@ -137,13 +138,18 @@ def role_summary(regions: list, kernel_registers) -> dict:
     holds each role twice), and where its other regions are."""
     main = max(regions, key=lambda r: (r["timer_reads"], r["instructions"]))
     loop = main["mainloop"] or {}
-    regs = main["setmaxnreg"][-1] if main["setmaxnreg"] else kernel_registers
+    if main["setmaxnreg"]:
+        regs, source = main["setmaxnreg"][-1], "setmaxnreg"
+    elif main.get("setmaxnreg_before") is not None:
+        regs, source = main["setmaxnreg_before"], "setmaxnreg before the role's entry"
+    else:
+        regs, source = kernel_registers, "kernel"
     return {"confidence": main["confidence"], "entry": main["entry"], "evidence": main["evidence"],
             "instructions": main["instructions"], "timer_reads": main["timer_reads"],
             "shared_stores": main["shared_stores"], "global_stores": main["global_stores"],
             "local_loads": main["local_loads"], "local_stores": main["local_stores"],
-            "registers": regs, "registers_from": "setmaxnreg" if main["setmaxnreg"] else "kernel",
-            "setmaxnreg": main["setmaxnreg"], "signatures": main["signatures"],
+            "registers": regs, "registers_from": source, "setmaxnreg": main["setmaxnreg"],
+            "setmaxnreg_before": main.get("setmaxnreg_before"), "signatures": main["signatures"],
             "mainloop": loop.get("instructions"), "mainloop_at": loop.get("at"),
             "mainloop_timer_reads": loop.get("timer_reads"), "mainloop_local_loads": loop.get("local_loads"),
             "mainloop_local_stores": loop.get("local_stores"), "mainloop_signatures": loop.get("signatures"),
