@@ -29,8 +29,20 @@ EXIT_FAIL = 1
 DEBUG_ENV = "FA4TRACE_DEBUG"  # set to 1: an unexpected error shows its traceback instead of one line
 
 
+# Commands users look for under another name: click's spelling suggestion misses them
+# (`fa4trace export` would be offered `plot`).
+COMMAND_HINTS = {"export": "convert", "perfetto": "convert", "chrome": "convert", "info": "summary",
+                 "show": "view", "open": "view", "serve": "view"}
+
+
 class _OneLineErrors(click.Group):
     """Turn usage errors, fa4trace errors and missing packages into one line on stderr."""
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else None
+        if name in COMMAND_HINTS and self.get_command(ctx, name) is None:
+            raise click.UsageError(f"No such command {name!r}. Did you mean {COMMAND_HINTS[name]!r}?", ctx)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx):
         try:
@@ -68,6 +80,8 @@ class _OneLineErrors(click.Group):
 
 
 def _first_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and not isinstance(e, Fa4traceError) and e.filename and e.strerror:
+        return f"{e.filename}: {e.strerror}"  # not "[Errno 2] No such file or directory: 'x'"
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
@@ -78,7 +92,9 @@ def _fail(msg: str, code: int):
 
 
 def _check_out(path: str, force: bool) -> Path:
-    """The output file ``path``, refused when it exists (unless ``force``) or is a folder."""
+    """The output file ``path``, refused when it is empty, exists (unless ``force``) or is a folder."""
+    if not str(path).strip():
+        raise Fa4traceError("the output path is empty: give a file name")
     p = Path(path)
     if p.is_dir():
         raise Fa4traceError(f"{p} is a directory")
@@ -90,7 +106,7 @@ def _check_out(path: str, force: bool) -> Path:
 @click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fa4trace", prog_name="fa4trace")
 def main():
-    """Per-warp timelines of GPU attention kernels: record, inspect, compare, view."""
+    """Per-warp timelines of GPU kernels written in NVIDIA's CuTe DSL: record, inspect, compare, view."""
 
 
 # ---- summary / compare ---------------------------------------------------------------------
@@ -847,11 +863,11 @@ def view(bundles, port, headless, sweep, merged):
     deps.require("fa4trace view", "streamlit", "plotly", "pandas", "viztracer")
     from . import viewer
     from .sweep.dataset import find_dataset
-    from .trace.bundle import read_meta
+    from .trace.bundle import load
 
     server = Path(viewer.__file__).resolve().with_name("server.py")
     for bnd in bundles:
-        read_meta(bnd)  # not a bundle: one line now, not a page that fails later
+        load(bnd)  # every column read: no bundle, a damaged page, 0 rows fail here, not in a page later
     if sweep and find_dataset(sweep) is None:
         raise Fa4traceError(f"{sweep}: not a sweep dataset (no results/ or sweeps/ folder in it)")
     if merged:
@@ -897,6 +913,9 @@ def view(bundles, port, headless, sweep, merged):
 def plot(dataset, output, which, b, kernels, force):
     """Draw a sweep dataset's figure (results/kernel=*/d=*/hkv=*/*.parquet) to HTML, PNG or SVG.
     A selection with no point to draw (a batch, kernels not in the dataset) is an error."""
+    from .sweep.dataset import require_folder
+
+    require_folder(dataset)
     out = _check_out(output, force)
     ext = out.suffix.lower()
     if ext not in PLOT_FORMATS:
@@ -1066,7 +1085,7 @@ def _diff_static_reports(base: str, new: str, as_json: bool, fail_above) -> None
 
 # ---- sweep / compact / query -------------------------------------------------------------
 @main.command()
-@click.option("--grid", "grid_file", default=None, type=click.Path(dir_okay=False),
+@click.option("--grid", "grid_file", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A TOML grid (kernels, d, heads, sk, b, sq or q_len, dtype; [[product]] tables for unions).")
 @click.option("--seed-grid", is_flag=True,
               help="Colfax's decode grid: d {64,128} x {16:1,16:2} x sk 1024..131072 at b 1 q_len 1, plus "
@@ -1136,6 +1155,8 @@ def sweep(grid_file, seed_grid, kernels, d, heads, sk, b, sq, dtype, replay, out
         g = G.seed_grid(kernels)
     else:
         g = G.from_flags(kernels=kernels, **axes)
+    if not out.strip():
+        raise Fa4traceError("the dataset path (-o) is empty: give a folder")
     if Path(out).exists() and not Path(out).is_dir():
         raise Fa4traceError(f"{out} is a file, not a dataset folder")
     from .sweep import pool as P
@@ -1201,9 +1222,9 @@ def compact(dataset):
     (unless --no-compact). Safe to re-run; a crash in the middle loses no row (readers keep
     the newest row per point and kernel)."""
     from .sweep.compact import compact as compact_dataset
-    from .sweep.dataset import find_dataset
+    from .sweep.dataset import find_dataset, require_folder
 
-    if find_dataset(dataset) is None:
+    if find_dataset(require_folder(dataset)) is None:
         raise Fa4traceError(f"{dataset}: not a sweep dataset (no results/ or sweeps/ folder in it)")
     st = compact_dataset(dataset)
     if not st["merged"]:
@@ -1218,8 +1239,13 @@ def compact(dataset):
 @click.argument("sql")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list of objects.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
-def query(dataset, sql, as_json, as_csv):
-    """SQL (DuckDB) over a sweep dataset in place: views results and sweeps.
+@click.option("--force", is_flag=True,
+              help="Run a statement that may write (COPY ... TO a file, even over one that exists; EXPORT, ATTACH, "
+                   "CREATE, SET, ...). Without it only queries run.")
+def query(dataset, sql, as_json, as_csv, force):
+    """One SQL statement (DuckDB) over a sweep dataset in place: views results and sweeps.
+    Read-only: a query (SELECT, WITH, DESCRIBE, SUMMARIZE, PIVOT) runs; anything that may write
+    runs with --force only. Several statements are refused (chain steps with WITH).
 
     Example: fa4trace query runs/h200 "SELECT kernel, median(tbps) FROM results WHERE error IS NULL GROUP BY kernel"
     """
@@ -1227,7 +1253,7 @@ def query(dataset, sql, as_json, as_csv):
 
     if as_json and as_csv:
         raise click.UsageError("give --json or --csv, not both")
-    t = run_query(dataset, sql)
+    t = run_query(dataset, sql, force=force)
     click.echo(to_json(t) if as_json else to_csv(t).rstrip("\n") if as_csv else format_table(t))
 
 

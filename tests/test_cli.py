@@ -225,7 +225,7 @@ def test_query_raises_no_warning_in_process():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         t = query(SWEEP, "SELECT kernel, d, sk, tbps FROM results WHERE error IS NULL AND kernel = 'pingpong'")
-        empty = query(SWEEP, "CREATE VIEW v AS SELECT 1")
+        empty = query(SWEEP, "CREATE VIEW v AS SELECT 1", force=True)
     assert t.num_rows == 44 and t.column_names == ["kernel", "d", "sk", "tbps"] and empty.num_rows == 0
 
 

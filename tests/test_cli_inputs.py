@@ -25,7 +25,11 @@ from fa4trace.trace.decode import decode_buffer
 from fa4trace.trace.synthetic import attention_like
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "tools"))
+from bad_bundles import damage_page, no_event_bundle  # noqa: E402
+
 SWEEP = ROOT / "traces" / "sweep-h200"  # a real sweep dataset, read only
+AUTO = ROOT / "traces" / "step" / "step_RMSNorm.parquet"  # a bundle of instrument(): warps 0-3
 SITE = """\
 import importlib.abc, os, sys
 
@@ -65,7 +69,10 @@ def files(tmp_path_factory):
     (d / "site").mkdir()
     (d / "site" / "sitecustomize.py").write_text(SITE)
     make_synthetic(d / "replay", 1, n_ctas=2, n_blocks=4)
+    empty = no_event_bundle(d / "empty.parquet")
+    damaged = damage_page(bundle, d / "damaged.parquet")  # a data page's byte flipped, the footer whole
     return {"bundle": str(bundle), "bad": str(d / "bad.parquet"), "script": str(d / "script.py"),
+            "empty": str(empty), "damaged": str(damaged), "auto": str(AUTO),
             "raises": str(d / "raises.py"), "imports": str(d / "imports.py"),
             "nonempty": str(d / "nonempty"), "dir": str(d), "replay": str(d / "replay"), "sweep": str(SWEEP),
             "site": str(d / "site"), "prof": str(prof), "profiled": str(profiled)}
@@ -93,25 +100,35 @@ BAD_INPUT = [
     ("summary", ["missing.parquet"], "missing.parquet: no such file"),
     ("summary", ["{bad}"], "is not a Parquet trace bundle"),
     ("summary", ["{bundle}", "--roles", "mma=0"], "--roles applies to bundles of automatically traced kernels"),
+    ("summary", ["{auto}", "--roles", "producer=999"], "role 'producer': warp 999 is not in this trace"),
+    ("summary", ["{empty}"], "empty.parquet: the bundle holds no events (0 rows)"),
+    ("summary", ["{damaged}"], "damaged.parquet: bundle data is unreadable"),
     ("compare", ["{bundle}", "missing.parquet"], "missing.parquet: no such file"),
     ("compare", ["{bundle}"], "Missing argument 'B'"),
+    ("compare", ["{bundle}", "{empty}"], "the bundle holds no events"),
     ("convert", ["missing.parquet", "--to", "chrome", "-o", "x.json"], "no such file"),
     ("convert", ["{bundle}", "--to", "chrome", "--compress", "-o", "x.json"], "--compress applies to --to perfetto"),
     ("convert", ["{bundle}", "--to", "chrome", "-o", "{bad}"], "refusing to overwrite it (add --force)"),
+    ("convert", ["{bundle}", "--to", "chrome", "-o", ""], "the output path is empty"),
+    ("convert", ["{empty}", "--to", "chrome", "-o", "x.json"], "the bundle holds no events"),
     ("merge", ["missing.json", "{profiled}", "-o", "m.pftrace"], "missing.json: no such file"),
     ("merge", ["{bad}", "{profiled}", "-o", "m.pftrace"], "is not JSON"),
     ("merge", ["{prof}", "{bad}", "-o", "m.pftrace"], "is not a Parquet trace bundle"),
     ("merge", ["{prof}", "{bundle}", "-o", "m.pftrace"], "none of its launches is in prof.json"),
     ("merge", ["{prof}", "{profiled}", "-o", "{bad}"], "refusing to overwrite it (add --force)"),
     ("merge", ["{prof}", "-o", "m.pftrace"], "Missing argument 'BUNDLES...'"),
+    ("merge", ["{prof}", "{empty}", "-o", "m.pftrace"], "the bundle holds no events"),
     ("view", ["missing.parquet"], "missing.parquet: no such file"),
     ("view", ["{bad}"], "is not a Parquet trace bundle"),
+    ("view", ["{damaged}"], "damaged.parquet: bundle data is unreadable"),
+    ("view", ["{empty}"], "the bundle holds no events"),
     ("view", ["--sweep", "{dir}"], "not a sweep dataset"),
     ("view", ["--merged", "{bad}"], "is not a Perfetto protobuf trace"),
     ("view", ["--merged", "{bundle}"], "is not a Perfetto protobuf trace"),
     ("view", ["--merged", "missing.pftrace"], "missing.pftrace: no such file"),
     ("view", ["--port", "0"], "'--port': 0 is not in the range"),
     ("plot", ["{dir}", "-o", "f.html"], "no sweep results"),
+    ("plot", ["missing", "-o", "f.html"], "missing: no such directory"),
     ("plot", ["{sweep}", "-o", "f.html", "--b", "8"], "no points at batch 8; the dataset has batch 1"),
     ("plot", ["{sweep}", "-o", "f.html", "--kernels", "base,nosuch"], "nosuch not in the dataset"),
     ("plot", ["{sweep}", "-o", "f.txt"], "unknown figure format .txt"),
@@ -136,11 +153,17 @@ BAD_INPUT = [
     ("sweep", ["--d", "128", "--gpus", "x", "-o", "ds"], "--gpus: want all or comma GPU indices"),
     ("sweep", ["--replay", "missing", "-o", "ds"], "missing: no such replay folder"),
     ("sweep", ["--d", "x", "-o", "ds"], "d: want integers, got 'x'"),
+    ("sweep", ["--grid", "missing.toml", "-o", "ds"], "'--grid': File 'missing.toml' does not exist"),
+    ("sweep", ["--d", "128", "-o", ""], "the dataset path (-o) is empty"),
     ("sass", ["nosuch"], "unknown kernel 'nosuch': one of decode"),
     ("sass", ["--arch", "sm_80", "{script}:make"], "unknown arch 'sm_80'"),
     ("sass", ["-o", "{bad}"], "refusing to overwrite it (add --force)"),
     ("compact", ["{dir}"], "not a sweep dataset"),
+    ("compact", ["missing"], "missing: no such directory"),
     ("query", ["{dir}", "SELECT 1"], "not a sweep dataset"),
+    ("query", ["missing", "SELECT 1"], "missing: no such directory"),
+    ("query", ["{sweep}", "COPY (SELECT 1) TO 'x.csv'"], "query is read-only: a COPY statement may write"),
+    ("query", ["{sweep}", "SELECT 1; SELECT 2"], "query runs one SQL statement, got 2"),
     ("query", ["{sweep}", ""], "the SQL is empty"),
     ("query", ["{sweep}", "SELEC 1"], "query failed: Parser Error"),
 ]

@@ -69,8 +69,10 @@ def test_wheel_holds_the_whole_tool(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in ("fa4trace/cli.py", "fa4trace/device/recorder.py", "fa4trace/fa4/hooks.py",
               "fa4trace/kernels/attention_sm90.py", "fa4trace/viewer/main.py", "fa4trace/viewer/server.py",
-              "fa4trace/viewer/perfetto_ui.py", "fa4trace/viewer/page.py"):
+              "fa4trace/viewer/perfetto_ui.py", "fa4trace/viewer/page.py",
+              "fa4trace/examples/fa4_sm90_d128_h16kv1_sk32768_b1.parquet"):  # the example bundle
         assert f in names, f
+    assert [n for n in names if n.endswith(".parquet")] == ["fa4trace/examples/fa4_sm90_d128_h16kv1_sk32768_b1.parquet"]
     # every folder of fa4trace/ (pyproject.toml lists each one) is in the wheel
     for sub in sorted(p.name for p in (REPO / "fa4trace").iterdir() if (p / "__init__.py").is_file()):
         assert f"fa4trace/{sub}/__init__.py" in names, sub
@@ -102,6 +104,18 @@ def test_installed_convert_and_summary(venv, tmp_path):
                   "print(u.find_spec('cutlass'), u.find_spec('torch'))"], cwd=tmp_path).stdout.splitlines()
     assert where[0].startswith(str(venv.parent)) and where[0].endswith("fa4trace/viewer/__init__.py")
     assert where[1] == "None None"
+
+
+@pytest.mark.slow
+def test_installed_example_bundle(venv, tmp_path):
+    """The wheel's own bundle (fa4trace.example_bundle()): summary and convert run on it."""
+    example = Path(_run([venv / "python", "-c", "import fa4trace; print(fa4trace.example_bundle())"],
+                        cwd=tmp_path).stdout.strip())
+    assert example.is_file() and example.is_relative_to(venv.parent)
+    assert example.read_bytes() == (TRACES / example.name).read_bytes()
+    assert "QK ∥ SOFTMAX" in _run([venv / "fa4trace", "summary", example], cwd=tmp_path).stdout
+    _run([venv / "fa4trace", "convert", example, "--to", "chrome", "-o", tmp_path / "e.json"], cwd=tmp_path)
+    assert json.loads((tmp_path / "e.json").read_text())
 
 
 @pytest.mark.slow

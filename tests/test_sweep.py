@@ -316,6 +316,8 @@ def test_query_errors_are_one_line(dataset, args, message):
 
 def test_query_a_missing_dataset_is_one_line(tmp_path):
     r = fa4trace("query", str(tmp_path / "nowhere"), "SELECT 1")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and f"{tmp_path / 'nowhere'}: no such directory" in r.stderr
+    r = fa4trace("query", str(tmp_path), "SELECT 1")  # a folder, but no dataset in it
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "not a sweep dataset" in r.stderr
 
 

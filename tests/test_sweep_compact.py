@@ -168,6 +168,9 @@ def test_compact_command(ds, tmp_path):
     r = fa4trace("query", str(ds), "SELECT count(*) AS n FROM results", "--csv")
     assert r.stdout.splitlines() == ["n", "24"]
     r = fa4trace("compact", str(tmp_path / "nowhere"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "nowhere: no such directory" in r.stderr
+    (tmp_path / "plain").mkdir()
+    r = fa4trace("compact", str(tmp_path / "plain"))
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "not a sweep dataset" in r.stderr
 
 

@@ -4,7 +4,8 @@ The decoder gives role "unknown" to warps of kernels traced by fa4trace.instrume
 instrumenter does not know the kernel's warp specialization). A role is decided per warp index
 in the CTA, first of:
 
-1. ``given``: the ``roles`` argument (warp index -> role, or role -> warp indices);
+1. ``given``: the ``roles`` argument (warp index -> role, or role -> warp indices; a warp
+   index the trace does not hold is refused, in one line);
 2. ``instrument``: meta["instrument"]["roles"] (role -> warp indices), when the kernel said;
 3. ``recorded``: the role the warp recorded itself (hand-placed Recorder roles), if not unknown;
 4. ``inferred``: from what the warp index recorded in any CTA, by the first rule that holds:
@@ -123,6 +124,7 @@ def decide_roles(trace: Trace, roles=None, *, cols: AutoCols | None = None) -> d
     from_meta = normalize_roles(inst.get("roles") or {})
     recorded = _recorded_roles(c)
     inferred = infer_roles(c)
+    _check_given(given, set(inferred))
     by_warp, source = {}, {}
     for w in sorted(set(inferred) | set(given) | set(from_meta)):
         for src, table in zip(SOURCES, (given, from_meta, recorded, inferred)):
@@ -132,6 +134,27 @@ def decide_roles(trace: Trace, roles=None, *, cols: AutoCols | None = None) -> d
     present = set(inferred)
     return {"by_warp": {w: r for w, r in by_warp.items() if w in present},
             "source": {w: s for w, s in source.items() if w in present}}
+
+
+def _check_given(given: dict[int, str], present: set) -> None:
+    """A role given to a warp index the trace does not hold is a mistake (a typo, the wrong
+    bundle): one line naming it and the warps there are, not a role silently dropped."""
+    absent = sorted(set(given) - present)
+    if absent:
+        w = absent[0]
+        raise Fa4traceError(f"role {given[w]!r}: warp {w} is not in this trace (its warps: {_spans(sorted(present))})")
+
+
+def _spans(ws: list) -> str:
+    """[0, 1, 2, 3, 8] -> '0-3, 8'; [] -> 'none'."""
+    if not ws:
+        return "none"
+    parts, start = [], ws[0]
+    for prev, w in zip(ws, ws[1:] + [None]):
+        if w is None or w != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = w
+    return ", ".join(parts)
 
 
 def assign_roles(trace: Trace, roles=None) -> Trace:

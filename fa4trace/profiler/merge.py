@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..trace.bundle import Trace, load
+from ..trace.files import create_beside
 from ..format.errors import Fa4traceError
 from ..export.perfetto import Placement, encode_hot_packets, slice_events
 from ..export.tracks import layout_tracks
@@ -698,8 +699,8 @@ class _atomic:
 
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        self.f = os.fdopen(fd, "wb")
+        self.tmp = create_beside(self.path)  # mode 0666 less the umask, as other outputs (mkstemp: 0600)
+        self.f = open(self.tmp, "wb")
         return self.f
 
     def __exit__(self, exc_type, exc, tb):

@@ -20,14 +20,15 @@ file, or a compaction interrupted before it removed what it merged): readers kee
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from ..format.errors import Fa4traceError
+from ..trace.files import replacing
 
 RESULT_SCHEMA = pa.schema([
     ("sweep_id", pa.string()), ("point_id", pa.string()), ("kernel", pa.string()),
@@ -60,16 +61,10 @@ def bundle_rel(point, kernel: str) -> str:
 
 
 def atomic_write(path: Path, write) -> Path:
-    """``write(tmp_path)`` then rename onto ``path`` (same folder: atomic on POSIX)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    """``write(tmp_path)`` then rename onto ``path`` (same folder: atomic on POSIX; the file gets
+    the mode any new file of the user gets: fa4trace.trace.files)."""
+    with replacing(path) as tmp:
         write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
@@ -192,6 +187,19 @@ class Dataset:
 
     def sweeps(self) -> list[dict]:
         return [json.loads(p.read_text()) for p in sorted((self.root / "sweeps").glob("sweep=*/sweep.json"))]
+
+
+def require_folder(root) -> Path:
+    """``root`` as a Path, refused in one line where it is empty, missing or a file (before any
+    reader says "not a sweep dataset" of a folder that is not there)."""
+    if not str(root).strip():
+        raise Fa4traceError("the dataset path is empty: give a sweep dataset folder")
+    p = Path(root)
+    if not p.exists():
+        raise Fa4traceError(f"{p}: no such directory")
+    if not p.is_dir():
+        raise Fa4traceError(f"{p} is a file, not a sweep dataset folder")
+    return p
 
 
 def find_dataset(root) -> Optional[Path]:

@@ -6,6 +6,15 @@ hkv included; one row per (point_id, kernel), the newest when a point was stored
 ``json_extract``).
 
     query("runs/h200", "SELECT kernel, median(tbps) FROM results GROUP BY kernel")  # a pyarrow.Table
+
+Read-only unless forced, one statement per call. DuckDB's own parser
+(``duckdb.extract_statements``) says what a statement is: a query (SELECT, WITH, FROM,
+VALUES, DESCRIBE, SHOW, SUMMARIZE, PIVOT) runs; anything else (COPY ... TO a file, EXPORT,
+ATTACH, CREATE, DROP, INSERT, SET, PRAGMA, INSTALL, EXPLAIN, which with ANALYZE runs what it
+explains) runs only with ``force=True`` (``fa4trace query --force``): nothing on disk is
+written or replaced unless asked. Several statements are refused: each call starts from a
+fresh in-memory database holding the two views, so nothing one statement made would outlive
+the call; a WITH clause chains steps inside one query.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import json
 import pyarrow as pa
 
 from ..format.errors import Fa4traceError
-from .dataset import RESULT_GLOB, RESULT_SCHEMA, Dataset, find_dataset
+from .dataset import RESULT_GLOB, RESULT_SCHEMA, Dataset, find_dataset, require_folder
 
 SWEEP_SCHEMA = pa.schema([
     ("sweep_id", pa.string()), ("gpu", pa.string()), ("worker", pa.string()), ("commit", pa.string()),
@@ -34,7 +43,7 @@ def connect(root):
     """An in-memory DuckDB connection with the dataset's ``results`` and ``sweeps`` views."""
     import duckdb
 
-    p = find_dataset(root)
+    p = find_dataset(require_folder(root))
     if p is None:
         raise Fa4traceError(f"{root}: not a sweep dataset (no results/ or sweeps/ folder in it)")
     con = duckdb.connect(":memory:")
@@ -58,15 +67,19 @@ def connect(root):
     return con
 
 
-def query(root, sql: str) -> pa.Table:
-    """Run ``sql`` over the dataset at ``root``. Empty or bad SQL raises a one-line
-    Fa4traceError; a statement without a result (CREATE VIEW ...) gives an empty table.
+def query(root, sql: str, *, force: bool = False) -> pa.Table:
+    """Run one SQL statement over the dataset at ``root`` (module docstring: read-only unless
+    ``force``). Empty or bad SQL, several statements, or one that may write without ``force``
+    raise a one-line Fa4traceError; a forced statement without a result (CREATE VIEW ...)
+    gives an empty table.
 
     The statement runs as a DuckDB relation (``con.sql``), read into Arrow in one step."""
     import duckdb
 
-    if not sql.strip().strip(";").strip():
-        raise Fa4traceError("the SQL is empty: give a statement, e.g. SELECT * FROM results LIMIT 5")
+    stmt = one_statement(sql)
+    if not force and not reads_only(stmt):
+        raise Fa4traceError(f"query is read-only: {describe(stmt)} may write files or change the database; "
+                            "add --force to run it")
     con = connect(root)
     try:
         rel = con.sql(sql)
@@ -76,6 +89,52 @@ def query(root, sql: str) -> pa.Table:
         raise Fa4traceError(f"query failed: {msg[0] if msg else type(exc).__name__}") from None
     finally:
         con.close()
+
+
+def one_statement(sql: str):
+    """The single statement in ``sql`` (a ``duckdb.Statement``: its type and text), as DuckDB's
+    parser splits it; one-line errors for empty SQL, a syntax error and several statements."""
+    import duckdb
+
+    try:
+        stmts = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        msg = str(exc).strip().splitlines()
+        raise Fa4traceError(f"query failed: {msg[0] if msg else type(exc).__name__}") from None
+    if not stmts:
+        raise Fa4traceError("the SQL is empty: give a statement, e.g. SELECT * FROM results LIMIT 5")
+    if len(stmts) > 1:
+        raise Fa4traceError(f"query runs one SQL statement, got {len(stmts)}: run each on its own (every query "
+                            "starts afresh from the views), or chain the steps in one with WITH ... AS (...)")
+    return stmts[0]
+
+
+def reads_only(stmt) -> bool:
+    """Whether DuckDB parses ``stmt`` as a query: a SELECT statement (SELECT, WITH, FROM, VALUES,
+    DESCRIBE, SHOW, SUMMARIZE), or a statement DuckDB runs in parts (a PIVOT) that stands as a
+    subquery of a SELECT, which a COPY, CREATE or INSERT built around a PIVOT does not."""
+    import duckdb
+
+    kind = stmt.type
+    if kind == duckdb.StatementType.SELECT:
+        return True
+    if kind != getattr(duckdb.StatementType, "MULTI", None):
+        return False
+    body = stmt.query.strip().rstrip(";")
+    try:  # newlines: a trailing -- comment stays inside the parentheses' line
+        return len(duckdb.extract_statements(f"SELECT * FROM (\n{body}\n)")) == 1
+    except duckdb.Error:
+        return False
+
+
+def describe(stmt) -> str:
+    """'a COPY statement', 'an EXPLAIN statement'; a statement run in parts: 'this statement'."""
+    import duckdb
+
+    name = stmt.type.name
+    if stmt.type == getattr(duckdb.StatementType, "MULTI", None):
+        return "this statement"
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name} statement"
 
 
 def _cell(x) -> str:

@@ -16,6 +16,14 @@ values occur) and ``recorded`` (0/1: the CTA has warps in the events table). fa4
 reads it; readers that do not know the key ignore it. ``instrument.plain_twin`` (optional,
 {"plain_ns", "traced_ns"}): the traced launch and its plain build timed next to each other,
 where every CTA records and the launch cannot measure itself.
+
+A bundle holds at least one event row: every recorded warp has its lifetime row (kind
+"warp"), so a recording yields rows even where its warps recorded no event, and decoding
+refuses a buffer that no warp wrote. :func:`load` and :func:`read_meta` refuse a bundle of 0
+rows in one line, as they refuse any other file that is not a bundle; every command that
+reads bundles (summary, compare, convert, merge, view) goes through them. :func:`load` reads
+every column, and bundles are written with page checksums, so a damaged data page fails
+there, not later in a page of the viewer.
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -34,6 +41,7 @@ from ..format.version import __version__
 from ..format.errors import Fa4traceError, TraceFormatError, WouldOverwrite
 from ..format.vocab import VOCAB, Vocabulary
 from .decode import SCHEMA, DecodedLaunch
+from .files import replacing
 
 META_KEY = b"fa4trace"
 BUNDLE_FORMAT = "fa4trace-bundle"
@@ -87,27 +95,25 @@ class Trace:
 
     # ---- persistence --------------------------------------------------------------------
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
-        """Write the bundle; refuses to replace an existing file unless overwrite=True."""
+        """Write the bundle (mode 0666 less the umask, like any new file); refuses to replace an
+        existing file unless overwrite=True, and refuses a trace of no events."""
         path = Path(path)
         if path.exists() and not overwrite:
             raise WouldOverwrite(f"{path} exists; refusing to overwrite it")
         if path.is_dir():
             raise Fa4traceError(f"{path} is a directory")
+        if self.events.num_rows == 0:  # load() would refuse it: write nothing no command can read
+            raise Fa4traceError(f"{path}: a trace with no events is not saved as a bundle")
         meta = json.dumps(_complete_meta(self.meta), sort_keys=True, default=_json_default).encode()
         schema = self.events.schema.with_metadata({META_KEY: meta})
         table = self.events.replace_schema_metadata(schema.metadata)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write next to the target and rename: an interrupted save never leaves half a bundle.
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        # Written next to the target and renamed (trace.files): an interrupted save never leaves
+        # half a bundle. Page checksums (CRC32): load() finds a damaged data page, not only a
+        # damaged footer.
+        with replacing(path) as tmp:
             pq.write_table(table, tmp, compression="zstd", compression_level=6,
                            use_dictionary=["role", "name", "kind"], write_statistics=True,
-                           row_group_size=1 << 20)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+                           row_group_size=1 << 20, write_page_checksum=True)
         return path
 
     # ---- convenience --------------------------------------------------------------------
@@ -169,12 +175,14 @@ def _json_default(o):
 
 def read_meta(path: str | os.PathLike) -> dict:
     """The metadata of the bundle at ``path``, after every check ``load`` makes short of reading
-    the events: cheap, for refusing a file that is not a bundle before any work starts."""
+    the events (a damaged data page passes here: ``load`` finds it): cheap, for refusing a file
+    that is not a bundle before any work starts."""
     return _open(Path(path))[1]
 
 
 def load(path: str | os.PathLike) -> Trace:
-    """Read a bundle. Anything that is not one raises TraceFormatError with one clear line."""
+    """Read a bundle, every column of its events. Anything that is not one (a damaged data page
+    with an intact footer, 0 event rows included) raises TraceFormatError with one clear line."""
     path = Path(path)
     pf, meta = _open(path)
     try:
@@ -191,13 +199,14 @@ def load(path: str | os.PathLike) -> Trace:
 
 
 def _open(path: Path) -> tuple[pq.ParquetFile, dict]:
-    """The Parquet file and its fa4trace metadata, checked (format, version, columns, vocabulary)."""
+    """The Parquet file and its fa4trace metadata, checked (format, version, columns, vocabulary,
+    at least one row). Pages written with checksums are checked as they are read."""
     if not path.exists():
         raise Fa4traceError(f"{path}: no such file")
     if path.is_dir():
         raise Fa4traceError(f"{path} is a directory, not a trace bundle")
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
     # A damaged footer surfaces as any ArrowException (a flipped byte gave ArrowNotImplementedError,
     # "Integers with more than 64 bits") or as ValueError (UnicodeDecodeError of a column name).
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -219,6 +228,8 @@ def _open(path: Path) -> tuple[pq.ParquetFile, dict]:
     missing = [f.name for f in SCHEMA if f.name not in pf.schema_arrow.names]
     if missing:
         raise TraceFormatError(f"{path}: bundle lacks column(s) {', '.join(missing)}")
+    if pf.metadata.num_rows == 0:
+        raise TraceFormatError(f"{path}: the bundle holds no events (0 rows): nothing to summarize, export or show")
     if "vocabulary" in meta:
         Vocabulary.from_json(meta["vocabulary"])  # validate early, one clear error
     return pf, meta
