@@ -204,3 +204,33 @@ def test_the_attention_words_check_sees_an_attention_bundle(app_env, tmp_path):
     app_env.setenv("FA4TRACE_BUNDLES", str(att))
     for view in ("Timeline", "Perfetto UI", "Bundle info"):
         assert any(ATTENTION_WORDS.search(t) for t in shown_text(run_app(view=view))), view
+
+
+def test_a_bundle_of_two_launches_shows_one_launch_at_a_time(app_env, tmp_path):
+    """Two launches of one kernel, other shapes, 19 s apart (as instrument() keeps a step's
+    launches): the viewer shows one launch, picked in the sidebar; its numbers are that launch's
+    own (= fa4trace summary --launch N --json), never a span across both."""
+    from fa4trace.analysis.kernel import summarize_kernel
+    from fa4trace.analysis.text import fmt_value
+    from fa4trace.trace.synthetic import T0_NS
+
+    parts = [pipelined_like(n_ctas=n, k_tiles=k, stages=4, load_ns=900, t0_ns=T0_NS + i * 19_000_000_000)
+             for i, (n, k) in enumerate(((3, 8), (5, 32)))]
+    meta, vocab = parts[0][1], parts[0][2]
+    path = Trace.from_launches([decode_buffer(b, vocab=vocab, launch_index=i) for i, (b, _m, _v) in enumerate(parts)],
+                               meta, vocab=vocab).save(tmp_path / "two.parquet")
+    app_env.setenv("FA4TRACE_BUNDLES", str(path))
+    at = run_app()
+    picker = next(s for s in at.selectbox if s.label == "Launch of A")
+    assert [o.split(" (")[0] for o in picker.options] == ["launch 0", "launch 1"]
+    for launch in (0, 1):
+        picker = next(s for s in at.selectbox if s.label == "Launch of A")
+        picker.set_value(launch).run()
+        assert not at.exception
+        want = json.loads(json.dumps(summarize_kernel(load(path), launch=launch)))
+        assert json.loads(at.json[0].proto.body) == want  # the raw numbers: this launch's summary
+        assert want["kernel_time_ns"] < 1e6  # µs: the launch's own span, not the 19 s between the two
+        card = next(m for m in at.metric if m.label.startswith("kernel time"))
+        assert card.value == fmt_value("kernel_time_ns", want["kernel_time_ns"])
+        cta = next(s for s in at.selectbox if s.label == "CTA of A")
+        assert len(cta.options) == (3, 5)[launch]  # that launch's CTAs only

@@ -173,6 +173,16 @@ def test_without_a_plain_build_the_traced_ptx_is_read_less_fa4traces_stamps():
         assert d["verdict"] == VERDICTS[name], (name, d)  # the plain copy stays "none": the stamps are not its own
 
 
+def test_a_compile_without_options_keeps_its_ptx_and_one_with_its_own_options_is_left_alone():
+    plain = probe("ticket", "plain", "--options", "none")  # cute.compile(fn, *args): options added
+    assert plain["ticket"]["deps"]["verdict"] == "waits_on_ctas" and plain["plain"]["deps"]["verdict"] == "none"
+    assert plain["ticket"]["deps"]["source"] == "plain build"
+    # cute.compile[EnableTVMFFI] holds options a string would replace: nothing is added, nothing is read
+    bracket = probe("ticket", "--options", "bracket")
+    assert bracket["ticket"]["deps"] == {"verdict": "unknown", "reason": "no PTX kept for this build"}
+    assert not bracket["ticket"]["plain_ptx"] and not bracket["ticket"]["traced_ptx"]
+
+
 def test_our_split_kv_decode_and_quacks_gemm_schedulers():
     try:
         import quack.gemm_sm90  # noqa: F401

@@ -68,7 +68,9 @@ def test_launch_of_cuts_a_bundle_to_one_launch():
     assert launch_ids(t) == [0, 1]
     one = launch_of(t, 1)
     assert set(one.events["launch"].to_pylist()) == {1} and one.events.num_rows < t.events.num_rows
-    assert [m["launch"] for m in one.meta["launches"]] == [1] and one.meta["launch_of"] == {"launch": 1, "of": 2}
+    assert [m["launch"] for m in one.meta["launches"]] == [1]
+    assert {k: one.meta["launch_of"][k] for k in ("launch", "of")} == {"launch": 1, "of": 2}
+    assert [r["launch"] for r in one.meta["launch_of"]["others"]] == [0]
     with pytest.raises(Fa4traceError, match=r"no launch 5 in this bundle \(its launches: 0, 1\)"):
         launch_of(t, 5)
 

@@ -70,7 +70,8 @@ def launch_of(trace: Trace, launch: int) -> Trace:
     """The bundle cut down to one launch: its events, its metadata entry, its CTA lifetimes,
     its plain-twin timing and ``timing`` where they are per launch (a timing of several
     launches is kept, marked ``over_launches``; a ``timing`` block of a bundle of several
-    launches, which no launch can claim, is dropped). ``meta["launch_of"]``: {launch, of}."""
+    launches, which no launch can claim, is dropped). ``meta["launch_of"]``: {launch, of,
+    others (the launch table's other rows)}."""
     ids = launch_ids(trace)
     if launch not in ids:
         have = ", ".join(map(str, ids)) or "none"
@@ -106,7 +107,8 @@ def launch_of(trace: Trace, launch: int) -> Trace:
         if isinstance(mine, dict) and int(mine.get("launches") or 1) > 1:
             mine = None  # one timing of several launches: not this launch's own
         meta["instrument"] = dict(inst, plain_twin=mine if mine is not None else _bundle_twin(twin, n))
-    meta["launch_of"] = {"launch": launch, "of": n}
+    meta["launch_of"] = {"launch": launch, "of": n,
+                         "others": [r for r in launch_table(trace) if r["launch"] != launch] if n > 1 else []}
     return Trace(ev, meta)
 
 
@@ -157,9 +159,11 @@ def per_launch(trace: Trace, summarize_one: Callable[[Trace], dict], launch: int
         which = launch if launch is not None else (ids[0] if ids else 0)
         one = summarize_one(launch_of(trace, which) if len(ids) > 1 or launch is not None else trace)
         # a bundle already cut to one launch (launch_of) counts the launches of the one it came from
-        one.update(launch=which, launch_count=int((trace.meta.get("launch_of") or {}).get("of") or len(ids)))
-        if len(ids) > 1:
-            one["other_launches"] = [r for r in table if r["launch"] != which]
+        cut = trace.meta.get("launch_of") or {}
+        one.update(launch=which, launch_count=int(cut.get("of") or len(ids)))
+        others = [r for r in table if r["launch"] != which] if len(ids) > 1 else list(cut.get("others") or [])
+        if others:
+            one["other_launches"] = others
         return one
     each = []
     for L in ids:

@@ -245,7 +245,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             traced = E.traced_entry(entry, on_buffer, before=buffer_before)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
             try:
-                compiled = compile_fn(traced, *full[:at], buf, *full[at:], **keep_ptx(ctl, ptx_dir))
+                compiled = compile_fn(traced, *full[:at], buf, *full[at:], **keep_ptx(ctl, ptx_dir, compile_fn))
             except RuntimeError as exc:  # a hook placed where fa4trace cannot record (RuntimeError("fa4trace: ..."))
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 if not msg.startswith("fa4trace:"):
@@ -292,7 +292,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                 raise
             compiled, table, meta = attempt(False)  # one instrumented body for every CTA instead
             meta["split_refused"] = why
-        plain = compile_fn(fn, *args, **keep_ptx(kwargs, ptx_dir)) if check else None
+        plain = compile_fn(fn, *args, **keep_ptx(kwargs, ptx_dir, compile_fn)) if check else None
     finally:
         shutil.rmtree(ptx_dir, ignore_errors=True)
     # whether the kernel's CTAs wait on each other (fa4trace.analysis.fidelity reads it): the

@@ -181,12 +181,30 @@ def dependencies_of(plain_ptx: str | None, traced_ptx: str | None) -> dict:
     return {"verdict": "unknown", "reason": "no PTX kept for this build"}
 
 
-def keep_ptx(kwargs: dict, folder: str) -> dict:
+def keep_ptx(kwargs: dict, folder: str, compile_fn=None) -> dict:
     """``kwargs`` of a ``cute.compile`` call with its string ``options`` asking the DSL to keep
-    the PTX (written into ``folder``, read into the compiled function's ``__ptx__``). Options
-    given another way (a CompileOptions object) are left alone: a string would replace them."""
+    the PTX (written into ``folder``, read into the compiled function's ``__ptx__``). Without
+    ``options``, one is added only where ``compile_fn`` carries no options of its own (plain
+    ``cute.compile``, not ``cute.compile[...]``): a string replaces those. Options given another
+    way (a CompileOptions object) are left alone."""
     opts = kwargs.get("options")
+    if opts is None and _default_options(compile_fn):
+        opts = ""
     if opts is None or not isinstance(opts, str) or "--keep-ptx" in opts:
         return kwargs
     extra = "--keep-ptx" + ("" if "--dump-dir" in opts else f" --dump-dir={folder}")
     return dict(kwargs, options=f"{opts} {extra}".strip())
+
+
+def _default_options(compile_fn) -> bool:
+    """Whether ``compile_fn`` (a CuTe DSL compile callable) holds only the default options."""
+    held = getattr(compile_fn, "_compile_options", None)
+    if held is None:
+        return False
+    try:
+        from cutlass.base_dsl.compiler import CompileOptions
+
+        fresh = CompileOptions().options
+        return all(getattr(v, "value", None) == getattr(fresh.get(k), "value", None) for k, v in held.options.items())
+    except Exception:  # noqa: BLE001 (another DSL version: leave its options alone)
+        return False

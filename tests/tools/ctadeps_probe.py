@@ -1,7 +1,7 @@
 """Compile kernels with fa4trace.auto.compiler.compile_traced in this (fresh) process and print,
 per kernel, the ``cta_dependencies`` its meta holds (one JSON line, last):
 
-    python tests/tools/ctadeps_probe.py sm_90a plain ticket spin reduce cluster [--no-check]
+    python tests/tools/ctadeps_probe.py sm_90a plain ticket spin reduce cluster [--no-check] [--options none|bracket]
     python tests/tools/ctadeps_probe.py sm_90a decode quack_static quack_dynamic
 """
 
@@ -20,6 +20,8 @@ def main():
     ap.add_argument("arch")
     ap.add_argument("kernels", nargs="+")
     ap.add_argument("--no-check", action="store_true", help="no plain build: the traced build's PTX is read")
+    ap.add_argument("--options", default="string", choices=["string", "none", "bracket"],
+                    help="small kernels: options='' (string), no options (none), or cute.compile[EnableTVMFFI] (bracket)")
     a = ap.parse_args()
     os.environ["CUTE_DSL_ARCH"] = a.arch
     import cutlass
@@ -45,7 +47,12 @@ def main():
             t = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
             args = (t, t) + ((make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16),)
                              if counter else ())
-            c = compile_traced(entry, *args, kernels=[kern], check=not a.no_check, options="")
+            kw = {"options": ""} if a.options == "string" else {}
+            if a.options == "bracket":
+                from cutlass.base_dsl.compiler import EnableTVMFFI
+
+                kw["compile_fn"] = cute.compile[EnableTVMFFI]
+            c = compile_traced(entry, *args, kernels=[kern], check=not a.no_check, **kw)
         out[name] = {"deps": c.meta["cta_dependencies"], "plain_ptx": bool(getattr(c.plain, "__ptx__", None)),
                      "traced_ptx": bool(c.ptx)}
     print(json.dumps(out))
