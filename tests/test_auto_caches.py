@@ -10,6 +10,7 @@ inside them are counted as not traced.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -168,6 +169,7 @@ def test_a_local_cache_is_let_go_once_its_function_has_returned(copy):
         return weakref.ref(kernel_cache)
 
     gone = run()
+    gc.collect()  # what held it in a cycle (the finished frame and its locals) goes
     registry.caches()  # lets go of the dicts only the registry holds
     assert gone() is None
 

@@ -71,7 +71,7 @@ def test_only_the_active_steps_trace_and_the_second_window_compiles_nothing(dsl)
 
     lib = Library(dsl.Copy())
     plain = lib.get()
-    seen, ready = [], []
+    seen, ready, served = [], [], set()
     made = dsl.Made()
     try:
         with fa4trace.instrument(families=(), schedule=schedule(wait=1, warmup=1, active=2, repeat=2),
@@ -81,6 +81,7 @@ def test_only_the_active_steps_trace_and_the_second_window_compiles_nothing(dsl)
                 k = lib.get()
                 seen.append("plain" if k is plain and not _calls_wrapped() else
                             f"traced{'+' if k.active else '-'}" if type(k).__name__ == "Instrumented" else "other")
+                served.add(k)
                 rec.step()
     finally:
         made.close()
@@ -88,8 +89,10 @@ def test_only_the_active_steps_trace_and_the_second_window_compiles_nothing(dsl)
     assert lib.misses == [None, 1]  # before the block, then once: in the first window's warm-up step
     first_window = ready[0][1]
     assert [s for s, _ in ready] == [4, 8] and ready[1][1] == first_window  # second window: 0 compiles
-    assert rec.windows == 2 and len(rec.kernels) == 1
-    assert lib.kernel_cache["k"] is plain and not rec.kernels[0].active
+    traced = served - {plain}
+    assert len(traced) == 1 and traced <= set(rec.kernels)  # one traced build served both windows
+    assert rec.windows == 2 and not any(k.active for k in rec.kernels)
+    assert lib.kernel_cache["k"] is plain
 
 
 def test_a_later_block_with_the_same_options_reuses_the_traced_build(dsl):
@@ -109,8 +112,8 @@ def test_a_later_block_with_the_same_options_reuses_the_traced_build(dsl):
     finally:
         made.close()
     assert again is traced and n_same == 0 and misses == [None, None]
-    assert second.kernels == [traced] and first.kernels == [traced]
-    assert other is not traced and made.n > 0 and third.kernels == [other]
+    assert traced in first.kernels and traced in second.kernels
+    assert other is not traced and made.n > 0 and other in third.kernels and traced not in third.kernels
     assert lib.kernel_cache["k"] is plain
 
 

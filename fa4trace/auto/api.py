@@ -30,7 +30,9 @@ from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions, pa
 
 
 class Recording:
-    """What one ``instrument`` block compiled: ``kernels`` (Instrumented, in compile order)."""
+    """What one ``instrument`` block traced: ``kernels``, its Instrumented (those compiled in
+    it in compile order, and the traced builds kept from an earlier block with the same
+    options that its windows put back in the program's caches)."""
 
     def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None,
                  l2: str = "first", split: bool = True, ring: int = DEFAULT_RING):

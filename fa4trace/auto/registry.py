@@ -8,9 +8,10 @@ moment the frames that asked for it show where it is about to be kept. Where a c
 for (``caches``):
 
 1. in the frames above a compile or a load (the first ``FRAMES`` outside the DSL and
-   fa4trace), and in every frame running when ``caches`` is asked (a block's window opens):
-   their variables whose name says *cache* (``cache``, ``kernel_cache``), and the attributes
-   that say so of ``self`` and of an object held under such a name;
+   fa4trace), and in every frame running when ``caches`` is asked (a block's
+   window opens): their variables whose name says *cache* (``cache``, ``kernel_cache``), the
+   attributes that say so of their other variables (``self._plan_cache``, a function's
+   ``compile_cache``), and of an object held under such a name;
 2. in every module of quack and FA4 (``LIBRARIES``) and every module such a frame ran in:
    globals whose name says *cache*, and the closure variables and attributes that say so of
    the module's functions, classes and objects (quack's ``jit_cache`` dicts, FA4's
@@ -298,7 +299,7 @@ def _note_frames(frame) -> None:
                 for var, value in frame.f_locals.items():
                     if says_cache(var):
                         _keep(value)
-                    elif var == "self":
+                    else:  # self, a function (FA4's fwd.compile_cache), any object
                         for attr, x in _attributes(value):
                             if says_cache(attr):
                                 _keep(x)
@@ -410,8 +411,23 @@ def _module_dicts(module) -> list:
     return out
 
 
+_LIBRARY_PREFIXES = tuple(p + "." for p in LIBRARIES)
+
+
 def _searched(name: str) -> bool:
-    return name in _WATCHED or name in LIBRARIES or name.startswith(tuple(p + "." for p in LIBRARIES))
+    return name in _WATCHED or name in LIBRARIES or name.startswith(_LIBRARY_PREFIXES)
+
+
+_SEARCHED: list = [None, None, []]  # (number of modules, of watched modules) when listed, the modules
+
+
+def _searched_modules() -> list:
+    """The modules searched for caches, listed again only when a module was imported or
+    watched since."""
+    if _SEARCHED[0] != len(sys.modules) or _SEARCHED[1] != len(_WATCHED):
+        _SEARCHED[:] = [len(sys.modules), len(_WATCHED),
+                        [m for name, m in list(sys.modules.items()) if _searched(name)]]
+    return _SEARCHED[2]
 
 
 def _on_the_stacks() -> list:
@@ -425,7 +441,7 @@ def _on_the_stacks() -> list:
                 for var, value in list(frame.f_locals.items()):
                     if says_cache(var):
                         out.append(value)
-                    elif var == "self":
+                    else:
                         out += [x for attr, x in _attributes(value) if says_cache(attr)]
             frame = frame.f_back
     return out
@@ -444,10 +460,9 @@ def caches(extra=()) -> list[dict]:
         for obj in _on_the_stacks():
             for d in _dicts_of(obj):
                 out[id(d)] = d
-        for name, module in list(sys.modules.items()):
-            if _searched(name):
-                for d in _module_dicts(module):
-                    out[id(d)] = d
+        for module in _searched_modules():
+            for d in _module_dicts(module):
+                out[id(d)] = d
     for d in extra:
         out[id(d)] = d
     return list(out.values())
@@ -457,17 +472,20 @@ def caches(extra=()) -> list[dict]:
 
 def sweep_heap() -> int:
     """Find, once, the caches of kernels compiled before ``install``: one pass over the heap
-    for the kernels, one ``gc.get_referrers`` walk per level of plans around them (up to
-    ``PLAN_DEPTH``) and one to name the dicts that hold them; the dicts held under a name
-    that says cache are kept. The number of kernels found."""
-    kernels, functions = [], []
+    for the DSL's compiled functions, one ``gc.get_referrers`` walk per level of plans around
+    them (up to ``PLAN_DEPTH``) and one to name the dicts that hold them (a closure's name
+    read from the functions of the same pass, a running function's locals from its frame);
+    the dicts held under a name that says cache are kept. The number of kernels found."""
+    from .patches import subclasses
+
+    # the DSL's compiled functions (a bare tvm_ffi.Function may be anything tvm-ffi registers;
+    # those loaded from object files sit in quack's and FA4's caches, which are searched anyway)
+    made = set()
+    for kind in compiled_kinds():
+        if kind.__module__.split(".")[0] != "tvm_ffi":
+            made.update(subclasses(kind))
     objs = gc.get_objects()
-    for o in objs:
-        if is_kernel(o):
-            kernels.append(o)
-        elif type(o) is types.FunctionType and o.__closure__:
-            functions.append(o)
-    del objs
+    kernels = [o for o in objs if type(o) in made]
     if not kernels:
         return 0
     for k in kernels:
@@ -475,7 +493,7 @@ def sweep_heap() -> int:
             KERNELS.add(k)
         except TypeError:
             pass
-    mine = {id(kernels), id(functions)}
+    mine = {id(kernels), id(objs)}
     holding: dict[int, dict] = {}
     level = kernels
     for _ in range(PLAN_DEPTH):
@@ -492,7 +510,8 @@ def sweep_heap() -> int:
         if not up:
             break
         level = up
-    named = _names(list(holding.values()), functions, mine | {id(holding)})
+    named = _names(list(holding.values()), objs, mine | {id(holding)})
+    del objs
     with _LOCK:
         for key, d in holding.items():
             if any(says_cache(n) for n in named.get(key, ())):
@@ -500,7 +519,7 @@ def sweep_heap() -> int:
     return len(kernels)
 
 
-def _names(dicts: list, functions: list, skip: set) -> dict[int, set]:
+def _names(dicts: list, objs: list, skip: set) -> dict[int, set]:
     """id(dict) -> the names it is held under (a global, an attribute, a closure variable, a
     local variable of a running function), in one ``gc.get_referrers`` walk."""
     ids = {id(d) for d in dicts}
@@ -528,8 +547,8 @@ def _names(dicts: list, functions: list, skip: set) -> dict[int, set]:
                     names.setdefault(id(v), set()).add(var)
             frame = frame.f_back
     del top, frame
-    if cells:
-        for f in functions:
+    if cells:  # the functions whose closure holds them, from the heap pass already made
+        for f in [o for o in objs if type(o) is types.FunctionType and o.__closure__ is not None]:
             for var, cell in zip(f.__code__.co_freevars, f.__closure__):
                 if id(cell) in cells:
                     try:
