@@ -4,7 +4,9 @@ The merged Perfetto file carries its report (fa4trace.profiler.report): which ke
 each traced launch was matched to, the host ops around its launch call, how its clocks were
 aligned, and fa4trace's busy / waiting / overlap numbers of the launch. These functions turn it
 into the tab's kernel table and the drill-down of one launch (op -> kernel -> warps); the warps'
-timeline comes from the launch's bundle, where it still is on disk.
+timeline comes from the launch's bundle, where it still is on disk. A merge of several ranks
+(``fa4trace merge --ranks``) adds the ranks' table: each rank's process, GPUs, clock offset and
+launches, and the cross-rank alignment error in the summary line.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 
 from fa4trace.profiler.report import MergeReport, read_report
 
-__all__ = ["load_report", "kernel_rows", "op_path", "role_rows", "facts", "bundle_path", "pct"]
+__all__ = ["load_report", "kernel_rows", "op_path", "role_rows", "facts", "bundle_path", "pct", "rank_rows",
+           "summary_line"]
 
 
 def load_report(path: str) -> MergeReport:
@@ -34,13 +37,57 @@ def _overlap(n: dict) -> str:
     return ", ".join(f"{k} {pct(v)}" for k, v in ov.items()) or "-"
 
 
+def summary_line(name: str, report: MergeReport) -> str:
+    """The line above the tab: what the merge holds and how well its clocks agree."""
+    c = report.clock
+    if not report.ranks:
+        return (f"{name}: {len(report.launches)} traced launch(es) of {len(report.bundles)} bundle(s) in "
+                f"{Path(report.profiler_trace).name} ({report.host.get('events', 0):,} profiler events). Clocks: kernel "
+                f"start − first warp start {c.get('median_delta_ns', 0) / 1e3:+,.3f} µs (median), spread "
+                f"{c.get('spread_ns', 0) / 1e3:,.3f} µs; warps placed by {report.align} alignment.")
+    rc = report.rank_clock
+    across = (f"one collective's kernels end within {_us(rc['error_ns'])} µs across the ranks (median over "
+              f"{rc['collectives']} collectives, worst {_us(rc['worst_ns'])} µs)" if rc.get("error_ns") is not None
+              else f"the ranks' alignment is not measured ({rc.get('why', 'no collective in common')})")
+    return (f"{name}: {len(report.ranks)} ranks, {len(report.launches)} traced launch(es) of {len(report.bundles)} "
+            f"bundle(s) ({report.host.get('events', 0):,} profiler events). Clocks: {rc.get('mode', '?')} — {across}; "
+            f"each rank's warps against its kernels: spread up to {_us(c.get('spread_ns'))} µs "
+            f"({report.align} alignment).")
+
+
+def rank_rows(report: MergeReport) -> list[dict]:
+    """One row per rank of a merge of several ranks (none for a merge of one process)."""
+    rows = []
+    for r in report.ranks:
+        c = r.get("clock") or {}
+        off = r.get("offset_ns")
+        rows.append({
+            "rank": r["rank"], "host": r.get("host") or "-", "pid": r.get("pid"),
+            "GPU": ", ".join(str(d) for d in r.get("devices") or []) or "-", "profiler trace": r["profiler_trace"],
+            "profiler events": r.get("events", 0), "bundles": len(r.get("bundles") or []),
+            "traced launches": r.get("launches", 0),
+            "clock offset µs": "not measured" if off is None else round(off / 1e3, 3),
+            "taken out": off is not None and r.get("shift_ns") == off,
+            "paired collectives": r.get("pairs", 0), "warps' spread µs": round(c.get("spread_ns", 0) / 1e3, 3)})
+    return rows
+
+
+def _rank_clock(report: MergeReport, e: dict) -> dict:
+    """The clock statistics the launch was placed with: its rank's, or the merge's."""
+    if "rank" in e:
+        return next((r.get("clock") or {} for r in report.ranks if r["rank"] == e["rank"]), {})
+    return report.clock
+
+
 def kernel_rows(report: MergeReport) -> list[dict]:
-    """One row per traced launch, in time order: what the tab's table shows."""
+    """One row per traced launch, in time order: what the tab's table shows (a merge of several
+    ranks: the rank first)."""
     t0 = report.host.get("start_ns") or 0
     rows = []
     for e in sorted(report.launches, key=lambda e: e["kernel_start_ns"]):
         n = e.get("numbers") or {}
         rows.append({
+            **({"rank": e["rank"]} if "rank" in e else {}),
             "launch": f"{e['bundle']}.{e['launch']}", "op": (e.get("ops") or ["-"])[-1], "kernel": e["label"],
             "stream": e["stream"], "start µs": round((e["kernel_start_ns"] - t0) / 1e3, 2),
             "kernel µs": round(e["kernel_dur_ns"] / 1e3, 2), "warps µs": round(e["span_ns"] / 1e3, 2),
@@ -73,8 +120,9 @@ def facts(e: dict, report: MergeReport) -> list[str]:
     """How the launch was matched and placed, in sentences."""
     out = [f"matched by {e['method']} among {e['candidates']} kernel(s) of its name"
            + (" — ambiguous: another kernel fitted as well" if e.get("ambiguous") else ""),
-           f"kernel start − first warp start: {_us(e['delta_ns'])} µs (median over the merge "
-           f"{_us(report.clock.get('median_delta_ns'))} µs; this launch {e['residual_ns'] / 1e3:+,.3f} µs off it)",
+           f"kernel start − first warp start: {_us(e['delta_ns'])} µs (median over the "
+           f"{'merge' if 'rank' not in e else 'rank ' + str(e['rank'])} "
+           f"{_us(_rank_clock(report, e).get('median_delta_ns'))} µs; this launch {e['residual_ns'] / 1e3:+,.3f} µs off it)",
            f"placed by {report.align} alignment: first warp {_us(e['start_slack_ns'])} µs after the kernel starts, "
            f"last warp {_us(e['end_slack_ns'])} µs before it ends; {e['outside']} event(s) outside the kernel"]
     if not e.get("warps_drawn", True):

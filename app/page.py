@@ -644,11 +644,11 @@ def merged_section(path: str, static_error: str | None, budget: int = timeline.M
     except Fa4traceError as exc:
         st.error(str(exc).splitlines()[0])
         return
-    c = report.clock
-    st.caption(f"{p.name}: {len(report.launches)} traced launch(es) of {len(report.bundles)} bundle(s) in "
-               f"{Path(report.profiler_trace).name} ({report.host.get('events', 0):,} profiler events). Clocks: kernel "
-               f"start − first warp start {c.get('median_delta_ns', 0) / 1e3:+,.3f} µs (median), spread "
-               f"{c.get('spread_ns', 0) / 1e3:,.3f} µs; warps placed by {report.align} alignment.")
+    st.caption(merged.summary_line(p.name, report))
+    ranks = merged.rank_rows(report)  # a merge of several ranks (fa4trace merge --ranks)
+    if ranks:
+        st.subheader("Ranks")
+        st.dataframe(ranks, hide_index=True, width="stretch", key="merged_ranks")
     for n in report.notes:
         st.warning(n)
     for u in report.unmatched:

@@ -431,9 +431,15 @@ def _stats_suffix(stats) -> str:
 
 # ---- merge -----------------------------------------------------------------------------------
 @main.command()
-@click.argument("profile", type=click.Path(dir_okay=False))
-@click.argument("bundles", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("profile", type=click.Path())
+@click.argument("bundles", nargs=-1, type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The merged Perfetto trace (.pftrace).")
+@click.option("--ranks", "several", is_flag=True,
+              help="Several ranks of a distributed program: the arguments are every rank's torch.profiler trace and "
+                   "bundles, and folders holding them (which file is which rank's: docs/profiler.md).")
+@click.option("--rank-clock", default="nccl", type=click.Choice(["nccl", "epoch"]), show_default=True,
+              help="With --ranks: nccl takes out each rank's clock offset, read from its NCCL kernels' ends (gloo "
+                   "calls' where there are none); epoch keeps each profiler's Unix-epoch clock. Both measure it.")
 @click.option("--align", default="start", type=click.Choice(["start", "clock"]), show_default=True,
               help="start: each launch's first warp starts with its kernel slice; clock: one offset for every "
                    "launch (the median kernel-start minus first-warp-start), keeping %globaltimer's spacing.")
@@ -447,18 +453,30 @@ def _stats_suffix(stats) -> str:
 @click.option("--no-numbers", is_flag=True, help="Skip the per-launch busy / waiting / overlap numbers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
-def merge(profile, bundles, output, align, max_launches, compress, max_clock_offset, allow_unmatched, no_numbers,
-          as_json, force):
+def merge(profile, bundles, output, several, rank_clock, align, max_launches, compress, max_clock_offset,
+          allow_unmatched, no_numbers, as_json, force):
     """One Perfetto trace of a torch.profiler trace (prof.export_chrome_trace's JSON) and fa4trace
-    bundles: host ops, CUDA streams and, under each traced kernel, its SMs, CTAs and warps.
+    bundles: host ops, CUDA streams and, under each traced kernel, its SMs, CTAs and warps. With
+    --ranks, several ranks' traces and bundles on one clock, a process track per rank.
 
-    Example: fa4trace merge prof.json fa4.parquet rmsnorm.parquet -o one.pftrace"""
+    Example: fa4trace merge prof.json fa4.parquet rmsnorm.parquet -o one.pftrace
+
+    Several ranks: fa4trace merge --ranks prof_rank0.json step_rank0_*.parquet prof_rank1.json
+    step_rank1_*.parquet -o all.pftrace (or: fa4trace merge --ranks run/ -o all.pftrace)"""
     from .profiler import merge as merge_traces
 
     out = _check_out(output, force)
-    report = merge_traces(profile, list(bundles), out, align=align, max_launches=max_launches, compress=compress,
-                          force=force, analysis=not no_numbers, max_clock_offset_ns=int(max_clock_offset * 1e9),
-                          allow_unmatched=allow_unmatched)
+    opts = dict(align=align, max_launches=max_launches, compress=compress, force=force, analysis=not no_numbers,
+                max_clock_offset_ns=int(max_clock_offset * 1e9), allow_unmatched=allow_unmatched)
+    if several:
+        from .profiler import merge_ranks, rank_inputs
+
+        report = merge_ranks(rank_inputs([profile, *bundles]), out, rank_clock=rank_clock, **opts)
+    else:
+        if not bundles:
+            raise click.UsageError("Missing argument 'BUNDLES...': name at least one fa4trace bundle after the "
+                                   "profiler trace (several ranks' traces: add --ranks)", click.get_current_context())
+        report = merge_traces(profile, list(bundles), out, **opts)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=1, default=str))
         return
@@ -1299,6 +1317,8 @@ def diff(base, new, as_json, show_all, top, fail_above, min_ns, ignore, repeats,
             kind = diff_input_kind(path)
             if kind == "missing":
                 raise Fa4traceError(f"{path}: no such file")
+            if kind == "another file":  # as fa4trace summary says it
+                raise Fa4traceError(f"{path} is not a Parquet trace bundle")
             if kind != "bundle":
                 raise Fa4traceError(f"{which} ({path}) is {kind}, not a trace bundle: fa4trace diff compares two "
                                     "bundles of one kernel")

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -47,304 +46,27 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-
 from ..trace.bundle import Trace, load
 from ..trace.files import create_beside
 from ..format.errors import Fa4traceError
-from ..export.perfetto import Placement, encode_hot_packets, slice_events
-from ..export.tracks import layout_tracks
-from ..format.vocab import Vocabulary
-from .kineto import KIND_INSTANT, KinetoTrace, load_kineto
+from ..export.perfetto import Placement
+from .host import host_flows, host_part, op_stack
+from .kineto import KinetoTrace, load_kineto
 from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
-from .render import RenderJob, all_numbers, launch_events, render_launch
-from .report import REPORT_ARG, REPORT_SLICE, MergeReport
+from .packets import Ids, append_file, descriptor, report_slice, short, summary_slices
+from .render import RenderJob, all_numbers, launch_events, launch_stats, render_launch
+from .report import REPORT_SLICE, MergeReport
 
 __all__ = ["merge", "attach", "ALIGN_MODES"]
 
 ALIGN_MODES = ("start", "clock")
-CLOCK_BOOTTIME = 6
-CLOCK_SEQ = 64
-CORR_IID = 1  # debug annotation name iid on host sequences: "correlation"
-DEVICE_PID = 0x7FA40000  # pids of the GPU process tracks (never a real pid: near INT32_MAX)
-LABEL_PID = 0x7FA50000  # pids of Kineto's label processes ("Spans", "Traces")
-UUID_HOST = 1 << 40  # track uuids of the host part count up from here
-_NONE = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
-_EXPLICIT = pb.TrackDescriptor.EXPLICIT
-_TE = pb.TrackEvent
 
-
-def _packet(p: pb.TracePacket) -> bytes:
-    return pb.Trace(packet=[p]).SerializeToString()
-
-
-class _Ids:
-    """Track uuids, packet sequence ids and flow ids, each counting up across the whole file."""
-
-    def __init__(self):
-        self.uuid = UUID_HOST
-        self.seq = 1
-        self.flow = 1
-
-    def new_uuid(self) -> int:
-        self.uuid += 1
-        return self.uuid
-
-    def new_seq(self) -> int:
-        self.seq += 1
-        return self.seq - 1
-
-    def new_flows(self, n: int) -> int:
-        first = self.flow
-        self.flow += n
-        return first
-
-
-def _descriptor(uuid: int, name: str, seq: int, *, parent: int = 0, rank: int | None = None, pid=None,
-                tid=None, process_name: str | None = None) -> bytes:
-    p = pb.TracePacket()
-    p.trusted_packet_sequence_id = seq
-    td = p.track_descriptor
-    td.uuid = uuid
-    if parent:
-        td.parent_uuid = parent
-    if pid is not None and tid is None:
-        td.process.pid = int(pid)
-        td.process.process_name = process_name or name
-    if tid is not None:
-        td.thread.pid = int(pid)
-        td.thread.tid = int(tid)
-        td.thread.thread_name = name
-    td.name = name
-    td.sibling_merge_behavior = _NONE
-    td.child_ordering = _EXPLICIT
-    if rank is not None:
-        td.sibling_order_rank = int(rank)
-    return _packet(p)
-
-
-# ---- the host part: Kineto events as tracks --------------------------------------------------
-
-@dataclass
-class _HostPart:
-    head: bytes  # descriptors
-    setup: bytes  # one packet per sequence: defaults, interned names, clock snapshot
-    hot: bytes  # the events
-    lane0_uuid: dict  # kineto track index -> uuid of its main (lane 0) track
-    slices: int
-    tracks: int
-    flows: int
-    start_ns: int
-    end_ns: int
-
-
-def _host_groups(kt: KinetoTrace) -> np.ndarray:
-    """Per event: its group = kineto track * 2 + (1 for gpu_user_annotation on its own child track)."""
-    ann = kt.cat_mask("gpu_user_annotation")
-    return kt.track.astype(np.int64) * 2 + ann.astype(np.int64)
-
-
-def _layout(kt: KinetoTrace, group: np.ndarray):
-    """fa4trace.export.tracks.layout_tracks on the host events: a strictly nesting lane per row."""
-    n = kt.n
-    kinds = pa.DictionaryArray.from_arrays(pa.array(kt.kind.astype(np.int8)), pa.array(["span", "instant"]))
-    names = pa.DictionaryArray.from_arrays(pa.array(kt.name.astype(np.int32)), pa.array(kt.names, pa.string()))
-    t = pa.table({
-        "launch": pa.array(np.zeros(n, np.int16)), "cta": pa.array(group.astype(np.int32)),
-        "sm": pa.array(np.zeros(n, np.int16)), "warp": pa.array(np.zeros(n, np.int16)),
-        "role": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int16)), pa.array(["host"])),
-        "name": names, "kind": kinds, "iter": pa.array(np.full(n, -1, np.int32)),
-        "start_ns": pa.array(kt.ts), "end_ns": pa.array(kt.ts + kt.dur)})
-    return layout_tracks(t, Vocabulary())
-
-
-def _host_flows(kt: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
-    """(src row, dst row): launch call -> its GPU activity by correlation id, and Kineto's other flows."""
-    from .kineto import GPU_CATEGORIES, LAUNCH_CATEGORIES
-
-    calls = np.flatnonzero(kt.cat_mask(*LAUNCH_CATEGORIES) & (kt.correlation >= 0))
-    gpu = np.flatnonzero(kt.cat_mask(*[c for c in GPU_CATEGORIES if c != "gpu_user_annotation"]) & (kt.correlation >= 0))
-    _, ia, ib = np.intersect1d(kt.correlation[calls], kt.correlation[gpu], assume_unique=False, return_indices=True)
-    src, dst = [calls[ia]], [gpu[ib]]
-    src.append(kt.flow_src)
-    dst.append(kt.flow_dst)
-    return np.concatenate(src), np.concatenate(dst)
-
-
-def _host_tracks(kt: KinetoTrace, lay, group: np.ndarray, ids: _Ids, gpu_name: str) -> tuple:
-    """Descriptors of the host part: a process per host pid and per device, a thread track per
-    host thread, a track per stream (its annotations and extra lanes below it). Returns
-    (descriptor bytes, uuid per layout track, {kineto track: uuid of its main track})."""
-    uniq_groups = np.unique(group)
-    t_group = uniq_groups[lay.track_warp]  # tracks: (group, lane); lay.track_warp indexes uniq_groups
-    t_lane = lay.track_lane
-    n_tr = t_group.size
-    desc_seq = ids.new_seq()
-    head = bytearray()
-    process_uuid: dict = {}
-    track_uuid = np.zeros(n_tr, np.int64)
-    lane0 = {}
-    label_pids: dict = {}
-
-    def process_of(kti: int) -> int:
-        t = kt.tracks[kti]
-        if t.device:
-            dev = _int_or(t.pid, 0)
-            key = ("gpu", dev)
-            name = f"GPU {dev}" + (f" · {gpu_name}" if gpu_name else "")
-            pid = DEVICE_PID + dev
-        elif isinstance(t.pid, int):
-            key = ("host", t.pid)
-            name = f"{t.process_name or 'process'} (pid {t.pid})"
-            pid = t.pid
-        else:
-            key = ("label", str(t.pid))
-            label_pids.setdefault(str(t.pid), len(label_pids))
-            name = str(t.pid) or "profiler"
-            pid = LABEL_PID + label_pids[str(t.pid)]
-        if key not in process_uuid:
-            u = process_uuid[key] = ids.new_uuid()
-            rank = t.process_sort if t.process_sort is not None else (pid if key[0] == "host" else 1 << 30)
-            head.extend(_descriptor(u, name, desc_seq, pid=pid, rank=min(int(rank), 2**31 - 1), process_name=name))
-        return process_uuid[key]
-
-    for ti in range(n_tr):
-        g, lane = int(t_group[ti]), int(t_lane[ti])
-        kti, ann = g // 2, g % 2
-        t = kt.tracks[kti]
-        u = ids.new_uuid()
-        track_uuid[ti] = u
-        label = t.label.strip() or "events"
-        if lane == 0 and ann == 0:
-            parent = process_of(kti)
-            lane0[kti] = u
-            if not t.device and isinstance(t.tid, int) and isinstance(t.pid, int):
-                head.extend(_descriptor(u, label, desc_seq, pid=t.pid, tid=t.tid,
-                                        rank=t.thread_sort if t.thread_sort is not None else t.tid))
-            else:
-                head.extend(_descriptor(u, label, desc_seq, parent=parent, rank=_int_or(t.tid, 0)))
-        elif lane == 0:
-            if kti not in lane0:  # a stream with annotations only: give it its main track first
-                lane0[kti] = ids.new_uuid()
-                head.extend(_descriptor(lane0[kti], label, desc_seq, parent=process_of(kti), rank=_int_or(t.tid, 0)))
-            head.extend(_descriptor(u, f"{label} · annotations", desc_seq, parent=lane0[kti], rank=-1))
-        else:  # an extra lane: below its track (lanes of a group come one after the other)
-            base = lane0.get(kti) if not ann else int(track_uuid[ti - lane])
-            head.extend(_descriptor(u, f"{label}{' · annotations' if ann else ''} · overlap {lane}", desc_seq,
-                                    parent=base, rank=lane))
-    return bytes(head), track_uuid, lane0
-
-
-def _host_setup(kt: KinetoTrace, s_trk, s_row, corr, seq_of_track, track_uuid, t0) -> bytes:
-    """Per host sequence its first packet: defaults (track, incremental clock), the names its
-    events use, the "correlation" annotation name, the clock snapshot."""
-    n_tr = track_uuid.size
-    per_track = np.bincount(s_trk, minlength=n_tr)
-    nn = len(kt.names) + 1
-    pairs = np.unique(s_trk.astype(np.int64) * nn + kt.name[s_row]) if s_trk.size else np.zeros(0, np.int64)
-    names_of: dict = {}
-    for key in pairs.tolist():
-        names_of.setdefault(key // nn, []).append(key % nn)
-    has_corr = np.zeros(n_tr, bool)
-    has_corr[s_trk[corr >= 0]] = True
-    setup = bytearray()
-    for ti in range(n_tr):
-        if not per_track[ti]:
-            continue
-        p = pb.TracePacket()
-        p.trusted_packet_sequence_id = int(seq_of_track[ti])
-        p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-        p.first_packet_on_sequence = True
-        p.trace_packet_defaults.timestamp_clock_id = CLOCK_SEQ
-        p.trace_packet_defaults.track_event_defaults.track_uuid = int(track_uuid[ti])
-        for code in names_of.get(ti, []):
-            en = p.interned_data.event_names.add()
-            en.iid = code + 1
-            en.name = kt.names[code]
-        if has_corr[ti]:
-            dn = p.interned_data.debug_annotation_names.add()
-            dn.iid = CORR_IID
-            dn.name = "correlation"
-        for cid, inc in ((CLOCK_BOOTTIME, False), (CLOCK_SEQ, True)):
-            c = p.clock_snapshot.clocks.add()
-            c.clock_id = cid
-            c.timestamp = int(t0[ti])
-            if inc:
-                c.is_incremental = True
-        setup.extend(_packet(p))
-    return bytes(setup)
-
-
-def _host_part(kt: KinetoTrace, ids: _Ids, flow_src, flow_dst, extra_flow_out: dict, gpu_name: str) -> _HostPart:
-    """Descriptors, setup packets and hot packets of every Kineto event (module docstring)."""
-    group = _host_groups(kt)
-    lay = _layout(kt, group)
-    head, track_uuid, lane0 = _host_tracks(kt, lay, group, ids, gpu_name)
-    n_tr = track_uuid.size
-    start, end = kt.ts, kt.ts + kt.dur
-    t_base = int(start.min()) if kt.n else 0  # relative times keep the sort keys small
-    s_trk, s_ts, s_typ, s_row = slice_events(lay.row_track, start - t_base, end - t_base, kt.kind == KIND_INSTANT,
-                                             lay.rank)
-    s_ts = s_ts + t_base
-    not_end = s_typ != _TE.TYPE_SLICE_END
-    name_iid = np.where(not_end, kt.name[s_row].astype(np.int64) + 1, 0)
-    corr = np.where(not_end & (kt.correlation[s_row] >= 0), kt.correlation[s_row], -1)
-    fo_row = np.zeros(kt.n, np.int64)
-    fi_row = np.zeros(kt.n, np.int64)
-    n_flows = 0
-    if flow_src.size:
-        # one arrow out and one in per slice (the encoder's fields): first come, first kept
-        _, first_src = np.unique(flow_src, return_index=True)
-        _, first_dst = np.unique(flow_dst, return_index=True)
-        keep = np.zeros(flow_src.size, bool)
-        keep[np.intersect1d(first_src, first_dst)] = True
-        fs, fd = flow_src[keep], flow_dst[keep]
-        n_flows = int(fs.size)
-        f0 = ids.new_flows(n_flows)
-        fid = np.arange(f0, f0 + n_flows, dtype=np.int64)
-        fo_row[fs] = fid
-        fi_row[fd] = fid
-    for row, fid in extra_flow_out.items():
-        fo_row[row] = fid
-    flow_out = np.where(not_end, fo_row[s_row], 0)
-    flow_in = np.where(not_end, fi_row[s_row], 0)
-    seq_of_track = np.array([ids.new_seq() for _ in range(n_tr)], np.int64)
-    first = np.r_[True, s_trk[1:] != s_trk[:-1]] if s_trk.size else np.zeros(0, bool)
-    dts = np.diff(s_ts, prepend=s_ts[:1]) if s_ts.size else s_ts
-    dts[first] = 0
-    t0 = np.zeros(n_tr, np.int64)
-    t0[s_trk[first]] = s_ts[first]
-    hot, _ends = encode_hot_packets(seq_of_track[s_trk], dts, s_typ, name_iid, corr, flow_out, flow_in,
-                                    np.zeros(s_trk.size, np.int64))
-    setup = _host_setup(kt, s_trk, s_row, corr, seq_of_track, track_uuid, t0)
-    return _HostPart(head, setup, bytes(memoryview(hot)), lane0, int(kt.n), n_tr, n_flows,
-                     int(start.min()) if kt.n else 0, int(end.max()) if kt.n else 0)
-
-
-def _int_or(v, default: int) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return default
 
 
 # ---- traced launches ------------------------------------------------------------------------
 
-def _op_stack(kt: KinetoTrace, call_row: int, by_track: dict) -> list[str]:
-    """Names of the host events enclosing a launch call on its thread, outermost first."""
-    tr = int(kt.track[call_row])
-    rows = by_track.get(tr)
-    if rows is None:
-        rows = by_track[tr] = np.flatnonzero((kt.track == tr) & (kt.kind != KIND_INSTANT))
-    t, e = kt.ts[call_row], kt.ts[call_row] + kt.dur[call_row]
-    enc = rows[(kt.ts[rows] <= t) & (kt.ts[rows] + kt.dur[rows] >= e) & (rows != call_row)]
-    enc = enc[np.lexsort((-kt.dur[enc], kt.ts[enc]))]
-    return [kt.names[int(kt.name[r])] for r in enc]
-
-
-def _align(matches: list, mode: str) -> tuple[dict, dict]:
+def align_launches(matches: list, mode: str) -> tuple[dict, dict]:
     """Per match (by id): the ns added to its bundle's start_ns; and the clock statistics."""
     deltas = np.array([m.delta_ns for m in matches], np.int64)
     med = int(np.median(deltas)) if deltas.size else 0
@@ -387,26 +109,24 @@ def _inputs(profiler_trace, traces, names) -> tuple:
     return kt, bundles, labels, paths
 
 
-def _entry(kt: KinetoTrace, m: Match, tr: Trace, sh: int, drawn: bool, fid: int, label: str, clock: dict,
-           op_names: list) -> dict:
-    """The report's row of one traced launch: its kernel, how it was matched, where its events land."""
+def launch_entry(kt: KinetoTrace, m: Match, sh: int, drawn: bool, fid: int, label: str, clock: dict,
+                 op_names: list, stats: dict | None) -> dict:
+    """The report's row of one traced launch: its kernel, how it was matched, where its events
+    land (``stats``: :func:`fa4trace.profiler.render.launch_stats`, None: filled in later)."""
     ln = m.launch
-    st0 = tr.events["start_ns"].to_numpy()
-    st = st0 + sh
-    en = np.maximum(tr.events["end_ns"].to_numpy(), st0) + sh
     k0, k1 = int(kt.ts[m.row]), int(kt.ts[m.row] + kt.dur[m.row])
-    return {
+    e = {
         "bundle": ln.bundle, "launch": ln.launch, "label": label, "kernel": kt.names[int(kt.name[m.row])],
         "method": m.method, "candidates": m.candidates, "ambiguous": bool(m.ambiguous),
         "stream": int(kt.stream[m.row]), "device": int(kt.device[m.row]), "correlation": int(kt.correlation[m.row]),
         "kernel_start_ns": k0, "kernel_dur_ns": k1 - k0, "delta_ns": int(m.delta_ns),
-        "residual_ns": int(m.delta_ns) - clock["median_delta_ns"], "shift_ns": int(sh), "span_ns": int(ln.span_ns),
-        "first_ns": int(st.min()) if st.size else k0, "last_ns": int(en.max()) if en.size else k0,
-        "start_slack_ns": (int(st.min()) - k0) if st.size else 0, "end_slack_ns": (k1 - int(en.max())) if en.size else 0,
-        "outside": int(((st < k0) | (en > k1)).sum()), "rows": int(tr.events.num_rows),
-        "ctas": int(np.unique(tr.events["cta"].to_numpy()).size) if tr.events.num_rows else 0,
-        "warps": int(pc.sum(pc.equal(tr.events["kind"].cast(pa.string()), "warp")).as_py() or 0),
-        "ops": op_names, "warps_drawn": bool(drawn), "flow_id": int(fid)}
+        "residual_ns": int(m.delta_ns) - clock["median_delta_ns"], "shift_ns": int(sh), "span_ns": int(ln.span_ns)}
+    e.update(stats or dict.fromkeys(STATS_KEYS))
+    e.update({"ops": op_names, "warps_drawn": bool(drawn), "flow_id": int(fid)})
+    return e
+
+
+STATS_KEYS = ("first_ns", "last_ns", "start_slack_ns", "end_slack_ns", "outside", "rows", "ctas", "warps")
 
 
 def _pool(traces: list, workers: int):
@@ -426,7 +146,7 @@ def _pool(traces: list, workers: int):
     return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
 
 
-def _render_all(jobs: list, ids: _Ids, pool, host_bound: int, build_host):
+def _render_all(jobs: list, ids: Ids, pool, host_bound: int, build_host):
     """Every launch's part (fa4trace.profiler.render), and the host part.
 
     Without ``pool``: one after the other in this process, each launch's ids continuing where the
@@ -519,7 +239,7 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
                 why = next((u.reason for u in res.unmatched if u.launch.bundle == b), "it holds no events")
                 raise Fa4traceError(f"{labels[b]}: none of its launches is in {Path(kt.path).name}: {why}")
     matches = sorted(res.matches, key=lambda m: int(kt.ts[m.row]))
-    shift, clock = _align(matches, align)
+    shift, clock = align_launches(matches, align)
     gpu = kt.gpu_names()
     report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=align, max_launches=max_launches,
                          clock=clock, notes=list(res.notes))
@@ -536,7 +256,7 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
                             f"{', '.join(gpu)}")
 
     # ids: each traced kernel's arrow to its "traced launch" slice first, then the host's, then the warps'
-    ids = _Ids()
+    ids = Ids()
     calls = kt.launch_calls()
     by_track: dict = {}
     drawn_count: dict = {}
@@ -547,8 +267,11 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
         drawn_count[b] = drawn_count.get(b, 0) + int(drawn)
         tr = launch_events(bundles[b], m.launch.launch)
         call = calls.get(int(kt.correlation[m.row]))
-        ops = _op_stack(kt, call, by_track) if call is not None else []
-        placed.append((m, tr, _entry(kt, m, tr, shift[id(m)], drawn, ids.new_flows(1), labels[b], clock, ops)))
+        ops = op_stack(kt, call, by_track) if call is not None else []
+        k0, k1 = int(kt.ts[m.row]), int(kt.ts[m.row] + kt.dur[m.row])
+        stats = launch_stats(tr, shift[id(m)], k0, k1)
+        placed.append((m, tr, launch_entry(kt, m, shift[id(m)], drawn, ids.new_flows(1), labels[b], clock, ops,
+                                           stats)))
     report_seq, summary_seq, desc_seq = ids.new_seq(), ids.new_seq(), ids.new_seq()
     merge_track = ids.new_uuid()
     traced_tracks = [ids.new_uuid() for _ in placed]
@@ -557,7 +280,7 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
     for i, (m, tr, e) in enumerate(placed):
         place = None
         if e["warps_drawn"]:
-            place = Placement(parent_uuid=traced_tracks[i], name=f"{_short(e['label'], 40)} · launch {e['launch']}: "
+            place = Placement(parent_uuid=traced_tracks[i], name=f"{short(e['label'], 40)} · launch {e['launch']}: "
                               f"{e['ctas']} CTAs, {e['warps']} warps", uuid_base=0, first_sequence_id=0,
                               ts_offset_ns=e["shift_ns"])
         inline_numbers = analysis and numbers is None
@@ -566,18 +289,18 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
             jobs.append((i, _Job(RenderJob(src, m.launch.launch, place, compress, inline_numbers, spool.name),
                                  e["rows"])))
     stages["match_s"] = time.perf_counter() - t_start - stages["read_s"]
-    host_flows = _host_flows(kt)
+    flows = host_flows(kt)
     extra = {m.row: e["flow_id"] for m, _, e in placed}
     try:
         host, results = _render_all([j for _, j in jobs], ids, pool, kt.n + 16,
-                                    lambda: _host_part(kt, ids, *host_flows, extra, gpu[0] if gpu else ""))
+                                    lambda: host_part(kt, ids, *flows, extra, gpu[0] if gpu else ""))
         stages["render_s"] = time.perf_counter() - t_start - sum(stages.values())
         report.host = {"events": int(kt.n), "slices": host.slices, "tracks": host.tracks, "flows": host.flows,
                        "skipped": dict(kt.skipped), "start_ns": host.start_ns, "end_ns": host.end_ns,
                        "gpu": gpu, "base_ns": kt.base_ns}
         head = bytearray()
         for i, ((m, tr, e), u) in enumerate(zip(placed, traced_tracks)):
-            head.extend(_descriptor(u, f"{_short(e['label'])} · traced launch {e['bundle']}.{e['launch']}", desc_seq,
+            head.extend(descriptor(u, f"{short(e['label'])} · traced launch {e['bundle']}.{e['launch']}", desc_seq,
                                     parent=host.lane0_uuid.get(int(kt.track[m.row])), rank=1000 + i))
         for (i, _j), r in zip(jobs, results):
             if r.numbers is not None:
@@ -589,16 +312,16 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
         report.launches = [e for _m, _t, e in placed]
         slices = host.slices + sum(r.slices for r in results)
         with _atomic(out) as f:
-            f.write(_descriptor(merge_track, REPORT_SLICE, desc_seq, rank=-1000))
-            f.write(_report_slice(report, merge_track, report_seq, host.start_ns, max(host.end_ns, host.start_ns)))
+            f.write(descriptor(merge_track, REPORT_SLICE, desc_seq, rank=-1000))
+            f.write(report_slice(report, merge_track, report_seq, host.start_ns, max(host.end_ns, host.start_ns)))
             f.write(host.head)
             f.write(bytes(head))
             f.write(host.setup)
             f.write(host.hot)
-            f.write(_summaries(placed, traced_tracks, summary_seq, max_launches))
+            f.write(summary_slices(placed, traced_tracks, summary_seq, max_launches))
             for r in results:
                 if r.path:
-                    _append(f, r.path)
+                    append_file(f, r.path)
     finally:
         spool.cleanup()
     stages["write_s"] = time.perf_counter() - t_start - sum(stages.values())
@@ -606,89 +329,6 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
                       "stages": {k: round(v, 3) for k, v in stages.items()},
                       "launch_seconds": [round(r.seconds, 3) for r in results]}
     return report
-
-
-def _short(s: str, n: int = 60) -> str:
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def _report_slice(report: MergeReport, track: int, seq: int, t0: int, t1: int) -> bytes:
-    """The report as one slice on its own track (BEGIN with the JSON, then END)."""
-    out = bytearray()
-    p = pb.TracePacket()
-    p.trusted_packet_sequence_id = seq
-    p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    p.timestamp = t0
-    te = p.track_event
-    te.type = _TE.TYPE_SLICE_BEGIN
-    te.track_uuid = track
-    te.name = REPORT_SLICE
-    da = te.debug_annotations.add()
-    da.name = REPORT_ARG
-    da.string_value = report.to_json()
-    out.extend(_packet(p))
-    q = pb.TracePacket()
-    q.trusted_packet_sequence_id = seq
-    q.sequence_flags = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-    q.timestamp = t1
-    q.track_event.type = _TE.TYPE_SLICE_END
-    q.track_event.track_uuid = track
-    out.extend(_packet(q))
-    return bytes(out)
-
-
-def _summaries(placed: list, tracks: list, seq: int, max_launches: int | None) -> bytes:
-    """Per traced launch a slice over its kernel's time, with the alignment numbers as args."""
-    out = bytearray()
-    first = True
-    for (m, tr, e), u in zip(placed, tracks):
-        for typ, ts in ((_TE.TYPE_SLICE_BEGIN, e["kernel_start_ns"]), (_TE.TYPE_SLICE_END, e["kernel_start_ns"] + e["kernel_dur_ns"])):
-            p = pb.TracePacket()
-            p.trusted_packet_sequence_id = seq
-            p.sequence_flags = (pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED if first
-                                else pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
-            first = False
-            p.timestamp = int(ts)
-            te = p.track_event
-            te.type = typ
-            te.track_uuid = u
-            if typ == _TE.TYPE_SLICE_BEGIN:
-                te.name = f"traced launch {e['bundle']}.{e['launch']}" + (
-                    "" if e["warps_drawn"] else f" (warps not drawn: the first {max_launches} launches of a bundle only)")
-                if e["flow_id"] > 0:
-                    te.terminating_flow_ids.append(int(e["flow_id"]))
-                for k in ("label", "method", "delta_ns", "residual_ns", "end_slack_ns", "start_slack_ns", "outside",
-                          "span_ns", "candidates", "ambiguous", "rows"):
-                    da = te.debug_annotations.add()
-                    da.name = k
-                    v = e[k]
-                    if isinstance(v, bool):
-                        da.bool_value = v
-                    elif isinstance(v, int):
-                        da.int_value = v
-                    else:
-                        da.string_value = str(v)
-            out.extend(_packet(p))
-    return bytes(out)
-
-
-def _append(f, path: str) -> None:
-    """Copy a file's bytes to the end of the open file ``f`` (in the kernel where it can)."""
-    f.flush()
-    with open(path, "rb") as part:
-        size = os.fstat(part.fileno()).st_size
-        sent = 0
-        try:
-            while sent < size:
-                n = os.sendfile(f.fileno(), part.fileno(), sent, size - sent)
-                if n == 0:
-                    break
-                sent += n
-        except (AttributeError, OSError):  # no sendfile here, or not for these files
-            pass
-        if sent < size:
-            part.seek(sent)
-            shutil.copyfileobj(part, f, 16 << 20)
 
 
 class _atomic:

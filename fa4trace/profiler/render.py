@@ -7,7 +7,9 @@ job for the numbers of every launch of a bundle, started before the launches are
 Each job writes its packets, made by :func:`fa4trace.export.perfetto.to_perfetto` at the
 :class:`fa4trace.export.perfetto.Placement` the merge chose (with the roles and occupancy of
 :func:`fa4trace.analysis.kernel.export_inputs`), to a file of its own; the merge then writes the
-files one after the other into the output.
+files one after the other into the output. A job can also say where the launch's events land
+once placed (:func:`launch_stats`): the merge of several ranks has its workers read each bundle
+once, for that and for the tracks.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..trace.bundle import Trace, load
@@ -24,7 +28,8 @@ from ..analysis.kernel import export_inputs
 from ..export.perfetto import Placement, to_perfetto
 from .report import launch_numbers
 
-__all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events", "bundle_numbers", "all_numbers"]
+__all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events", "launch_stats", "bundle_numbers",
+           "all_numbers"]
 
 _LOADED: dict = {}  # per process: the last bundle read from disk (a worker's jobs come bundle by bundle)
 
@@ -37,6 +42,8 @@ class RenderJob:
     compress: bool
     numbers: bool
     spool_dir: str
+    kernel_ns: tuple | None = None  # (kernel start, end): compute launch_stats with place's offset; the
+    # placement's name is then completed with the launch's CTA and warp counts
 
 
 @dataclass
@@ -49,6 +56,7 @@ class RenderResult:
     next_flow_id: int
     numbers: dict | None
     seconds: float
+    stats: dict | None = None
 
 
 def launch_events(trace: Trace, launch: int) -> Trace:
@@ -57,6 +65,22 @@ def launch_events(trace: Trace, launch: int) -> Trace:
     if trace.events.num_rows == 0 or pc.min(la).as_py() == pc.max(la).as_py() == launch:
         return trace
     return Trace(trace.events.filter(pc.equal(la, launch)), trace.meta)
+
+
+def launch_stats(trace: Trace, shift_ns: int, k0: int, k1: int) -> dict:
+    """Where one launch's events land once shifted by ``shift_ns`` against its kernel slice
+    [``k0``, ``k1``]: first and last event times, start and end slack, events outside the slice,
+    and the launch's rows, CTAs and warps."""
+    ev = trace.events
+    st0 = ev["start_ns"].to_numpy()
+    st = st0 + shift_ns
+    en = np.maximum(ev["end_ns"].to_numpy(), st0) + shift_ns
+    return {
+        "first_ns": int(st.min()) if st.size else k0, "last_ns": int(en.max()) if en.size else k0,
+        "start_slack_ns": (int(st.min()) - k0) if st.size else 0, "end_slack_ns": (k1 - int(en.max())) if en.size else 0,
+        "outside": int(((st < k0) | (en > k1)).sum()), "rows": int(ev.num_rows),
+        "ctas": int(np.unique(ev["cta"].to_numpy()).size) if ev.num_rows else 0,
+        "warps": int(pc.sum(pc.equal(ev["kind"].cast(pa.string()), "warp")).as_py() or 0)}
 
 
 def _bundle(source) -> Trace:
@@ -90,11 +114,17 @@ def render_launch(job: RenderJob) -> RenderResult:
     t = time.perf_counter()
     tr = launch_events(_bundle(job.source), job.launch)
     path, nbytes, slices, nxt = None, 0, 0, (0, 0, 0)
-    if job.place is not None:
+    stats = None
+    place = job.place
+    if job.kernel_ns is not None:
+        stats = launch_stats(tr, place.ts_offset_ns if place is not None else 0, *job.kernel_ns)
+        if place is not None:
+            place = replace(place, name=f"{place.name}{stats['ctas']} CTAs, {stats['warps']} warps")
+    if place is not None:
         fd, path = tempfile.mkstemp(prefix="launch-", suffix=".part", dir=job.spool_dir)
         shown, occupancy = export_inputs(tr)  # roles and stage occupancy, as `fa4trace convert` draws them
         with os.fdopen(fd, "wb") as f:
-            st = to_perfetto(shown, f, occupancy=occupancy, compress=job.compress, place=job.place)
+            st = to_perfetto(shown, f, occupancy=occupancy, compress=job.compress, place=place)
         nbytes, slices, nxt = st.bytes, st.slices, (st.next_uuid, st.next_sequence_id, st.next_flow_id)
     numbers = launch_numbers(tr) if job.numbers else None
-    return RenderResult(path, nbytes, slices, *nxt, numbers, time.perf_counter() - t)
+    return RenderResult(path, nbytes, slices, *nxt, numbers, time.perf_counter() - t, stats)

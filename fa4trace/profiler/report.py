@@ -1,6 +1,8 @@
 """What a merge did, as a JSON-able report: matches, clock alignment, per-launch numbers.
 
-The report is printed by ``fa4trace merge``, returned by :func:`fa4trace.profiler.merge`, and
+The report is printed by ``fa4trace merge``, returned by :func:`fa4trace.profiler.merge` (and
+:func:`fa4trace.profiler.merge_ranks`: then ``ranks`` and ``rank_clock`` say which rank is which
+and how their clocks were put on one axis), and
 stored in the merged Perfetto file itself: the file's first packet is a slice named
 ``fa4trace merge`` on a track of its own, whose debug annotation ``report`` holds this JSON
 (:func:`read_report` reads it back without parsing the rest of the file; the viewer does).
@@ -49,11 +51,18 @@ class MergeReport:
     notes: list = field(default_factory=list)
     max_launches: int | None = None
     written: dict = field(default_factory=dict)  # filled after writing: bytes, seconds, slices
+    ranks: list = field(default_factory=list)  # several ranks: one dict each (rank, profiler trace, clock ...)
+    rank_clock: dict = field(default_factory=dict)  # several ranks: how their clocks were aligned, the error
     format: str = FORMAT
     version: int = VERSION
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The report as a dict (``ranks`` and ``rank_clock`` only for a merge of several ranks)."""
+        d = asdict(self)
+        for k in ("ranks", "rank_clock"):
+            if not d[k]:
+                del d[k]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), default=_json_default, separators=(",", ":"))
@@ -66,11 +75,21 @@ class MergeReport:
     def lines(self) -> list[str]:
         """The text ``fa4trace merge`` prints: one line per bundle and launch, then the clocks."""
         out = []
+        for r in self.ranks:
+            off = r.get("offset_ns")
+            out.append(f"rank {r['rank']}: {r['profiler_trace']} ({r.get('host') or 'host ?'}, pid {r.get('pid')}, "
+                       f"GPU {', '.join(str(d) for d in r.get('devices') or []) or '?'}): {r.get('events', 0):,} "
+                       f"profiler events, {len(r.get('bundles') or [])} bundle(s); clock "
+                       + (f"{off / 1e3:+,.3f} µs off rank {self.rank_clock.get('reference')}" if off is not None
+                          else "not measured (no collective in common)")
+                       + ("" if r.get("shift_ns") == off or off is None else " (measured, not taken out)"))
         for b in self.bundles:
-            out.append(f"bundle {b['index']}: {b['name']} ({b['kernel']}): {b['matched']}/{b['launches']} launch(es) matched")
+            rk = f"rank {b['rank']}: " if "rank" in b else ""
+            out.append(f"bundle {b['index']}: {rk}{b['name']} ({b['kernel']}): {b['matched']}/{b['launches']} launch(es) matched")
         for m in self.launches:
             out.append(
-                f"  launch {m['bundle']}.{m['launch']} -> {_short(m['kernel'])} on stream {m['stream']} at "
+                ("  " if "rank" not in m else f"  rank {m['rank']}: ")
+                + f"launch {m['bundle']}.{m['launch']} -> {_short(m['kernel'])} on stream {m['stream']} at "
                 f"+{(m['kernel_start_ns'] - self.host.get('start_ns', m['kernel_start_ns'])) / 1e3:,.1f} µs "
                 f"({m['method']}{', ambiguous' if m['ambiguous'] else ''}; {m['candidates']} candidate(s)): "
                 f"kernel {m['kernel_dur_ns'] / 1e3:,.2f} µs, warps {m['span_ns'] / 1e3:,.2f} µs, "
@@ -79,13 +98,34 @@ class MergeReport:
         for u in self.unmatched:
             out.append(f"  launch {u['bundle']}.{u['launch']} NOT matched: {u['reason']}")
         c = self.clock
-        if c.get("n"):
+        if self.ranks:
+            out.extend(self._rank_lines())
+        elif c.get("n"):
             out.append(f"clocks: kernel start - first warp start (profiler vs %globaltimer) median "
                        f"{c['median_delta_ns'] / 1e3:+,.3f} µs over {c['n']} launch(es), spread "
                        f"{c['spread_ns'] / 1e3:,.3f} µs (largest |launch - median|: the alignment error); "
                        f"warps placed by {self.align} alignment")
         for n in self.notes:
             out.append(f"note: {n}")
+        return out
+
+    def _rank_lines(self) -> list[str]:
+        """The clock lines of a merge of several ranks: per rank its warps against its kernels,
+        then the ranks against each other."""
+        out = []
+        for r in self.ranks:
+            c = r.get("clock") or {}
+            if c.get("n"):
+                out.append(f"clocks, rank {r['rank']}: kernel start - first warp start median "
+                           f"{c['median_delta_ns'] / 1e3:+,.3f} µs over {c['n']} launch(es), spread "
+                           f"{c['spread_ns'] / 1e3:,.3f} µs (its alignment error); warps placed by {self.align} alignment")
+        rc = self.rank_clock
+        if rc.get("error_ns") is not None:
+            out.append(f"clocks across ranks: {rc['method']}; {rc['anchor_kind']} of one collective end within "
+                       f"{rc['error_ns'] / 1e3:,.3f} µs of each other (median over {rc['collectives']} collectives, "
+                       f"worst {rc['worst_ns'] / 1e3:,.3f} µs): the cross-rank alignment error")
+        elif rc:
+            out.append(f"clocks across ranks: {rc.get('method')}; alignment error not measured ({rc.get('why')})")
         return out
 
 

@@ -15,6 +15,15 @@ slice lasts ``lead_ns + span + tail_ns``. Calls after a bundle's launches run th
 (another symbol, or the same one with ``untraced_same_symbol``). What the generator did is in
 :attr:`ProfiledRun.truth`, so tests can check a merge against it. Everything is marked
 synthetic; nothing here is a measurement.
+
+Several ranks (:func:`profiled_ranks`): one run per rank of a tensor-parallel program, each
+layer ending in an NCCL all-reduce on a stream of its own. The ranks share one timeline (one
+seed: the same ops at the same true times); what differs per rank is drawn from a generator of
+its own: when its NCCL kernel starts (the rank arrives up to ``arrival_ns`` late) and how far its
+end is off the collective's common end (``end_skew_ns``). Each rank's trace is then written on a
+clock ``host_clock_offset_ns`` off the true one (its profiler's times and its bundles' host
+launch times alike): what a merge of the ranks has to find (:attr:`ProfiledRun.collectives`
+holds the true times).
 """
 
 from __future__ import annotations
@@ -29,11 +38,13 @@ import pyarrow as pa
 
 from ..trace.bundle import Trace
 
-__all__ = ["ProfiledRun", "profiled_run", "cute_symbol", "retime"]
+__all__ = ["ProfiledRun", "profiled_run", "profiled_ranks", "cute_symbol", "retime"]
 
 BASE_NS = 1_790_857_026_000_000_000  # a Kineto base time (Unix epoch ns)
 START_NS = BASE_NS + 5_334_264_772_000_000  # where the run starts (epoch ns)
 STREAM = 7
+NCCL_STREAM = 21
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
 ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)")
@@ -55,6 +66,9 @@ class ProfiledRun:
     text: str
     traces: list
     truth: list = field(default_factory=list)  # per traced launch: bundle, launch, name, ts_ns, dur_ns, correlation
+    collectives: list = field(default_factory=list)  # per NCCL kernel: start_ns, end_ns on the true clock
+    rank: int | None = None
+    host_clock_offset_ns: int = 0  # this rank's clock minus the true one
 
     def write(self, path) -> Path:
         path = Path(path)
@@ -119,14 +133,15 @@ def retime(trace: Trace, first_ns: list[int], meta_updates: list[dict] | None = 
 class _Writer:
     """Kineto's event layout, written as text (exact three-decimal µs, like Kineto)."""
 
-    def __init__(self, base_ns: int):
+    def __init__(self, base_ns: int, shift_ns: int = 0):
         self.base = base_ns
+        self.shift = shift_ns  # every time is written this far off (a clock that is off)
         self.parts: list[str] = []
         self.names: dict = {}
         self.size = 0
 
     def _t(self, ns: int) -> str:
-        rel = ns - self.base
+        rel = ns + self.shift - self.base
         return f"{rel // 1000}.{rel % 1000:03d}"
 
     def _q(self, s: str) -> str:
@@ -162,16 +177,25 @@ class _Writer:
 def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_offset_ns: int = 800_000,
                  lead_ns: int = 700, tail_ns: int = 900, jitter_ns: int = 200, symbols: bool = True,
                  host_times: bool = True, plain_before: bool = False, untraced_same_symbol: bool = False,
-                 min_bytes: int = 0, seed: int = 0, pid: int = 4242) -> ProfiledRun:
+                 min_bytes: int = 0, seed: int = 0, pid: int = 4242, device: int = 0, rank: int | None = None,
+                 world_size: int | None = None, collectives: bool = False, host_clock_offset_ns: int = 0,
+                 rank_seed: int | None = None, arrival_ns: int = 30_000, end_skew_ns: int = 300) -> ProfiledRun:
     """A torch.profiler trace of a loop that calls each bundle's kernel (module docstring).
 
     ``symbols`` / ``host_times``: write the per-launch metadata a recording under a profiler
     adds (``cuda_symbols``; ``host_launch_ns`` / ``host_return_ns``) into the re-timed bundles.
     ``plain_before``: each traced launch is preceded by its plain build on the same inputs
     (``fa4trace.instrument(check=True)``). ``min_bytes``: add untraced steps until the trace
-    text is at least this long (benchmarks)."""
+    text is at least this long (benchmarks). ``device``: the CUDA device index.
+
+    One rank of several (module docstring): ``rank`` / ``world_size`` (the trace's
+    ``distributedInfo``, the bundles' ``distributed`` metadata), ``collectives`` (an NCCL
+    all-reduce per layer), ``host_clock_offset_ns``, ``rank_seed`` (the rank's own draws),
+    ``arrival_ns``, ``end_skew_ns``."""
     rng = np.random.default_rng(seed)
-    w = _Writer(BASE_NS)
+    rank_rng = np.random.default_rng(rank_seed if rank_seed is not None else (rank or 0) + 1)
+    w = _Writer(BASE_NS, host_clock_offset_ns)
+    coll_truth: list = []
     n_launch = [int(np.unique(t.events["launch"].to_numpy()).size) for t in traces]
     if sum(n_launch) and steps * layers < max(n_launch):
         raise ValueError(f"{steps} steps x {layers} layers call each op {steps * layers} times: "
@@ -191,7 +215,7 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
     placed: list[list] = [[None] * n for n in n_launch]
     truth = []
     tid_main, tid_bwd = pid, pid + 1
-    state = {"host": START_NS + 200_000, "gpu": START_NS, "corr": 1, "ext": 1}
+    state = {"host": START_NS + 200_000, "gpu": START_NS, "nccl": START_NS, "corr": 1, "ext": 1}
 
     def dur(mean_ns: float) -> int:
         return max(200, int(rng.normal(mean_ns, mean_ns * 0.1)))
@@ -220,10 +244,10 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
         reg = "" if cat != "kernel" else (f', "registers per thread": 168, "shared memory": 0, "blocks per SM": '
                                           f'{grid / 132:.6f}, "warps per SM": {grid * block / 32 / 132:.6f}, '
                                           f'"grid": [{grid}, 1, 1], "block": [{block}, 1, 1], "est. achieved occupancy %": 12')
-        w.x(cat, kernel, 0, STREAM, start, k_dur,
-            f'"External id": {state["ext"] - 1}, "queued": 0, "device": 0, "context": 1, "stream": {STREAM}, '
+        w.x(cat, kernel, device, STREAM, start, k_dur,
+            f'"External id": {state["ext"] - 1}, "queued": 0, "device": {device}, "context": 1, "stream": {STREAM}, '
             f'"correlation": {corr}{reg}')
-        w.flow("f", corr, 0, STREAM, start)
+        w.flow("f", corr, device, STREAM, start)
         state["gpu"] = start + k_dur + 1000
         state["host"] = call_ts + call_dur + dur(1500)
         return start, corr, call_ts, call_ts + call_dur
@@ -253,8 +277,10 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
             upd = {}
             if symbols:
                 upd["cuda_symbols"] = [sym_traced[b]]
-            if host_times:
-                upd["host_launch_ns"], upd["host_return_ns"] = int(h0), int(c1 + 800)
+            if host_times:  # time.time_ns() of the rank's host: its clock
+                upd["host_launch_ns"] = int(h0) + host_clock_offset_ns
+                upd["host_return_ns"] = int(c1 + 800) + host_clock_offset_ns
+            upd["device"] = device
             placed[b][k] = (first, upd)
             truth.append({"bundle": b, "launch": k, "name": sym_traced[b], "ts_ns": int(ks),
                           "dur_ns": int(lead_ns + span + tail_ns), "correlation": int(corr), "first_warp_ns": int(first)})
@@ -296,8 +322,44 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
         state["ext"] += 1
         w.x("user_annotation", f"layer {l}", pid, tid_main, t_layer, state["host"] - t_layer + 500,
             f'"External id": {ext},"Record function id": 0, "Ev Idx": {ext}')
-        w.x("gpu_user_annotation", f"layer {l}", 0, STREAM, g_layer, state["gpu"] - g_layer,
-            f'"External id": {ext}, "device": 0, "stream": {STREAM}, "correlation": {ext}')
+        w.x("gpu_user_annotation", f"layer {l}", device, STREAM, g_layer, state["gpu"] - g_layer,
+            f'"External id": {ext}, "device": {device}, "stream": {STREAM}, "correlation": {ext}')
+        state["host"] += dur(2000)
+        if collectives:
+            all_reduce()
+
+    def all_reduce() -> None:
+        """nccl:all_reduce on the host, its kernel on the NCCL stream: it starts when this rank
+        arrives and ends with the collective (module docstring); the compute stream waits for it."""
+        t0 = state["host"]
+        ext = state["ext"]
+        state["ext"] += 2
+        state["host"] += dur(3000)
+        corr = state["corr"]
+        state["corr"] += 1
+        call_ts = state["host"]
+        call_dur = dur(3500)
+        w.x("cuda_runtime", "cudaLaunchKernel", pid, tid_main, call_ts, call_dur,
+            f'"External id": {ext + 1}, "cbid": 211, "correlation": {corr}')
+        w.flow("s", corr, pid, tid_main, call_ts)
+        s0 = max(call_ts + dur(5000), state["gpu"], state["nccl"])
+        d = max(dur(60_000), 2 * arrival_ns + 2000)
+        ks = s0 + int(rank_rng.integers(0, arrival_ns + 1))
+        ke = s0 + d + int(rank_rng.integers(-end_skew_ns, end_skew_ns + 1))
+        w.x("kernel", NCCL, device, NCCL_STREAM, ks, ke - ks,
+            f'"External id": {ext + 1}, "queued": 0, "device": {device}, "context": 1, "stream": {NCCL_STREAM}, '
+            f'"correlation": {corr}, "registers per thread": 96, "shared memory": 0, "grid": [2, 1, 1], '
+            f'"block": [640, 1, 1]')
+        w.flow("f", corr, device, NCCL_STREAM, ks)
+        coll_truth.append({"start_ns": int(ks), "end_ns": int(ke)})
+        state["nccl"] = s0 + d + 1000
+        state["gpu"] = max(state["gpu"], state["nccl"])
+        state["host"] = call_ts + call_dur + dur(1500)
+        w.x("cpu_op", "record_param_comms", pid, tid_main, t0 + 500, state["host"] - t0 - 600,
+            f'"External id": {ext + 1}, "Collective name": "allreduce", "dtype": "BFloat16", "Group size": '
+            f'{world_size or 1}, "Process Group Name": "0"')
+        w.x("user_annotation", "nccl:all_reduce", pid, tid_main, t0, state["host"] - t0,
+            f'"External id": {ext},"Record function id": 0, "Ev Idx": {ext}')
         state["host"] += dur(2000)
 
     def backward() -> None:
@@ -340,19 +402,26 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
         s += 1
     end = state["host"]
 
+    dist = ""
+    if rank is not None:
+        dist = ('\n  "distributedInfo": ' + json.dumps({"backend": "nccl", "rank": rank, "world_size": world_size,
+                                                       "pg_count": 1, "nccl_version": "2.27.5"}) + ",")
     head = [
-        '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    ' + json.dumps(DEVICE) + '\n  ],',
+        '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    ' + json.dumps(dict(DEVICE, id=device)) + '\n  ],'
+        + dist,
         f'\n  "cupti_version": 24,\n  "cuda_runtime_version": 12080,\n  "cuda_driver_version": 13000,'
         f'\n  "trace_id": "0123456789ABCDEF0123456789ABCDEF",\n  "synthetic": true,'
         f'\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {BASE_NS},\n  "traceEvents": [']
-    m = _Writer(BASE_NS)
-    for p, label, name, sort in ((pid, "CPU", "python", pid), (0, "GPU 0", "python", 0x1000000)):
+    m = _Writer(BASE_NS, host_clock_offset_ns)
+    for p, label, name, sort in ((pid, "CPU", "python", pid), (device, f"GPU {device}", "python", 0x1000000 + device)):
         m.meta("process_name", p, 0, START_NS, "name", name)
         m.meta("process_labels", p, 0, START_NS, "labels", label)
         m.meta("process_sort_index", p, 0, START_NS, "sort_index", sort)
     m.meta("thread_name", pid, tid_main, START_NS, "name", f"thread {tid_main} (python)")
     m.meta("thread_name", pid, tid_bwd, START_NS, "name", f"thread {tid_bwd} (pt_autograd_0)")
-    m.meta("thread_name", 0, STREAM, START_NS, "name", f"stream {STREAM} ")
+    m.meta("thread_name", device, STREAM, START_NS, "name", f"stream {STREAM} ")
+    if collectives:
+        m.meta("thread_name", device, NCCL_STREAM, START_NS, "name", f"stream {NCCL_STREAM} ")
     m.x("Trace", "PyTorch Profiler (0)", '"Spans"', '"PyTorch Profiler"', START_NS, end - START_NS, '"Op count": 0')
     m.instant("Iteration Start: PyTorch Profiler", "Traces", "Trace PyTorch Profiler", START_NS)
     tail = (f'\n  {{\n    "name": "Record Window End", "ph": "i", "s": "g",\n    "pid": "", "tid": "", '
@@ -363,8 +432,28 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
     for b, t in enumerate(traces):
         if n_launch[b] and any(p is None for p in placed[b]):
             raise ValueError(f"bundle {b}: not every launch was placed")
-        out.append(retime(t, [p[0] for p in placed[b]], [p[1] for p in placed[b]]) if n_launch[b] else t)
-    return ProfiledRun(text, out, truth)
+        t = retime(t, [p[0] for p in placed[b]], [p[1] for p in placed[b]]) if n_launch[b] else t
+        if rank is not None:
+            t = Trace(t.events, dict(t.meta, distributed={"rank": rank, "world_size": world_size, "local_rank": rank,
+                                                          "host": "synthetic", "pid": pid, "source": "synthetic"}))
+        out.append(t)
+    return ProfiledRun(text, out, truth, coll_truth, rank, host_clock_offset_ns)
+
+
+def profiled_ranks(traces: list[Trace], world_size: int, *, host_clock_offsets_ns=None, devices=None,
+                   pids=None, seed: int = 0, **kw) -> list[ProfiledRun]:
+    """One :func:`profiled_run` per rank of a tensor-parallel program (module docstring): the
+    same ``traces`` (each rank's re-timed copy), an NCCL all-reduce per layer, rank r on
+    ``devices[r]`` (default r) with pid ``pids[r]`` (default 4242 + 100 r), its clock
+    ``host_clock_offsets_ns[r]`` off the true one (default 0). ``kw`` goes to every run."""
+    offs = list(host_clock_offsets_ns) if host_clock_offsets_ns is not None else [0] * world_size
+    devs = list(devices) if devices is not None else list(range(world_size))
+    pids_ = list(pids) if pids is not None else [4242 + 100 * r for r in range(world_size)]
+    if not len(offs) == len(devs) == len(pids_) == world_size:
+        raise ValueError(f"{world_size} ranks: give one clock offset, device and pid per rank")
+    return [profiled_run(traces, seed=seed, rank=r, world_size=world_size, collectives=True, device=devs[r],
+                         pid=pids_[r], host_clock_offset_ns=offs[r], rank_seed=10_000 + r, **kw)
+            for r in range(world_size)]
 
 
 def _warps_per_cta(t: Trace) -> int:
