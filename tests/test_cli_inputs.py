@@ -46,7 +46,7 @@ class Missing(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Missing())
 """
 VERBS = sorted(main.commands)
-HOST_ONLY = {"summary", "compare", "convert", "merge", "compact", "query"}  # need no optional package
+HOST_ONLY = {"summary", "compare", "diff", "convert", "merge", "compact", "query"}  # need no optional package
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +106,13 @@ BAD_INPUT = [
     ("compare", ["{bundle}", "missing.parquet"], "missing.parquet: no such file"),
     ("compare", ["{bundle}"], "Missing argument 'B'"),
     ("compare", ["{bundle}", "{empty}"], "the bundle holds no events"),
+    ("diff", ["{bundle}", "missing.parquet"], "missing.parquet: no such file"),
+    ("diff", ["{bundle}", "{bad}"], "is not a Parquet trace bundle"),
+    ("diff", ["{bundle}", "{damaged}"], "damaged.parquet: bundle data is unreadable"),
+    ("diff", ["{bundle}", "{empty}"], "holds no events"),
+    ("diff", ["{bundle}", "{auto}"], "diff needs two bundles of one kernel traced the same way"),
+    ("diff", ["{bundle}", "{bundle}", "--ignore", "cta/*"], "give --fail-above PCT with them"),
+    ("diff", ["{bundle}", "{bundle}", "--fail-above", "x"], "'--fail-above': 'x' is not a valid float"),
     ("convert", ["missing.parquet", "--to", "chrome", "-o", "x.json"], "no such file"),
     ("convert", ["{bundle}", "--to", "chrome", "--compress", "-o", "x.json"], "--compress applies to --to perfetto"),
     ("convert", ["{bundle}", "--to", "chrome", "-o", "{bad}"], "refusing to overwrite it (add --force)"),
@@ -200,6 +207,7 @@ MISSING = [
 HOST_RUNS = [
     ("summary", ["{bundle}", "--json"]),
     ("compare", ["{bundle}", "{bundle}"]),
+    ("diff", ["{bundle}", "{bundle}", "--fail-above", "5"]),
     ("convert", ["{bundle}", "--to", "perfetto", "-o", "t.pftrace"]),
     ("merge", ["{prof}", "{profiled}", "-o", "m.pftrace"]),
     ("compact", ["ds"]),
