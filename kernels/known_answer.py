@@ -35,7 +35,7 @@ from fa4trace.device.recorder import SegmentRecorder
 from fa4trace.format.vocab import ROLE
 
 from .known_answer_spec import (CAL_EMPTY, CAL_EVENT, CAL_EVENTS, CAL_HELD, CAL_RUN, COMMIT, HANDOFF_WORDS, INNER,
-                                JITTER_CYCLES, JITTER_STEPS, RING_RECORDS, SPAN, SPAN_WORDS, TESTS, UNTRACED, VARIANTS,
+                                JITTER_CYCLES, JITTER_MUL_J, JITTER_MUL_R, JITTER_STEPS, RING_RECORDS, SPAN, SPAN_WORDS, TESTS, UNTRACED, VARIANTS,
                                 WAIT, WARPS_PER_CTA, check_variant)
 
 
@@ -61,12 +61,13 @@ def spin(cycles: Int64):
         pass
 
 
-def _jitter(r: Int32) -> Int64:
-    """Cycles added to round ``r``'s first spin: 0, 40, ..., 280 (``JITTER_STEPS`` of
-    ``JITTER_CYCLES``). A spin ends at the first loop trip past its length, so a set length
-    lands on one phase of the loop; spread over rounds, the phases average out in a mean,
-    the same in every variant (the twin's truth and the traces alike)."""
-    return Int64(r % JITTER_STEPS) * JITTER_CYCLES
+def _jitter(r: Int32, j: Int32) -> Int64:
+    """Cycles added to sub-spin ``j`` of round ``r`` (``known_answer_spec.jitter``). A spin
+    ends at the first trip of its loop past its length, so it overshoots by a phase that
+    depends on the length and on where the code around it put the spin's first read; spread
+    over a loop trip, the overshoot averages to half a trip whatever that placement (the twin
+    and each recorder variant place it differently), so means compare like with like."""
+    return Int64((r * JITTER_MUL_R + j * JITTER_MUL_J) % JITTER_STEPS) * JITTER_CYCLES
 
 
 class KnownAnswer:
@@ -132,16 +133,16 @@ class KnownAnswer:
         return rec
 
     @cute.jit
-    def _spins(self, rec, sub: Int64, density: Int32, extra: Int64):
-        """``density`` sub-spins of ``sub`` cycles (the first ``extra`` more), an inner instant
-        (or, untraced, nothing) between each two."""
-        spin(sub + extra)
+    def _spins(self, rec, sub: Int64, density: Int32, r: Int32):
+        """``density`` sub-spins of ``sub`` cycles (each jittered: ``_jitter``), an inner
+        instant (or, untraced, nothing) between each two."""
+        spin(sub + _jitter(r, Int32(0)))
         for j in cutlass.range(density - 1, unroll=1):
             if const_expr(self.variant == UNTRACED):
                 _fence()
             else:
                 rec = self._event(rec, "instant", INNER, j)
-            spin(sub)
+            spin(sub + _jitter(r, j + 1))
         return rec
 
     @cute.kernel
@@ -188,14 +189,14 @@ class KnownAnswer:
         for r in cutlass.range(reps, unroll=1):
             if const_expr(self.variant == UNTRACED):
                 t0 = cute.arch.clock64()
-                rec = self._spins(rec, sub, density, _jitter(r))
+                rec = self._spins(rec, sub, density, r)
                 t1 = cute.arch.clock64()
                 if lane == 0:
                     out[(first + 3 * cal_reps + r) * SPAN_WORDS] = t0
                     out[(first + 3 * cal_reps + r) * SPAN_WORDS + 1] = t1
             else:
                 rec = self._event(rec, "begin", SPAN, r)
-                rec = self._spins(rec, sub, density, _jitter(r))
+                rec = self._spins(rec, sub, density, r)
                 rec = self._event(rec, "end", SPAN, r)
         self._finish(rec)
 
@@ -223,7 +224,7 @@ class KnownAnswer:
             if producer:
                 if const_expr(self.variant == UNTRACED):
                     t0 = cute.arch.clock64()
-                rec = self._spins(rec, sub, density, _jitter(r))
+                rec = self._spins(rec, sub, density, r)
                 if const_expr(self.segment):
                     seg = self._seg.open()  # as instrument()'s commit hook: open, the call, the instant
                     cute.arch.mbarrier_arrive(bar)
@@ -238,7 +239,7 @@ class KnownAnswer:
                         out[word] = t0
                         out[word + 1] = t1
             else:
-                rec = self._spins(rec, cons_sub, cons_density, Int64(0))
+                rec = self._spins(rec, cons_sub, cons_density, r)
                 if const_expr(self.variant == UNTRACED):
                     t2 = cute.arch.clock64()
                     cute.arch.mbarrier_wait(bar, r % 2)

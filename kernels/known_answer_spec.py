@@ -9,12 +9,11 @@ lasts is known by construction (docs/compensation.md). Two tests:
   the same held in one segment, a span around ``CAL_EVENTS`` back-to-back instants), then
   ``reps`` spans of ``cycles`` cycles, spun in ``density`` sub-spins of ``cycles // density``
   cycles each with an instant recorded between two sub-spins (``density - 1`` inner events);
-  round r's first sub-spin is ``jitter(r)`` longer (``JITTER_STEPS``).
+  sub-spin j of round r is ``jitter(r, j)`` cycles longer.
 * ``handoff``: warp 0 (producer) spins ``cycles`` cycles in ``density`` sub-spins, then arrives
   on an mbarrier and records the fill (``handoff.commit``); warp 1 (consumer) spins
   ``cons_cycles`` cycles in ``cons_density`` sub-spins, then waits on the mbarrier inside a
-  ``handoff.wait`` span. Both start each round at a CTA barrier; the producer's first sub-spin
-  of round r is ``jitter(r)`` longer.
+  ``handoff.wait`` span. Both start each round at a CTA barrier; sub-spins are jittered as above.
 
 Variants: one per recorder the product uses (``RECORDERS``: ``Recorder`` staged in lane
 registers or in shared memory, hand-placed events; ``SegmentRecorder`` with each cursor, the
@@ -34,9 +33,10 @@ TESTS = ("spans", "handoff")
 WARPS_PER_CTA = 2  # one warp per SM sub-partition: the warps never compete for issue slots
 CAL_EVENTS = 32  # back-to-back instants in a calibration run span: one staging flush each
 RING_RECORDS = 2048  # the segment_ring recorder's ring per warp (32 KiB for the two warps)
-# Round r's first spin is (r % JITTER_STEPS) * JITTER_CYCLES cycles longer (known_answer._jitter):
-# the set lengths land on every phase of the spin loop's trip, in the twin and the traces alike
-JITTER_STEPS, JITTER_CYCLES = 8, 40
+# Sub-spin j of round r is ((r * JITTER_MUL_R + j * JITTER_MUL_J) % JITTER_STEPS) * JITTER_CYCLES
+# cycles longer (known_answer._jitter): 0..56, over a loop trip of the spin, so its overshoot
+# averages out the same in the twin and the traces
+JITTER_STEPS, JITTER_CYCLES, JITTER_MUL_R, JITTER_MUL_J = 8, 8, 5, 3
 
 # Event ids (hand-placed events use 1..31; fa4trace's own vocabulary ends at 14)
 SPAN, INNER, CAL_EMPTY, CAL_HELD, CAL_RUN, CAL_EVENT, WAIT, COMMIT = range(20, 28)
@@ -76,9 +76,16 @@ def check_variant(variant: str, test: str) -> None:
         raise ValueError(f"known-answer test must be one of {', '.join(TESTS)}, got {test!r}")
 
 
-def jitter(r: int) -> int:
-    """Cycles added to round ``r``'s first spin (the kernels' ``_jitter``)."""
-    return (r % JITTER_STEPS) * JITTER_CYCLES
+def jitter(r: int, j: int = 0) -> int:
+    """Cycles added to sub-spin ``j`` of round ``r`` (the kernels' ``_jitter``)."""
+    return (r * JITTER_MUL_R + j * JITTER_MUL_J) % JITTER_STEPS * JITTER_CYCLES
+
+
+def set_cycles(cycles: int, density: int, reps: int) -> float:
+    """The mean cycles a span's sub-spins are set to over ``reps`` rounds: ``density`` sub-spins
+    of ``cycles // density``, each with its jitter."""
+    sub = cycles // density
+    return sum(density * sub + sum(jitter(r, j) for j in range(density)) for r in range(reps)) / reps
 
 
 def span_slots(reps: int, cal_reps: int) -> int:

@@ -35,7 +35,7 @@ COMPILE = textwrap.dedent('''
     json.dump(out, sys.stdout)
 ''')
 # A spin: read %clock64, subtract the spin's start, compare, branch back to the read.
-SPIN = re.compile(r"\$L__BB(\d+)_(\d+):\s*\n\s*mov\.u64\s+%rd\d+, %clock64;\s*\n\s*sub\.s64[^\n]*\n"
+SPIN = re.compile(r"\$L__BB(\d+)_(\d+):\s*\n(?:\s*\.pragma[^\n]*\n)?\s*mov\.u64\s+%rd\d+, %clock64;\s*\n\s*sub\.s64[^\n]*\n"
                   r"\s*setp\.lt\.s64[^\n]*\n\s*@%p\d+ bra\s+\$L__BB\1_\2;")
 EVENT_SITES = {"spans": 2 + 2 + (S.CAL_EVENTS + 2) + 3, "handoff": 5}  # the timer reads the source places
 # The segments a segment recorder opens: one per event, but one for the two of a held span

@@ -29,8 +29,8 @@ def _ghz(trace) -> float:
 
 
 def _figure(raw: np.ndarray, comp: np.ndarray, truth_ns: float) -> dict:
-    """Mean raw and compensated against the truth (means: the rounds' jittered lengths average
-    the spin loop's phase, and a staging flush counts as often as it happens)."""
+    """Mean raw and compensated against the truth (means: the jittered sub-spins average the
+    spin loop's overshoot, and a staging flush counts as often as it happens)."""
     r, c = float(np.mean(raw)), float(np.mean(comp))
     return {"truth_ns": truth_ns, "raw_ns": r, "comp_ns": c, "raw_err_ns": r - truth_ns, "comp_err_ns": c - truth_ns,
             "raw_err_pct": 100 * (r - truth_ns) / truth_ns if truth_ns else None,
@@ -43,7 +43,7 @@ def span_case(recorder: str, cal, *, cycles: int, density: int, reps: int = 8, n
               build=None) -> dict:
     """Spans of ``cycles`` at ``density`` (``density - 1`` events inside each): the mean raw and
     compensated (``cal``: a ``compensate.Calibration``) against the twin's, in ns, and the
-    nominal duration (``cycles`` and the rounds' mean jitter, at the launch's clock)."""
+    nominal duration (what the sub-spins are set to, with their jitter, at the launch's clock)."""
     from ..analysis import compensate as C
     from ..probes import known_answer as K
 
@@ -54,8 +54,8 @@ def span_case(recorder: str, cal, *, cycles: int, density: int, reps: int = 8, n
     sp = C.spans(trace, cal)
     sp = sp.filter(np.asarray(sp["name"].to_pylist()) == "ka.span")
     out = _figure(sp["raw_ns"].to_numpy(), sp["ns"].to_numpy(), truth)
-    jitter = float(np.mean([S.jitter(r) for r in range(reps)]))
-    out.update(figure="span", recorder=recorder, cycles=cycles, density=density, nominal_ns=(cycles + jitter) / ghz,
+    out.update(figure="span", recorder=recorder, cycles=cycles, density=density,
+               nominal_ns=S.set_cycles(cycles, density, reps) / ghz,
                clock_ghz=ghz, clamped=int(sp["clamped"].to_numpy(zero_copy_only=False).sum()),
                inner=int(np.median(sp["n_inner"].to_numpy())) if sp.num_rows else None,
                dropped=int(trace.meta.get("total_dropped", 0)))

@@ -22,7 +22,7 @@ from ..run.record import record as record_launches
 from ..trace.bundle import Trace
 
 CAL_REPS = 32  # calibration rounds per warp (an empty span, a held one, a run of CAL_EVENTS events)
-CAL_SPANS = 16  # spans per warp at each density of the calibration (two jitter cycles)
+CAL_SPANS = 16  # spans per warp at each density of the calibration
 CAL_CYCLES = 4000  # their length (2 µs at 2 GHz)
 CAL_DENSITY = 16  # the dense ones: 15 events inside
 LAG_REPS = 64  # handoff rounds of the lag offset
@@ -144,8 +144,8 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
 
     Measured where the events of a real kernel sit, between work: spans of ``CAL_CYCLES`` with
     nothing inside and with ``CAL_DENSITY - 1`` events inside, each set against the untraced
-    twin's (the same spins; means over every span, whose jittered lengths average the spin
-    loop's phase). ``offset``: the empty-inside span less the twin's; ``event``: what each
+    twin's (the same spins; means over every span, whose jittered sub-spins average the spin
+    loop's overshoot). ``offset``: the empty-inside span less the twin's; ``event``: what each
     event inside adds beyond that. ``held offset``: the median empty span held in one segment.
     ``lag offset``: a handoff's fill-to-wake lag less the twin's. Also reported, not used:
     ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with nothing between
