@@ -212,7 +212,7 @@ def test_cli_summary_by_launch(paths):
 def test_cli_compare_by_launch(paths):
     code, out, err = run("compare", paths["two"], paths["two"])
     assert code == 0, err
-    assert "A launch 0 vs B launch 0" in out and "A launch 1 vs B launch 1" in out
+    assert "A launch 0 of 2 vs B launch 0 of 2" in out and "A launch 1 of 2 vs B launch 1 of 2" in out
     code, out, err = run("compare", paths["two"], paths["three"])
     assert code != 0 and len(err.strip().splitlines()) == 1 and "--launch-a N --launch-b M" in err
     code, out, err = run("compare", paths["two"], paths["three"], "--launch-a", "1", "--launch-b", "2", "--json")

@@ -190,11 +190,8 @@ def label(key: str) -> str:
 
 
 def pairs_text(c: dict, format_one) -> str:
-    """A comparison of several launch pairs (``pairs``): each pair's under its own header."""
-    out = []
-    for one in c["pairs"]:
-        out += [f"A launch {one['launch_a']} vs B launch {one['launch_b']}", format_one(one), ""]
-    return "\n".join(out[:-1])
+    """A comparison of several launch pairs (``pairs``): each pair's, headed by ``pair_line``."""
+    return "\n\n".join(format_one(one) for one in c["pairs"])
 
 
 def pair_line(c: dict) -> str:
