@@ -24,7 +24,7 @@ from ..trace.bundle import Trace
 CAL_REPS = 32  # calibration rounds per warp (an empty span, a held one, a run of CAL_EVENTS events)
 CAL_SPANS = 16  # spans per warp at each density of the calibration
 CAL_CYCLES = 4000  # their length (2 µs at 2 GHz)
-CAL_DENSITY = 16  # the dense ones: 15 events inside
+CAL_DENSITIES = (1, 2, 4, 8, 16, 32)  # 0 to 31 events inside: events from 2 µs to ~60 ns apart
 LAG_REPS = 64  # handoff rounds of the lag offset
 LAG_CYCLES = 4000  # the producer's spin in those rounds: the consumer waits before the fill
 _CACHE: dict = {}
@@ -143,13 +143,15 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     measured at, with the spread of what each came from (``noise``).
 
     Measured where the events of a real kernel sit, between work: spans of ``CAL_CYCLES`` with
-    nothing inside and with ``CAL_DENSITY - 1`` events inside, each set against the untraced
-    twin's (the same spins; means over every span, whose jittered sub-spins average the spin
-    loop's overshoot). ``offset``: the empty-inside span less the twin's; ``event``: what each
-    event inside adds beyond that. ``held offset``: the median empty span held in one segment.
-    ``lag offset``: a handoff's fill-to-wake lag less the twin's. Also reported, not used:
-    ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with nothing between
-    them (cheaper: the compiler keeps in registers what a loop reloads)."""
+    0 to 31 events inside (``CAL_DENSITIES``), each set against the untraced twin's (the same
+    spins; means over every span, whose jittered sub-spins average the spin loop's overshoot).
+    What a span reads beyond the twin, against the events inside, is a line: its intercept is
+    the ``offset``, its slope the cost of one ``event`` (least squares over the densities, so
+    that events close together and far apart both count; what one costs varies with what
+    surrounds it). ``held offset``: the median empty span held in one segment. ``lag offset``:
+    a handoff's fill-to-wake lag less the twin's. Also reported, not used: the fit's
+    residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with
+    nothing between them."""
     S.check_variant(recorder, "spans")
     if recorder == S.UNTRACED:
         raise ValueError("calibrate a recorder, not the untraced twin")
@@ -159,13 +161,16 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
         return dict(_CACHE[key])
     kw = dict(reps=CAL_SPANS, cycles=CAL_CYCLES, n_ctas=n_ctas, build=build)
     light = record(recorder, "spans", cal_reps=CAL_REPS, density=1, **kw)
-    dense = record(recorder, "spans", density=CAL_DENSITY, **kw)
-    twin1 = time_untraced("spans", cal_reps=4, density=1, **kw)
-    twin16 = time_untraced("spans", cal_reps=4, density=CAL_DENSITY, **kw)
-    gap = float(np.mean(twin1["empty"]))  # the twin's own two reads around nothing
-    raw1, raw16 = durations(light, "ka.span"), durations(dense, "ka.span")
-    offset = float(np.mean(raw1)) - (float(np.mean(twin1["span"])) - gap)
-    event = (float(np.mean(raw16)) - (float(np.mean(twin16["span"])) - gap) - offset) / (CAL_DENSITY - 1)
+    excess, raws = [], []
+    for k in CAL_DENSITIES:
+        traced = light if k == 1 else record(recorder, "spans", density=k, **kw)
+        twin = time_untraced("spans", cal_reps=4, density=k, **kw)
+        raw = durations(traced, "ka.span")
+        raws.append(raw)
+        excess.append(float(np.mean(raw)) - (float(np.mean(twin["span"])) - float(np.mean(twin["empty"]))))
+    inside = np.asarray(CAL_DENSITIES, np.float64) - 1
+    event, offset = (float(v) for v in np.polyfit(inside, excess, 1))
+    residuals = [float(x - (offset + event * n)) for x, n in zip(excess, inside)]
     empty, held, run = (durations(light, n) for n in ("ka.empty", "ka.held", "ka.run"))
     handoff = record(recorder, "handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     twin = time_untraced("handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
@@ -176,9 +181,8 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
            "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,
            "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),
            "measured_at": _now(), "source": "fa4trace.probes.known_answer.calibrate",
-           "samples": int(raw1.size + raw16.size),
-           "noise": {"span_cycles": _spread(raw1), "dense_span_cycles": _spread(raw16),
-                     "untraced_span_cycles": _spread(twin1["span"]), "untraced_dense_span_cycles": _spread(twin16["span"]),
+           "samples": int(sum(r.size for r in raws)),
+           "noise": {"densities": list(CAL_DENSITIES), "excess_cycles": excess, "fit_residual_cycles": residuals,
                      "empty_cycles": _spread(empty), "held_cycles": _spread(held),
                      "lag_cycles": _spread(lag) if lag.size else None, "untraced_lag_cycles": _spread(twin["lag"]),
                      "back_to_back_event_cycles": (float(np.median(run)) - float(np.median(empty))) / S.CAL_EVENTS}}
