@@ -174,6 +174,24 @@ def test_a_local_cache_is_let_go_once_its_function_has_returned(copy):
     assert gone() is None
 
 
+def test_no_local_of_a_running_function_is_kept_alive(copy):
+    """Reading a running function's variables (where kernels are compiled, when a window
+    opens) leaves no snapshot behind that would keep what the function let go of."""
+    class Batch:
+        pass
+
+    def step():
+        batch = Batch()
+        gone = weakref.ref(batch)
+        kernel_cache = {"k": copy.compile()}  # the compile reads this frame's variables
+        with fa4trace.instrument(families=()):  # so does the window's opening and closing
+            assert "k" not in kernel_cache
+        del batch
+        return gone() is None  # while the function still runs
+
+    assert step()
+
+
 def test_a_kernel_loaded_from_an_object_file_is_taken_out_of_its_cache(copy, tmp_path):
     import cutlass.cute as cute
 

@@ -111,10 +111,20 @@ def test_a_later_block_with_the_same_options_reuses_the_traced_build(dsl):
             other = lib.get()
     finally:
         made.close()
-    assert again is traced and n_same == 0 and misses == [None, None]
-    assert traced in first.kernels and traced in second.kernels
-    assert other is not traced and made.n > 0 and other in third.kernels and traced not in third.kernels
+    # the second block: no compile, an Instrumented of its own around the same builds
+    assert n_same == 0 and misses == [None, None]
+    assert again is not traced and again.fn is traced.fn and again.plain is traced.plain
+    assert traced in first.kernels and again in second.kernels and traced not in second.kernels
+    assert other.fn is not traced.fn and made.n > 0 and other in third.kernels
     assert lib.kernel_cache["k"] is plain
+    # nothing a finished recording launched is held for the next block: its Instrumented goes with it
+    import gc
+    import weakref
+
+    gone = weakref.ref(traced)
+    del traced, first
+    gc.collect()
+    assert gone() is None
 
 
 def test_a_running_torch_profiler_steps_the_block(dsl):

@@ -17,6 +17,7 @@ when the block ends, and the program runs its plain kernels again.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -71,15 +72,35 @@ class Recording:
         tvm_ffi = "enable-tvm-ffi" in str(kwargs.get("options", "")) or "enable-tvm-ffi" in str(
             getattr(real_compile, "compile_options", ""))
         settings = self._settings()
+        def recompile(cursor, **kw):
+            return _locked_compile(settings, real_compile, fn, args, kwargs, cursor, check=False, **kw)
+
         k = Instrumented(c.fn, c.vocab, meta, plain=c.plain, options=self.options,
-                         to_arg=(lambda t: t) if tvm_ffi else _from_dlpack,
-                         recompile=lambda cursor, **kw: _locked_compile(settings, real_compile, fn, args, kwargs,
-                                                                        cursor, check=False, **kw),
-                         own=own)
+                         to_arg=(lambda t: t) if tvm_ffi else _from_dlpack, recompile=recompile, own=own)
+        _RECOMPILE[k] = recompile
         k.compiled = c
         k.active = self.tracing  # a warm-up step compiles it; the active steps run it traced
         self.kernels.append(k)
         return k
+
+    @staticmethod
+    def kept_build(k: Instrumented) -> Callable[[], Instrumented]:
+        """What makes another Instrumented around ``k``'s builds, for a later block
+        (``fa4trace.auto.reuse``): it holds the builds, nothing ``k`` launched."""
+        fn, vocab, meta, plain, options, to_arg = k.fn, k.vocab, dict(k.meta), k.plain, k.options, k.to_arg
+        compiled, passes, not_traced, launched_ok = k.compiled, dict(k.pass_builds), k.not_traced, k.launched_ok
+        recompile = _RECOMPILE.get(k)
+
+        def make() -> Instrumented:
+            new = Instrumented(fn, vocab, meta, plain=plain, options=options, to_arg=to_arg, recompile=recompile,
+                               own=own)
+            new.compiled, new.pass_builds, new.not_traced, new.launched_ok = (compiled, dict(passes), not_traced,
+                                                                               launched_ok)
+            if recompile is not None:
+                _RECOMPILE[new] = recompile
+            return new
+
+        return make
 
     def _settings(self) -> tuple:
         """What a traced compile of this block takes (a recompile holds this, not the recording)."""
@@ -167,6 +188,9 @@ def _compile_traced(settings: tuple, real_compile, fn, args, kwargs, cursor, che
                           l2=l2, split=split, compile_fn=real_compile, ring=ring, **kwargs)
 
 
+_RECOMPILE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Instrumented -> its recompile
+
+
 def _locked_compile(*args, **kwargs):
     """A traced compile made while a kernel runs (a recompile, a pass's build): one compile at
     a time in the process, as inside the block (``state.COMPILE_LOCK``)."""
@@ -236,7 +260,8 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
                           warps_per_cta=warps_per_cta, spans=spans, l2=l2, split=split, ring=ring)
     key = repr((recording.families, recording.extra_kernels, recording.roles, cursor, recording.options,
                 warps_per_cta, recording.spans, l2, split, ring))
-    block = Block(recording, kept=builds(key), caches=caches, schedule=schedule, on_trace_ready=on_trace_ready)
+    block = Block(recording, kept=builds(key), make=Recording.kept_build, caches=caches, schedule=schedule,
+                  on_trace_ready=on_trace_ready)
     recording._block = block
     try:
         block.open()

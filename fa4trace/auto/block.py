@@ -68,10 +68,12 @@ class PlainCompile:
 class Block:
     """The process-wide side of one ``instrument()`` block (module doc)."""
 
-    def __init__(self, recording, *, kept: TracedBuilds, caches=(), schedule=None,
+    def __init__(self, recording, *, kept: TracedBuilds, make: Callable, caches=(), schedule=None,
                  on_trace_ready: Optional[Callable] = None):
         self.recording = recording
-        self.kept = kept
+        self.kept = kept  # the traced builds kept for the block's options (fa4trace.auto.reuse)
+        self.make = make  # Instrumented -> what makes another around its builds, for a later block
+        self.plans: dict = {}  # plans made again around this block's Instrumented, for its next windows
         self.extra = tuple(caches)
         self.steps = Steps(schedule)
         self.on_trace_ready = on_trace_ready
@@ -203,7 +205,7 @@ class Block:
             k.active = record
 
     def _open_window(self) -> None:
-        u, spy, reach = Undo(), CallSpy(self.recording.ignored), Reach(self.kept)
+        u, spy, reach = Undo(), CallSpy(self.recording.ignored), Reach(self.kept, self.plans, self.make)
         self._window = (u, reach, spy, False)
         u.push("the kernels' calls watched", lambda: self._keep_counts(spy))
         spy.install()
@@ -211,7 +213,7 @@ class Block:
         u.push("the program's caches", lambda: reach.restore(self._traced(), registry.caches(self.extra)))
         u.push("the traced kernels", self._kernels_off)
         with COMPILE_LOCK:  # no compile runs while the caches change
-            self.recording.hidden = reach.hide(registry.caches(self.extra), self._usable)
+            self.recording.hidden = reach.hide(registry.caches(self.extra), self.recording.kernels)
             for k in reach.reused:
                 if not any(k is x for x in self.recording.kernels):
                     self.recording.kernels.append(k)
@@ -246,18 +248,12 @@ class Block:
     def _traced(self) -> dict:
         return {id(k): k for k in self.recording.kernels}
 
-    def _usable(self, traced) -> bool:
-        """A kept traced build may serve this block: it is this recording's, or nothing it
-        launched for another recording is waiting to be read."""
-        return any(traced is k for k in self.recording.kernels) or not traced.launched
-
     def _finish_kernels(self) -> None:
-        """Every kernel of the block runs plain from now on; those not kept for a later window
-        let go of what would compile them again."""
+        """Every kernel of the block runs plain from now on (a later block that reuses a
+        traced build gets an Instrumented of its own); the plans kept for the windows go."""
+        self.plans = {}
         for k in self.recording.kernels:
-            k.active = False
-            if not self.kept.holds(k):
-                k.close()
+            k.close()
 
     def _report(self) -> None:
         line = unreached_line(self.recording.unreached)

@@ -92,17 +92,22 @@ class _Touched:
 
 
 class Reach:
-    """One window's hold on the program's caches: ``hide`` at its start, ``restore`` at its end."""
+    """One window's hold on the program's caches: ``hide`` at its start, ``restore`` at its end.
 
-    def __init__(self, kept):
-        self.kept = kept  # reuse.TracedBuilds of the block's options
+    ``kept``: the traced builds kept for the block's options (``reuse.TracedBuilds``);
+    ``plans``: the block's plan -> (plan, the plan made again around its Instrumented, those
+    Instrumented); ``make(traced)``: what makes another Instrumented around ``traced``'s builds."""
+
+    def __init__(self, kept, plans: dict, make: Callable):
+        self.kept, self.plans, self.make = kept, plans, make
         self.touched: list[_Touched] = []
         self.taken = 0  # entries taken out (the library compiles them again)
         self.reused: list = []  # Instrumented put in place of the program's kernels
 
-    def hide(self, caches: list, usable: Callable[[Any], bool]) -> int:
+    def hide(self, caches: list, mine: list) -> int:
         """Take the kernels' own entries out of ``caches``, or put their traced build in their
-        place where one is kept and ``usable``; the number of entries moved."""
+        place where one is kept (``mine``: the block's Instrumented so far); the number of
+        entries moved."""
         is_kernel = registry.is_kernel
         for d in caches:
             try:
@@ -118,11 +123,11 @@ class Reach:
                     t = _Touched(d)
                     self.touched.append(t)
                 if kernel:
-                    traced = self.kept.traced(v)
-                    swap, inside = (traced, (traced,)) if traced is not None and usable(traced) else (None, ())
+                    traced = self.kept.traced(v, mine)
+                    swap, inside = (traced, (traced,)) if traced is not None else (None, ())
                 else:
-                    got = self.kept.plan(v)
-                    swap, inside = got if got is not None and all(usable(x) for x in got[1]) else (None, ())
+                    got = self.plans.get(id(v))
+                    swap, inside = (got[1], got[2]) if got is not None and got[0] is v else (None, ())
                 t.held[k] = v  # recorded first: an interrupt after it leaves nothing unknown
                 if swap is not None:
                     d[k] = swap
@@ -165,7 +170,7 @@ class Reach:
         if own_traced(v):
             if v.plain is None:
                 return _MISSING
-            self.kept.learn(v.plain, v)
+            self.kept.learn(v.plain, v, self.make(v))
             return v.plain
         return _MISSING if plan_of(v, own_traced) else v
 
@@ -188,9 +193,9 @@ class Reach:
                 orig, cur = t.held[k], now.get(k, _MISSING)
                 if cur is not _MISSING and cur is not orig:
                     if own_traced(cur) and registry.is_kernel(orig):
-                        self.kept.learn(orig, cur)
+                        self.kept.learn(orig, cur, self.make(cur))
                     elif not registry.is_kernel(orig) and plan_of(cur, own_traced):
-                        self.kept.learn_plan(orig, cur, _traced_in(cur, own_traced))
+                        self.plans[id(orig)] = (orig, cur, _traced_in(cur, own_traced))
                 final.append((k, orig))
             elif k in now:
                 v = self._fix(now[k], own_traced)

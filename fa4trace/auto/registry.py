@@ -296,7 +296,7 @@ def _note_frames(frame) -> None:
             if not _skipped(name):
                 n += 1
                 _WATCHED.add(name)
-                for var, value in frame.f_locals.items():
+                for var, value in read_locals(frame):
                     if says_cache(var):
                         _keep(value)
                     else:  # self, a function (FA4's fwd.compile_cache), any object
@@ -307,6 +307,23 @@ def _note_frames(frame) -> None:
         if len(_FOUND) > 64 and len(_FOUND) > 2 * _SWEPT[0]:
             _sweep()
     del frame
+
+
+def read_locals(frame) -> list:
+    """(name, value) of a frame's variables, leaving nothing behind: in a running function,
+    reading ``f_locals`` makes a snapshot dict the frame keeps until it returns, which would
+    keep every value it held then alive (a training loop's batch, long after the loop let go
+    of it); that snapshot is emptied again unless someone else holds it (a ``locals()`` kept
+    by the program) or a Python tracer may write it back into the frame (``f_trace``)."""
+    loc = frame.f_locals
+    items = list(loc.items())
+    if (type(loc) is dict and frame.f_code.co_flags & _CO_OPTIMIZED and frame.f_trace is None
+            and sys.getrefcount(loc) <= 3):  # the frame, ``loc`` and the call's argument
+        loc.clear()
+    return items
+
+
+_CO_OPTIMIZED = 0x1  # a function's frame (its locals are a snapshot; a module's or a class body's are its namespace)
 
 
 def _attributes(obj) -> list:
@@ -438,7 +455,7 @@ def _on_the_stacks() -> list:
         frame = top
         while frame is not None:
             if not _skipped(frame.f_globals.get("__name__", "") or ""):
-                for var, value in list(frame.f_locals.items()):
+                for var, value in read_locals(frame):
                     if says_cache(var):
                         out.append(value)
                     else:
@@ -542,7 +559,7 @@ def _names(dicts: list, objs: list, skip: set) -> dict[int, set]:
     for top in list(sys._current_frames().values()):  # locals of running functions (no heap object holds them)
         frame = top
         while frame is not None:
-            for var, v in list(frame.f_locals.items()):
+            for var, v in read_locals(frame):
                 if id(v) in ids:
                     names.setdefault(id(v), set()).add(var)
             frame = frame.f_back

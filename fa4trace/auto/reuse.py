@@ -3,63 +3,59 @@
 
 When a window closes, each cache entry the window took out tells what the library made of
 it: the program's kernel ``k`` and the ``Instrumented`` the library compiled in its place,
-a plan and the plan made again around the Instrumented, a plain build put back into a
-cache and the Instrumented it was compiled beside. The next window puts the Instrumented
-(or the plan) in place of the program's entry instead of taking the entry out: the library
-finds it, no compile. Kept per set of options (``key``): a build traced with other families
-or another cursor is another build.
+or a plain build put back into a cache and the Instrumented it was compiled beside. The next
+window puts an Instrumented in place of the program's entry instead of taking the entry out:
+the library finds it, no compile. Within one block that is the same Instrumented (its
+launches add up in the recording); a later block gets a new one around the same builds
+(``make``), so what a finished recording launched is never held here: only the compiled
+builds are, for as long as the kernel they stand for lives (or for the process, for a
+``tvm_ffi.Function`` loaded from an object file, which takes no weak reference). Kept per set
+of options (``builds(key)``): a build traced with other families or another cursor is
+another build. ``forget()`` lets every kept build go.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 class TracedBuilds:
-    """kernel -> its Instrumented, plan -> the plan around its Instrumented (and those
-    Instrumented), for one set of options."""
+    """kernel -> its traced build, for one set of options."""
 
     def __init__(self):
-        self._kernels: dict[int, tuple[Any, Any]] = {}  # id(kernel) -> (weak ref or kernel, Instrumented)
-        self._plans: dict[int, tuple[Any, Any, tuple]] = {}  # id(plan) -> (plan, its traced twin, Instrumented in it)
+        # id(kernel) -> (weak ref to the kernel or the kernel, weak ref to its Instrumented now, make)
+        self._kernels: dict[int, tuple[Any, Any, Callable]] = {}
         self._lock = threading.Lock()
 
-    def learn(self, kernel, traced) -> None:
-        """``traced`` (an Instrumented) stands for ``kernel`` in the next windows. Held weakly
-        where the kernel takes weak references: when it goes, so does its traced build."""
+    def learn(self, kernel, traced, make: Callable[[], Any]) -> None:
+        """``traced`` (an Instrumented) stands for ``kernel`` from the next window on;
+        ``make()`` gives another around the same builds for another block."""
         key = id(kernel)
         try:
             ref = weakref.ref(kernel, lambda _r, key=key: self._drop(key))
-        except TypeError:  # a tvm_ffi.Function loaded from an object file: kept while this is
+        except TypeError:  # a tvm_ffi.Function loaded from an object file
             ref = kernel
         with self._lock:
-            self._kernels[key] = (ref, traced)
+            self._kernels[key] = (ref, weakref.ref(traced), make)
 
-    def learn_plan(self, plan, twin, traced: tuple) -> None:
-        """``twin`` (the plan the library made again around ``traced``) stands for ``plan``."""
+    def traced(self, kernel, mine: list) -> Optional[Any]:
+        """The Instrumented that stands for ``kernel`` in a block whose kernels are ``mine``:
+        the one it already has, else a new one around the kept builds; None if none is kept."""
         with self._lock:
-            self._plans[id(plan)] = (plan, twin, tuple(traced))
-
-    def holds(self, traced) -> bool:
-        """``traced`` is kept here (a later window may run it again)."""
-        with self._lock:
-            return (any(e[1] is traced for e in self._kernels.values())
-                    or any(traced in e[2] for e in self._plans.values()))
-
-    def traced(self, kernel) -> Optional[Any]:
-        """The Instrumented kept for ``kernel``, or None."""
-        e = self._kernels.get(id(kernel))
-        if e is None:
-            return None
-        held = e[0]() if isinstance(e[0], weakref.ref) else e[0]
-        return e[1] if held is kernel else None
-
-    def plan(self, plan) -> Optional[tuple]:
-        """(the plan's traced twin, the Instrumented in it) kept for ``plan``, or None."""
-        e = self._plans.get(id(plan))
-        return (e[1], e[2]) if e is not None and e[0] is plan else None
+            e = self._kernels.get(id(kernel))
+            if e is None:
+                return None
+            held = e[0]() if isinstance(e[0], weakref.ref) else e[0]
+            if held is not kernel:
+                return None
+            now = e[1]()
+            if now is not None and any(now is k for k in mine):
+                return now
+            fresh = e[2]()
+            self._kernels[id(kernel)] = (e[0], weakref.ref(fresh), e[2])
+            return fresh
 
     def _drop(self, key: int, _ref=weakref.ref) -> None:  # _ref: still there at interpreter exit
         with self._lock:
@@ -68,7 +64,7 @@ class TracedBuilds:
                 del self._kernels[key]
 
     def __len__(self) -> int:
-        return len(self._kernels) + len(self._plans)
+        return len(self._kernels)
 
 
 _BY_OPTIONS: dict[str, TracedBuilds] = {}
@@ -77,3 +73,10 @@ _BY_OPTIONS: dict[str, TracedBuilds] = {}
 def builds(key: str) -> TracedBuilds:
     """The traced builds kept for the options ``key`` (``instrument``'s, as a string)."""
     return _BY_OPTIONS.setdefault(key, TracedBuilds())
+
+
+def forget() -> int:
+    """Let every kept traced build go (the next window compiles again); how many there were."""
+    n = sum(len(b) for b in _BY_OPTIONS.values())
+    _BY_OPTIONS.clear()
+    return n
