@@ -145,10 +145,10 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     Measured where the events of a real kernel sit, between work: spans of ``CAL_CYCLES`` with
     0 to 31 events inside (``CAL_DENSITIES``), each set against the untraced twin's (the same
     spins; means over every span, whose jittered sub-spins average the spin loop's overshoot).
-    What a span reads beyond the twin, against the events inside, is a line: its intercept is
-    the ``offset``, its slope the cost of one ``event`` (least squares over the densities, so
-    that events close together and far apart both count; what one costs varies with what
-    surrounds it). ``held offset``: the median empty span held in one segment. ``lag offset``:
+    ``offset``: what a span with nothing inside reads beyond the twin's. ``event``: the slope,
+    through that offset, of what the others read beyond the twin's against the events inside
+    them (least squares over the densities, so that events close together and far apart both
+    count: what one costs varies with what surrounds it). ``held offset``: the median empty span held in one segment. ``lag offset``:
     a handoff's fill-to-wake lag less the twin's. Also reported, not used: the fit's
     residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with
     nothing between them."""
@@ -169,7 +169,10 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
         raws.append(raw)
         excess.append(float(np.mean(raw)) - (float(np.mean(twin["span"])) - float(np.mean(twin["empty"]))))
     inside = np.asarray(CAL_DENSITIES, np.float64) - 1
-    event, offset = (float(v) for v in np.polyfit(inside, excess, 1))
+    ex = np.asarray(excess)
+    offset = float(ex[inside == 0][0])
+    more = inside > 0  # the slope through the offset, least squares
+    event = float(np.sum((ex[more] - offset) * inside[more]) / np.sum(inside[more] ** 2))
     residuals = [float(x - (offset + event * n)) for x, n in zip(excess, inside)]
     empty, held, run = (durations(light, n) for n in ("ka.empty", "ka.held", "ka.run"))
     handoff = record(recorder, "handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
