@@ -2,7 +2,8 @@
 a few tiny kernels compiled for sm_90a, nothing launched, so no GPU is needed).
 
     python benchmarks/bench_instrument_heap.py --json benchmarks/results/instrument_heap_cpu.json
-    python benchmarks/bench_instrument_heap.py --before /tmp/fa4trace-6e987da --before-commit 6e987da --json ...
+    git archive 8f9f4a6 | (mkdir -p build/before && tar -x -C build/before)   # an earlier tree to compare
+    python benchmarks/bench_instrument_heap.py --before build/before --before-commit 8f9f4a6 --json ...
 
 Each case runs in a fresh process: a synthetic heap of N gc-tracked objects (dicts, lists,
 tuples holding lists, small objects), fa4trace imported, ``--kernels`` kernels compiled into
@@ -144,7 +145,8 @@ def run_case(mode: str, size: float, a, pythonpath: str, libraries: bool = False
     env = dict(os.environ, PYTHONPATH=pythonpath + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if r.returncode != 0:
-        raise SystemExit(f"{mode} at {size} M failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+        last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+        raise SystemExit(f"{mode} at {size} M failed: {last}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -163,7 +165,8 @@ def row(case: str, impl: str, size: float, got: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="0.1,1,3", help="millions of objects added to the heap, one case each")
     ap.add_argument("--kernels", type=int, default=8, help="kernels compiled into the caches")
     ap.add_argument("--repeat", type=int, default=7, help="blocks timed per case (after a first one)")
@@ -207,15 +210,21 @@ def main(argv=None) -> int:
             print(rows[-1], file=sys.stderr)
     import platform
 
-    machine = (f"none: {os.cpu_count()}-core {platform.processor() or platform.machine()} machine, "
-               f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}")
-    doc = envelope("instrument-program", "instrument() block entry + exit against the heap's size (CPU, nothing launched)",
-                   rows, gpu=machine,
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    machine = (f"none: {os.cpu_count()}-core {cpu} VM (shared), Python {platform.python_version()}, "
+               f"load {os.getloadavg()[0]:.1f} at the end")
+    doc = envelope("instrument-program",
+                   "instrument() block entry + exit against the heap's size (CPU, nothing launched)", rows, gpu=machine,
                    columns=[["case", "case"], ["impl", "commit"], ["objects", "gc objects"],
                             ["entry_ms", "entry ms"], ["exit_ms", "exit ms"], ["entry_exit_ms", "entry + exit ms"],
                             ["entry_exit_max_ms", "... max"], ["first_block_ms", "first block ms"],
                             ["import_fa4trace_s", "import fa4trace s"], ["entries_moved", "entries moved"]],
-                   notes=(f"Fresh process per case; {a.kernels} tiny kernels (sm_90a, CPU) compiled into a module-level "
+                   notes=(f"Fresh process per case; {a.kernels} tiny kernels (sm_90a, CPU) compiled into a "
+                          "module-level "
                           "dict, a decorator's closure dict (quack's jit_cache), a function attribute's object (FA4's "
                           "compile_cache), a dict of plan NamedTuples and a local dict; empty blocks, median of the "
                           "blocks after the first (the first also imports fa4trace's compiler modules). "

@@ -125,6 +125,13 @@ def test_a_later_block_with_the_same_options_reuses_the_traced_build(dsl):
     del traced, first
     gc.collect()
     assert gone() is None
+    # forget(): the kept builds go, the next block compiles again
+    from fa4trace.auto import reuse
+
+    assert reuse.forget() >= 2
+    with fa4trace.instrument(families=()):
+        lib.get()
+    assert len(lib.misses) == len(misses) + 2
 
 
 def test_a_running_torch_profiler_steps_the_block(dsl):

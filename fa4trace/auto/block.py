@@ -158,9 +158,9 @@ class Block:
                 block._after(was)
             return out
 
-        had = "step" in vars(profile)
-        self.undo.push("torch.profiler's step", lambda: vars(profile).pop("step", None) if not had else None)
-        profile.step = step
+        patches = Patches()
+        self.undo.push("torch.profiler's step", patches.restore)
+        patches.set(profile, "step", step)
 
     # ---- steps and windows ----------------------------------------------------------------
 

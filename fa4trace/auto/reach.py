@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from typing import Any, Callable
+from typing import Callable
 
 from . import registry
 from .patches import Patches, Undo, subclasses

@@ -44,7 +44,8 @@ FRAMES = 6  # frames above a compile or a load whose variables are looked at
 PLAN_DEPTH = 3  # plans inside plans followed (quack keeps GEMM plans in interface plans)
 _SKIPPED = ("cutlass", "tvm_ffi", "fa4trace.", "importlib", "contextlib", "functools", "threading")
 
-KERNELS: "weakref.WeakSet" = weakref.WeakSet()  # compiled functions made since install (those that take weak references)
+# the compiled functions made since install (those that take weak references)
+KERNELS: "weakref.WeakSet" = weakref.WeakSet()
 _LOCK = threading.RLock()
 _FOUND: dict[int, object] = {}  # id -> a dict (held) or a weak reference to an object, found in frames or the heap
 _WATCHED: set[str] = set()  # modules a compile or load was asked from
