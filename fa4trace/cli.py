@@ -149,7 +149,7 @@ def summary(bundle, as_json, roles, compensate, calibration, recorder, launch):
         s = summarize_kernel(trace, _parse_roles(roles), launch)
         if by_pass:
             s["passes"] = by_pass
-        _add_compensation(s, trace, compensate, calibration, recorder)
+        _add_compensation(s, trace, compensate, calibration, recorder, launch)
         click.echo(json.dumps(s, indent=1, sort_keys=True) if as_json else format_kernel_summary(s)
                    + "".join("\n" + line for line in _pass_lines(by_pass)) + _compensation_text(s))
         return
@@ -158,7 +158,7 @@ def summary(bundle, as_json, roles, compensate, calibration, recorder, launch):
     from .analysis.overlap import summarize
 
     s = summarize(trace, launch)
-    _add_compensation(s, trace, compensate, calibration, recorder)
+    _add_compensation(s, trace, compensate, calibration, recorder, launch)
     if as_json:
         click.echo(json.dumps(s, indent=1, sort_keys=True))
         return
@@ -166,15 +166,15 @@ def summary(bundle, as_json, roles, compensate, calibration, recorder, launch):
 
 
 # -- compensated figures (summary --compensate) --
-def _add_compensation(s: dict, trace, compensate: bool, calibration, recorder) -> None:
-    """With --compensate: the summary's ``compensation`` (fa4trace.analysis.compensate.summary),
-    with the bundle's own calibration, else the file's entry for its recorder."""
+def _add_compensation(s: dict, trace, compensate: bool, calibration, recorder, launch=None) -> None:
+    """With --compensate: the summary's ``compensation`` (fa4trace.analysis.compensate, per
+    launch), with the bundle's own calibration, else the file's entry for its recorder."""
     if not compensate:
         return
     from .analysis import compensate as C
 
     cals = C.load_calibrations(calibration) if calibration else None
-    s["compensation"] = C.summary(trace, C.calibration_for(trace, cals, recorder=recorder))
+    s["compensation"] = C.summary_by_launch(trace, C.calibration_for(trace, cals, recorder=recorder), launch)
 
 
 def _compensation_text(s: dict) -> str:

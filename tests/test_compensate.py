@@ -263,3 +263,32 @@ def test_summary_compensate_refuses_in_one_line(tmp_path):
     assert r.returncode == 2 and "go with --compensate" in r.stderr
     r = _cli("summary", str(hand), "--compensate", "--calibration", str(tmp_path / "nope.json"))
     assert r.returncode == 1 and "no such calibration file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compensated_figures_are_per_launch():
+    """A bundle of two launches (the second's spans 4x as long): each launch's figures apart,
+    or the one asked for; never one median over both."""
+    def launch(cases, index):
+        w = Timeline(0, 9)
+        for r, (work, k) in enumerate(cases):
+            w.read(L.KIND_BEGIN, S.SPAN, r, OFFSET)
+            for j in range(k):
+                if j:
+                    w.read(L.KIND_INSTANT, S.INNER, j, EVENT)
+                w.work(work // k)
+            w.read(L.KIND_END, S.SPAN, r, EVENT)
+        spec = L.BufferSpec(warps_per_cta=1, n_cta_slots=1, capacity=4096)
+        return decode_buffer(write_buffer(spec, [w.events()]), launch_index=index, vocab=S.vocabulary())
+
+    trace = Trace.from_launches([launch([(2000, 4)] * 3, 0), launch([(8000, 4)] * 5, 1)],
+                                {"kernel": "synthetic.known_cost"}, vocab=S.vocabulary())
+    both = C.summary_by_launch(trace, CAL)
+    first, second = both["per_launch"]
+    assert (first["launch"], second["launch"]) == (0, 1) and "spans" not in both
+    assert first["spans"]["ka.span"]["n"] == 3 and second["spans"]["ka.span"]["n"] == 5
+    assert abs(first["spans"]["ka.span"]["median_ns"] - 1000) <= TOL_NS
+    assert abs(second["spans"]["ka.span"]["median_ns"] - 4000) <= TOL_NS
+    one = C.summary_by_launch(trace, CAL, launch=1)
+    assert one["launch"] == 1 and one["spans"]["ka.span"]["n"] == 5
+    text = "\n".join(C.lines(both))
+    assert "launch 0" in text and "launch 1" in text and text.count("compensated    recorder") == 1

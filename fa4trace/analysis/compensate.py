@@ -42,7 +42,7 @@ import pyarrow as pa
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from .autoevents import AutoCols
-from .overlap import group_ids
+from .launches import launch_ids, launch_of
 
 KEY = "recorder_cost"  # the bundle metadata key holding the calibration its figures are compensated with
 FILE = "recorder_cost.json"  # what `fa4trace check` writes: {recorder: calibration}
@@ -401,9 +401,22 @@ def summary(trace: Trace, cal: Calibration) -> dict:
     return out
 
 
+def summary_by_launch(trace: Trace, cal: Calibration, launch: int | None = None) -> dict:
+    """``summary`` of one launch (``launch``, or a bundle of one), else of each launch in turn
+    (``per_launch``): no figure mixes launches (fa4trace.analysis.launches)."""
+    ids = launch_ids(trace)
+    if launch is not None or len(ids) <= 1:
+        one = summary(launch_of(trace, launch) if launch is not None else trace, cal)
+        one["launch"] = launch if launch is not None else (ids[0] if ids else 0)
+        return one
+    return {"shown": "compensated (raw beside), per launch", "recorder": cal.recorder, "calibration": cal.to_dict(),
+            "launch": None, "per_launch": [dict(summary(launch_of(trace, n), cal), launch=n) for n in ids]}
+
+
 def lines(comp: dict) -> list[str]:
-    """``summary``'s result as text: the calibration, then one line per span event and per lag
-    (median compensated, raw beside), and how many were clamped."""
+    """``summary`` (or ``summary_by_launch``)'s result as text: the calibration, then per launch
+    one line per span event and per lag (median compensated, raw beside), and how many were
+    clamped."""
     cal = comp["calibration"]
 
     def ns(v):
@@ -414,10 +427,13 @@ def lines(comp: dict) -> list[str]:
             + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
             + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")
     out = [head, "               median ns, compensated (raw); p90"]
-    for kind, table in (("span", comp["spans"]), ("lag", comp["lags"])):
-        for name, d in table.items():
-            out.append(f"               {kind} {name}: {d['median_ns']:.1f} ({d['raw_median_ns']:.1f}); "
-                       f"p90 {d['p90_ns']:.1f} ({d['raw_p90_ns']:.1f}); n {d['n']}"
-                       + (f", {d['clamped']} clamped at 0" if d["clamped"] else ""))
-    out.append(f"               {comp['clamped']} of {comp['compensated']} figures clamped at 0")
+    for one in comp.get("per_launch") or [comp]:
+        if "per_launch" in comp:
+            out.append(f"               launch {one['launch']}")
+        for kind, table in (("span", one["spans"]), ("lag", one["lags"])):
+            for name, d in table.items():
+                out.append(f"               {kind} {name}: {d['median_ns']:.1f} ({d['raw_median_ns']:.1f}); "
+                           f"p90 {d['p90_ns']:.1f} ({d['raw_p90_ns']:.1f}); n {d['n']}"
+                           + (f", {d['clamped']} clamped at 0" if d["clamped"] else ""))
+        out.append(f"               {one['clamped']} of {one['compensated']} figures clamped at 0")
     return out
