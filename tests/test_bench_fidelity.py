@@ -402,3 +402,78 @@ def test_one_build_compiles_as_a_worker_builds_it(tmp_path):
     assert b.meta["families"] == [] and b.meta["kernel"] == bf.NAMES["gemm"] and b.plain is None
     assert b.meta["params"][-1] == "fa4trace_buf" and b.meta["warps_per_cta"] == 12
     assert b.meta["cta_lifetimes"] and b.meta["cursor"] == "smem"
+
+
+def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadline(tmp_path, bundle, refs,
+                                                                                 monkeypatch):
+    """run() with its GPU steps replaced by synthetic ones: rounds kernel by kernel, the torch-API
+    kernels first, a kernel that fails named in the files while the others go on, rounds past
+    the deadline skipped, the files rewritten after each step (complete only at the end)."""
+    pytest.importorskip("torch")
+    import fa4trace.bench.results as results
+    import fa4trace.run.loader as loader
+
+    mod = _load(SCRIPT, "bench_fidelity_run_test")
+    monkeypatch.setattr(loader, "gpu_arch", lambda device=0: "sm_90a")
+    monkeypatch.setattr(results, "gpu_name", lambda: "synthetic GPU")
+    line_bundle = _bundle(sampled_like, n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.2)
+    costs = {"plain": 0.1, "default": 3.0, "sample": 2.0, "every CTA": 19.0}
+    written = []
+
+    def api(key, rounds, cost_rounds, replays, log, save, deadline):
+        name = mod.NAMES[key]
+        return ([mod.line_round(name, "default", line_bundle, costs)] * rounds,
+                [{"kernel": name, "shape": "s", "build": "every family", "l2": "x", "plain_us": 50.0, "costs": costs}])
+
+    def fid_round(case, r):
+        if case.key == "decode":
+            raise RuntimeError("the GPU refused it")
+        return ({"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": LEAD},
+                {"sample": line_bundle, "default": line_bundle})
+
+    clock = {"t": 0.0}
+
+    def cost(case, cost_rounds, replays):
+        clock["t"] += 100.0  # each round "takes" 100 s
+        return {"kernel": case.kernel, "shape": "s", "build": "dense", "l2": "x", "plain_us": 10.0, "costs": costs}
+
+    monkeypatch.setattr(mod, "api_rounds", api)
+    monkeypatch.setattr(mod, "fidelity_round", fid_round)
+    monkeypatch.setattr(mod, "cost_round", cost)
+    monkeypatch.setattr(mod, "calibration", lambda pool, log=print: CAL)
+    monkeypatch.setattr(mod, "case_builds", lambda key, pool, log=print: {})
+    monkeypatch.setattr(mod, "CASES", {k: (lambda b, k=k: mod.Case(k, mod.NAMES[k], "s", 8, 1, 1, None, b))
+                                       for k in mod.FIDELITY_KERNELS})
+    real_write = mod.write_results
+    monkeypatch.setattr(mod, "write_results", lambda *a, **kw: (written.append(kw["complete"]), real_write(*a, **kw))[1])
+    monkeypatch.setattr(mod.time, "monotonic", lambda: clock["t"])
+    base = tmp_path / "fidelity_run.json"
+    args = mod.parser().parse_args(["run", "--kernels", "gemm,decode,rmsnorm", "--json", str(base), "--jit",
+                                    "--deadline-s", "250"])
+    said = []
+    mod.run(mod.plan_of(args), json_base=str(base), save=None, workers=1, analysis_workers=0, merge=False,
+            log=said.append)
+    assert written[-1] is True and written.count(True) == 1 and len(written) >= 4
+    docs = {p: json.loads(p.read_text()) for p in mod.result_paths(str(base)).values()}
+    by_area = {d["area"]: d for d in docs.values()}
+    assert all(d["complete"] and d["gpu"] == "synthetic GPU" for d in docs.values())
+    assert by_area["fidelity"]["errors"] == {"our decode": "RuntimeError: the GPU refused it"}
+    shown = {r["kernel"]: r for r in by_area["fidelity-shown"]["rows"]}
+    assert list(shown) == ["quack GEMM"] and shown["quack GEMM"]["rounds"] == 2  # round 3 would end past 250 s
+    assert any("round 3 skipped (deadline)" in s for s in said)
+    assert {r["kernel"] for r in by_area["fidelity"]["rows"]} == {"quack GEMM", "quack RMSNorm"}
+    assert by_area["fidelity-shown"]["calibration"]["recorder"] == "segment_smem"
+    lines = by_area["perturbation-line"]["rows"]
+    assert {(r["kernel"], r["config"]) for r in lines} == {("quack GEMM", "sample"), ("quack GEMM", "default"),
+                                                           ("quack RMSNorm", "default")}
+    assert said.index(next(s for s in said if s.startswith("quack RMSNorm: done"))) < \
+        said.index(next(s for s in said if s.startswith("quack GEMM: round 1")))
+
+
+def test_a_calibration_of_another_recorder_compensates_nothing(bundle, refs):
+    from fa4trace.analysis.passes import DENSE, launch_passes
+
+    other = Trace(bundle.events, dict(bundle.meta, instrument=dict(bundle.meta["instrument"], cursor="gmem")))
+    assert launch_passes(other)[0] == DENSE
+    rows, info = bf.round_rows("k", other, refs, LEAD, CAL)  # CAL is segment_smem's; this bundle says segment_gmem
+    assert all(r["compensated_value"] is None for r in rows) and "compensated" not in info
