@@ -230,6 +230,7 @@ def main(argv=None) -> int:
                           "blocks after the first (the first also imports fa4trace's compiler modules). "
                           "import-after: the kernels compiled before fa4trace is imported (its import looks for them "
                           "once). libraries: torch, quack and FA4 imported too."))
+    doc["commit"] = here  # the commit measured (HEAD may move while the cases run)
     if a.json:
         write(a.json, doc)
     print(json.dumps(doc, indent=1))
