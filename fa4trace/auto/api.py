@@ -88,14 +88,15 @@ class Recording:
         """What makes another Instrumented around ``k``'s builds, for a later block
         (``fa4trace.auto.reuse``): it holds the builds, nothing ``k`` launched."""
         fn, vocab, meta, plain, options, to_arg = k.fn, k.vocab, dict(k.meta), k.plain, k.options, k.to_arg
-        compiled, passes, not_traced, launched_ok = k.compiled, dict(k.pass_builds), k.not_traced, k.launched_ok
+        compiled, passes, launched_ok = k.compiled, dict(k.pass_builds), k.launched_ok
         recompile = _RECOMPILE.get(k)
 
         def make() -> Instrumented:
+            # a build known to launch eagerly stays known (it may go into a CUDA graph); one that
+            # did not launch is tried again (what refused it may have been passing)
             new = Instrumented(fn, vocab, meta, plain=plain, options=options, to_arg=to_arg, recompile=recompile,
                                own=own)
-            new.compiled, new.pass_builds, new.not_traced, new.launched_ok = (compiled, dict(passes), not_traced,
-                                                                               launched_ok)
+            new.compiled, new.pass_builds, new.launched_ok = compiled, dict(passes), launched_ok
             if recompile is not None:
                 _RECOMPILE[new] = recompile
             return new
