@@ -1,7 +1,9 @@
-"""torch.profiler merge benchmark: `fa4trace merge` of a ~200 MB profiler trace with 10 bundles.
+"""torch.profiler merge benchmark: `fa4trace merge` of a ~200 MB profiler trace with 10 bundles,
+and of several ranks of them (`fa4trace merge --ranks`).
 
     python benchmarks/bench_merge.py [--trace-mb 200] [--bundles 10] [--rows 1000000]
                                      [--repeat 3] [--json benchmarks/results/merge_cpu.json]
+    python benchmarks/bench_merge.py --ranks 8 [--repeat 1] [--json benchmarks/results/merge_ranks_cpu.json]
 
 Makes, on the CPU, ``--bundles`` bundles of ~``--rows`` rows each (fa4trace.trace.synthetic.attention_like:
 132 CTAs x 5 warps, clearly synthetic) and a torch.profiler Chrome trace of at least
@@ -14,11 +16,20 @@ is what an idle one would come near, where the work spreads evenly). The merge's
 stage times (read, match, host events, warps, waiting for the numbers, write) come from its
 report (``--json`` output of the command). The machine is shared: the load average is
 recorded. Target: <= 20 s on 2 cores. ``--json`` writes the "merge" area of BENCHMARKS.md.
+
+``--ranks N``: N ranks of a tensor-parallel run, each a profiler trace of ``--trace-mb`` MB with
+``--bundles`` bundles of ``--rows`` rows (fa4trace.profiler.synthetic.profiled_rank: one shared
+timeline, an NCCL all-reduce per layer, each rank's clock off by a known offset), made on the
+fly one rank at a time into rank<r>/ folders; then the `fa4trace merge --ranks` command on the
+folder, timed as above, its peak memory the largest sum of the resident sets of it and its worker
+processes (sampled from /proc every 0.2 s). Target: <= 60 s on 2 cores, <= 4 GB, for 8 ranks.
+``--json`` writes the "merge-ranks" area (docs/profiler-merge-speed.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -27,12 +38,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 TARGET_S = 20.0
+RANKS_TARGET_S = 60.0
+RANKS_TARGET_GB = 4.0
+RANK_OFFSETS_NS = [0, 37_000, -123_000, 5_000, 900_000, -2_000_000, 12, 77_777]  # injected, cycled past 8 ranks
 
 
 def make_inputs(folder: Path, trace_mb: float, n_bundles: int, rows: int, log=print) -> dict:
@@ -59,6 +74,125 @@ def make_inputs(folder: Path, trace_mb: float, n_bundles: int, rows: int, log=pr
         f"{base.events.num_rows:,} rows ({time.perf_counter() - t:.1f} s to make)")
     return {"trace": str(prof), "bundles": paths, "trace_bytes": prof.stat().st_size, "trace_events": n_events,
             "rows_per_bundle": base.events.num_rows, "n_bundles": n_bundles}
+
+
+def make_rank_inputs(folder: Path, ranks: int, trace_mb: float, n_bundles: int, rows: int, log=print) -> dict:
+    """rank<r>/prof.json and rank<r>/b<i>.parquet for each rank, made one rank at a time."""
+    from fa4trace.trace.bundle import Trace
+    from fa4trace.trace.decode import decode_buffer
+    from fa4trace.profiler.synthetic import profiled_rank
+    from fa4trace.trace.synthetic import attention_like
+
+    n_ctas = 132
+    n_blocks = max(1, -(-(rows - 5 * n_ctas) // (18 * n_ctas)))
+    t = time.perf_counter()
+    buf, meta = attention_like("pingpong", n_ctas=n_ctas, n_blocks=n_blocks)
+    base = Trace.from_launches([decode_buffer(buf)], meta)
+    traces = [Trace(base.events, dict(base.meta, kernel=f"synthetic_attention_{chr(ord('a') + i)}_kernel"))
+              for i in range(n_bundles)]
+    offsets = [RANK_OFFSETS_NS[r % len(RANK_OFFSETS_NS)] for r in range(ranks)]
+    sizes, events, collectives = [], 0, 0
+    for r in range(ranks):
+        d = folder / f"rank{r}"
+        d.mkdir(parents=True, exist_ok=True)
+        run = profiled_rank(traces, r, ranks, host_clock_offset_ns=offsets[r], steps=1, layers=1,
+                            min_bytes=int(trace_mb * 1e6))
+        sizes.append(run.write(d / "prof.json").stat().st_size)
+        events += run.text.count('"ph": ')
+        collectives = len(run.collectives)
+        for i, tr in enumerate(run.traces):
+            tr.save(d / f"b{i}.parquet")
+        log(f"  rank {r}: {sizes[-1] / 1e6:.1f} MB trace, {n_bundles} bundles ({time.perf_counter() - t:.0f} s so far)")
+        del run
+    log(f"inputs: {ranks} ranks x ({sum(sizes) / ranks / 1e6:.1f} MB trace, {n_bundles} bundles x "
+        f"{base.events.num_rows:,} rows) ({time.perf_counter() - t:.1f} s to make)")
+    return {"folder": str(folder), "ranks": ranks, "trace_bytes": sum(sizes), "trace_events": events,
+            "collectives_per_rank": collectives, "rows_per_bundle": base.events.num_rows,
+            "n_bundles": n_bundles * ranks, "offsets_ns": offsets}
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and every process below it (Linux /proc)."""
+    kids: dict = {}
+    rss: dict = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+            fields = st[st.rindex(")") + 2:].split()
+            kids.setdefault(int(fields[1]), []).append(int(d))
+            rss[int(d)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo += kids.get(p, [])
+    return total
+
+
+def merge_ranks_cli(inputs: dict, out: Path, extra: list) -> tuple[float, float, dict, int]:
+    """One `fa4trace merge --ranks` as a fresh process: (wall s, CPU s, its JSON report, peak bytes)."""
+    cmd = [sys.executable, "-m", "fa4trace", "merge", "--ranks", inputs["folder"], "-o", str(out), "--force",
+           "--json", *extra]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.join(os.path.dirname(__file__), ".."))
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.2):
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    stdout, stderr = proc.communicate()
+    done.set()
+    th.join()
+    wall = time.perf_counter() - t
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"fa4trace merge --ranks failed: {stderr.strip()}")
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return wall, cpu, json.loads(stdout), peak[0]
+
+
+def bench_ranks(inputs: dict, out: Path, repeat: int, log=print) -> list[dict]:
+    rows = []
+    for label, extra in (("merge --ranks (with numbers)", []), ("merge --ranks --no-numbers", ["--no-numbers"])):
+        walls, cpus, reports, peaks, loads = [], [], [], [], []
+        for _ in range(repeat):
+            load0 = os.getloadavg()[0]
+            w, cpu, rep, peak = merge_ranks_cli(inputs, out, extra)
+            log(f"  {label}: {w:.2f} s wall, {cpu:.2f} s CPU, peak {peak / 1e9:.2f} GB (load {load0:.1f} before, "
+                f"{os.getloadavg()[0]:.1f} after)")
+            walls.append(w)
+            cpus.append(cpu)
+            reports.append(rep)
+            peaks.append(peak)
+            loads.append([round(load0, 2), round(os.getloadavg()[0], 2)])
+        best = reports[walls.index(min(walls))]
+        med = statistics.median(walls)
+        rc = best["rank_clock"]
+        offs = {r["rank"]: r["offset_ns"] for r in best["ranks"]}
+        recovered = max(abs(offs[r] - (inputs["offsets_ns"][r] - inputs["offsets_ns"][0])) for r in offs)
+        peak_gb = max(peaks) / 1e9
+        met = med <= RANKS_TARGET_S and peak_gb <= RANKS_TARGET_GB
+        rows.append({"case": label, "median_s": round(med, 2), "best_s": round(min(walls), 2),
+                     "runs": [round(w, 2) for w in walls], "cpu_median_s": round(statistics.median(cpus), 2),
+                     "peak_gb": round(peak_gb, 2), "loadavg_per_run": loads,
+                     "stages_best_run": best["written"]["stages"], "output_mb": round(best["written"]["bytes"] / 1e6, 1),
+                     "slices": best["written"]["slices"], "launches": len(best["launches"]),
+                     "alignment_error_ns": rc.get("error_ns"), "alignment_worst_ns": rc.get("worst_ns"),
+                     "offset_recovery_err_ns": int(recovered),
+                     "target": f"<= {RANKS_TARGET_S:g} s and <= {RANKS_TARGET_GB:g} GB: "
+                               f"{'met' if met else '**missed**'}"})
+    return rows
 
 
 def merge_cli(inputs: dict, out: Path, extra: list) -> tuple[float, float, dict]:
@@ -106,7 +240,11 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=1_000_000, help="about this many rows per bundle")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs after one cold run")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--ranks", type=int, default=0, help="merge this many ranks (fa4trace merge --ranks)")
+    ap.add_argument("--keep", default=None, help="--ranks: make the inputs in this folder and keep them")
     args = ap.parse_args(argv)
+    if args.ranks:
+        return main_ranks(args)
     info = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cores": os.cpu_count(),
             "loadavg_before": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,6 +278,79 @@ def main(argv=None):
                               for r in rows),
             info=info, inputs={k: v for k, v in inputs.items() if k not in ("trace", "bundles")}, results=rows)
         print(f"wrote {write(args.json, doc)}")
+
+
+def main_ranks(args) -> None:
+    """--ranks: make the ranks' inputs, time `fa4trace merge --ranks`, write the results."""
+    info = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cores": os.cpu_count(),
+            "loadavg_before": os.getloadavg(), "uptime_before": _uptime()}
+    with contextlib.ExitStack() as stack:
+        folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        if args.keep and (folder / f"rank{args.ranks - 1}" / f"b{args.bundles - 1}.parquet").exists():
+            inputs = json.loads((folder / "inputs.json").read_text())
+            print(f"inputs: kept in {folder}")
+        else:
+            inputs = make_rank_inputs(folder / "ranks", args.ranks, args.trace_mb, args.bundles, args.rows)
+            if args.keep:
+                (folder / "inputs.json").write_text(json.dumps(inputs))
+        info["loadavg_inputs_made"] = os.getloadavg()
+        rows = bench_ranks(inputs, folder / "all.pftrace", args.repeat)
+        (folder / "all.pftrace").unlink(missing_ok=True)
+    info["loadavg_after"] = os.getloadavg()
+    info["uptime_after"] = _uptime()
+    for r in rows:
+        print(f"{r['case']}: median {r['median_s']} s (best {r['best_s']}; CPU {r['cpu_median_s']} s), peak "
+              f"{r['peak_gb']} GB, stages {r['stages_best_run']}, {r['output_mb']} MB, alignment error "
+              f"{r['alignment_error_ns']} ns (worst {r['alignment_worst_ns']}), offsets recovered within "
+              f"{r['offset_recovery_err_ns']} ns, {r['target']}")
+    if args.json:
+        from bench_export import machine
+
+        from fa4trace.bench.results import envelope, write
+
+        m = machine()
+        loads = [x for r in rows for run in r["loadavg_per_run"] for x in run]
+        doc = envelope(
+            "merge-ranks",
+            f"fa4trace merge --ranks: {inputs['ranks']} ranks x (a {inputs['trace_bytes'] / inputs['ranks'] / 1e6:.0f} MB "
+            f"torch.profiler trace + {inputs['n_bundles'] // inputs['ranks']} bundles of "
+            f"{inputs['rows_per_bundle'] / 1e6:.1f} M rows) ({m['cores']} cores)",
+            [{k: r[k] for k in ("case", "median_s", "best_s", "runs", "cpu_median_s", "peak_gb", "output_mb", "slices",
+                                "alignment_error_ns", "alignment_worst_ns", "offset_recovery_err_ns", "target")}
+             for r in rows],
+            gpu=f"none: {m['cpu']} x{m['cores']} (load {min(loads):.1f}-{max(loads):.1f} during the runs), "
+                f"Python {m['python']}, numpy {m['numpy']}, pyarrow {m['pyarrow']}, msgspec {_version('msgspec')}",
+            columns=[("case", "case"), ("median_s", "median s"), ("best_s", "best s"), ("cpu_median_s", "CPU s"),
+                     ("peak_gb", "peak GB"), ("output_mb", "output MB"), ("slices", "slices"),
+                     ("alignment_error_ns", "alignment error ns"), ("alignment_worst_ns", "worst ns"),
+                     ("offset_recovery_err_ns", "offsets recovered within ns"), ("target", "target")],
+            notes=f"Synthetic inputs ({inputs['trace_events']:,} Kineto events over the ranks, "
+                  f"{inputs['collectives_per_rank']} NCCL all-reduces per rank; bundles from "
+                  f"fa4trace.trace.synthetic.attention_like; clock offsets injected per rank: "
+                  f"{', '.join(f'{o / 1e3:+g}' for o in inputs['offsets_ns'])} µs). Wall time of the whole command "
+                  f"(a fresh process), {args.repeat} run(s) each; peak: the largest sum of resident sets of the "
+                  f"command and its workers. The machine is shared: load average before/after each run in the "
+                  f"file (uptime: {info['uptime_before']} / {info['uptime_after']}). Stage times of the best run: "
+                  + "; ".join(f"{r['case']}: " + ", ".join(f"{k} {v}" for k, v in r["stages_best_run"].items())
+                              for r in rows),
+            info=info, inputs={k: v for k, v in inputs.items() if k != "folder"}, results=rows)
+        print(f"wrote {write(args.json, doc)}")
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not recorded"
+
+
+def _version(pkg: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(pkg)
+    except Exception:  # noqa: BLE001 - not installed
+        return "not installed"
 
 
 if __name__ == "__main__":

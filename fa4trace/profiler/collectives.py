@@ -48,6 +48,9 @@ __all__ = ["Anchors", "Pairing", "anchors_of", "pair_anchors", "rank_clock", "re
 
 RANK_CLOCKS = ("nccl", "epoch")  # nccl: take the offsets out; epoch: measure them, keep the profilers' clocks
 MAX_LAG = 4096  # collectives of one name one rank's window may hold before the other's first
+LAG_SAMPLE = 64  # pairs each lag is first scored on
+LAG_EXACT = 64  # lags then scored on all their pairs (the best of the first scores)
+GOOD_MAD_NS = 20_000  # a partner whose ends agree this well is taken without trying the others
 _P2P = re.compile(r"sendrecv|_send|_recv|\bsend\b|\brecv\b", re.IGNORECASE)
 _NCCL = re.compile(r"^nccl", re.IGNORECASE)
 _HOST = re.compile(r"^gloo:", re.IGNORECASE)
@@ -119,17 +122,27 @@ def _best_lag(ea: np.ndarray, eb: np.ndarray) -> tuple[int, bool]:
     """The lag L pairing ea[i] with eb[i + L] (module docstring): among the lags whose end
     differences agree about as well as the best (median absolute deviation within twice the
     best's, or 1 µs), the one pairing the most, then the one nearest the profilers' own clocks;
-    and whether another of them fits at another offset."""
+    and whether another of them fits at another offset. Every lag is first scored on
+    ``LAG_SAMPLE`` pairs spread over its overlap (one array operation for all lags), then the
+    best of them on all their pairs."""
     na, nb = ea.size, eb.size
     short = min(na, nb)
     need = min(short, max(2, (short + 1) // 2))  # a lag pairs half of the shorter side (two at least)
-    lo, hi = -min(na - need, MAX_LAG), min(nb - need, MAX_LAG)
+    lags = np.arange(-min(na - need, MAX_LAG), min(nb - need, MAX_LAG) + 1)
+    i0, i1 = np.maximum(0, -lags), np.minimum(na, nb - lags)
+    k = min(LAG_SAMPLE, short)
+    idx = i0[:, None] + ((i1 - i0)[:, None] * ((np.arange(k) + 0.5) / k)[None, :]).astype(np.int64)
+    d = eb[idx + lags[:, None]] - ea[idx]
+    med = np.median(d, axis=1)
+    coarse = np.median(np.abs(d - med[:, None]), axis=1)
+    near = np.argsort(coarse, kind="stable")[:LAG_EXACT]
+    near = near[coarse[near] <= max(2000.0, 4.0 * coarse[near[0]])]
     scores = []
-    for lag in range(lo, hi + 1):
-        i0, i1 = max(0, -lag), min(na, nb - lag)
-        d = eb[i0 + lag:i1 + lag] - ea[i0:i1]
-        med = float(np.median(d))
-        scores.append((float(np.median(np.abs(d - med))), i1 - i0, med, lag))
+    for j in near.tolist():
+        lag, a0, a1 = int(lags[j]), int(i0[j]), int(i1[j])
+        dd = eb[a0 + lag:a1 + lag] - ea[a0:a1]
+        m = float(np.median(dd))
+        scores.append((float(np.median(np.abs(dd - m))), a1 - a0, m, lag))
     tol = max(1000.0, 2.0 * min(sc[0] for sc in scores))
     good = [sc for sc in scores if sc[0] <= tol]
     best = min(good, key=lambda sc: (-sc[1], abs(sc[2]), sc[3]))
@@ -172,21 +185,25 @@ def rank_clock(anchors: dict, order: list | None = None) -> dict:
 
 
 def align_rank(anchors: dict, r, aligned: dict) -> dict:
-    """Rank ``r``'s entry of :func:`rank_clock`, given the ranks ``aligned`` before it: paired with
-    each, it takes the partner fewest steps from the reference among those agreeing about as
-    well as the best (median absolute deviation within twice the best's, plus 1 µs): every step
-    of a chain adds its own error."""
+    """Rank ``r``'s entry of :func:`rank_clock`, given the ranks ``aligned`` before it. The
+    reference is tried first and taken where its collectives' ends agree with r's within
+    ``GOOD_MAD_NS`` (median absolute deviation): ranks of one communicator. Else each aligned
+    rank is tried, and r takes the partner fewest steps from the reference among those agreeing
+    about as well as the best (within twice its deviation, plus 1 µs): every step of a chain
+    adds its own error."""
     a_r = anchors[r]
     if not aligned:
         return {"offset_ns": 0, "partner": None, "hops": 0, "pairs": 0, "mad_ns": 0, "ambiguous": False,
                 "kind": a_r.kind, "anchors": a_r.n, "reference": True}
     cands = []
-    for q, e in aligned.items():
+    for q, e in sorted(aligned.items(), key=lambda qe: (qe[1]["hops"] is None, qe[1]["hops"] or 0)):
         if e["offset_ns"] is None:
             continue
         p = pair_anchors(anchors[q].shifted(e["offset_ns"]), a_r)
         if p.n:
             cands.append((q, e["hops"] + 1, p))
+            if e["hops"] == 0 and p.n >= 2 and p.mad_ns <= GOOD_MAD_NS:
+                break
     if not cands:
         return {"offset_ns": None, "partner": None, "hops": None, "pairs": 0, "mad_ns": None, "ambiguous": False,
                 "kind": a_r.kind, "anchors": a_r.n, "reference": False}

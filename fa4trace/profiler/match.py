@@ -127,17 +127,7 @@ def traced_launches(traces: list[Trace]) -> list[TracedLaunch]:
         st = ev["start_ns"].to_numpy()
         en = ev["end_ns"].to_numpy()
         cta = ev["cta"].to_numpy().astype(np.int64)
-        warp = ev["warp"].to_numpy().astype(np.int64)
-        ids, inv = np.unique(la, return_inverse=True)
-        inv = inv.reshape(-1)
-        first = np.full(ids.size, np.iinfo(np.int64).max)
-        last = np.full(ids.size, np.iinfo(np.int64).min)
-        max_cta = np.full(ids.size, -1, np.int64)
-        max_warp = np.full(ids.size, -1, np.int64)
-        np.minimum.at(first, inv, st)
-        np.maximum.at(last, inv, en)
-        np.maximum.at(max_cta, inv, cta)
-        np.maximum.at(max_warp, inv, warp)
+        ids, first, last, max_cta = _per_launch(la, st, en, cta)
         lmeta = meta.get("launches") or []
         top_symbols = _as_list(inst.get("cuda_symbols") or meta.get("cuda_symbols"))
         for i, k in enumerate(ids.tolist()):
@@ -159,6 +149,17 @@ def traced_launches(traces: list[Trace]) -> list[TracedLaunch]:
                 first_rel_ns=int(first[i]), block_threads=threads, min_grid_ctas=int(max_cta[i]) + 1,
                 device=int(dev) if dev is not None else None))
     return out
+
+
+def _per_launch(la: np.ndarray, st: np.ndarray, en: np.ndarray, cta: np.ndarray) -> tuple:
+    """Per launch id (ascending): its first start, last end and largest CTA index. The rows are
+    grouped by one stable sort (none where they come launch by launch, as bundles hold them),
+    then reduced segment by segment."""
+    if la.size > 1 and not (la[1:] >= la[:-1]).all():
+        o = np.argsort(la, kind="stable")
+        la, st, en, cta = la[o], st[o], en[o], cta[o]
+    cut = np.flatnonzero(np.r_[True, la[1:] != la[:-1]])
+    return (la[cut], np.minimum.reduceat(st, cut), np.maximum.reduceat(en, cut), np.maximum.reduceat(cta, cut))
 
 
 def _words(s: str) -> list[str]:

@@ -54,7 +54,7 @@ from .kineto import KinetoTrace, load_kineto
 from .match import DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, match_launches, traced_launches
 from .merge import ALIGN_MODES, PARALLEL_ROWS, UUID_WARPS, align_launches, launch_entry
 from .packets import Ids, append_file, descriptor, report_begin, report_end, short, summary_slices
-from .render import RenderJob, render_launch
+from .render import RenderJob, render_launch, worker_init
 from .report import REPORT_SLICE, MergeReport
 
 __all__ = ["RankInput", "merge_ranks", "RANK_PID"]
@@ -64,7 +64,7 @@ SEQ_WARPS = 1 << 31  # the traced launches' packet sequences count up from here 
 FLOW_WARPS = 1 << 48  # ... and their flow ids from here
 REPORT_RESERVE = 256 << 10  # bytes kept for the report, and per launch, bundle and rank below
 REPORT_PER_LAUNCH, REPORT_PER_BUNDLE, REPORT_PER_RANK = 4096, 2048, 8192
-HEAD_COLUMNS = ["launch", "start_ns", "end_ns", "cta", "warp"]  # what matching reads of a bundle
+HEAD_COLUMNS = ["launch", "start_ns", "end_ns", "cta"]  # what matching reads of a bundle
 PLACEHOLDER_T0 = 1 << 62  # the report slice's start until it is known (the same varint length)
 FEW_COLLECTIVES = 8  # fewer paired collectives than this: the report says the clocks' figures are rough
 
@@ -262,7 +262,7 @@ def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=worker_init)
             stack.callback(pool.shutdown, cancel_futures=True)
         spool = stack.enter_context(tempfile.TemporaryDirectory(
             prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
@@ -284,7 +284,7 @@ def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock
 def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clock, max_launches, compress, analysis,
            tolerance_ns, max_clock_offset_ns, allow_unmatched) -> MergeReport:
     """merge_ranks's steps, given the output, the pool and the spool folder."""
-    stages = {"read_s": 0.0, "match_s": 0.0, "host_s": 0.0, "wait_s": 0.0, "write_s": 0.0}
+    stages = {"read_s": 0.0, "place_s": 0.0, "host_s": 0.0, "wait_s": 0.0, "write_s": 0.0}
     ids = Ids()
     report = MergeReport(profiler_trace=", ".join(_name(x.profile) for x in ranks), output=str(out), align=align,
                          max_launches=max_launches)
@@ -314,7 +314,7 @@ def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clo
                                       align=align, rank_clock=rank_clock, max_launches=max_launches,
                                       compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
                                       max_clock_offset_ns=max_clock_offset_ns, allow_unmatched=allow_unmatched)
-        stages["match_s"] += time.perf_counter() - t
+        stages["place_s"] += time.perf_counter() - t
         t = time.perf_counter()
         host = host_job()
         host_job = kt = None  # the rank's profiler trace is no longer needed: free it before the next

@@ -29,7 +29,7 @@ from ..export.perfetto import Placement, to_perfetto
 from .report import launch_numbers
 
 __all__ = ["RenderJob", "RenderResult", "render_launch", "launch_events", "launch_stats", "bundle_numbers",
-           "all_numbers"]
+           "all_numbers", "worker_init"]
 
 _LOADED: dict = {}  # per process: the last bundle read from disk (a worker's jobs come bundle by bundle)
 
@@ -65,6 +65,21 @@ def launch_events(trace: Trace, launch: int) -> Trace:
     if trace.events.num_rows == 0 or pc.min(la).as_py() == pc.max(la).as_py() == launch:
         return trace
     return Trace(trace.events.filter(pc.equal(la, launch)), trace.meta)
+
+
+def worker_init() -> None:
+    """A worker process's first step: keep the memory its jobs free for the next job rather than
+    giving it back to the system (glibc's ``mallopt``; nothing elsewhere). Each job allocates and
+    frees arrays of hundreds of MB; returned to the system, every job faults them in afresh (a
+    tenth of a second of system time per million rows)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        for param, value in ((-3, 1 << 30), (-1, 1 << 30), (-2, 256 << 20)):  # M_MMAP_THRESHOLD, TRIM, TOP_PAD
+            libc.mallopt(param, value)
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
 
 
 def launch_stats(trace: Trace, shift_ns: int, k0: int, k1: int) -> dict:

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ..trace.bundle import Trace
 
-__all__ = ["ProfiledRun", "profiled_run", "profiled_ranks", "cute_symbol", "retime"]
+__all__ = ["ProfiledRun", "profiled_run", "profiled_ranks", "profiled_rank", "cute_symbol", "retime"]
 
 BASE_NS = 1_790_857_026_000_000_000  # a Kineto base time (Unix epoch ns)
 START_NS = BASE_NS + 5_334_264_772_000_000  # where the run starts (epoch ns)
@@ -451,9 +451,16 @@ def profiled_ranks(traces: list[Trace], world_size: int, *, host_clock_offsets_n
     pids_ = list(pids) if pids is not None else [4242 + 100 * r for r in range(world_size)]
     if not len(offs) == len(devs) == len(pids_) == world_size:
         raise ValueError(f"{world_size} ranks: give one clock offset, device and pid per rank")
-    return [profiled_run(traces, seed=seed, rank=r, world_size=world_size, collectives=True, device=devs[r],
-                         pid=pids_[r], host_clock_offset_ns=offs[r], rank_seed=10_000 + r, **kw)
-            for r in range(world_size)]
+    return [profiled_rank(traces, r, world_size, host_clock_offset_ns=offs[r], device=devs[r], pid=pids_[r],
+                          seed=seed, **kw) for r in range(world_size)]
+
+
+def profiled_rank(traces: list[Trace], rank: int, world_size: int, *, host_clock_offset_ns: int = 0,
+                  device: int | None = None, pid: int | None = None, seed: int = 0, **kw) -> ProfiledRun:
+    """Rank ``rank`` of :func:`profiled_ranks`, made alone (a benchmark makes one rank at a time)."""
+    return profiled_run(traces, seed=seed, rank=rank, world_size=world_size, collectives=True,
+                        device=rank if device is None else device, pid=4242 + 100 * rank if pid is None else pid,
+                        host_clock_offset_ns=host_clock_offset_ns, rank_seed=10_000 + rank, **kw)
 
 
 def _warps_per_cta(t: Trace) -> int:
