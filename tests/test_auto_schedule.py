@@ -163,3 +163,16 @@ def test_the_step_actions_accept_torchs():
     assert as_action(torch.profiler.ProfilerAction.RECORD_AND_SAVE) is Action.RECORD_AND_SAVE
     with pytest.raises(Fa4traceError, match="a schedule returned"):
         as_action("record")
+
+
+def test_on_trace_ready_is_called_for_windows_that_had_active_steps_only(dsl):
+    import fa4trace
+
+    ready = []
+    with fa4trace.instrument(families=(), schedule=schedule(wait=0, warmup=2, active=1),
+                             on_trace_ready=ready.append) as rec:
+        rec.step()  # the block ends in the window's second warm-up step
+    assert ready == [] and rec.windows == 0
+    with fa4trace.instrument(families=(), on_trace_ready=ready.append) as rec:  # no schedule: one window
+        pass
+    assert ready == [rec] and rec.windows == 1

@@ -105,7 +105,7 @@ class Block:
     def close(self) -> None:
         """End the block: the open window closed, every change undone (module doc), the
         report lines; a KeyboardInterrupt met on the way raised after all of it."""
-        saved = None
+        saved = False  # whether the window closed here had active steps
         if self._window is not None:
             saved = self._close_window()
         self.failures += self.undo.run()
@@ -113,7 +113,7 @@ class Block:
         self._finish_kernels()
         self._report()
         try:
-            if saved is not None and self.on_trace_ready is not None:
+            if saved and self.on_trace_ready is not None:
                 self.on_trace_ready(self.recording)
         finally:
             _raise_or_say(self.failures)
