@@ -98,9 +98,8 @@ DEFAULTS = {"rounds": 3, "cost_rounds": 5, "replays": 10}
 QUICK = {"rounds": 1, "cost_rounds": 3, "replays": 5}
 DEADLINE_S = 420.0  # start no round that would end later than this (the run's budget is 8 minutes)
 # recording configurations of the perturbation line: what records in each
-CONFIGS = {"default": "instrument() default: the first 256 CTAs",
-           "sample": "spread sample (the fidelity recordings)",
-           "every CTA": "every CTA records"}
+CONFIGS = {"default": "instrument() default", "sample": "spread sample", "every CTA": "every CTA"}
+SOURCES = {"in_launch": "in-launch", "plain_twin": "plain twin"}
 
 
 def lead_warps(warps_per_cta: int) -> tuple:
@@ -405,8 +404,13 @@ def aggregate_lines(per_round: list[dict]) -> list[dict]:
         diff = _median(r["diff_pts"] for r in rs)
         pp = [abs(r["plain_vs_plain_pct"]) for r in rs if r["plain_vs_plain_pct"] is not None]
         spread = (max(costs) - min(costs)) / 2 if len(costs) > 1 else None
+        head, cost = _median(r["headline_pct"] for r in rs), _median(costs)
+        src = SOURCES.get(rs[0]["source"], "-") if len(srcs) == 1 else "mixed"
+        against = "every CTA records" if likes.most_common(1)[0][0] == "every CTA" else "the same recording"
+        noise = "; ".join(x for x in (f"±{spread:.1f}" if spread is not None else "",
+                                      f"plain vs plain {_median(pp):.1f}%" if pp else "") if x)
         out.append({
-            "kernel": kernel, "config": config, "config_text": CONFIGS.get(config, config),
+            "kernel": kernel, "config": config,
             "recorded": rs[0]["recorded"], "rounds": len(rs),
             "source": srcs.most_common(1)[0][0] if len(srcs) == 1 else
             "mixed: " + ", ".join(f"{s} {n}" for s, n in srcs.most_common()),
@@ -419,6 +423,9 @@ def aggregate_lines(per_round: list[dict]) -> list[dict]:
             "compared_with": "; ".join(likes), "cost_pct": _round(_median(costs), 2),
             "cost_spread_pts": _round(spread, 2), "plain_vs_plain_pct": _round(_median(pp), 2),
             "diff_pts": _round(diff, 2), "within": None if diff is None else abs(diff) <= LINE_TARGET_PTS,
+            "recording_cell": f"{CONFIGS.get(config, config)}: {rs[0]['recorded']}",
+            "headline_cell": "-" if head is None else f"{head:+.1f}% ({src})",
+            "cost_cell": "-" if cost is None else f"{cost:+.1f}% ({against}{'; ' + noise if noise else ''})",
             "valid": rs[0]["valid"], "dependencies": rs[0]["dependencies"],
             "caveats": sorted({c for r in rs for c in r["caveats"]}), "dropped": max((r["dropped"] or 0) for r in rs)})
     return sorted(out, key=lambda r: (KERNEL_ORDER.get(r["kernel"], 99), list(CONFIGS).index(r["config"])
@@ -471,10 +478,8 @@ SHOWN_COLUMNS = [["kernel", "kernel"], ["rounds", "rounds"], ["compared", "figur
                  ["noise_limited", "noise-limited (> 2%)"], ["judged", "judged"],
                  ["passes_cell", "(a) passes: within 2%"], ["compensated_cell", "(b) compensated: within 2%"],
                  ["raw_cell", "(c) raw dense: within 2%"], ["status", "target >= 80%, (a) or (b)"]]
-LINE_COLUMNS = [["kernel", "kernel"], ["config_text", "recording"], ["recorded", "recorded"],
-                ["source", "headline from"], ["headline_pct", "headline %"], ["compared_with", "set against"],
-                ["cost_pct", "graph-timed cost %"], ["cost_spread_pts", "cost spread (pts)"],
-                ["plain_vs_plain_pct", "plain vs plain %"], ["diff_pts", "headline - cost (pts)"],
+LINE_COLUMNS = [["kernel", "kernel"], ["recording_cell", "recording"], ["headline_cell", "headline"],
+                ["cost_cell", "graph-timed cost (noise)"], ["diff_pts", "headline - cost (pts)"],
                 ["within", "within 2 pts"], ["rounds", "rounds"]]
 COST_COLUMNS = [["kernel", "kernel"], ["shape", "shape"], ["plain_us", "plain µs"],
                 ["cost_default_pct", "cost %, instrument() default"], ["cost_sample_pct", "cost %, spread sample"],
@@ -510,25 +515,21 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             {"rounds_detail": per_round}),
         "fidelity-shown": (
             "Shown figures within 2% of the lightest trace, per kernel", shown, SHOWN_COLUMNS,
-            "Of the judged figures (error defined, noise at most 2%; the rest are noise-limited), how many are within "
-            "2% of the lightest trace reporting them, on the medians over rounds (the range over rounds beside). "
-            "Target: 80% with passes (a) or compensation (b); met only on at least 3 rounds. Figure by figure: "
-            "docs/fidelity-error.md." + part, {}),
+            "Judged figures (noise at most 2%) within 2% of the lightest trace that reports them, on the medians over "
+            "rounds (each round's share beside). Target: 80%, (a) or (b), met on at least 3 rounds. Figure by "
+            "figure: docs/fidelity-error.md." + part, {}),
         "perturbation-line": (
             "The perturbation line against the graph-timed launch cost", line_rows, LINE_COLUMNS,
-            "headline: what the bundle's perturbation line goes by (fa4trace.analysis.fidelity: in-launch, recorded "
-            "against untraced CTAs of the launch, where valid; else the plain twin timed by fa4trace). Set against the "
-            "cost this benchmark times on its own (CUDA-graph replay against the plain build, interleaved rounds): "
-            "an in-launch headline against every CTA recording (it is each recorded CTA's stretch), a plain-twin "
-            "headline against its own recording. cost spread: half the range over rounds; plain vs plain: the plain "
-            "build against itself. Target: within 2 points (median over rounds)." + part, {}),
+            "headline: what the bundle's perturbation line goes by (in-launch where valid, else the plain twin). Set "
+            "against this benchmark's own CUDA-graph timing: an in-launch headline (each recorded CTA's stretch) "
+            "against every CTA recording, a plain-twin headline against the same recording. ±: half the range over "
+            "rounds. Target: within 2 points, median over rounds." + part, {}),
         "fidelity": (
             "Tracing cost by recording configuration, graph-timed", cost_rows, COST_COLUMNS,
-            "CUDA-graph replay of the traced build against the plain one, interleaved rounds (fa4trace.run.timing."
-            "paired_costs); medians over rounds. FA4 prefill, quack GEMM, our decode: the dense build (every family; "
-            "FA4 with its softmax and rescale spans); FA4 backward and RMSNorm: what instrument() compiles (every "
-            "family). instrument() default: its first 256 CTAs, 4096 records a warp; spread sample: the fidelity "
-            "recordings' CTAs; every CTA: records every event. plain vs plain: the timing's noise floor." + part, {}),
+            "CUDA-graph replay against the plain build, interleaved rounds, medians over rounds. The dense build "
+            "(every family; FA4 prefill with its softmax and rescale spans); FA4 backward and RMSNorm: instrument()'s "
+            "(every family). default: instrument()'s first 256 CTAs, 4096 records a warp; every CTA: every event "
+            "kept. plain vs plain: the timing's noise floor." + part, {}),
     }
     paths = result_paths(base)
     for area, (title, rows, cols, notes, more) in docs.items():
@@ -965,13 +966,17 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
     return {"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": lw}, lines
 
 
-def line_options(case: Case) -> dict:
-    """The recordings of the line besides the fidelity sample: instrument()'s defaults, and every
-    CTA with a capacity that drops nothing (each checked, so its plain twin is timed)."""
-    from fa4trace.auto.run import RecordOptions
+def line_options(case: Case, timed: bool = False) -> dict:
+    """The recordings of the line besides the fidelity sample (each checked, so its plain twin is
+    timed): instrument()'s defaults, and every CTA with a capacity that drops nothing where the
+    defaults leave CTAs out (a grid beyond DEFAULT_CTAS). ``timed``: the every-CTA one always
+    (an in-launch headline is set against its cost)."""
+    from fa4trace.auto.run import DEFAULT_CTAS, RecordOptions
 
-    return {"default": RecordOptions(check=True),
-            "every CTA": RecordOptions(ctas=case.grid, capacity=case.capacity, check=True)}
+    out = {"default": RecordOptions(check=True)}
+    if timed or case.grid > DEFAULT_CTAS:
+        out["every CTA"] = RecordOptions(ctas=case.grid, capacity=case.capacity, check=True)
+    return out
 
 
 def timed_specs(case: Case) -> dict:
@@ -980,7 +985,7 @@ def timed_specs(case: Case) -> dict:
 
     n, stride = case.sample
     w = case.builds["dense"].meta["warps_per_cta"]
-    specs = {c: o.spec(w) for c, o in line_options(case).items()}
+    specs = {c: o.spec(w) for c, o in line_options(case, timed=True).items()}
     specs["sample"] = RecordOptions(ctas=n, cta_stride=stride, capacity=case.record_capacity).spec(w)
     return specs
 

@@ -222,6 +222,9 @@ def test_lines_and_costs_over_rounds():
     assert s["headline_pct"] == 20.0 and s["cost_pct"] == 18.0 and s["diff_pts"] == 1.5 and s["within"]
     assert s["cost_spread_pts"] == 0.75 and s["plain_vs_plain_pct"] == 0.2 and s["rounds"] == 3
     assert rows[0]["within"] is False and rows[0]["compared_with"] == "default"
+    assert s["headline_cell"] == "+20.0% (in-launch)" and s["recording_cell"] == "spread sample: 16 of 128 CTAs"
+    assert s["cost_cell"] == "+18.0% (every CTA records; ±0.8; plain vs plain 0.2%)"
+    assert rows[0]["cost_cell"] == "+4.0% (the same recording; plain vs plain 0.0%)"
     mixed = bf.aggregate_lines([dict(lines[0], source="in_launch"), dict(lines[1], source="plain_twin")])
     assert mixed[0]["source"].startswith("mixed: ")
     costs = [{"kernel": "quack GEMM", "shape": "8192x8192x8192", "build": "dense", "l2": "x", "plain_us": p,
@@ -320,6 +323,11 @@ def test_builds_and_their_passes():
     with pytest.raises(Fa4traceError, match="gmem"):
         rc("gmem")  # a cursor fallback: no build prepared
     assert bf.job_name("fa4:dense") == "fa4_dense" and bf.lead_warps(12) == (0, 4, 8)
+    # the line's recordings: every CTA only where instrument()'s default leaves CTAs out; always timed
+    small, big = (bf.Case("k", "k", "s", g, 1, 1, None, {}) for g in (132, 2048))
+    assert list(bf.line_options(small)) == ["default"] and list(bf.line_options(big)) == ["default", "every CTA"]
+    every = bf.line_options(small, timed=True)["every CTA"]
+    assert (every.ctas, every.capacity, every.check) == (132, small.capacity, True)
 
 
 def test_call_spy_keeps_each_instances_last_arguments_and_puts_the_call_back():
