@@ -286,7 +286,7 @@ def main_ranks(args) -> None:
             "loadavg_before": os.getloadavg(), "uptime_before": _uptime()}
     with contextlib.ExitStack() as stack:
         folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        if args.keep and (folder / f"rank{args.ranks - 1}" / f"b{args.bundles - 1}.parquet").exists():
+        if args.keep and (folder / "inputs.json").exists():
             inputs = json.loads((folder / "inputs.json").read_text())
             print(f"inputs: kept in {folder}")
         else:

@@ -80,7 +80,9 @@ class MergeReport:
             out.append(f"rank {r['rank']}: {r['profiler_trace']} ({r.get('host') or 'host ?'}, pid {r.get('pid')}, "
                        f"GPU {', '.join(str(d) for d in r.get('devices') or []) or '?'}): {r.get('events', 0):,} "
                        f"profiler events, {len(r.get('bundles') or [])} bundle(s); clock "
-                       + (f"{off / 1e3:+,.3f} µs off rank {self.rank_clock.get('reference')}" if off is not None
+                       + ("the reference" if r.get("reference") else
+                          f"{off / 1e3:+,.3f} µs off rank {self.rank_clock.get('reference')} "
+                          f"({r.get('pairs', 0)} collectives)" if off is not None
                           else "not measured (no collective in common)")
                        + ("" if r.get("shift_ns") == off or off is None else " (measured, not taken out)"))
         for b in self.bundles:

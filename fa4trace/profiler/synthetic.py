@@ -405,7 +405,8 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
     dist = ""
     if rank is not None:
         dist = ('\n  "distributedInfo": ' + json.dumps({"backend": "nccl", "rank": rank, "world_size": world_size,
-                                                       "pg_count": 1, "nccl_version": "2.27.5"}) + ",")
+                                                       "pg_count": 1, "nccl_version": "2.27.5"}) + ","
+                '\n  "host_name": "synthetic-host",')
     head = [
         '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    ' + json.dumps(dict(DEVICE, id=device)) + '\n  ],'
         + dist,
