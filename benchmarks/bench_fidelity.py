@@ -35,25 +35,35 @@ judged figures within 2% (target: 80%, for (a) or (b)).
 
 **Perturbation line** (the three kernels above, and ``fa4-bwd``: FA4's SM90 backward b2 s2048 h16
 d128 causal, ``rmsnorm``: quack's RMSNorm 16384 x 4096, both driven through their torch APIs
-under ``fa4trace.instrument()``). Per recording configuration (``CONFIGS``) the bundle's headline
-(fa4trace.analysis.fidelity: in-launch, or the plain twin where that is not valid) is set against
-the graph-timed launch cost that this script measures on its own (``fa4trace.run.timing.
-paired_costs``: CUDA graphs, interleaved rounds, several input sets for a cold L2 where they fit;
-plain against plain gives its noise). Like is compared with like: an in-launch headline is the
-stretch of each recorded CTA, so it is set against the cost of a launch where every CTA
-records; a plain-twin headline times the bundle's own configuration, so it is set against that
-configuration's cost. Target: within 2 points.
+under ``fa4trace.instrument()``). The recording configurations (``CONFIGS``), each checked so
+that fa4trace times its plain twin, every warp recording:
 
-**Speed.** The builds of the fidelity kernels (and the known-answer kernels of the
-calibration) compile in parallel worker processes into AOT build folders (``build``), while
-this process compiles and measures the torch-API kernels; a build whose worker fails is compiled
-here instead (``--jit``: every build here). Host-side analysis runs in worker processes beside
-the GPU work. Rounds go kernel by kernel, round by round; a round that would end past
-``--deadline-s`` is skipped, and the result files are rewritten after every step, so a run cut
-short leaves what it measured. Four result files from ``--json P``: P (area "fidelity-error",
-figure by figure: docs/fidelity-error.md), P_shown (area "fidelity-shown": the shares),
-P_line (area "perturbation-line") and P_cost (area "fidelity": costs per configuration),
-rendered by benchmarks/report.py.
+* "default": ``instrument()``'s defaults, the first 256 CTAs and 4096 records a warp (every CTA
+  of quack's GEMM and our decode, which launch 132; quack's GEMM then drops records);
+* "spread sample": the fidelity recordings' dense launch (FA4 64 of 2048 CTAs, the others 16 of
+  132; nothing dropped);
+* "every CTA": every CTA with a capacity that drops nothing, where the default leaves CTAs out.
+
+Per configuration the bundle's headline (fa4trace.analysis.fidelity, what ``fa4trace summary``
+prints: in-launch where valid, else the plain twin) is set against the launch cost this script
+times on its own (fa4trace.run.timing.paired_costs: CUDA graphs against the plain build,
+interleaved rounds, several input sets for a cold L2 where they fit; plain against plain gives
+the timing's noise floor). Like is compared with like: an in-launch headline is the stretch of
+each recorded CTA, so it is set against the cost of every CTA recording; a plain-twin headline
+times the bundle's own recording, so it is set against that recording's cost. Target: within 2
+points, on the median over rounds.
+
+**Speed** (about 6 minutes on an H100/H200 host with 16 cores; ``--deadline-s`` keeps it under
+8). The builds of the fidelity kernels (and the known-answer kernels of the calibration) compile
+in parallel worker processes into AOT build folders (``build``), while this process compiles
+and measures the torch-API kernels; a build whose worker fails is compiled here instead
+(``--jit``: every build here, one after another). Host-side analysis runs in worker processes
+beside the GPU work; workers run at a lower priority than this process. Rounds go round by
+round, kernel by kernel; a round that would end past ``--deadline-s`` is skipped, and the result
+files are rewritten after every step, so a run cut short leaves what it measured. Four result
+files from ``--json P``: P (area "fidelity-error", figure by figure: docs/fidelity-error.md),
+P_shown (area "fidelity-shown": the shares), P_line (area "perturbation-line") and P_cost (area
+"fidelity": the costs), rendered by benchmarks/report.py.
 """
 
 from __future__ import annotations
