@@ -213,3 +213,23 @@ def test_blocks_do_not_nest():
             with fa4trace.instrument(families=()):
                 pass
     assert auto_block.open_block() is None
+
+
+def test_a_traced_build_that_does_not_compile_runs_plain_and_says_so(monkeypatch, capsys):
+    """fa4trace's own compile failing (a hook the DSL rejects, say) must not fail the program:
+    the library gets its plain compile, one line names the kernel and why."""
+    from fa4trace.auto import compiler
+
+    def broken(*a, **kw):
+        raise RuntimeError("MLIR verification failed: fa4trace hook (forced by the test)")
+
+    monkeypatch.setattr(compiler, "compile_traced", broken)
+    copy = Copy()
+    with fa4trace.instrument() as rec:
+        compiled = copy.compile()
+    assert not isinstance(compiled, Instrumented) and not rec.kernels
+    (name, why), = rec.untraced.items()
+    assert why.startswith("MLIR verification failed")
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"fa4trace: {name} runs untraced: its traced build did not compile (MLIR verification failed: "
+                   "fa4trace hook (forced by the test))"]

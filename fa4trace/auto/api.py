@@ -17,6 +17,7 @@ when the block ends, and the program runs its plain kernels again.
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from pathlib import Path
 from typing import Callable, Optional
@@ -53,6 +54,7 @@ class Recording:
         self.tracing = False  # an active step: kernels run traced
         self.windows = 0  # capture windows closed that had active steps
         self.ignored: set[int] = set()  # ids of host code compiled in the block (its calls are not counted)
+        self.untraced: dict[str, str] = {}  # kernels whose traced build did not compile: why (they ran plain)
         self._block: Optional[Block] = None
 
     def compile(self, real_compile, fn, *args, **kwargs):
@@ -65,7 +67,16 @@ class Recording:
             compiled = real_compile(fn, *args, **kwargs)
             self.ignored.add(id(compiled))
             return compiled
-        c = self._compile_traced(real_compile, fn, args, kwargs, self.cursor)
+        try:
+            c = self._compile_traced(real_compile, fn, args, kwargs, self.cursor)
+        except Fa4traceError:
+            raise  # the user's own options (an unknown span target...): their one line
+        except Exception as exc:  # noqa: BLE001 (the program must not fail because it is traced)
+            name = getattr(fn, "__qualname__", None) or type(fn).__name__
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            print(f"fa4trace: {name} runs untraced: its traced build did not compile ({first})", file=sys.stderr)
+            self.untraced[name] = first
+            return real_compile(fn, *args, **kwargs)
         meta = dict(c.meta, roles=self.roles, params=c.params)
         if self.warps_per_cta:
             meta["warps_per_cta"] = int(self.warps_per_cta)
