@@ -172,8 +172,8 @@ def pair_anchors(a: Anchors, b: Anchors) -> Pairing:
 
 
 def rank_clock(anchors: dict, order: list | None = None) -> dict:
-    """Per rank its clock offset against the reference rank (the first of ``order``, default the
-    dict's order): ``{rank: {"offset_ns", "partner", "hops", "pairs", "mad_ns", "ambiguous", "kind",
+    """Per rank its clock offset against the reference rank (the first of ``order`` with
+    collectives, ``order`` defaulting to the dict's): ``{rank: {"offset_ns", "partner", "hops", "pairs", "mad_ns", "ambiguous", "kind",
     "anchors", "reference"}}``;
     offset None for a rank with no collective in common with an aligned rank (module docstring).
     A rank's times minus its offset are on the reference's clock."""
@@ -192,9 +192,12 @@ def align_rank(anchors: dict, r, aligned: dict) -> dict:
     about as well as the best (within twice its deviation, plus 1 µs): every step of a chain
     adds its own error."""
     a_r = anchors[r]
-    if not aligned:
-        return {"offset_ns": 0, "partner": None, "hops": 0, "pairs": 0, "mad_ns": 0, "ambiguous": False,
-                "kind": a_r.kind, "anchors": a_r.n, "reference": True}
+    none = {"offset_ns": None, "partner": None, "hops": None, "pairs": 0, "mad_ns": None, "ambiguous": False,
+            "kind": a_r.kind, "anchors": a_r.n, "reference": False}
+    if not a_r.n:
+        return none
+    if not any(e["offset_ns"] is not None for e in aligned.values()):  # the first rank with collectives
+        return dict(none, offset_ns=0, hops=0, mad_ns=0, reference=True)
     cands = []
     for q, e in sorted(aligned.items(), key=lambda qe: (qe[1]["hops"] is None, qe[1]["hops"] or 0)):
         if e["offset_ns"] is None:
@@ -205,8 +208,7 @@ def align_rank(anchors: dict, r, aligned: dict) -> dict:
             if e["hops"] == 0 and p.n >= 2 and p.mad_ns <= GOOD_MAD_NS:
                 break
     if not cands:
-        return {"offset_ns": None, "partner": None, "hops": None, "pairs": 0, "mad_ns": None, "ambiguous": False,
-                "kind": a_r.kind, "anchors": a_r.n, "reference": False}
+        return none
     best_mad = min(c[2].mad_ns for c in cands)
     q, hops, p = min((c for c in cands if c[2].mad_ns <= 2 * best_mad + 1000), key=lambda c: (c[1], c[2].mad_ns, -c[2].n))
     return {"offset_ns": p.offset_ns, "partner": q, "hops": hops, "pairs": p.n, "mad_ns": p.mad_ns,

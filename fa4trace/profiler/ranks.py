@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from ..export.perfetto import Placement
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace, read_meta
+from ..trace.files import create_beside
 from .collectives import RANK_CLOCKS, align_rank, anchors_of, residuals
 from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
@@ -175,14 +176,14 @@ def _report_reserve(inputs: list[RankInput]) -> int:
 
 
 class _Output:
-    """The merged file, written next to its target and renamed when complete (never half a
-    file); ``pwrite`` puts the report into its slot."""
+    """The merged file, written next to its target (fa4trace.trace.files: the mode of any new
+    file) and renamed when complete (never half a file); ``put`` writes the report into its slot."""
 
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        self.f = os.fdopen(fd, "wb")
+        self.tmp = create_beside(path)
+        self.f = open(self.tmp, "wb")
 
     def tell(self) -> int:
         return self.f.tell()
@@ -200,8 +201,8 @@ class _Output:
     def rewrite_head(self, head: bytes, skip: int) -> None:
         """Replace the file's first ``skip`` bytes by ``head`` (a report that outgrew its slot)."""
         self.f.close()
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        with os.fdopen(fd, "wb") as g, open(self.tmp, "rb") as old:
+        tmp = create_beside(self.path)
+        with open(tmp, "wb") as g, open(self.tmp, "rb") as old:
             g.write(head)
             old.seek(skip)
             while True:
@@ -508,7 +509,7 @@ def _rank_clock_report(anchors: dict, clocks: dict, mode: str, report: MergeRepo
     """The report's ``rank_clock``: the method, the reference, and the alignment error with the
     offsets as placed (and with none: how far the profilers' own clocks were apart)."""
     ranks = list(clocks)
-    ref = ranks[0] if ranks else None
+    ref = next((r for r in ranks if clocks[r]["reference"]), None)
     kinds = {clocks[r]["kind"] for r in ranks if anchors[r].n}
     kind = kinds.pop() if len(kinds) == 1 else ("mixed anchors" if kinds else "none")
     method = ("nccl: each rank's clock offset against rank {ref}, the median difference of the ends of its "
@@ -522,9 +523,10 @@ def _rank_clock_report(anchors: dict, clocks: dict, mode: str, report: MergeRepo
     raw = residuals(anchors, {r: 0 if o is not None else None for r, o in measured.items()})
     for r in ranks:
         if measured[r] is None and len(ranks) > 1:
-            report.notes.append(f"rank {r}: no collective in common with the ranks before it "
-                                f"({clocks[r]['anchors']} {clocks[r]['kind']}): placed by its profiler's "
-                                "Unix-epoch clock, its alignment not measured")
+            why = ("no collective (NCCL kernel, gloo call) in its profiler trace" if not clocks[r]["anchors"] else
+                   f"no collective in common with the ranks before it ({clocks[r]['anchors']} {clocks[r]['kind']})")
+            report.notes.append(f"rank {r}: {why}: placed by its profiler's Unix-epoch clock, its alignment not "
+                                "measured")
         if clocks[r].get("ambiguous"):
             report.notes.append(f"rank {r}: its collectives pair with rank {clocks[r]['partner']}'s at more than "
                                 "one offset (a regular schedule and profiler windows that did not start on the same "
