@@ -452,3 +452,17 @@ def test_the_first_rank_with_collectives_is_the_reference(tmp_path):
     assert abs(r2["offset_ns"] - 45_000) <= rep.rank_clock["worst_ns"] and r2["partner"] == 1
     assert any("rank 0: no collective (NCCL kernel, gloo call) in its profiler trace" in n for n in rep.notes)
     check_ranks(M, runs, files, rep)
+
+
+def test_merge_options_apply_to_every_rank(tmp_path):
+    """--align clock, --max-launches, --compress and --no-numbers, as in a merge of one process."""
+    runs = profiled_ranks([auto_bundle(2)], 2, host_clock_offsets_ns=[0, 20_000], steps=2, layers=4)
+    rep, M, files, out = merged_ranks(tmp_path, runs, align="clock", max_launches=1, compress=True, analysis=False)
+    assert rep.align == "clock" and len(rep.launches) == 4
+    assert sorted(e["warps_drawn"] for e in rep.launches) == [False, False, True, True]
+    assert all("numbers" not in e for e in rep.launches)
+    for r in rep.ranks:  # clock alignment: one shift for a rank's bundle (its launches keep their spacing)
+        assert len({e["shift_ns"] for e in rep.launches if e["rank"] == r["rank"]}) == 1
+    roots = traced_roots(M)
+    drawn = {roots[u] for u in roots if any(M.tracks[t].parent_uuid == u for t in M.tracks)}
+    assert drawn == {(e["bundle"], e["launch"]) for e in rep.launches if e["warps_drawn"]}
