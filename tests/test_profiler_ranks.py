@@ -466,3 +466,17 @@ def test_merge_options_apply_to_every_rank(tmp_path):
     roots = traced_roots(M)
     drawn = {roots[u] for u in roots if any(M.tracks[t].parent_uuid == u for t in M.tracks)}
     assert drawn == {(e["bundle"], e["launch"]) for e in rep.launches if e["warps_drawn"]}
+
+
+def test_an_offset_within_the_collectives_scatter_is_not_taken_out(tmp_path):
+    """Collectives whose ends scatter by +-15 µs cannot move a rank by 1 µs: it keeps its clock, and
+    the report says why; a 300 µs offset under the same scatter is taken out."""
+    runs = profiled_ranks([auto_bundle(1)], 3, host_clock_offsets_ns=[0, 1_000, 300_000], steps=1, layers=12,
+                          end_skew_ns=15_000, arrival_ns=50_000)
+    rep, M, files, _ = merged_ranks(tmp_path, runs)
+    r1, r2 = rep.ranks[1], rep.ranks[2]
+    assert not r1["significant"] and r1["shift_ns"] == 0 and abs(r1["offset_ns"]) <= 3 * r1["se_ns"]
+    assert r2["significant"] and r2["shift_ns"] == r2["offset_ns"] and abs(r2["offset_ns"] - 300_000) <= 3 * r2["se_ns"]
+    assert any("rank 1: its collectives put its clock" in n and "kept on its profiler's clock" in n for n in rep.notes)
+    assert "(within its collectives' scatter: not taken out)" in "\n".join(rep.lines())
+    check_ranks(M, runs, files, rep)

@@ -15,18 +15,22 @@ the like: the call returns when the collective is done on every rank).
 
 **Pairing** (:func:`pair_anchors`): the collectives of one kernel name run in the same order on
 every rank of a communicator, so the i-th of a name on one rank is the (i + lag)-th on another,
-the lag being how many more of them the other's profiler window caught first. Per name, among
-the lags whose end differences agree about as well as the best (median absolute deviation), the
-one that pairs the most collectives wins (profiler windows that cover the same steps), then the
-one nearest the profilers' own clocks; ``ambiguous`` where another of them fits at another
-offset (a strictly periodic run whose windows started on different collectives).
+the lag being how many more of them the other's profiler window caught first. Per name, the lag
+that pairs the most collectives (profiler windows that cover the same steps), then the one
+nearest the profilers' own clocks, unless another lag's end differences agree decisively better
+(:func:`_best_lag`); ``ambiguous`` where another lag fits about as well at another offset (a
+strictly periodic run whose windows started on different collectives, or ends that scatter as
+much as the schedule varies).
 
 **Offsets** (:func:`rank_clock`): ranks in the order given; each is paired with every rank
 aligned before it and takes its offset from a partner it agrees with about as well as the best
 one, the one fewest steps from the reference (the first rank, offset 0), the offset being the
-median end difference over the pairs. Ranks of
-different communicators (tensor- and data-parallel groups) align through the ranks they share
-collectives with; a rank that shares none keeps its epoch clock and says so.
+median end difference over the pairs, with its standard error (from the pairs' median absolute
+deviation). An offset is *established* where it exceeds ``SIGNIFICANT`` standard errors: ranks
+on one host share the system clock, and collectives that scatter more than they differ (gloo
+calls on a busy host) must not move a rank by their noise. Ranks of different communicators
+(tensor- and data-parallel groups) align through the ranks they share collectives with; a rank
+that shares none keeps its epoch clock and says so.
 
 **The alignment error** (:func:`residuals`): after the offsets are taken out, how far the ranks'
 kernel ends of each paired collective still are apart (max - min over the ranks), as the median
@@ -48,9 +52,13 @@ __all__ = ["Anchors", "Pairing", "anchors_of", "pair_anchors", "rank_clock", "re
 
 RANK_CLOCKS = ("nccl", "epoch")  # nccl: take the offsets out; epoch: measure them, keep the profilers' clocks
 MAX_LAG = 4096  # collectives of one name one rank's window may hold before the other's first
-LAG_SAMPLE = 64  # pairs each lag is first scored on
+LAG_SAMPLE = 64  # pairs each lag is first scored on, where lags x pairs exceed EXACT_PAIRS
+EXACT_PAIRS = 2_000_000  # up to this many lags x pairs, every lag is scored on all its pairs
 LAG_EXACT = 64  # lags then scored on all their pairs (the best of the first scores)
+AS_GOOD = 4  # a lag whose pairs scatter this many times less than the default's replaces it
+DECIDED_NS = 2000  # a default lag whose pairs scatter less than this is kept
 GOOD_MAD_NS = 20_000  # a partner whose ends agree this well is taken without trying the others
+SIGNIFICANT = 3  # an offset is established where it exceeds this many standard errors
 _P2P = re.compile(r"sendrecv|_send|_recv|\bsend\b|\brecv\b", re.IGNORECASE)
 _NCCL = re.compile(r"^nccl", re.IGNORECASE)
 _HOST = re.compile(r"^gloo:", re.IGNORECASE)
@@ -117,37 +125,53 @@ class Pairing:
         """Median absolute deviation of the end differences: how tightly the pairs agree."""
         return int(np.median(np.abs(self.diff_ns - self.offset_ns))) if self.n else 0
 
+    @property
+    def se_ns(self) -> int:
+        """The offset's standard error: that of a median of n differences whose spread the
+        median absolute deviation gives (1.2533 x 1.4826 x MAD / sqrt(n), normal scatter)."""
+        return int(round(1.2533 * 1.4826 * self.mad_ns / np.sqrt(self.n))) if self.n else 0
+
 
 def _best_lag(ea: np.ndarray, eb: np.ndarray) -> tuple[int, bool]:
-    """The lag L pairing ea[i] with eb[i + L] (module docstring): among the lags whose end
-    differences agree about as well as the best (median absolute deviation within twice the
-    best's, or 1 µs), the one pairing the most, then the one nearest the profilers' own clocks;
-    and whether another of them fits at another offset. Every lag is first scored on
-    ``LAG_SAMPLE`` pairs spread over its overlap (one array operation for all lags), then the
-    best of them on all their pairs."""
+    """The lag L pairing ea[i] with eb[i + L] (module docstring), and whether another lag fits
+    about as well at another offset.
+
+    By default the lag that pairs the most collectives (profiler windows that cover the same
+    steps), then the one nearest the profilers' own clocks. Another lag replaces it where its
+    end differences agree decisively better: a median absolute deviation, raised by
+    1/sqrt(pairs) for the uncertainty of a few pairs, ``AS_GOOD`` times smaller than the
+    default's. A schedule that repeats (or ends that scatter) can make a wrong lag look as good
+    as the right one by chance; only a decisive difference is taken as evidence. Where lags x
+    pairs exceed ``EXACT_PAIRS``, every lag is first scored on ``LAG_SAMPLE`` pairs spread over
+    its overlap (one array operation for all lags), and the best ``LAG_EXACT`` of them, with the
+    default's candidates, on all their pairs."""
     na, nb = ea.size, eb.size
     short = min(na, nb)
     need = min(short, max(2, (short + 1) // 2))  # a lag pairs half of the shorter side (two at least)
     lags = np.arange(-min(na - need, MAX_LAG), min(nb - need, MAX_LAG) + 1)
     i0, i1 = np.maximum(0, -lags), np.minimum(na, nb - lags)
-    k = min(LAG_SAMPLE, short)
-    idx = i0[:, None] + ((i1 - i0)[:, None] * ((np.arange(k) + 0.5) / k)[None, :]).astype(np.int64)
-    d = eb[idx + lags[:, None]] - ea[idx]
-    med = np.median(d, axis=1)
-    coarse = np.median(np.abs(d - med[:, None]), axis=1)
-    near = np.argsort(coarse, kind="stable")[:LAG_EXACT]
-    near = near[coarse[near] <= max(2000.0, 4.0 * coarse[near[0]])]
+    near = np.arange(lags.size)
+    if lags.size * short > EXACT_PAIRS:  # many lags of many pairs: keep the best of a first scoring
+        k = min(LAG_SAMPLE, need)  # no more samples than the shortest overlap: no pair counted twice
+        idx = i0[:, None] + ((i1 - i0)[:, None] * ((np.arange(k) + 0.5) / k)[None, :]).astype(np.int64)
+        d = eb[idx + lags[:, None]] - ea[idx]
+        med = np.median(d, axis=1)
+        coarse = np.median(np.abs(d - med[:, None]), axis=1)
+        most = np.flatnonzero(i1 - i0 == (i1 - i0).max())
+        near = np.union1d(np.argsort(coarse, kind="stable")[:LAG_EXACT], most[np.argsort(np.abs(lags[most]))][:LAG_EXACT])
     scores = []
     for j in near.tolist():
         lag, a0, a1 = int(lags[j]), int(i0[j]), int(i1[j])
         dd = eb[a0 + lag:a1 + lag] - ea[a0:a1]
         m = float(np.median(dd))
-        scores.append((float(np.median(np.abs(dd - m))), a1 - a0, m, lag))
-    tol = max(1000.0, 2.0 * min(sc[0] for sc in scores))
-    good = [sc for sc in scores if sc[0] <= tol]
-    best = min(good, key=lambda sc: (-sc[1], abs(sc[2]), sc[3]))
-    ambiguous = any(abs(sc[2] - best[2]) > tol for sc in good)
-    return best[3], ambiguous
+        mad = float(np.median(np.abs(dd - m)))
+        scores.append((mad, a1 - a0, m, lag, mad * (1 + 1 / np.sqrt(a1 - a0))))
+    default = min(scores, key=lambda sc: (-sc[1], abs(sc[2]), sc[3]))
+    best = min(scores, key=lambda sc: (sc[4], -sc[1], abs(sc[2]), sc[3]))
+    chosen = best if default[0] > DECIDED_NS and best[4] * AS_GOOD <= default[0] else default
+    tol = max(DECIDED_NS, AS_GOOD * chosen[0])
+    ambiguous = any(sc[0] <= AS_GOOD * max(chosen[0], 500.0) and abs(sc[2] - chosen[2]) > tol for sc in scores)
+    return chosen[3], ambiguous
 
 
 def pair_anchors(a: Anchors, b: Anchors) -> Pairing:
@@ -192,12 +216,12 @@ def align_rank(anchors: dict, r, aligned: dict) -> dict:
     about as well as the best (within twice its deviation, plus 1 µs): every step of a chain
     adds its own error."""
     a_r = anchors[r]
-    none = {"offset_ns": None, "partner": None, "hops": None, "pairs": 0, "mad_ns": None, "ambiguous": False,
-            "kind": a_r.kind, "anchors": a_r.n, "reference": False}
+    none = {"offset_ns": None, "partner": None, "hops": None, "pairs": 0, "mad_ns": None, "se_ns": None,
+            "significant": False, "ambiguous": False, "kind": a_r.kind, "anchors": a_r.n, "reference": False}
     if not a_r.n:
         return none
     if not any(e["offset_ns"] is not None for e in aligned.values()):  # the first rank with collectives
-        return dict(none, offset_ns=0, hops=0, mad_ns=0, reference=True)
+        return dict(none, offset_ns=0, hops=0, mad_ns=0, se_ns=0, reference=True)
     cands = []
     for q, e in sorted(aligned.items(), key=lambda qe: (qe[1]["hops"] is None, qe[1]["hops"] or 0)):
         if e["offset_ns"] is None:
@@ -212,6 +236,7 @@ def align_rank(anchors: dict, r, aligned: dict) -> dict:
     best_mad = min(c[2].mad_ns for c in cands)
     q, hops, p = min((c for c in cands if c[2].mad_ns <= 2 * best_mad + 1000), key=lambda c: (c[1], c[2].mad_ns, -c[2].n))
     return {"offset_ns": p.offset_ns, "partner": q, "hops": hops, "pairs": p.n, "mad_ns": p.mad_ns,
+            "se_ns": p.se_ns, "significant": abs(p.offset_ns) > SIGNIFICANT * p.se_ns,
             "ambiguous": bool(p.ambiguous), "kind": a_r.kind, "anchors": a_r.n, "reference": False}
 
 

@@ -49,7 +49,7 @@ from ..export.perfetto import Placement
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace, read_meta
 from ..trace.files import create_beside
-from .collectives import RANK_CLOCKS, align_rank, anchors_of, residuals
+from .collectives import RANK_CLOCKS, SIGNIFICANT, align_rank, anchors_of, residuals
 from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
 from .match import DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, match_launches, traced_launches
@@ -395,7 +395,7 @@ def _place_rank(inp: RankInput, kt: KinetoTrace, heads: list, ids: Ids, pool, sp
     anchors[r] = anchors_of(kt)
     clocks[r] = align_rank(anchors, r, clocks)
     measured = clocks[r]["offset_ns"]
-    off = int(measured) if rank_clock == "nccl" and measured is not None else 0
+    off = int(measured) if rank_clock == "nccl" and measured is not None and clocks[r]["significant"] else 0
     if off:
         kt.ts = kt.ts - off
         for m in res.matches:
@@ -419,8 +419,9 @@ def _place_rank(inp: RankInput, kt: KinetoTrace, heads: list, ids: Ids, pool, sp
             else None,
             "bundles": [h.index for h in heads], "launches": len(matches), "clock": clock,
             "offset_ns": measured, "shift_ns": off, **{k: clocks[r][k] for k in
-                                                        ("partner", "hops", "pairs", "mad_ns", "ambiguous", "kind",
-                                                         "anchors", "reference")},
+                                                        ("partner", "hops", "pairs", "mad_ns", "se_ns",
+                                                         "significant", "ambiguous", "kind", "anchors",
+                                                         "reference")},
             "_descriptor": descriptor(root, name, desc_seq, pid=track_pid, rank=r, process_name=name)}
     report.ranks.append(info)
     for h in heads:
@@ -513,12 +514,13 @@ def _rank_clock_report(anchors: dict, clocks: dict, mode: str, report: MergeRepo
     kinds = {clocks[r]["kind"] for r in ranks if anchors[r].n}
     kind = kinds.pop() if len(kinds) == 1 else ("mixed anchors" if kinds else "none")
     method = ("nccl: each rank's clock offset against rank {ref}, the median difference of the ends of its "
-              "collectives' kernels, taken out" if mode == "nccl" else
+              "collectives, taken out where they establish it (beyond 3 standard errors)" if mode == "nccl" else
               "epoch: each rank kept on its profiler's Unix-epoch clock (the offsets its collectives give are "
               "measured, not taken out)").format(ref=ref)
     out = {"mode": mode, "method": method, "reference": ref, "anchor_kind": kind}
     measured = {r: clocks[r]["offset_ns"] for r in ranks}
-    placed = {r: (o if mode == "nccl" else 0) if o is not None else None for r, o in measured.items()}
+    placed = {r: (o if mode == "nccl" and clocks[r]["significant"] else 0) if o is not None else None
+              for r, o in measured.items()}
     res = residuals(anchors, placed)
     raw = residuals(anchors, {r: 0 if o is not None else None for r, o in measured.items()})
     for r in ranks:
@@ -527,6 +529,10 @@ def _rank_clock_report(anchors: dict, clocks: dict, mode: str, report: MergeRepo
                    f"no collective in common with the ranks before it ({clocks[r]['anchors']} {clocks[r]['kind']})")
             report.notes.append(f"rank {r}: {why}: placed by its profiler's Unix-epoch clock, its alignment not "
                                 "measured")
+        if mode == "nccl" and measured[r] is not None and not clocks[r]["reference"] and not clocks[r]["significant"]:
+            report.notes.append(f"rank {r}: its collectives put its clock {measured[r] / 1e3:+,.3f} µs off, within "
+                                f"their scatter ({SIGNIFICANT} x {clocks[r]['se_ns'] / 1e3:,.3f} µs, the standard "
+                                "error): kept on its profiler's clock")
         if clocks[r].get("ambiguous"):
             report.notes.append(f"rank {r}: its collectives pair with rank {clocks[r]['partner']}'s at more than "
                                 "one offset (a regular schedule and profiler windows that did not start on the same "

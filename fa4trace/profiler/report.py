@@ -84,7 +84,9 @@ class MergeReport:
                           f"{off / 1e3:+,.3f} µs off rank {self.rank_clock.get('reference')} "
                           f"({r.get('pairs', 0)} collectives)" if off is not None
                           else "not measured (no collective in common)")
-                       + ("" if r.get("shift_ns") == off or off is None else " (measured, not taken out)"))
+                       + ("" if r.get("shift_ns") == off or off is None else
+                          " (within its collectives' scatter: not taken out)" if self.rank_clock.get("mode") == "nccl"
+                          else " (measured, not taken out)"))
         for b in self.bundles:
             rk = f"rank {b['rank']}: " if "rank" in b else ""
             out.append(f"bundle {b['index']}: {rk}{b['name']} ({b['kernel']}): {b['matched']}/{b['launches']} launch(es) matched")

@@ -41,9 +41,12 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 4
 WARPS_ALIGNMENT_NS = 1000  # each rank's warps against its kernels, as in test_profiler_gpu.py
-# one host: the ranks' profilers share the system clock, so what the collectives measure is small
-MAX_OFFSET_NS = {"gloo": 500_000, "nccl": 200_000}
-MAX_ERROR_NS = {"gloo": 500_000, "nccl": 50_000}  # median over the collectives
+# One host: the ranks' profilers share the system clock, so what the collectives measure is small.
+# gloo calls end when the last message arrives over the loopback, milliseconds apart on a busy
+# host (they scattered by 1.3 ms between two CPU processes on a loaded 2-core machine); NCCL
+# kernels end microseconds apart.
+MAX_OFFSET_NS = {"gloo": 5_000_000, "nccl": 200_000}
+MAX_ERROR_NS = {"gloo": 5_000_000, "nccl": 50_000}  # median over the collectives
 
 WORKER = textwrap.dedent('''
     """One rank: RMSNorm and an all-reduce per step, under torch.profiler and fa4trace.instrument()."""
@@ -173,7 +176,8 @@ def _record(m: dict) -> dict:
     rep = m["report"]
     summary = {"case": m["case"], "backend": m["backend"], "devices": m["devices"], "rank_clock": rep.rank_clock,
                "ranks": [{k: r.get(k) for k in ("rank", "pid", "devices", "offset_ns", "shift_ns", "pairs", "mad_ns",
-                                                 "kind", "clock", "launches")} for r in rep.ranks],
+                                                 "se_ns", "significant", "kind", "clock", "launches")}
+                         for r in rep.ranks],
                "launches": [{k: e[k] for k in ("rank", "bundle", "launch", "kernel", "method", "delta_ns", "residual_ns",
                                                 "kernel_dur_ns", "span_ns", "end_slack_ns", "outside")}
                             for e in rep.launches]}
@@ -207,7 +211,9 @@ def _check(m: dict) -> None:
     rc = rep.rank_clock
     kind = "nccl kernels" if backend == "nccl" else "host collectives"
     assert rc.get("anchor_kind") == kind and rc.get("collectives", 0) >= STEPS, rc
-    assert abs(rep.ranks[1]["offset_ns"]) <= MAX_OFFSET_NS[backend], rep.ranks[1]
+    r1 = rep.ranks[1]
+    assert abs(r1["offset_ns"]) <= MAX_OFFSET_NS[backend], r1
+    assert r1["shift_ns"] == (r1["offset_ns"] if r1["significant"] else 0), r1  # taken out only where established
     assert rc["error_ns"] <= MAX_ERROR_NS[backend], rc
     # the file: every profiler event of a rank under its process track, every traced launch too
     M = parse(m["out"].read_bytes())
