@@ -24,6 +24,7 @@ from typing import Callable, Optional
 
 from ..format.errors import Fa4traceError
 from ..format.layout import DEFAULT_RING, check_ring
+from ..trace.ranks import rank_path
 from .block import Block
 from .events import FAMILIES
 from .reach import own
@@ -152,8 +153,9 @@ class Recording:
 
     def save(self, path, *, overwrite: bool = False) -> list[Path]:
         """Write ``traces()``: one kernel to ``path``, several to ``path``'s stem + ``_<kernel>``
-        (checked for existing files before anything is written, unless ``overwrite``)."""
-        path = Path(path)
+        (checked for existing files before anything is written, unless ``overwrite``). In a
+        distributed program the name says the rank (``fa4trace.trace.ranks.rank_path``)."""
+        path = rank_path(path)
         kernels = self.launched
         if not kernels:
             raise Fa4traceError("no kernel ran traced inside fa4trace.instrument(): nothing to save")

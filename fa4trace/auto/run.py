@@ -46,6 +46,7 @@ from ..format import layout as L
 from ..format.errors import Fa4traceError
 from ..format.vocab import MAX_EVENT_ID
 from ..run.record import new_trace_tensor
+from ..trace.ranks import rank_meta
 from .events import FAMILIES
 from .outcheck import OutputCheck, named_tensors
 
@@ -500,6 +501,7 @@ class Instrumented:
         meta = {"kernel": self.meta.get("kernel", "kernel"), "config": dict(config or {}),
                 "gpu": gpu_facts(), "launches": launches, "instrument": instrument,
                 "cta_subset": True, "warp_subset": launches[0]["warp_subset"]}
+        meta.update(rank_meta())  # which process of a distributed program recorded it
         vocab = merged_vocab([r.vocab for r in self._launches])
         self._launches = []
         self.calls = 0
