@@ -36,9 +36,12 @@ from fa4trace.analysis import kernel, overlap
 from fa4trace.analysis.autoevents import AutoCols, is_automatic
 from fa4trace.analysis.launches import launch_of
 from fa4trace.analysis.roles import assign_roles
+from fa4trace.analysis.words import plural
 from fa4trace.analysis.wait_chain import wait_chains
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.trace.bundle import META_KEY, Trace, load
+
+from .literal import md
 
 
 
@@ -181,7 +184,7 @@ def describe(meta: dict, rows: int) -> str:
         bits.append(f"[{sched}]")
     if shape:
         bits.append(shape)
-    bits.append(f"{rows:,} rows")
+    bits.append(plural(rows, "row"))
     n_launches = len(meta.get("launches") or [])
     if n_launches > 1:
         bits.append(f"{n_launches} launches")
@@ -202,8 +205,8 @@ class Startup:
     sources: list[Source]
     default_a: str | None
     default_b: str | None
-    notes: list[str]
-    errors: list[str]
+    notes: list[str]  # Markdown (names in them escaped)
+    errors: list[str]  # plain text: shown through fa4trace.viewer.literal.md
 
 
 def startup(arg_bundles: list[str], traces_dir: Path) -> Startup:
@@ -246,17 +249,17 @@ def startup(arg_bundles: list[str], traces_dir: Path) -> Startup:
             base, pp = pairs[0]
             a, b = key_of[base.path.resolve()], key_of[pp.path.resolve()]
             if not is_preferred(base):
-                notes.append(f"No d128 16:1 sk 131072 b1 pair in {traces_dir.name}/; showing the "
-                             f"{base.path.name} / {pp.path.name} pair.")
+                notes.append(f"No d128 16:1 sk 131072 b1 pair in {md(traces_dir.name)}/; showing the "
+                             f"{md(base.path.name)} / {md(pp.path.name)} pair.")
         elif bundled:
             # an attention trace (its config names a schedule) before calibration/microbenchmarks
             first = sorted(bundled, key=lambda i: (i.schedule is None, i.synthetic, i.path.name))[0]
             a = key_of[first.path.resolve()]
-            notes.append(f"No base / ping-pong pair of one shape in {traces_dir.name}/ yet (pairs are found from "
+            notes.append(f"No base / ping-pong pair of one shape in {md(traces_dir.name)}/ yet (pairs are found from "
                          f"each bundle's metadata: config.schedule 'base' and 'pingpong', same b, sq, sk, d, hq, "
                          f"hkv, dtype). Showing the single traces there; upload or pass two bundles to compare.")
         else:
-            notes.append(f"No trace bundles in {traces_dir}: upload one (sidebar) or run "
+            notes.append(f"No trace bundles in {md(traces_dir)}: upload one (sidebar) or run "
                          f"`fa4trace view A.parquet B.parquet`.")
     return Startup(sources, a, b, notes, errors)
 
@@ -454,8 +457,11 @@ def by_position(trace: Trace) -> Trace:
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
-def per_iteration_cached(key: str, _t: Trace, positional: bool = False) -> pa.Table:
-    return overlap.per_iteration(by_position(_t) if positional else _t)
+def per_iteration_cached(key: str, _t: Trace, positional: bool = False, events: tuple[str, ...] | None = None) -> pa.Table:
+    """overlap.per_iteration of the trace (by position: :func:`by_position`), of ``events``
+    (default: the attention events, overlap.ITER_EVENTS)."""
+    t = by_position(_t) if positional else _t
+    return overlap.per_iteration(t) if events is None else overlap.per_iteration(t, events=events)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -468,6 +474,39 @@ def pftrace_cached(key: str, scope: str, _t: Trace) -> bytes:
     from .perfetto_ui import export_pftrace
 
     return export_pftrace(_t)
+
+
+# ---- a recording of lifetimes only (no event family) ---------------------------------------
+@st.cache_resource(max_entries=32, show_spinner=False)
+def lifetimes_only(key: str, _t: Trace) -> bool:
+    """The trace holds rows and every one is a warp's lifetime (WARP): a recording without any
+    event family (``instrument(families=[])``, the "lifetimes" pass), with nothing to chart."""
+    ev = _t.events
+    if ev.num_rows == 0:
+        return False
+    return set(pc.unique(ev["name"].cast(pa.string())).to_pylist()) <= {"WARP"}
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def cta_durations(key: str, _t: Trace) -> pa.Table | None:
+    """The bundle's timed CTAs (fa4trace.analysis.fidelity.cta_lifetimes) as the viewer lists
+    them: CTA, recorded, start µs (from its launch's first CTA start), duration µs, phase, and
+    the launch where there are several; None when the bundle did not time its CTAs."""
+    from fa4trace.analysis.fidelity import cta_lifetimes
+
+    life = cta_lifetimes(_t)
+    if life is None:
+        return None
+    launch = life["launch"].to_numpy()
+    start = life["start_ns"].to_numpy()
+    first = {int(L): int(start[launch == L].min()) for L in np.unique(launch)}
+    t0 = np.array([first[int(L)] for L in launch], np.int64)
+    cols = {"CTA": life["cta"], "recorded": life["recorded"],
+            "start µs": pa.array(np.round((start - t0) / 1e3, 3)),
+            "duration µs": pa.array(np.round(life["dur_ns"].to_numpy() / 1e3, 3)), "phase": life["phase"]}
+    if np.unique(launch).size > 1:
+        cols = {"launch": life["launch"], **cols}
+    return pa.table(cols)
 
 
 # ---- bundles of automatically traced kernels (fa4trace.instrument) -------------------------
@@ -523,6 +562,30 @@ def iter_events(key: str, _t: Trace) -> tuple[str, ...] | None:
         return ()
     best = max(pipes, key=lambda p: int(np.unique(c.iter[c.where("pipeline", resource=p)]).size))
     return tuple(sorted({c.name_dict[k] for k in np.unique(c.name_codes[c.where("pipeline", resource=best)])}))
+
+
+# Families of automatic events whose payload counts iterations: a pipeline's wait or acquire
+# carries the pipeline's running count in its CTA, a user span what the user passed. Other
+# payloads name a thing, not an iteration (a barrier's id, how many MMA groups a wait leaves).
+ITERATION_FAMILIES = ("pipeline", "user")
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def iteration_spans(key: str, _t: Trace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """For an automatically traced kernel: (the span events whose payload is an iteration and
+    takes more than one value — the per-iteration chart draws those —, the pipelines that have
+    events at all). Spans only: an instant has no duration to chart."""
+    c = AutoCols.of(_t)
+    pipes = tuple(c.pipelines())
+    m = np.zeros(c.n, bool)
+    for fam in ITERATION_FAMILIES:
+        m |= c.where(fam)
+    m &= (c.kind == 0) & (c.iter >= 0)
+    names = []
+    for code in np.unique(c.name_codes[m]).tolist():
+        if np.unique(c.iter[m & (c.name_codes == code)]).size > 1:
+            names.append(c.name_dict[code])
+    return tuple(sorted(names)), pipes
 
 
 # ---- fa4trace diff: B against A beyond noise (fa4trace.analysis.diff) ------------------------

@@ -4,6 +4,7 @@ table rows and the sentences around them (numbers and words are fa4trace.analysi
 from __future__ import annotations
 
 from fa4trace.analysis.diff import band_text, change_text, value_text
+from fa4trace.analysis.words import plural
 
 MARK = {"regressed": "▲ regressed", "improved": "▼ improved", "changed": "• changed"}
 
@@ -27,8 +28,8 @@ def title(result: dict) -> str:
     counts = {s: sum(f["status"] == s for f in figs) for s in MARK}
     moved = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
     if not moved:
-        return f"B against A, beyond noise: nothing moved ({len(figs)} figures)"
-    return f"B against A, beyond noise: {moved} of {len(figs)} figures"
+        return f"B against A, beyond noise: nothing moved ({plural(len(figs), 'figure')})"
+    return f"B against A, beyond noise: {moved} of {plural(len(figs), 'figure')}"
 
 
 def caption(result: dict) -> str:
@@ -36,8 +37,9 @@ def caption(result: dict) -> str:
     from fa4trace.analysis.overlap import diff_text
 
     d = result["differs"]
-    parts = [f"{100 * result['confidence']:.0f}% noise band for all {result['figures_judged']} figures together, "
-             "from each bundle's CTAs (rank-based; = fa4trace diff A B, docs/diff.md)"]
+    n = result["figures_judged"]
+    parts = [f"{100 * result['confidence']:.0f}% noise band for " + ("its one figure" if n == 1 else f"all {n} figures together")
+             + ", from each bundle's CTAs (rank-based; = fa4trace diff A B, docs/diff.md)"]
     if d.get("config"):
         parts.append(f"config: {diff_text(d['config'])}")
     if d.get("label"):

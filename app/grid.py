@@ -15,7 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from fa4trace.analysis.words import plural
 from fa4trace.format.vocab import VOCAB
+
+from .literal import plotly
 
 MAX_CELLS = 200_000
 MAX_BINS = 1200
@@ -142,7 +145,7 @@ def build_grid(trace, ctas: pa.Table, *, by: str = "CTA", activity: str = TENSOR
         np.minimum.at(l_start, lane_of_cta, c_start)
         np.maximum.at(l_end, lane_of_cta, c_end)
         n_ctas = np.bincount(lane_of_cta, minlength=lanes.size)
-        hover = [f"SM {s}: {k} CTA(s), {((e - b) / 1e3):,.2f} µs from first start to last end"
+        hover = [f"SM {s}: {plural(k, 'CTA')}, {((e - b) / 1e3):,.2f} µs from first start to last end"
                  for s, k, b, e in zip(lanes.tolist(), n_ctas.tolist(), l_start.tolist(), l_end.tolist())]
     else:
         key = (c_launch << 32) | c_cta
@@ -151,7 +154,7 @@ def build_grid(trace, ctas: pa.Table, *, by: str = "CTA", activity: str = TENSOR
         row_lane = order[np.searchsorted(keys_sorted, (launch << 32) | cta)]
         labels = [f"L{l}·CTA {c}" if multi else f"CTA {c}" for l, c in zip(c_launch.tolist(), c_cta.tolist())]
         l_start, l_end = c_start, c_end
-        blocks = [f", {k} KV blocks" if c_blocks.any() else "" for k in c_blocks.tolist()]
+        blocks = [f", {plural(k, 'KV block')}" if c_blocks.any() else "" for k in c_blocks.tolist()]
         hover = [f"{lb} on SM {s}: {((e - b) / 1e3):,.2f} µs{kb}"
                  for lb, s, b, e, kb in zip(labels, c_sm.tolist(), c_start.tolist(), c_end.tolist(), blocks)]
     n_lanes = len(labels)
@@ -179,7 +182,7 @@ def grid_figure(grids: list[tuple[str, Grid]], *, uirevision: str = ""):
     colors = VOCAB.colors()
     fig = make_subplots(rows=len(grids), cols=2, column_widths=[0.86, 0.14], shared_yaxes=True, shared_xaxes=True,
                         horizontal_spacing=0.01, vertical_spacing=0.12,
-                        subplot_titles=[s for t, g in grids for s in (t, f"span per {g.by} (µs)")])
+                        subplot_titles=[plotly(s) for t, g in grids for s in (t, f"span per {g.by} (µs)")])
     heights = []
     for r, (_, g) in enumerate(grids, start=1):
         names = _activity_names(g.activity)

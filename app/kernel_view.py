@@ -13,6 +13,9 @@ import pyarrow as pa
 
 from fa4trace.analysis.kernel import metric_pairs
 from fa4trace.analysis.text import fmt_delta, fmt_value, label, ns, pct
+from fa4trace.analysis.words import plural
+
+from .literal import plotly
 
 CARDS = [("kernel time", "kernel_time_ns"), ("wait chain (median CTA)", "wait_chain_ns")]
 PALETTE = ("#3182bd", "#e6550d", "#31a354", "#756bb1")
@@ -89,7 +92,7 @@ def occupancy_figure(items: list[tuple[str, pa.Table, int, float, dict]], *, uir
             m = np.asarray(pipes) == p
             fig.add_trace(go.Scatter(
                 x=(t[m] - origin).astype(np.float64), y=v[m].astype(np.float64), mode="lines", line_shape="hv",
-                name=f"{title.split(':')[0]}: {p}" + (f" ({stages[p]} stages)" if stages.get(p) else ""),
+                name=plotly(f"{title.split(':')[0]}: {p}" + (f" ({plural(stages[p], 'stage')})" if stages.get(p) else "")),
                 line={"color": PALETTE[k % len(PALETTE)], "width": 2, "dash": ("solid", "dash", "dot")[j % 3]},
                 hovertemplate=f"{p} · %{{x:,.0f}} ns: %{{y}} stages held<extra></extra>"))
     if not fig.data:
@@ -102,3 +105,10 @@ def occupancy_figure(items: list[tuple[str, pa.Table, int, float, dict]], *, uir
     fig.update_xaxes(title_text="ns from the timeline's origin", gridcolor="#eee", range=[0, max(spans)] if spans else None)
     fig.update_yaxes(title_text="stages", rangemode="tozero", dtick=1, gridcolor="#eee")
     return fig
+
+
+# Widths (px) of the wait-chain table's columns: 920 px together, so a chain drawn at the page's
+# width shows every column whole on a 1280-px-wide window; the words (role, event, who released
+# the wait) get the room.
+CHAIN_WIDTHS = {"step": 50, "warp": 50, "role": 110, "wait": 150, "iter": 50, "from ns": 100, "to ns": 100,
+                "counts": 90, "released by": 220}

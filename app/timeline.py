@@ -32,6 +32,8 @@ from fa4trace.analysis.roles import role_rank
 from fa4trace.export.tracks import layout_tracks
 from fa4trace.format.vocab import VOCAB, Vocabulary
 
+from .literal import plotly
+
 MAX_SEGMENTS = 200_000  # per figure, all panels together
 HOVER_LIMIT = 20_000
 SVG_LIMIT = 5_000  # segments: above this the timeline draws with WebGL (Scattergl)  # per panel: above this, segments carry no hover text (payload size)
@@ -204,7 +206,9 @@ def _hover(rows: pa.Table, mask: np.ndarray, names, code, start, end, lay) -> li
     idx = np.flatnonzero(mask)
     it = rows["iter"].to_numpy()[idx]
     warp = rows["warp"].to_numpy()[idx]
-    role = [lay.warp_role[w] for w in lay.row_warp[idx]]
+    roles = [plotly(r) for r in lay.warp_role]
+    role = [roles[w] for w in lay.row_warp[idx]]
+    names = [plotly(n) for n in names]
     dur = (end - start)[idx]
     return [f"<b>{names[c]}</b>{f' · iter {i}' if i >= 0 else ''} · {d:,} ns<br>warp {w} · {r}"
             for c, i, d, w, r in zip(code[idx].tolist(), it.tolist(), dur.tolist(), warp.tolist(), role)]
@@ -255,7 +259,7 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
     n_lanes = [max(len(p.lanes), 1) for p in panels]
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.08 if len(panels) > 1 else 0.02,
                         row_heights=[k / sum(n_lanes) for k in n_lanes],
-                        subplot_titles=[p.title for p in panels])
+                        subplot_titles=[plotly(p.title) for p in panels])
     shown: set[str] = set()
     for r, p in enumerate(panels, start=1):
         present = sorted(set(p.seg_name.tolist()) | set(p.inst_name.tolist()),
@@ -278,13 +282,13 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
                     kw = {"hoverinfo": "skip"}
                 wait = name in wait_names
                 fig.add_trace(Scatter(
-                    x=x, y=y, mode="lines", name=("warp lifetime" if name == "WARP" else f"{name} (wait)" if wait else
-                                                  f"{name} (in flight)" if name in async_names else name),
+                    x=x, y=y, mode="lines", name=plotly("warp lifetime" if name == "WARP" else f"{name} (wait)" if wait else
+                                                         f"{name} (in flight)" if name in async_names else name),
                     legendgroup=name, showlegend=name not in shown, connectgaps=False,
                     opacity=WAIT_OPACITY if wait else None,
                     line={"color": color, "width": WARP_PX if name == "WARP" else EVENT_PX}, **kw), row=r, col=1)
                 if wait:  # the thin line through the faint bar: a hollow bar
-                    fig.add_trace(Scatter(x=x, y=y, mode="lines", name=f"{name} (wait)", legendgroup=name,
+                    fig.add_trace(Scatter(x=x, y=y, mode="lines", name=plotly(f"{name} (wait)"), legendgroup=name,
                                           showlegend=False, connectgaps=False, hoverinfo="skip",
                                           line={"color": color, "width": WAIT_PX}), row=r, col=1)
                 shown.add(name)
@@ -295,12 +299,12 @@ def comparison_figure(panels: list[Panel], *, uirevision: str, vocab: Vocabulary
                       if p.inst_text is not None else {"hoverinfo": "skip"})
                 fig.add_trace(Scatter(
                     x=p.inst_t[mi].astype(np.float32), y=_y(p, p.inst_lane[mi]), mode="markers",
-                    name=f"{name} (instant)", legendgroup=name, showlegend=name not in shown,
+                    name=plotly(f"{name} (instant)"), legendgroup=name, showlegend=name not in shown,
                     marker={"color": color, "symbol": "diamond", "size": 10, "line": {"width": 1, "color": "#333"}},
                     **kw), row=r, col=1)
                 shown.add(name)
         n = len(p.lanes)
-        fig.update_yaxes(tickmode="array", tickvals=[n - 1 - i for i in range(n)], ticktext=p.lanes,
+        fig.update_yaxes(tickmode="array", tickvals=[n - 1 - i for i in range(n)], ticktext=[plotly(x) for x in p.lanes],
                          range=[-0.5, n - 0.5], fixedrange=True, showgrid=False, zeroline=False, automargin=True,
                          row=r, col=1)
     fig.update_xaxes(showgrid=True, gridcolor="#eee", zeroline=False)

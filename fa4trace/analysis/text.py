@@ -8,6 +8,7 @@ are left out of the text (the JSON keeps them).
 from __future__ import annotations
 
 from .fidelity import perturbation_lines
+from .words import plural
 
 
 def pct(x) -> str:
@@ -81,7 +82,8 @@ def format_kernel_summary(s: dict) -> str:
         f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
         f"  gpu            {s.get('gpu') or 'n/a'}{'  arch ' + s['arch'] if s.get('arch') else ''}",
         f"  config         {' '.join(f'{k}={v}' for k, v in cfg.items()) or 'n/a'}",
-        f"  rows           {s['rows']} ({s['ctas']} CTAs, {s['warps']} warps, {launch_text(s)})",
+        f"  rows           {s['rows']} ({plural(s['ctas'], 'CTA', spec='')}, {plural(s['warps'], 'warp', spec='')}, "
+        f"{launch_text(s)})",
         *other_launches_lines(s),
         f"  kernel time    {ns(s.get('kernel_time_ns'))} [{s.get('kernel_time_source')}]",
         f"  dropped        {dropped_text(s)}",
@@ -102,8 +104,8 @@ def format_kernel_summary(s: dict) -> str:
             continue
         cnt = (d.get("counts_per_cta") or {}).get("median")
         n = d.get("stages")
-        head = f"  pipeline {p + ':':10s} {n or '?'} stage{'' if n == 1 else 's'}"
-        lines.append(head + (f", {cnt:.0f} counts per CTA (median)" if cnt is not None else ""))
+        head = f"  pipeline {p + ':':10s} {plural(n, 'stage', spec='') if n else '? stages'}"
+        lines.append(head + (f", {plural(cnt, 'count', spec='.0f')} per CTA (median)" if cnt is not None else ""))
         if d.get("occupancy_mean") is not None:
             lines.append(f"                 stages held: mean {d['occupancy_mean']:.2f}, max {d['occupancy_max']}; "
                          f"all held {pct(d['full_share'])}, none {pct(d['empty_share'])} of the time")
@@ -114,13 +116,13 @@ def format_kernel_summary(s: dict) -> str:
     mf = s.get("mma_in_flight")
     if mf:
         ov = ", ".join(f"{n} {pct(v)}" for n, v in (mf.get("overlap") or {}).items() if v is not None)
-        lines.append(f"  mma in flight  {mf['groups']} groups, median {ns(mf['median_ns'])} from commit to retire"
+        lines.append(f"  mma in flight  {plural(mf['groups'], 'group', spec='')}, median {ns(mf['median_ns'])} from commit to retire"
                      + (f"; named spans with the warp's MMAs in flight: {ov}" if ov else ""))
     ch = s.get("wait_chain")
     if ch:
         by = ", ".join(f"{n} {ns(v)}" for n, v in list(ch["by_event"].items())[:4])
         which = f" (median of {ch['ctas']} CTAs)" if ch.get("ctas", 1) > 1 else ""
-        lines.append(f"  wait chain     CTA {ch['cta']}{which}: {ch['steps']} waits, {ns(ch['wait_ns'])} "
+        lines.append(f"  wait chain     CTA {ch['cta']}{which}: {plural(ch['steps'], 'wait', spec='')}, {ns(ch['wait_ns'])} "
                      f"({pct(ch.get('share_of_cta'))} of the CTA): {by or 'none'}")
         stats = s.get("wait_chain_ns") or {}
         if stats and ch.get("ctas", 1) > 1:
@@ -133,12 +135,12 @@ def dropped_text(s: dict) -> str:
     """What a summary lost: records dropped by full slots (the newest), or with shared-memory
     rings (``ring`` in the summary) the oldest records the rings overwrote."""
     if not s.get("ring"):
-        return f"{s['dropped']} records ({s['overflowed_warps']} warps overflowed)"
-    text = (f"ring of {s['ring']} records per warp: the oldest {s['overwritten']} records of "
-            f"{s['overwritten_warps']} warps were overwritten")
+        return f"{plural(s['dropped'], 'record', spec='')} ({plural(s['overflowed_warps'], 'warp', spec='')} overflowed)"
+    text = (f"ring of {plural(s['ring'], 'record', spec='')} per warp: the oldest {plural(s['overwritten'], 'record', spec='')} "
+            f"of {plural(s['overwritten_warps'], 'warp', spec='')} {'was' if s['overwritten'] == 1 else 'were'} overwritten")
     newest = s["dropped"] - s["overwritten"]
     if newest > 0:  # launches without a ring in the same bundle
-        text += f"; {newest} newest records dropped by full slots"
+        text += f"; {plural(newest, 'newest record', spec='')} dropped by full slots"
     return text
 
 

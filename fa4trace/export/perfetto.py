@@ -609,8 +609,10 @@ class _TrackTree:
         self.last_uuid = uuid_base  # the uuid handed out last (uuid_base before the first)
 
     def add(self, parent: int, name: str, rank: int | None = None, *, process: bool = False,
-            counter: bool = False) -> int:
-        """One more track under ``parent`` (0: a root); returns its uuid."""
+            counter: bool = False, description: str = "") -> int:
+        """One more track under ``parent`` (0: a root); returns its uuid. ``description``: the
+        name in full and what the track holds (the Perfetto UI shows it in the track's help
+        popup: a long name is cut short on screen)."""
         self.last_uuid += 1
         p = pb.TracePacket()
         p.trusted_packet_sequence_id = self.seq
@@ -622,6 +624,8 @@ class _TrackTree:
             td.process.pid = ROOT_PID
             td.process.process_name = name
         td.name = name
+        if description:
+            td.description = description
         td.sibling_merge_behavior = _NONE
         td.child_ordering = _EXPLICIT
         if rank is not None:
@@ -645,23 +649,26 @@ def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int,
         gpu = meta.get("gpu") or {}
         gpu_name = gpu.get("name") if isinstance(gpu, dict) else str(gpu)
         kernel = str(meta.get("kernel", "kernel"))
-        root = tree.add(0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True)
+        root = tree.add(0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True,
+                        description=f"kernel {kernel}" + (f" on {gpu_name}" if gpu_name else ""))
     launches = np.unique(lay.warp_launch) if lay.warp_launch.size else np.zeros(0, np.int64)
     launch_meta = meta.get("launches") or []
     launch_uuid = {}
     for li in launches.tolist():
         if launches.size > 1:
             lm = launch_meta[li] if 0 <= li < len(launch_meta) and isinstance(launch_meta[li], dict) else {}
-            launch_uuid[li] = tree.add(root, f"launch {li}" + (f" · {lm['kernel']}" if lm.get("kernel") else ""), rank=li)
+            name = f"launch {li}" + (f" · {lm['kernel']}" if lm.get("kernel") else "")
+            launch_uuid[li] = tree.add(root, name, rank=li, description=name)
         else:
             launch_uuid[li] = root
     sm_uuid, cta_uuid = {}, {}
     for w in range(lay.warp_sm.size):
         li, sm, cta = int(lay.warp_launch[w]), int(lay.warp_sm[w]), int(lay.warp_cta[w])
         if (li, sm) not in sm_uuid:
-            sm_uuid[(li, sm)] = tree.add(launch_uuid[li], f"SM {sm}", rank=sm)
+            sm_uuid[(li, sm)] = tree.add(launch_uuid[li], f"SM {sm}", rank=sm, description=f"SM {sm}, launch {li}")
         if (li, cta) not in cta_uuid:
-            cta_uuid[(li, cta)] = tree.add(sm_uuid[(li, sm)], f"CTA {cta}", rank=cta)
+            cta_uuid[(li, cta)] = tree.add(sm_uuid[(li, sm)], f"CTA {cta}", rank=cta,
+                                           description=f"CTA {cta} on SM {sm}, launch {li}")
     track_uuid = np.zeros(lay.n_tracks + len(specs), np.int64)
     warp_track_uuid = {}
     for tix in range(lay.n_tracks):
@@ -672,13 +679,14 @@ def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int,
         else:
             parent = warp_track_uuid[w]  # tracks are in (warp, class, lane) order: lane 0 of class 0 first
             rank = lay.child_rank(tix)
-        track_uuid[tix] = tree.add(parent, lay.track_label(tix), rank=rank)
+        track_uuid[tix] = tree.add(parent, lay.track_label(tix), rank=rank, description=lay.track_description(tix))
         if c == 0 and lane == 0:
             warp_track_uuid[w] = int(track_uuid[tix])
     for ci, (kind, li, cta, label) in enumerate(specs):
         parent = launch_uuid[li] if kind == "warps" else cta_uuid[(li, cta)]
         rank = -2 if kind == "occupancy" else -1
-        track_uuid[lay.n_tracks + ci] = tree.add(parent, label, rank=rank, counter=True)
+        where = f"launch {li}" if kind == "warps" else f"CTA {cta}, launch {li}"
+        track_uuid[lay.n_tracks + ci] = tree.add(parent, label, rank=rank, counter=True, description=f"{label} in {where}")
     return tree, track_uuid
 
 

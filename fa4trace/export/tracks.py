@@ -136,6 +136,17 @@ class TrackLayout:
         name = f"{self.async_names[c - 1]} in flight"
         return name if lane == 0 else f"{name} ({lane + 1})"
 
+    def track_description(self, t: int) -> str:
+        """The track's name in full, with where its warp ran: the Perfetto UI cuts a long or
+        deeply nested track name short and shows the description in the track's help popup."""
+        w, c, lane = int(self.track_warp[t]), int(self.track_class[t]), int(self.track_lane[t])
+        where = (f"warp {int(self.warp_index[w])} of CTA {int(self.warp_cta[w])} on SM {int(self.warp_sm[w])}, "
+                 f"launch {int(self.warp_launch[w])}; role {self.warp_role[w]}")
+        if c == 0:
+            return where if lane == 0 else f"{where}; overlap lane {lane}: its spans that overlap the warp's other spans"
+        what = f"{self.async_names[c - 1]} in flight (issue to retire)"
+        return f"{what}{f', lane {lane + 1}' if lane else ''} of {where}"
+
 
 MAX_LANE_ROUNDS = 12
 
