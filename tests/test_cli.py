@@ -132,7 +132,7 @@ def test_bench_options_show_in_its_help():
 
 
 def test_summary_says_what_part_of_the_launch_was_recorded():
-    from fa4trace.cli import _subset_note
+    from fa4trace.cli.reading import _subset_note
 
     assert _subset_note({"cta_subset": False, "warp_subset": None}) == ""
     assert _subset_note({"cta_subset": True, "warp_subset": [0, 4]}) == \
@@ -243,7 +243,8 @@ def test_an_unexpected_error_is_one_line_unless_debugging(bundles, monkeypatch):
     the switch that shows its traceback."""
     from click.testing import CliRunner
 
-    from fa4trace.cli import DEBUG_ENV, main
+    from fa4trace.cli import main
+    from fa4trace.cli.common import DEBUG_ENV
     from fa4trace.trace import bundle
 
     def broken(path):

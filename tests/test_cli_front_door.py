@@ -204,9 +204,9 @@ def test_a_missing_grid_file_is_named(tmp_path):
 
 
 def test_an_os_error_names_its_file_without_errno():
-    from fa4trace.cli import _first_line
+    from fa4trace.cli.common import first_line
 
-    assert _first_line(FileNotFoundError(2, "No such file or directory", "g.toml")) == \
+    assert first_line(FileNotFoundError(2, "No such file or directory", "g.toml")) == \
         "g.toml: No such file or directory"
 
 

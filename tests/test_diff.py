@@ -354,7 +354,7 @@ def test_cli_all_and_top(files):
 
 
 def test_input_kinds():
-    from fa4trace.cli import diff_input_kind
+    from fa4trace.cli.diffing import diff_input_kind
 
     assert diff_input_kind(str(TRACES / DECODE.format("base"))) == "bundle"
     assert diff_input_kind(str(TRACES)) == "a folder"

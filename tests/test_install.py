@@ -67,7 +67,7 @@ def venv(wheel, tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_wheel_holds_the_whole_tool(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for f in ("fa4trace/cli.py", "fa4trace/device/recorder.py", "fa4trace/fa4/hooks.py",
+    for f in ("fa4trace/cli/__init__.py", "fa4trace/device/recorder.py", "fa4trace/fa4/hooks.py",
               "fa4trace/kernels/attention_sm90.py", "fa4trace/viewer/main.py", "fa4trace/viewer/server.py",
               "fa4trace/viewer/perfetto_ui.py", "fa4trace/viewer/page.py",
               "fa4trace/examples/fa4_sm90_d128_h16kv1_sk32768_b1.parquet"):  # the example bundle

@@ -311,6 +311,7 @@ def test_view_sweep_hands_the_dataset_to_the_page(monkeypatch, dataset, tmp_path
     from click.testing import CliRunner
 
     from fa4trace import cli
+    from fa4trace.cli import viewing
 
     seen = {}
 
@@ -318,7 +319,7 @@ def test_view_sweep_hands_the_dataset_to_the_page(monkeypatch, dataset, tmp_path
         seen["cmd"], seen["sweep"] = cmd, os.environ.pop("FA4TRACE_SWEEP", None)  # leaves no trace for other tests
         raise SystemExit(0)
 
-    monkeypatch.setattr(cli.os, "execv", fake_execv)
+    monkeypatch.setattr(viewing.os, "execv", fake_execv)
     monkeypatch.setenv("FA4TRACE_SWEEP", "")  # restored (removed) after the test
     r = CliRunner().invoke(cli.main, ["view", "--headless", "--port", "8799", "--sweep", str(dataset)])
     assert r.exit_code == 0, r.output
