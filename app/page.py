@@ -152,6 +152,7 @@ def launch_picker(container, which: str, src: data.Source, trace: Trace) -> tupl
 
     pick = container.selectbox(f"Launch of {which}", list(spans), format_func=label, key=f"launch_{which}:{src.key}",
                                help=f"This bundle holds {len(rows)} launches; every figure and view is one launch's.")
+    full_name(container, label(pick))
     return (dataclasses.replace(src, key=data.launch_key(src.key, pick), label=f"{src.label} · launch {pick} of {len(rows)}"),
             data.launch_cached(src.key, pick, trace))
 

@@ -34,7 +34,7 @@ from fa4trace.analysis.kernel import export_inputs  # noqa: E402
 from fa4trace.analysis.overlap import per_cta, typical_cta  # noqa: E402
 from fa4trace.export.tracks import layout_tracks, vocab_of  # noqa: E402
 from fa4trace.trace.bundle import Trace  # noqa: E402
-from fa4trace.viewer import data, page, perfetto_ui  # noqa: E402
+from fa4trace.viewer import data, kernel_view, page, perfetto_ui  # noqa: E402
 from tests.test_app_kernel import ATTENTION_WORDS, VIEWS  # noqa: E402
 from tests.tools import headless  # noqa: E402
 
@@ -207,7 +207,7 @@ def _settle(br: headless.Chromium, marker: str) -> None:
 
 
 MARKERS = {"Timeline": "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
-           "Per iteration": "!!document.querySelector('[data-testid=stAlert]')",
+           "Per iteration": "!!document.querySelector('.js-plotly-plot .barlayer .point')",  # its waits per count
            "Grid": "!!document.querySelector('.js-plotly-plot .heatmaplayer')",
            "Perfetto UI": "!!document.querySelector('iframe')",
            "Bundle info": "!!document.querySelector('[data-testid=stDataFrame]')",
@@ -269,3 +269,60 @@ def test_perfetto_page_opened_on_its_own_expands_too(server):
         br.wait_for("!!window.app", timeout=120)
         assert json.loads(br.evaluate("window.app.initialRouteArgs")["startupCommands"])[0]["id"] == \
             "dev.perfetto.CollapseTracksByRegex"
+
+
+# ---- names as named, and nothing cut short --------------------------------------------------------
+# JS: every element of the sidebar's captions and of the page's captions whose text runs past its box
+CUT_CAPTIONS_JS = """
+(() => Array.from(document.querySelectorAll('[data-testid="stCaptionContainer"]')).filter(c =>
+  [c, ...c.querySelectorAll('*')].some(e => e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1)
+).map(c => c.innerText))()
+"""
+# JS: the text of every bold or italic element Markdown made on the page
+EMPHASIS_JS = "Array.from(document.querySelectorAll('strong, em, b, i')).map(e => e.textContent)"
+# JS: the width (px) of each wait-chain table: the dataframes under "wait chain of CTA" headings
+CHAIN_TABLES_JS = """
+(() => Array.from(document.querySelectorAll('[data-testid="stDataFrame"]')).map(d => d.getBoundingClientRect().width))()
+"""
+
+
+@pytest.fixture(scope="module")
+def named_server(tmp_path_factory):
+    """The viewer on two synthetic GEMM-like bundles whose kernel, role and file names read as
+    Markdown, the second with a name longer than the sidebar's box."""
+    from tests.test_app_text import FILE, KERNEL, ROLE, save
+
+    d = tmp_path_factory.mktemp("named_browser")
+    a = save(d / FILE, n_ctas=3, k_tiles=8, stages=2, kernel=KERNEL, roles={ROLE: [4]})
+    b = save(d / ("a_rather_long_bundle_name_that_a_sidebar_box_cannot_hold_" * 2 + ".parquet"), n_ctas=3, k_tiles=8,
+             stages=1, kernel="some.module.with.a.Long.KernelName.__call__")
+    with headless.StreamlitServer([a, b], env={"FA4TRACE_BUNDLES": "", "FA4TRACE_TRACES_DIR": str(d / "none")},
+                                  timeout=90) as srv:
+        yield srv, a, b
+
+
+def test_names_read_as_named_and_nothing_is_cut_in_the_browser(named_server):
+    """As drawn in Chromium: RMSNorm.__call__, __load__ and step__RMSNorm__.parquet read as
+    named (no bold "call", "load" or "RMSNorm"); every caption (the pickers' full names in the
+    sidebar, the wait chains' headings) fits its box; each wait chain spans the columns it needs;
+    the one-stage pipeline's legend says "1 stage"."""
+    from tests.test_app_text import FILE, KERNEL, ROLE
+
+    srv, _a, _b = named_server
+    with headless.Chromium(width=1500, height=2400, offline=True) as br:
+        br.navigate(srv.url)
+        _settle(br, "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2 && "
+                    "document.querySelectorAll('[data-testid=stDataFrame]').length >= 2")
+        assert br.evaluate("document.querySelectorAll('[data-testid=stException]').length") == 0
+        text = br.evaluate(PAGE_TEXT_JS)
+        for name in (KERNEL, FILE, ROLE):
+            assert name in text, name
+        emphasis = br.evaluate(EMPHASIS_JS)
+        assert not {"call", "load", "RMSNorm", "call__"} & set(emphasis), emphasis
+        assert br.evaluate(CUT_CAPTIONS_JS) == []
+        sidebar = br.evaluate("document.querySelector('[data-testid=stSidebar]').innerText")
+        assert "a_rather_long_bundle_name_that_a_sidebar_box_cannot_hold_" * 2 in sidebar.replace("\n", "")
+        widths = br.evaluate(CHAIN_TABLES_JS)
+        assert len(widths) == 2 and min(widths) >= sum(kernel_view.CHAIN_WIDTHS.values()), widths
+        assert "ab (1 stage)" in text and "1 stages" not in text
+        br.screenshot(ARTIFACTS / "app_names_browser.png", full_page=True)
