@@ -4,12 +4,13 @@ stores taken out, one build each, timed at the shapes where tracing costs the mo
     python benchmarks/decode_recorder_parts.py build -o build/decode_parts    # CPU with the CuTe DSL
     python benchmarks/decode_recorder_parts.py run build/decode_parts --json benchmarks/results/decode_recorder_parts_h200.json
 
-Parts (``PARTS``, ``Recorder.ablation``): "full" (the recorder as shipped), "no timer reads"
-(events stage a constant), "no record stores" (events stage nothing, and ptxas then drops their
-timer reads as well, whose values go nowhere: the SASS of this build has the timer reads of the
-warp anchors only; the flushes still run), "no events" (the warps' start and finish only: the
-recorder's fixed cost), "no tick edge" (the start and end anchors one plain read each instead of
-a spin to the global timer's next tick). Each part is its own AOT build of the untraced and the traced (core events)
+Parts (``PARTS``, built inside ``ablated``, which replaces one part of ``Recorder`` for the
+build): "full" (the recorder as shipped), "no timer reads" (events stage a constant), "no record
+stores" (events stage nothing, and ptxas then drops their timer reads as well, whose values go
+nowhere: the SASS of this build has the timer reads of the warp anchors only; the flushes still
+run), "no events" (the warps' start and finish only: the recorder's fixed cost), "no tick edge"
+(the start and end anchors one plain read each instead of a spin to the global timer's next
+tick). Each part is its own AOT build of the untraced and the traced (core events)
 kernels; ``fa4trace bench`` times every traced kernel against its untraced twin timed next to it
 (CUDA-graph replay, cold L2), one process per part and shape, the parts in turn within each round.
 A part that leaves the cost where it was did not hold it.
@@ -17,6 +18,7 @@ A part that leaves the cost where it was did not hold it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -29,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from fa4trace.bench.buildrun import build_run_parser  # noqa: E402  (after the path)
 
-# part -> (Recorder.ablation, what the row says)
+# part -> (the part of Recorder taken out, as ``ablated`` names it; what the row says)
 PARTS = {"full": (None, "the recorder as shipped"),
          "no-timer": ("no-timer", "no timer reads (events stage a constant)"),
          "no-store": ("no-store", "no record stores, hence no timer reads (nothing staged; the compiler drops the unused reads)"),
@@ -46,13 +48,44 @@ BUILT = [(128, "pingpong"), (64, "pingpong"), (64, "base")]  # each with 32- and
 SASS_VARIANT = (128, "pingpong", 32)  # fa4trace check's kernel (d128 ping-pong, 32-row CTAs): --sass counts it
 
 
+@contextlib.contextmanager
+def ablated(part):
+    """Compile ``Recorder``'s kernels inside this block with one part taken out (None: as shipped),
+    by replacing that part's method for the block only: "no-timer" (``Recorder.read_timer``: events
+    record the constant 0), "no-store" (``Recorder.keep_in_lanes`` / ``keep_in_smem``: events keep no
+    record), "no-events" (``Recorder.records``: no event compiles in), "no-edge"
+    (``fa4trace.device.clock.edge_anchor``: the start and end anchors one plain read of each timer).
+    The shipped recorder has no switch for any of them; a build outside the block is the product's."""
+    from unittest import mock
+
+    import cutlass.cute as cute
+    from cutlass import Int32
+
+    from fa4trace.device import Recorder, clock
+
+    @cute.jit
+    def plain_anchor():
+        return cute.arch.globaltimer(), cute.arch.clock64()
+
+    replaced = {None: {}, "no-timer": {(Recorder, "read_timer"): lambda self: Int32(0)},
+                "no-store": {(Recorder, "keep_in_lanes"): lambda self, mine, t, hi, st_lo, st_hi: (st_lo, st_hi),
+                             (Recorder, "keep_in_smem"): lambda self, slot, t, hi: None},
+                "no-events": {(Recorder, "records"): lambda self, event: False},
+                "no-edge": {(clock, "edge_anchor"): plain_anchor}}
+    if part not in replaced:
+        raise ValueError(f"unknown recorder part {part!r}: one of {sorted(p for p in replaced if p)} or None")
+    with contextlib.ExitStack() as stack:
+        for (owner, name), new in replaced[part].items():
+            stack.enter_context(mock.patch.object(owner, name, new))
+        yield
+
+
 def build(out: str, force: bool, only=None, sass_json=None) -> None:
     """One AOT build per part (``only``: those parts): the untraced and core-traced kernels of
     ``BUILT`` (sm_90a). ``sass_json``: also count the SASS of ``SASS_VARIANT`` in each part
     (``fa4trace.bench.sass``: needs ptxas and nvdisasm, no GPU) into that result file."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from fa4trace.bench.sass import footprint, sass_of
-    from fa4trace.device import Recorder
     from fa4trace.format.entry import Entry
     from fa4trace.run.aot import build_library
     from kernels.attention_sm90 import PTXAS_OPTIONS, compile_variant
@@ -64,8 +97,7 @@ def build(out: str, force: bool, only=None, sass_json=None) -> None:
     for part, (ablation, what) in PARTS.items():
         if only is not None and part not in only:
             continue
-        Recorder.ablation = ablation
-        try:
+        with ablated(ablation):
             compiled = {}
             for (d, sched), rows in itertools.product(BUILT, BLOCK_ROWS):
                 for v in (Variant(d, sched, block_rows=rows), Variant(d, sched, block_rows=rows, events="core")):
@@ -75,8 +107,6 @@ def build(out: str, force: bool, only=None, sass_json=None) -> None:
                         key = part if v.traced else "plain"
                         counted[key] = (what if v.traced else "the kernel, untraced", v.name,
                                         footprint(sass_of(fn.__ptx__, ptxas_args=ptxas_args)))
-        finally:
-            Recorder.ablation = None
         print(build_library(compiled, os.path.join(out, part), arch="sm_90a", overwrite=force), flush=True)
     if sass_json:
         write_sass(sass_json, counted)

@@ -18,6 +18,7 @@ reads taken out (the records stay), to tell what the reads cost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -57,14 +58,14 @@ PARTS = {
     "_all_ring": (None, (SOFTMAX, RESCALE), "ring", None, True, "every family + spans"),
     "_all_held": (None, (SOFTMAX, RESCALE), "ring", (), True, "every family + spans" + HELD),
 }
-# suffix -> (the part it repeats, SegmentRecorder switches set for it, what the row adds): the
-# same events compiled another way, to tell one cost from the rest
+# suffix -> (the part it repeats, the timer reads taken out of it (``ablated``), what the row
+# adds): the same events compiled another way, to tell one cost from the rest
 VARIANTS = {
-    "_spans_ring_notimer": ("_spans_ring", {"ablation": "no-timer"}, "no timer reads"),
-    "_spb_ring_notimer": ("_spb_ring", {"ablation": "no-timer"}, "no timer reads"),
-    "_all_ring_notimer": ("_all_ring", {"ablation": "no-timer"}, "no timer reads"),
-    "_spb_ring_notimer_instants": ("_spb_ring", {"ablation": "no-timer-instants"}, "no timer reads for instants"),
-    "_spb_ring_notimer_spans": ("_spb_ring", {"ablation": "no-timer-spans"}, "no timer reads for span begins and ends"),
+    "_spans_ring_notimer": ("_spans_ring", "no-timer", "no timer reads"),
+    "_spb_ring_notimer": ("_spb_ring", "no-timer", "no timer reads"),
+    "_all_ring_notimer": ("_all_ring", "no-timer", "no timer reads"),
+    "_spb_ring_notimer_instants": ("_spb_ring", "no-timer-instants", "no timer reads for instants"),
+    "_spb_ring_notimer_spans": ("_spb_ring", "no-timer-spans", "no timer reads for span begins and ends"),
 }
 
 
@@ -88,11 +89,39 @@ def configuration(row: dict):
 
 
 def part(sfx: str) -> tuple:
-    """(families, spans, cursor, begins first, CTA stamps, what the row says, SegmentRecorder
-    switches) of a part."""
-    base, switches, more = VARIANTS.get(sfx, (sfx, {}, ""))
+    """(families, spans, cursor, begins first, CTA stamps, what the row says, the timer reads
+    taken out (``ablated``; None: none)) of a part."""
+    base, ablation, more = VARIANTS.get(sfx, (sfx, None, ""))
     *cfg, what = PARTS[base]
-    return (*cfg, what + (", " + more if more else ""), switches)
+    return (*cfg, what + (", " + more if more else ""), ablation)
+
+
+@contextlib.contextmanager
+def ablated(ablation):
+    """Compile fa4trace.instrument's kernels inside this block with timer reads taken out (None:
+    as shipped), by replacing a method of the segment recorder for the block only: "no-timer"
+    (``SegmentRecorder.read_timer``: every record takes the constant 0 where it read the timer),
+    "no-timer-instants" / "no-timer-spans" (``Segment.instant`` / ``Segment.begin`` and ``end``
+    given the time 0: only those records). The records and their stores stay. The shipped
+    recorder has no switch for any of them; a build outside the block is the product's."""
+    from unittest import mock
+
+    from cutlass import Int64
+
+    from fa4trace.device.segment import Segment, SegmentRecorder
+
+    def at_zero(method):  # the event, recorded with the time 0 where no time was given
+        return lambda self, event, payload=None, t=None: method(self, event, payload, Int64(0) if t is None else t)
+
+    replaced = {None: {}, "no-timer": {(SegmentRecorder, "read_timer"): lambda self: Int64(0)},
+                "no-timer-instants": {(Segment, "instant"): at_zero(Segment.instant)},
+                "no-timer-spans": {(Segment, "begin"): at_zero(Segment.begin), (Segment, "end"): at_zero(Segment.end)}}
+    if ablation not in replaced:
+        raise ValueError(f"unknown timer ablation {ablation!r}: one of {sorted(a for a in replaced if a)} or None")
+    with contextlib.ExitStack() as stack:
+        for (owner, name), new in replaced[ablation].items():
+            stack.enter_context(mock.patch.object(owner, name, new))
+        yield
 
 
 def build(out: str, force: bool, only=None, sass_json=None) -> None:
@@ -105,22 +134,19 @@ def build(out: str, force: bool, only=None, sass_json=None) -> None:
     import fa4trace.auto.families as families
     from fa4trace.auto.build import entries
     from fa4trace.bench.sass import footprint, sass_of
-    from fa4trace.device.recorder import SegmentRecorder
     from fa4trace.run.aot import build_library
 
     all_spans, compile_traced, default_begin = dict(ak.FA4_SPANS), compiler.compile_traced, families.STORE_AT_BEGIN
-    defaults = {k: getattr(SegmentRecorder, k) for v in VARIANTS.values() for k in v[1]}
     t, ents, counted = time.time(), {}, {}
     try:
         for sfx in [x for x in (*PARTS, *VARIANTS) if not x or only is None or x in only]:
-            fams, spans, cursor, begin, stamps, what, switches = part(sfx)
-            for k, v in {**defaults, **switches}.items():
-                setattr(SegmentRecorder, k, v)
+            fams, spans, cursor, begin, stamps, what, ablation = part(sfx)
             families.STORE_AT_BEGIN = default_begin if begin is None else frozenset(begin)
             ak.FA4_SPANS = {k: all_spans[k] for k in spans}
             compiler.compile_traced = (lambda *a, _s=stamps, **k: compile_traced(*a, cta_lifetimes=_s, **k))
-            c, cfg = ak.compile_fa4_prefill(causal=False, families=fams, spans=bool(spans), check=not sfx,
-                                            cursor=cursor, keep_ptx=sass_json is not None)
+            with ablated(ablation):
+                c, cfg = ak.compile_fa4_prefill(causal=False, families=fams, spans=bool(spans), check=not sfx,
+                                                cursor=cursor, keep_ptx=sass_json is not None)
             if sass_json is not None:
                 if not sfx:
                     counted["plain"] = ("FA4's kernel, untraced", footprint(sass_of(c.plain.__ptx__)))
@@ -128,12 +154,11 @@ def build(out: str, force: bool, only=None, sass_json=None) -> None:
             ents.update(entries(BASE + sfx, c, dict(
                 cfg, kernel="FA4 prefill", cursor=cursor, ring=c.meta.get("ring"), l2=c.meta["l2"],
                 families=sorted(c.meta["families"]), spans=sorted(spans),
-                begins_first=sorted(families.STORE_AT_BEGIN), cta_lifetimes=stamps, recorder=switches)))
+                begins_first=sorted(families.STORE_AT_BEGIN), cta_lifetimes=stamps,
+                recorder={"ablation": ablation} if ablation else {})))
             print(f"{BASE + sfx}: compiled", flush=True)
     finally:
         ak.FA4_SPANS, compiler.compile_traced, families.STORE_AT_BEGIN = all_spans, compile_traced, default_begin
-        for k, v in defaults.items():
-            setattr(SegmentRecorder, k, v)
     build_library(ents, out, arch="sm_90a", overwrite=force)
     print(f"built {len(ents)} entries into {out} in {time.time() - t:.0f} s")
     if sass_json is not None:

@@ -30,8 +30,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64, const_expr
 
-from fa4trace.device import Recorder
-from fa4trace.device.recorder import SegmentRecorder
+from fa4trace.device import Recorder, SegmentRecorder
 from fa4trace.format.vocab import ROLE
 
 from .known_answer_spec import (CAL_EMPTY, CAL_EVENT, CAL_EVENTS, CAL_HELD, CAL_RUN, COMMIT, HANDOFF_WORDS, INNER,

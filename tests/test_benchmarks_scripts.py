@@ -191,7 +191,7 @@ def test_decode_recorder_parts_reads_overheads_per_traced_kernel(tmp_path):
                                                   "full": ("as shipped", "k_traced", dict(fp, instructions=130))})
     doc = json.loads((tmp_path / "s.json").read_text())
     assert doc["area"] == "decode-recorder-parts-sass" and [r["added"] for r in doc["rows"]] == [0, 30]
-    # each part is the build with the Recorder.ablation of its name; "full" is the recorder as shipped
+    # each part is the build inside ablated(<its name>); "full" is the recorder as shipped
     assert parts.PARTS["full"][0] is None and {"no-timer", "no-store", "no-events"} <= set(parts.PARTS)
     assert all(name == ablation for name, (ablation, _what) in parts.PARTS.items() if name != "full")
 

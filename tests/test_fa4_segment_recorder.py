@@ -14,7 +14,8 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
 
-from fa4trace.device.recorder import SegmentRecorder  # noqa: E402
+from fa4trace.device import SegmentRecorder  # noqa: E402
+from fa4trace.device.segment import Segment  # noqa: E402
 from fa4trace.format import layout as L  # noqa: E402
 from fa4trace.format.vocab import EV, ROLE  # noqa: E402
 
@@ -233,13 +234,30 @@ class _SpanAndInstant(_Hooked):
         seg.close()
 
 
+def _fa4_cost_parts():
+    """benchmarks/fa4_cost_parts.py, whose ``ablated`` builds the recorder with timer reads taken out."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fa4_cost_parts.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_fa4_cost_parts", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.mark.parametrize("ablation, reads", [(None, 3), ("no-timer", 0), ("no-timer-instants", 2),
                                              ("no-timer-spans", 1)])
-def test_ablations_take_out_the_timer_reads_they_name_and_keep_every_record(monkeypatch, ablation, reads):
-    """SegmentRecorder.ablation (benchmarks/fa4_cost_parts.py): the loop reads the timer only for
-    the records the ablation leaves timed, and stores all three records either way."""
-    monkeypatch.setattr(SegmentRecorder, "ablation", ablation)
-    loop = _loop(_ptx(_build(_SpanAndInstant(cursor="smem")), _fake(cutlass.Float32), _fake(cutlass.Int64),
-                      Int32(8)))
+def test_ablations_take_out_the_timer_reads_they_name_and_keep_every_record(ablation, reads):
+    """benchmarks/fa4_cost_parts.py's ``ablated``: the loop reads the timer only for the records
+    the ablation leaves timed, and stores all three records either way; after the block the
+    recorder is the product's again."""
+    bench = _fa4_cost_parts()
+    shipped = [(owner, name, getattr(owner, name)) for owner, name in
+               ((SegmentRecorder, "read_timer"), (Segment, "begin"), (Segment, "end"), (Segment, "instant"))]
+    with bench.ablated(ablation):
+        loop = _loop(_ptx(_build(_SpanAndInstant(cursor="smem")), _fake(cutlass.Float32), _fake(cutlass.Int64),
+                          Int32(8)))
+    assert all(getattr(owner, name) is method for owner, name, method in shipped)
     assert sum("%clock64" in ln for ln in loop) == reads
     assert sum("st.global.L2::cache_hint.b64" in ln for ln in loop) == 3

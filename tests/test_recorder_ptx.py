@@ -28,7 +28,7 @@ KERNELS = textwrap.dedent('''
     TB = int(os.environ.get("TB", "0"))
     STAGED = os.environ.get("STAGED", "1") == "1"
     STAGE = os.environ.get("STAGE", "lanes")  # where staged records wait: lanes | smem
-    Recorder.ablation = os.environ.get("ABLATION") or None  # measurements only
+    ABLATION = os.environ.get("ABLATION") or None  # a part taken out (benchmarks/decode_recorder_parts.py)
     BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
     WHEN = os.environ.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
     SETTLE = os.environ.get("SETTLE", "now")  # now | later (start(settle=False) ... settle()) | never
@@ -85,15 +85,26 @@ KERNELS = textwrap.dedent('''
     t = cute.runtime.make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),))
     which = sys.argv[1]
     fn = {"traced": run_traced, "off": run_traced, "plain": run_plain}[which]
-    c = cute.compile(fn, x, t if which == "traced" else None, Int32(3), options="--keep-ptx")
+    if ABLATION:  # the benchmark's build of the recorder without that part
+        sys.path.insert(0, os.environ["BENCHMARKS"])
+        from decode_recorder_parts import ablated
+        with ablated(ABLATION):
+            c = cute.compile(fn, x, t if which == "traced" else None, Int32(3), options="--keep-ptx")
+    else:  # the product's build: nothing of the benchmarks imported
+        c = cute.compile(fn, x, t if which == "traced" else None, Int32(3), options="--keep-ptx")
     sys.stdout.write(c.__ptx__)
 ''')
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ABLATED = os.path.join(ROOT, "benchmarks", "decode_recorder_parts.py")  # its ``ablated``: a part taken out
 
 
 def _run(arch: str, which: str, tmp_path, **env):
     """Compile the test kernel in a fresh interpreter; its (returncode, stdout, stderr) is kept in
     the PTX cache (conftest.PTX_CACHE) under a key of the kernel's text, this request and every
-    source the recorder is built from (tests/tools/compile_pool.source_key)."""
+    source the recorder is built from (tests/tools/compile_pool.source_key), with the benchmark
+    whose ``ablated`` builds the ``ABLATION`` requests."""
     import json
     import types
 
@@ -104,12 +115,13 @@ def _run(arch: str, which: str, tmp_path, **env):
     def compile_():
         script = tmp_path / "k.py"
         script.write_text(KERNELS)
-        e = dict(os.environ, CUTE_DSL_ARCH=arch, **env)
+        e = dict(os.environ, CUTE_DSL_ARCH=arch, BENCHMARKS=os.path.dirname(ABLATED), **env)
         r = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=e,
                            cwd=tmp_path, timeout=300)
         return {"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}
 
-    key = source_key(arch, SOURCES, extra=json.dumps([KERNELS, which, sorted(env.items())]))
+    key = source_key(arch, (*SOURCES, os.path.relpath(ABLATED, ROOT)),
+                     extra=json.dumps([KERNELS, which, sorted(env.items())]))
     return types.SimpleNamespace(**cached_json(os.path.join(PTX_CACHE, "recorder", key + ".json"), compile_))
 
 
@@ -187,8 +199,8 @@ def test_smem_staging_compiles_with_blocks_when_and_settle(env, tmp_path):
 
 
 def test_ablations_take_out_the_timer_reads_or_the_record_stores(tmp_path):
-    """Recorder.ablation (benchmarks/decode_recorder_parts.py): "no-timer" events read no timer
-    (the anchors still do), "no-store" events store nothing into the staging buffer."""
+    """benchmarks/decode_recorder_parts.py's ``ablated``: "no-timer" events read no timer (the
+    anchors still do), "no-store" events store nothing into the staging buffer."""
     full = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem"))
     no_timer = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", ABLATION="no-timer"))
     no_store = _body(_ptx("sm_90a", "traced", tmp_path, STAGE="smem", ABLATION="no-store"))

@@ -259,7 +259,7 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     lifetimes only, then one family at a time, memory restored between them; the bundle holds
     every pass and fa4trace.analysis.passes takes each figure from the lightest that reports it.
     """
-    from ..device.recorder import CURSORS
+    from ..device.segment import CURSORS
     from .compiler import require_dsl
 
     require_dsl()

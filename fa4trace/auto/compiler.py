@@ -190,7 +190,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ..device.recorder import CURSORS, SegmentRecorder
+    from ..device.segment import CURSORS, SegmentRecorder
 
     require_dsl()
     if cursor not in CURSORS:

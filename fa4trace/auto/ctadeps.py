@@ -12,7 +12,7 @@ CTAs of one launch talk to each other and sorts them into three classes:
   counter) and ``griddepcontrol.wait`` (the CTA waits for the previous grid's CTAs).
 * ``cluster_only``: CTAs of one cluster wait on each other (``barrier.cluster``, ``mapa`` and
   other distributed shared memory, multicast copies, remote mbarrier arrives). fa4trace samples
-  whole clusters (device.recorder's CTA selection), so a recorded cluster runs beside recorded
+  whole clusters (device.slot's CTA selection), so a recorded cluster runs beside recorded
   CTAs only and the in-launch comparison across clusters stays valid.
 * ``fire_and_forget``: reductions to global memory (``red``, ``cp.reduce.async.bulk``, atomics
   whose result is unused), release stores, gpu-scope fences, ``griddepcontrol.launch_dependents``:
@@ -20,7 +20,7 @@ CTAs of one launch talk to each other and sorts them into three classes:
 
 Shared-memory atomics and CTA-scope loads are a CTA's own business and are not counted.
 fa4trace's own instrumentation adds exactly two ``red.relaxed.gpu.global.max.u64`` per kernel
-(the CTA-lifetime stamps, fa4trace.device.recorder) and plain loads and stores; read a traced
+(the CTA-lifetime stamps, fa4trace.device.lifetimes) and plain loads and stores; read a traced
 build with ``traced=True`` and those two reductions per entry are left out. Best read is the
 plain build's PTX (compile_traced compiles it beside the traced one).
 """

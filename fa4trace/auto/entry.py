@@ -104,7 +104,7 @@ def traced_kernel(kernel: Callable, on_enter: Callable, on_exit: Callable, buffe
     whichever copy runs, so recorded and untraced CTAs are timed the same way."""
     import cutlass.cute as cute
 
-    from ..device.recorder import stamp_cta_end, store_cta_start, take_cta_start
+    from ..device.lifetimes import stamp_cta_end, store_cta_start, take_cta_start
 
     raw = _raw(kernel)
     code0 = getattr(raw, "_original_code", raw.__code__)

@@ -33,7 +33,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 
-from ..device.recorder import cta_records
+from ..device.slot import cta_records
 from ..format.errors import Fa4traceError
 from .patches import Patches
 

@@ -195,7 +195,7 @@ def kv_wait_wrapper(orig: Callable) -> Callable:
     def wrapper(self, state, *args, **kwargs):
         st = STATE
         if st.recording() and st.role == "mma":
-            from ..device.recorder import current_block
+            from ..device.insertion import current_block
 
             st.kv_wait = (state.count, current_block())
         return orig(self, state, *args, **kwargs)
@@ -209,7 +209,7 @@ def base_mma_block():
     K0, then V(i), K(i+1) per loop trip, then V(n-1): the wait just before an issue, in the same
     region, has count 2j (K(j)) or 2j+1 (V(j)), so the block is count // 2 (counting on across
     tiles, like the ping-pong path's counters). Unknown otherwise (iter -1)."""
-    from ..device.recorder import current_block
+    from ..device.insertion import current_block
 
     st = STATE
     k = st.kernel
