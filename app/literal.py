@@ -25,7 +25,7 @@ _ENTITY = re.compile(r"&(?=#|[A-Za-z])")
 # At the start of a line (after up to 3 spaces), what opens a block: a heading, a block quote,
 # a list item, a thematic break or a setext underline. The first character of the group is
 # escaped (for an ordered list item, the "." or ")" after its number).
-_BLOCK = re.compile(r"^( {0,3})(#{1,6}(?=\s|$)|>|[-+*](?=\s|$)|(\d{1,9})([.)])(?=\s|$)|[-=_*]+\s*$)", re.MULTILINE)
+_BLOCK = re.compile(r"^( {0,3})(#{1,6}(?=\s|$)|>|[-+*](?=\s|$)|(\d{1,9})([.)])(?=\s|$)|[-=_*]+[ \t]*$)", re.MULTILINE)
 # What Streamlit turns into an emoji or an icon whatever its colons are escaped with.
 _SHORTCODE = re.compile(r":[\w+-]+:|:material/")
 
