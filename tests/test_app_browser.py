@@ -326,3 +326,26 @@ def test_names_read_as_named_and_nothing_is_cut_in_the_browser(named_server):
         assert len(widths) == 2 and min(widths) >= sum(kernel_view.CHAIN_WIDTHS.values()), widths
         assert "ab (1 stage)" in text and "1 stages" not in text
         br.screenshot(ARTIFACTS / "app_names_browser.png", full_page=True)
+
+
+def test_perfetto_ui_reads_each_tracks_full_name(named_server):
+    """The embedded Perfetto UI (v52) takes every track's description, the name in full and where
+    the track ran, from the export: the query its TrackEvent plugin registers tracks with (the
+    description is the track's help popup, where the shell cuts the name short)."""
+    from tests.test_app_text import KERNEL, ROLE
+
+    srv, a, _b = named_server
+    with headless.Chromium(width=1500, height=1400, offline=True) as br:
+        br.navigate(srv.url + "/?view=" + urllib.parse.quote("Perfetto UI"))
+        win = headless.PERFETTO_WINDOW_JS
+        br.wait_for(f"(() => {{ const w = {win}; return !!(w && w.app && w.app.trace && w.app.trace.traceInfo); }})()",
+                    timeout=180)
+        rows = br.evaluate(headless.perfetto_query_js(
+            "include perfetto module viz.summary.track_event; "
+            "select name, description from _track_event_tracks_ordered_groups"), timeout=60)
+    described = {r["name"]: r["description"] for r in rows}
+    assert described[f"GPU · {KERNEL}"] == f"kernel {KERNEL}"
+    warps = {n: d for n, d in described.items() if re.fullmatch(r"warp \d+ · [^·]+", n)}  # the warps' own tracks
+    assert warps and all(d and " of CTA " in d and " on SM " in d and d.endswith(f"role {n.split(' · ')[1]}")
+                         for n, d in warps.items()), warps
+    assert any(n.endswith(f" · {ROLE}") for n in warps)
