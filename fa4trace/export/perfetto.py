@@ -37,8 +37,7 @@ Placed inside a larger trace (``place=``, a :class:`Placement`: fa4trace.profile
 each traced launch under its kernel's slice in a torch.profiler trace), the root is a child
 track of a given parent instead of a process, track uuids, sequence ids and flow ids start where
 the placement says, and every timestamp is moved by its offset; :class:`PerfettoStats` says
-which ids the export left unused. :func:`slice_events` and :func:`encode_hot_packets` are the
-exporter's event ordering and packet encoder, public for such writers' own events.
+which ids the export left unused.
 
 Each row of the events table becomes exactly one slice: a span or WARP row -> BEGIN + END
 (zero-length spans too), an instant -> INSTANT. So "BEGIN + INSTANT events on slice tracks"
@@ -52,12 +51,13 @@ iteration), one flow id per edge: ``flow_ids`` on the source's BEGIN, ``terminat
 on the destination's BEGIN. An edge is drawn only where the source begins strictly before the
 destination (the trace processor reads events in time order).
 
-Size. The per-event packets are not built as pb2 objects (~18 us each): they are encoded in
-bulk with numpy-vectorized varints. One packet sequence per track, whose first packet carries
+Packets. Every packet is written by :mod:`fa4trace.export.packets`, the one packet writer of
+this export and of the merge with torch.profiler traces (fa4trace.profiler): track
+descriptors, one packet sequence per track whose first packet carries
 ``trace_packet_defaults`` (track_uuid, a sequence-scoped incremental clock) plus the interned
-names and a clock snapshot; hot packets then hold only a delta timestamp, the sequence id, the
-type, the name iid and the optional iter/flow fields. Descriptors and the per-sequence setup
-packets (rare) are built with the ``perfetto`` package's pb2 classes. ``compress=True`` wraps
+names and a clock snapshot, and the per-event packets encoded in bulk with numpy-vectorized
+varints (a pb2 object costs ~18 us per packet); they then hold only a delta timestamp, the
+sequence id, the type, the name iid and the optional iter/flow fields. ``compress=True`` wraps
 ~1 MiB batches of packets in ``compressed_packets`` (zlib, as Perfetto's own service does),
 compressed on a thread pool (zlib drops the GIL). Level 5 by default: nearly the size of
 Perfetto's own level 6 in about half the CPU time.
@@ -69,85 +69,27 @@ resolution), and the 2-byte sequence ids come from having one sequence per track
 bytes per slice are in BENCHMARKS.md (host pipeline). The pytest suite checks the semantics
 in Python; tests/test_perfetto.py also loads the output in a real trace processor where one is
 installed.
-
-Wire details used for the hot packets (field numbers are read from the pb2 descriptors):
-``flow_ids_old`` / ``terminating_flow_ids_old`` are the varint twins of ``flow_ids`` /
-``terminating_flow_ids`` (fixed64: 8 bytes per id); the trace processor reads both, the varint
-form costs 3 bytes per id instead of 8. Hot packets do not set ``SEQ_NEEDS_INCREMENTAL_STATE``
-(2 bytes each): that flag only lets a reader skip packets after data loss, which a file written
-in one go has none of.
 """
 
 from __future__ import annotations
 
-import os
 import time
-import zlib
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..format.vocab import Vocabulary
 from ._io import write_parts
-from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, stable_order, vocab_of
+from .packets import (ANNOTATION_IID, CHUNK_BYTES, TYPE_COUNTER, TYPE_END, HotPackets, compress_packets,
+                      counter_points, descriptor, flow_fields, sequence_start, slice_events, track_packets)
+from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, vocab_of
 
-__all__ = ["to_perfetto", "PerfettoStats", "Placement", "slice_events", "encode_hot_packets"]
+__all__ = ["to_perfetto", "PerfettoStats", "Placement"]
 
-# ---- wire constants (from the pb2 descriptors, so a renumbering would be caught) ------------
-
-def _fnum(msg, name: str) -> int:
-    return msg.DESCRIPTOR.fields_by_name[name].number
-
-
-def _tag(num: int, wire: int) -> bytes:
-    return _varint_bytes((num << 3) | wire)
-
-
-def _varint_bytes(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-_VARINT, _LEN = 0, 2
-_T_PACKET = _tag(_fnum(pb.Trace, "packet"), _LEN)
-_T_TS = _tag(_fnum(pb.TracePacket, "timestamp"), _VARINT)
-_T_SEQ = _tag(_fnum(pb.TracePacket, "trusted_packet_sequence_id"), _VARINT)
-_T_TE = _tag(_fnum(pb.TracePacket, "track_event"), _LEN)
-_T_TYPE = _tag(_fnum(pb.TrackEvent, "type"), _VARINT)
-_T_NAME_IID = _tag(_fnum(pb.TrackEvent, "name_iid"), _VARINT)
-_T_DEBUG = _tag(_fnum(pb.TrackEvent, "debug_annotations"), _LEN)
-_T_DA_NAME_IID = _tag(_fnum(pb.DebugAnnotation, "name_iid"), _VARINT)
-_T_DA_INT = _tag(_fnum(pb.DebugAnnotation, "int_value"), _VARINT)
-_T_FLOW = _tag(_fnum(pb.TrackEvent, "flow_ids_old"), _VARINT)
-_T_TERM_FLOW = _tag(_fnum(pb.TrackEvent, "terminating_flow_ids_old"), _VARINT)
-_T_COUNTER = _tag(_fnum(pb.TrackEvent, "counter_value"), _VARINT)
-_T_COMPRESSED = _fnum(pb.TracePacket, "compressed_packets")
-
-TYPE_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
-TYPE_END = pb.TrackEvent.TYPE_SLICE_END
-TYPE_INSTANT = pb.TrackEvent.TYPE_INSTANT
-TYPE_COUNTER = pb.TrackEvent.TYPE_COUNTER
-
-CLOCK_BOOTTIME = 6  # BuiltinClocks.BOOTTIME: the trace clock when no other is named
-CLOCK_SEQ = 64  # first sequence-scoped user clock id; ours is incremental
-ITER_IID = 1  # debug annotation name iid of "iter" (interned on every sequence)
 UUID_BASE = 0xFA4 << 48  # track uuids: UUID_BASE + n (only descriptors carry them)
 ROOT_PID = 0xFA4  # pid of the process-like GPU root track
-CHUNK_BYTES = 1 << 20  # uncompressed bytes per compressed_packets batch
-
-_NONE = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
-_EXPLICIT = pb.TrackDescriptor.EXPLICIT
 
 
 # ---- event stream ----------------------------------------------------------------------------
@@ -155,43 +97,6 @@ _EXPLICIT = pb.TrackDescriptor.EXPLICIT
 def _slice_stream(r: EventColumns, lay: TrackLayout):
     """All BEGIN/END/INSTANT events of a bundle's rows (:func:`slice_events`)."""
     return slice_events(lay.row_track, r.start, r.end, r.kind == 1, lay.rank)
-
-
-def slice_events(row_track: np.ndarray, start: np.ndarray, end: np.ndarray, instant: np.ndarray,
-                 rank: np.ndarray):
-    """All BEGIN/END/INSTANT events ordered by (track, time) with valid nesting tie-breaks.
-
-    Per row: its track (``TrackLayout.row_track``), start and end ns, whether it is an instant,
-    and its rank (``TrackLayout.rank``: (track group, start, -end) order). A span becomes BEGIN +
-    END (a zero-length one too, adjacent), an instant INSTANT; at equal times ENDs come first,
-    inner spans end first and outer ones begin first. Public for writers that lay out rows of
-    their own with :func:`fa4trace.export.tracks.layout_tracks` (fa4trace.profiler.merge).
-    Returns (track, ts, type, row).
-    """
-    n = start.size
-    order = np.empty(n, np.int64)
-    order[rank] = np.arange(n)
-    is_span = ~instant
-    nz = is_span & (end > start)
-    zl = is_span & (end == start)
-    rows_nz = order[nz[order]]
-    rows_zi = order[(zl | ~is_span)[order]]
-    cnt = np.where(zl[rows_zi], 2, 1)
-    rep = np.repeat(rows_zi, cnt)
-    first_of = np.cumsum(cnt) - cnt
-    zi_type = np.full(rep.size, TYPE_INSTANT, np.int64)
-    zl_rep = zl[rep]
-    pos_in = np.arange(rep.size) - np.repeat(first_of, cnt)
-    zi_type[zl_rep] = np.where(pos_in[zl_rep] == 0, TYPE_BEGIN, TYPE_END)
-    e_rows = rows_nz[::-1]
-    rows = np.concatenate([e_rows, rep, rows_nz])
-    typ = np.concatenate([np.full(e_rows.size, TYPE_END, np.int64), zi_type, np.full(rows_nz.size, TYPE_BEGIN, np.int64)])
-    ts = np.concatenate([end[e_rows], start[rep], start[rows_nz]])
-    phase = np.concatenate([np.zeros(e_rows.size, np.int64), np.ones(rep.size, np.int64),
-                            np.full(rows_nz.size, 2, np.int64)])
-    trk = row_track[rows]
-    o = stable_order(trk, ts * 4 + phase)
-    return trk[o], ts[o], typ[o], rows[o]
 
 
 def _flows(r: EventColumns, row_warp: np.ndarray):
@@ -222,143 +127,6 @@ def _flows(r: EventColumns, row_warp: np.ndarray):
     if not srcs:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(srcs), np.concatenate(dsts)
-
-
-def _counter_points(key: np.ndarray, ts: np.ndarray, delta: np.ndarray):
-    """Step counters from +/-1 changes: per key, the value after all changes at each time."""
-    o = stable_order(key, ts * 2 + (delta > 0))
-    k, t, dl = key[o], ts[o], delta[o]
-    val = np.cumsum(dl)
-    seg_start = np.r_[True, k[1:] != k[:-1]] if k.size else np.zeros(0, bool)
-    seg = np.cumsum(seg_start) - 1
-    val = val - (val - dl)[seg_start][seg]
-    last = np.r_[(k[1:] != k[:-1]) | (t[1:] != t[:-1]), True] if k.size else np.zeros(0, bool)
-    return k[last], t[last], val[last]
-
-
-# ---- vectorized protobuf encoding ------------------------------------------------------------
-
-def _vlen(v: np.ndarray) -> np.ndarray:
-    """Varint length of each (unsigned) value."""
-    n = np.ones(v.size, np.int8)
-    if v.size:
-        vmax = int(v.max())
-        k = 7
-        while k < 64 and vmax >> k:
-            n += v >= (1 << k)
-            k += 7
-    return n
-
-
-class _Encoder:
-    """Writes the fields of many packets at once into one byte buffer (a cursor per packet).
-
-    Values are unsigned arrays (uint32 where they fit, else uint64); a field is a tag (bytes)
-    followed by an optional varint. The cursor of the selected packets is read once per
-    :meth:`fields` call, so each byte of output costs one scatter store.
-    """
-
-    def __init__(self, lengths: np.ndarray):
-        total = int(lengths.sum())
-        it = np.int32 if total < 2**31 - 64 else np.int64
-        self.end = np.cumsum(lengths, dtype=it)
-        self.off = self.end - lengths.astype(it)
-        self.buf = np.empty(total, np.uint8)
-        self.cur = self.off.copy()
-
-    def fields(self, items, sel: np.ndarray | None = None):
-        buf = self.buf
-        pos = self.cur if sel is None else self.cur[sel]
-        for tag, v, vl in items:
-            for j, b in enumerate(tag):
-                buf[pos + j if j else pos] = b
-            pos = pos + len(tag)
-            if v is None or v.size == 0:
-                continue
-            vmax = int(v.max())
-            if vmax < 0x80:
-                buf[pos] = v
-                pos = pos + 1
-                continue
-            one = np.asarray(1, v.dtype)
-            buf[pos] = (v & 0x7F) | ((v >= 0x80).astype(v.dtype) << 7)
-            for j in range(1, int(vl.max())):
-                m = np.flatnonzero(vl > j)
-                vv = v[m] >> (7 * j)
-                buf[pos[m] + j] = (vv & 0x7F) | ((vv >= 0x80).astype(v.dtype) * (one << 7))
-            pos = pos + vl
-        if sel is None:
-            self.cur = pos
-        else:
-            self.cur[sel] = pos
-
-
-def _uarr(x: np.ndarray) -> np.ndarray:
-    """int64 -> the narrowest of uint32/uint64 that holds it (negatives as 64-bit two's complement)."""
-    if x.size and (x.min() < 0 or x.max() >= 2**32):
-        return x.astype(np.int64).view(np.uint64)
-    return x.astype(np.uint32)
-
-
-def encode_hot_packets(seq, dts, typ, name_iid, iters, flow_out, flow_in, cval) -> tuple[np.ndarray, np.ndarray]:
-    """Encode hot TracePackets as Trace.packet fields. Returns (bytes, packet end offsets).
-
-    Public for writers that lay out their own tracks and sequences (fa4trace.profiler.merge):
-    one packet per row, delta timestamps on each sequence's incremental clock, the debug
-    annotation (interned name iid 1 on the sequence) where ``iters >= 0``.
-
-    All inputs are per packet (int64). name_iid 0 = none, iters < 0 = none, flow 0 = none,
-    cval used only where typ == COUNTER.
-    """
-    has_name = np.flatnonzero(name_iid > 0)
-    has_iter = np.flatnonzero(iters >= 0)
-    has_fo = np.flatnonzero(flow_out > 0)
-    has_fi = np.flatnonzero(flow_in > 0)
-    has_cv = np.flatnonzero(typ == TYPE_COUNTER)
-    seq_u, dts_u, typ_u = _uarr(seq), _uarr(dts), _uarr(typ)
-    name_u, iter_u = _uarr(name_iid[has_name]), _uarr(iters[has_iter])
-    fo_u, fi_u, cv_u = _uarr(flow_out[has_fo]), _uarr(flow_in[has_fi]), _uarr(cval[has_cv])
-    l_seq, l_dts, l_typ = _vlen(seq_u), _vlen(dts_u), _vlen(typ_u)
-    l_name, l_iter, l_fo, l_fi, l_cv = _vlen(name_u), _vlen(iter_u), _vlen(fo_u), _vlen(fi_u), _vlen(cv_u)
-    iid_u = np.full(has_iter.size, ITER_IID, np.uint32)
-    l_iid = _vlen(iid_u)
-    ann_u = (len(_T_DA_NAME_IID) + l_iid + len(_T_DA_INT) + l_iter).astype(np.uint32)
-    l_ann = _vlen(ann_u)
-
-    te = (len(_T_TYPE) + l_typ).astype(np.int32)
-    te[has_name] += len(_T_NAME_IID) + l_name
-    te[has_iter] += len(_T_DEBUG) + l_ann + ann_u.astype(np.int32)
-    te[has_fo] += len(_T_FLOW) + l_fo
-    te[has_fi] += len(_T_TERM_FLOW) + l_fi
-    te[has_cv] += len(_T_COUNTER) + l_cv
-    te_u = te.astype(np.uint32)
-    l_te = _vlen(te_u)
-    body = len(_T_TS) + l_dts + len(_T_SEQ) + l_seq + len(_T_TE) + l_te + te
-    body_u = body.astype(np.uint32)
-    l_body = _vlen(body_u)
-    total = len(_T_PACKET) + l_body + body
-
-    enc = _Encoder(total)
-    enc.fields([(_T_PACKET, body_u, l_body), (_T_TS, dts_u, l_dts), (_T_SEQ, seq_u, l_seq),
-                (_T_TE, te_u, l_te), (_T_TYPE, typ_u, l_typ)])
-    if has_name.size:
-        enc.fields([(_T_NAME_IID, name_u, l_name)], has_name)
-    if has_iter.size:
-        enc.fields([(_T_DEBUG, ann_u, l_ann), (_T_DA_NAME_IID, iid_u, l_iid), (_T_DA_INT, iter_u, l_iter)], has_iter)
-    if has_fo.size:
-        enc.fields([(_T_FLOW, fo_u, l_fo)], has_fo)
-    if has_fi.size:
-        enc.fields([(_T_TERM_FLOW, fi_u, l_fi)], has_fi)
-    if has_cv.size:
-        enc.fields([(_T_COUNTER, cv_u, l_cv)], has_cv)
-    if not np.array_equal(enc.cur, enc.end):
-        raise AssertionError("perfetto packet encoder: field lengths and bytes written disagree")
-    return enc.buf, enc.end.astype(np.int64)
-
-
-def _packet_bytes(pkt: pb.TracePacket) -> bytes:
-    body = pkt.SerializeToString()
-    return _T_PACKET + _varint_bytes(len(body)) + body
 
 
 # ---- where the export goes, and what it wrote ------------------------------------------------
@@ -436,8 +204,8 @@ class _Slices:
     row: np.ndarray
     name_iid: np.ndarray  # 0 on ENDs
     iters: np.ndarray  # -1 where none
-    flow_out: np.ndarray  # 0 where none
-    flow_in: np.ndarray
+    flow_out: np.ndarray | None  # 0 where none; None: no flow at all
+    flow_in: np.ndarray | None
     n_flows: int
 
 
@@ -449,17 +217,6 @@ class _Counters:
     track: np.ndarray
     ts: np.ndarray
     value: np.ndarray
-
-
-@dataclass
-class _Hot:
-    """The per-event packets, encoded, and what the setup packets need to know of them."""
-
-    data: np.ndarray  # bytes
-    ends: np.ndarray  # end offset of each packet
-    per_track: np.ndarray  # packets per hot track (slice tracks, then counter tracks)
-    seq_of_track: np.ndarray
-    t0_of_track: np.ndarray  # first timestamp of each hot track (its clock snapshot)
 
 
 def _columns(events: pa.Table, vocab: Vocabulary, place: Placement | None = None
@@ -489,21 +246,13 @@ def _slices(r: EventColumns, lay: TrackLayout, *, flows: bool, iterations: bool,
     trk, ts, typ, row = _slice_stream(r, lay)
     name_iid = np.where(typ != TYPE_END, r.name[row] + 1, 0)
     iters = np.where((typ != TYPE_END) & iterations, r.iter[row], -1)
-    flow_out = np.zeros(row.size, np.int64)
-    flow_in = np.zeros(row.size, np.int64)
+    flow_out = flow_in = None
     n_flows = 0
     if flows and r.n:
         src, dst = _flows(r, lay.row_warp)
         n_flows = int(src.size)
-        if n_flows:
-            fid_out = np.zeros(r.n, np.int64)
-            fid_in = np.zeros(r.n, np.int64)
-            ids = np.arange(first_flow_id, first_flow_id + n_flows, dtype=np.int64)
-            fid_out[src] = ids
-            fid_in[dst] = ids
-            is_b = typ == TYPE_BEGIN
-            flow_out = np.where(is_b, fid_out[row], 0)
-            flow_in = np.where(is_b, fid_in[row], 0)
+        if n_flows:  # a flow's source and destination are spans: their BEGINs carry the ids
+            flow_out, flow_in = flow_fields(typ, row, r.n, src, dst, first_flow_id)
     return _Slices(trk, ts, typ, row, name_iid, iters, flow_out, flow_in, n_flows)
 
 
@@ -536,7 +285,7 @@ def _warp_counter(r: EventColumns, lay: TrackLayout):
         return None
     launches = np.unique(lay.warp_launch)
     lk = np.searchsorted(launches, r.launch[wr])
-    k, t, v = _counter_points(np.concatenate([lk, lk]), np.concatenate([r.start[wr], r.end[wr]]),
+    k, t, v = counter_points(np.concatenate([lk, lk]), np.concatenate([r.start[wr], r.end[wr]]),
                               np.concatenate([np.ones(wr.size, np.int64), -np.ones(wr.size, np.int64)]))
     return [("warps", int(x), -1, "warps active") for x in launches.tolist()], k, t, v
 
@@ -548,7 +297,7 @@ def _inflight_counter(r: EventColumns, lay: TrackLayout):
         return None
     uk, inv = np.unique((r.launch[ar] << 32) | r.cta[ar], return_inverse=True)
     inv = inv.reshape(-1)
-    k, t, v = _counter_points(np.concatenate([inv, inv]), np.concatenate([r.start[ar], r.end[ar]]),
+    k, t, v = counter_points(np.concatenate([inv, inv]), np.concatenate([r.start[ar], r.end[ar]]),
                               np.concatenate([np.ones(ar.size, np.int64), -np.ones(ar.size, np.int64)]))
     return [("inflight", int(x >> 32), int(x & 0xFFFFFFFF), "async in flight") for x in uk.tolist()], k, t, v
 
@@ -571,31 +320,27 @@ def _occupancy_counter(occupancy: pa.Table, ts_shift: int):
 
 
 def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int, first_sequence_id: int = 1,
-            clock_offset: int = 0) -> _Hot:
-    """Encode the slice and counter packets; one sequence per track (ids counting up from
-    ``first_sequence_id``), the busiest tracks getting the smallest ids; timestamps as deltas
-    within a track, from a first timestamp per track that ``clock_offset`` moves (_columns)."""
-    trk = np.concatenate([sl.track, ct.track])
-    ts = np.concatenate([sl.ts, ct.ts])
+            clock_offset: int = 0) -> tuple[HotPackets, np.ndarray]:
+    """Encode the slice and counter packets; one sequence per hot track (slice tracks, then
+    counter tracks; ids counting up from ``first_sequence_id``), the busiest tracks getting the
+    smallest ids; timestamps as deltas within a track, from a first timestamp per track that
+    ``clock_offset`` moves (_columns). Returns the packets and each hot track's sequence id."""
     n_hot_tracks = n_slice_tracks + len(ct.specs)
+    trk = np.concatenate([sl.track, ct.track])
     per_track = np.bincount(trk, minlength=n_hot_tracks) if trk.size else np.zeros(n_hot_tracks, np.int64)
     seq_of_track = np.empty(n_hot_tracks, np.int64)
     seq_of_track[np.argsort(-per_track, kind="stable")] = np.arange(first_sequence_id, first_sequence_id + n_hot_tracks)
-    first_in_track = np.r_[True, trk[1:] != trk[:-1]] if trk.size else np.zeros(0, bool)
-    dts = np.diff(ts, prepend=ts[:1] if ts.size else ts)
-    dts[first_in_track] = 0
-    t0_of_track = np.zeros(n_hot_tracks, np.int64)
-    t0_of_track[trk[first_in_track]] = ts[first_in_track] + clock_offset
-    nc = ct.ts.size
-    data, ends = encode_hot_packets(
-        seq_of_track[trk], dts,
-        np.concatenate([sl.type, np.full(nc, TYPE_COUNTER, np.int64)]),
-        np.concatenate([sl.name_iid, np.zeros(nc, np.int64)]),
-        np.concatenate([sl.iters, np.full(nc, -1, np.int64)]),
-        np.concatenate([sl.flow_out, np.zeros(nc, np.int64)]),
-        np.concatenate([sl.flow_in, np.zeros(nc, np.int64)]),
-        np.concatenate([np.zeros(sl.ts.size, np.int64), ct.value]))
-    return _Hot(data, ends, per_track, seq_of_track, t0_of_track)
+    nc, ns = ct.ts.size, sl.ts.size
+
+    def both(a, fill):
+        return None if a is None else np.concatenate([a, np.full(nc, fill, np.int64)])
+
+    hot = track_packets(
+        trk, np.concatenate([sl.ts, ct.ts]), np.concatenate([sl.type, np.full(nc, TYPE_COUNTER, np.int64)]),
+        seq_of_track, name_iid=both(sl.name_iid, 0), annotation=both(sl.iters, -1),
+        flow_out=both(sl.flow_out, 0), flow_in=both(sl.flow_in, 0),
+        counter=np.concatenate([np.zeros(ns, np.int64), ct.value]) if nc else None, clock_offset=clock_offset)
+    return hot, seq_of_track
 
 
 class _TrackTree:
@@ -614,25 +359,8 @@ class _TrackTree:
         name in full and what the track holds (the Perfetto UI shows it in the track's help
         popup: a long name is cut short on screen)."""
         self.last_uuid += 1
-        p = pb.TracePacket()
-        p.trusted_packet_sequence_id = self.seq
-        td = p.track_descriptor
-        td.uuid = self.last_uuid
-        if parent:
-            td.parent_uuid = parent
-        if process:
-            td.process.pid = ROOT_PID
-            td.process.process_name = name
-        td.name = name
-        if description:
-            td.description = description
-        td.sibling_merge_behavior = _NONE
-        td.child_ordering = _EXPLICIT
-        if rank is not None:
-            td.sibling_order_rank = int(rank)
-        if counter:
-            td.counter.SetInParent()
-        self.packets.extend(_packet_bytes(p))
+        self.packets += descriptor(self.last_uuid, name, self.seq, parent=parent, rank=rank,
+                                   pid=ROOT_PID if process else None, description=description, counter=counter)
         self.count += 1
         return self.last_uuid
 
@@ -690,52 +418,38 @@ def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int,
     return tree, track_uuid
 
 
-def _sequence_setup(r: EventColumns, sl: _Slices, hot: _Hot, track_uuid: np.ndarray, n_slice_tracks: int, *,
-                    iterations: bool) -> tuple[bytes, int]:
-    """The first packet of every sequence that has packets: its defaults (track uuid, the
-    sequence's incremental clock), the names its slices use, and its clock snapshot.
-    Returns (bytes, sequences)."""
+def _sequence_setup(r: EventColumns, sl: _Slices, hot: HotPackets, seq_of_track: np.ndarray, track_uuid: np.ndarray,
+                    n_slice_tracks: int, *, iterations: bool) -> tuple[bytes, int]:
+    """The first packet of every sequence that has packets (fa4trace.export.packets.sequence_start):
+    its track, the names its slices use (and "iter"), its clock's start. Returns (bytes, sequences)."""
     n_names = len(r.names) + 1
     pairs = np.unique(sl.track * n_names + r.name[sl.row]) if sl.track.size else np.zeros(0, np.int64)
-    names_of_track: dict[int, list[int]] = {}
+    names_of_track: dict[int, list] = {}
     for pkey in pairs.tolist():
-        names_of_track.setdefault(pkey // n_names, []).append(pkey % n_names)
+        code = pkey % n_names
+        names_of_track.setdefault(pkey // n_names, []).append((code + 1, r.names[code]))
+    ann = ((ANNOTATION_IID, "iter"),) if iterations else ()
     setup = bytearray()
-    for tix in np.flatnonzero(hot.per_track > 0).tolist():
-        p = pb.TracePacket()
-        p.trusted_packet_sequence_id = int(hot.seq_of_track[tix])
-        p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-        p.first_packet_on_sequence = True
-        p.trace_packet_defaults.timestamp_clock_id = CLOCK_SEQ
-        p.trace_packet_defaults.track_event_defaults.track_uuid = int(track_uuid[tix])
+    used = np.flatnonzero(hot.per_track > 0)
+    for tix, seq, uuid, t0 in zip(used.tolist(), seq_of_track[used].tolist(), track_uuid[used].tolist(),
+                                  hot.t0_of_track[used].tolist()):
         if tix < n_slice_tracks:
-            for code in names_of_track.get(tix, []):
-                en = p.interned_data.event_names.add()
-                en.iid = code + 1
-                en.name = r.names[code]
-            if iterations:
-                dn = p.interned_data.debug_annotation_names.add()
-                dn.iid = ITER_IID
-                dn.name = "iter"
-        for cid, inc in ((CLOCK_BOOTTIME, False), (CLOCK_SEQ, True)):
-            c = p.clock_snapshot.clocks.add()
-            c.clock_id = cid
-            c.timestamp = int(hot.t0_of_track[tix])
-            if inc:
-                c.is_incremental = True
-        setup.extend(_packet_bytes(p))
-    return bytes(setup), int((hot.per_track > 0).sum())
+            setup += sequence_start(seq, uuid, t0, names_of_track.get(tix, ()), ann)
+        else:
+            setup += sequence_start(seq, uuid, t0)
+    return bytes(setup), int(used.size)
 
 
-def _write(path_or_file, head: bytes, setup: bytes, hot: _Hot, *, compress: bool, level: int, chunk_bytes: int,
-           threads: int | None) -> tuple[int, int]:
+def _write(path_or_file, head: bytes, setup: bytes, hot: HotPackets, *, compress: bool, level: int,
+           chunk_bytes: int, threads: int | None) -> tuple[int, int]:
     """Descriptors, setup packets, then the hot packets (zlib batches with ``compress``).
     Returns (bytes written, bytes uncompressed)."""
     parts: list = [head, setup]
     if hot.data.size:
         parts.append(memoryview(hot.data))
     if compress:
-        parts = _compress(parts, hot.ends, level, chunk_bytes, threads)
+        parts = compress_packets([head + setup, parts[2] if len(parts) > 2 else b""], level, chunk_bytes, threads,
+                                 ends=hot.ends)
     return write_parts(path_or_file, parts), len(head) + len(setup) + int(hot.data.size)
 
 
@@ -781,10 +495,10 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
         ct = _counters(r, lay, occupancy if counters else None, data_shift, warps=counters, inflight=inflight_counters)
     with _timed(tm, "encode"):
         first_seq = place.first_sequence_id if place else 1
-        hot = _encode(sl, ct, lay.n_tracks, first_seq, clock_offset)
+        hot, seq_of_track = _encode(sl, ct, lay.n_tracks, first_seq, clock_offset)
     with _timed(tm, "descriptors"):
         tree, track_uuid = _track_tree(meta, lay, ct.specs, seq=first_seq + hot.per_track.size, place=place)
-        setup, n_seq = _sequence_setup(r, sl, hot, track_uuid, lay.n_tracks, iterations=iterations)
+        setup, n_seq = _sequence_setup(r, sl, hot, seq_of_track, track_uuid, lay.n_tracks, iterations=iterations)
     with _timed(tm, "write"):
         written, uncompressed = _write(path_or_file, bytes(tree.packets), setup, hot, compress=compress,
                                        level=compress_level, chunk_bytes=chunk_bytes, threads=threads)
@@ -797,59 +511,3 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
         compressed=bool(compress), seconds=time.perf_counter() - t_all, lane_rounds=lay.lane_rounds,
         timings=tm, next_uuid=tree.last_uuid + 1, next_sequence_id=tree.seq + 1,
         next_flow_id=first_flow + sl.n_flows)
-
-
-def _compress(parts: list, hot_ends: np.ndarray, level: int, chunk_bytes: int, threads: int | None) -> list:
-    """Cut the packet stream at packet boundaries into ~chunk_bytes batches, zlib each."""
-    small = b"".join(bytes(p) for p in parts[:2])
-    hot = parts[2] if len(parts) > 2 else memoryview(b"")
-    chunks = [memoryview(small)[a:b] for a, b in _cuts(_packet_ends(small), chunk_bytes)]
-    chunks += [hot[a:b] for a, b in _cuts(hot_ends, chunk_bytes)]
-    workers = threads or min(8, os.cpu_count() or 1)
-    comp = (lambda c: zlib.compress(c, level))
-    if workers > 1 and len(chunks) > 1:
-        with ThreadPoolExecutor(workers) as ex:
-            blobs = list(ex.map(comp, chunks))
-    else:
-        blobs = [comp(c) for c in chunks]
-    out = []
-    tag = _tag(_T_COMPRESSED, _LEN)
-    for b in blobs:
-        body = tag + _varint_bytes(len(b))
-        out.append(_T_PACKET + _varint_bytes(len(body) + len(b)) + body)
-        out.append(b)
-    return out
-
-
-def _cuts(ends: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
-    """(start, stop) byte ranges of about chunk_bytes that end on packet ends."""
-    out, pos = [], 0
-    total = int(ends[-1]) if ends.size else 0
-    while pos < total:
-        k = int(np.searchsorted(ends, pos + chunk_bytes, side="right")) - 1
-        if k < 0 or ends[k] <= pos:  # one packet larger than a chunk
-            k = int(np.searchsorted(ends, pos, side="right"))
-        out.append((pos, int(ends[k])))
-        pos = int(ends[k])
-    return out
-
-
-def _packet_ends(buf: bytes) -> np.ndarray:
-    """End offsets of the Trace.packet fields in a (small) serialized Trace."""
-    ends = []
-    pos, n = 0, len(buf)
-    while pos < n:
-        pos += 1  # tag 0x0A
-        ln, shift = 0, 0
-        while True:
-            b = buf[pos]
-            pos += 1
-            ln |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
-        pos += ln
-        ends.append(pos)
-    return np.array(ends, np.int64)
-
-

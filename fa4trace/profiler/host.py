@@ -4,9 +4,10 @@ Host threads (``cpu_op``, ``user_annotation``, CUDA runtime / driver calls), CUD
 (kernels, copies, memsets; ``gpu_user_annotation`` on a child track of its stream) and Kineto's
 label processes, each event one slice. Nesting is made strict by
 :func:`fa4trace.export.tracks.layout_tracks` (an event that would break it goes to an "overlap"
-lane below its track), the events are ordered by :func:`fa4trace.export.perfetto.slice_events` and
-encoded in bulk by :func:`fa4trace.export.perfetto.encode_hot_packets`: one packet sequence per
-track, interned names, an incremental clock.
+lane below its track), and the packets are written by :mod:`fa4trace.export.packets`, as the
+bundle export writes its own: events ordered by :func:`~fa4trace.export.packets.slice_events` and
+encoded in bulk (:func:`~fa4trace.export.packets.track_packets`), one packet sequence per track,
+interned names, an incremental clock.
 
 One process (:mod:`fa4trace.profiler.merge`): a Perfetto process per host pid and per CUDA
 device, thread tracks bound to their pid. One rank of several (:mod:`fa4trace.profiler.ranks`,
@@ -21,20 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from ..export.perfetto import encode_hot_packets, slice_events
+from ..export.packets import (ANNOTATION_IID, TYPE_END, descriptor, flow_fields, sequence_start, slice_events,
+                              track_packets)
 from ..export.tracks import layout_tracks
 from ..format.vocab import Vocabulary
 from .kineto import GPU_CATEGORIES, KIND_INSTANT, LAUNCH_CATEGORIES, KinetoTrace
-from .packets import CLOCK_BOOTTIME, CLOCK_SEQ, Ids, descriptor, packet
+from .packets import Ids
 
 __all__ = ["HostPart", "host_part", "host_flows", "op_stack", "int_or", "DEVICE_PID", "LABEL_PID"]
 
-CORR_IID = 1  # debug annotation name iid on host sequences: "correlation"
 DEVICE_PID = 0x7FA40000  # pids of the GPU process tracks (never a real pid: near INT32_MAX)
 LABEL_PID = 0x7FA50000  # pids of Kineto's label processes ("Spans", "Traces")
-_TE = pb.TrackEvent
 
 
 @dataclass
@@ -158,42 +157,24 @@ def host_tracks(kt: KinetoTrace, lay, group: np.ndarray, ids: Ids, gpu_name: str
 
 
 def host_setup(kt: KinetoTrace, s_trk, s_row, corr, seq_of_track, track_uuid, t0) -> bytes:
-    """Per host sequence its first packet: defaults (track, incremental clock), the names its
-    events use, the "correlation" annotation name, the clock snapshot."""
+    """Per host sequence its first packet (fa4trace.export.packets.sequence_start): its track, the
+    names its events use, the "correlation" annotation name where its events carry one, its
+    clock's start."""
     n_tr = track_uuid.size
     per_track = np.bincount(s_trk, minlength=n_tr)
     nn = len(kt.names) + 1
     pairs = np.unique(s_trk.astype(np.int64) * nn + kt.name[s_row]) if s_trk.size else np.zeros(0, np.int64)
     names_of: dict = {}
     for key in pairs.tolist():
-        names_of.setdefault(key // nn, []).append(key % nn)
+        code = key % nn
+        names_of.setdefault(key // nn, []).append((code + 1, kt.names[code]))
     has_corr = np.zeros(n_tr, bool)
     has_corr[s_trk[corr >= 0]] = True
+    corr_name = ((ANNOTATION_IID, "correlation"),)
     setup = bytearray()
-    for ti in range(n_tr):
-        if not per_track[ti]:
-            continue
-        p = pb.TracePacket()
-        p.trusted_packet_sequence_id = int(seq_of_track[ti])
-        p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-        p.first_packet_on_sequence = True
-        p.trace_packet_defaults.timestamp_clock_id = CLOCK_SEQ
-        p.trace_packet_defaults.track_event_defaults.track_uuid = int(track_uuid[ti])
-        for code in names_of.get(ti, []):
-            en = p.interned_data.event_names.add()
-            en.iid = code + 1
-            en.name = kt.names[code]
-        if has_corr[ti]:
-            dn = p.interned_data.debug_annotation_names.add()
-            dn.iid = CORR_IID
-            dn.name = "correlation"
-        for cid, inc in ((CLOCK_BOOTTIME, False), (CLOCK_SEQ, True)):
-            c = p.clock_snapshot.clocks.add()
-            c.clock_id = cid
-            c.timestamp = int(t0[ti])
-            if inc:
-                c.is_incremental = True
-        setup.extend(packet(p))
+    for ti in np.flatnonzero(per_track).tolist():
+        setup += sequence_start(int(seq_of_track[ti]), int(track_uuid[ti]), int(t0[ti]), names_of.get(ti, ()),
+                                corr_name if has_corr[ti] else ())
     return bytes(setup)
 
 
@@ -210,12 +191,10 @@ def host_part(kt: KinetoTrace, ids: Ids, flow_src, flow_dst, extra_flow_out: dic
     s_trk, s_ts, s_typ, s_row = slice_events(lay.row_track, start - t_base, end - t_base, kt.kind == KIND_INSTANT,
                                              lay.rank)
     s_ts = s_ts + t_base
-    not_end = s_typ != _TE.TYPE_SLICE_END
+    not_end = s_typ != TYPE_END
     name_iid = np.where(not_end, kt.name[s_row].astype(np.int64) + 1, 0)
     corr = np.where(not_end & (kt.correlation[s_row] >= 0), kt.correlation[s_row], -1)
-    fo_row = np.zeros(kt.n, np.int64)
-    fi_row = np.zeros(kt.n, np.int64)
-    n_flows = 0
+    fs = fd = np.zeros(0, np.int64)
     if flow_src.size:
         # one arrow out and one in per slice (the encoder's fields): first come, first kept
         _, first_src = np.unique(flow_src, return_index=True)
@@ -223,25 +202,13 @@ def host_part(kt: KinetoTrace, ids: Ids, flow_src, flow_dst, extra_flow_out: dic
         keep = np.zeros(flow_src.size, bool)
         keep[np.intersect1d(first_src, first_dst)] = True
         fs, fd = flow_src[keep], flow_dst[keep]
-        n_flows = int(fs.size)
-        f0 = ids.new_flows(n_flows)
-        fid = np.arange(f0, f0 + n_flows, dtype=np.int64)
-        fo_row[fs] = fid
-        fi_row[fd] = fid
-    for row, fid in extra_flow_out.items():
-        fo_row[row] = fid
-    flow_out = np.where(not_end, fo_row[s_row], 0)
-    flow_in = np.where(not_end, fi_row[s_row], 0)
+    n_flows = int(fs.size)
+    flow_out, flow_in = flow_fields(s_typ, s_row, kt.n, fs, fd, ids.new_flows(n_flows), extra_flow_out)
     seq_of_track = np.array([ids.new_seq() for _ in range(n_tr)], np.int64)
-    first = np.r_[True, s_trk[1:] != s_trk[:-1]] if s_trk.size else np.zeros(0, bool)
-    dts = np.diff(s_ts, prepend=s_ts[:1]) if s_ts.size else s_ts
-    dts[first] = 0
-    t0 = np.zeros(n_tr, np.int64)
-    t0[s_trk[first]] = s_ts[first]
-    hot, _ends = encode_hot_packets(seq_of_track[s_trk], dts, s_typ, name_iid, corr, flow_out, flow_in,
-                                    np.zeros(s_trk.size, np.int64))
-    setup = host_setup(kt, s_trk, s_row, corr, seq_of_track, track_uuid, t0)
-    return HostPart(head, setup, bytes(memoryview(hot)), lane0, int(kt.n), n_tr, n_flows,
+    hot = track_packets(s_trk, s_ts, s_typ, seq_of_track, name_iid=name_iid, annotation=corr, flow_out=flow_out,
+                        flow_in=flow_in)
+    setup = host_setup(kt, s_trk, s_row, corr, seq_of_track, track_uuid, hot.t0_of_track)
+    return HostPart(head, setup, bytes(memoryview(hot.data)), lane0, int(kt.n), n_tr, n_flows,
                     int(start.min()) if kt.n else 0, int(end.max()) if kt.n else 0)
 
 

@@ -50,11 +50,12 @@ import pyarrow.parquet as pq
 from ..trace.bundle import Trace, load
 from ..trace.files import create_beside
 from ..format.errors import Fa4traceError
+from ..export.packets import descriptor
 from ..export.perfetto import Placement
 from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
 from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
-from .packets import Ids, append_file, descriptor, report_slice, short, summary_slices
+from .packets import Ids, append_file, report_slice, short, summary_slices
 from .render import RenderJob, all_numbers, launch_events, launch_stats, render_launch
 from .report import REPORT_SLICE, MergeReport
 

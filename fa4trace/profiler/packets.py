@@ -1,9 +1,11 @@
-"""The packets every merged trace is made of: ids, track descriptors, the report slice, each
-traced launch's summary slice, and appending a part written elsewhere.
+"""What every merged trace holds besides its tracks' events: ids, the report slice, each traced
+launch's summary slice, and appending a part written elsewhere.
 
 Shared by the merge of one process (:mod:`fa4trace.profiler.merge`) and of several ranks
 (:mod:`fa4trace.profiler.ranks`): track uuids, packet sequence ids and flow ids count up across
-the whole output file (:class:`Ids`), so parts written one after the other never collide.
+the whole output file (:class:`Ids`), so parts written one after the other never collide. The
+packets themselves (track descriptors included) are written by :mod:`fa4trace.export.packets`,
+as the bundle export writes its own.
 """
 
 from __future__ import annotations
@@ -13,22 +15,14 @@ import shutil
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from ..export.packets import packet
 from .report import REPORT_ARG, REPORT_SLICE, MergeReport
 
-__all__ = ["Ids", "packet", "descriptor", "report_slice", "report_begin", "report_end", "summary_slices", "append_file", "short", "CLOCK_BOOTTIME",
-           "CLOCK_SEQ", "UUID_HOST"]
+__all__ = ["Ids", "report_slice", "report_begin", "report_end", "summary_slices", "append_file", "short",
+           "UUID_HOST"]
 
-CLOCK_BOOTTIME = 6
-CLOCK_SEQ = 64
 UUID_HOST = 1 << 40  # track uuids of the host part count up from here
-_NONE = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
-_EXPLICIT = pb.TrackDescriptor.EXPLICIT
 _TE = pb.TrackEvent
-
-
-def packet(p: pb.TracePacket) -> bytes:
-    """One packet as the bytes of a Trace holding it (a file is their concatenation)."""
-    return pb.Trace(packet=[p]).SerializeToString()
 
 
 class Ids:
@@ -51,31 +45,6 @@ class Ids:
         first = self.flow
         self.flow += n
         return first
-
-
-def descriptor(uuid: int, name: str, seq: int, *, parent: int = 0, rank: int | None = None, pid=None,
-               tid=None, process_name: str | None = None) -> bytes:
-    """A track's descriptor packet: a process (``pid``), a thread (``pid`` and ``tid``) or a
-    track below ``parent``; children in explicit order (``rank``), never merged with siblings."""
-    p = pb.TracePacket()
-    p.trusted_packet_sequence_id = seq
-    td = p.track_descriptor
-    td.uuid = uuid
-    if parent:
-        td.parent_uuid = parent
-    if pid is not None and tid is None:
-        td.process.pid = int(pid)
-        td.process.process_name = process_name or name
-    if tid is not None:
-        td.thread.pid = int(pid)
-        td.thread.tid = int(tid)
-        td.thread.thread_name = name
-    td.name = name
-    td.sibling_merge_behavior = _NONE
-    td.child_ordering = _EXPLICIT
-    if rank is not None:
-        td.sibling_order_rank = int(rank)
-    return packet(p)
 
 
 def short(s: str, n: int = 60) -> str:

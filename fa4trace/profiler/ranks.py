@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..export.packets import descriptor
 from ..export.perfetto import Placement
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace, read_meta
@@ -54,7 +55,7 @@ from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
 from .match import DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, match_launches, traced_launches
 from .merge import ALIGN_MODES, PARALLEL_ROWS, UUID_WARPS, align_launches, launch_entry
-from .packets import Ids, append_file, descriptor, report_begin, report_end, short, summary_slices
+from .packets import Ids, append_file, report_begin, report_end, short, summary_slices
 from .render import RenderJob, render_launch, worker_init
 from .report import REPORT_SLICE, MergeReport
 
