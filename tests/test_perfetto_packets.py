@@ -1,7 +1,7 @@
 """fa4trace.export.packets: the one Perfetto packet writer of the bundle export and the merge.
 
-The rare packets (track descriptors, sequence starts) are written field by field; here their
-bytes are held to those of the perfetto package's pb2 classes for every combination of fields.
+The rare packets (track descriptors, sequence starts) are held byte for byte to what the two
+writers it replaced wrote (the pb2 code below is theirs), for every combination of fields.
 The hot packets (bulk-encoded slices, flows, counters, annotations) are parsed back by pb2 and
 compared field by field with what was asked, varints of every length included.
 """

@@ -24,11 +24,9 @@ packets made apart are joined by concatenating their bytes. What is here:
   ``compressed_packets`` (zlib, as Perfetto's own service does), on a thread pool (zlib drops
   the GIL).
 
-The rare packets (descriptors, sequence starts) are written field by field in the order
-protobuf serializes them (ascending field numbers), so their bytes are those of the
-``perfetto`` package's pb2 classes (tests/test_perfetto_packets.py holds them to it) at a
-tenth of the cost: a launch of a million rows has thousands of tracks. Field numbers are read
-from the pb2 descriptors, so a renumbering would be caught.
+The rare packets (descriptors, sequence starts: thousands per launch of a million rows) are
+built with the ``perfetto`` package's pb2 classes; the hot ones are encoded here, with field
+numbers read from the pb2 descriptors (a renumbering would be caught).
 
 Wire details of the hot packets: ``flow_ids_old`` / ``terminating_flow_ids_old`` are the varint
 twins of ``flow_ids`` / ``terminating_flow_ids`` (fixed64: 8 bytes per id); the trace processor
@@ -46,6 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from .tracks import key_order, sorted_runs_order, stable_order
 
 __all__ = ["TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT", "TYPE_COUNTER", "CLOCK_BOOTTIME", "CLOCK_SEQ", "ANNOTATION_IID",
            "CHUNK_BYTES", "varint", "framed", "packet", "descriptor", "sequence_start", "slice_events", "flow_fields",
@@ -115,36 +115,10 @@ def packet(p: pb.TracePacket) -> bytes:
     return framed(p.SerializeToString())
 
 
-def _v(msg, name: str):
-    """(tag bytes of a varint field) for :func:`_fields`."""
-    return _tag(msg, name, _VARINT)
-
-
-def _b(msg, name: str):
-    return _tag(msg, name, _LEN)
-
-
-def _len_field(tag: bytes, body: bytes) -> bytes:
-    return tag + varint(len(body)) + body
-
-
-def _str_field(tag: bytes, s: str) -> bytes:
-    return _len_field(tag, s.encode("utf-8"))
-
-
 # ---- track descriptors -----------------------------------------------------------------------
 
-_TD = pb.TrackDescriptor
-_D_UUID, _D_NAME, _D_PROCESS, _D_THREAD = _v(_TD, "uuid"), _b(_TD, "name"), _b(_TD, "process"), _b(_TD, "thread")
-_D_PARENT, _D_COUNTER, _D_ORDERING = _v(_TD, "parent_uuid"), _b(_TD, "counter"), _v(_TD, "child_ordering")
-_D_RANK, _D_DESCRIPTION, _D_MERGE = _v(_TD, "sibling_order_rank"), _b(_TD, "description"), _v(_TD, "sibling_merge_behavior")
-_P_PID, _P_NAME = _v(pb.ProcessDescriptor, "pid"), _b(pb.ProcessDescriptor, "process_name")
-_TH_PID, _TH_TID, _TH_NAME = (_v(pb.ThreadDescriptor, "pid"), _v(pb.ThreadDescriptor, "tid"),
-                              _b(pb.ThreadDescriptor, "thread_name"))
-_PK_SEQ = _v(pb.TracePacket, "trusted_packet_sequence_id")
-_PK_DESCRIPTOR = _b(pb.TracePacket, "track_descriptor")
-_EXPLICIT = _D_ORDERING + varint(_TD.EXPLICIT)
-_NO_MERGE = _D_MERGE + varint(_TD.SIBLING_MERGE_BEHAVIOR_NONE)
+_NO_MERGE = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
+_EXPLICIT = pb.TrackDescriptor.EXPLICIT
 
 
 def descriptor(uuid: int, name: str, seq: int, *, parent: int = 0, rank: int | None = None, pid=None, tid=None,
@@ -153,78 +127,68 @@ def descriptor(uuid: int, name: str, seq: int, *, parent: int = 0, rank: int | N
     and ``tid``) or a track below ``parent`` (0: a root), a counter track with ``counter``.
     Children in explicit order (``rank``), never merged with same-named siblings;
     ``description``: the name in full and what the track holds (empty: none)."""
-    td = bytearray(_D_UUID + varint(uuid))
-    td += _str_field(_D_NAME, name)
-    if pid is not None and tid is None:
-        td += _len_field(_D_PROCESS, _P_PID + varint(int(pid)) + _str_field(_P_NAME, process_name or name))
-    if tid is not None:
-        td += _len_field(_D_THREAD, _TH_PID + varint(int(pid)) + _TH_TID + varint(int(tid)) + _str_field(_TH_NAME, name))
+    p = pb.TracePacket()
+    p.trusted_packet_sequence_id = seq
+    td = p.track_descriptor
+    td.uuid = uuid
     if parent:
-        td += _D_PARENT + varint(parent)
-    if counter:
-        td += _D_COUNTER + b"\x00"
-    td += _EXPLICIT
-    if rank is not None:
-        td += _D_RANK + varint(int(rank))
+        td.parent_uuid = parent
+    if pid is not None and tid is None:
+        td.process.pid = int(pid)
+        td.process.process_name = process_name or name
+    if tid is not None:
+        td.thread.pid = int(pid)
+        td.thread.tid = int(tid)
+        td.thread.thread_name = name
+    td.name = name
     if description:
-        td += _str_field(_D_DESCRIPTION, description)
-    td += _NO_MERGE
-    return framed(_PK_SEQ + varint(seq) + _len_field(_PK_DESCRIPTOR, bytes(td)))
+        td.description = description
+    td.sibling_merge_behavior = _NO_MERGE
+    td.child_ordering = _EXPLICIT
+    if rank is not None:
+        td.sibling_order_rank = int(rank)
+    if counter:
+        td.counter.SetInParent()
+    return packet(p)
 
 
 # ---- sequence starts -------------------------------------------------------------------------
-
-_CS = pb.ClockSnapshot.Clock
-_C_ID, _C_TS, _C_INC = _v(_CS, "clock_id"), _v(_CS, "timestamp"), _v(_CS, "is_incremental")
-_PK_CLOCKS = _b(pb.TracePacket, "clock_snapshot")
-_CS_CLOCK = _b(pb.ClockSnapshot, "clocks")
-_PK_INTERNED = _b(pb.TracePacket, "interned_data")
-_I_EVENT_NAMES, _I_ANN_NAMES = _b(pb.InternedData, "event_names"), _b(pb.InternedData, "debug_annotation_names")
-_N_IID, _N_NAME = _v(pb.EventName, "iid"), _b(pb.EventName, "name")
-_PK_FLAGS = _v(pb.TracePacket, "sequence_flags")
-_PK_DEFAULTS = _b(pb.TracePacket, "trace_packet_defaults")
-_DF_TE, _DF_CLOCK = _b(pb.TracePacketDefaults, "track_event_defaults"), _v(pb.TracePacketDefaults, "timestamp_clock_id")
-_TED_UUID = _v(pb.TrackEventDefaults, "track_uuid")
-_PK_FIRST = _v(pb.TracePacket, "first_packet_on_sequence")
-_CLEARED = _PK_FLAGS + varint(pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
-_BOOT = _C_ID + varint(CLOCK_BOOTTIME)
-_SEQCLOCK = _C_ID + varint(CLOCK_SEQ)
-
-
-def _interned(tag: bytes, names) -> bytes:
-    return b"".join(_len_field(tag, _N_IID + varint(iid) + _str_field(_N_NAME, nm)) for iid, nm in names)
-
 
 def sequence_start(seq: int, track_uuid: int, t0: int, event_names=(), annotation_names=()) -> bytes:
     """The first packet of a track's sequence: it clears the sequence's state, makes the track
     and the sequence's incremental clock the defaults of the packets after it, interns the
     names they use (``event_names`` / ``annotation_names``: (iid, name) pairs) and starts the
     clock at ``t0`` (ns, the trace clock)."""
-    snap = (_len_field(_CS_CLOCK, _BOOT + _C_TS + varint(t0))
-            + _len_field(_CS_CLOCK, _SEQCLOCK + _C_TS + varint(t0) + _C_INC + b"\x01"))
-    body = bytearray(_len_field(_PK_CLOCKS, snap))
-    body += _PK_SEQ + varint(seq)
-    if event_names or annotation_names:
-        body += _len_field(_PK_INTERNED, _interned(_I_EVENT_NAMES, event_names)
-                           + _interned(_I_ANN_NAMES, annotation_names))
-    body += _CLEARED
-    body += _len_field(_PK_DEFAULTS, _len_field(_DF_TE, _TED_UUID + varint(track_uuid)) + _DF_CLOCK + varint(CLOCK_SEQ))
-    body += _PK_FIRST + b"\x01"
-    return framed(bytes(body))
+    p = pb.TracePacket()
+    p.trusted_packet_sequence_id = seq
+    p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    p.first_packet_on_sequence = True
+    p.trace_packet_defaults.timestamp_clock_id = CLOCK_SEQ
+    p.trace_packet_defaults.track_event_defaults.track_uuid = track_uuid
+    if event_names:
+        names = p.interned_data.event_names
+        for iid, nm in event_names:
+            en = names.add()
+            en.iid = iid
+            en.name = nm
+    if annotation_names:
+        names = p.interned_data.debug_annotation_names
+        for iid, nm in annotation_names:
+            dn = names.add()
+            dn.iid = iid
+            dn.name = nm
+    clocks = p.clock_snapshot.clocks
+    c = clocks.add()
+    c.clock_id = CLOCK_BOOTTIME
+    c.timestamp = t0
+    c = clocks.add()
+    c.clock_id = CLOCK_SEQ
+    c.timestamp = t0
+    c.is_incremental = True
+    return packet(p)
 
 
 # ---- event streams ---------------------------------------------------------------------------
-
-def _stable_order(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
-    """Stable order by (major, minor), both non-negative int64; ties keep input order."""
-    if major.size == 0:
-        return np.zeros(0, np.int64)
-    bm, bn = int(major.max()).bit_length(), int(minor.max()).bit_length()
-    if bm + bn <= 63:
-        return np.argsort((major << bn) | minor, kind="stable")
-    o = np.argsort(minor, kind="stable")
-    return o[np.argsort(major[o], kind="stable")]
-
 
 def slice_events(row_track: np.ndarray, start: np.ndarray, end: np.ndarray, instant: np.ndarray,
                  rank: np.ndarray):
@@ -256,11 +220,30 @@ def slice_events(row_track: np.ndarray, start: np.ndarray, end: np.ndarray, inst
     rows = np.concatenate([e_rows, rep, rows_nz])
     typ = np.concatenate([np.full(e_rows.size, TYPE_END, np.int64), zi_type, np.full(rows_nz.size, TYPE_BEGIN, np.int64)])
     ts = np.concatenate([end[e_rows], start[rep], start[rows_nz]])
-    phase = np.concatenate([np.zeros(e_rows.size, np.int64), np.ones(rep.size, np.int64),
-                            np.full(rows_nz.size, 2, np.int64)])
     trk = row_track[rows]
-    o = _stable_order(trk, ts * 4 + phase)
+    o = _event_order(trk, ts, e_rows.size, rep.size)
     return trk[o], ts[o], typ[o], rows[o]
+
+
+def _event_order(trk: np.ndarray, ts: np.ndarray, n_end: int, n_zero: int) -> np.ndarray:
+    """The stable order by (track, time, phase) of [ENDs in reverse rank order, zero-length
+    spans and instants in rank order, BEGINs in rank order] (phases 0, 1, 2): the ENDs sorted
+    alone, the other two parts radix-sorted by track (in rank order their times ascend within a
+    track), then the three sorted runs merged."""
+    n = trk.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    bn = (int(ts.max()) * 4 + 3).bit_length()
+    phase = np.repeat(np.array([0, 1, 2], np.int64), [n_end, n_zero, n - n_end - n_zero])
+    if int(trk.max()).bit_length() + bn > 63:
+        return stable_order(trk, ts * 4 + phase)
+    key = (trk << bn) | (ts * 4 + phase)
+    parts, keys = [], []
+    for a, b, sort in ((0, n_end, True), (n_end, n_end + n_zero, False), (n_end + n_zero, n, False)):
+        o = (np.argsort(key[a:b], kind="stable") if sort else key_order(trk[a:b])) + a
+        parts.append(o)
+        keys.append(key[o])
+    return np.concatenate(parts)[sorted_runs_order(*keys)]
 
 
 def flow_fields(typ: np.ndarray, row: np.ndarray, n_rows: int, src: np.ndarray, dst: np.ndarray, first_id: int,
@@ -283,7 +266,7 @@ def flow_fields(typ: np.ndarray, row: np.ndarray, n_rows: int, src: np.ndarray, 
 def counter_points(key: np.ndarray, ts: np.ndarray, delta: np.ndarray):
     """A step counter per key from +1 / -1 changes: per key, the value after all changes at
     each time. Returns (key, ts, value), key by key in time order."""
-    o = _stable_order(key, ts * 2 + (delta > 0))
+    o = stable_order(key, ts * 2 + (delta > 0))
     k, t, dl = key[o], ts[o], delta[o]
     val = np.cumsum(dl)
     seg_start = np.r_[True, k[1:] != k[:-1]] if k.size else np.zeros(0, bool)
@@ -369,25 +352,37 @@ class _Encoder:
 
     def fields(self, items, sel: np.ndarray | None = None):
         buf = self.buf
-        pos = self.cur if sel is None else self.cur[sel]
+        pos = self.cur.copy() if sel is None else self.cur[sel]
         for tag, v, vl in items:
             for j, b in enumerate(tag):
-                buf[pos + j if j else pos] = b
-            pos = pos + len(tag)
+                if j:
+                    buf[pos + j] = b
+                else:
+                    buf[pos] = b
+            pos += len(tag)
             if v is None or v.size == 0:
                 continue
-            vmax = int(v.max())
-            if vmax < 0x80:
+            if int(v.max()) < 0x80:
                 buf[pos] = v
-                pos = pos + 1
+                pos += 1
                 continue
-            one = np.asarray(1, v.dtype)
-            buf[pos] = (v & 0x7F) | ((v >= 0x80).astype(v.dtype) << 7)
-            for j in range(1, int(vl.max())):
-                m = np.flatnonzero(vl > j)
-                vv = v[m] >> (7 * j)
-                buf[pos[m] + j] = (vv & 0x7F) | ((vv >= 0x80).astype(v.dtype) * (one << 7))
-            pos = pos + vl
+            # byte j of every varint at once; those all varints have are stored without a selection
+            lmin, lmax = int(vl.min()), int(vl.max())
+            x = v
+            for j in range(lmax):
+                byte = (x & 0x7F).astype(np.uint8)
+                if j + 1 < lmax:
+                    x = x >> 7
+                    if j + 1 < lmin:
+                        byte |= 0x80
+                    else:
+                        byte |= (x != 0).view(np.uint8) << 7
+                if j < lmin:
+                    buf[pos + j if j else pos] = byte
+                else:
+                    m = np.flatnonzero(vl > j)
+                    buf[pos[m] + j] = byte[m]
+            pos += lmin if lmin == lmax else vl
         if sel is None:
             self.cur = pos
         else:

@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from ..format.vocab import VOCAB, Vocabulary
 
-__all__ = ["EventColumns", "event_columns", "TrackLayout", "layout_tracks", "stable_order", "vocab_of"]
+__all__ = ["EventColumns", "event_columns", "TrackLayout", "layout_tracks", "stable_order", "key_order",
+           "sorted_runs_order", "vocab_of"]
 
 
 # ---- columns -------------------------------------------------------------------------------
@@ -87,6 +88,22 @@ def stable_order(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
         return np.argsort((major << bn) | minor, kind="stable")
     o = np.argsort(minor, kind="stable")
     return o[np.argsort(major[o], kind="stable")]
+
+
+def key_order(key: np.ndarray) -> np.ndarray:
+    """Stable order by a non-negative integer key, in its narrowest type: numpy sorts 16-bit
+    keys by radix (linear time; a million track or level numbers in a few ms)."""
+    if key.size == 0:
+        return np.zeros(0, np.int64)
+    top = int(key.max())
+    dt = np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64
+    return np.argsort(key.astype(dt, copy=False), kind="stable")
+
+
+def sorted_runs_order(*runs: np.ndarray) -> np.ndarray:
+    """Stable order of the concatenated ``runs``, each already ascending: a merge of the runs
+    (numpy's stable sort of int64 is a timsort, which finds them: linear time)."""
+    return np.argsort(np.concatenate(runs), kind="stable")
 
 
 # ---- track layout ----------------------------------------------------------------------------
@@ -178,7 +195,7 @@ def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *,
 
     # rank: (group, start, -end) order; the decoder's row order already sorts by start with
     # outer spans first, so a stable sort by group usually suffices (checked, else full sort)
-    order = np.argsort(group.astype(np.int32) if n_warps * n_cls < 2**31 else group, kind="stable")
+    order = key_order(group)
     gs, ss, es = group[order], r.start[order], r.end[order]
     ok = True
     if n > 1:
@@ -251,9 +268,8 @@ def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     n = tk.size
     idx = np.arange(n, dtype=np.int64)
     ev_tk = np.concatenate([tk[::-1], tk])
-    ev_ts = np.concatenate([end[::-1], start])
     ev_span = np.concatenate([idx[::-1], idx])
-    o = stable_order(ev_tk, ev_ts * 2 + np.repeat(np.array([0, 1], np.int64), n))
+    o = _stream_order(tk, start, end)
     span = ev_span[o]
     typ = np.where(o >= n, 1, -1)
     trk = ev_tk[o]
@@ -262,7 +278,7 @@ def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     seg = np.cumsum(seg_start) - 1
     d = d - (d - typ)[seg_start][seg]
     level = d - (typ > 0)
-    ol = np.argsort(level.astype(np.int32) if level.size and level.max() < 2**31 else level, kind="stable")
+    ol = key_order(level)
     sp, ty, tr = span[ol], typ[ol], trk[ol]
     isb = np.flatnonzero(ty[:-1] > 0)
     bad = (sp[isb + 1] != sp[isb]) | (tr[isb + 1] != tr[isb]) | (ty[isb + 1] > 0)
@@ -270,6 +286,25 @@ def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
         return np.zeros(0, np.int64)
     j = isb[bad]
     return _choose_moves(np.minimum(sp[j], sp[j + 1]), np.maximum(sp[j], sp[j + 1]))
+
+
+def _stream_order(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The order of [ENDs in reverse rank order, BEGINs in rank order] by (track, time, ENDs
+    first): the stable sort of that stream by its key, done as a sort of the ENDs alone, a
+    radix sort of the BEGINs by track (in rank order their starts ascend within a track) and a
+    merge of the two sorted runs."""
+    n = tk.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    bn = _bits(int(max(end.max(), start.max())) * 2 + 1)
+    if _bits(int(tk.max())) + bn > 63:
+        return stable_order(np.concatenate([tk[::-1], tk]),
+                            np.concatenate([end[::-1], start]) * 2 + np.repeat(np.array([0, 1], np.int64), n))
+    key_e = (tk[::-1] << bn) | (end[::-1] * 2)
+    oe = np.argsort(key_e, kind="stable")
+    ob = key_order(tk)
+    om = sorted_runs_order(key_e[oe], ((tk << bn) | (start * 2 + 1))[ob])
+    return np.concatenate([oe, ob + n])[om]
 
 
 def _choose_moves(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
