@@ -49,7 +49,8 @@ from .tracks import key_order, sorted_runs_order, stable_order
 
 __all__ = ["TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT", "TYPE_COUNTER", "CLOCK_BOOTTIME", "CLOCK_SEQ", "ANNOTATION_IID",
            "CHUNK_BYTES", "varint", "framed", "packet", "descriptor", "sequence_start", "slice_events", "flow_fields",
-           "counter_points", "track_deltas", "HotPackets", "track_packets", "encode_hot_packets", "compress_packets"]
+           "counter_points", "track_deltas", "HotPackets", "track_packets", "join_hot_packets", "encode_hot_packets",
+           "compress_packets"]
 
 TYPE_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 TYPE_END = pb.TrackEvent.TYPE_SLICE_END
@@ -319,6 +320,22 @@ def track_packets(track: np.ndarray, ts: np.ndarray, typ: np.ndarray, seq_of_tra
         seq_of_track[track], dts, typ, zeros if name_iid is None else name_iid,
         np.full(n, -1, np.int64) if annotation is None else annotation, zeros if flow_out is None else flow_out,
         zeros if flow_in is None else flow_in, zeros if counter is None else counter)
+    return HotPackets(data, ends, per_track, t0)
+
+
+def join_hot_packets(parts: list, n_tracks: int) -> HotPackets:
+    """The hot packets of several :func:`track_packets` calls (on disjoint tracks), one after
+    the other."""
+    if len(parts) == 1:
+        return parts[0]
+    data = np.concatenate([p.data for p in parts]) if parts else np.zeros(0, np.uint8)
+    offsets = np.cumsum([0] + [p.data.size for p in parts[:-1]])
+    ends = np.concatenate([p.ends + o for p, o in zip(parts, offsets)]) if parts else np.zeros(0, np.int64)
+    per_track = np.zeros(n_tracks, np.int64)
+    t0 = np.zeros(n_tracks, np.int64)
+    for p in parts:
+        per_track += p.per_track
+        t0 += p.t0_of_track
     return HotPackets(data, ends, per_track, t0)
 
 

@@ -28,9 +28,10 @@ would cross another live on tracks of their own, placed by :func:`fa4trace.expor
 The exporter draws what it is given: the ``role`` column names the warp tracks, and stage
 occupancy comes in as a table (``occupancy=``). For bundles of automatically traced kernels,
 :func:`fa4trace.analysis.kernel.export_inputs` assigns the roles and computes the series first.
-The export runs in phases, one function each: columns and layout (:func:`_columns`), the slice
-packets (:func:`_slices`), the counter tracks (:func:`_counters`), their encoding
-(:func:`_encode`), the track tree (:func:`_track_tree`) and each sequence's first packet
+The export runs in phases, one function each: columns and layout (:func:`_columns`), the flows
+(:func:`_flow_rows`), the counter tracks (:func:`_counters`), the slice and counter packets
+(:func:`_encode`: ordered and encoded a chunk of whole warps at a time, so that the arrays stay
+in cache), the track tree (:func:`_track_tree`) and each sequence's first packet
 (:func:`_sequence_setup`), then the write (:func:`_write`).
 
 Placed inside a larger trace (``place=``, a :class:`Placement`: fa4trace.profiler.merge puts
@@ -83,7 +84,7 @@ import pyarrow as pa
 from ..format.vocab import Vocabulary
 from ._io import write_parts
 from .packets import (ANNOTATION_IID, CHUNK_BYTES, TYPE_COUNTER, TYPE_END, HotPackets, compress_packets,
-                      counter_points, descriptor, flow_fields, sequence_start, slice_events, track_packets)
+                      counter_points, descriptor, join_hot_packets, sequence_start, slice_events, track_packets)
 from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, vocab_of
 
 __all__ = ["to_perfetto", "PerfettoStats", "Placement"]
@@ -93,11 +94,6 @@ ROOT_PID = 0xFA4  # pid of the process-like GPU root track
 
 
 # ---- event stream ----------------------------------------------------------------------------
-
-def _slice_stream(r: EventColumns, lay: TrackLayout):
-    """All BEGIN/END/INSTANT events of a bundle's rows (:func:`slice_events`)."""
-    return slice_events(lay.row_track, r.start, r.end, r.kind == 1, lay.rank)
-
 
 def _flows(r: EventColumns, row_warp: np.ndarray):
     """(src_row, dst_row) of the QK(i)->SOFTMAX(i) and SOFTMAX(i)->PV(i) edges of each warp."""
@@ -195,18 +191,13 @@ class PerfettoStats:
 # ---- phases of the exporter ------------------------------------------------------------------
 
 @dataclass
-class _Slices:
-    """Every BEGIN/END/INSTANT packet of the slice tracks, in (track, time) order."""
+class _FlowRows:
+    """The flow ids of the rows: per row the id of the arrow that leaves it and of the one that
+    ends on it (0: none); None where the export draws no flow."""
 
-    track: np.ndarray
-    ts: np.ndarray
-    type: np.ndarray
-    row: np.ndarray
-    name_iid: np.ndarray  # 0 on ENDs
-    iters: np.ndarray  # -1 where none
-    flow_out: np.ndarray | None  # 0 where none; None: no flow at all
-    flow_in: np.ndarray | None
-    n_flows: int
+    out: np.ndarray | None
+    into: np.ndarray | None
+    n: int
 
 
 @dataclass
@@ -240,20 +231,18 @@ def _columns(events: pa.Table, vocab: Vocabulary, place: Placement | None = None
     return r, layout_tracks(events, vocab, columns=r), data_shift, clock_offset
 
 
-def _slices(r: EventColumns, lay: TrackLayout, *, flows: bool, iterations: bool, first_flow_id: int = 1) -> _Slices:
-    """The slice packets: names on BEGIN/INSTANT, ``iter`` annotations, flow ids (counting up
-    from ``first_flow_id``) on BEGINs."""
-    trk, ts, typ, row = _slice_stream(r, lay)
-    name_iid = np.where(typ != TYPE_END, r.name[row] + 1, 0)
-    iters = np.where((typ != TYPE_END) & iterations, r.iter[row], -1)
-    flow_out = flow_in = None
-    n_flows = 0
-    if flows and r.n:
-        src, dst = _flows(r, lay.row_warp)
-        n_flows = int(src.size)
-        if n_flows:  # a flow's source and destination are spans: their BEGINs carry the ids
-            flow_out, flow_in = flow_fields(typ, row, r.n, src, dst, first_flow_id)
-    return _Slices(trk, ts, typ, row, name_iid, iters, flow_out, flow_in, n_flows)
+def _flow_rows(r: EventColumns, lay: TrackLayout, *, flows: bool, first_flow_id: int = 1) -> _FlowRows:
+    """Flow ids (counting up from ``first_flow_id``) on the rows the arrows leave and reach."""
+    if not (flows and r.n):
+        return _FlowRows(None, None, 0)
+    src, dst = _flows(r, lay.row_warp)
+    if not src.size:
+        return _FlowRows(None, None, 0)
+    fo, fi = np.zeros(r.n, np.int64), np.zeros(r.n, np.int64)
+    ids = np.arange(first_flow_id, first_flow_id + src.size, dtype=np.int64)
+    fo[src] = ids
+    fi[dst] = ids
+    return _FlowRows(fo, fi, int(src.size))
 
 
 def _counters(r: EventColumns, lay: TrackLayout, occupancy: pa.Table | None, ts_shift: int, *,
@@ -319,28 +308,54 @@ def _occupancy_counter(occupancy: pa.Table, ts_shift: int):
             occupancy["stages_full"].to_numpy().astype(np.int64)[o])
 
 
-def _encode(sl: _Slices, ct: _Counters, n_slice_tracks: int, first_sequence_id: int = 1,
-            clock_offset: int = 0) -> tuple[HotPackets, np.ndarray]:
-    """Encode the slice and counter packets; one sequence per hot track (slice tracks, then
+ENCODE_CHUNK_ROWS = 1 << 17  # rows encoded at a time (whole warps): arrays of a few MB stay in cache
+
+
+def _chunks(lay: TrackLayout) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of whole warps, ~ENCODE_CHUNK_ROWS rows each, whose tracks hold no row
+    outside them: where the rows come warp by warp (the decoder writes them so), else one."""
+    n = lay.row_warp.size
+    if n <= ENCODE_CHUNK_ROWS or not bool((lay.row_warp[1:] >= lay.row_warp[:-1]).all()):
+        return [(0, n)]
+    starts = np.flatnonzero(np.r_[True, lay.row_warp[1:] != lay.row_warp[:-1]])
+    cut = np.unique(starts[np.searchsorted(starts, np.arange(ENCODE_CHUNK_ROWS, n, ENCODE_CHUNK_ROWS))
+                           .clip(0, starts.size - 1)])
+    bounds = np.r_[0, cut[(cut > 0) & (cut < n)], n]
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+
+
+def _encode(r: EventColumns, lay: TrackLayout, fl: _FlowRows, ct: _Counters, *, iterations: bool,
+            first_sequence_id: int = 1, clock_offset: int = 0) -> tuple[HotPackets, np.ndarray]:
+    """The slice and counter packets, encoded; one sequence per hot track (slice tracks, then
     counter tracks; ids counting up from ``first_sequence_id``), the busiest tracks getting the
     smallest ids; timestamps as deltas within a track, from a first timestamp per track that
-    ``clock_offset`` moves (_columns). Returns the packets and each hot track's sequence id."""
-    n_hot_tracks = n_slice_tracks + len(ct.specs)
-    trk = np.concatenate([sl.track, ct.track])
-    per_track = np.bincount(trk, minlength=n_hot_tracks) if trk.size else np.zeros(n_hot_tracks, np.int64)
+    ``clock_offset`` moves (_columns). Slices carry their name, the ``iter`` annotation and
+    their flow ids on BEGIN / INSTANT. The rows are ordered into events and encoded a chunk of
+    whole warps at a time (:func:`_chunks`). Returns the packets and each hot track's sequence id."""
+    n_hot_tracks = lay.n_tracks + len(ct.specs)
+    per_track = np.zeros(n_hot_tracks, np.int64)  # a row is BEGIN + END, an instant one INSTANT
+    if r.n:
+        per_track[:lay.n_tracks] = np.bincount(lay.row_track, weights=np.where(r.kind == 1, 1, 2),
+                                               minlength=lay.n_tracks).astype(np.int64)
+    if ct.track.size:
+        per_track += np.bincount(ct.track, minlength=n_hot_tracks)
     seq_of_track = np.empty(n_hot_tracks, np.int64)
     seq_of_track[np.argsort(-per_track, kind="stable")] = np.arange(first_sequence_id, first_sequence_id + n_hot_tracks)
-    nc, ns = ct.ts.size, sl.ts.size
-
-    def both(a, fill):
-        return None if a is None else np.concatenate([a, np.full(nc, fill, np.int64)])
-
-    hot = track_packets(
-        trk, np.concatenate([sl.ts, ct.ts]), np.concatenate([sl.type, np.full(nc, TYPE_COUNTER, np.int64)]),
-        seq_of_track, name_iid=both(sl.name_iid, 0), annotation=both(sl.iters, -1),
-        flow_out=both(sl.flow_out, 0), flow_in=both(sl.flow_in, 0),
-        counter=np.concatenate([np.zeros(ns, np.int64), ct.value]) if nc else None, clock_offset=clock_offset)
-    return hot, seq_of_track
+    parts = []
+    for a, b in (_chunks(lay) if r.n else []):
+        trk, ts, typ, row = slice_events(lay.row_track[a:b], r.start[a:b], r.end[a:b], r.kind[a:b] == 1,
+                                         lay.rank[a:b] - a)
+        row += a
+        carries = typ != TYPE_END
+        parts.append(track_packets(
+            trk, ts, typ, seq_of_track, name_iid=np.where(carries, r.name[row] + 1, 0),
+            annotation=np.where(carries, r.iter[row], -1) if iterations else None,
+            flow_out=None if fl.out is None else np.where(carries, fl.out[row], 0),
+            flow_in=None if fl.into is None else np.where(carries, fl.into[row], 0), clock_offset=clock_offset))
+    if ct.ts.size:
+        parts.append(track_packets(ct.track, ct.ts, np.full(ct.ts.size, TYPE_COUNTER, np.int64), seq_of_track,
+                                   counter=ct.value, clock_offset=clock_offset))
+    return join_hot_packets(parts, n_hot_tracks), seq_of_track
 
 
 class _TrackTree:
@@ -418,12 +433,12 @@ def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int,
     return tree, track_uuid
 
 
-def _sequence_setup(r: EventColumns, sl: _Slices, hot: HotPackets, seq_of_track: np.ndarray, track_uuid: np.ndarray,
-                    n_slice_tracks: int, *, iterations: bool) -> tuple[bytes, int]:
+def _sequence_setup(r: EventColumns, lay: TrackLayout, hot: HotPackets, seq_of_track: np.ndarray,
+                    track_uuid: np.ndarray, *, iterations: bool) -> tuple[bytes, int]:
     """The first packet of every sequence that has packets (fa4trace.export.packets.sequence_start):
     its track, the names its slices use (and "iter"), its clock's start. Returns (bytes, sequences)."""
     n_names = len(r.names) + 1
-    pairs = np.unique(sl.track * n_names + r.name[sl.row]) if sl.track.size else np.zeros(0, np.int64)
+    pairs = np.unique(lay.row_track * n_names + r.name) if r.n else np.zeros(0, np.int64)
     names_of_track: dict[int, list] = {}
     for pkey in pairs.tolist():
         code = pkey % n_names
@@ -433,7 +448,7 @@ def _sequence_setup(r: EventColumns, sl: _Slices, hot: HotPackets, seq_of_track:
     used = np.flatnonzero(hot.per_track > 0)
     for tix, seq, uuid, t0 in zip(used.tolist(), seq_of_track[used].tolist(), track_uuid[used].tolist(),
                                   hot.t0_of_track[used].tolist()):
-        if tix < n_slice_tracks:
+        if tix < lay.n_tracks:
             setup += sequence_start(seq, uuid, t0, names_of_track.get(tix, ()), ann)
         else:
             setup += sequence_start(seq, uuid, t0)
@@ -488,17 +503,18 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
     meta: dict = dict(getattr(trace, "meta", {}) or {})
     with _timed(tm, "layout"):
         r, lay, data_shift, clock_offset = _columns(trace.events, vocab_of(meta), place)
-    with _timed(tm, "stream"):
+    with _timed(tm, "flows"):
         first_flow = place.first_flow_id if place else 1
-        sl = _slices(r, lay, flows=flows, iterations=iterations, first_flow_id=first_flow)
+        fl = _flow_rows(r, lay, flows=flows, first_flow_id=first_flow)
     with _timed(tm, "counters"):
         ct = _counters(r, lay, occupancy if counters else None, data_shift, warps=counters, inflight=inflight_counters)
     with _timed(tm, "encode"):
         first_seq = place.first_sequence_id if place else 1
-        hot, seq_of_track = _encode(sl, ct, lay.n_tracks, first_seq, clock_offset)
+        hot, seq_of_track = _encode(r, lay, fl, ct, iterations=iterations, first_sequence_id=first_seq,
+                                    clock_offset=clock_offset)
     with _timed(tm, "descriptors"):
         tree, track_uuid = _track_tree(meta, lay, ct.specs, seq=first_seq + hot.per_track.size, place=place)
-        setup, n_seq = _sequence_setup(r, sl, hot, seq_of_track, track_uuid, lay.n_tracks, iterations=iterations)
+        setup, n_seq = _sequence_setup(r, lay, hot, seq_of_track, track_uuid, iterations=iterations)
     with _timed(tm, "write"):
         written, uncompressed = _write(path_or_file, bytes(tree.packets), setup, hot, compress=compress,
                                        level=compress_level, chunk_bytes=chunk_bytes, threads=threads)
@@ -506,8 +522,8 @@ def to_perfetto(trace, path_or_file, *, occupancy: pa.Table | None = None, compr
     return PerfettoStats(
         slices=int(r.n), packets=tree.count + n_seq + n_hot, hot_packets=n_hot,
         tracks=tree.count, slice_tracks=lay.n_tracks,
-        extra_lanes=int((lay.track_lane > 0).sum()), sequences=n_seq, flows=sl.n_flows,
+        extra_lanes=int((lay.track_lane > 0).sum()), sequences=n_seq, flows=fl.n,
         counter_points=int(ct.ts.size), bytes=written, bytes_uncompressed=uncompressed,
         compressed=bool(compress), seconds=time.perf_counter() - t_all, lane_rounds=lay.lane_rounds,
         timings=tm, next_uuid=tree.last_uuid + 1, next_sequence_id=tree.seq + 1,
-        next_flow_id=first_flow + sl.n_flows)
+        next_flow_id=first_flow + fl.n)

@@ -166,6 +166,7 @@ class TrackLayout:
 
 
 MAX_LANE_ROUNDS = 12
+LAYOUT_CHUNK_ROWS = 1 << 17  # rows laid out at a time (whole warps): arrays of a few MB stay in cache
 
 
 def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *,
@@ -177,7 +178,8 @@ def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *,
     n = r.n
     # warps = (launch, cta, warp); the decoder writes them contiguously, use that when true
     wk = (r.launch << 48) | (r.cta << 16) | r.warp
-    if n and (wk[1:] >= wk[:-1]).all():
+    contiguous = bool(n and (wk[1:] >= wk[:-1]).all())
+    if contiguous:
         first = np.flatnonzero(np.r_[True, wk[1:] != wk[:-1]]) if n else np.zeros(0, np.int64)
         row_warp = np.cumsum(np.r_[False, wk[1:] != wk[:-1]]).astype(np.int64)
     else:
@@ -193,29 +195,61 @@ def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *,
     n_cls = len(async_names) + 1
     group = row_warp * n_cls + row_cls
 
+    # warps whose rows are contiguous are laid out a chunk of whole warps at a time (a group's
+    # lanes depend on its own rows only): the same layout, with arrays that stay in cache
+    if contiguous and n > LAYOUT_CHUNK_ROWS:
+        cut_warps = np.unique(np.searchsorted(first, np.arange(LAYOUT_CHUNK_ROWS, n, LAYOUT_CHUNK_ROWS)))
+        bounds = np.r_[0, first[cut_warps[cut_warps > 0]], n]
+    else:
+        bounds = np.array([0, n])
+    rank, row_track, tgroup, track_lane = [], [], [], []
+    rounds = greedy = n_tracks = 0
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        warps = (int(row_warp[a]), int(row_warp[b - 1]) + 1) if contiguous else (0, n_warps)
+        part = _lanes(group[a:b], r.start[a:b], r.end[a:b], r.kind[a:b], warps, n_cls)
+        rank.append(part[0] + a)
+        row_track.append(part[1] + n_tracks)
+        tgroup.append(part[2])
+        track_lane.append(part[3])
+        rounds, greedy, n_tracks = max(rounds, part[4]), greedy + part[5], n_tracks + part[2].size
+    tgroup, track_lane = np.concatenate(tgroup), np.concatenate(track_lane)
+    role_of_warp = [r.role_names[c] if r.role_names else "unknown" for c in r.role[first]] if n else []
+    return TrackLayout(
+        row_track=np.concatenate(row_track), row_warp=row_warp, rank=np.concatenate(rank),
+        track_warp=tgroup // n_cls, track_class=tgroup % n_cls, track_lane=track_lane,
+        warp_launch=r.launch[first], warp_cta=r.cta[first], warp_sm=r.sm[first], warp_index=r.warp[first],
+        warp_role=role_of_warp, async_names=async_names, lane_rounds=rounds, greedy_groups=greedy)
+
+
+def _lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarray, warps: tuple, n_cls: int):
+    """The layout of some rows holding whole groups (warp * n_cls + class) of warps
+    ``warps`` (first, stop): per row its rank ((group, start, -end) order) and track, per
+    track its group and lane (tracks in (group, lane) order, each warp's own track included).
+    Returns (rank, row_track, track_group, track_lane, lane rounds, greedy groups)."""
+    n = group.size
     # rank: (group, start, -end) order; the decoder's row order already sorts by start with
     # outer spans first, so a stable sort by group usually suffices (checked, else full sort)
     order = key_order(group)
-    gs, ss, es = group[order], r.start[order], r.end[order]
+    gs, ss, es = group[order], start[order], end[order]
     ok = True
     if n > 1:
         same_g = gs[1:] == gs[:-1]
         ok = bool(((ss[1:] > ss[:-1]) | ((ss[1:] == ss[:-1]) & (es[1:] <= es[:-1])) | ~same_g).all())
     if not ok:
-        emax = int(r.end.max()) if n else 0
-        o2 = stable_order(r.start, emax - r.end)
+        emax = int(end.max()) if n else 0
+        o2 = stable_order(start, emax - end)
         order = o2[np.argsort(group[o2], kind="stable")]
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
 
     lane = np.zeros(n, np.int64)
-    nonzero = (r.kind != 1) & (r.end > r.start)
+    nonzero = (kind != 1) & (end > start)
     active = order[nonzero[order]]  # rank order
     rounds = 0
     while active.size and rounds < MAX_LANE_ROUNDS:
         rounds += 1
         tk = group[active] * (int(lane[active].max()) + 2) + lane[active]
-        move = _nest_violations(tk, r.start[active], r.end[active])
+        move = _nest_violations(tk, start[active], end[active])
         if move.size == 0:
             active = active[:0]
             break
@@ -226,12 +260,12 @@ def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *,
     if active.size:
         # pathological data (many mutually crossing spans): exact greedy per remaining group
         tk = group[active] * (int(lane[active].max()) + 2) + lane[active]
-        move = _nest_violations(tk, r.start[active], r.end[active])
+        move = _nest_violations(tk, start[active], end[active])
         bad_groups = np.unique(group[active[move]])
         greedy = int(bad_groups.size)
         for gg in bad_groups:
             idx = active[group[active] == gg]
-            lane[idx] = _greedy_lanes(r.start[idx], r.end[idx])
+            lane[idx] = _greedy_lanes(start[idx], end[idx])
 
     # lanes of a group are renumbered 0, 1, 2... (a round can empty a lane that others skip)
     if n and lane.any():
@@ -244,17 +278,10 @@ def layout_tracks(events: pa.Table, vocab: Vocabulary | None = None, *,
     # tracks: (warp, class, lane), numbered in that order; each warp always has its own track
     tkey_lane_bits = _bits(int(lane.max()) if n else 0) + 1
     tkey = (group << tkey_lane_bits) | lane
-    base_keys = (np.arange(n_warps, dtype=np.int64) * n_cls) << tkey_lane_bits
+    base_keys = (np.arange(*warps, dtype=np.int64) * n_cls) << tkey_lane_bits
     all_keys = np.unique(np.concatenate([tkey, base_keys]))
-    row_track = np.searchsorted(all_keys, tkey)
-    tgroup = all_keys >> tkey_lane_bits
-    track_lane = all_keys & ((1 << tkey_lane_bits) - 1)
-    role_of_warp = [r.role_names[c] if r.role_names else "unknown" for c in r.role[first]] if n else []
-    return TrackLayout(
-        row_track=row_track.astype(np.int64), row_warp=row_warp, rank=rank,
-        track_warp=tgroup // n_cls, track_class=tgroup % n_cls, track_lane=track_lane,
-        warp_launch=r.launch[first], warp_cta=r.cta[first], warp_sm=r.sm[first], warp_index=r.warp[first],
-        warp_role=role_of_warp, async_names=async_names, lane_rounds=rounds, greedy_groups=greedy)
+    row_track = np.searchsorted(all_keys, tkey).astype(np.int64)
+    return (rank, row_track, all_keys >> tkey_lane_bits, all_keys & ((1 << tkey_lane_bits) - 1), rounds, greedy)
 
 
 def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
