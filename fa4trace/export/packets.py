@@ -361,9 +361,8 @@ class _Encoder:
 
     def __init__(self, lengths: np.ndarray):
         total = int(lengths.sum())
-        it = np.int32 if total < 2**31 - 64 else np.int64
-        self.end = np.cumsum(lengths, dtype=it)
-        self.off = self.end - lengths.astype(it)
+        self.end = np.cumsum(lengths, dtype=np.intp)  # the index type: a scatter of int32 positions converts them
+        self.off = self.end - lengths.astype(np.intp)
         self.buf = np.empty(total, np.uint8)
         self.cur = self.off.copy()
 
