@@ -49,7 +49,7 @@ from .tracks import key_order, sorted_runs_order, stable_order
 
 __all__ = ["TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT", "TYPE_COUNTER", "CLOCK_BOOTTIME", "CLOCK_SEQ", "ANNOTATION_IID",
            "CHUNK_BYTES", "varint", "framed", "packet", "descriptor", "sequence_start", "slice_events", "flow_fields",
-           "counter_points", "track_deltas", "HotPackets", "track_packets", "join_hot_packets", "encode_hot_packets",
+           "counter_points", "track_names", "track_deltas", "HotPackets", "track_packets", "join_hot_packets", "encode_hot_packets",
            "compress_packets"]
 
 TYPE_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
@@ -275,6 +275,17 @@ def counter_points(key: np.ndarray, ts: np.ndarray, delta: np.ndarray):
     val = val - (val - dl)[seg_start][seg]
     last = np.r_[(k[1:] != k[:-1]) | (t[1:] != t[:-1]), True] if k.size else np.zeros(0, bool)
     return k[last], t[last], val[last]
+
+
+def track_names(track: np.ndarray, name: np.ndarray, n_tracks: int, n_names: int) -> np.ndarray:
+    """The (track, name) pairs that occur, as ``track * n_names + name``, ascending: the names
+    each track's sequence interns."""
+    if track.size == 0:
+        return np.zeros(0, np.int64)
+    key = track.astype(np.int64) * n_names + name
+    if n_tracks * n_names <= 8 * track.size:  # a table of every pair is small: count, no sort
+        return np.flatnonzero(np.bincount(key, minlength=n_tracks * n_names))
+    return np.unique(key)
 
 
 def track_deltas(track: np.ndarray, ts: np.ndarray, n_tracks: int) -> tuple[np.ndarray, np.ndarray]:

@@ -82,9 +82,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..format.vocab import Vocabulary
+from ..trace.meta import BundleMeta, LaunchMeta
 from ._io import write_parts
 from .packets import (ANNOTATION_IID, CHUNK_BYTES, TYPE_COUNTER, TYPE_END, HotPackets, compress_packets,
-                      counter_points, descriptor, join_hot_packets, sequence_start, slice_events, track_packets)
+                      counter_points, descriptor, join_hot_packets, sequence_start, slice_events, track_names,
+                      track_packets)
 from .tracks import EventColumns, TrackLayout, event_columns, layout_tracks, vocab_of
 
 __all__ = ["to_perfetto", "PerfettoStats", "Placement"]
@@ -386,21 +388,21 @@ def _track_tree(meta: dict, lay: TrackLayout, specs: list, seq: int,
     tracks in layout order, then the counter tracks of ``specs``). The root is a process of its
     own, or with ``place`` a child of the placement's parent track."""
     tree = _TrackTree(seq, place.uuid_base if place else UUID_BASE)
+    info = BundleMeta.from_meta(meta)
     if place:
         root = tree.add(place.parent_uuid, place.name, rank=place.rank)
     else:
-        gpu = meta.get("gpu") or {}
-        gpu_name = gpu.get("name") if isinstance(gpu, dict) else str(gpu)
-        kernel = str(meta.get("kernel", "kernel"))
+        gpu_name = info.gpu.name
+        kernel = str(info.kernel if info.has("kernel") else "kernel")
         root = tree.add(0, f"GPU {gpu_name or ''} · {kernel}".replace("GPU  ·", "GPU ·"), process=True,
                         description=f"kernel {kernel}" + (f" on {gpu_name}" if gpu_name else ""))
     launches = np.unique(lay.warp_launch) if lay.warp_launch.size else np.zeros(0, np.int64)
-    launch_meta = meta.get("launches") or []
+    launch_meta = info.launches
     launch_uuid = {}
     for li in launches.tolist():
         if launches.size > 1:
-            lm = launch_meta[li] if 0 <= li < len(launch_meta) and isinstance(launch_meta[li], dict) else {}
-            name = f"launch {li}" + (f" · {lm['kernel']}" if lm.get("kernel") else "")
+            lm = launch_meta[li] if 0 <= li < len(launch_meta) else LaunchMeta()
+            name = f"launch {li}" + (f" · {lm.kernel}" if lm.kernel else "")
             launch_uuid[li] = tree.add(root, name, rank=li, description=name)
         else:
             launch_uuid[li] = root
@@ -438,7 +440,7 @@ def _sequence_setup(r: EventColumns, lay: TrackLayout, hot: HotPackets, seq_of_t
     """The first packet of every sequence that has packets (fa4trace.export.packets.sequence_start):
     its track, the names its slices use (and "iter"), its clock's start. Returns (bytes, sequences)."""
     n_names = len(r.names) + 1
-    pairs = np.unique(lay.row_track * n_names + r.name) if r.n else np.zeros(0, np.int64)
+    pairs = track_names(lay.row_track, r.name, lay.n_tracks, n_names)
     names_of_track: dict[int, list] = {}
     for pkey in pairs.tolist():
         code = pkey % n_names

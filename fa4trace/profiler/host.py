@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..export.packets import (ANNOTATION_IID, TYPE_END, descriptor, flow_fields, sequence_start, slice_events,
-                              track_packets)
+                              track_names, track_packets)
 from ..export.tracks import layout_tracks
 from ..format.vocab import Vocabulary
 from .kineto import GPU_CATEGORIES, KIND_INSTANT, LAUNCH_CATEGORIES, KinetoTrace
@@ -163,7 +163,7 @@ def host_setup(kt: KinetoTrace, s_trk, s_row, corr, seq_of_track, track_uuid, t0
     n_tr = track_uuid.size
     per_track = np.bincount(s_trk, minlength=n_tr)
     nn = len(kt.names) + 1
-    pairs = np.unique(s_trk.astype(np.int64) * nn + kt.name[s_row]) if s_trk.size else np.zeros(0, np.int64)
+    pairs = track_names(s_trk, kt.name[s_row], n_tr, nn)
     names_of: dict = {}
     for key in pairs.tolist():
         code = key % nn
