@@ -325,6 +325,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
 
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
     from fa4trace.bench import results
     from fa4trace.run.timing import graph_time
 
@@ -340,7 +341,8 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
                          torch.empty(m, n, device="cuda", dtype=torch.bfloat16)))
         a, b, d = sets[0]
         # 1) the bundle: 8 CTAs spread over the persistent grid, every warp, output checked
-        kern = load(build_dir, "quack_gemm_sm90", options=RecordOptions(ctas=8, cta_stride=16, capacity=16384))
+        kern = load(build_dir, "quack_gemm_sm90",
+                    options=RecordOptions(Sampling(ctas=8, cta_stride=16, capacity=16384)))
         kern(a, b, d)
         ref = (a.float() @ b.float().T)
         rel = float(((d.float() - ref).norm() / ref.norm()).item())
@@ -353,7 +355,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         from fa4trace.run.record import new_trace_tensor
 
         names = [f"quack_gemm_sm90{sfx}" for sfx, _c, _f, _l in VARIANTS if f"quack_gemm_sm90{sfx}" in BuildDir(build_dir).functions]
-        opts = RecordOptions(ctas=H200_SMS, capacity=1 << 15, check=False)
+        opts = RecordOptions(Sampling(ctas=H200_SMS, capacity=1 << 15), check=False)
         kerns = {nm: load(build_dir, nm, options=opts) for nm in names}
         plain = kerns[names[0]].plain
         spec = opts.spec(kerns[names[0]].warps_per_cta)
@@ -361,7 +363,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
         refused = {nm: _refused(lambda kk=kk: kk.fn(*sets[0], bufs[0])) for nm, kk in kerns.items()}
         kerns = {nm: kk for nm, kk in kerns.items() if refused[nm] is None}
         # the default build with one warp per warpgroup recording (0, 4, 8): the others skip their stores
-        lead = RecordOptions(ctas=H200_SMS, capacity=1 << 15, check=False, warps=LEAD_WARPS)
+        lead = RecordOptions(Sampling(ctas=H200_SMS, capacity=1 << 15, warps=LEAD_WARPS), check=False)
         lbufs = [new_trace_tensor(lead.spec(kerns[names[0]].warps_per_cta)) for _ in range(n_sets)]
         times: dict = {"plain": [], "lead": []}
         for _ in range(rounds):
@@ -388,7 +390,7 @@ def run(build_dir: str, out: str, json_path: str | None, rounds: int, replays: i
                 continue
             if cfg.get("cursor") == "ring":
                 row.update(_ring_bundle(build_dir, nm, lambda kk: kk(a, b, d),
-                                        RecordOptions(ctas=8, cta_stride=16, capacity=16384),
+                                        RecordOptions(Sampling(ctas=8, cta_stride=16, capacity=16384)),
                                         {"m": m, "n": n, "k": k, "dtype": "bf16", "tile": list(TILE)}, out, names[0],
                                         f"{nm}_{label}"))
             rows.append({**row, "traced_us": round(med[nm], 2),
@@ -428,6 +430,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
 
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
     from fa4trace.fa4.run import call_args
     from fa4trace.run.record import new_trace_tensor
     from fa4trace.run.timing import paired_costs
@@ -448,7 +451,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
                        for _ in range(3))
             sets.append((q, k, v, torch.empty_like(q)))
         scale = 1.0 / math.sqrt(p["d"])
-        kern = load(build_dir, name, options=RecordOptions(ctas=8, cta_stride=17, capacity=1 << 15))
+        kern = load(build_dir, name, options=RecordOptions(Sampling(ctas=8, cta_stride=17, capacity=1 << 15)))
         params = kern.meta["params"][:-1]
 
         def args(i, trace=None):
@@ -465,7 +468,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
         path = os.path.join(out, f"{name}.parquet")
         trace.save(path, overwrite=True)
         n_ctas = p["b"] * p["h"] * math.ceil(p["seqlen"] / 128)
-        full = load(build_dir, name, options=RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False))
+        full = load(build_dir, name, options=RecordOptions(Sampling(ctas=n_ctas, capacity=1 << 13), check=False))
         spec = full.options.spec(full.warps_per_cta)
         bufs = [new_trace_tensor(spec) for _ in range(n_sets)]
         others = [] if variant != "full" else [name + sfx for sfx, _f, _s, _c in FA4_VARIANTS
@@ -475,7 +478,8 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
         fns = {nm: fn for nm, fn in fns.items() if refused[nm] is None}
         # the same build with one warp per warpgroup recording in every CTA (the others' stores
         # predicated off); a sample of CTAs is bench_cta_sample.py's
-        lead_opts, lead_what = (RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False, warps=LEAD_WARPS),
+        lead_opts, lead_what = (RecordOptions(Sampling(ctas=n_ctas, capacity=1 << 13, warps=LEAD_WARPS),
+                                              check=False),
                                 "lead warps 0, 4, 8 record")
         sbufs = [new_trace_tensor(lead_opts.spec(full.warps_per_cta)) for _ in range(n_sets)]
         launches = {name: lambda i: full.fn(*args(i), bufs[i]), "lead": lambda i: full.fn(*args(i), sbufs[i])}
@@ -500,7 +504,7 @@ def run_fa4(build_dir: str, out: str, rounds: int, replays: int) -> list:
                 op, mo, ocost = timed[nm]
                 if cfg.get("cursor") == "ring":
                     row.update(_ring_bundle(build_dir, nm, lambda kk: kk(*args(0)),
-                                            RecordOptions(ctas=8, cta_stride=17, capacity=1 << 15),
+                                            RecordOptions(Sampling(ctas=8, cta_stride=17, capacity=1 << 15)),
                                             {"b": p["b"], "seqlen": p["seqlen"], "h": p["h"], "d": p["d"],
                                              "dtype": "bf16", "causal": False}, out, name))
                 rows.append(dict(row, plain_us=round(op, 2), traced_us=round(mo, 2), cost_pct=round(ocost, 2)))
@@ -526,6 +530,7 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
     from fa4trace.attention.api import variant_for
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
     from fa4trace.run.record import new_trace_tensor
     from fa4trace.run.timing import graph_time
 
@@ -540,12 +545,14 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
         q, k, v, o = sets[i]
         return (q, k, v, o, lse, o_part, lse_part, count, *plan.kernel_args(scale), None)
 
-    kern = load(build_dir, "decode_sm90_generic", options=RecordOptions(ctas=plan.n_ctas, capacity=4096))
+    kern = load(build_dir, "decode_sm90_generic",
+                options=RecordOptions(Sampling(ctas=plan.n_ctas, capacity=4096)))
     kern(*args(0))
     trace = kern.trace(config=dict(p, dtype="bf16", variant=variant.name))
     path = os.path.join(out, "decode_d128_16to1_sk131072_b1_pingpong_generic.parquet")
     trace.save(path, overwrite=True)
-    full = load(build_dir, "decode_sm90_generic", options=RecordOptions(ctas=plan.n_ctas, capacity=4096, check=False))
+    full = load(build_dir, "decode_sm90_generic",
+                options=RecordOptions(Sampling(ctas=plan.n_ctas, capacity=4096), check=False))
     last = load(build_dir, "decode_sm90_generic_l2last", options=full.options).fn
     bufs = [new_trace_tensor(full.options.spec(full.warps_per_cta)) for _ in range(n_sets)]
     from fa4trace.run.aot import BuildDir
@@ -581,7 +588,8 @@ def run_decode(build_dir: str, out: str, rounds: int, replays: int) -> list:
     else:
         mr = sorted(tr)[len(tr) // 2]
         rrow.update(_ring_bundle(build_dir, ring_name, lambda kk: kk(*args(0)),
-                                 RecordOptions(ctas=plan.n_ctas, capacity=4096), dict(p, dtype="bf16", variant=variant.name),
+                                 RecordOptions(Sampling(ctas=plan.n_ctas, capacity=4096)),
+                                 dict(p, dtype="bf16", variant=variant.name),
                                  out, "decode_sm90_generic"))
         rrow.update(traced_us=round(mr, 2), cost_pct=round(100 * (mr / mp - 1), 2))
     print(json.dumps(rrow), flush=True)

@@ -58,8 +58,9 @@ def _grid_ctas(bdir: str, base: str, args, upper: int) -> int:
     and a few records per warp, counted in its bundle."""
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
 
-    kern = load(bdir, base, options=RecordOptions(ctas=upper, capacity=8, check=False))
+    kern = load(bdir, base, options=RecordOptions(Sampling(ctas=upper, capacity=8), check=False))
     kern(*args(0))
     return len(set(kern.trace(config={}).events.column("cta").to_pylist()))
 
@@ -112,12 +113,13 @@ def run(bdir: str, rounds: int, replays: int) -> list:
 
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
     from fa4trace.run.record import new_trace_tensor
     from fa4trace.run.timing import graph_time
 
     rows = []
     for kernel, shape, base, args, n_sets, n_ctas, samples, per in _cases(bdir):
-        every = RecordOptions(ctas=n_ctas, capacity=1 << 13, check=False)
+        every = RecordOptions(Sampling(ctas=n_ctas, capacity=1 << 13), check=False)
         timed = {"plain": None}
         for sfx, _split in SPLITS:
             kern = load(bdir, base + sfx, options=every)
@@ -125,7 +127,8 @@ def run(bdir: str, rounds: int, replays: int) -> list:
             timed["plain"] = timed["plain"] or (kern.plain, None)
         checks = {}
         for label, ctas, stride in samples:
-            chk = load(bdir, base, options=RecordOptions(ctas=ctas, cta_stride=stride, capacity=1 << 14))
+            chk = load(bdir, base,
+                       options=RecordOptions(Sampling(ctas=ctas, cta_stride=stride, capacity=1 << 14)))
             chk(*args(0))
             torch.cuda.synchronize()
             tr = chk.trace(config={})
@@ -133,7 +136,7 @@ def run(bdir: str, rounds: int, replays: int) -> list:
             want = [c for c in range(0, n_ctas, stride)][:ctas]
             checks[label] = {"bitwise_equal": all(chk.checked), "ctas_recorded": len(got),
                              "only_those_asked": set(got) <= set(want), "events": len(tr)}
-            opts = RecordOptions(ctas=ctas, cta_stride=stride, capacity=1 << 13, check=False)
+            opts = RecordOptions(Sampling(ctas=ctas, cta_stride=stride, capacity=1 << 13), check=False)
             for sfx, _split in SPLITS:
                 kern = load(bdir, base + sfx, options=opts)
                 timed[f"{label}{sfx}"] = (kern.fn, [new_trace_tensor(opts.spec(kern.warps_per_cta)) for _ in range(n_sets)])

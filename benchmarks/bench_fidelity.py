@@ -950,18 +950,19 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
     passes and the references, each twice; {configuration: one-launch bundle} for the line)."""
     from fa4trace.analysis.passes import DENSE, pass_traces
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
 
     n, stride = case.sample
     dense = case.builds["dense"]
     passes = tuple(b for b in PASS_BUILDS if b in case.builds)
     cfg = {"kernel": case.kernel, "shape": case.shape, "round": r}
-    k = _instrumented(dense, RecordOptions(ctas=n, cta_stride=stride, capacity=case.record_capacity, check=True,
-                                           passes=passes), plain=dense.plain, recompile=prebuilt(case.builds))
+    k = _instrumented(dense, RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity),
+                                           check=True, passes=passes), plain=dense.plain, recompile=prebuilt(case.builds))
     k(*case.args(0))
     bundle = k.trace(config=dict(cfg, recording="dense with passes"))
-    ref_opts = RecordOptions(ctas=n, cta_stride=stride, capacity=case.record_capacity, check=False)
+    ref_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity), check=False)
     lw = lead_warps(dense.meta["warps_per_cta"])
-    lead_opts = RecordOptions(ctas=n, cta_stride=stride, capacity=case.record_capacity, check=False, warps=lw)
+    lead_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity, warps=lw), check=False)
     refs: dict = {b: [] for b in passes}
     refs[LEAD] = []
     for _ in range(2):  # first launches of every build, then the second ones
@@ -979,24 +980,26 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
 def line_options(case: Case, timed: bool = False) -> dict:
     """The recordings of the line besides the fidelity sample (each checked, so its plain twin is
     timed): instrument()'s defaults, and every CTA with a capacity that drops nothing where the
-    defaults leave CTAs out (a grid beyond DEFAULT_CTAS). ``timed``: the every-CTA one always
+    defaults leave CTAs out (a grid beyond UNKNOWN_GRID_CTAS). ``timed``: the every-CTA one always
     (an in-launch headline is set against its cost)."""
-    from fa4trace.auto.run import DEFAULT_CTAS, RecordOptions
+    from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import UNKNOWN_GRID_CTAS, Sampling
 
     out = {"default": RecordOptions(check=True)}
-    if timed or case.grid > DEFAULT_CTAS:
-        out["every CTA"] = RecordOptions(ctas=case.grid, capacity=case.capacity, check=True)
+    if timed or case.grid > UNKNOWN_GRID_CTAS:
+        out["every CTA"] = RecordOptions(Sampling(ctas=case.grid, capacity=case.capacity), check=True)
     return out
 
 
 def timed_specs(case: Case) -> dict:
     """{configuration: buffer spec} timed against the plain build: each line recording's own."""
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
 
     n, stride = case.sample
     w = case.builds["dense"].meta["warps_per_cta"]
     specs = {c: o.spec(w) for c, o in line_options(case, timed=True).items()}
-    specs["sample"] = RecordOptions(ctas=n, cta_stride=stride, capacity=case.record_capacity).spec(w)
+    specs["sample"] = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity)).spec(w)
     return specs
 
 
@@ -1123,7 +1126,8 @@ def api_rounds(key: str, rounds: int, cost_rounds: int, replays: int, log=print,
     import torch
 
     import fa4trace
-    from fa4trace.auto.run import DEFAULT_CAPACITY, Instrumented, RecordOptions, call_traced, on_current_stream
+    from fa4trace.auto.run import Instrumented, RecordOptions, call_traced, on_current_stream
+    from fa4trace.format.options import DEFAULT_CAPACITY, Sampling
     from fa4trace.run.record import new_trace_tensor
     from fa4trace.run.timing import paired_costs
 
@@ -1148,7 +1152,7 @@ def api_rounds(key: str, rounds: int, cost_rounds: int, replays: int, log=print,
             bundles = {"default": main.trace(config=dict(cfg, recording="default"))}
             life = bundles["default"].meta.get("cta_lifetimes") or {}
             grid = int(max(life.get("cta") or [0])) + 1
-            every = RecordOptions(ctas=grid, capacity=DEFAULT_CAPACITY, check=True)
+            every = RecordOptions(Sampling(ctas=grid, capacity=DEFAULT_CAPACITY), check=True)
             main.options, main.twins = every, {}
             try:
                 call()

@@ -323,7 +323,8 @@ def decode_target(folder: Path) -> dict:
 
     limit = DECODE_LIMIT_PCT
     matrix = [_decode_shape(s.d, s.hq, s.hkv, s.sk, s.b, s.sq) for s in bench_matrix()]
-    check_shape = _decode_shape(*(DEFAULT_SHAPE[k] for k in ("d", "hq", "hkv", "sk", "b", "sq")))
+    s = DEFAULT_SHAPE
+    check_shape = _decode_shape(s.d, s.hq, s.hkv, s.sk, s.b, s.sq)
     splits = decode_splits(DEFAULT_SHAPE)
     docs = [(doc, decode_overheads(doc)) for kind in ("decode", "decode-traced", "parts")
             for doc in source_files(folder, kind)]

@@ -9,7 +9,9 @@ trace to try every command on.
 """
 
 from .format.version import __version__
-from .format.errors import DeviceUnavailable, Fa4traceError, TraceFormatError  # noqa: E402
+from .format.errors import BadOption, DeviceUnavailable, Fa4traceError, TraceFormatError  # noqa: E402
+from .format.options import Placement, Sampling  # noqa: E402
+from .format.shape import Shape  # noqa: E402
 from .format.vocab import EV, ROLE, VOCAB, Vocabulary  # noqa: E402
 from .trace.bundle import Trace, load  # noqa: E402
 from . import kinds  # noqa: E402
@@ -21,7 +23,8 @@ from .auto.registry import install as _watch_kernels  # noqa: E402
 _watch_kernels()  # every CuTe DSL kernel compiled from now on is known to instrument() (no cutlass imported here)
 
 __all__ = ["__version__", "EV", "ROLE", "VOCAB", "Vocabulary", "Fa4traceError", "TraceFormatError",
-           "DeviceUnavailable", "Trace", "load", "decode_attention", "instrument", "example_bundle"]
+           "DeviceUnavailable", "BadOption", "Sampling", "Placement", "Shape", "Trace", "load", "decode_attention",
+           "instrument", "example_bundle"]
 
 EXAMPLE_BUNDLE = "fa4_sm90_d128_h16kv1_sk32768_b1.parquet"  # fa4trace/examples/ (package data)
 

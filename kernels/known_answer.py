@@ -31,6 +31,7 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64, const_expr
 
 from fa4trace.device import Recorder, SegmentRecorder
+from fa4trace.format.options import Placement
 from fa4trace.format.vocab import ROLE
 
 from .known_answer_spec import (CAL_EMPTY, CAL_EVENT, CAL_EVENTS, CAL_HELD, CAL_RUN, COMMIT, HANDOFF_WORDS, INNER,
@@ -96,8 +97,8 @@ class KnownAnswer:
         if const_expr(self.variant == "recorder_smem"):
             return Recorder.start(trace, role, stage="smem", stage_warps=WARPS_PER_CTA)
         if const_expr(self.segment):
-            self._seg = SegmentRecorder.start(trace, role, cursor=self.variant.removeprefix("segment_"),
-                                              ring=RING_RECORDS, ring_warps=WARPS_PER_CTA)
+            self._seg = SegmentRecorder.start(trace, role, placement=Placement(
+                cursor=self.variant.removeprefix("segment_"), ring=RING_RECORDS, l2="last"), ring_warps=WARPS_PER_CTA)
         return Recorder.start(None)
 
     def _finish(self, rec):

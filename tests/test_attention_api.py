@@ -93,14 +93,14 @@ def test_default_plan_fills_the_sms_and_is_deadlock_free(tile_n):
     for s in SHAPES:
         p = A.plan_splits(s, tile_n, 132)
         assert 1 <= p.n_splits <= p.n_blocks
-        if s.groups() <= 132:
+        if A.groups(s) <= 132:
             assert p.n_ctas <= 132, (s, p)
         if p.n_splits > 1:
             assert 1 <= p.n_comb <= p.n_splits
-            assert s.groups() * (p.n_comb - 1) < 132, (s, p)
+            assert A.groups(s) * (p.n_comb - 1) < 132, (s, p)
         # With enough KV blocks, the default uses at least ~90% of the SMs when groups are few.
-        if s.groups() <= 66 and p.n_blocks >= 132:
-            assert p.n_ctas >= 0.9 * 132 * (132 // s.groups() * s.groups()) / 132 - 1e-9
+        if A.groups(s) <= 66 and p.n_blocks >= 132:
+            assert p.n_ctas >= 0.9 * 132 * (132 // A.groups(s) * A.groups(s)) / 132 - 1e-9
 
 
 def test_default_block_rows_follow_the_packed_rows():
@@ -118,7 +118,7 @@ def test_explicit_splits_are_clamped_to_the_blocks():
     # many groups forced to many splits: combiners stay below the deadlock bound
     big = A.Shape(32, 1, 16, 2, 131072, 128, "bf16")
     p = A.plan_splits(big, 64, 132, num_splits=64)
-    assert big.groups() * (p.n_comb - 1) < 132
+    assert A.groups(big) * (p.n_comb - 1) < 132
 
 
 def _simulate_combine(shape, plan):

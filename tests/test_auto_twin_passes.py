@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fa4trace.auto import run as R  # noqa: E402
+from fa4trace.format.options import Sampling  # noqa: E402
 from fa4trace.run import timing  # noqa: E402
 
 META = {"kernel": "acc", "warps_per_cta": 4, "params": ["x", "out"], "cursor": "smem",
@@ -57,7 +58,7 @@ def accumulate(log, name):
 
 def test_the_twin_is_timed_once_per_shape_and_an_accumulated_output_is_kept(cpu):
     k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
-                       options=R.RecordOptions(ctas=1))
+                       options=R.RecordOptions(Sampling(ctas=1)))
     x, out = torch.arange(8.0), torch.full((8,), 100.0)
     k(x, out)
     assert torch.equal(out, 100.0 + x)  # one launch's result, after 2 plain + 1 traced + 14 timing launches
@@ -78,7 +79,7 @@ def test_a_failed_timing_costs_the_program_one_line_and_the_bundle_says_why(cpu,
 
     monkeypatch.setattr(timing, "twin_times", broken)
     k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
-                       options=R.RecordOptions(ctas=1))
+                       options=R.RecordOptions(Sampling(ctas=1)))
     x, out = torch.arange(8.0), torch.full((8,), 100.0)
     k(x, out)
     k(torch.arange(4.0), torch.zeros(4))
@@ -100,7 +101,8 @@ def test_the_twin_times_the_recompiled_build_never_the_recompile(cpu, monkeypatc
         cpu.append(f"recompile {cursor}")
         return SimpleNamespace(fn=accumulate(cpu, "gmem"), vocab=None, meta={"kernel": "acc", "cursor": cursor})
 
-    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"), options=R.RecordOptions(ctas=1),
+    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(Sampling(ctas=1)),
                        recompile=recompile)
     x, out = torch.arange(8.0), torch.full((8,), 100.0)
     k(x, out)
@@ -111,7 +113,7 @@ def test_the_twin_times_the_recompiled_build_never_the_recompile(cpu, monkeypatc
 
 def test_no_twin_without_the_check_and_each_launch_says_why(cpu):
     k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
-                       options=R.RecordOptions(ctas=1, check=False))
+                       options=R.RecordOptions(Sampling(ctas=1), check=False))
     x, out = torch.arange(8.0), torch.full((8,), 100.0)
     k(x, out)
     assert cpu == ["traced"] and torch.equal(out, 100.0 + x)
@@ -142,7 +144,7 @@ def pass_builds(log, wrong=(), no_compile=(), no_launch=()):
 def test_passes_replay_the_launch_from_the_bytes_before_it_one_build_each(cpu):
     recompile, compiled = pass_builds(cpu)
     k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
-                       options=R.RecordOptions(ctas=1, passes=R.PASSES, twin=False), recompile=recompile)
+                       options=R.RecordOptions(Sampling(ctas=1), passes=R.PASSES, twin=False), recompile=recompile)
     x, out = torch.arange(8.0) + 1, torch.full((8,), 100.0)
     k(x, out)
     k(x, out)
@@ -167,7 +169,7 @@ def test_passes_replay_the_launch_from_the_bytes_before_it_one_build_each(cpu):
 def test_a_pass_that_fails_is_left_out_and_a_wrong_one_is_named(cpu, capsys):
     recompile, compiled = pass_builds(cpu, wrong=("pipeline",), no_compile=("mma",), no_launch=("barrier",))
     k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
-                       options=R.RecordOptions(ctas=1, passes=R.PASSES, twin=False), recompile=recompile)
+                       options=R.RecordOptions(Sampling(ctas=1), passes=R.PASSES, twin=False), recompile=recompile)
     x, out = torch.arange(8.0) + 1, torch.full((8,), 100.0)
     k(x, out)
     k(x, out)
@@ -221,7 +223,8 @@ def test_a_refused_shared_memory_build_is_recorded_with_a_global_cursor_and_one_
     def refused(*a):
         raise RuntimeError("CUDA_ERROR_INVALID_VALUE: too much shared memory")
 
-    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"), options=R.RecordOptions(ctas=1),
+    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(Sampling(ctas=1)),
                        recompile=lambda cursor, **kw: SimpleNamespace(fn=accumulate(cpu, "gmem"), vocab=None,
                                                                       meta={"cursor": cursor}))
     x, out = torch.arange(8.0), torch.zeros(8)
@@ -247,7 +250,8 @@ def test_where_no_traced_build_launches_the_plain_kernel_runs_and_one_line_names
             raise RuntimeError("ptxas error: out of registers")
         return SimpleNamespace(fn=refused, vocab=None, meta={"cursor": cursor})
 
-    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"), options=R.RecordOptions(ctas=1),
+    k = R.Instrumented(refused, None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(Sampling(ctas=1)),
                        recompile=recompile)
     x, out = torch.arange(8.0), torch.zeros(8)
     k(x, out)

@@ -327,7 +327,7 @@ def test_builds_and_their_passes():
     small, big = (bf.Case("k", "k", "s", g, 1, 1, None, {}) for g in (132, 2048))
     assert list(bf.line_options(small)) == ["default"] and list(bf.line_options(big)) == ["default", "every CTA"]
     every = bf.line_options(small, timed=True)["every CTA"]
-    assert (every.ctas, every.capacity, every.check) == (132, small.capacity, True)
+    assert (every.sampling.ctas, every.sampling.capacity, every.check) == (132, small.capacity, True)
 
 
 def test_call_spy_keeps_each_instances_last_arguments_and_puts_the_call_back():

@@ -52,7 +52,8 @@ class _Hooked:
 def _build(hooked: _Hooked):
     @cute.kernel
     def k(out: cute.Tensor, trace: cute.Tensor, n: Int32):
-        hooked.rec = SegmentRecorder.start(trace, role=ROLE.SOFTMAX, cursor=hooked.cursor, **hooked.ring)
+        # l2="last": decode attention's policy, as the FA4 adapter places it
+        hooked.rec = SegmentRecorder.start(trace, role=ROLE.SOFTMAX, cursor=hooked.cursor, l2="last", **hooked.ring)
         for i in cutlass.range(n, unroll=1):
             if cutlass.const_expr(hooked.nested):
                 hooked.bad_step(out, i)

@@ -16,6 +16,7 @@ import pytest
 
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.sweep import Dataset, RESULT_SCHEMA, grid as G
+from fa4trace.format.options import Sampling
 from fa4trace.sweep.cuda import Runner, bundle_subset
 from fa4trace.sweep.query import query
 from fa4trace.sweep.run import run_sweep
@@ -250,11 +251,12 @@ def test_result_writes_are_atomic(tmp_path, monkeypatch):
 
 
 def test_bundle_subset_stays_within_the_budget():
-    s = bundle_subset(n_ctas=132, capacity=416, warps=2, budget=60_000)
-    assert s["max_ctas"] * 2 * 416 <= 60_000 and s["max_ctas"] == 72 and s["cta_stride"] == 1
-    s = bundle_subset(n_ctas=1000, capacity=4000, warps=2, budget=60_000)
-    assert s == {"cta_first": 0, "cta_stride": 142, "max_ctas": 7}
-    assert bundle_subset(n_ctas=4, capacity=10**6, warps=2)["max_ctas"] == 1
+    s = bundle_subset(n_ctas=132, capacity=416, warps=(0, 4), budget=60_000)
+    assert s.ctas * 2 * 416 <= 60_000 and s.ctas == 72 and s.cta_stride == 1
+    s = bundle_subset(n_ctas=1000, capacity=4000, warps=(0, 4), budget=60_000)
+    assert s == Sampling(ctas=7, cta_first=0, cta_stride=142, warps=(0, 4), capacity=4000)
+    assert s.spec(5, grid_ctas=1000).n_slots * s.spec(5, grid_ctas=1000).capacity <= 60_000
+    assert bundle_subset(n_ctas=4, capacity=10**6, warps=(0, 4)).ctas == 1
 
 
 # ---- query -----------------------------------------------------------------------------------

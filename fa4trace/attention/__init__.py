@@ -34,9 +34,9 @@ from ..kernels.decode_spec import (EVENT_SETS, HEAD_DIMS, LEAD_WARPS, MAX_RATIO,
 from .api import decode_attention, launch_plan, trace_buffer, variant_for, workspaces
 from .planner import Plan, combine_cuts, default_block_rows, plan_splits, trace_capacity
 from .reference import reference, rel_error
-from .shapes import SHAPE_NAMES, Shape, shape_problem, validate
+from .shapes import SHAPE_NAMES, Shape, groups, m_blocks, shape_problem, validate
 
 __all__ = ["EVENT_SETS", "HEAD_DIMS", "LEAD_WARPS", "MAX_RATIO", "MAX_SQ", "SCHEDULES", "TILE_M", "WARPS_PER_CTA",
            "Variant", "decode_attention", "launch_plan", "trace_buffer", "variant_for",
            "workspaces", "Plan", "combine_cuts", "default_block_rows", "plan_splits", "trace_capacity",
-           "reference", "rel_error", "SHAPE_NAMES", "Shape", "shape_problem", "validate"]
+           "reference", "rel_error", "SHAPE_NAMES", "Shape", "groups", "m_blocks", "shape_problem", "validate"]

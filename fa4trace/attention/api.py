@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from ..format.options import Sampling, options
 from ..kernels.decode_spec import COUNTER_WORDS, TILE_M, WARPS_PER_CTA, Variant, event_ids
 from .planner import Plan, default_block_rows, plan_splits, trace_capacity
 from .shapes import Shape, validate
@@ -100,18 +101,21 @@ def decode_attention(q, k, v, *, schedule: str = "pingpong", num_splits: Optiona
 
 
 def trace_buffer(q, k, v, *, schedule: str = "pingpong", num_splits: Optional[int] = None,
-                 cta_first: int = 0, cta_stride: int = 1, max_ctas: Optional[int] = None,
-                 capacity: Optional[int] = None, build=None, block_rows: Optional[int] = None, warps=None,
-                 trace_events: str = "core"):
+                 sampling: Optional[Sampling] = None, build=None, block_rows: Optional[int] = None,
+                 trace_events: str = "core", cta_first: Optional[int] = None, cta_stride: Optional[int] = None,
+                 max_ctas: Optional[int] = None, capacity: Optional[int] = None, warps=None):
     """A zeroed recorder buffer on q's device sized for this launch; returns (tensor, BufferSpec, Plan).
-    ``warps``: the warp indices that record (default all five; ``LEAD_WARPS`` = one warp per role).
-    ``trace_events``: the event set the launch will record (the variant must exist)."""
-    from ..format.layout import BufferSpec
+    ``sampling`` (``fa4trace.format.options.Sampling``, or its fields as the ``cta_first``,
+    ``cta_stride``, ``max_ctas`` (its ``ctas``), ``capacity``, ``warps`` keywords): who records;
+    every CTA and warp unless told (``LEAD_WARPS``: one warp per role), slots sized for the
+    launch's KV blocks (``trace_capacity``). ``trace_events``: the event set the launch will
+    record (the variant must exist)."""
     from ..run.record import new_trace_tensor
 
+    sampling = options(Sampling, sampling, "trace_buffer", ctas=max_ctas, cta_first=cta_first, cta_stride=cta_stride,
+                       capacity=capacity, warps=warps)
     shape = validate(q, k, v, schedule=schedule, num_splits=num_splits)
     variant = variant_for(shape, schedule, events=trace_events, block_rows=block_rows)
     _, plan = launch_plan(shape, variant, q.device, num_splits, build)
-    spec = BufferSpec.for_grid(plan.n_ctas, WARPS_PER_CTA, capacity or trace_capacity(plan),
-                               cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps)
+    spec = sampling.spec(WARPS_PER_CTA, grid_ctas=plan.n_ctas, capacity=trace_capacity(plan))
     return new_trace_tensor(spec, q.device), spec, plan

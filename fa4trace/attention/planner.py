@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..kernels.decode_spec import COMBINE_UNROLL, EVENTS_PER_STEP, MAX_SPLITS, TILE_M
-from .shapes import Shape
+from .shapes import Shape, groups, m_blocks
 
 
 @dataclass(frozen=True)
@@ -91,19 +91,19 @@ def plan_splits(shape: Shape, tile_n: int, num_sms: int, num_splits: Optional[in
     if num_sms < 1:
         raise ValueError(f"num_sms must be >= 1, got {num_sms}")
     n_blocks = -(-shape.sk // tile_n)
-    groups = shape.groups(block_rows)
+    n_groups = groups(shape, block_rows)
     if num_splits is None:
-        s = max(1, num_sms // groups)
+        s = max(1, num_sms // n_groups)
     else:
         s = int(num_splits)
     s = max(1, min(s, n_blocks, MAX_SPLITS))
-    grid = (shape.m_blocks(block_rows) * shape.hkv, s, shape.b)
+    grid = (m_blocks(shape, block_rows) * shape.hkv, s, shape.b)
     if s == 1:
         return Plan(tile_n, n_blocks, 1, 1, 1, 1, grid, block_rows)
     # Fewest rounds (one L2 round trip each) first, then the widest contiguous column piece
     # per split row (coalescing), then fewer waiting CTAs; the fewest partitions that hold
     # the splits (the first cuts).
-    cuts = combine_cuts(shape, s, groups, num_sms, block_rows)
+    cuts = combine_cuts(shape, s, n_groups, num_sms, block_rows)
     best = None
     for t_max, nc4, parts, n_items in cuts:
         if parts != cuts[0][2]:

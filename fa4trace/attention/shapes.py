@@ -1,5 +1,10 @@
 """Decode attention's problem shape and the checks every argument passes before any GPU work.
 
+The shape itself (``Shape``: b, sq, hq, hkv, sk, d, dtype, and the rules every attention
+problem keeps) is the format's (``fa4trace.format.shape``), so that every layer can name a
+problem by it; here are our kernels' own limits (``shape_problem``), how our kernels cut a
+problem into CTAs (``m_blocks``, ``groups``) and the tensors' checks (``validate``).
+
 CPU-testable: ``validate`` needs only torch tensors' attributes. A bad argument raises one
 ``ValueError`` line that names it.
 """
@@ -7,40 +12,21 @@ CPU-testable: ``validate`` needs only torch tensors' attributes. A bad argument 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
+from ..format import shape as F
+from ..format.shape import Shape
 from ..kernels.decode_spec import HEAD_DIMS, MAX_RATIO, MAX_SQ, SCHEDULES, TILE_M
 
 
-@dataclass(frozen=True)
-class Shape:
-    b: int
-    sq: int
-    hq: int
-    hkv: int
-    sk: int
-    d: int
-    dtype: str  # "bf16" | "fp16"
+def m_blocks(shape: Shape, block_rows: int = TILE_M) -> int:
+    """CTAs per (batch, kv head) that share its packed query rows, ``block_rows`` each."""
+    return -(-shape.sq * shape.ratio // block_rows)
 
-    @property
-    def ratio(self) -> int:
-        return self.hq // self.hkv
 
-    def m_blocks(self, block_rows: int = TILE_M) -> int:
-        """CTAs per (batch, kv head) that share its packed query rows, ``block_rows`` each."""
-        return -(-self.sq * self.ratio // block_rows)
-
-    def groups(self, block_rows: int = TILE_M) -> int:
-        """(batch, kv head, m-block) triples: each is split over the KV and combined."""
-        return self.b * self.hkv * self.m_blocks(block_rows)
-
-    def kv_bytes(self, elem: int = 2) -> int:
-        return 2 * self.b * self.sk * self.hkv * self.d * elem
-
-    def io_bytes(self, elem: int = 2) -> int:
-        """Q + K + V + O: the fewest bytes the problem must move."""
-        return self.kv_bytes(elem) + 2 * self.b * self.sq * self.hq * self.d * elem
+def groups(shape: Shape, block_rows: int = TILE_M) -> int:
+    """(batch, kv head, m-block) triples: each is split over the KV and combined."""
+    return shape.b * shape.hkv * m_blocks(shape, block_rows)
 
 
 def _dtype_name(t) -> str:
@@ -58,16 +44,15 @@ def shape_problem(*, b: int, sq: int, hq: int, hkv: int, sk: int, d: int, names=
                   ours: bool = True) -> Optional[str]:
     """The size rules of decode attention, as one line naming the size, or None if they hold.
     ``ours``: also the limits of our kernels (head dim, q length, GQA ratio); FA4 has its own.
-    Shared by ``validate`` (tensors) and ``fa4trace record`` (flags, checked before any GPU)."""
-    for key, value in (("b", b), ("sq", sq), ("hq", hq), ("hkv", hkv), ("sk", sk), ("d", d)):
-        if value < 1:
-            return f"{names[key]} must be >= 1, got {value}"
+    Shared by ``validate`` (tensors) and ``fa4trace record`` (flags, checked before any GPU);
+    the rules every problem keeps are ``fa4trace.format.shape.problem``'s."""
+    general = F.problem(b=b, sq=sq, hq=hq, hkv=hkv, sk=sk, d=d, names=names)
+    if general:
+        return general
     if ours and d not in HEAD_DIMS:
         return f"{names['d']} must be one of {', '.join(map(str, HEAD_DIMS))}, got {d}"
     if ours and sq > MAX_SQ:
         return f"{names['sq']} must be 1..{MAX_SQ}, got {sq}"
-    if hq % hkv:
-        return f"{names['hq']} ({hq}) must be a multiple of {names['hkv']} ({hkv})"
     if ours and hq // hkv > MAX_RATIO:
         return f"{names['hq']} / {names['hkv']} must be <= {MAX_RATIO}, got {hq}/{hkv} = {hq // hkv}"
     return None

@@ -17,38 +17,34 @@ when the block ends, and the program runs its plain kernels again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import weakref
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..format.errors import Fa4traceError
-from ..format.layout import DEFAULT_RING, check_ring
+from ..format.options import Placement, Sampling, options
 from ..trace.ranks import rank_path
 from .block import Block
-from .events import FAMILIES
 from .reach import own
 from .reuse import builds
-from .run import DEFAULT_CAPACITY, DEFAULT_CTAS, Instrumented, RecordOptions, passes_asked
+from .run import Instrumented, RecordOptions, passes_asked
 
 
 class Recording:
     """What one ``instrument`` block traced: ``kernels``, its Instrumented (those compiled in
     it in compile order, and the traced builds kept from an earlier block with the same
-    options that its windows put back in the program's caches)."""
+    options that its windows put back in the program's caches). ``placement``: how every
+    kernel of the block is compiled traced; ``options``: what each call runs and records."""
 
-    def __init__(self, *, families, kernels, roles, cursor, options: RecordOptions, warps_per_cta, spans=None,
-                 l2: str = "first", split: bool = True, ring: int = DEFAULT_RING):
-        self.families = tuple(families)
+    def __init__(self, *, placement: Placement, options: RecordOptions, kernels=(), roles=None,
+                 warps_per_cta: Optional[int] = None):
+        self.placement = placement
         self.extra_kernels = tuple(kernels)
         self.roles = dict(roles) if roles else None
-        self.cursor = cursor
-        self.ring = ring
         self.options = options
         self.warps_per_cta = warps_per_cta
-        self.spans = dict(spans or {})
-        self.l2 = l2
-        self.split = split
         self.kernels: list[Instrumented] = []
         self.unreached: dict[str, int] = {}  # kernel calls inside the block fa4trace could not trace
         self.hidden = 0  # cache entries taken out or replaced by a traced build when the last window opened
@@ -69,7 +65,7 @@ class Recording:
             self.ignored.add(id(compiled))
             return compiled
         try:
-            c = self._compile_traced(real_compile, fn, args, kwargs, self.cursor)
+            c = _compile_traced(self._settings(), real_compile, fn, args, kwargs)
         except Fa4traceError:
             raise  # the user's own options (an unknown span target...): their one line
         except Exception as exc:  # noqa: BLE001 (the program must not fail because it is traced)
@@ -117,10 +113,7 @@ class Recording:
 
     def _settings(self) -> tuple:
         """What a traced compile of this block takes (a recompile holds this, not the recording)."""
-        return (self.families, self.extra_kernels, self.spans, self.l2, self.split, self.ring)
-
-    def _compile_traced(self, real_compile, fn, args, kwargs, cursor, check=None, families=None, spans=None):
-        return _compile_traced(self._settings(), real_compile, fn, args, kwargs, cursor, check, families, spans)
+        return (self.placement, self.extra_kernels)
 
     def step(self) -> None:
         """The step just run has ended: the block moves to the next step of its ``schedule``
@@ -189,17 +182,19 @@ def _from_dlpack(t):
     return from_dlpack(t, assumed_align=16)
 
 
-def _compile_traced(settings: tuple, real_compile, fn, args, kwargs, cursor, check=None, families=None, spans=None):
+def _compile_traced(settings: tuple, real_compile, fn, args, kwargs, cursor=None, check=None, families=None,
+                    spans=None):
+    """The block's traced compile of ``fn``; ``cursor`` / ``families`` / ``spans`` (None: the
+    block's placement's) place the recorder elsewhere or record less (a recompile to the
+    global-memory cursor, a pass's lighter recording: fa4trace.auto.run)."""
     from .compiler import compile_traced
 
-    block_families, extra_kernels, block_spans, l2, split, ring = settings
+    placement, extra_kernels = settings
+    changes = {k: v for k, v in (("cursor", cursor), ("families", families), ("spans", spans)) if v is not None}
     # the plain build is always compiled beside the traced one: the output check runs it,
     # and once the block has ended the program runs it wherever the Instrumented was kept
-    # families / spans: a pass's lighter recording (fa4trace.auto.run), else the block's
-    return compile_traced(fn, *args, families=block_families if families is None else families,
-                          kernels=extra_kernels, cursor=cursor,
-                          check=True if check is None else check, spans=block_spans if spans is None else spans,
-                          l2=l2, split=split, compile_fn=real_compile, ring=ring, **kwargs)
+    return compile_traced(fn, *args, placement=dataclasses.replace(placement, **changes), kernels=extra_kernels,
+                          check=True if check is None else check, compile_fn=real_compile, **kwargs)
 
 
 _RECOMPILE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Instrumented -> its recompile
@@ -215,11 +210,12 @@ def _locked_compile(*args, **kwargs):
 
 
 @contextlib.contextmanager
-def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, cursor: str = "smem",
-               ctas: int = DEFAULT_CTAS, capacity: int = DEFAULT_CAPACITY, cta_stride: int = 1,
-               warps=None, check: bool = True, warps_per_cta: Optional[int] = None, spans: Optional[dict] = None,
-               l2: str = "first", split: bool = True, caches=(), ring: int = DEFAULT_RING, passes=None,
-               schedule=None, on_trace_ready: Optional[Callable] = None):
+def instrument(*, sampling: Optional[Sampling] = None, placement: Optional[Placement] = None, kernels=(),
+               roles: Optional[dict] = None, check: bool = True, warps_per_cta: Optional[int] = None, caches=(),
+               passes=None, schedule=None, on_trace_ready: Optional[Callable] = None, families=None,
+               spans: Optional[dict] = None, cursor: Optional[str] = None, ring: Optional[int] = None,
+               l2: Optional[str] = None, split: Optional[bool] = None, ctas: Optional[int] = None,
+               capacity: Optional[int] = None, cta_stride: Optional[int] = None, warps=None):
     """Trace every CuTe DSL kernel that runs inside the block, with automatic events.
 
     Kernels the program compiled before the block (kept in FA4's or quack's caches, or any
@@ -227,6 +223,25 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     compiled kernels to treat so. After the block the program runs its plain kernels again,
     from the same caches (``fa4trace.auto.reach``). The block covers every thread of the
     process, and one block is open at a time (``fa4trace.auto.block``).
+
+    ``sampling`` (``fa4trace.Sampling``): who records and how much, or its fields as keywords:
+    ``ctas`` (default: the first 256 CTAs, counted in cluster order: a sampled CTA brings its
+    cluster), ``cta_stride``, ``warps`` (warp indices in the CTA; default all), ``capacity``
+    (records per warp, default 4096). ``placement`` (``fa4trace.Placement``): how the recorder
+    is compiled in, or its fields as keywords: ``families``, which of pipeline, tma, mma,
+    barrier to record (default all; fewer cost less; warp lifetimes always record);
+    ``spans``, {"softmax": "module:Class.method", ...}: every call of those functions becomes a
+    span of that name (what no generic hook can know); {"step": {"target":
+    "module:Class.method", "payload": "n_block"}} also records that integer argument of each
+    call as the span's iteration; ``l2``, the record stores' L2 policy, "first" (default:
+    records leave L2 before reused data) or "last"; ``split``, CTAs that do not record run a
+    copy of the kernel body with no instrumentation in it (default True; a sampled launch
+    then slows only the CTAs it records), False compiles one body; ``cursor``, "smem"
+    (default), "gmem", or "ring": each warp keeps its last ``ring`` records (a power of two,
+    default 128) in shared memory, one shared-memory store per record, and copies them into
+    the buffer when it exits; the bundle says how many older records the rings overwrote. A
+    kernel whose traced build cannot launch with the shared-memory cursor or ring is compiled
+    again with "gmem". An object and its fields as keywords together are refused in one line.
 
     ``schedule``: trace only some steps of a long run, the block entered once around the
     loop and ``recording.step()`` called at the end of each step:
@@ -237,43 +252,25 @@ def instrument(*, families=FAMILIES, kernels=(), roles: Optional[dict] = None, c
     (``recording.save`` there keeps one file per window). A traced build is compiled once per
     process and serves every later window and block with the same options.
 
-    ``families``: which of pipeline, tma, mma, barrier to record (fewer cost less; warp
-    lifetimes always record). ``kernels``: classes or ``@cute.kernel`` functions to instrument
-    beyond those of the compiled entry. ``roles``: {"producer": [8, 9, 10, 11], ...} names warps
-    by index in the CTA (else inferred from what they record). ``ctas`` / ``cta_stride`` /
-    ``warps`` / ``capacity``: who records, how much (CTAs counted in cluster order: a sampled
-    CTA brings its cluster). ``check``: each launch also runs the plain kernel twice and the
-    traced outputs must match it bit for bit where the two plain runs agree. ``spans``:
-    {"softmax": "module:Class.method", ...}: every call of those functions becomes a span of
-    that name (what no generic hook can know); {"step": {"target": "module:Class.method",
-    "payload": "n_block"}} also records that integer argument of each call as the span's
-    iteration. ``l2``: the record stores' L2 policy, "first" (records leave L2 before reused
-    data) or "last". ``split``: CTAs that do not record run a copy of the kernel body with no
-    instrumentation in it (default; a sampled launch then slows only the CTAs it records);
-    False compiles one body. ``cursor``: "smem" (default), "gmem", or "ring": each warp keeps
-    its last ``ring`` records (a power of two, default 128) in shared memory, one shared-memory
-    store per record, and copies them into the buffer when it exits; the bundle says how many
-    older records the rings overwrote. A kernel whose traced build cannot launch with the
-    shared-memory cursor or ring is compiled again with "gmem". ``passes``: True (or names of
-    fa4trace.auto.run.PASSES): each call also replays its launch with lighter recordings,
-    lifetimes only, then one family at a time, memory restored between them; the bundle holds
-    every pass and fa4trace.analysis.passes takes each figure from the lightest that reports it.
+    ``kernels``: classes or ``@cute.kernel`` functions to instrument beyond those of the
+    compiled entry. ``roles``: {"producer": [8, 9, 10, 11], ...} names warps by index in the
+    CTA (else inferred from what they record). ``check``: each launch also runs the plain
+    kernel twice and the traced outputs must match it bit for bit where the two plain runs
+    agree. ``passes``: True (or names of fa4trace.auto.run.PASSES): each call also replays
+    its launch with lighter recordings, lifetimes only, then one family at a time, memory
+    restored between them; the bundle holds every pass and fa4trace.analysis.passes takes each
+    figure from the lightest that reports it.
     """
-    from ..device.segment import CURSORS
     from .compiler import require_dsl
 
+    sampling = options(Sampling, sampling, "fa4trace.instrument", ctas=ctas, capacity=capacity,
+                       cta_stride=cta_stride, warps=warps)
+    placement = options(Placement, placement, "fa4trace.instrument", families=families, spans=spans, cursor=cursor,
+                        ring=ring, l2=l2, split=split)
     require_dsl()
-    if cursor not in CURSORS:
-        raise ValueError(f"cursor must be one of {', '.join(repr(c) for c in CURSORS)}, got {cursor!r}")
-    if cursor == "ring":
-        check_ring(ring)
-    recording = Recording(families=families, kernels=kernels, roles=roles, cursor=cursor,
-                          options=RecordOptions(ctas=ctas, capacity=capacity, cta_stride=cta_stride,
-                                                warps=tuple(warps) if warps else None, check=check,
-                                                passes=passes_asked(passes)),
-                          warps_per_cta=warps_per_cta, spans=spans, l2=l2, split=split, ring=ring)
-    key = repr((recording.families, recording.extra_kernels, recording.roles, cursor, recording.options,
-                warps_per_cta, recording.spans, l2, split, ring))
+    recording = Recording(placement=placement, kernels=kernels, roles=roles, warps_per_cta=warps_per_cta,
+                          options=RecordOptions(sampling, check=check, passes=passes_asked(passes)))
+    key = repr((recording.placement, recording.extra_kernels, recording.roles, recording.options, warps_per_cta))
     block = Block(recording, kept=builds(key), make=Recording.kept_build, caches=caches, schedule=schedule,
                   on_trace_ready=on_trace_ready)
     recording._block = block

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from ..format import layout as L
 from ..format.errors import Fa4traceError
-from ..format.layout import DEFAULT_RING
+from ..format.options import Placement, options
 from . import entry as E
 from . import families as F
 from .ctadeps import dependencies_of, keep_ptx
@@ -157,29 +157,33 @@ SPLIT_REFUSALS = {
 }
 
 
-def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem", check: bool = True,
-                   spans: Optional[dict] = None, l2: str = "first", compile_fn=None, split: bool = True,
-                   hooks=None, buffer_before: Optional[str] = None, cta_lifetimes: bool = True,
-                   ring: int = DEFAULT_RING, **kwargs) -> CompiledTraced:
-    """``cute.compile(fn, *args, **kwargs)`` with automatic events of ``families``.
+def compile_traced(fn, *args, placement: Optional[Placement] = None, kernels=(), check: bool = True,
+                   compile_fn=None, hooks=None, buffer_before: Optional[str] = None, families=None, spans=None,
+                   cursor: Optional[str] = None, l2: Optional[str] = None, split: Optional[bool] = None,
+                   ring: Optional[int] = None, cta_lifetimes: Optional[bool] = None, **kwargs) -> CompiledTraced:
+    """``cute.compile(fn, *args, **kwargs)`` with automatic events, placed as ``placement`` says
+    (``fa4trace.format.options.Placement``: its defaults unless given, or made of the
+    ``families`` / ``spans`` / ``cursor`` / ``l2`` / ``split`` / ``ring`` / ``cta_lifetimes``
+    keywords).
 
-    ``kernels``: more classes / kernels to instrument than the entry's own. ``cursor``: where
-    each warp keeps its record count between events: "smem" (default; 128 B of static shared
-    memory, read back in tens of cycles) or "gmem" (the warp's header: no shared memory, for a
-    kernel that uses all of it, but an L2 round trip per event; see docs/tracing-cost.md), or "ring":
-    the "smem" cursor, and each record one shared-memory store into the warp's ring of ``ring``
-    records (a power of two, default 128: 1 KB a warp, for the CTA's warp count when its block
-    size is a constant, else for 32 warps), copied into the trace buffer when the warp exits;
-    a warp then keeps its last ``ring`` records, and the bundle says how many older ones the
-    ring overwrote (``SegmentRecorder``). ``l2``: the
-    record stores' L2 policy, "first" (default: records leave L2 before the kernel's reused data)
-    or "last" (records stay in L2; for kernels that stream their inputs once). ``check``: also
-    compile the plain kernel, for the output check. ``split`` (default): the kernel holds its
-    body twice, and CTAs the trace buffer does not select run the copy without instrumentation
-    (``fa4trace.auto.split``); False: one instrumented body for every CTA (half the compile).
-    ``cta_lifetimes`` (default): every CTA, recording or not, stamps its start and end into the
-    buffer's CTA-lifetime region (two timer reads and two reductions per warp, outside the body),
-    which lets each bundle say how much slower its recorded CTAs ran (fa4trace.analysis.fidelity).
+    ``kernels``: more classes / kernels to instrument than the entry's own. The placement's
+    ``cursor``: where each warp keeps its record count between events: "smem" (default; 128 B
+    of static shared memory, read back in tens of cycles) or "gmem" (the warp's header: no
+    shared memory, for a kernel that uses all of it, but an L2 round trip per event; see
+    docs/tracing-cost.md), or "ring": the "smem" cursor, and each record one shared-memory
+    store into the warp's ring of ``ring`` records (a power of two, default 128: 1 KB a warp,
+    for the CTA's warp count when its block size is a constant, else for 32 warps), copied
+    into the trace buffer when the warp exits; a warp then keeps its last ``ring`` records,
+    and the bundle says how many older ones the ring overwrote (``SegmentRecorder``). ``l2``:
+    the record stores' L2 policy, "first" (default: records leave L2 before the kernel's
+    reused data) or "last" (records stay in L2; for kernels that stream their inputs once).
+    ``split`` (default): the kernel holds its body twice, and CTAs the trace buffer does not
+    select run the copy without instrumentation (``fa4trace.auto.split``); False: one
+    instrumented body for every CTA (half the compile). ``cta_lifetimes`` (default): every
+    CTA, recording or not, stamps its start and end into the buffer's CTA-lifetime region (two
+    timer reads and two reductions per warp, outside the body), which lets each bundle say how
+    much slower its recorded CTAs ran (fa4trace.analysis.fidelity). ``check``: also compile
+    the plain kernel, for the output check.
 
     For adapters of one kernel (fa4trace.fa4): ``hooks(patches)`` places the kernel's own hooks
     after the families' (so they wrap them; ``patches`` puts everything back), and
@@ -190,13 +194,12 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ..device.segment import CURSORS, SegmentRecorder
+    from ..device.segment import SegmentRecorder
 
     require_dsl()
-    if cursor not in CURSORS:
-        raise ValueError(f"cursor must be one of {', '.join(repr(c) for c in CURSORS)}, got {cursor!r}")
-    if cursor == "ring":
-        L.check_ring(ring)
+    placement = options(Placement, placement, "compile_traced", families=families, spans=spans, cursor=cursor,
+                        l2=l2, split=split, ring=ring, cta_lifetimes=cta_lifetimes)
+    families, spans, cursor, ring = placement.families, placement.span_map(), placement.cursor, placement.ring
     compile_fn = compile_fn or cute.compile
     entry, obj = _entry_of(fn)
     targets = find_kernels(fn, kernels)
@@ -224,7 +227,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             # the launch being traced was just reported (entry._LaunchSpy): a constant block
             # sizes the ring for the CTA's warps
             warps = _block_warps(STATE.launches[-1:]) if cursor == "ring" else None
-            STATE.rec = SegmentRecorder.start(buf, role=0, cursor=cursor, l2=l2, ring=ring, ring_warps=warps)
+            STATE.rec = SegmentRecorder.start(buf, role=0, placement=placement, ring_warps=warps)
             if cursor == "ring":
                 ring_warps.append(warps or L.MAX_CTA_WARPS)
 
@@ -241,7 +244,7 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
             for owner, name, k, method in targets:
                 patches.set(owner, name, E.traced_kernel(k, on_enter, on_exit, lambda: STATE.host_buf, method=method,
                                                          on_launch=STATE.launches.append, split=split,
-                                                         lifetimes=cta_lifetimes))
+                                                         lifetimes=placement.cta_lifetimes))
             traced = E.traced_entry(entry, on_buffer, before=buffer_before)
             buf = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),), assumed_align=16)
             try:
@@ -271,9 +274,9 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
                 **({"ring": int(ring), "ring_cta_warps": max(ring_warps, default=None),
                     "ring_smem_bytes": L.ring_smem_bytes(ring, max(ring_warps, default=L.MAX_CTA_WARPS))}
                    if cursor == "ring" else {}),
-                "l2": l2,
+                "l2": placement.l2,
                 "split": bool(split),
-                "cta_lifetimes": bool(cta_lifetimes),
+                "cta_lifetimes": placement.cta_lifetimes,
                 "arch": _arch(),
                 "dsl": dsl_version(),
             }
@@ -285,9 +288,9 @@ def compile_traced(fn, *args, families=FAMILIES, kernels=(), cursor: str = "smem
     ptx_dir = tempfile.mkdtemp(prefix="fa4trace-ptx-")  # the PTX the DSL keeps is read into memory, then removed
     try:
         try:
-            compiled, table, meta = attempt(split)
+            compiled, table, meta = attempt(placement.split)
         except Exception as exc:  # noqa: BLE001 (the DSL raises its own types; only these messages are ours to handle)
-            why = next((w for key, w in SPLIT_REFUSALS.items() if key in str(exc)), None) if split else None
+            why = next((w for key, w in SPLIT_REFUSALS.items() if key in str(exc)), None) if placement.split else None
             if why is None:
                 raise
             compiled, table, meta = attempt(False)  # one instrumented body for every CTA instead

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 
+from ..format.options import FAMILIES  # the automatic ones (the options' leaf defines them); "user": spans
 from ..format.vocab import MAX_EVENT_ID, VOCAB, Vocabulary
 
+__all__ = ["FAMILIES", "FIRST_ID", "OPS", "EventTable"]
 FIRST_ID = 32  # hand-placed events use 1..31; 255 is the anchor
-FAMILIES = ("pipeline", "tma", "mma", "barrier")  # the automatic ones; "user" spans are named by the user
 
 # What each op is: (span?, description). Spans are waits or issue windows of the warp itself.
 OPS = {

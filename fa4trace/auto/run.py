@@ -44,17 +44,16 @@ from typing import Any, Callable, Optional
 
 from ..format import layout as L
 from ..format.errors import Fa4traceError
+from ..format.options import Sampling
 from ..format.vocab import MAX_EVENT_ID
 from ..run.record import new_trace_tensor
 from ..trace.ranks import rank_meta
 from .events import FAMILIES
 from .outcheck import OutputCheck, named_tensors
 
-DEFAULT_CTAS = 256  # the first CTAs of the grid record (a launch's grid is often known only at run time)
 # recorder placements that take static shared memory (a launch may be refused for them), as a
 # bundle's cursor_reason names them
 SHARED_MEMORY_CURSORS = {"smem": "shared-memory cursor", "ring": "shared-memory ring"}
-DEFAULT_CAPACITY = 4096  # records per warp
 
 # Trace buffers of launches captured into a CUDA graph: the graph writes into its buffer at
 # every replay, for as long as the graph lives, and fa4trace cannot see when that ends (a
@@ -170,24 +169,23 @@ def merged_vocab(vocabs):
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class RecordOptions:
-    """Which warps record and how much: the first ``ctas`` CTAs (or every ``cta_stride``-th
-    from ``cta_first``), ``warps`` (warp indices; None = all), ``capacity`` records each."""
+    """What each call of an instrumented kernel records and runs: ``sampling`` (who records:
+    ``fa4trace.format.options.Sampling``; a launch's grid is known only when it runs, so
+    unless the sampling names a count the first ``UNKNOWN_GRID_CTAS`` CTAs record), ``check``
+    (the plain build runs beside it and the outputs must agree), ``passes`` (lighter recordings
+    each call replays: ``passes_asked``) and ``twin`` (with check: time the plain twin once per
+    shape of the arguments)."""
 
-    ctas: int = DEFAULT_CTAS
-    capacity: int = DEFAULT_CAPACITY
-    cta_first: int = 0
-    cta_stride: int = 1
-    warps: Optional[tuple] = None
+    sampling: Sampling = Sampling()
     check: bool = True
-    passes: tuple = ()  # lighter recordings each call replays (``passes_asked``)
-    twin: bool = True  # with check: time the plain twin once per shape of the arguments
+    passes: tuple = ()
+    twin: bool = True
 
     def spec(self, warps_per_cta: int) -> L.BufferSpec:
-        n = self.cta_first + self.ctas * self.cta_stride
-        return L.BufferSpec.for_grid(n, warps_per_cta, self.capacity, cta_first=self.cta_first,
-                                     cta_stride=self.cta_stride, max_ctas=self.ctas, warps=self.warps)
+        """The buffer of one launch of ``warps_per_cta`` warps per CTA."""
+        return self.sampling.spec(warps_per_cta)
 
 
 def _symbols(fn) -> list[str]:
@@ -491,8 +489,7 @@ class Instrumented:
         torch.cuda.synchronize()
         decoded = [decode_buffer(r.buf.cpu().numpy(), launch_index=i, vocab=r.vocab)
                    for i, r in enumerate(self._launches)]
-        launches = [{"kernel": self.meta.get("kernel"), "recorded_ctas":
-                     f"{r.spec.cta_first}:{r.spec.cta_first + r.spec.n_cta_slots * r.spec.cta_stride}:{r.spec.cta_stride}",
+        launches = [{"kernel": self.meta.get("kernel"), "recorded_ctas": r.spec.recorded_ctas,
                      "warp_subset": r.spec.warp_subset, **r.info} for r in self._launches]
         instrument = dict(self.meta, checked=list(self.checked), nondeterministic=sorted(self.nondeterministic),
                           plain_twin=[dict(r.twin, launch=i) for i, r in enumerate(self._launches)])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..attention import (SCHEDULES, LEAD_WARPS, Shape, decode_attention, launch_plan, reference, rel_error,
                          trace_buffer, variant_for)
 from ..format.errors import Fa4traceError
+from ..format.options import Sampling
 from .options import DEFAULT_TRACED, TRACE_AT, TRACED_VARIANTS
 from ..run.timing import cold_l2_inputs, graph_time, reported_us
 
@@ -84,9 +85,8 @@ def bench_shape(shape: Shape, kernels: list[str], *, replays: int = 15, seed: in
             if traced:
                 # +trace1: every CTA runs the recorder's instructions, only the first stores
                 # records (isolates the instruction cost from the record traffic).
-                bufs = [trace_buffer(*st[:3], schedule=sched, num_splits=splits,
-                                     block_rows=brows, max_ctas=1 if tr == "trace1" else None,
-                                     warps=LEAD_WARPS if tr == "tracelead" else None,
+                who = Sampling(ctas=1 if tr == "trace1" else None, warps=LEAD_WARPS if tr == "tracelead" else None)
+                bufs = [trace_buffer(*st[:3], schedule=sched, num_splits=splits, block_rows=brows, sampling=who,
                                      trace_events=events)[0] for st in sets[:1]]
 
             def launch(i, sched=sched, brows=brows, splits=splits, bufs=bufs, events=events, pdl=pdl):

@@ -207,8 +207,10 @@ def _compile(target: Target, traced: bool):
     if not traced:
         return cute.compile(fn, *args, **kwargs), "untraced"
     from ..auto.compiler import compile_traced
+    from ..format.options import Placement
 
-    c = compile_traced(fn, *args, families=tuple(cfg["families"]), check=False, split=False, **kwargs)
+    c = compile_traced(fn, *args, placement=Placement(families=tuple(cfg["families"]), split=False), check=False,
+                       **kwargs)
     return c.fn, f"fa4trace.instrument families {', '.join(cfg['families']) or 'none'} (warp lifetimes), one body"
 
 

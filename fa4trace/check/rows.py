@@ -17,6 +17,7 @@ import numpy as np
 
 from ..analysis.fidelity import WARN as PERTURBATION_WARN
 from ..analysis.fidelity import headline, perturbation, perturbation_lines
+from ..format.shape import Shape
 from .report import Row, failed
 
 REPORT_BUG = "report it with the check folder (--out) attached"
@@ -34,13 +35,13 @@ REL_TOL = 1e-2  # bf16 output vs the fp32 reference (tests/gpu: TOL["bf16"])
 COST_WARN = PERTURBATION_WARN
 # The attention rows' shape unless the command says another (the overlap ranges above hold here);
 # our decode kernel's tracing cost is timed here, ping-pong only (``decode_rows``).
-DEFAULT_SHAPE = dict(d=128, hq=16, hkv=1, sk=32768, b=1, sq=1)
+DEFAULT_SHAPE = Shape(d=128, hq=16, hkv=1, sk=32768, b=1, sq=1, dtype="bf16")
 
 
-def decode_splits(shape: dict) -> int:
+def decode_splits(shape: Shape) -> int:
     """The split count our decode kernel runs with in the check: the one the GPU test of the
     schedules' overlaps uses (its ranges hold there), not the launch planner's."""
-    return max(1, shape["sk"] // 128 // 32)
+    return max(1, shape.sk // 128 // 32)
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Context:
     fa4_build: Optional[str] = None
     quick: bool = False
     force: bool = False
-    shape: dict = field(default_factory=lambda: dict(DEFAULT_SHAPE))
+    shape: Shape = DEFAULT_SHAPE
     seed: int = 0
     files: list = field(default_factory=list)
 
@@ -252,15 +253,16 @@ def recorder_rows(ctx: Context) -> list[Row]:
 
 
 # ---- shared by our decode kernel and FA4 -----------------------------------------------------
-def _inputs(shape: dict, seed: int):
+def _inputs(shape: Shape, seed: int):
     """q, k, v as ``record_attention`` and ``fa4.record`` draw them for ``seed`` (same order)."""
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(seed)
-    b, sq, hq, hkv, sk, d = (shape[k] for k in ("b", "sq", "hq", "hkv", "sk", "d"))
-    q = torch.randn(b, sq, hq, d, dtype=torch.bfloat16, device="cuda", generator=g)
-    k = torch.randn(b, sk, hkv, d, dtype=torch.bfloat16, device="cuda", generator=g)
-    v = torch.randn(b, sk, hkv, d, dtype=torch.bfloat16, device="cuda", generator=g)
+    s = shape
+    dtype = torch.bfloat16 if s.dtype == "bf16" else torch.float16
+    q = torch.randn(s.b, s.sq, s.hq, s.d, dtype=dtype, device="cuda", generator=g)
+    k = torch.randn(s.b, s.sk, s.hkv, s.d, dtype=dtype, device="cuda", generator=g)
+    v = torch.randn(s.b, s.sk, s.hkv, s.d, dtype=dtype, device="cuda", generator=g)
     return q, k, v
 
 
@@ -396,8 +398,8 @@ def _num(x) -> str:
     return "n/a" if x is None else f"{x:.0f}"
 
 
-def _shape_text(s: dict) -> str:
-    return f"d{s['d']} {s['hq']}:{s['hkv']} sk {s['sk']} b {s['b']}"
+def _shape_text(s: Shape) -> str:
+    return f"d{s.d} {s.hq}:{s.hkv} sk {s.sk} b {s.b}"
 
 
 # ---- our decode kernel (Hopper) ---------------------------------------------------------------
@@ -427,7 +429,7 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     except Exception as e:  # noqa: BLE001
         rows.append(failed("decode", f"{label}: run", e, nxt))
     try:
-        trace = record_attention(schedule=schedule, num_splits=splits, build=ctx.build, seed=ctx.seed, **s)
+        trace = record_attention(schedule, s, num_splits=splits, build=ctx.build, seed=ctx.seed)
     except Exception as e:  # noqa: BLE001
         return rows + [failed("decode", f"{label}: record", e, nxt)]
     rows += _bundle_rows("decode", label, trace, ctx, f"decode_{schedule}", OUR_OVERLAPS[schedule], nxt)
@@ -462,12 +464,11 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
     label = f"FA4 {schedule}"
     nxt = f"do not trust FA4 traces on this GPU (our own rows still hold); {REPORT_BUG}"
     s = ctx.shape
-    scale = 1.0 / math.sqrt(s["d"])
+    scale = 1.0 / math.sqrt(s.d)
     rows = []
     try:
         arch = fa4_arch()
-        kw = dict(schedule=schedule, d=s["d"], hq=s["hq"], hkv=s["hkv"], sq=s["sq"], dtype="bf16",
-                  build=ctx.fa4_build)
+        kw = dict(schedule=schedule, d=s.d, hq=s.hq, hkv=s.hkv, sq=s.sq, dtype=s.dtype, build=ctx.fa4_build)
         plain = load_fn(arch, traced=False, **kw)
         q, k, v = _inputs(s, ctx.seed)
         out = torch.full_like(q, float("nan"))
@@ -477,7 +478,7 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
     except Exception as e:  # noqa: BLE001
         return [failed("fa4", f"{label}: run", e, nxt)]
     try:
-        trace = record(schedule=schedule, build=ctx.fa4_build, seed=ctx.seed, **s)
+        trace = record(s, schedule=schedule, build=ctx.fa4_build, seed=ctx.seed)
         chk = trace.meta.get("check") or {}
         ok = bool(chk.get("bitwise_equal_to_untraced")) and bool(chk.get("nan_free"))
         rows.append(Row("fa4", f"{label}: traced == untraced", "ok" if ok else "fail",

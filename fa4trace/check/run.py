@@ -12,8 +12,10 @@ Exit codes of the command: 0 usable, 3 usable with warnings, 1 not usable, 2 no 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from ..format.errors import DeviceUnavailable, Fa4traceError, WouldOverwrite
+from ..format.shape import Shape
 from .report import GROUPS, Report, Row, failed
 
 EXIT_NO_GPU = 2
@@ -99,19 +101,19 @@ def plan(ctx, route: dict) -> tuple[list[Row], list]:
 
 
 def run_checks(out_dir, *, build=None, fa4_build=None, quick: bool = False, force: bool = False, log=None,
-               seed: int = 0, **shape) -> Report:
+               seed: int = 0, shape: Optional[Shape] = None) -> Report:
     """Detect the GPU and the route, run every check it can (a failing one becomes a fail row,
     the others still run), write the bundles and check.json into ``out_dir``, return the
-    Report. Raises NoGpu where there is no CUDA GPU. ``shape``: d, hq, hkv, sk, b, sq of the
-    attention rows (the overlap ranges hold for the default, d128 16:1 sk 32768 b 1)."""
+    Report. Raises NoGpu where there is no CUDA GPU. ``shape``: the attention rows' problem
+    (the overlap ranges hold for the default, ``rows.DEFAULT_SHAPE``: d128 16:1 sk 32768 b 1)."""
     from . import rows as R
 
     gpu = R.detect_gpu()
     if gpu is None:
         raise NoGpu(NO_GPU_MESSAGE)
     out = prepare_out_dir(out_dir, force)
-    ctx = R.Context(out=out, gpu=gpu, build=build, fa4_build=fa4_build, quick=quick, force=force, seed=seed)
-    ctx.shape.update(shape)
+    ctx = R.Context(out=out, gpu=gpu, build=build, fa4_build=fa4_build, quick=quick, force=force, seed=seed,
+                    shape=shape or R.DEFAULT_SHAPE)
     route = R.detect_route(ctx)
     rows, steps = plan(ctx, route)
     for group, name, fn in steps:
@@ -119,7 +121,8 @@ def run_checks(out_dir, *, build=None, fa4_build=None, quick: bool = False, forc
     rows.sort(key=lambda r: GROUPS.index(r.group))
     files = [f for f in dict.fromkeys(ctx.files) if Path(f).exists()]
     report = Report(gpu=gpu, route=route, rows=rows, out_dir=str(out), files=files,
-                    options={"quick": quick, "build": build, "fa4_build": fa4_build, "seed": seed, "shape": ctx.shape})
+                    options={"quick": quick, "build": build, "fa4_build": fa4_build, "seed": seed,
+                             "shape": ctx.shape.config()})
     dest = out / REPORT_NAME
     report.files.append(str(dest))
     dest.write_text(report.to_json() + "\n")

@@ -14,7 +14,9 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..format.errors import Fa4traceError, MissingDependency, WouldOverwrite
+from ..format.errors import BadOption, Fa4traceError, MissingDependency, WouldOverwrite
+from ..format.options import Placement, Sampling
+from ..format.shape import DTYPES, Shape
 from ..kernels.decode_spec import LEAD_WARPS, SCHEDULES, WARPS_PER_CTA
 from ..kernels.marker_spec import RECORDING_VARIANTS
 from ..run import deps
@@ -55,13 +57,13 @@ RECORD_NOT_FOR = {
               show_default=True,
               help="Ours: base, pingpong (QK(i+1) overlaps softmax(i)) or intrawg (FA3's intra-warpgroup "
                    "overlap: softmax(i) overlaps PV(i-1)). --impl fa4: pingpong or base (sm100), fa3 (sm90).")
-@click.option("--d", "d", default=128, type=int, show_default=True, help="Head dim.")
-@click.option("--hq", default=16, type=int, show_default=True, help="Query heads.")
-@click.option("--hkv", default=1, type=int, show_default=True, help="KV heads.")
-@click.option("--sk", default=32768, type=int, show_default=True, help="KV length.")
-@click.option("--b", "b", default=1, type=int, show_default=True, help="Batch.")
-@click.option("--sq", default=1, type=int, show_default=True, help="Query tokens per sequence (multi-token decode).")
-@click.option("--dtype", default="bf16", type=click.Choice(["bf16", "fp16"]), show_default=True)
+@click.option("--d", "d", default=Shape.d, type=int, show_default=True, help="Head dim.")
+@click.option("--hq", default=Shape.hq, type=int, show_default=True, help="Query heads.")
+@click.option("--hkv", default=Shape.hkv, type=int, show_default=True, help="KV heads.")
+@click.option("--sk", default=Shape.sk, type=int, show_default=True, help="KV length.")
+@click.option("--b", "b", default=Shape.b, type=int, show_default=True, help="Batch.")
+@click.option("--sq", default=Shape.sq, type=int, show_default=True, help="Query tokens per sequence (multi-token decode).")
+@click.option("--dtype", default=Shape.dtype, type=click.Choice(list(DTYPES)), show_default=True)
 @click.option("--num-splits", default=None, type=int, help="Split-KV count (default: heuristic).")
 @click.option("--timebase", default="clock64", type=click.Choice(["clock64", "globaltimer"]), show_default=True,
               help="Calibration kernel: per-event timer.")
@@ -134,34 +136,26 @@ def _save(trace, out: Path, force: bool) -> None:
 def _record_ours(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, ctas, warps, events,
                  capacity, build_dir):
     """Our decode attention: one traced launch on random inputs."""
-    _check_attention_args("ours", schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=num_splits)
-    _check_capacity(capacity)
-    subset = _parse_ctas(ctas)
-    if warps is not None:
-        subset["warps"] = _parse_warps(warps, lead=True, max_warps=WARPS_PER_CTA)
+    shape = _shape("ours", schedule, num_splits, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype)
+    sampling = _sampling(ctas, warps, capacity, lead=True, max_warps=WARPS_PER_CTA)
     require_kernels("fa4trace record")
     from ..attention.record import record_attention
 
-    _save(record_attention(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype,
-                           num_splits=num_splits, capacity=capacity, build=build_dir,
-                           trace_events=events or "core", **subset), out, force)
+    _save(record_attention(schedule, shape, sampling=sampling, num_splits=num_splits, build=build_dir,
+                           trace_events=events or "core"), out, force)
 
 
 def _record_fa4(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtype, ctas, warps, capacity, build_dir,
                 families):
     """Upstream FlashAttention-4: one traced launch, with the generic families asked for."""
-    _check_attention_args("fa4", schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, num_splits=None)
-    _check_capacity(capacity)
+    shape = _shape("fa4", schedule, None, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype)
+    sampling = _sampling(ctas, warps, capacity)
     fams = parse_families(families)
-    subset = _parse_ctas(ctas)
-    if warps is not None:
-        subset["warps"] = _parse_warps(warps)
     deps.require("fa4trace record --impl fa4", "torch")
     deps.require_route("fa4trace record --impl fa4", jit=("cutlass", "flash_attn"), aot=("tvm_ffi",), what="FA4")
     from .. import fa4
 
-    _save(fa4.record(schedule=schedule, d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype, capacity=capacity,
-                     build=build_dir, families=fams, **subset), out, force)
+    _save(fa4.record(shape, schedule=schedule, sampling=sampling, build=build_dir, families=fams), out, force)
 
 
 def _record_calibration(out: Path, force: bool, *, timebase, build_dir):
@@ -178,14 +172,11 @@ def _record_calibration(out: Path, force: bool, *, timebase, build_dir):
 
 def _record_markers(out: Path, force: bool, *, variant, ctas, warps, capacity, build_dir):
     """The marker-dense microbenchmark: one traced launch of a recording variant."""
-    _check_capacity(capacity)
-    subset = _parse_ctas(ctas)
-    if warps is not None:
-        subset["warps"] = _parse_warps(warps)
+    sampling = _sampling(ctas, warps, capacity)
     require_kernels("fa4trace record --kernel markers")
     from ..probes.markers import record_markers
 
-    _save(record_markers(variant=variant, build=build_dir, capacity=capacity, **subset), out, force)
+    _save(record_markers(variant=variant, build=build_dir, sampling=sampling), out, force)
 
 
 def _record_script(out: Path, force: bool, *, script, script_args, families, capacity, ctas, warps, passes=False):
@@ -194,23 +185,18 @@ def _record_script(out: Path, force: bool, *, script, script_args, families, cap
     is replayed with lighter recordings too (``instrument(passes=True)``)."""
     import runpy
 
-    _check_capacity(capacity)
     fams = parse_families(families)
-    subset = _parse_ctas(ctas)
-    if subset.get("cta_first"):
+    sampling = _sampling(ctas, warps, capacity)
+    if sampling.cta_first:
         raise click.BadParameter("--ctas with --script: FIRST must be 0 (FIRST:COUNT[:STRIDE])")
+    placement = Placement(families=fams) if fams else Placement()
     deps.require("fa4trace record --script", "torch", "cutlass")
     from ..auto.api import instrument
-    from ..auto.events import FAMILIES
 
-    opts = dict(families=fams or FAMILIES, warps=_parse_warps(warps) if warps else None,
-                ctas=subset.get("max_ctas", 256), cta_stride=subset.get("cta_stride", 1), passes=bool(passes))
-    if capacity:
-        opts["capacity"] = capacity
     argv = sys.argv
     sys.argv = [script, *script_args]
     try:
-        with instrument(**opts) as recording:
+        with instrument(sampling=sampling, placement=placement, passes=bool(passes)) as recording:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
@@ -245,15 +231,10 @@ RECORDERS = {"ours": _record_ours, "fa4": _record_fa4, "calibration": _record_ca
              "markers": _record_markers, "script": _record_script}
 
 
-def _check_capacity(capacity) -> None:
-    if capacity is not None and capacity < 1:
-        raise click.BadParameter(f"--capacity must be >= 1, got {capacity}")
-
-
-def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
-    """The shape flags, checked before anything looks for a GPU (``attention.shape_problem``:
-    the rules of ``fa4trace.decode_attention``; for FA4 only the general ones, it checks its
-    own head dims)."""
+def _shape(impl, schedule, num_splits, *, d, hq, hkv, sk, b, sq, dtype) -> Shape:
+    """The shape flags as the problem they name, checked before anything looks for a GPU
+    (``attention.shape_problem``: the rules of ``fa4trace.decode_attention``; for FA4 only the
+    general ones, it checks its own head dims), and the schedule and split count with them."""
     from ..attention import shape_problem
 
     flags = {key: f"--{key}" for key in ("b", "sq", "hq", "hkv", "sk", "d")}
@@ -266,9 +247,24 @@ def _check_attention_args(impl, schedule, *, d, hq, hkv, sk, b, sq, num_splits):
         raise click.BadParameter(f"--schedule {schedule} is FA4's; our kernels have {', '.join(SCHEDULES)}")
     if impl == "fa4" and schedule not in FA4_SCHEDULES:
         raise click.BadParameter(f"--schedule {schedule} is one of ours; FA4 has {', '.join(FA4_SCHEDULES)}")
+    return Shape(b=b, sq=sq, hq=hq, hkv=hkv, sk=sk, d=d, dtype=dtype)
+
+
+def _sampling(ctas: str | None, warps: str | None, capacity: int | None, *, lead: bool = False,
+              max_warps: int | None = None) -> Sampling:
+    """``--ctas``, ``--warps`` and ``--capacity`` as the Sampling they ask for (a bad value is
+    one line naming its flag)."""
+    fields = _parse_ctas(ctas)
+    if warps is not None:
+        fields["warps"] = _parse_warps(warps, lead=lead, max_warps=max_warps)
+    try:
+        return Sampling(capacity=capacity, **fields)
+    except BadOption as e:
+        raise click.BadParameter(f"--{e}") from None
 
 
 def _parse_ctas(spec: str | None) -> dict:
+    """``--ctas FIRST:COUNT[:STRIDE]`` as Sampling's cta_first, ctas and cta_stride."""
     if not spec:
         return {}
     try:
@@ -277,7 +273,7 @@ def _parse_ctas(spec: str | None) -> dict:
         raise click.BadParameter(f"--ctas must be FIRST:COUNT[:STRIDE], got {spec!r}") from None
     if len(parts) not in (2, 3) or parts[0] < 0 or parts[1] < 1 or (len(parts) == 3 and parts[2] < 1):
         raise click.BadParameter(f"--ctas must be FIRST:COUNT[:STRIDE] with COUNT, STRIDE >= 1, got {spec!r}")
-    return {"cta_first": parts[0], "max_ctas": parts[1], "cta_stride": parts[2] if len(parts) == 3 else 1}
+    return {"cta_first": parts[0], "ctas": parts[1], "cta_stride": parts[2] if len(parts) == 3 else 1}
 
 
 def _parse_warps(spec: str, *, lead: bool = False, max_warps: int | None = None) -> tuple:

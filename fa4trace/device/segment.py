@@ -17,13 +17,13 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64, const_expr
 
 from ..format import layout as L
+from ..format.options import CURSORS, Placement, options
 from . import clock
 from .insertion import current_block, emit_point, same_point
 from .slot import begin_slot, claim_slot
 from .store import L2_POLICY, LO32, PAYLOAD_MASK, store_record_word
 
-# Where a SegmentRecorder keeps its cursor (and, "ring", its records) between segments
-CURSORS = ("gmem", "smem", "ring")
+__all__ = ["CURSORS", "Segment", "SegmentRecorder"]  # CURSORS: where a cursor may live (fa4trace.format.options)
 
 
 def _recorder_ops(method):
@@ -96,7 +96,7 @@ class SegmentRecorder:
     # measurements of the reads it saves; on by default.
     share_timer: bool = True
 
-    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "last", ring=None):
+    def __init__(self, trace, role, timebase, invariants, smem_cursor=None, l2: str = "first", ring=None):
         self.trace = trace
         self.role = role
         self.timebase = timebase
@@ -113,38 +113,40 @@ class SegmentRecorder:
 
     @staticmethod
     def start(trace: Optional[cute.Tensor], role: int = 0, *,
-              timebase: int = L.TIMEBASE_CLOCK64, cursor: str = "gmem", l2: str = "last",
-              ring: int = L.DEFAULT_RING, ring_warps: Optional[int] = None) -> "SegmentRecorder":
+              timebase: int = L.TIMEBASE_CLOCK64, placement: Optional[Placement] = None,
+              ring_warps: Optional[int] = None, cursor: Optional[str] = None, l2: Optional[str] = None,
+              ring: Optional[int] = None) -> "SegmentRecorder":
         """Claim this warp's slot, write the start of its header and zero its cursor.
 
-        ``cursor``: where the cursor lives between segments. "gmem" (default): the header word
-        ``W_COUNTS``, nothing else is allocated. "smem": one Int32 per warp in 128 bytes of
-        static shared memory allocated here (one allocation per call site, indexed by warp):
-        a segment then waits on a shared-memory load instead of a global one, which matters
-        for short segments; the kernel's shared-memory budget grows by that much (plus
-        alignment of the dynamic region that follows static shared memory). "ring": the "smem"
-        cursor plus a ring of ``ring`` records (a power of two) per warp in static shared
+        ``placement`` (``fa4trace.format.options.Placement``; its defaults unless given, or made
+        of the ``cursor`` / ``l2`` / ``ring`` keywords): where the cursor lives between segments
+        and how records are stored. ``cursor`` "smem" (default): one Int32 per warp in 128
+        bytes of static shared memory allocated here (one allocation per call site, indexed by
+        warp): a segment then waits on a shared-memory load, which matters for short segments;
+        the kernel's shared-memory budget grows by that much (plus alignment of the dynamic
+        region that follows static shared memory). "gmem": the header word ``W_COUNTS``,
+        nothing else is allocated (for a kernel that needs all its shared memory). "ring": the
+        "smem" cursor plus a ring of ``ring`` records (a power of two) per warp in static shared
         memory, for ``ring_warps`` warps (the CTA's warp count where the caller knows it at
         compile time; else 32, the most a CTA holds): records are stored there and copied to
         the slot at ``finish``, which keeps the last ``ring`` of them (class doc).
 
-        ``l2``: the L2 policy of the record stores. "last" (evict_last, default): records stay in
-        L2 until the launch ends, right for kernels that stream their inputs once (decode
-        attention). "first" (evict_first): records leave L2 first, right for kernels whose
-        inputs are reused through L2 (GEMM, prefill attention), where millions of pinned records
-        would push that reuse out to DRAM.
+        ``l2``: the L2 policy of the record stores. "first" (evict_first, default): records
+        leave L2 first, right for kernels whose inputs are reused through L2 (GEMM, prefill
+        attention), where millions of pinned records would push that reuse out to DRAM. "last"
+        (evict_last): records stay in L2 until the launch ends, right for kernels that stream
+        their inputs once (decode attention: the FA4 adapter and our known-answer kernels ask
+        for it).
         """
-        if l2 not in L2_POLICY:
-            raise ValueError(f"l2 must be one of {sorted(L2_POLICY)}, got {l2!r}")
+        placement = options(Placement, placement, "SegmentRecorder.start", cursor=cursor, l2=l2, ring=ring)
+        cursor, l2 = placement.cursor, placement.l2
         if const_expr(trace is None):
             return SegmentRecorder(None, role, timebase, None)
         if timebase not in L.TIMEBASE_NAMES:
             raise ValueError(f"unknown timebase {timebase}")
-        if cursor not in CURSORS:
-            raise ValueError(f"cursor must be one of {', '.join(repr(c) for c in CURSORS)}, got {cursor!r}")
         records, warps = 0, None
         if cursor == "ring":
-            records = L.check_ring(ring)
+            records = placement.ring
             warps = ring_warps or L.MAX_CTA_WARPS
             if not 1 <= warps <= L.MAX_CTA_WARPS:
                 raise ValueError(f"ring_warps must be 1..{L.MAX_CTA_WARPS}, got {ring_warps}")

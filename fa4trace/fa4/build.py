@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..auto.patches import Patches
-from ..format.errors import Fa4traceError
+from ..format.errors import BadOption, Fa4traceError
+from ..format.options import Placement
 from . import hooks
 
 FA4_VERSIONS = ("4.0.0b36",)
@@ -195,7 +196,7 @@ def capture(arch: str, *, schedule: str, d: int, hq: int, hkv: int, sq: int = 1,
 
 
 def default_cursor(arch: str, d: int) -> str:
-    """Where warps keep their event cursor by default (SegmentRecorder.start ``cursor``).
+    """Where warps keep their event cursor by default (``Placement.cursor``).
 
     SM90: shared memory (128 B, 1 KB with the alignment of FA4's dynamic region): cheaper than
     the cursor in global memory on the H200 (d128 decode; BENCHMARKS.md), outputs bitwise equal
@@ -204,6 +205,16 @@ def default_cursor(arch: str, d: int) -> str:
     since FA4 fills ~224 KB of shared memory there and no B200 was at hand to check more.
     """
     return "smem" if arch == "sm90" and d <= 128 else "gmem"
+
+
+def placement_for(arch: str, d: int, *, families=(), cursor: Optional[str] = None) -> Placement:
+    """How a traced FA4 build places the recorder unless told: FA4's own events plus the generic
+    ``families`` asked for (default none), the cursor ``default_cursor`` picks, records kept in
+    L2 (evict_last: decode streams its KV once), and on SM90 CTAs the buffer does not select
+    running FA4's body untouched (``split``; SM100: FA4's tcgen05 helpers declare PTX registers
+    by name, which a second copy of the body would redeclare)."""
+    return Placement(families=tuple(families), cursor=cursor or default_cursor(arch, d), l2="last",
+                     split=arch == "sm90")
 
 
 def _tile(kobj):
@@ -227,19 +238,21 @@ class Compiled:
 
 def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1,
                 sq: int = 1, sk: int = 32768, b: int = 1, dtype: str = "bf16", traced: bool = True,
-                events=None, families=(), cursor: Optional[str] = None, variant: str = "default",
-                keep_ptx: bool = False, num_sms: Optional[int] = None) -> Compiled:
+                events=None, placement: Optional[Placement] = None, families=None, cursor: Optional[str] = None,
+                variant: str = "default", keep_ptx: bool = False, num_sms: Optional[int] = None) -> Compiled:
     """Compile FA4's forward kernel for this decode shape, with markers (``traced``) or as FA4
     itself compiles it. Shapes other than d/hq/hkv/sq/dtype are dynamic in the result.
 
     ``events``: which roles' event hooks record (default all; see hooks.SM100_ROLES/SM90_ROLES).
-    ``families``: generic event families recorded as well (fa4trace.auto.events.FAMILIES: FA4's
-    pipeline waits, TMA copies, wgmma waits, named barriers; default none, the attention
-    vocabulary alone). ``cursor``: "gmem", "smem" or "ring" (SegmentRecorder.start; default:
-    ``default_cursor``). ``variant``: a name for builds that differ only in these (stored in the
-    config; loaders pick "default").
+    ``placement``: how the recorder is placed (default ``placement_for``), or its ``families``
+    (fa4trace.format.options.FAMILIES: FA4's pipeline waits, TMA copies, wgmma waits, named
+    barriers, recorded besides FA4's own events; default none) and ``cursor`` ("gmem", "smem"
+    or "ring"; default ``default_cursor``) as keywords. ``variant``: a name for builds that
+    differ only in these (stored in the config; loaders pick "default").
     """
-    cursor = cursor or default_cursor(arch, d)
+    if placement is not None and (families is not None or cursor is not None):
+        raise BadOption("compile_fa4: give placement= or families=/cursor=, not both")
+    placement = placement or placement_for(arch, d, families=families or (), cursor=cursor)
     with target(arch, num_sms), warnings.catch_warnings():
         # FA4's forward takes an ``aux_data`` (its AuxData) the DSL cannot turn into a JIT argument:
         # the DSL warns on every compile and keeps it as a compile-time value, as FA4 means it. Not
@@ -261,17 +274,13 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
         if names[-1] != "stream":
             raise Fa4traceError(f"{cls.__name__}.__call__ no longer ends with `stream`: FA4 changed, update fa4trace.fa4")
         ev = hooks.check_events(arch, events)
-        # SM90: CTAs the buffer does not select run FA4's body untouched (fa4trace.auto.split).
-        # SM100: FA4's tcgen05 helpers declare PTX registers by name, which a second copy of the
-        # body would redeclare; compile_traced would find that out by compiling twice.
         try:
-            c = compile_traced(cap.kernel, *cap.args, families=tuple(families), cursor=cursor, l2="last",
-                               check=False, split=arch == "sm90", buffer_before="stream",
+            c = compile_traced(cap.kernel, *cap.args, placement=placement, check=False, buffer_before="stream",
                                hooks=lambda patches: hooks.place(patches, arch, ev), options=options)
         finally:
             hooks.clear_fa4_compile_cache()
-        cfg = dict(cap.config, traced=True, variant=variant, cursor=cursor, events=sorted(ev),
-                   families=sorted(families))
-        if families:  # the generic events' names travel with the build, for the decoder
+        cfg = dict(cap.config, traced=True, variant=variant, cursor=placement.cursor, events=sorted(ev),
+                   families=sorted(placement.families))
+        if placement.families:  # the generic events' names travel with the build, for the decoder
             cfg.update(vocab=c.vocab.to_json(), found=c.meta["found"], missing=c.meta["missing"])
         return Compiled(c.fn, True, cfg, c.params, dict(hooks.STATE.counts))

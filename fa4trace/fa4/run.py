@@ -17,6 +17,8 @@ import math
 from typing import Callable, NamedTuple, Optional
 
 from ..format.errors import DeviceUnavailable, Fa4traceError
+from ..format.options import Sampling, options
+from ..format.shape import Shape
 from ..format.vocab import Vocabulary
 
 KIND = "fa4"
@@ -165,12 +167,19 @@ def capacity_for(arch: str, sk: int, tile_n: int = 128, tiles_per_cta: int = 1, 
     return tiles_per_cta * (per_block * n_blocks + 32)
 
 
-def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int = 1, sk: int = 32768,
-           b: int = 1, sq: int = 1, dtype: str = "bf16", cta_first: int = 0, max_ctas: Optional[int] = None,
-           cta_stride: int = 1, capacity: Optional[int] = None, build=None, check: bool = True, seed: int = 0,
-           variant: str = "default", warps=None, families=()):
+def record(shape: Optional[Shape] = None, *, schedule: str = "pingpong", sampling: Optional[Sampling] = None,
+           build=None, check: bool = True, seed: int = 0, variant: str = "default", families=(),
+           d: Optional[int] = None, hq: Optional[int] = None, hkv: Optional[int] = None, sk: Optional[int] = None,
+           b: Optional[int] = None, sq: Optional[int] = None, dtype: Optional[str] = None,
+           cta_first: Optional[int] = None, max_ctas: Optional[int] = None, cta_stride: Optional[int] = None,
+           capacity: Optional[int] = None, warps=None):
     """One traced launch of FA4's forward on this GPU (SM100 on B200, SM90 on H100/H200).
 
+    ``shape`` (``fa4trace.format.shape.Shape``; its defaults unless given, or made of the ``d``,
+    ``hq``, ``hkv``, ``sk``, ``b``, ``sq``, ``dtype`` keywords): the problem. ``sampling``
+    (``Sampling``, or its fields as the ``cta_first``, ``cta_stride``, ``max_ctas`` (its
+    ``ctas``), ``capacity``, ``warps`` keywords): who records; every CTA and warp unless told,
+    slots sized for the busiest warp (``capacity_for``).
     Returns a ``Trace`` whose metadata holds the FA4 version, kernel path and configuration.
     ``families``: generic event families (fa4trace.auto) recorded besides FA4's own events.
     With ``check`` the traced output is compared with an untraced launch of the same kernel
@@ -182,8 +191,12 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     from ..run.record import TracedLaunch
     from ..run.record import record as record_launches
 
+    shape = options(Shape, shape, "fa4trace.fa4.record", d=d, hq=hq, hkv=hkv, sk=sk, b=b, sq=sq, dtype=dtype)
+    sampling = options(Sampling, sampling, "fa4trace.fa4.record", ctas=max_ctas, cta_first=cta_first,
+                       cta_stride=cta_stride, capacity=capacity, warps=warps)
     require_cuda()
     arch = fa4_arch()
+    b, sq, hq, hkv, sk, d, dtype = shape.b, shape.sq, shape.hq, shape.hkv, shape.sk, shape.d, shape.dtype
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     kern = load_fn(arch, schedule=schedule, d=d, hq=hq, hkv=hkv, sq=sq, dtype=dtype,
                    traced=True, build=build, variant=variant, families=families)
@@ -199,12 +212,12 @@ def record(*, schedule: str = "pingpong", d: int = 128, hq: int = 16, hkv: int =
     heads = hkv if cfg["pack_gqa"] else hq
     tiles = b * heads * -(-rows // tile_m)
     grid = tiles if arch == "sm90" else min(tiles, torch.cuda.get_device_properties(0).multi_processor_count)
-    cap = capacity or capacity_for(arch, sk, tile_n, -(-tiles // grid), generic=bool(cfg.get("families")))
+    cap = capacity_for(arch, sk, tile_n, -(-tiles // grid), generic=bool(cfg.get("families")))
     launch = TracedLaunch(
         kernel=f"fa4_{arch}", grid_ctas=grid, warps_per_cta=cfg["warps_per_cta"],
         run=lambda tr: kern.fn(*call_args(kern.params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=tr)),
-        grid=(grid, 1, 1), block=(32 * cfg["warps_per_cta"], 1, 1), capacity=cap,
-        cta_first=cta_first, cta_stride=cta_stride, max_ctas=max_ctas, warps=warps, extra={"how": how})
+        grid=(grid, 1, 1), block=(32 * cfg["warps_per_cta"], 1, 1), capacity=cap, sampling=sampling,
+        extra={"how": how})
     config = {k2: cfg[k2] for k2 in cfg if k2 not in ("params", "vocab")}
     config.update({"b": b, "sk": sk, "schedule_requested": schedule})
     notes = ("FlashAttention-4 forward, instrumented at compile time by fa4trace.auto and fa4trace.fa4 hooks "

@@ -19,3 +19,7 @@ class MissingDependency(Fa4traceError):
 
 class WouldOverwrite(Fa4traceError, FileExistsError):
     """Writing would replace a file (or folder) the user has; the caller decides how to allow it."""
+
+
+class BadOption(Fa4traceError, ValueError):
+    """An option or argument has a value fa4trace cannot take; the message names it, in one line."""

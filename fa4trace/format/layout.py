@@ -225,6 +225,12 @@ class BufferSpec:
         return tuple(w for w in range(32) if self.warp_mask >> w & 1)
 
     @property
+    def recorded_ctas(self) -> str:
+        """The recorded CTAs as a bundle's launch says them: "first:end:stride" (a Python slice
+        of the grid, in cluster order)."""
+        return f"{self.cta_first}:{self.cta_first + self.n_cta_slots * self.cta_stride}:{self.cta_stride}"
+
+    @property
     def warp_subset(self) -> list | None:
         """The recorded warps when a warp mask picks them (metadata), else None (every warp)."""
         return list(self.recorded_warps) if self.warp_mask else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..format.options import Sampling, options
 from ..kernels.marker_spec import L2_TABLE, RECORDING_VARIANTS
 from ..kernels.marker_spec import WARPS_PER_CTA as MARKER_WARPS
 from ..run.gpu import require_cuda
@@ -31,22 +32,26 @@ def marker_inputs(n_ctas: int):
 
 
 def record_markers(*, variant: str = "fa4trace", work: str = "l2", n_ctas: int = 1056, iters: int = 200,
-                   chain: int = 1, capacity: int | None = None, cta_first: int = 0, cta_stride: int = 1,
-                   max_ctas: int | None = None, warps=None, build=None) -> Trace:
-    """One traced launch of the marker-dense microbenchmark (2 events per iteration per warp)."""
+                   chain: int = 1, sampling: Sampling | None = None, build=None, capacity: int | None = None,
+                   cta_first: int | None = None, cta_stride: int | None = None, max_ctas: int | None = None,
+                   warps=None) -> Trace:
+    """One traced launch of the marker-dense microbenchmark (2 events per iteration per warp).
+    ``sampling`` (``Sampling``, or its fields as the ``cta_first``, ``cta_stride``, ``max_ctas``
+    (its ``ctas``), ``capacity``, ``warps`` keywords): who records; every CTA and warp, with
+    room for every record, unless told."""
     from ..run import loader
 
+    sampling = options(Sampling, sampling, "record_markers", ctas=max_ctas, cta_first=cta_first,
+                       cta_stride=cta_stride, capacity=capacity, warps=warps)
     if variant not in RECORDING_VARIANTS:
         raise ValueError(f"marker variant {variant!r} records nothing; the recording variants are "
                          f"{', '.join(RECORDING_VARIANTS)}")
     kern = loader.load("markers", build=build, variant=variant, work=work)
     fn, how = kern.fn, kern.how
     out, table = marker_inputs(n_ctas)
-    cap = capacity or 2 * iters + 8
     launch = TracedLaunch(
         kernel=f"markers_{work}_{variant}", grid_ctas=n_ctas, warps_per_cta=MARKER_WARPS,
         run=lambda tr: fn(out, table, tr, n_ctas, iters, chain), grid=(n_ctas, 1, 1),
-        block=(32 * MARKER_WARPS, 1, 1), capacity=cap, cta_first=cta_first, cta_stride=cta_stride,
-        max_ctas=max_ctas, warps=warps, extra={"how": how})
+        block=(32 * MARKER_WARPS, 1, 1), capacity=2 * iters + 8, sampling=sampling, extra={"how": how})
     return record([launch], kernel=f"markers_{work}_{variant}",
                   config={"variant": variant, "work": work, "n_ctas": n_ctas, "iters": iters, "chain": chain})

@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..format import layout as L
+from ..format.options import DEFAULT_CAPACITY, Sampling
 from ..format.vocab import VOCAB
 from ..trace.bundle import Trace
 from ..trace.decode import decode_buffer
@@ -24,7 +25,9 @@ from .gpu import gpu_facts, require_cuda
 
 @dataclass
 class TracedLaunch:
-    """One kernel launch to record: how to run it given a trace tensor, and what it is."""
+    """One kernel launch to record: how to run it given a trace tensor, and what it is.
+    ``sampling``: who records (``fa4trace.format.options.Sampling``); ``capacity``: records per
+    warp the recording sizes for this kernel, where the sampling names none."""
 
     kernel: str
     grid_ctas: int
@@ -32,17 +35,12 @@ class TracedLaunch:
     run: Callable  # run(trace_tensor) launches the kernel once (asynchronously is fine)
     grid: tuple = (1, 1, 1)
     block: tuple = (1, 1, 1)
-    capacity: int = 1024
-    cta_first: int = 0
-    cta_stride: int = 1
-    max_ctas: int | None = None
-    warps: tuple | None = None  # warp indices that record (None: every warp of the CTA)
+    capacity: int = DEFAULT_CAPACITY
+    sampling: Sampling = Sampling()
     extra: dict = field(default_factory=dict)
 
     def spec(self) -> L.BufferSpec:
-        return L.BufferSpec.for_grid(self.grid_ctas, self.warps_per_cta, self.capacity,
-                                     cta_first=self.cta_first, cta_stride=self.cta_stride,
-                                     max_ctas=self.max_ctas, warps=self.warps)
+        return self.sampling.spec(self.warps_per_cta, grid_ctas=self.grid_ctas, capacity=self.capacity)
 
 
 def new_trace_tensor(spec: L.BufferSpec, device="cuda"):
@@ -80,7 +78,7 @@ def record(launches: list[TracedLaunch], *, kernel: str, config: dict, timing: d
         subset = spec.n_cta_slots < ln.grid_ctas
         launch_meta.append({
             "kernel": ln.kernel, "grid": list(ln.grid), "block": list(ln.block),
-            "grid_ctas": ln.grid_ctas, "recorded_ctas": f"{spec.cta_first}:{spec.cta_first + spec.n_cta_slots * spec.cta_stride}:{spec.cta_stride}",
+            "grid_ctas": ln.grid_ctas, "recorded_ctas": spec.recorded_ctas,
             "cta_subset": subset, "warp_subset": spec.warp_subset,
             **ln.extra,
         })

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from ..format.options import Sampling
 from .dataset import bundle_rel
 from .grid import OURS, point_seed
 from .job import BaseRunner, PointResult, Task, bundle_bytes, host, line, row
@@ -22,13 +23,13 @@ MAX_BUNDLE_BYTES = 1 << 20  # a bundle stays <= 1 MB
 BUNDLE_ROWS = 60_000  # first try: recorded slots hold at most this many records (~6-8 B per row on disk)
 
 
-def bundle_subset(n_ctas: int, capacity: int, warps: int, budget: int = BUNDLE_ROWS) -> dict:
-    """The CTAs to record so that ``warps`` warps per CTA x ``capacity`` records stay within
-    ``budget`` records: at most ``max_ctas`` of them, spread over the grid by ``cta_stride``."""
-    if n_ctas < 1 or capacity < 1 or warps < 1:
-        raise ValueError(f"n_ctas, capacity and warps must be >= 1, got {n_ctas}, {capacity}, {warps}")
-    max_ctas = max(1, min(n_ctas, budget // (warps * capacity)))
-    return {"cta_first": 0, "cta_stride": max(1, n_ctas // max_ctas), "max_ctas": max_ctas}
+def bundle_subset(n_ctas: int, capacity: int, warps: tuple, budget: int = BUNDLE_ROWS) -> Sampling:
+    """Who records so that the ``warps`` of each recorded CTA x ``capacity`` records stay
+    within ``budget`` records: at most ``ctas`` CTAs, spread over the grid by ``cta_stride``."""
+    if n_ctas < 1 or capacity < 1 or not warps:
+        raise ValueError(f"n_ctas and capacity must be >= 1 and warps named, got {n_ctas}, {capacity}, {warps}")
+    ctas = max(1, min(n_ctas, budget // (len(warps) * capacity)))
+    return Sampling(ctas=ctas, cta_stride=max(1, n_ctas // ctas), warps=tuple(warps), capacity=capacity)
 
 
 class Runner(BaseRunner):
@@ -149,9 +150,8 @@ class CudaRunner(Runner):
 
         try:
             _, plan = launch_plan(point.shape, variant_for(point.shape, schedule, events="core"), "cuda")
-            subset = bundle_subset(plan.n_ctas, trace_capacity(plan), len(LEAD_WARPS), budget)
-            return record_attention(schedule, d=point.d, hq=point.hq, hkv=point.hkv, sk=point.sk, b=point.b,
-                                    sq=point.sq, dtype=point.dtype, seed=seed, warps=LEAD_WARPS, **subset)
+            sampling = bundle_subset(plan.n_ctas, trace_capacity(plan), LEAD_WARPS, budget)
+            return record_attention(schedule, point.shape, sampling=sampling, seed=seed)
         finally:
             torch.cuda.empty_cache()
 

@@ -29,8 +29,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..attention.shapes import Shape, shape_problem
+from ..attention.shapes import shape_problem
 from ..format.errors import Fa4traceError
+from ..format.shape import Shape
 from ..kernels.decode_spec import SCHEDULES
 
 OURS = tuple(SCHEDULES)  # base, pingpong, intrawg
@@ -54,7 +55,7 @@ class Point:
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.b, self.sq, self.hq, self.hkv, self.sk, self.d, self.dtype)
+        return Shape(b=self.b, sq=self.sq, hq=self.hq, hkv=self.hkv, sk=self.sk, d=self.d, dtype=self.dtype)
 
     @property
     def id(self) -> str:

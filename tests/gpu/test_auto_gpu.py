@@ -23,8 +23,9 @@ def gemm():
         pytest.skip(f"no instrumented build at {BUILD} (python benchmarks/auto_kernels.py build -o {BUILD})")
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
 
-    return load(BUILD, "quack_gemm_sm90", options=RecordOptions(ctas=4, cta_stride=8, capacity=8192))
+    return load(BUILD, "quack_gemm_sm90", options=RecordOptions(Sampling(ctas=4, cta_stride=8, capacity=8192)))
 
 
 def test_quack_gemm_traced_equals_plain_and_decodes(gemm):
@@ -95,13 +96,14 @@ def test_the_ring_build_keeps_each_warps_newest_records(gemm):
     inputs: its rows (in record order) are the last rows of that warp in the slot build's bundle."""
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
     from fa4trace.run.aot import BuildDir
 
     if "quack_gemm_sm90_ring" not in BuildDir(BUILD).functions:
         pytest.skip(f"{BUILD} has no ring build: rebuild it (benchmarks/auto_kernels.py build)")
     import torch
 
-    ring = load(BUILD, "quack_gemm_sm90_ring", options=RecordOptions(ctas=4, cta_stride=8, capacity=8192))
+    ring = load(BUILD, "quack_gemm_sm90_ring", options=RecordOptions(Sampling(ctas=4, cta_stride=8, capacity=8192)))
     ring.plain = gemm.plain
     torch.manual_seed(0)
     m, n, k = 1024, 2048, 4096

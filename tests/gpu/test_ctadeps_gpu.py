@@ -73,8 +73,9 @@ def test_our_split_kv_decode_bundle_refuses_it():
         pytest.skip(f"no instrumented build at {BUILD} (python benchmarks/auto_kernels.py build -o {BUILD})")
     from fa4trace.auto.build import load
     from fa4trace.auto.run import RecordOptions
+    from fa4trace.format.options import Sampling
 
-    kern = load(BUILD, "decode_sm90_generic", options=RecordOptions(ctas=16, cta_stride=8, capacity=4096))
+    kern = load(BUILD, "decode_sm90_generic", options=RecordOptions(Sampling(ctas=16, cta_stride=8, capacity=4096)))
     if "cta_dependencies" not in kern.meta:
         pytest.skip(f"{BUILD} was built before fa4trace read the kernel's PTX: rebuild it")
     torch = pytest.importorskip("torch")
