@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..format.vocab import VOCAB, Vocabulary
+from ..trace.meta import BundleMeta
 
 __all__ = ["EventColumns", "event_columns", "TrackLayout", "layout_tracks", "stable_order", "key_order",
            "sorted_runs_order", "vocab_of"]
@@ -244,7 +245,8 @@ def _lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarr
 
     lane = np.zeros(n, np.int64)
     nonzero = (kind != 1) & (end > start)
-    active = order[nonzero[order]]  # rank order
+    spans = order[nonzero[order]]  # rank order
+    active = spans
     rounds = 0
     while active.size and rounds < MAX_LANE_ROUNDS:
         rounds += 1
@@ -253,9 +255,12 @@ def _lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarr
         if move.size == 0:
             active = active[:0]
             break
-        lane[active[move]] += 1
-        touched = np.unique(group[active[move]])
-        active = active[np.isin(group[active], touched)]
+        moved = active[move]
+        lane[moved] += 1
+        # checked again: the lanes spans left and the lanes they joined (the others still nest)
+        stride = int(lane.max()) + 1
+        changed = np.unique(np.concatenate([group[moved] * stride + lane[moved] - 1, group[moved] * stride + lane[moved]]))
+        active = spans[np.isin(group[spans] * stride + lane[spans], changed)]
     greedy = 0
     if active.size:
         # pathological data (many mutually crossing spans): exact greedy per remaining group
@@ -264,7 +269,7 @@ def _lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarr
         bad_groups = np.unique(group[active[move]])
         greedy = int(bad_groups.size)
         for gg in bad_groups:
-            idx = active[group[active] == gg]
+            idx = spans[group[spans] == gg]
             lane[idx] = _greedy_lanes(start[idx], end[idx])
 
     # lanes of a group are renumbered 0, 1, 2... (a round can empty a lane that others skip)
@@ -379,9 +384,9 @@ def _greedy_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def vocab_of(meta: dict) -> Vocabulary:
-    """The vocabulary a bundle's metadata carries; the shared one when it has none (or a
-    malformed one: an export must not stop there)."""
-    v = meta.get("vocabulary")
+    """The vocabulary a bundle's metadata (as stored) carries; the shared one when it has none
+    (or a malformed one: an export must not stop there)."""
+    v = BundleMeta.from_meta(meta).vocabulary
     if isinstance(v, dict):
         try:
             return Vocabulary.from_json(v)

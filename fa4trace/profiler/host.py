@@ -59,8 +59,10 @@ def host_groups(kt: KinetoTrace) -> np.ndarray:
 
 
 def host_layout(kt: KinetoTrace, group: np.ndarray):
-    """fa4trace.export.tracks.layout_tracks on the host events: a strictly nesting lane per row."""
+    """fa4trace.export.tracks.layout_tracks on the host events: a strictly nesting lane per row.
+    Times are taken from the first event's (the layout reads their order only): small sort keys."""
     n = kt.n
+    t0 = int(kt.ts.min()) if n else 0
     kinds = pa.DictionaryArray.from_arrays(pa.array(kt.kind.astype(np.int8)), pa.array(["span", "instant"]))
     names = pa.DictionaryArray.from_arrays(pa.array(kt.name.astype(np.int32)), pa.array(kt.names, pa.string()))
     t = pa.table({
@@ -68,7 +70,7 @@ def host_layout(kt: KinetoTrace, group: np.ndarray):
         "sm": pa.array(np.zeros(n, np.int16)), "warp": pa.array(np.zeros(n, np.int16)),
         "role": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int16)), pa.array(["host"])),
         "name": names, "kind": kinds, "iter": pa.array(np.full(n, -1, np.int32)),
-        "start_ns": pa.array(kt.ts), "end_ns": pa.array(kt.ts + kt.dur)})
+        "start_ns": pa.array(kt.ts - t0), "end_ns": pa.array(kt.ts - t0 + kt.dur)})
     return layout_tracks(t, Vocabulary())
 
 
