@@ -275,18 +275,31 @@ def _lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarr
     # lanes of a group are renumbered 0, 1, 2... (a round can empty a lane that others skip)
     if n and lane.any():
         lb = _bits(int(lane.max()))
-        uk = np.unique((group << lb) | lane)
+        uk, inv = _distinct((group << lb) | lane)
         ug = uk >> lb
         dense = np.arange(uk.size) - np.searchsorted(ug, ug)
-        lane = dense[np.searchsorted(uk, (group << lb) | lane)]
+        lane = dense[inv]
 
     # tracks: (warp, class, lane), numbered in that order; each warp always has its own track
     tkey_lane_bits = _bits(int(lane.max()) if n else 0) + 1
     tkey = (group << tkey_lane_bits) | lane
     base_keys = (np.arange(*warps, dtype=np.int64) * n_cls) << tkey_lane_bits
-    all_keys = np.unique(np.concatenate([tkey, base_keys]))
-    row_track = np.searchsorted(all_keys, tkey).astype(np.int64)
+    all_keys, inv = _distinct(np.concatenate([tkey, base_keys]))
+    row_track = inv[:n]
     return (rank, row_track, all_keys >> tkey_lane_bits, all_keys & ((1 << tkey_lane_bits) - 1), rounds, greedy)
+
+
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of non-negative ``key``, ascending, and each row's index among them
+    (``np.unique(key, return_inverse=True)``), by a count table where the values are few and
+    small (no sort)."""
+    top = int(key.max()) if key.size else 0
+    if top > 4 * key.size + 1024:
+        u, inv = np.unique(key, return_inverse=True)
+        return u, inv.reshape(-1).astype(np.int64)
+    present = np.bincount(key, minlength=top + 1) > 0
+    dense = np.cumsum(present) - 1
+    return np.flatnonzero(present), dense[key]
 
 
 def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
