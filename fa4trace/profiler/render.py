@@ -90,12 +90,32 @@ def launch_stats(trace: Trace, shift_ns: int, k0: int, k1: int) -> dict:
     st0 = ev["start_ns"].to_numpy()
     st = st0 + shift_ns
     en = np.maximum(ev["end_ns"].to_numpy(), st0) + shift_ns
+    cta = ev["cta"].to_numpy()
     return {
         "first_ns": int(st.min()) if st.size else k0, "last_ns": int(en.max()) if en.size else k0,
         "start_slack_ns": (int(st.min()) - k0) if st.size else 0, "end_slack_ns": (k1 - int(en.max())) if en.size else 0,
         "outside": int(((st < k0) | (en > k1)).sum()), "rows": int(ev.num_rows),
-        "ctas": int(np.unique(ev["cta"].to_numpy()).size) if ev.num_rows else 0,
-        "warps": int(pc.sum(pc.equal(ev["kind"].cast(pa.string()), "warp")).as_py() or 0)}
+        "ctas": _distinct_count(cta) if ev.num_rows else 0, "warps": _count_of(ev["kind"], "warp")}
+
+
+def _distinct_count(x: np.ndarray) -> int:
+    """How many distinct values ``x`` holds (a count table where they are small and non-negative)."""
+    lo, hi = int(x.min()), int(x.max())
+    if lo >= 0 and hi <= 4 * x.size + 1024:
+        return int(np.count_nonzero(np.bincount(x, minlength=hi + 1)))
+    return int(np.unique(x).size)
+
+
+def _count_of(col, value: str) -> int:
+    """Rows of a (dictionary-encoded) string column equal to ``value``."""
+    n = 0
+    for chunk in col.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            codes = [i for i, v in enumerate(chunk.dictionary.to_pylist()) if v == value]
+            n += int(np.isin(chunk.indices.to_numpy(zero_copy_only=False), codes).sum()) if codes else 0
+        else:
+            n += int(pc.sum(pc.equal(chunk.cast(pa.string()), value)).as_py() or 0)
+    return n
 
 
 def _bundle(source) -> Trace:
