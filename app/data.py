@@ -5,7 +5,7 @@ Sources, in the order the app lists them: bundles named on the command line
 bundled traces in ``traces/`` (or $FA4TRACE_TRACES_DIR), and uploads.
 
 Default pairing: bundles in ``traces/`` are paired from their metadata, not their file names:
-``meta["config"]["schedule"]`` is "base" for one and "pingpong" for the other, and the problem
+the config's ``schedule`` is "base" for one and "pingpong" for the other, and the problem
 is the same (``SHAPE_KEYS``: b, sq, sk, d, hq, hkv, dtype, impl, arch — a schedule may pick its
 own tile size, so implementation keys may differ); a config that records no shape must match
 in every key but the schedule. The d128 16:1 sk 131072 b1 pair is preferred when present.
@@ -40,6 +40,7 @@ from fa4trace.analysis.words import plural
 from fa4trace.analysis.wait_chain import wait_chains
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.trace.bundle import META_KEY, Trace, load
+from fa4trace.trace.meta import BundleMeta
 
 from .literal import md
 
@@ -78,8 +79,13 @@ class BundleInfo:
     error: str | None = None
 
     @property
+    def info(self) -> BundleMeta:
+        """The metadata, typed (``fa4trace.trace.meta``)."""
+        return BundleMeta.from_meta(self.meta)
+
+    @property
     def config(self) -> dict:
-        cfg = self.meta.get("config")
+        cfg = self.info.config
         return cfg if isinstance(cfg, dict) else {}
 
     @property
@@ -100,7 +106,7 @@ class BundleInfo:
 
     @property
     def synthetic(self) -> bool:
-        return bool(self.meta.get("synthetic", False))
+        return bool(self.info.synthetic)
 
 
 def read_info(path: str | os.PathLike) -> BundleInfo:
@@ -176,19 +182,20 @@ def path_key(path: Path) -> str:
 
 
 def describe(meta: dict, rows: int) -> str:
-    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    info = BundleMeta.from_meta(meta)
+    cfg = info.config if isinstance(info.config, dict) else {}
     sched = cfg.get("schedule")
     shape = " ".join(f"{k}={cfg[k]}" for k in ("d", "hq", "hkv", "sk", "b") if k in cfg)
-    bits = [str(meta.get("kernel", "trace"))]
+    bits = [str(info.kernel if info.has("kernel") else "trace")]
     if sched:
         bits.append(f"[{sched}]")
     if shape:
         bits.append(shape)
     bits.append(plural(rows, "row"))
-    n_launches = len(meta.get("launches") or [])
+    n_launches = len(info.launches)
     if n_launches > 1:
         bits.append(f"{n_launches} launches")
-    if meta.get("synthetic"):
+    if info.synthetic:
         bits.append("SYNTHETIC")
     return " · ".join(bits)
 

@@ -99,7 +99,7 @@ def auto_select_uploads(new_sources: list[data.Source], blobs: dict) -> None:
     if len(new) >= 2:
         def sched(s):
             tr = data.load_upload(s.key, *blobs[s.key])
-            return 0 if (tr.meta.get("config") or {}).get("schedule") == "base" else 1
+            return 0 if (tr.info.config or {}).get("schedule") == "base" else 1
         first, second = sorted(new[:2], key=sched)
         st.session_state["trace_a"], st.session_state["trace_b"] = first.key, second.key
     else:
@@ -225,7 +225,7 @@ def header(p: Picked, notes: list[str], errors: list[str]) -> None:
         st.info(n)
     for e in errors:
         st.warning(md(e))
-    synth = [s.label.split(" — ")[0] for s, t in ((p.a, p.trace_a), (p.b, p.trace_b)) if t is not None and t.meta.get("synthetic")]
+    synth = [s.label.split(" — ")[0] for s, t in ((p.a, p.trace_a), (p.b, p.trace_b)) if t is not None and t.info.synthetic]
     if synth:
         st.warning(("Synthetic bundle" if len(synth) == 1 else "Synthetic bundles") + ", made by fa4trace.trace.synthetic "
                    "on the CPU — not measurements: " + ", ".join(md(x) for x in synth))
@@ -426,7 +426,7 @@ def kernel_panels_section(kernels: list) -> None:
     items = []
     for which, src, tr, launch, cta, panel in kernels:
         occ = data.of_cta(data.occupancy_cached(src.key, tr), launch, cta)
-        pipes = (tr.meta.get("instrument") or {}).get("pipelines") or {}
+        pipes = (tr.info.instrument.pipelines if tr.info.instrument is not None else None) or {}
         stages = {p: int((v or {}).get("stages", 0) or 0) for p, v in pipes.items() if isinstance(v, dict)}
         items.append((f"{which}: CTA {cta}", occ, panel.origin_ns, panel.span_ns, stages))
     fig = kernel_view.occupancy_figure(items, uirevision="|".join(f"{w}{c}" for w, _, _, _, c, _ in kernels))
@@ -450,7 +450,7 @@ def lifetimes_section(which: str, src: data.Source, tr: Trace) -> None:
     recording, for the CTAs' durations and the perturbation): what it holds, in place of lanes
     that would be bare lifetimes and role shares that would read 100% idle."""
     life = data.cta_durations(src.key, tr)
-    fams = (tr.meta.get("instrument") or {}).get("families") if isinstance(tr.meta.get("instrument"), dict) else None
+    fams = tr.info.instrument.families if tr.info.instrument is not None else None
     why = ("" if fams is None else " (it was recorded without an event family)" if not fams else
            f" (its kernel made none of the calls that its families, {', '.join(md(f) for f in fams)}, record)")
     st.info(f"{which}: this recording has {_lifetimes(src, tr)} only{why}: no events to chart. Its perturbation line "

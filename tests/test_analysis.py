@@ -10,6 +10,7 @@ from fa4trace.format import layout as L
 from fa4trace.format.vocab import EV, ROLE
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.meta import TimingMeta
 from fa4trace.trace.synthetic import WarpEvents, attention_like, write_buffer
 
 B, E = L.KIND_BEGIN, L.KIND_END
@@ -188,13 +189,13 @@ def test_kv_block_bytes_from_either_config_spelling():
 
 def test_kernel_time_source_order():
     """bench_us (cold L2) over kernel_us (recorded inputs) over the trace span."""
-    k = A.kernel_time({"bench_us": 2.0, "kernel_us": 1.5, "traced_us": 1.6}, 900)
+    k = A.kernel_time(TimingMeta(bench_us=2.0, kernel_us=1.5, traced_us=1.6), 900)
     assert (k["kernel_time_ns"], k["kernel_time_kind"]) == (2000.0, "cold_l2_bench")
     assert k["recorded_kernel_time_ns"] == 1500.0 and k["traced_time_ns"] == 1600.0
-    k = A.kernel_time({"kernel_us": 1.5}, 900)
+    k = A.kernel_time(TimingMeta(kernel_us=1.5), 900)
     assert (k["kernel_time_ns"], k["kernel_time_kind"]) == (1500.0, "recorded_inputs")
     assert "recorded inputs" in k["kernel_time_source"] and k["bench_time_ns"] is None
-    k = A.kernel_time({}, 900)
+    k = A.kernel_time(None, 900)
     assert (k["kernel_time_ns"], k["kernel_time_kind"], k["traced_time_ns"]) == (900, "trace_span", None)
 
 

@@ -18,6 +18,7 @@ from fa4trace.analysis.fidelity import (HOST_TIMED, TIMING_METHOD, cta_lifetimes
 from fa4trace.analysis.launches import launch_of
 from fa4trace.trace.bundle import Trace, load
 from fa4trace.trace.decode import decode_buffer
+from fa4trace.trace.meta import BundleMeta
 from fa4trace.trace.synthetic import attention_like, sampled_like, split_kv_like
 
 # what instrument() stores of a plain twin it timed on the device (docs/fidelity.md)
@@ -263,17 +264,17 @@ def test_a_twin_faster_than_plain_beyond_its_noise_is_unreliable():
 def test_plain_twin_takes_medians_of_a_list_and_ignores_what_it_cannot_read():
     meta = {"instrument": {"plain_twin": [{"plain_ns": 100, "traced_ns": 110}, {"plain_ns": 100, "traced_ns": 130},
                                           {"plain_ns": 100, "traced_ns": 120}, {"plain_ns": "x"}, None]}}
-    assert plain_twin(meta) == {"plain_ns": 100.0, "traced_ns": 120.0, "rel": pytest.approx(0.2), "n": 3,
+    assert plain_twin(BundleMeta.from_meta(meta)) == {"plain_ns": 100.0, "traced_ns": 120.0, "rel": pytest.approx(0.2), "n": 3,
                                 "method": None, "noise_pct": None, "l2": None, "over_launches": None}
-    assert plain_twin({"instrument": {"plain_twin": {"plain_ns": 0, "traced_ns": 5}}}) is None
-    assert plain_twin({}) is None
+    assert plain_twin(BundleMeta.from_meta({"instrument": {"plain_twin": {"plain_ns": 0, "traced_ns": 5}}})) is None
+    assert plain_twin(BundleMeta()) is None
 
 
 def test_a_device_twin_gives_its_own_ratio_and_an_untimed_one_says_why():
     # the timing's rel is the median of its rounds' ratios: it wins over the ratio of the medians
     t = bundle(n_ctas=16, sms=16, n_recorded=16,
                instrument={"plain_twin": [{"launch": 0, "plain_ns": 1000, "traced_ns": 1100, "rel": 0.08, **DEVICE_TWIN}]})
-    assert plain_twin(t.meta)["rel"] == 0.08 and headline(perturbation(t)) == 0.08
+    assert plain_twin(t.info)["rel"] == 0.08 and headline(perturbation(t)) == 0.08
     t = bundle(n_ctas=16, sms=16, n_recorded=16,
                instrument={"plain_twin": [{"launch": 0, "method": None, "reason": "check=False: no plain build"}]})
     p = perturbation(t)
@@ -300,10 +301,11 @@ def test_our_decode_kernels_bundles_report_their_own_twin_timing():
     assert perturbation_lines(p)[1] == f"traced launch ran +5.4% against its plain twin (20.44 µs vs 19.40 µs; {TIMING_METHOD})"
     assert headline(p) == pytest.approx(0.0536, abs=1e-4) and p["status"] == "ok"
     # an instrument twin wins over the timing block; an incomplete timing block is no twin
-    assert plain_twin({"timing": meta["timing"], "instrument": {"plain_twin": {"plain_ns": 10, "traced_ns": 11}}})[
+    assert plain_twin(BundleMeta.from_meta({"timing": meta["timing"],
+                                            "instrument": {"plain_twin": {"plain_ns": 10, "traced_ns": 11}}}))[
         "plain_ns"] == 10.0
-    assert plain_twin({"timing": {"kernel_us": 19.4}}) is None
-    assert plain_twin({"timing": {"kernel_us": "x", "traced_us": 2}}) is None
+    assert plain_twin(BundleMeta.from_meta({"timing": {"kernel_us": 19.4}})) is None
+    assert plain_twin(BundleMeta.from_meta({"timing": {"kernel_us": "x", "traced_us": 2}})) is None
 
 
 # ---- bundles of several launches: one figure per launch, nothing pooled --------------------------

@@ -30,8 +30,8 @@ def is_wait_op(op: str) -> bool:
 
 
 def is_automatic(trace: Trace) -> bool:
-    """A bundle of a kernel traced by fa4trace.instrument (meta["instrument"] names it)."""
-    return isinstance(trace.meta.get("instrument"), dict)
+    """A bundle of a kernel traced by fa4trace.instrument (its ``instrument`` names it)."""
+    return trace.info.instrument is not None
 
 
 class AutoCols(Columns):
@@ -55,7 +55,7 @@ class AutoCols(Columns):
         op = [s.op if s else "" for s in specs]
         res = [s.resource if s else "" for s in specs]
         stages = [int(s.stages) if s else 0 for s in specs]
-        for i, s in enumerate(specs):  # a pipeline's stage count may come from meta["instrument"] only
+        for i, s in enumerate(specs):  # a pipeline's stage count may come from the bundle's instrument only
             if s and s.family == "pipeline" and not stages[i] and pipeline_stages:
                 stages[i] = int((pipeline_stages.get(s.resource) or {}).get("stages", 0) or 0)
         self.families, fam_code = _codes(fam)
@@ -84,8 +84,8 @@ class AutoCols(Columns):
 
     @classmethod
     def of(cls, trace: Trace) -> AutoCols:
-        inst = trace.meta.get("instrument") if isinstance(trace.meta.get("instrument"), dict) else {}
-        return cls(trace.events, trace.vocab, inst.get("pipelines") or {})
+        inst = trace.info.instrument
+        return cls(trace.events, trace.vocab, (inst.pipelines if inst is not None else None) or {})
 
     def where(self, family: str | None = None, op=None, resource: str | None = None) -> np.ndarray:
         """Rows of automatic events with this family, op (a name or a tuple) and resource."""

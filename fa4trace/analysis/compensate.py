@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
+from ..trace.meta import BundleMeta
 from .autoevents import AutoCols
 from .launches import launch_ids, launch_of
 
@@ -108,14 +109,14 @@ class Calibration:
 
 # ---- which calibration a bundle takes ----------------------------------------------------------------
 def recorder_of(meta: dict) -> str | None:
-    """The recorder a bundle was recorded with, where its metadata says: the calibration it
-    holds, else ``segment_<cursor>`` for a kernel traced by fa4trace.instrument."""
-    held = meta.get(KEY)
+    """The recorder a bundle was recorded with, where its metadata (as stored) says: the
+    calibration it holds, else ``segment_<cursor>`` for a kernel traced by fa4trace.instrument."""
+    info = BundleMeta.from_meta(meta)
+    held = info.recorder_cost
     if isinstance(held, dict) and held.get("recorder"):
         return str(held["recorder"])
-    inst = meta.get("instrument")
-    if isinstance(inst, dict) and inst.get("cursor"):
-        return f"segment_{inst['cursor']}"
+    if info.instrument is not None and info.instrument.cursor:
+        return f"segment_{info.instrument.cursor}"
     return None
 
 
@@ -146,7 +147,7 @@ def calibration_for(trace: Trace, calibrations: dict | None = None, *, recorder:
     """The calibration for ``trace``: the one its metadata holds, else the entry of
     ``calibrations`` for ``recorder`` or, not given, the bundle's (``recorder_of``); one line
     saying what is missing otherwise."""
-    held = trace.meta.get(KEY)
+    held = trace.info.recorder_cost
     if isinstance(held, dict) and recorder in (None, held.get("recorder")):
         return Calibration.from_dict(held)
     rec = recorder or recorder_of(trace.meta)

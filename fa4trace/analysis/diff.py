@@ -48,7 +48,7 @@ each (docs/diff.md, traces/diff). Launches in the band (``repeats``) catch the n
 floor the drift between recordings; ``min_change`` raises it where a GPU drifts more.
 
 **Same kernel.** Two bundles diff when they ran the same kernel (for automatic bundles the
-CUDA kernel functions fa4trace.instrument compiled, ``meta["instrument"]["kernels"]``; the label a
+CUDA kernel functions fa4trace.instrument compiled, the bundle's ``instrument.kernels``; the label a
 script gave them may differ, as FA4's causal and non-causal prefill do) and their event
 vocabularies agree (every event both name has the same family, op and resource). Anything else
 is refused in one line. Different configurations of one kernel are diffed, and the result says
@@ -63,6 +63,7 @@ import numpy as np
 
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
+from ..trace.meta import InstrumentMeta, LaunchMeta
 from .autoevents import AutoCols, is_automatic
 from .noise import Shift, critical_count, shift_band
 from .overlap import config_diff, diff_text, json_safe, overlap_length
@@ -93,7 +94,7 @@ INSTANCE_METRICS = ("span", "wait", "lag")
 # Attention events: producer -> consumer pairs (the consumer's start minus the producer's end, same block).
 ATTENTION_LAGS = (("LOAD_K", "QK"), ("LOAD_V", "PV"))
 CTA_ROLE = "cta"  # the role of whole-CTA figures
-RECORDING_KEYS = ("cursor", "families", "l2", "spans")  # meta["instrument"] keys of how a bundle recorded
+RECORDING_KEYS = ("cursor", "families", "l2", "spans")  # InstrumentMeta fields of how a bundle recorded
 
 
 # ---- what each bundle holds --------------------------------------------------------------------
@@ -344,26 +345,24 @@ class LaunchGroup:
         return f"launch{'es' if n > 1 else ''} {', '.join(map(str, self.launches))} ({what})"
 
 
-def _grid_ctas(lm: dict):
-    grid = lm.get("grid")
+def _grid_ctas(grid, *counts):
+    """A launch's CTAs: its grid's product, else the first count it has (grid CTAs, CTAs timed)."""
     if isinstance(grid, (list, tuple)) and grid and all(isinstance(g, int) for g in grid):
         return int(np.prod(grid))
-    for key in ("grid_ctas", "ctas_timed"):
-        if lm.get(key):
-            return int(lm[key])
-    return None
+    return next((int(n) for n in counts if n), None)
 
 
 def launch_signatures(trace: Trace) -> dict[int, tuple]:
     """{launch: (grid CTAs or None, CUDA symbols)} for the launches that have events, in order."""
     present = sorted(set(np.unique(trace.events["launch"].to_numpy()).tolist())) if trace.events.num_rows else []
-    metas = {}
-    for i, lm in enumerate(trace.meta.get("launches") or []):
-        if isinstance(lm, dict):
-            metas[int(lm.get("launch", i))] = lm
-    top = {"grid": trace.meta.get("grid")}  # a bundle-wide grid, where its launches do not say
-    return {L: (_grid_ctas(metas.get(L, {})) or _grid_ctas(top), tuple(metas.get(L, {}).get("cuda_symbols") or ()))
-            for L in present}
+    info = trace.info
+    metas = {int(lm.launch if lm.launch is not None else i): lm for i, lm in enumerate(info.launches)}
+    out = {}
+    for L in present:
+        lm = metas.get(L, LaunchMeta())
+        ctas = _grid_ctas(lm.grid, lm.grid_ctas, lm.ctas_timed) or _grid_ctas(info.grid)  # else the bundle-wide grid
+        out[L] = (ctas, tuple(lm.cuda_symbols or ()))
+    return out
 
 
 def launch_groups(trace: Trace, which: str, repeats: bool = False) -> list[LaunchGroup]:
@@ -402,19 +401,17 @@ def pair_groups(a: list[LaunchGroup], b: list[LaunchGroup]) -> tuple[list, list[
 def kernel_identity(trace: Trace) -> tuple[str, str]:
     """(how it was traced: "instrument" | "recorder", which kernel): the CUDA kernel functions
     fa4trace.instrument compiled, else the kernel the bundle names."""
-    inst = trace.meta.get("instrument")
-    if isinstance(inst, dict):
-        kernels = inst.get("kernels")
-        if kernels:
-            return "instrument", ", ".join(sorted(str(k) for k in kernels))
-        return "instrument", str(inst.get("kernel") or trace.meta.get("kernel") or "unknown")
-    return "recorder", str(trace.meta.get("kernel") or "unknown")
+    info = trace.info
+    if info.instrument is not None:
+        if info.instrument.kernels:
+            return "instrument", ", ".join(sorted(str(k) for k in info.instrument.kernels))
+        return "instrument", str(info.kernel_name or "unknown")
+    return "recorder", str(info.kernel or "unknown")
 
 
 def label(trace: Trace) -> str:
     """What the bundle calls its kernel (an automatic bundle's label, which its script chose)."""
-    inst = trace.meta.get("instrument")
-    return str((inst.get("kernel") if isinstance(inst, dict) else None) or trace.meta.get("kernel") or "unknown")
+    return str(trace.info.kernel_name or "unknown")
 
 
 def recorded_names(trace: Trace) -> set[str]:
@@ -457,17 +454,16 @@ def _spec(e) -> str:
 def differences(a: Trace, b: Trace) -> dict:
     """How two bundles of one kernel differ besides their figures: config, label, GPU, how they
     recorded, events only one of them recorded."""
-    out: dict = {"config": config_diff(a.meta.get("config") or {}, b.meta.get("config") or {})}
+    ma, mb = a.info, b.info
+    out: dict = {"config": config_diff(ma.config or {}, mb.config or {})}
     if label(a) != label(b):
         out["label"] = [label(a), label(b)]
-    ga, gb = (t.meta.get("gpu") or {} for t in (a, b))
-    if ga.get("name") != gb.get("name"):
-        out["gpu"] = [ga.get("name"), gb.get("name")]
-    ia, ib = (t.meta.get("instrument") if isinstance(t.meta.get("instrument"), dict) else {} for t in (a, b))
-    rec = {k: [ia.get(k), ib.get(k)] for k in RECORDING_KEYS if ia.get(k) != ib.get(k)}
-    for k in ("warp_subset",):
-        if a.meta.get(k) != b.meta.get(k):
-            rec[k] = [a.meta.get(k), b.meta.get(k)]
+    if ma.gpu.name != mb.gpu.name:
+        out["gpu"] = [ma.gpu.name, mb.gpu.name]
+    ia, ib = (m.instrument or InstrumentMeta() for m in (ma, mb))
+    rec = {k: [getattr(ia, k), getattr(ib, k)] for k in RECORDING_KEYS if getattr(ia, k) != getattr(ib, k)}
+    if ma.warp_subset != mb.warp_subset:
+        rec["warp_subset"] = [ma.warp_subset, mb.warp_subset]
     if rec:
         out["recording"] = rec
     ra, rb = recorded_names(a), recorded_names(b)
@@ -478,8 +474,7 @@ def differences(a: Trace, b: Trace) -> dict:
 
 def clock_ghz(trace: Trace) -> float | None:
     """The median SM clock of the bundle's launches (GHz, as the decoder measured it)."""
-    v = [float(m["clock_ghz_median"]) for m in trace.meta.get("launches", [])
-         if isinstance(m, dict) and m.get("clock_ghz_median")]
+    v = [float(m.clock_ghz_median) for m in trace.info.launches if m.clock_ghz_median]
     return float(np.median(v)) if v else None
 
 
@@ -686,9 +681,10 @@ def _order(key: tuple) -> tuple:
 def _side(t: Trace, groups: list[LaunchGroup]) -> dict:
     ctas = int(np.unique((t.events["launch"].to_numpy().astype(np.int64) << 32)
                          | t.events["cta"].to_numpy().astype(np.int64)).size) if t.events.num_rows else 0
-    return {"name": t.name, "label": label(t), "config": t.meta.get("config") or {},
-            "gpu": (t.meta.get("gpu") or {}).get("name"), "synthetic": bool(t.meta.get("synthetic", False)),
-            "launches": len(t.meta.get("launches", [])) or len(groups), "ctas": ctas, "clock_ghz": clock_ghz(t)}
+    info = t.info
+    return {"name": t.name, "label": label(t), "config": info.config or {}, "gpu": info.gpu.name,
+            "synthetic": bool(info.synthetic), "launches": len(info.launches) or len(groups), "ctas": ctas,
+            "clock_ghz": clock_ghz(t)}
 
 
 def _clock_notes(a: Trace, b: Trace) -> list[str]:

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..trace.bundle import Trace
+from ..trace.meta import BundleMeta, CtaLifetimes, TimingMeta
 from .launches import launch_ids, launch_of
 
 MIN_CTAS = 5  # fewer CTAs than this in either set: the comparison is noisy (caveat), or not made
@@ -53,7 +54,6 @@ FASTER_LIMIT = 0.03  # recorded CTAs faster than untraced ones by more than this
 LIFETIMES_ONLY_LIMIT = 0.05  # recorded CTAs that record nothing, reading more than this: the sample's bias
 Z95 = 1.96  # the noise band: 95% of the difference of two medians, from the CTAs' own spread
 
-_COLUMNS = ("launch", "cta", "start_ns", "end_ns", "recorded")
 TIMING_METHOD = "CUDA-graph replay on the recorded inputs"  # how a decode bundle's ``timing`` was taken
 HOST_TIMED = ("timed from the host around one launch (launch latency, and after a recompile the compile, "
               "count in it): not the kernel's cost")
@@ -64,13 +64,11 @@ def cta_lifetimes(trace: Trace) -> pa.Table | None:
     ("opening": started before the launch's first CTA ended; "tail": ended after its last CTA
     started; "steady": neither; a CTA of a one-wave launch is "opening"). None without
     lifetimes (bundles of kernels with their own recorder, or recorded before CTAs were timed)."""
-    raw = trace.meta.get("cta_lifetimes")
-    if not raw or not all(k in raw for k in _COLUMNS):
+    raw = trace.info.cta_lifetimes
+    if raw is None or not raw.complete:
         return None
-    cols = {k: np.asarray(raw[k], np.int64) for k in _COLUMNS}
+    cols = {k: np.asarray(getattr(raw, k), np.int64) for k in CtaLifetimes.COLUMNS}
     n = cols["cta"].size
-    if n == 0 or any(v.size != n for v in cols.values()):
-        return None
     start, end, launch = cols["start_ns"], cols["end_ns"], cols["launch"]
     phase = np.full(n, "steady", dtype=object)
     for ln in np.unique(launch):
@@ -108,7 +106,7 @@ TWIN_METHODS = {"graph": "CUDA-graph replays alternating with the plain build's"
                 "batch": "back-to-back launches alternating with the plain build's"}
 
 
-def plain_twin(meta: dict) -> dict | None:
+def plain_twin(meta: BundleMeta) -> dict | None:
     """The traced launch against its plain build: {"plain_ns", "traced_ns", "rel", "n",
     "method", "noise_pct", "l2", "over_launches"} from ``instrument.plain_twin`` (one timing,
     or a list of timings of the launch: medians) or ``timing``'s ``kernel_us`` / ``traced_us``
@@ -116,9 +114,9 @@ def plain_twin(meta: dict) -> dict | None:
     one, else traced / plain - 1. ``method`` None: timed from the host (a bundle made before
     the device timing). ``over_launches``: the timing covers that many launches of the bundle
     (fa4trace.analysis.launches). None where absent, not timed (``untimed_reason``) or unusable."""
-    raw = (meta.get("instrument") or {}).get("plain_twin")
+    raw = meta.instrument.plain_twin if meta.instrument is not None else None
     if raw is None:
-        raw = _timing_twin(meta.get("timing"))
+        raw = _timing_twin(meta.timing)
     items = raw if isinstance(raw, list) else [raw]
     rows = []
     for it in items:
@@ -145,21 +143,21 @@ def plain_twin(meta: dict) -> dict | None:
             "over_launches": over if over > 1 else None}
 
 
-def untimed_reason(meta: dict) -> str | None:
+def untimed_reason(meta: BundleMeta) -> str | None:
     """Why the recorder timed no plain twin, where its metadata says (``method`` null, ``reason``)."""
-    raw = (meta.get("instrument") or {}).get("plain_twin")
+    raw = meta.instrument.plain_twin if meta.instrument is not None else None
     for it in raw if isinstance(raw, list) else [raw]:
         if isinstance(it, dict) and "method" in it and not it["method"] and it.get("reason"):
             return str(it["reason"])
     return None
 
 
-def _timing_twin(timing) -> dict | None:
+def _timing_twin(timing: TimingMeta | None) -> dict | None:
     """A ``timing`` block's untraced and traced kernel times (µs) as one plain-twin timing (ns)."""
-    if not isinstance(timing, dict) or timing.get("kernel_us") is None or timing.get("traced_us") is None:
+    if timing is None or timing.kernel_us is None or timing.traced_us is None:
         return None
     try:
-        return {"plain_ns": 1e3 * float(timing["kernel_us"]), "traced_ns": 1e3 * float(timing["traced_us"]),
+        return {"plain_ns": 1e3 * float(timing.kernel_us), "traced_ns": 1e3 * float(timing.traced_us),
                 "method": TIMING_METHOD}
     except (TypeError, ValueError):
         return None
@@ -206,7 +204,7 @@ def perturbation(trace: Trace, launch: int | None = None) -> dict:
     return out
 
 
-def _empty(meta: dict | None) -> dict:
+def _empty(meta: BundleMeta | None) -> dict:
     return {"measured": False, "rel": None, "noise": None, "basis": None, "recorded": None, "untraced": None,
             "all": None, "steady": None, "timed": None, "caveats": [], "notes": [], "reason": None,
             "plain_twin": plain_twin(meta) if meta is not None else None,
@@ -216,8 +214,9 @@ def _empty(meta: dict | None) -> dict:
 
 
 def _one_launch(trace: Trace) -> dict:
-    out = _empty(trace.meta)
-    deps = (trace.meta.get("instrument") or {}).get("cta_dependencies")
+    info = trace.info
+    out = _empty(info)
+    deps = info.instrument.cta_dependencies if info.instrument is not None else None
     out["dependencies"] = deps.get("verdict") if isinstance(deps, dict) else None
     _in_launch(trace, out, deps)
     _judge(out)
@@ -255,7 +254,7 @@ def _in_launch(trace: Trace, out: dict, deps) -> None:
     sel = steady if basis == "steady" else np.ones(rec.size, bool)
     out.update(measured=True, basis=basis, rel=chosen["rel"], noise=chosen["noise"], recorded=chosen["recorded"],
                untraced=chosen["untraced"])
-    out["caveats"] = _caveats(trace.meta, chosen, phase, start[sel], launch[sel], rec[sel])
+    out["caveats"] = _caveats(trace.info, chosen, phase, start[sel], launch[sel], rec[sel])
     out["notes"] = _notes(deps)
     if isinstance(deps, dict) and deps.get("waits_on_previous_grid") and basis == "all":
         out["caveats"].append("the kernel waits for the previous grid (griddepcontrol.wait): launched with PDL, its "
@@ -329,7 +328,7 @@ def _worst(statuses: list[str]) -> str:
     return "not_measured"
 
 
-def _caveats(meta: dict, chosen: dict, phase: np.ndarray, start, launch, rec) -> list[str]:
+def _caveats(meta: BundleMeta, chosen: dict, phase: np.ndarray, start, launch, rec) -> list[str]:
     """Why the compared CTAs may differ for reasons other than tracing (see perturbation)."""
     out = []
     n_rec, n_unt = chosen["recorded"]["n"], chosen["untraced"]["n"]
@@ -349,10 +348,10 @@ def _caveats(meta: dict, chosen: dict, phase: np.ndarray, start, launch, rec) ->
     if u["n"] >= MIN_CTAS and u["p10_ns"] and u["p90_ns"] / u["p10_ns"] - 1 > UNEQUAL_WORK_SPREAD:
         out.append(f"untraced CTAs ran {u['p10_ns'] / 1e3:.1f}-{u['p90_ns'] / 1e3:.1f} µs (p10-p90): CTAs do "
                    "unequal work, and which ones record moves the figure")
-    outside = sum(int(ln.get("ctas_outside_lifetime") or 0) for ln in meta.get("launches") or [] if isinstance(ln, dict))
+    outside = sum(int(ln.ctas_outside_lifetime or 0) for ln in meta.launches)
     if outside:
         out.append(f"{outside} recorded CTAs have warps outside their lifetime entry: the stamps are off; report it")
-    if (meta.get("instrument") or {}).get("split") is False:
+    if meta.instrument is not None and meta.instrument.split is False:
         out.append("one instrumented body for every CTA: the untraced CTAs ran it too with their stores off, so "
                    "the figure shows only the record stores' share")
     return out

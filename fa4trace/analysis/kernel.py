@@ -398,24 +398,23 @@ def _summarize_launch(trace: Trace, roles=None) -> dict:
     """``summarize_kernel`` of a bundle of one launch."""
     tr = assign_roles(trace, roles)
     c = AutoCols.of(tr)
-    ra = tr.meta["role_assignment"]
+    ra = tr.info.role_assignment
     decided = {"by_warp": {int(w): r for w, r in ra["by_warp"].items()},
                "source": {int(w): s for w, s in ra["source"].items()}}
-    inst = trace.meta.get("instrument") or {}
+    info = trace.info
     wr = c.is_warp_row
     out: dict = {
-        "name": trace.name, "kernel": inst.get("kernel") or trace.meta.get("kernel"), "arch": inst.get("arch"),
-        "config": trace.meta.get("config", {}), "synthetic": bool(trace.meta.get("synthetic", False)),
-        "gpu": (trace.meta.get("gpu") or {}).get("name"), "rows": int(c.n),
-        "launches": len(trace.meta.get("launches", [])) or int(np.unique(c.launch).size),
-        "ctas": int(c.n_ctas), "warps": int(wr.sum()), "warp_subset": trace.meta.get("warp_subset"),
+        "name": trace.name, "kernel": info.kernel_name, "arch": info.instrument.arch if info.instrument else None,
+        "config": info.config, "synthetic": bool(info.synthetic), "gpu": info.gpu.name, "rows": int(c.n),
+        "launches": len(info.launches) or int(np.unique(c.launch).size),
+        "ctas": int(c.n_ctas), "warps": int(wr.sum()), "warp_subset": info.warp_subset,
         "dropped": int(c.dropped.sum()), "overflowed_warps": int(((c.dropped > 0) & wr).sum()),
         "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))
                    if c.name_dict[k] != "WARP" and v},
         **ring_losses(trace),
     }
     out["total_span_ns"] = int(c.end[wr].max() - c.start[wr].min()) if wr.any() else None
-    out.update(kernel_time(trace.meta.get("timing") or {}, out["total_span_ns"]))
+    out.update(kernel_time(info.timing, out["total_span_ns"]))
     by_role: dict = {}
     for w, r in decided["by_warp"].items():
         by_role.setdefault(r, {"warps": [], "source": []})
@@ -536,7 +535,7 @@ def compare_kernels(a: Trace, b: Trace, roles=None, launch_a: int | None = None,
     {"pairs": [one per pair], "launch_pairs"}."""
     for t in (a, b):
         require_automatic(t)
-    ka, kb = (t.meta["instrument"].get("kernel") or t.meta.get("kernel") for t in (a, b))
+    ka, kb = (t.info.kernel_name for t in (a, b))
     if ka != kb:
         raise Fa4traceError(f"A is kernel {ka}, B is kernel {kb}: compare needs two bundles of the same kernel")
     return compare_launches(a, b, launch_a, launch_b, lambda x, y: _compare_launch(x, y, roles))
@@ -549,7 +548,7 @@ def _compare_launch(a: Trace, b: Trace, roles=None) -> dict:
             for key, va, vb in metric_pairs(sa, sb) if va is not None and vb is not None}
     # an automatic bundle's config is what its script named (shape, tile...): any difference
     # may change the work, so every one is named
-    configs = config_diff(a.meta.get("config") or {}, b.meta.get("config") or {})
+    configs = config_diff(a.info.config or {}, b.info.config or {})
     caveat = f"on different configs ({diff_text(configs)})" if configs else None
     return json_safe({"a": sa, "b": sb, "diff": diff, "speed": speed_text(sa, sb, caveat),
                       "differs": {"config": configs}})

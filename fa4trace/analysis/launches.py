@@ -1,7 +1,7 @@
 """One launch at a time: a bundle may hold several launches of one kernel, and no figure mixes them.
 
 A bundle of ``fa4trace.instrument`` holds every launch of its kernel in the block (the events'
-``launch`` column, ``meta["launches"]`` one dict per launch, ``cta_lifetimes`` per launch); two
+``launch`` column, the metadata's ``launches``, one entry per launch, ``cta_lifetimes`` per launch); two
 launches may run other shapes, seconds apart. Every figure of ``summary``, ``compare``, the
 viewer and ``check`` is computed on one launch: ``launch_of(trace, n)`` is the bundle cut down
 to launch ``n`` (its events, its metadata entry, its CTA lifetimes, its share of the timings),
@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
+from ..trace.meta import BundleMeta, CtaLifetimes, LaunchMeta
 
 
 def launch_ids(trace: Trace) -> list[int]:
@@ -26,19 +27,19 @@ def launch_ids(trace: Trace) -> list[int]:
     ids = set()
     if trace.events.num_rows:
         ids |= {int(x) for x in pc.unique(trace.events["launch"]).to_pylist()}
-    for i, m in enumerate(trace.meta.get("launches") or []):
-        ids.add(int(m.get("launch", i)) if isinstance(m, dict) else i)
-    life = trace.meta.get("cta_lifetimes")
-    if isinstance(life, dict) and isinstance(life.get("launch"), list):
-        ids |= {int(x) for x in set(life["launch"])}
+    info = trace.info
+    for i, m in enumerate(info.launches):
+        ids.add(int(m.launch if m.launch is not None else i))
+    life = info.cta_lifetimes
+    if life is not None and isinstance(life.launch, list):
+        ids |= {int(x) for x in set(life.launch)}
     return sorted(ids)
 
 
-def _launch_entry(meta: dict, launch: int):
-    """The metadata dict of ``launch`` (its "launch" key, else its position)."""
-    entries = meta.get("launches") or []
-    for i, m in enumerate(entries):
-        if isinstance(m, dict) and int(m.get("launch", i)) == launch:
+def _launch_entry(info: BundleMeta, launch: int) -> LaunchMeta | None:
+    """The metadata of ``launch`` (its ``launch``, else its position)."""
+    for i, m in enumerate(info.launches):
+        if int(m.launch if m.launch is not None else i) == launch:
             return m
     return None
 
@@ -70,7 +71,7 @@ def launch_of(trace: Trace, launch: int) -> Trace:
     """The bundle cut down to one launch: its events, its metadata entry, its CTA lifetimes,
     its plain-twin timing and ``timing`` where they are per launch (a timing of several
     launches is kept, marked ``over_launches``; a ``timing`` block of a bundle of several
-    launches, which no launch can claim, is dropped). ``meta["launch_of"]``: {launch, of,
+    launches, which no launch can claim, is dropped). Its metadata's ``launch_of``: {launch, of,
     others (the launch table's other rows)}."""
     ids = launch_ids(trace)
     if launch not in ids:
@@ -80,35 +81,38 @@ def launch_of(trace: Trace, launch: int) -> Trace:
     ev = trace.events
     if n > 1 and ev.num_rows:
         ev = ev.filter(pc.equal(ev["launch"], pa.scalar(launch, ev.schema.field("launch").type)))
-    meta = dict(trace.meta)
-    entry = _launch_entry(trace.meta, launch)
-    meta["launches"] = [entry] if entry is not None else []
+    info = trace.info
+    cut: dict = {}
+    entry = _launch_entry(info, launch)
+    cut["launches"] = (entry,) if entry is not None else ()
     if entry is not None:
-        meta["total_dropped"] = int(entry.get("dropped", 0) or 0)
-        if "overwritten" in entry:
-            meta["total_overwritten"] = int(entry.get("overwritten", 0) or 0)
-        if "warp_subset" in entry:
-            meta["warp_subset"] = entry["warp_subset"]
-    life = trace.meta.get("cta_lifetimes")
-    if isinstance(life, dict) and isinstance(life.get("launch"), list):
-        keep = [i for i, x in enumerate(life["launch"]) if int(x) == launch]
-        meta["cta_lifetimes"] = {k: [v[i] for i in keep] if isinstance(v, list) and len(v) == len(life["launch"]) else v
-                                 for k, v in life.items()}
-    if "timing" in meta:
-        timing = _pick(meta["timing"], launch, position, n)
+        cut["total_dropped"] = int(entry.dropped or 0)
+        if entry.has("overwritten"):
+            cut["total_overwritten"] = int(entry.overwritten or 0)
+        if entry.has("warp_subset"):
+            cut["warp_subset"] = entry.warp_subset
+    life = info.cta_lifetimes
+    if life is not None and isinstance(life.launch, list):
+        keep = [i for i, x in enumerate(life.launch) if int(x) == launch]
+        cut["cta_lifetimes"] = CtaLifetimes.from_meta(
+            {k: [v[i] for i in keep] if isinstance(v, list) and len(v) == len(life.launch) else v
+             for k, v in life.to_meta().items()})
+    inst = info.instrument
+    if inst is not None and inst.plain_twin is not None:
+        twin = inst.plain_twin
+        mine = _pick(twin, launch, position, n)
+        if isinstance(mine, dict) and int(mine.get("launches") or 1) > 1:
+            mine = None  # one timing of several launches: not this launch's own
+        cut["instrument"] = inst.updated(plain_twin=mine if mine is not None else _bundle_twin(twin, n))
+    cut["launch_of"] = {"launch": launch, "of": n,
+                        "others": [r for r in launch_table(trace) if r["launch"] != launch] if n > 1 else []}
+    meta = info.updated(**cut).to_meta()
+    if "timing" in trace.meta:  # one block, or a list of one per launch (no TimingMeta): this launch's share
+        timing = _pick(trace.meta["timing"], launch, position, n)
         if timing is None:
             meta.pop("timing")
         else:
             meta["timing"] = timing
-    inst = meta.get("instrument")
-    if isinstance(inst, dict) and inst.get("plain_twin") is not None:
-        twin = inst["plain_twin"]
-        mine = _pick(twin, launch, position, n)
-        if isinstance(mine, dict) and int(mine.get("launches") or 1) > 1:
-            mine = None  # one timing of several launches: not this launch's own
-        meta["instrument"] = dict(inst, plain_twin=mine if mine is not None else _bundle_twin(twin, n))
-    meta["launch_of"] = {"launch": launch, "of": n,
-                         "others": [r for r in launch_table(trace) if r["launch"] != launch] if n > 1 else []}
     return Trace(ev, meta)
 
 
@@ -159,7 +163,7 @@ def per_launch(trace: Trace, summarize_one: Callable[[Trace], dict], launch: int
         which = launch if launch is not None else (ids[0] if ids else 0)
         one = summarize_one(launch_of(trace, which) if len(ids) > 1 or launch is not None else trace)
         # a bundle already cut to one launch (launch_of) counts the launches of the one it came from
-        cut = trace.meta.get("launch_of") or {}
+        cut = trace.info.launch_of or {}
         one.update(launch=which, launch_count=int(cut.get("of") or len(ids)))
         others = [r for r in table if r["launch"] != which] if len(ids) > 1 else list(cut.get("others") or [])
         if others:

@@ -15,7 +15,7 @@ Definitions (all per CTA, then aggregated over CTAs weighted by time):
 * every figure is one launch's: a bundle of several launches is summarized launch by launch
   (fa4trace.analysis.launches), and compared one launch of A against one of B.
 * kernel time (``kernel_time_ns``, bandwidth uses it), from the first of these the bundle's
-  meta["timing"] has, named by ``kernel_time_kind`` and ``kernel_time_source``:
+  ``timing`` has, named by ``kernel_time_kind`` and ``kernel_time_source``:
   ``bench_us``: the untraced kernel in the cold-L2 CUDA-graph benchmark (fresh inputs per
   launch, as `fa4trace bench` times it); ``kernel_us``: the untraced kernel replayed on the
   recorded inputs (part of the KV stays in L2, so it reads faster than the benchmark); else
@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..trace.bundle import Trace
+from ..trace.meta import TimingMeta
 from .fidelity import perturbation
 from .launches import compare_launches, per_launch
 
@@ -438,12 +439,12 @@ def ring_losses(trace: Trace) -> dict:
     """Where warps recorded into shared-memory rings (the launches' decode summaries say so):
     ``ring`` (records per warp), ``overwritten`` (the oldest records lost) and
     ``overwritten_warps``; {} for a bundle without rings."""
-    launches = [m for m in trace.meta.get("launches", []) if isinstance(m, dict) and m.get("ring")]
+    launches = [m for m in trace.info.launches if m.ring]
     if not launches:
         return {}
-    return {"ring": max(int(m["ring"]) for m in launches),
-            "overwritten": sum(int(m.get("overwritten", 0)) for m in launches),
-            "overwritten_warps": sum(int(m.get("overwritten_warps", 0)) for m in launches)}
+    return {"ring": max(int(m.ring) for m in launches),
+            "overwritten": sum(int(m.overwritten or 0) for m in launches),
+            "overwritten_warps": sum(int(m.overwritten_warps or 0) for m in launches)}
 
 
 def summarize(trace: Trace, launch: int | None = None) -> dict:
@@ -457,18 +458,19 @@ def _summarize_launch(trace: Trace) -> dict:
     """``summarize`` of a bundle of one launch."""
     c = _columns(trace)
     ctas = _per_cta(c)  # the columns are decoded once per summary
+    info = trace.info
     out: dict = {
         "name": trace.name,
-        "kernel": trace.meta.get("kernel"),
-        "config": trace.meta.get("config", {}),
-        "synthetic": bool(trace.meta.get("synthetic", False)),
-        "gpu": trace.meta.get("gpu", {}).get("name"),
+        "kernel": info.kernel,
+        "config": info.config,
+        "synthetic": bool(info.synthetic),
+        "gpu": info.gpu.name,
         "rows": int(c.n),
-        "launches": len(trace.meta.get("launches", [])) or int(np.unique(c.launch).size),
+        "launches": len(info.launches) or int(np.unique(c.launch).size),
         "ctas": int(ctas.num_rows),
         "warps": int(c.mask("WARP").sum()),
-        "cta_subset": bool(trace.meta.get("cta_subset")),
-        "warp_subset": trace.meta.get("warp_subset"),
+        "cta_subset": bool(info.cta_subset),
+        "warp_subset": info.warp_subset,
         "dropped": int(c.dropped.sum()),
         "overflowed_warps": int(((c.dropped > 0) & c.mask("WARP")).sum()),
         "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))
@@ -480,7 +482,7 @@ def _summarize_launch(trace: Trace) -> dict:
     span = {L: end - start for L, (start, end) in bounds.items()}
     out["kernel_span_ns"] = next(iter(span.values())) if len(span) == 1 else span
     out["total_span_ns"] = int(c.end[warp_rows].max() - c.start[warp_rows].min()) if warp_rows.any() else None
-    out.update(kernel_time(trace.meta.get("timing") or {}, out["total_span_ns"]))
+    out.update(kernel_time(info.timing, out["total_span_ns"]))
     kernel_ns = out["kernel_time_ns"]
     nbytes = attention_bytes(out["config"])
     out["bytes"] = nbytes
@@ -579,15 +581,16 @@ KERNEL_TIME_SOURCES = {
 }
 
 
-def kernel_time(timing: dict, span_ns) -> dict:
+def kernel_time(timing: TimingMeta | None, span_ns) -> dict:
     """The kernel time a summary shows and where it comes from (see the module docstring):
     kernel_time_ns / _kind / _source, plus every measured time the bundle has (ns or None):
-    bench_time_ns (cold L2), recorded_kernel_time_ns and traced_time_ns (recorded inputs)."""
-    def ns(key):
-        v = timing.get(key)
+    bench_time_ns (cold L2), recorded_kernel_time_ns and traced_time_ns (recorded inputs), from
+    the bundle's ``timing`` (None: it has none)."""
+    def ns(v):
         return float(v) * 1e3 if v else None
 
-    bench, plain, traced = ns("bench_us"), ns("kernel_us"), ns("traced_us")
+    t = timing or TimingMeta()
+    bench, plain, traced = ns(t.bench_us), ns(t.kernel_us), ns(t.traced_us)
     kind = "cold_l2_bench" if bench else "recorded_inputs" if plain else "trace_span"
     value = bench if bench else plain if plain else span_ns
     return {"kernel_time_ns": value, "kernel_time_kind": kind, "kernel_time_source": KERNEL_TIME_SOURCES[kind],
@@ -662,10 +665,11 @@ def _compare_launch(a: Trace, b: Trace) -> dict:
         extra = hid_b - hid_a
         headline = (f"{b.name} hides {extra:.0f} ns more softmax per iteration than {a.name} "
                     f"({100 * extra / per_b:.1f}% of its {per_b:.0f} ns period)")
-    shapes = config_diff(a.meta.get("config") or {}, b.meta.get("config") or {}, SHAPE_KEYS)
+    ia, ib = a.info, b.info
+    shapes = config_diff(ia.config or {}, ib.config or {}, SHAPE_KEYS)
     differs = {"config": shapes}
-    if a.meta.get("kernel") != b.meta.get("kernel"):
-        differs["kernel"] = [a.meta.get("kernel"), b.meta.get("kernel")]
+    if ia.kernel != ib.kernel:
+        differs["kernel"] = [ia.kernel, ib.kernel]
     caveat = f"but A and B ran different shapes ({diff_text(shapes)}): not a speed-up" if shapes else None
     return json_safe({"a": sa, "b": sb, "diff": diff, "headline": headline, "speed": speed_text(sa, sb, caveat),
                       "differs": differs})

@@ -5,8 +5,8 @@ event its warps store. A bundle recorded with passes holds, for every call, the 
 (pass "dense": the families and spans asked for) and the same launch replayed from the same
 memory with lighter recordings, one each: "lifetimes" (no family: warp and CTA lifetimes),
 one family at a time ("pipeline", "tma", "mma", "barrier") and "spans" (the named spans
-alone). Each launch says its pass and the call it replays in ``meta["launches"][i]["pass"]``
-and ``["call"]`` (fa4trace.auto.run).
+alone). Each launch says its pass and the call it replays (``LaunchMeta.pass_name`` and
+``call``: fa4trace.auto.run).
 
 **Lightest** is measured, not assumed: a pass is lighter than another when its warps recorded
 fewer events per recorded CTA (rows other than warp lifetimes, over the CTAs that have warps in
@@ -29,15 +29,15 @@ import pyarrow.compute as pc
 
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
+from ..trace.meta import CtaLifetimes
 from .figures import is_duration, trace_metrics
 
 DENSE = "dense"  # the main recording's pass name (fa4trace.auto.run.DENSE)
 
 
 def launch_passes(trace: Trace) -> list | None:
-    """The pass of each launch (meta["launches"] order), or None for a bundle without passes."""
-    launches = trace.meta.get("launches") or []
-    names = [ln.get("pass") if isinstance(ln, dict) else None for ln in launches]
+    """The pass of each launch (in the bundle's launch order), or None for a bundle without passes."""
+    names = [ln.pass_name for ln in trace.info.launches]
     return names if any(names) else None
 
 
@@ -57,23 +57,22 @@ def select_launches(trace: Trace, launches) -> Trace:
     renum = np.searchsorted(np.asarray(keep, np.int64), ev["launch"].to_numpy().astype(np.int64))
     ev = ev.set_column(ev.schema.get_field_index("launch"), ev.schema.field("launch"),
                        pa.array(renum.astype(np.int16), col.type))
-    meta = dict(trace.meta)
-    old = meta.get("launches") or []
-    meta["launches"] = [old[i] for i in keep if i < len(old)]
-    meta["total_dropped"] = int(sum(int(ln.get("dropped", 0) or 0) for ln in meta["launches"] if isinstance(ln, dict)))
-    life = meta.get("cta_lifetimes")
-    if isinstance(life, dict) and "launch" in life:
-        ln = np.asarray(life["launch"], np.int64)
+    info = trace.info
+    kept = tuple(info.launches[i] for i in keep if i < len(info.launches))
+    cut: dict = {"launches": kept, "total_dropped": int(sum(int(ln.dropped or 0) for ln in kept))}
+    life = info.cta_lifetimes
+    if life is not None and life.launch is not None:
+        ln = np.asarray(life.launch, np.int64)
         m = np.isin(ln, keep)
-        meta["cta_lifetimes"] = {k: (np.searchsorted(keep, ln[m]) if k == "launch" else np.asarray(v)[m]).tolist()
-                                 for k, v in life.items()}
-    inst = meta.get("instrument")
-    if isinstance(inst, dict) and isinstance(inst.get("plain_twin"), list):
+        cut["cta_lifetimes"] = CtaLifetimes.from_meta(
+            {k: (np.searchsorted(keep, ln[m]) if k == "launch" else np.asarray(v)[m]).tolist()
+             for k, v in life.to_meta().items()})
+    inst = info.instrument
+    if inst is not None and isinstance(inst.plain_twin, list):
         where = {old_i: new_i for new_i, old_i in enumerate(keep)}
-        inst = dict(inst, plain_twin=[dict(t, launch=where[t["launch"]]) for t in inst["plain_twin"]
-                                      if isinstance(t, dict) and t.get("launch") in where])
-        meta["instrument"] = inst
-    return Trace(ev, meta)
+        cut["instrument"] = inst.updated(plain_twin=[dict(t, launch=where[t["launch"]]) for t in inst.plain_twin
+                                                     if isinstance(t, dict) and t.get("launch") in where])
+    return Trace(ev, info.updated(**cut).to_meta())
 
 
 def pass_traces(trace: Trace) -> dict[str, Trace]:
@@ -88,12 +87,8 @@ def pass_traces(trace: Trace) -> dict[str, Trace]:
 
 
 def calls(trace: Trace) -> list[int]:
-    """The calls the bundle's launches replay (meta["launches"][i]["call"]; 0 where absent), in order."""
-    return list(dict.fromkeys(_call_of(ln) for ln in trace.meta.get("launches") or []))
-
-
-def _call_of(launch) -> int:
-    return int(launch.get("call") or 0) if isinstance(launch, dict) else 0
+    """The calls the bundle's launches replay (each launch's ``call``; 0 where absent), in order."""
+    return list(dict.fromkeys(int(ln.call or 0) for ln in trace.info.launches))
 
 
 def events_per_cta(trace: Trace) -> float:
@@ -125,8 +120,8 @@ def sourced_figures(trace: Trace, roles=None, call: int | None = None) -> dict:
     c = every[0] if call is None else int(call)
     if c not in every:
         raise Fa4traceError(f"{trace.name}: no call {c} in this bundle (calls {', '.join(map(str, every))})")
-    launches = trace.meta.get("launches") or []
-    by_pass = pass_traces(select_launches(trace, [i for i, ln in enumerate(launches) if _call_of(ln) == c]))
+    mine = [i for i, ln in enumerate(trace.info.launches) if int(ln.call or 0) == c]
+    by_pass = pass_traces(select_launches(trace, mine))
     main = by_pass[DENSE] if DENSE in by_pass else max(by_pass.values(), key=events_per_cta)
     warp_roles = decide_roles(main, roles)["by_warp"]
     order = list(by_pass)
@@ -140,7 +135,7 @@ def sourced_figures(trace: Trace, roles=None, call: int | None = None) -> dict:
         v, d = metrics[src][key], dense.get(key)
         figures[key] = {"value": v, "pass": src, "dense": d,
                         "dense_rel": (d / v - 1) if d is not None and v else None}
-    n_launches = {p: len(t.meta.get("launches") or []) for p, t in by_pass.items()}
+    n_launches = {p: len(t.info.launches) for p, t in by_pass.items()}
     return {"call": c, "calls": len(every),
             "passes": [{"pass": p, "launches": n_launches[p], "events_per_cta": weight[p]} for p in lightest],
             "figures": figures}

@@ -6,7 +6,7 @@ in the CTA, first of:
 
 1. ``given``: the ``roles`` argument (warp index -> role, or role -> warp indices; a warp
    index the trace does not hold is refused, in one line);
-2. ``instrument``: meta["instrument"]["roles"] (role -> warp indices), when the kernel said;
+2. ``instrument``: the bundle's ``instrument.roles`` (role -> warp indices), when the kernel said;
 3. ``recorded``: the role the warp recorded itself (hand-placed Recorder roles), if not unknown;
 4. ``inferred``: from what the warp index recorded in any CTA, by the first rule that holds:
    **mma**: any mma.* event; **producer**: a pipeline acquire or commit, or a tma.load;
@@ -120,8 +120,8 @@ def decide_roles(trace: Trace, roles=None, *, cols: AutoCols | None = None) -> d
     every warp index in the trace (keys are ints)."""
     c = cols if cols is not None else AutoCols.of(trace)
     given = normalize_roles(roles)
-    inst = trace.meta.get("instrument") if isinstance(trace.meta.get("instrument"), dict) else {}
-    from_meta = normalize_roles(inst.get("roles") or {})
+    inst = trace.info.instrument
+    from_meta = normalize_roles((inst.roles if inst is not None else None) or {})
     recorded = _recorded_roles(c)
     inferred = infer_roles(c)
     _check_given(given, set(inferred))
@@ -159,13 +159,12 @@ def _spans(ws: list) -> str:
 
 def assign_roles(trace: Trace, roles=None) -> Trace:
     """The trace with its ``role`` column set per warp index (see the module docstring) and
-    meta["role_assignment"] = {"by_warp": {"0": role...}, "source": {"0": how...}}."""
+    its metadata's ``role_assignment`` = {"by_warp": {"0": role...}, "source": {"0": how...}}."""
     c = AutoCols.of(trace)
     d = decide_roles(trace, roles, cols=c)
     ev = trace.events
-    meta = dict(trace.meta)
-    meta["role_assignment"] = {"by_warp": {str(w): r for w, r in d["by_warp"].items()},
-                               "source": {str(w): s for w, s in d["source"].items()}}
+    meta = trace.info.updated(role_assignment={"by_warp": {str(w): r for w, r in d["by_warp"].items()},
+                                               "source": {str(w): s for w, s in d["source"].items()}}).to_meta()
     if ev.num_rows == 0:
         return Trace(ev, meta)
     names = sorted(set(d["by_warp"].values()), key=role_rank)

@@ -152,7 +152,7 @@ class Recording:
         kernels = self.launched
         if not kernels:
             raise Fa4traceError("no kernel ran traced inside fa4trace.instrument(): nothing to save")
-        names = [_short_name(k.meta.get("kernel", "kernel")) for k in kernels]
+        names = [_short_name(k.name) for k in kernels]
         if len(kernels) == 1:
             paths = [path]
         else:

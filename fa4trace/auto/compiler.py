@@ -20,6 +20,7 @@ from typing import Any, Optional
 from ..format import layout as L
 from ..format.errors import Fa4traceError
 from ..format.options import Placement, options
+from ..trace.meta import InstrumentMeta
 from . import entry as E
 from . import families as F
 from .ctadeps import dependencies_of, keep_ptx
@@ -45,6 +46,11 @@ class CompiledTraced:
     @property
     def ptx(self) -> Optional[str]:
         return getattr(self.fn, "__ptx__", None)
+
+    @property
+    def info(self) -> InstrumentMeta:
+        """``meta`` (the bundle's ``instrument`` to be) as typed fields."""
+        return InstrumentMeta.from_meta(self.meta)
 
 
 def dsl_version() -> str:

@@ -47,6 +47,7 @@ from ..format.errors import Fa4traceError
 from ..format.options import Sampling
 from ..format.vocab import MAX_EVENT_ID
 from ..run.record import new_trace_tensor
+from ..trace.meta import InstrumentMeta
 from ..trace.ranks import rank_meta
 from .events import FAMILIES
 from .outcheck import OutputCheck, named_tensors
@@ -87,9 +88,10 @@ def pass_plan(meta: dict, asked) -> tuple[list, dict]:
     is ``meta``: a family the recording does not ask for or the kernel lacks, named spans that
     were not placed, or a pass that would record what the main build records, is skipped.
     ``spans``: {} none, None the recording's own."""
-    fams = set(meta.get("families") or ())
-    found = fams - set(meta.get("missing") or ())
-    spans = set(meta.get("spans") or ()) - set(meta.get("spans_missing") or ())
+    inst = InstrumentMeta.from_meta(meta)
+    fams = set(inst.families or ())
+    found = fams - set(inst.missing or ())
+    spans = set(inst.spans or ()) - set(inst.spans_missing or ())
     plan, skipped = [], {}
     for name in asked:
         if name == "lifetimes":
@@ -228,7 +230,7 @@ def _sync() -> None:
 @dataclass
 class LaunchRecord:
     """One launch a bundle will hold: its buffer and spec, the vocabulary to decode it with,
-    what its meta["launches"] entry says (host times, device, pass, call) and its plain-twin
+    what its entry of the bundle's launches says (host times, device, pass, call) and its plain-twin
     entry (a timing, or why none)."""
 
     buf: Any
@@ -267,8 +269,18 @@ class Instrumented:
         self.captured_plain = 0  # launches captured into a CUDA graph before that: they ran plain
 
     @property
+    def info(self) -> InstrumentMeta:
+        """What the compile found (``meta``, the bundle's ``instrument`` to be), as typed fields."""
+        return InstrumentMeta.from_meta(self.meta)
+
+    @property
+    def name(self) -> str:
+        """The kernel's name, for the lines it prints."""
+        return str(self.info.kernel or "kernel")
+
+    @property
     def warps_per_cta(self) -> int:
-        w = self.meta.get("warps_per_cta")
+        w = self.info.warps_per_cta
         if not w:
             raise Fa4traceError("the kernel's block size was not a constant at compile time: "
                                 "pass warps_per_cta to fa4trace.instrument")
@@ -303,7 +315,7 @@ class Instrumented:
         replay = bool(self.options.passes) and not capturing and self._recompile is not None
         oc = None
         if check or replay:
-            oc = OutputCheck(named_tensors(args, kwargs, self.meta.get("params") or []), _sync)
+            oc = OutputCheck(named_tensors(args, kwargs, self.info.params or []), _sync)
         if check:
             self._plain_twice(args, kwargs, oc)
         spec = self.options.spec(self.warps_per_cta)
@@ -361,7 +373,7 @@ class Instrumented:
                 why = _launch_failure(exc)
                 self.twins[sig] = _untimed(f"the timing failed: {why}")
                 if sum(1 for t in self.twins.values() if t.get("method") is None) == 1:
-                    print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: its plain twin could not be timed "
+                    print(f"fa4trace: {self.name}: its plain twin could not be timed "
                           f"({why}); the bundle says so", file=sys.stderr)
         return dict(self.twins[sig])
 
@@ -402,7 +414,7 @@ class Instrumented:
             host.update(host_return_ns=time.time_ns(), device=torch.cuda.current_device(),
                         cuda_symbols=_symbols(build.fn))
             if differ:
-                print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: pass {name}'s {', '.join(differ)} differ from "
+                print(f"fa4trace: {self.name}: pass {name}'s {', '.join(differ)} differ from "
                       "the plain kernel's (bitwise); the plain result is kept; please report this kernel",
                       file=sys.stderr)
             self._launches.append(LaunchRecord(buf, spec, build.vocab, dict(
@@ -415,7 +427,7 @@ class Instrumented:
         b = self.pass_builds.get(name)
         if b is None and self._recompile is not None:
             try:
-                b = self._recompile(self.meta.get("cursor", "smem"), families=families, spans=spans)
+                b = self._recompile(self.info.cursor or "smem", families=families, spans=spans)
             except Exception as exc:  # noqa: BLE001 (a compile error is the pass's, never the program's)
                 b = self._pass_refused(name, f"did not compile: {_launch_failure(exc)}")
             self.pass_builds[name] = b
@@ -423,7 +435,7 @@ class Instrumented:
 
     def _pass_refused(self, name: str, why: str) -> str:
         self.pass_builds[name] = why
-        print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: pass {name} {why}; it is left out", file=sys.stderr)
+        print(f"fa4trace: {self.name}: pass {name} {why}; it is left out", file=sys.stderr)
         return why
 
     def _compare(self, oc: OutputCheck) -> None:
@@ -432,7 +444,7 @@ class Instrumented:
         differ = oc.compare()
         self.checked.append(not differ)
         if differ and self.checked.count(False) == 1:
-            print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: the traced kernel's {', '.join(differ)} "
+            print(f"fa4trace: {self.name}: the traced kernel's {', '.join(differ)} "
                   "differ from the plain kernel's (bitwise; plain is reproducible there): the plain result "
                   "is kept and the trace marked unchecked; please report this kernel", file=sys.stderr)
 
@@ -446,7 +458,7 @@ class Instrumented:
             return call_traced(self.fn, args, kwargs, targs)
         except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
             first = _launch_failure(exc)
-        was = self.meta.get("cursor")
+        was = self.info.cursor
         if self._recompile is not None and was in SHARED_MEMORY_CURSORS:
             try:
                 c = self._recompile("gmem")
@@ -465,14 +477,14 @@ class Instrumented:
             except Exception as exc:  # noqa: BLE001
                 first = _launch_failure(exc)
             else:
-                print(f"fa4trace: {self.meta.get('kernel', 'kernel')}: {reason}; recorded with the cursor in "
+                print(f"fa4trace: {self.name}: {reason}; recorded with the cursor in "
                       "global memory instead", file=sys.stderr)
                 return ret
         self.not_traced = first
-        print(f"fa4trace: {self.meta.get('kernel', 'kernel')} runs untraced: its traced build did not launch "
+        print(f"fa4trace: {self.name} runs untraced: its traced build did not launch "
               f"({first})", file=sys.stderr)
         if self.plain is None:
-            raise Fa4traceError(f"{self.meta.get('kernel', 'kernel')}: the traced kernel did not launch ({first}) "
+            raise Fa4traceError(f"{self.name}: the traced kernel did not launch ({first}) "
                                 "and no plain build is at hand")
         return self.plain(*args, **kwargs)
 
@@ -489,13 +501,13 @@ class Instrumented:
         torch.cuda.synchronize()
         decoded = [decode_buffer(r.buf.cpu().numpy(), launch_index=i, vocab=r.vocab)
                    for i, r in enumerate(self._launches)]
-        launches = [{"kernel": self.meta.get("kernel"), "recorded_ctas": r.spec.recorded_ctas,
+        launches = [{"kernel": self.info.kernel, "recorded_ctas": r.spec.recorded_ctas,
                      "warp_subset": r.spec.warp_subset, **r.info} for r in self._launches]
         instrument = dict(self.meta, checked=list(self.checked), nondeterministic=sorted(self.nondeterministic),
                           plain_twin=[dict(r.twin, launch=i) for i, r in enumerate(self._launches)])
         if self.options.passes:
             instrument.update(self.passes_meta())
-        meta = {"kernel": self.meta.get("kernel", "kernel"), "config": dict(config or {}),
+        meta = {"kernel": self.name, "config": dict(config or {}),
                 "gpu": gpu_facts(), "launches": launches, "instrument": instrument,
                 "cta_subset": True, "warp_subset": launches[0]["warp_subset"]}
         meta.update(rank_meta())  # which process of a distributed program recorded it
@@ -508,8 +520,9 @@ class Instrumented:
         """What the bundle's ``instrument`` says of the passes: ``passes`` (the main recording
         and each pass that ran: its families and spans) and ``passes_skipped`` ({pass: why})."""
         plan, skipped = pass_plan(self.meta, self.options.passes)
-        spans = list(self.meta.get("spans") or [])
-        ran = [{"pass": DENSE, "families": list(self.meta.get("families") or []), "spans": spans}]
+        info = self.info
+        spans = list(info.spans or [])
+        ran = [{"pass": DENSE, "families": list(info.families or []), "spans": spans}]
         for name, families, sp in plan:
             b = self.pass_builds.get(name)
             if isinstance(b, str):

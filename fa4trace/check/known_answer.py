@@ -25,7 +25,7 @@ def within_target(value: float, truth: float) -> bool:
 
 
 def _ghz(trace) -> float:
-    return float(trace.meta["launches"][0]["clock_ghz_median"])
+    return float(trace.info.launches[0].clock_ghz_median)
 
 
 def _figure(raw: np.ndarray, comp: np.ndarray, truth_ns: float) -> dict:
@@ -58,7 +58,7 @@ def span_case(recorder: str, cal, *, cycles: int, density: int, reps: int = 8, n
                nominal_ns=S.set_cycles(cycles, density, reps) / ghz,
                clock_ghz=ghz, clamped=int(sp["clamped"].to_numpy(zero_copy_only=False).sum()),
                inner=int(np.median(sp["n_inner"].to_numpy())) if sp.num_rows else None,
-               dropped=int(trace.meta.get("total_dropped", 0)))
+               dropped=int(trace.info.total_dropped or 0))
     return out
 
 
@@ -79,7 +79,7 @@ def handoff_case(recorder: str, cal, *, cycles: int, density: int = 1, cons_cycl
     waits = sp.filter(np.asarray(sp["name"].to_pylist()) == "handoff.wait")
     lg = C.lags(trace, cal)
     case = dict(recorder=recorder, cycles=cycles, density=density, cons_cycles=cons_cycles, cons_density=cons_density,
-                clock_ghz=ghz, dropped=int(trace.meta.get("total_dropped", 0)))
+                clock_ghz=ghz, dropped=int(trace.info.total_dropped or 0))
     wait = _figure(waits["raw_ns"].to_numpy(), waits["ns"].to_numpy(), float(np.mean(twin["wait"])) / ghz)
     wait.update(case, figure="wait", clamped=int(waits["clamped"].to_numpy(zero_copy_only=False).sum()),
                 release_events=int(np.median(waits["n_release"].to_numpy())) if waits.num_rows else None)

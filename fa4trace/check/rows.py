@@ -160,8 +160,8 @@ def timer_rows(ctx: Context) -> list[Row]:
                     "rerun; if warps stay off, durations across warps are off by that much: " + REPORT_BUG,
                     {k: c[k] for k in ("warps", "warps_within_one_tick", "err_vs_bracket_mid_ns_median",
                                        "outside_ns_max", "samples")}))
-    if trace.meta.get("total_dropped", 0):
-        rows.append(Row("timer", "calibration records", "fail", f"{trace.meta['total_dropped']} dropped",
+    if trace.info.total_dropped:
+        rows.append(Row("timer", "calibration records", "fail", f"{trace.info.total_dropped} dropped",
                         "the calibration buffer is sized for every record", nxt))
     return rows
 
@@ -203,9 +203,10 @@ def recorder_rows(ctx: Context) -> list[Row]:
                        config={"variant": "fa4trace", "work": "l2", "n_ctas": n, "iters": iters, "chain": chain})
         trace.save(ctx.path("markers.parquet"), overwrite=True)
         spans = int((trace.events.to_pandas()["name"] == "BENCH").sum())
-        ok = spans == warps * iters and trace.meta["total_dropped"] == 0
+        dropped = trace.info.total_dropped
+        ok = spans == warps * iters and dropped == 0
         rows.append(Row("recorder", "every event recorded", "ok" if ok else "fail",
-                        f"{spans}/{warps * iters} spans, {trace.meta['total_dropped']} dropped",
+                        f"{spans}/{warps * iters} spans, {dropped} dropped",
                         f"marker kernel, {n} CTAs x {MARKER_WARPS} warps x {iters} begin/end pairs",
                         "events are lost on this GPU: " + nxt, {"spans": spans, "expected": warps * iters}))
     except Exception as e:  # noqa: BLE001
@@ -296,7 +297,7 @@ def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlap
         shown, occupancy = export_inputs(back)
         to_perfetto(shown, pf, occupancy=occupancy)
         n = perfetto_slices(pf)
-        dropped = back.meta.get("total_dropped", 0)
+        dropped = back.info.total_dropped or 0
         ok = n["slices"] == len(back) > 0 and n["ends"] == n["begins"] and dropped == 0
         rows.append(Row(group, f"{label}: bundle → Perfetto", "ok" if ok else "fail",
                         f"{n['slices']} slices / {len(back)} rows, {dropped} dropped",
@@ -433,9 +434,9 @@ def decode_rows(ctx: Context, schedule: str) -> list[Row]:
     except Exception as e:  # noqa: BLE001
         return rows + [failed("decode", f"{label}: record", e, nxt)]
     rows += _bundle_rows("decode", label, trace, ctx, f"decode_{schedule}", OUR_OVERLAPS[schedule], nxt)
-    t = trace.meta.get("timing") or {}
-    if schedule == "pingpong" and t.get("kernel_us") and t.get("traced_us"):
-        rows.append(_cost_row(label, t["kernel_us"], t["traced_us"],
+    t = trace.info.timing
+    if schedule == "pingpong" and t is not None and t.kernel_us and t.traced_us:
+        rows.append(_cost_row(label, t.kernel_us, t.traced_us,
                               f"{_shape_text(s)}, CUDA-graph replay (10 launches per graph), median of 20",
                               COST_HINT["ours"]))
     return rows
@@ -479,7 +480,7 @@ def fa4_rows(ctx: Context, schedule: str, *, cost: bool = False) -> list[Row]:
         return [failed("fa4", f"{label}: run", e, nxt)]
     try:
         trace = record(s, schedule=schedule, build=ctx.fa4_build, seed=ctx.seed)
-        chk = trace.meta.get("check") or {}
+        chk = trace.info.check or {}
         ok = bool(chk.get("bitwise_equal_to_untraced")) and bool(chk.get("nan_free"))
         rows.append(Row("fa4", f"{label}: traced == untraced", "ok" if ok else "fail",
                         "equal" if chk.get("bitwise_equal_to_untraced") else "DIFFERENT",
@@ -506,8 +507,8 @@ def _fa4_cost(ctx, arch, kw, trace, q, k, v, scale, plain_args, plain, label) ->
     from ..run.timing import graph_time
 
     traced = load_fn(arch, traced=True, **kw)
-    ln = trace.meta["launches"][0]
-    spec = L.BufferSpec.for_grid(ln["grid_ctas"], ln["warps_per_cta"], ln["capacity"])
+    ln = trace.info.launches[0]
+    spec = L.BufferSpec.for_grid(ln.grid_ctas, ln.warps_per_cta, ln.capacity)
     buf = new_trace_tensor(spec)
     out = torch.empty_like(q)
     targs = call_args(traced.params, q=q, k=k, v=v, out=out, softmax_scale=scale, trace=buf)

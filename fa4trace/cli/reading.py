@@ -94,9 +94,9 @@ def _passes_of(trace, roles: dict, launch):
         return trace, None
     dense = pass_traces(trace).get(DENSE, trace)
     shown = calls(trace)
-    main_launches = dense.meta.get("launches") or []
+    main_launches = dense.info.launches
     if launch is not None and 0 <= launch < len(main_launches):
-        shown = [int(main_launches[launch].get("call") or 0)]
+        shown = [int(main_launches[launch].call or 0)]
     return dense, [sourced_figures(trace, roles, c) for c in shown]
 
 

@@ -130,7 +130,7 @@ def _check_record_options(ctx: click.Context, mode: str) -> None:
 
 def _save(trace, out: Path, force: bool) -> None:
     trace.save(out, overwrite=force)
-    click.echo(f"wrote {out}: {len(trace)} rows, {trace.meta.get('total_dropped', 0)} dropped")
+    click.echo(f"wrote {out}: {len(trace)} rows, {trace.info.total_dropped or 0} dropped")
 
 
 def _record_ours(out: Path, force: bool, *, schedule, d, hq, hkv, sk, b, sq, dtype, num_splits, ctas, warps, events,
@@ -220,9 +220,10 @@ def _record_script(out: Path, force: bool, *, script, script_args, families, cap
     for k, p in zip(launched, paths):
         t = k.trace()
         t.save(p, overwrite=force)
-        missing = t.meta["instrument"].get("missing") or []
-        ran = [x["pass"] for x in t.meta["instrument"].get("passes") or []]
-        click.echo(f"wrote {p}: {t.meta['kernel']}, {len(t)} rows"
+        info = t.info
+        missing = info.instrument.missing or []
+        ran = [x["pass"] for x in info.instrument.passes or []]
+        click.echo(f"wrote {p}: {info.kernel}, {len(t)} rows"
                    + (f"; no {', '.join(missing)} events found in this kernel" if missing else "")
                    + (f"; passes {', '.join(ran)}" if ran else ""))
 

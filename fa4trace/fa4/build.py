@@ -282,5 +282,5 @@ def compile_fa4(arch: str, *, schedule: str = "pingpong", d: int = 128, hq: int 
         cfg = dict(cap.config, traced=True, variant=variant, cursor=placement.cursor, events=sorted(ev),
                    families=sorted(placement.families))
         if placement.families:  # the generic events' names travel with the build, for the decoder
-            cfg.update(vocab=c.vocab.to_json(), found=c.meta["found"], missing=c.meta["missing"])
+            cfg.update(vocab=c.vocab.to_json(), found=c.info.found, missing=c.info.missing)
         return Compiled(c.fn, True, cfg, c.params, dict(hooks.STATE.counts))

@@ -33,8 +33,9 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
                    config={"timebase": timebase, "n_ctas": n_ctas, "samples": samples, "spin_cycles": spin})
     checks = calibration_checks(trace, truth.cpu().numpy().reshape(n_warps, samples, 2),
                                 ticks.cpu().numpy().reshape(n_warps, n_ticks), warps)
-    trace.meta["clock"].update({"globaltimer_tick_ns": checks["tick_ns"],
-                                "clock_ghz_median": trace.meta["launches"][0].get("clock_ghz_median")})
+    info = trace.info
+    trace.meta["clock"] = dict(info.clock or {}, globaltimer_tick_ns=checks["tick_ns"],
+                               clock_ghz_median=info.launches[0].clock_ghz_median)
     trace.meta["calibration"] = checks
     return trace, checks
 
@@ -64,7 +65,8 @@ def calibration_checks(trace: Trace, truth: np.ndarray, ticks: np.ndarray, warps
     cal = trace.events.filter(pc.equal(trace.events["name"].cast("string"), "CALIB"))
     gw = cal["cta"].to_numpy().astype(np.int64) * warps_per_cta + cal["warp"].to_numpy()
     k = cal["iter"].to_numpy()
-    t_abs = cal["start_ns"].to_numpy() + trace.meta["t0_globaltimer_ns"] + trace.meta["launches"][0]["t0_offset_ns"]
+    info = trace.info
+    t_abs = cal["start_ns"].to_numpy() + info.t0_globaltimer_ns + info.launches[0].t0_offset_ns
     before, after = truth[gw, k, 0], truth[gw, k, 1]
     lo, hi = before - tick, after + 2 * tick
     outside = np.maximum(lo - t_abs, 0) + np.maximum(t_abs - hi, 0)

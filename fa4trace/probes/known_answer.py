@@ -178,7 +178,7 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     handoff = record(recorder, "handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     twin = time_untraced("handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     lag = handoff_lags(handoff)
-    ghz = light.meta["launches"][0].get("clock_ghz_median")
+    ghz = light.info.launches[0].clock_ghz_median
     out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": float(np.median(held)),
            "event_cycles": event,
            "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,

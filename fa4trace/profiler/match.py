@@ -1,7 +1,7 @@
 """Which CUDA kernel activity of a torch.profiler trace is which traced launch of a bundle.
 
-A bundle's launch knows its kernel by Python name (``meta["instrument"]["kernels"]``, e.g.
-``FlashAttentionForwardSm90.kernel``, or ``meta["kernel"]``), its block size and recorded CTAs,
+A bundle's launch knows its kernel by Python name (its ``instrument.kernels``, e.g.
+``FlashAttentionForwardSm90.kernel``, or its ``kernel``), its block size and recorded CTAs,
 and the %globaltimer times of its warps; the profiler knows each kernel by its CUDA symbol
 (CuTe DSL: ``kernel_cutlass_<function>_<module><Class>_object_at_..._0``), grid, block and
 its start and end on the profiler's clock. Where a recording also stored them, per launch (see
@@ -11,7 +11,7 @@ match exact. The steps:
 1. **Candidates** of a launch: kernels named by one of its ``cuda_symbols``; else kernels whose
    name holds every identifier of the launch's kernel qualname (``FlashAttentionForwardSm90``;
    generic words like ``kernel`` aside); else those holding the most of the words of
-   ``meta["kernel"]``. Then kernels whose block is not the bundle's warps x 32, whose grid is
+   its ``kernel``. Then kernels whose block is not the bundle's warps x 32, whose grid is
    smaller than the CTAs it recorded, or that ran on another device, are dropped.
 2. **Host time** (``host_launch_ns`` .. ``host_return_ns``): the candidate whose launch call
    (the ``cuda_runtime`` / ``cuda_driver`` event of the same correlation id) began inside that
@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..trace.bundle import Trace
+from ..trace.meta import InstrumentMeta, LaunchMeta
 from .kineto import KinetoTrace
 
 __all__ = ["TracedLaunch", "Match", "Unmatched", "traced_launches", "match_launches", "LAUNCH_FIELDS",
            "name_candidates"]
 
-# Optional per-launch metadata (meta["launches"][k]) that makes matching exact. A recording made
+# Optional per-launch metadata (each launch's LaunchMeta; fa4trace.trace.meta) that makes matching exact. A recording made
 # inside torch.profiler should write them; bundles without them are matched by name and clock.
 LAUNCH_FIELDS = {
     "cuda_symbols": "list of the CUDA symbol names the launch ran (the compiled function's kernel names)",
@@ -115,11 +116,11 @@ def traced_launches(traces: list[Trace]) -> list[TracedLaunch]:
     """Every launch of every bundle, with what matching needs from its events and metadata."""
     out = []
     for b, tr in enumerate(traces):
-        meta = tr.meta
-        inst = meta.get("instrument") or {}
-        qual = _as_list(inst.get("kernels"))
-        label = str(inst.get("kernel") or meta.get("kernel") or "kernel")
-        t0 = int(meta.get("t0_globaltimer_ns") or 0)
+        info = tr.info
+        inst = info.instrument or InstrumentMeta()
+        qual = _as_list(inst.kernels)
+        label = str(info.kernel_name or "kernel")
+        t0 = int(info.t0_globaltimer_ns or 0)
         ev = tr.events
         if ev.num_rows == 0:
             continue
@@ -128,26 +129,24 @@ def traced_launches(traces: list[Trace]) -> list[TracedLaunch]:
         en = ev["end_ns"].to_numpy()
         cta = ev["cta"].to_numpy().astype(np.int64)
         ids, first, last, max_cta = _per_launch(la, st, en, cta)
-        lmeta = meta.get("launches") or []
-        top_symbols = _as_list(inst.get("cuda_symbols") or meta.get("cuda_symbols"))
+        top_symbols = _as_list(inst.cuda_symbols or info.cuda_symbols)
         for i, k in enumerate(ids.tolist()):
-            lm = lmeta[k] if 0 <= k < len(lmeta) and isinstance(lmeta[k], dict) else {}
-            wpc = lm.get("warps_per_cta") or inst.get("warps_per_cta") or meta.get("warps_per_cta")
-            block = lm.get("block") or meta.get("block")
+            lm = info.launches[k] if 0 <= k < len(info.launches) else LaunchMeta()
+            wpc = lm.warps_per_cta or inst.warps_per_cta or info.warps_per_cta
+            block = lm.block or info.block
             threads = None
             if isinstance(block, (list, tuple)) and len(block) == 3:
                 threads = int(block[0]) * int(block[1]) * int(block[2])
             elif wpc:
                 threads = int(wpc) * 32
-            h0, h1 = lm.get("host_launch_ns"), lm.get("host_return_ns")
+            h0, h1 = lm.host_launch_ns, lm.host_return_ns
             window = (int(h0), int(h1)) if h0 is not None and h1 is not None else None
-            dev = lm.get("device")
             out.append(TracedLaunch(
-                bundle=b, launch=int(k), label=str(lm.get("kernel") or label), qualnames=qual or [label],
-                symbols=_as_list(lm.get("cuda_symbols") or lm.get("cuda_symbol")) or top_symbols,
+                bundle=b, launch=int(k), label=str(lm.kernel or label), qualnames=qual or [label],
+                symbols=_as_list(lm.cuda_symbols) or top_symbols,
                 host_window=window, first_ns=t0 + int(first[i]), last_ns=t0 + int(last[i]),
                 first_rel_ns=int(first[i]), block_threads=threads, min_grid_ctas=int(max_cta[i]) + 1,
-                device=int(dev) if dev is not None else None))
+                device=int(lm.device) if lm.device is not None else None))
     return out
 
 

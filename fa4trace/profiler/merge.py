@@ -245,10 +245,9 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
     report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=align, max_launches=max_launches,
                          clock=clock, notes=list(res.notes))
     for b, tr in enumerate(bundles):
-        g = tr.meta.get("gpu")
         report.bundles.append({"index": b, "name": labels[b], "path": paths[b], "kernel": tr.name,
                                "launches": len({ln.launch for ln in launches if ln.bundle == b}),
-                               "matched": int(per_bundle[b]), "gpu": g.get("name") if isinstance(g, dict) else None})
+                               "matched": int(per_bundle[b]), "gpu": tr.info.gpu.name})
     for u in res.unmatched:
         report.unmatched.append({"bundle": u.launch.bundle, "launch": u.launch.launch, "reason": u.reason})
     bgpu = {b["gpu"] for b in report.bundles if b["gpu"]}

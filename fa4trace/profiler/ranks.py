@@ -50,6 +50,7 @@ from ..export.perfetto import Placement
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace, read_meta
 from ..trace.files import create_beside
+from ..trace.meta import BundleMeta
 from .collectives import RANK_CLOCKS, SIGNIFICANT, align_rank, anchors_of, residuals
 from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
@@ -169,8 +170,8 @@ def _report_reserve(inputs: list[RankInput]) -> int:
         for b in inp.bundles:
             n_b += 1
             try:
-                meta = b.meta if isinstance(b, Trace) else read_meta(b)
-                n_l += max(1, len(meta.get("launches") or []))
+                info = b.info if isinstance(b, Trace) else BundleMeta.from_meta(read_meta(b))
+                n_l += max(1, len(info.launches))
             except Fa4traceError:
                 n_l += 1  # reading it later says what is wrong with it
     return REPORT_RESERVE + REPORT_PER_LAUNCH * n_l + REPORT_PER_BUNDLE * n_b + REPORT_PER_RANK * len(inputs)
@@ -426,11 +427,10 @@ def _place_rank(inp: RankInput, kt: KinetoTrace, heads: list, ids: Ids, pool, sp
             "_descriptor": descriptor(root, name, desc_seq, pid=track_pid, rank=r, process_name=name)}
     report.ranks.append(info)
     for h in heads:
-        g = h.head.meta.get("gpu")
         report.bundles.append({"index": h.index, "rank": r, "name": h.label, "path": h.path,
                                "kernel": h.head.name,
                                "launches": len(h.rows), "matched": int(per_bundle[h.index]),
-                               "gpu": g.get("name") if isinstance(g, dict) else None})
+                               "gpu": h.head.info.gpu.name})
     for u in res.unmatched:
         report.unmatched.append({"bundle": u.launch.bundle, "launch": u.launch.launch, "reason": u.reason, "rank": r})
     for note in res.notes:

@@ -94,11 +94,11 @@ def cute_symbol(qualname: str, *, module: str = "synthetic.kernels", traced: boo
 
 
 def _qualname(trace: Trace) -> str:
-    inst = trace.meta.get("instrument") or {}
-    ks = inst.get("kernels") or []
+    info = trace.info
+    ks = (info.instrument.kernels if info.instrument is not None else None) or []
     if ks:
         return str(ks[0])
-    return re.sub(r"[^A-Za-z0-9_.]", "_", str(trace.meta.get("kernel") or "kernel"))
+    return re.sub(r"[^A-Za-z0-9_.]", "_", str(info.kernel or "kernel"))
 
 
 def retime(trace: Trace, first_ns: list[int], meta_updates: list[dict] | None = None) -> Trace:
@@ -209,7 +209,8 @@ def profiled_run(traces: list[Trace], *, steps: int = 2, layers: int = 2, clock_
     sym_traced = [cute_symbol(q) for q in quals]
     sym_plain = [s if untraced_same_symbol else cute_symbol(q, traced=False) for s, q in zip(sym_traced, quals)]
     op_names = [re.sub(r"[^A-Za-z0-9]", "", q.split(".")[0]) + "Function" for q in quals]
-    blocks = [int((t.meta.get("instrument") or {}).get("warps_per_cta") or _warps_per_cta(t)) * 32 for t in traces]
+    blocks = [int((t.info.instrument.warps_per_cta if t.info.instrument is not None else None) or _warps_per_cta(t))
+              * 32 for t in traces]
     grids = [int(t.events["cta"].to_numpy().max()) + 1 if t.events.num_rows else 1 for t in traces]
     next_launch = [0] * len(traces)
     placed: list[list] = [[None] * n for n in n_launch]

@@ -30,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 from ..format.errors import Fa4traceError
+from ..trace.meta import BundleMeta
 from .dataset import COMPACT_PREFIX, bundle_rel
 from .grid import DTYPES, Point
 from .job import BaseRunner, PointResult, Task, bundle_bytes, host, line, row
@@ -60,7 +61,8 @@ def _check_name(name: str) -> str:
 
 def point_of(name: str, meta: dict) -> ReplayPoint:
     """The replay point of a buffer named ``name`` with launch metadata ``meta``."""
-    cfg = meta.get("config") if isinstance(meta, dict) else None
+    info = BundleMeta.from_meta(meta)
+    cfg = info.config if info.has("config") else None
     if not isinstance(cfg, dict):
         raise Fa4traceError(f"replay point {name}: its metadata has no 'config' object")
     lacks = [k for k in SHAPE_KEYS if k not in cfg]

@@ -42,6 +42,7 @@ from ..format.errors import Fa4traceError, TraceFormatError, WouldOverwrite
 from ..format.vocab import VOCAB, Vocabulary
 from .decode import SCHEMA, DecodedLaunch
 from .files import replacing
+from .meta import BundleMeta
 
 META_KEY = b"fa4trace"
 BUNDLE_FORMAT = "fa4trace-bundle"
@@ -49,7 +50,8 @@ BUNDLE_VERSION = 1
 
 
 class Trace:
-    """Events (pyarrow.Table with decode.SCHEMA) and metadata (dict)."""
+    """Events (pyarrow.Table with decode.SCHEMA) and metadata: ``meta``, the JSON object the
+    bundle stores (a dict), and ``info``, the same read as typed fields (``BundleMeta``)."""
 
     def __init__(self, events: pa.Table, meta: dict):
         self.events = events
@@ -65,7 +67,7 @@ class Trace:
             raise ValueError("a trace needs at least one launch")
         t0 = min(d.t0_globaltimer_ns for d in launches)
         tables, launch_meta = [], []
-        extra = (meta or {}).get("launches", [])
+        given = BundleMeta.from_meta(meta or {}).launches  # what the recording says of each launch
         for i, d in enumerate(launches):
             shift = d.t0_globaltimer_ns - t0
             t = d.table
@@ -75,7 +77,7 @@ class Trace:
                 t = t.set_column(t.schema.get_field_index("end_ns"), "end_ns",
                                  pa.compute.add(t["end_ns"], shift))
             tables.append(t)
-            lm = dict(extra[i]) if i < len(extra) else {}
+            lm = given[i].to_meta() if i < len(given) else {}
             lm.update(d.summary)
             lm["t0_offset_ns"] = int(shift)
             launch_meta.append(lm)
@@ -118,20 +120,25 @@ class Trace:
 
     # ---- convenience --------------------------------------------------------------------
     @property
+    def info(self) -> BundleMeta:
+        """The metadata as typed fields (``fa4trace.trace.meta``), read from ``meta`` as it is now."""
+        return BundleMeta.from_meta(self.meta)
+
+    @property
     def vocab(self) -> Vocabulary:
-        return Vocabulary.from_json(self.meta["vocabulary"])
+        return Vocabulary.from_json(self.info.vocabulary)
 
     @property
     def name(self) -> str:
-        cfg = self.meta.get("config", {})
-        sched = cfg.get("schedule")
-        return f"{self.meta.get('kernel', 'trace')}" + (f" [{sched}]" if sched else "")
+        info = self.info
+        sched = (info.config or {}).get("schedule")  # the kernel's own config key
+        return f"{info.kernel if info.has('kernel') else 'trace'}" + (f" [{sched}]" if sched else "")
 
     def __len__(self) -> int:
         return self.events.num_rows
 
     def __repr__(self) -> str:
-        return f"Trace({self.name!r}, {len(self)} rows, {len(self.meta.get('launches', []))} launch(es))"
+        return f"Trace({self.name!r}, {len(self)} rows, {len(self.info.launches)} launch(es))"
 
 
 def _lifetimes_meta(launches: list[DecodedLaunch], t0: int) -> dict | None:
@@ -221,15 +228,17 @@ def _open(path: Path) -> tuple[pq.ParquetFile, dict]:
             raise ValueError("metadata is not an object")
     except ValueError as exc:
         raise TraceFormatError(f"{path}: fa4trace metadata is not valid JSON ({exc})") from None
-    if meta.get("format") != BUNDLE_FORMAT:
-        raise TraceFormatError(f"{path}: metadata format {meta.get('format')!r} is not {BUNDLE_FORMAT!r}")
-    if int(meta.get("bundle_version", 0)) > BUNDLE_VERSION:
-        raise TraceFormatError(f"{path}: bundle version {meta.get('bundle_version')} is newer than this fa4trace reads ({BUNDLE_VERSION}); upgrade fa4trace")
+    info = BundleMeta.from_meta(meta)
+    if info.format != BUNDLE_FORMAT:
+        raise TraceFormatError(f"{path}: metadata format {info.format!r} is not {BUNDLE_FORMAT!r}")
+    if int(info.bundle_version or 0) > BUNDLE_VERSION:
+        raise TraceFormatError(f"{path}: bundle version {info.bundle_version} is newer than this fa4trace reads "
+                               f"({BUNDLE_VERSION}); upgrade fa4trace")
     missing = [f.name for f in SCHEMA if f.name not in pf.schema_arrow.names]
     if missing:
         raise TraceFormatError(f"{path}: bundle lacks column(s) {', '.join(missing)}")
     if pf.metadata.num_rows == 0:
         raise TraceFormatError(f"{path}: the bundle holds no events (0 rows): nothing to summarize, export or show")
-    if "vocabulary" in meta:
-        Vocabulary.from_json(meta["vocabulary"])  # validate early, one clear error
+    if info.vocabulary is not None:
+        Vocabulary.from_json(info.vocabulary)  # validate early, one clear error
     return pf, meta

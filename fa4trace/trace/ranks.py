@@ -2,7 +2,7 @@
 
 A PyTorch program spread over several GPUs (``torch.distributed``, ``torchrun``) runs as several
 processes, one rank each. A bundle recorded in one of them says which, in its metadata
-(``meta["distributed"]``: rank, world size, local rank, host, pid, backend), and is saved under a
+(``distributed``: rank, world size, local rank, host, pid, backend), and is saved under a
 name that says it (``step.parquet`` -> ``step_rank1.parquet``): the bundles of every rank can then
 sit in one folder, and ``fa4trace merge --ranks`` puts each under its rank.
 
@@ -19,6 +19,8 @@ import re
 import socket
 import sys
 from pathlib import Path
+
+from .meta import BundleMeta
 
 __all__ = ["KEY", "process_rank", "rank_meta", "rank_path", "bundle_rank"]
 
@@ -76,8 +78,8 @@ def rank_path(path: str | os.PathLike, info: dict | None = None) -> Path:
 
 
 def bundle_rank(meta: dict) -> int | None:
-    """The rank that recorded a bundle, from its metadata; None where it does not say."""
-    info = meta.get(KEY) if isinstance(meta, dict) else None
+    """The rank that recorded a bundle, from its metadata (as stored); None where it does not say."""
+    info = BundleMeta.from_meta(meta).distributed
     if not isinstance(info, dict):
         return None
     try:
