@@ -481,6 +481,8 @@ def test_report_is_in_the_file_and_has_the_numbers(tmp_path, bundles):
     d, want = back.to_dict(), rep.to_dict()
     want["written"] = {}
     assert d == json.loads(json.dumps(want))
+    cpu = rep.written["cpu_s"]  # returned (not in the file): this process's CPU time and the launches'
+    assert cpu["main"] > 0 and 0 < cpu["launches"] <= cpu["main"]  # small: drawn in this process
     auto = [e for e in back.launches if e["bundle"] < 2]
     for e in auto:
         n = e["numbers"]

@@ -202,7 +202,7 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
     ``workers``: processes that write a large merge's launches (default: 2, or 1 on one core).
     Raises Fa4traceError (one line) when a bundle has no launch in the trace (unless
     ``allow_unmatched``); nothing is written then."""
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     if align not in ALIGN_MODES:
         raise Fa4traceError(f"align must be one of {', '.join(ALIGN_MODES)}, not {align!r}")
     if max_launches is not None and max_launches < 0:
@@ -221,9 +221,13 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
         # a large merge's first worker computes the numbers while this process reads (one job:
         # the other core stays with the reader; the launches' jobs queue behind it)
         numbers = pool.submit(all_numbers, traces) if pool is not None and analysis else None
-        return _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, align=align,
-                      max_launches=max_launches, compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
-                      max_clock_offset_ns=max_clock_offset_ns, names=names, allow_unmatched=allow_unmatched)
+        report = _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, align=align,
+                        max_launches=max_launches, compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
+                        max_clock_offset_ns=max_clock_offset_ns, names=names, allow_unmatched=allow_unmatched)
+    # CPU time: this process's, and the launches' (in this process, or the workers' where they drew them)
+    report.written["cpu_s"] = {"main": round(time.process_time() - cpu_start, 2),
+                               "launches": report.written.pop("launch_cpu_s")}
+    return report
 
 
 def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align, max_launches, compress, analysis,
@@ -327,7 +331,8 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
     stages["write_s"] = time.perf_counter() - t_start - sum(stages.values())
     report.written = {"bytes": out.stat().st_size, "slices": int(slices), "seconds": time.perf_counter() - t_start,
                       "stages": {k: round(v, 3) for k, v in stages.items()},
-                      "launch_seconds": [round(r.seconds, 3) for r in results]}
+                      "launch_seconds": [round(r.seconds, 3) for r in results],
+                      "launch_cpu_s": round(sum(r.cpu_seconds for r in results), 2)}
     return report
 
 

@@ -237,7 +237,7 @@ def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock
     "epoch" (module docstring). The other keywords are :func:`fa4trace.profiler.merge`'s, per
     rank. ``workers``: processes that draw the traced launches of a large merge (default 2, or
     1 on one core). Raises Fa4traceError (one line) for bad input; nothing is written then."""
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     if align not in ALIGN_MODES:
         raise Fa4traceError(f"align must be one of {', '.join(ALIGN_MODES)}, not {align!r}")
     if rank_clock not in RANK_CLOCKS:
@@ -281,6 +281,9 @@ def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock
         output.commit()
     report.written["bytes"] = out.stat().st_size
     report.written["seconds"] = time.perf_counter() - t_start
+    # CPU time: this process's, and the launches' (in this process, or the workers' where they drew them)
+    report.written["cpu_s"] = {"main": round(time.process_time() - cpu_start, 2),
+                               "launches": report.written.pop("launch_cpu_s")}
     return report
 
 
@@ -305,7 +308,7 @@ def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clo
     pending: deque = deque()
     used_pids: set = set()
     t_min, t_max, slices, events = None, None, 0, 0
-    results_seconds = []
+    results_seconds, results_cpu = [], []
     for inp in ranks:
         t = time.perf_counter()
         kt = inp.profile if isinstance(inp.profile, KinetoTrace) else load_kineto(inp.profile)
@@ -338,9 +341,9 @@ def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clo
                           start_ns=int(host.start_ns), end_ns=int(host.end_ns))
         pending.append(state)
         while len(pending) > 1:  # hold two ranks at most: the one just written and the one drawing
-            slices += _finish_rank(pending.popleft(), output, stages, max_launches, results_seconds)
+            slices += _finish_rank(pending.popleft(), output, stages, max_launches, results_seconds, results_cpu)
     while pending:
-        slices += _finish_rank(pending.popleft(), output, stages, max_launches, results_seconds)
+        slices += _finish_rank(pending.popleft(), output, stages, max_launches, results_seconds, results_cpu)
 
     report.rank_clock = _rank_clock_report(anchors, clocks, rank_clock, report)
     report.host = {"events": int(events), "slices": int(events), "start_ns": int(t_min or 0), "end_ns": int(t_max or 0),
@@ -360,7 +363,7 @@ def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clo
         output.rewrite_head(head + begin, slot + len(placeholder))
     stages["report_s"] = time.perf_counter() - t
     report.written = {"slices": int(slices), "stages": {k: round(v, 3) for k, v in stages.items()},
-                      "launch_seconds": results_seconds}
+                      "launch_seconds": results_seconds, "launch_cpu_s": round(sum(results_cpu), 2)}
     return report
 
 
@@ -478,7 +481,7 @@ def _place_rank(inp: RankInput, kt: KinetoTrace, heads: list, ids: Ids, pool, sp
     return state, (lambda: host_part(kt, ids, *flows, extra, gpu_name, root=root, main_pid=pid))
 
 
-def _finish_rank(state: _Rank, output: _Output, stages: dict, max_launches, seconds: list) -> int:
+def _finish_rank(state: _Rank, output: _Output, stages: dict, max_launches, seconds: list, cpu: list) -> int:
     """Wait for a rank's render jobs; write its traced launches' tracks, summaries and parts.
     Returns the slices written."""
     t = time.perf_counter()
@@ -492,6 +495,7 @@ def _finish_rank(state: _Rank, output: _Output, stages: dict, max_launches, seco
             e["numbers"] = r.numbers
         slices += r.slices
         seconds.append(round(r.seconds, 3))
+        cpu.append(r.cpu_seconds)
     head = bytearray()
     for i, (e, parent, u) in enumerate(zip(state.entries, state.parents, state.tracks)):
         head.extend(descriptor(u, f"{short(e['label'])} · traced launch {e['bundle']}.{e['launch']}", state.desc_seq,
