@@ -63,8 +63,8 @@ from .report import REPORT_SLICE, MergeReport
 __all__ = ["RankInput", "merge_ranks", "RANK_PID"]
 
 RANK_PID = 0x7FA60000  # pid of a rank's process track where two ranks have the same pid
-SEQ_WARPS = 1 << 31  # the traced launches' packet sequences count up from here (the host parts' from 1)
-FLOW_WARPS = 1 << 48  # ... and their flow ids from here
+SEQ_WARPS = 1 << 21  # the traced launches' packet sequences count up from here (the host parts' from 1):
+FLOW_WARPS = 1 << 28  # ... and their flow ids from here; low, as every hot packet carries its sequence id
 REPORT_RESERVE = 256 << 10  # bytes kept for the report, and per launch, bundle and rank below
 REPORT_PER_LAUNCH, REPORT_PER_BUNDLE, REPORT_PER_RANK = 4096, 2048, 8192
 HEAD_COLUMNS = ["launch", "start_ns", "end_ns", "cta"]  # what matching reads of a bundle
@@ -324,6 +324,9 @@ def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clo
         t = time.perf_counter()
         host = host_job()
         host_job = kt = None  # the rank's profiler trace is no longer needed: free it before the next
+        if ids.seq >= SEQ_WARPS or ids.flow >= FLOW_WARPS:
+            raise Fa4traceError(f"too many host tracks or arrows for one merged file (over {SEQ_WARPS:,} tracks or "
+                                f"{FLOW_WARPS:,} arrows in the profiler traces): merge fewer ranks at a time")
         stages["host_s"] += time.perf_counter() - t
         t = time.perf_counter()
         output.write(state.info.pop("_descriptor"))
