@@ -12,9 +12,10 @@ bundle's launch placed in it), then times the ``fa4trace merge`` command on them
 command line (a fresh process: imports, reading, matching, writing), after one cold run,
 ``--repeat`` times, with and without the per-launch numbers (--no-numbers), its wall time and
 the CPU time of it and its worker processes (on a shared machine the CPU time over the cores
-is what an idle one would come near, where the work spreads evenly). The merge's own
-stage times (read, match, host events, warps, waiting for the numbers, write) come from its
-report (``--json`` output of the command). The machine is shared: the load average is
+is what an idle one would come near, where the work spreads evenly); the output path is cleared
+before each run (freeing the last run's file is no part of a merge). The merge's own stage
+times (read, match, host events, warps, waiting for the numbers, write) and its CPU split (the
+merging process, the launches' jobs) come from its report (``--json`` output of the command). The machine is shared: the load average is
 recorded. Target: <= 20 s on 2 cores. ``--json`` writes the "merge" area of BENCHMARKS.md.
 
 ``--ranks N``: N ranks of a tensor-parallel run, each a profiler trace of ``--trace-mb`` MB with
@@ -138,6 +139,7 @@ def merge_ranks_cli(inputs: dict, out: Path, extra: list) -> tuple[float, float,
     """One `fa4trace merge --ranks` as a fresh process: (wall s, CPU s, its JSON report, peak bytes)."""
     cmd = [sys.executable, "-m", "fa4trace", "merge", "--ranks", inputs["folder"], "-o", str(out), "--force",
            "--json", *extra]
+    out.unlink(missing_ok=True)  # the last run's output (GBs): freeing it is no part of this run
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -186,6 +188,7 @@ def bench_ranks(inputs: dict, out: Path, repeat: int, log=print) -> list[dict]:
         rows.append({"case": label, "median_s": round(med, 2), "best_s": round(min(walls), 2),
                      "runs": [round(w, 2) for w in walls], "cpu_median_s": round(statistics.median(cpus), 2),
                      "peak_gb": round(peak_gb, 2), "loadavg_per_run": loads,
+                     "cpu_split_best_run": best["written"].get("cpu_s"),
                      "stages_best_run": best["written"]["stages"], "output_mb": round(best["written"]["bytes"] / 1e6, 1),
                      "slices": best["written"]["slices"], "launches": len(best["launches"]),
                      "alignment_error_ns": rc.get("error_ns"), "alignment_worst_ns": rc.get("worst_ns"),
@@ -199,6 +202,7 @@ def merge_cli(inputs: dict, out: Path, extra: list) -> tuple[float, float, dict]
     """One `fa4trace merge` as a fresh process: (wall s, CPU s of it and its workers, its JSON report)."""
     cmd = [sys.executable, "-m", "fa4trace", "merge", inputs["trace"], *inputs["bundles"], "-o", str(out),
            "--force", "--json", *extra]
+    out.unlink(missing_ok=True)  # the last run's output: freeing it is no part of this run
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.join(os.path.dirname(__file__), ".."))
@@ -227,6 +231,7 @@ def bench(inputs: dict, out: Path, repeat: int, log=print) -> list[dict]:
         rows.append({"case": label, "median_s": round(med, 2), "best_s": round(min(walls), 2),
                      "runs": [round(w, 2) for w in walls], "cpu_median_s": round(statistics.median(cpus), 2),
                      "cpu_over_cores_s": round(statistics.median(cpus) / (os.cpu_count() or 1), 2),
+                     "cpu_split_best_run": best["written"].get("cpu_s"),
                      "stages_best_run": best["written"]["stages"], "output_mb": round(best["written"]["bytes"] / 1e6, 1),
                      "slices": best["written"]["slices"], "launches": len(best["launches"]),
                      "target": f"<= {TARGET_S:g} s: {'met' if med <= TARGET_S else '**missed**'}"})
@@ -273,7 +278,8 @@ def main(argv=None):
                      ("output_mb", "output MB"), ("slices", "slices"), ("target", "target")],
             notes=f"Synthetic inputs ({inputs['trace_events']:,} Kineto events; bundles from "
                   f"fa4trace.trace.synthetic.attention_like). Wall time of the whole command (a fresh process) after one "
-                  f"cold run; {args.repeat} runs. Stage times of the best run: "
+                  f"cold run; {args.repeat} runs. CPU time of the best run, the merging process and the launches' "
+                  f"jobs: " + "; ".join(f"{r['case']}: {_split(r)}" for r in rows) + ". Stage times of the best run: "
                   + "; ".join(f"{r['case']}: " + ", ".join(f"{k} {v}" for k, v in r["stages_best_run"].items())
                               for r in rows),
             info=info, inputs={k: v for k, v in inputs.items() if k not in ("trace", "bundles")}, results=rows)
@@ -330,11 +336,19 @@ def main_ranks(args) -> None:
                   f"{', '.join(f'{o / 1e3:+g}' for o in inputs['offsets_ns'])} µs). Wall time of the whole command "
                   f"(a fresh process), {args.repeat} run(s) each; peak: the largest sum of resident sets of the "
                   f"command and its workers. The machine is shared: load average before/after each run in the "
-                  f"file (uptime: {info['uptime_before']} / {info['uptime_after']}). Stage times of the best run: "
+                  f"file (uptime: {info['uptime_before']} / {info['uptime_after']}). CPU time of the best run, the "
+                  f"merging process and the launches' jobs (the workers'): "
+                  + "; ".join(f"{r['case']}: {_split(r)}" for r in rows) + ". Stage times of the best run: "
                   + "; ".join(f"{r['case']}: " + ", ".join(f"{k} {v}" for k, v in r["stages_best_run"].items())
                               for r in rows),
             info=info, inputs={k: v for k, v in inputs.items() if k != "folder"}, results=rows)
         print(f"wrote {write(args.json, doc)}")
+
+
+def _split(row: dict) -> str:
+    """The merge's own CPU split (its report's written.cpu_s): main process, launches' jobs."""
+    c = row.get("cpu_split_best_run") or {}
+    return f"main {c.get('main', '?')} s, launches {c.get('launches', '?')} s"
 
 
 def _uptime() -> str:
