@@ -311,22 +311,16 @@ def _nest_violations(tk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     two cross; :func:`_choose_moves` picks which of each crossing pair moves.
     """
     n = tk.size
-    idx = np.arange(n, dtype=np.int64)
-    ev_tk = np.concatenate([tk[::-1], tk])
-    ev_span = np.concatenate([idx[::-1], idx])
-    o = _stream_order(tk, start, end)
-    span = ev_span[o]
-    typ = np.where(o >= n, 1, -1)
-    trk = ev_tk[o]
-    d = np.cumsum(typ)
-    seg_start = np.r_[True, trk[1:] != trk[:-1]]
-    seg = np.cumsum(seg_start) - 1
-    d = d - (d - typ)[seg_start][seg]
-    level = d - (typ > 0)
+    o = _stream_order(tk, start, end)  # stream event k: the END of span n-1-o[k] (o < n) or the BEGIN of o[k]-n
+    is_b = o >= n
+    span = np.where(is_b, o - n, n - 1 - o)
+    # nesting level: the running count of open spans, which each track starts at 0 (its BEGINs and
+    # ENDs sum to zero); a BEGIN's level is the count before it
+    level = np.cumsum(is_b.astype(np.int32) * 2 - 1, dtype=np.int32) - is_b
     ol = key_order(level)
-    sp, ty, tr = span[ol], typ[ol], trk[ol]
-    isb = np.flatnonzero(ty[:-1] > 0)
-    bad = (sp[isb + 1] != sp[isb]) | (tr[isb + 1] != tr[isb]) | (ty[isb + 1] > 0)
+    sp, b = span[ol], is_b[ol]
+    isb = np.flatnonzero(b[:-1])
+    bad = sp[isb + 1] != sp[isb]  # the next event at a BEGIN's level is not its own END (span ids are unique)
     if not bad.any():
         return np.zeros(0, np.int64)
     j = isb[bad]
