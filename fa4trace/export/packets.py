@@ -49,8 +49,8 @@ from .tracks import key_order, sorted_runs_order, stable_order
 
 __all__ = ["TYPE_BEGIN", "TYPE_END", "TYPE_INSTANT", "TYPE_COUNTER", "CLOCK_BOOTTIME", "CLOCK_SEQ", "ANNOTATION_IID",
            "CHUNK_BYTES", "varint", "framed", "packet", "descriptor", "sequence_start", "slice_events", "flow_fields",
-           "counter_points", "track_names", "track_deltas", "HotPackets", "track_packets", "join_hot_packets", "encode_hot_packets",
-           "compress_packets"]
+           "counter_points", "track_names", "track_deltas", "HotPackets", "track_packets", "join_hot_packets",
+           "encode_hot_packets", "compress_packets"]
 
 TYPE_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 TYPE_END = pb.TrackEvent.TYPE_SLICE_END

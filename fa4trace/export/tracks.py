@@ -259,7 +259,8 @@ def _lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray, kind: np.ndarr
         lane[moved] += 1
         # checked again: the lanes spans left and the lanes they joined (the others still nest)
         stride = int(lane.max()) + 1
-        changed = np.unique(np.concatenate([group[moved] * stride + lane[moved] - 1, group[moved] * stride + lane[moved]]))
+        joined = group[moved] * stride + lane[moved]
+        changed = np.unique(np.concatenate([joined - 1, joined]))
         active = spans[np.isin(group[spans] * stride + lane[spans], changed)]
     greedy = 0
     if active.size:
