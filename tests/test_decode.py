@@ -292,6 +292,7 @@ def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
     import pyarrow as pa
 
     from fa4trace.probes.calibration import ANCHOR_SLACK_NS, calibration_checks
+    from fa4trace.trace.meta import BundleMeta
 
     tick, t0 = 32, 1_000_000
     # two warps, two samples each: truth (before, after) brackets in absolute globaltimer ns
@@ -305,7 +306,8 @@ def test_calibration_check_allows_the_anchors_few_ns_and_no_more():
         events = pa.table({"name": pa.array(["CALIB"] * 4).dictionary_encode(), "cta": [0, 0, 0, 0],
                            "warp": [0, 0, 1, 1], "iter": [0, 1, 0, 1], "start_ns": start,
                            "sm": [0, 0, 1, 1]})
-        trace = SimpleNamespace(events=events, meta={"t0_globaltimer_ns": t0, "launches": [{"t0_offset_ns": 0}]})
+        meta = {"t0_globaltimer_ns": t0, "launches": [{"t0_offset_ns": 0}]}
+        trace = SimpleNamespace(events=events, meta=meta, info=BundleMeta.from_meta(meta))
         return calibration_checks(trace, truth, ticks, warps_per_cta=2)
 
     ok = checks(ANCHOR_SLACK_NS)
