@@ -480,3 +480,23 @@ def test_an_offset_within_the_collectives_scatter_is_not_taken_out(tmp_path):
     assert any("rank 1: its collectives put its clock" in n and "kept on its profiler's clock" in n for n in rep.notes)
     assert "(within its collectives' scatter: not taken out)" in "\n".join(rep.lines())
     check_ranks(M, runs, files, rep)
+
+
+def test_a_bundle_of_one_launch_is_matched_from_its_footer(tmp_path):
+    """What matching reads of a bundle of one launch comes from its Parquet statistics (its
+    rows are read once, by the worker that draws them): the same first start, last end and
+    grid; a bundle of several launches is read from its rows."""
+    from pathlib import Path
+
+    from fa4trace.profiler.match import traced_launches
+    from fa4trace.trace.bundle import Trace, load
+
+    path = Path(attention_bundle().save(tmp_path / "one.parquet"))
+    head, rows = ranks_mod.head_from_footer(path)
+    full = load(path)
+    assert head is not None and head.num_rows == 2 and rows == {0: full.events.num_rows}
+    a, b = traced_launches([Trace(head, full.meta)])[0], traced_launches([full])[0]
+    assert (a.first_ns, a.last_ns, a.first_rel_ns, a.min_grid_ctas) == (b.first_ns, b.last_ns, b.first_rel_ns,
+                                                                          b.min_grid_ctas)
+    several = Path(auto_bundle(2).save(tmp_path / "two.parquet"))
+    assert ranks_mod.head_from_footer(several) == (None, None)

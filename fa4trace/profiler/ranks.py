@@ -60,7 +60,7 @@ from .packets import Ids, append_file, report_begin, report_end, short, summary_
 from .render import RenderJob, render_launch, worker_init
 from .report import REPORT_SLICE, MergeReport
 
-__all__ = ["RankInput", "merge_ranks", "RANK_PID"]
+__all__ = ["RankInput", "merge_ranks", "head_from_footer", "RANK_PID"]
 
 RANK_PID = 0x7FA60000  # pid of a rank's process track where two ranks have the same pid
 SEQ_WARPS = 1 << 21  # the traced launches' packet sequences count up from here (the host parts' from 1):
@@ -135,15 +135,47 @@ def _read_heads(inp: RankInput, first_index: int) -> list[_Head]:
             continue
         path = Path(b)
         meta = read_meta(path)
-        try:
-            ev = pq.read_table(path, columns=HEAD_COLUMNS)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise Fa4traceError(f"{path}: bundle data is unreadable ({first})") from None
-        ev = ev.replace_schema_metadata(None)
-        out.append(_Head(idx, path.name, str(path.resolve()), str(path.resolve()), Trace(ev, meta),
-                         _rows_per_launch(ev)))
+        ev, rows = head_from_footer(path)
+        if ev is None:
+            try:
+                ev = pq.read_table(path, columns=HEAD_COLUMNS)
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise Fa4traceError(f"{path}: bundle data is unreadable ({first})") from None
+            ev = ev.replace_schema_metadata(None)
+            rows = _rows_per_launch(ev)
+        out.append(_Head(idx, path.name, str(path.resolve()), str(path.resolve()), Trace(ev, meta), rows))
     return out
+
+
+def head_from_footer(path: Path) -> tuple:
+    """What matching reads of a bundle of one launch, from its Parquet footer: the column
+    statistics give the launch's first start, last end and largest CTA without reading its
+    rows (a worker reads them once, to draw them). Returns (a two-row table with those values,
+    {launch: rows}), or (None, None) where the bundle holds several launches or its footer
+    does not say (its rows are read then)."""
+    try:
+        md = pq.ParquetFile(path).metadata
+        names = [md.schema.column(i).name for i in range(md.num_columns)]
+        lo: dict = {}
+        hi: dict = {}
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for c in HEAD_COLUMNS:
+                st = rg.column(names.index(c)).statistics
+                if st is None or not st.has_min_max or st.null_count:
+                    return None, None
+                lo[c] = min(lo.get(c, st.min), st.min)
+                hi[c] = max(hi.get(c, st.max), st.max)
+    except (pa.ArrowException, OSError, ValueError, TypeError):
+        return None, None  # reading the rows says what is wrong with it
+    if md.num_rows == 0 or md.num_row_groups == 0 or lo["launch"] != hi["launch"]:
+        return None, None
+    head = pa.table({"launch": pa.array([lo["launch"]] * 2, pa.int16()),
+                     "start_ns": pa.array([lo["start_ns"]] * 2, pa.int64()),
+                     "end_ns": pa.array([hi["end_ns"]] * 2, pa.int64()),
+                     "cta": pa.array([lo["cta"], hi["cta"]], pa.int32())})
+    return head, {int(lo["launch"]): int(md.num_rows)}
 
 
 def _rows_per_launch(ev: pa.Table) -> dict:
