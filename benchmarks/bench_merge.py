@@ -24,7 +24,8 @@ timeline, an NCCL all-reduce per layer, each rank's clock off by a known offset)
 fly one rank at a time into rank<r>/ folders; then the `fa4trace merge --ranks` command on the
 folder, timed as above, its peak memory the largest sum of the resident sets of it and its worker
 processes (sampled from /proc every 0.2 s). Target: <= 60 s on 2 cores, <= 4 GB, for 8 ranks.
-``--json`` writes the "merge-ranks" area (docs/profiler-merge-speed.md).
+``--json`` writes the "merge-ranks" area (docs/profiler-merge-speed.md). ``--keep DIR`` makes the
+inputs in DIR once and reuses them on later runs (the recorded command says DIR).
 """
 
 from __future__ import annotations
@@ -341,8 +342,18 @@ def main_ranks(args) -> None:
                   + "; ".join(f"{r['case']}: {_split(r)}" for r in rows) + ". Stage times of the best run: "
                   + "; ".join(f"{r['case']}: " + ", ".join(f"{k} {v}" for k, v in r["stages_best_run"].items())
                               for r in rows),
-            info=info, inputs={k: v for k, v in inputs.items() if k != "folder"}, results=rows)
+            info=info, inputs={k: v for k, v in inputs.items() if k != "folder"}, results=rows,
+            command=_command(args))
         print(f"wrote {write(args.json, doc)}")
+
+
+def _command(args) -> str:
+    """The command line as recorded: a ``--keep`` folder (inputs made by this script earlier and
+    reused) is a path of this machine, written as DIR."""
+    argv = ["python", "benchmarks/bench_merge.py", *sys.argv[1:]]
+    if args.keep:
+        argv = ["DIR" if a == args.keep else a.replace(f"--keep={args.keep}", "--keep=DIR") for a in argv]
+    return " ".join(argv)
 
 
 def _split(row: dict) -> str:
