@@ -197,3 +197,19 @@ def test_our_split_kv_decode_and_quacks_gemm_schedulers():
     assert st["waits_on_ctas"] == []  # the static persistent scheduler: every CTA's tiles are fixed
     assert st["verdict"] == "waits_on_previous_grid" and st["cluster_only"]  # PDL, and its 2x1 clusters
     assert dyn["verdict"] == "waits_on_ctas" and "atom.global.inc.u32" in dyn["found"]  # the tile counter
+
+
+def test_the_blocks_compile_wrapper_lets_the_ptx_be_kept():
+    """Inside ``instrument()`` fa4trace compiles through the block's wrapper of ``cute.compile``:
+    a plain ``cute.compile`` under it still gets its PTX kept, ``cute.compile[options]`` not."""
+    cute = pytest.importorskip("cutlass.cute", reason="needs nvidia-cutlass-dsl (pip install 'fa4trace[dsl]')")
+    from cutlass.base_dsl.compiler import EnableTVMFFI
+
+    from fa4trace.auto.block import PlainCompile
+
+    def call(cc, *args, **kwargs):
+        return cc(*args, **kwargs)
+
+    wrapped = PlainCompile(call, cute.compile)
+    assert keep_ptx({}, "/x", wrapped) == {"options": "--keep-ptx --dump-dir=/x"}
+    assert keep_ptx({}, "/x", wrapped[EnableTVMFFI]) == {}

@@ -369,3 +369,20 @@ def test_the_noise_band_grows_with_fewer_ctas():
     few = perturbation(bundle(n_ctas=256, sms=8, cta_stride=32, n_recorded=8, slowdown=0.1, jitter=0.05))
     assert 0 < many["noise"] < few["noise"]
     assert np.isfinite(many["noise"]) and many["noise"] < 0.05
+
+
+def test_a_device_timed_twin_is_the_launch_cost_and_the_in_launch_figure_the_cta_stretch():
+    """Recorded CTAs stretched 25%, but the launch cost 4% (several CTAs per SM hide the stretch):
+    the figure to go by is the twin's; the in-launch one is still shown, with no "instead"."""
+    twin = {"plain_ns": 1_000_000, "traced_ns": 1_040_000, **DEVICE_TWIN}
+    p = perturbation(bundle(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.25,
+                            instrument={"plain_twin": twin}))
+    assert p["measured"] and p["valid"] and p["rel"] == pytest.approx(0.25, abs=0.02)
+    assert p["headline_source"] == "plain_twin" and headline(p) == pytest.approx(0.04) and p["status"] == "ok"
+    lines = perturbation_lines(p)
+    assert lines[0].startswith("recorded CTAs ran +2") and lines[1].startswith("traced launch ran +4.0%")
+    # a host-timed twin is not the launch's cost: the in-launch figure is gone by instead
+    host = {"plain_ns": 1_000_000, "traced_ns": 5_000_000}
+    p = perturbation(bundle(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.25,
+                            instrument={"plain_twin": host}))
+    assert p["headline_source"] == "in_launch" and p["twin_unreliable"] == [HOST_TIMED]

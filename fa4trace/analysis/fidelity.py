@@ -28,6 +28,13 @@ be right is **unreliable**, never an answer: recorded CTAs faster than untraced 
 noise (recording cannot speed a CTA up), a build whose recorded CTAs record nothing but their
 lifetimes showing a large difference, a plain twin timed from the host or over several launches.
 
+Which figure to go by (``headline``): the plain twin's where it was timed on the device and
+nothing says it is wrong, since it is what the traced launch cost; the in-launch figure says
+how much the recorded CTAs were stretched, which is the launch's cost only where a CTA's time is
+the launch's time (one CTA per SM, compute-bound: FA4's forward), not where several CTAs share
+an SM or memory bandwidth bounds the launch (quack's RMSNorm; docs/fidelity.md has the
+figures). Without a device-timed twin, the in-launch figure where it is valid and plausible.
+
 The plain twin: the traced launch and its plain build timed next to each other, where the
 metadata holds them: ``instrument.plain_twin`` ({"plain_ns", "traced_ns"} and, where the
 recorder timed it on the device, "method", "rel", "noise_pct", "l2", "launch": one entry per
@@ -308,11 +315,16 @@ def _twin_unreliable(tw: dict) -> list[str]:
 
 
 def _judge(out: dict) -> None:
-    """The figure to go by: the in-launch one where valid and plausible, else the plain twin."""
+    """The figure to go by: the plain twin's where it was timed on the device and nothing says
+    it is wrong (it is the launch's own cost), else the in-launch one where valid and plausible
+    (the recorded CTAs' stretch: the launch's cost only where CTA time is launch time), else
+    the twin's, marked unreliable."""
     tw = out["plain_twin"]
     if tw:
         out["twin_unreliable"] = _twin_unreliable(tw)
-    if out["measured"] and out["valid"] and not out["unreliable"]:
+    if tw and not out["twin_unreliable"]:
+        out.update(headline=tw["rel"], headline_source="plain_twin", status="ok")
+    elif out["measured"] and out["valid"] and not out["unreliable"]:
         out.update(headline=out["rel"], headline_source="in_launch", status="ok")
     elif tw:
         out.update(headline=tw["rel"], headline_source="plain_twin",
@@ -413,7 +425,8 @@ def perturbation_lines(p: dict | None) -> list[str]:
         lines.append(f"not measured: {p['reason']}")
     tw = p.get("plain_twin")
     if tw:
-        head = "instead: " if p.get("measured") and p.get("headline_source") == "plain_twin" else ""
+        refused = p.get("measured") and (p.get("valid") is False or p.get("unreliable"))
+        head = "instead: " if refused and p.get("headline_source") == "plain_twin" else ""
         lines.append(head + _twin_text(tw) + (" — unreliable" if p.get("twin_unreliable") else ""))
         lines += [f"why: {w}" for w in p.get("twin_unreliable") or []]
     elif p.get("twin_reason"):

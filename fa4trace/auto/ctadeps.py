@@ -197,9 +197,10 @@ def keep_ptx(kwargs: dict, folder: str, compile_fn=None) -> dict:
 
 
 def _default_options(compile_fn) -> bool:
-    """Whether ``compile_fn`` (a CuTe DSL compile callable) holds only the default options."""
-    held = getattr(compile_fn, "_compile_options", None)
-    if held is None:
+    """Whether ``compile_fn`` (a CuTe DSL compile callable, or the block's wrapper of one,
+    which shows them as ``compile_options``) holds only the default options."""
+    held = getattr(compile_fn, "compile_options", None) or getattr(compile_fn, "_compile_options", None)
+    if held is None or not hasattr(held, "options"):
         return False
     try:
         from cutlass.base_dsl.compiler import CompileOptions

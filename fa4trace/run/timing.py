@@ -83,7 +83,9 @@ def _capture(launch, n_sets: int, per_graph: int):
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    # thread-local capture: another thread of the user's program that synchronizes or allocates
+    # while this one captures is not refused (the default, global mode, fails its call)
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
         for j in range(per_graph):
             launch(j % n_sets)
     g.replay()

@@ -143,8 +143,8 @@ def _merged(tmp_path_factory, case: str, backend: str, devices: list[int]) -> di
         pytest.skip("no CUDA GPU")
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("quack's RMSNorm here is its SM90 path: run on Hopper (H100 / H200)")
-    if len(devices) > torch.cuda.device_count():
-        pytest.skip(f"{len(devices)} GPUs needed, {torch.cuda.device_count()} here")
+    if len(set(devices)) > torch.cuda.device_count():
+        pytest.skip(f"{len(set(devices))} GPUs needed, {torch.cuda.device_count()} here")
     if not torch.distributed.is_available() or (backend == "nccl" and not torch.distributed.is_nccl_available()):
         pytest.skip(f"torch.distributed with {backend} is not available here")
     for m in ("cutlass.cute", "quack.rmsnorm"):
