@@ -169,3 +169,22 @@ def test_launches_per_interval_and_rounds_within_the_budget():
     assert timing.launches_for(0.0) == timing.TWIN_MAX_LAUNCHES
     assert timing._rounds_for(200.0, 15, 1.0) == 15
     assert timing._rounds_for(100_000.0, 15, 1.0) == timing.TWIN_MIN_ROUNDS  # 100 ms intervals
+
+
+def test_the_twin_is_timed_without_graphs_while_another_thread_runs():
+    """A graph capture would fail another thread's synchronize: batches only then."""
+    import threading
+
+    from fa4trace.run.timing import twin_methods
+
+    alone = ("graph", "batch") if threading.active_count() == 1 else ("batch",)  # pytest-xdist may run a thread
+    assert twin_methods() == alone
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert twin_methods() == ("batch",)
+    finally:
+        stop.set()
+        t.join()
+    assert twin_methods() == alone

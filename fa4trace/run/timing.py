@@ -11,7 +11,8 @@ captured as one graph of n launches (n makes a replay about ``TWIN_TARGET_US`` l
 two replays alternate over rounds, every interval timed on the device between events that
 follow work already queued (the GPU never waits for the host inside one). Where a kernel
 cannot be captured, n back-to-back launches per interval take the graph's place, behind a
-spin kernel long enough for the host to queue them all.
+spin kernel long enough for the host to queue them all; batches only, while other Python
+threads run (``twin_methods``: a capture would fail their CUDA calls).
 """
 
 from __future__ import annotations
@@ -185,13 +186,25 @@ def twin_times(plain: Callable[[], None], traced: Callable[[], None], *, target_
     between the outer two intervals of a round, one build against itself, %), method,
     launches_per_replay, rounds and l2 ("warm")."""
     errors = []
-    for name, method in (("graph", _graph_twin), ("batch", _batch_twin)):
+    methods = {"graph": _graph_twin, "batch": _batch_twin}
+    for name in twin_methods():
+        method = methods[name]
         try:
             return method(plain, traced, target_us, max_launches, rounds, budget_s)
         except Exception as exc:  # noqa: BLE001 (the DSL, tvm-ffi and CUDA raise their own types)
             msg = str(exc).strip().splitlines()
             errors.append(f"{name}: {msg[0][:160] if msg else type(exc).__name__}")
     raise TwinTimingError("; ".join(errors))
+
+
+def twin_methods() -> tuple[str, ...]:
+    """The twin timings to try, in order: CUDA graphs, then batches of launches; batches only
+    while other Python threads run, since a graph capture makes another thread's synchronize
+    (or launch on the legacy default stream) fail with "operation not permitted when stream is
+    capturing" (fa4trace.instrument() must not break a thread it does not trace)."""
+    import threading
+
+    return ("graph", "batch") if threading.active_count() == 1 else ("batch",)
 
 
 def _round_us(order: list, head: Callable[[list], None]) -> list[float]:
