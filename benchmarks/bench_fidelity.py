@@ -1014,6 +1014,14 @@ def timed_specs(case: Case) -> dict:
     return specs
 
 
+def twin_launches(plain_us: float) -> int:
+    """Launches per graph as fa4trace.run.timing.twin_times sizes them for a plain launch of
+    ``plain_us``: enough to make TWIN_TARGET_US of device time, at least one."""
+    from fa4trace.run.timing import TWIN_MAX_LAUNCHES, TWIN_TARGET_US
+
+    return max(1, min(TWIN_MAX_LAUNCHES, math.ceil(TWIN_TARGET_US / max(plain_us, 1e-3))))
+
+
 def cost_round(case: Case, cost_rounds: int, replays: int) -> dict:
     """This round's graph-timed costs (fa4trace.run.timing.paired_costs) of each configuration, and
     of the plain build against itself (the noise floor)."""
@@ -1032,12 +1040,15 @@ def cost_round(case: Case, cost_rounds: int, replays: int) -> dict:
     for c, b in bufs.items():
         traced[c] = lambda i, b=b: dense.fn(*case.args(i), b)
     res = paired_costs(plain, traced, case.n_sets, replays, case.per_graph, cost_rounds)
-    # the same with one input set: warm L2, as instrument() times a plain twin (the line's cost)
-    warm = paired_costs(plain, traced, 1, replays, case.per_graph, cost_rounds)
+    # the line's cost: timed as instrument() times a plain twin (one input set, warm L2, as many
+    # launches per graph as make TWIN_TARGET_US), since back-to-back launches of one kernel can
+    # overlap each other's tails, and a graph of several reads less than one launch costs
+    plain_us = statistics.median(p for p, _t, _c in res.values())
+    warm = paired_costs(plain, traced, 1, replays, twin_launches(plain_us), cost_rounds)
     del bufs
     torch.cuda.empty_cache()
     return {"kernel": case.kernel, "shape": case.shape, "build": "dense", "l2": case.l2,
-            "plain_us": statistics.median(p for p, _t, _c in res.values()),
+            "plain_us": plain_us, "twin_launches_per_graph": twin_launches(plain_us),
             "costs": {name: c for name, (_p, _t, c) in res.items()},
             "costs_warm": {name: c for name, (_p, _t, c) in warm.items()}}
 
@@ -1192,9 +1203,11 @@ def api_rounds(key: str, rounds: int, cost_rounds: int, replays: int, log=print,
             per_graph = max(4, min(64, math.ceil(3000 / max(plain_ns / 1e3, 1e-3))))
             try:
                 res = paired_costs(plain, traced, 1, replays, per_graph, cost_rounds)
+                # the line's cost, timed as the plain twin is (cost_round says why)
+                twin_res = paired_costs(plain, traced, 1, replays, twin_launches(plain_ns / 1e3), cost_rounds)
             except Exception as exc:  # noqa: BLE001 (the headlines stand without a cost beside them)
                 log(f"{api.kernel}: the graph timing failed: {type(exc).__name__}: {exc}")
-                res = {}
+                res, twin_res = {}, {}
             del bufs
             mb = _bytes_of(args, kwargs) / 2**20
             l2_mb = torch.cuda.get_device_properties(0).L2_cache_size / 2**20
@@ -1206,7 +1219,8 @@ def api_rounds(key: str, rounds: int, cost_rounds: int, replays: int, log=print,
             if res:
                 costs.append(cost)
             for config, b in bundles.items():
-                lines.append(line_round(api.kernel, config, b, cost["costs"], cost["costs"]))  # one input set: warm
+                lines.append(line_round(api.kernel, config, b, cost["costs"],
+                                        {name: c for name, (_p, _t, c) in twin_res.items()}))
                 log(json.dumps({k: v for k, v in lines[-1].items() if k != "caveats"}))
             if save and r == 0:
                 Path(save).mkdir(parents=True, exist_ok=True)
