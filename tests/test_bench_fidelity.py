@@ -206,6 +206,13 @@ def test_a_plain_twin_headline_is_set_against_its_own_recording():
     assert r["source"] == "plain_twin" and r["compared_with"] == "sample" and r["cost_pct"] == 6.0
     assert r["headline_pct"] == pytest.approx(7.0) and r["diff_pts"] == pytest.approx(1.0)
     assert r["twin_method"] == "graph" and r["in_launch_pct"] is not None  # measured, not valid
+    # with the benchmark's warm-L2 costs beside its cold ones, a warm twin is set against the warm cost
+    warm = {"plain": 0.2, "sample": 6.5, "every CTA": 22.0}
+    w = bf.line_round("k", "sample", t, costs, warm)
+    assert w["compared_with"] == "sample, warm L2" and w["cost_pct"] == 6.5 and w["plain_vs_plain_pct"] == 0.2
+    assert w["diff_pts"] == pytest.approx(0.5)
+    # the in-launch figure against every CTA's cold cost, beside (how far a CTA's stretch is from a launch cost)
+    assert w["stretch_vs_every_pts"] == pytest.approx(w["in_launch_pct"] - 20.0)
 
 
 def test_lines_and_costs_over_rounds():
@@ -485,10 +492,3 @@ def test_a_calibration_of_another_recorder_compensates_nothing(bundle, refs):
     assert launch_passes(other)[0] == DENSE
     rows, info = bf.round_rows("k", other, refs, LEAD, CAL)  # CAL is segment_smem's; this bundle says segment_gmem
     assert all(r["compensated_value"] is None for r in rows) and "compensated" not in info
-    # with the benchmark's warm-L2 costs beside its cold ones, a warm twin is set against the warm cost
-    warm = {"plain": 0.2, "sample": 6.5, "every CTA": 22.0}
-    w = bf.line_round("k", "sample", t, costs, warm)
-    assert w["compared_with"] == "sample, warm L2" and w["cost_pct"] == 6.5 and w["plain_vs_plain_pct"] == 0.2
-    assert w["diff_pts"] == pytest.approx(0.5)
-    # the in-launch figure against every CTA's cold cost, beside (how far a CTA's stretch is from a launch cost)
-    assert w["stretch_vs_every_pts"] == pytest.approx(w["in_launch_pct"] - 20.0)
