@@ -1,6 +1,6 @@
 """Trace fidelity: shown figures against the lightest trace; the perturbation line against the launch cost.
 
-    python benchmarks/bench_fidelity.py run --json benchmarks/results/fidelity_h200.json   # GPU (H100/H200), JIT
+    python benchmarks/bench_fidelity.py run --json benchmarks/results/fidelity_h100.json   # GPU (H100/H200; name it in the file), JIT
     python benchmarks/bench_fidelity.py run --quick --kernels gemm,rmsnorm                 # a subset, one round
     python benchmarks/bench_fidelity.py run --dry-run                                      # the plan, no GPU
     python benchmarks/bench_fidelity.py compile --kernels gemm --builds lifetimes          # any machine with the DSL
@@ -45,12 +45,15 @@ that fa4trace times its plain twin, every warp recording:
 * "every CTA": every CTA with a capacity that drops nothing, where the default leaves CTAs out.
 
 Per configuration the bundle's headline (fa4trace.analysis.fidelity, what ``fa4trace summary``
-prints: in-launch where valid, else the plain twin) is set against the launch cost this script
-times on its own (fa4trace.run.timing.paired_costs: CUDA graphs against the plain build,
-interleaved rounds, several input sets for a cold L2 where they fit; plain against plain gives
-the timing's noise floor). Like is compared with like: an in-launch headline is the stretch of
-each recorded CTA, so it is set against the cost of every CTA recording; a plain-twin headline
-times the bundle's own recording, so it is set against that recording's cost. Target: within 2
+prints: the plain twin where it was timed on the device, else the in-launch figure where valid)
+is set against the launch cost this script times on its own (fa4trace.run.timing.paired_costs:
+CUDA graphs against the plain build, interleaved rounds; plain against plain gives the timing's
+noise floor). Like is compared with like: a plain-twin headline times the bundle's own recording,
+so it is set against that recording's cost timed as the twin is (one input set, warm L2, as many
+launches per graph as make 200 µs: back-to-back launches of one kernel can overlap each other's
+tails, and FA4's prefill reads less per launch at 8 a graph than at one); an in-launch headline
+is the stretch of each recorded CTA, so it is set against the cost of every CTA recording. The
+cost table is timed with several input sets for a cold L2 where they fit. Target: within 2
 points, on the median over rounds.
 
 **Speed** (about 6 minutes on an H100/H200 host with 16 cores; ``--deadline-s`` keeps it under
@@ -354,8 +357,10 @@ def shown_summary(metrics: list[dict], per_round: dict) -> list[dict]:
             row[f"{mode}_rounds_pct"] = [_round(min(rs), 1), _round(max(rs), 1)] if rs else None
             row[f"{mode}_cell"] = ("-" if share is None else f"{within} of {n} ({share:.0f}%"
                                    + (f"; rounds {min(rs):.0f}..{max(rs):.0f}%" if len(rs) > 1 else "") + ")")
-            if mode != "raw" and share is not None and (best is None or share > best):
-                best = share
+            # met only where the pooled share and the median of the rounds' own shares both reach it
+            held = share if share is None or not rs else min(share, statistics.median(rs))
+            if mode != "raw" and held is not None and (best is None or held > best):
+                best = held
         row["status"] = status(best, len(rounds))
         out.append(row)
     return out
@@ -489,6 +494,10 @@ def result_paths(base: str) -> dict[str, Path]:
             "fidelity": twin("cost")}
 
 
+SHOWN_TITLE = "Shown figures within 2% of the lightest trace, per kernel"
+SHOWN_NOTES = ("Judged figures (noise at most 2%) within 2% of the lightest trace that reports them, on the medians "
+               "over rounds (each round's share beside). Target: 80%, (a) or (b), over at least 3 rounds, on the "
+               "medians and on the median of the rounds' own shares. Figure by figure: docs/fidelity-error.md.")
 FORMAT = 2  # the result files' layout (``merge`` keeps rows of files of this layout only)
 METRIC_COLUMNS = [["kernel", "kernel"], ["metric", "figure"], ["reference", "reference trace"],
                   ["reference_value", "reference"], ["noise_pct", "noise %"], ["judged", "judged"],
@@ -534,17 +543,14 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             "against the shown trace's same warps). noise: that reference's second launch against its first; judged "
             "where the noise is at most 2%. Medians over rounds." + part,
             {"rounds_detail": per_round}),
-        "fidelity-shown": (
-            "Shown figures within 2% of the lightest trace, per kernel", shown, SHOWN_COLUMNS,
-            "Judged figures (noise at most 2%) within 2% of the lightest trace that reports them, on the medians over "
-            "rounds (each round's share beside). Target: 80%, (a) or (b), met on at least 3 rounds. Figure by "
-            "figure: docs/fidelity-error.md." + part, {}),
+        "fidelity-shown": (SHOWN_TITLE, shown, SHOWN_COLUMNS, SHOWN_NOTES + part, {}),
         "perturbation-line": (
             "The perturbation line against the graph-timed launch cost", line_rows, LINE_COLUMNS,
-            "headline: what the bundle's perturbation line goes by (in-launch where valid, else the plain twin). Set "
-            "against this benchmark's own CUDA-graph timing: an in-launch headline (each recorded CTA's stretch) "
-            "against every CTA recording, a plain-twin headline against the same recording. ±: half the range over "
-            "rounds. Target: within 2 points, median over rounds." + part, {}),
+            "headline: what the bundle's perturbation line goes by (the plain twin where it was timed on the device, "
+            "else the in-launch figure where valid). Set against this benchmark's own CUDA-graph timing: a plain-twin "
+            "headline against the same recording timed as the twin is (one input set, warm L2, launches per graph "
+            "sized to 200 µs), an in-launch headline (each recorded CTA's stretch) against every CTA recording. ±: "
+            "half the range over rounds. Target: within 2 points, median over rounds." + part, {}),
         "fidelity": (
             "Tracing cost by recording configuration, graph-timed", cost_rows, COST_COLUMNS,
             "CUDA-graph replay against the plain build, interleaved rounds, medians over rounds. The dense build "
@@ -1473,12 +1479,44 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="compile one job into an AOT build folder (what run's workers do)")
     b.add_argument("job", help=f"KERNEL:BUILD (e.g. gemm:lifetimes) or {CALIBRATION_JOB}")
     b.add_argument("--out", required=True, help="the build folder to write")
+    sh = sub.add_parser("shown", help="write P_shown again from P's rounds (no GPU): after a change of the rule")
+    sh.add_argument("file", metavar="P", help="a result file of `run --json P`")
     return ap
+
+
+def rewrite_shown(base: str) -> Path:
+    """P_shown again from the per-round figures kept in P (``rounds_detail``), under the current
+    rule; P's date, commit, GPU and command kept. Raises ValueError for a file that is not P."""
+    import json
+
+    from fa4trace.bench import results
+
+    try:
+        doc = json.loads(Path(base).read_text())
+    except ValueError:
+        raise ValueError(f"{base}: not a JSON result file") from None
+    if not isinstance(doc, dict) or doc.get("area") != "fidelity-error" or "rounds_detail" not in doc:
+        raise ValueError(f"{base}: not a result file of `run --json` (area {doc.get('area')!r})")
+    per_round = doc["rounds_detail"]
+    metrics = aggregate_metrics([rows for rs in per_round.values() for rows in rs])
+    path = result_paths(base)["fidelity-shown"]
+    old = json.loads(path.read_text()) if path.exists() else {}
+    env = results.envelope("fidelity-shown", SHOWN_TITLE, shown_summary(metrics, per_round), columns=SHOWN_COLUMNS,
+                           gpu=doc.get("gpu"), command=doc.get("command"), notes=old.get("notes") or SHOWN_NOTES)
+    env.update(date=doc.get("date"), commit=doc.get("commit"))
+    results.write(path, env)
+    return path
 
 
 def main(argv=None) -> None:
     ap = parser()
     a = ap.parse_args(argv)
+    if a.cmd == "shown":
+        try:
+            print(f"wrote {rewrite_shown(a.file)}")
+        except (OSError, ValueError) as exc:
+            ap.error(str(exc))
+        return
     if a.cmd == "build":
         if a.job != CALIBRATION_JOB:
             kernel, _, build = a.job.partition(":")

@@ -17,7 +17,7 @@ For FA4's forward and backward (through ``flash_attn_func``) and quack's RMSNorm
   case is run both ways, in turns, each in a fresh process), so the drift a host timing shows
   between the start and the end of a process is not read as the block's.
 
-    python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json
+    python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h100.json   # name the GPU
 """
 
 from __future__ import annotations
@@ -215,6 +215,8 @@ def gpu_text() -> str:
 def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -> None:
     """The per-case rows (``one``'s) with their percentages, written as a result file (``gpu``:
     default the visible one)."""
+    from fa4trace.bench.results import current_commit
+
     for r in rows:
         if "error" in r:
             continue
@@ -228,9 +230,9 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
             r["after_graph_pct"] = round(100 * (post / pre - 1), 2)
     out = {"area": "instrument-program",
            "title": "instrument() in a PyTorch program: compile time; a plain call after the block",
-           "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT", ""),
+           "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FA4TRACE_COMMIT") or current_commit(),
            "gpu": gpu or gpu_text(),
-           "command": "python benchmarks/bench_instrument_program.py -o benchmarks/results/instrument_program_h200.json",
+           "command": f"python benchmarks/bench_instrument_program.py -o {output}",
            "notes": "Fresh process per case and arm, JIT, the cases and their control (an empty block instead of "
                     "instrument(): the same schedule) run in turns; in instrument(): first call after a warm-up "
                     "(cached kernel taken out, compiled traced + plain). After vs before the block: host time of "
@@ -257,7 +259,8 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-o", "--output", default="benchmarks/results/instrument_program_h200.json")
+    ap.add_argument("-o", "--output", default="benchmarks/results/instrument_program.json",
+                    help="result file (name the GPU in it: instrument_program_h100.json)")
     ap.add_argument("--case", choices=CASES, help="one case in this process (the driver runs each in its own)")
     ap.add_argument("--control", action="store_true", help="with --case: an empty block instead of instrument()")
     ap.add_argument("--rows", help="summarise the per-case JSON lines a run printed (a log) instead of running")

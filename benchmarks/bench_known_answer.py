@@ -111,8 +111,39 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+SUMMARY_COLUMNS = [["recorder", "recorder"], ["figure", "figure"], ["judged", "judged (>= 200 ns)"],
+                   ["within", "compensated within"], ["raw_within", "raw within"], ["worst_pct", "worst compensated %"],
+                   ["worst_ns", "worst compensated ns"], ["status", "target"]]
+
+
+def summary_path(path: str) -> str:
+    """The summary file beside a result file: ``x.json`` -> ``x_summary.json``."""
+    return path[:-5] + "_summary.json" if path.endswith(".json") else path + "_summary.json"
+
+
+def write_summary(path: str, doc: dict) -> str:
+    """The per-recorder summary (area "known-answer-summary", BENCHMARKS.md) of the result file
+    ``doc`` written to ``path``: one row per recorder and figure, "met" only where every judged
+    figure is within the target; the run's date, commit, GPU and command kept."""
+    from fa4trace.bench import results
+
+    rows = [{"recorder": rec, "figure": fig, **s, "status": "met" if s["within"] == s["judged"] else "missed"}
+            for rec, figs in summary(doc["rows"]).items() for fig, s in figs.items()]
+    out = summary_path(path)
+    env = results.envelope(
+        "known-answer-summary", "Known-answer kernels: compensated figures within max(2%, 20 ns) of the truth",
+        rows, columns=SUMMARY_COLUMNS, gpu=doc.get("gpu"), command=doc.get("command"),
+        notes=("Per recorder and figure, of the figures of at least 200 ns: how many the compensation brings within "
+               "max(2%, 20 ns) of the untraced twin's, against raw; every figure: docs/known-answer.md. "
+               "Medians over the runs of the file."))
+    env.update(date=doc.get("date", env["date"]), commit=doc.get("commit", env["commit"]))
+    results.write(out, env)
+    return out
+
+
 def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_extra: str = "",
                   gpu: str | None = None) -> None:
+    """The result file (every figure) and its summary beside it."""
     from fa4trace.bench import results
 
     results.write(path, results.envelope(
@@ -123,6 +154,7 @@ def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_e
                "untraced: the same spins timed by two %clock64 reads, less the gap between those two reads. "
                "events in: the density, the events inside a span being one fewer. Target: compensated within "
                "max(2%, 20 ns) of untraced for figures >= 200 ns (shorter: not judged, '-')." + notes_extra)))
+    write_summary(path, json.loads(open(path).read()))
 
 
 # ---- the runs (GPU) ------------------------------------------------------------------------------------
@@ -177,6 +209,8 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="calibrate, record and compare on this GPU")
     c = sub.add_parser("compile", help="compile the known-answer variants here (the CuTe DSL, no GPU)")
+    sm = sub.add_parser("summarise", help="write a result file's summary beside it again (no GPU)")
+    sm.add_argument("file", help="a result file of `run --json`")
     r.add_argument("--runs", type=int, default=3, help="rounds, each with its own calibration (>= 3 for a spread)")
     r.add_argument("--reps", type=int, default=8, help="spans per warp per launch (handoffs: twice as many rounds)")
     r.add_argument("--recorders", default=None, help="comma list (default: every recorder)")
@@ -185,6 +219,15 @@ def main(argv=None) -> None:
     c.add_argument("--tests", default=None, help="comma list of spans, handoff (default both)")
     c.add_argument("--variants", default=None, help="comma list (default every variant)")
     a = ap.parse_args(argv)
+    if a.cmd == "summarise":
+        try:
+            doc = json.loads(open(a.file).read())
+        except (OSError, ValueError) as exc:
+            ap.error(f"{a.file}: not a readable result file ({exc})")
+        if doc.get("area") != "known-answer":
+            ap.error(f"{a.file}: not a known-answer result file (area {doc.get('area')!r})")
+        print(f"wrote {write_summary(a.file, doc)}")
+        return
     if a.cmd == "compile":
         compile_only(a.tests.split(",") if a.tests else None, a.variants.split(",") if a.variants else None)
         return

@@ -277,6 +277,12 @@ def test_result_files_render_and_feed_the_cost_targets(tmp_path, bundle, refs):
     fa4 = [m for m in ms if m["kernel"] == targets.FA4]
     assert len(fa4) == 1 and fa4[0]["cost_pct"] == 23.0 and fa4[0]["spans"] and fa4[0]["families"] == targets.ALL
     assert all(not m["kernel"].startswith(targets.FA4) for m in ms if m is not fa4[0])  # the backward is not FA4's prefill
+    # `shown P` writes P_shown again from P's rounds: the same rows, P's provenance
+    before = json.loads(paths["fidelity-shown"].read_text())
+    paths["fidelity-shown"].unlink()
+    assert bf.rewrite_shown(str(base)) == paths["fidelity-shown"]
+    again = json.loads(paths["fidelity-shown"].read_text())
+    assert again["rows"] == before["rows"] and again["commit"] == loaded["fidelity-error"]["commit"]
     # --merge keeps the rows of kernels not measured again
     bf.write_results(str(base), metric_rounds={}, lines=[], costs=[dict(costs[0], kernel=bf.NAMES["gemm"])],
                      gpu="none: test", command="python benchmarks/bench_fidelity.py run --kernels gemm", merge=True)
@@ -288,7 +294,8 @@ def test_result_files_render_and_feed_the_cost_targets(tmp_path, bundle, refs):
 def test_arguments(capsys, tmp_path):
     for argv in (["run", "--kernels", "fa4,nope"], ["run", "--rounds", "0"], ["compile", "--kernels", "rmsnorm"],
                  ["compile", "--builds", "tma"], ["build", "gemm:spans", "--out", str(tmp_path)],
-                 ["build", "rmsnorm:dense", "--out", str(tmp_path)]):
+                 ["build", "rmsnorm:dense", "--out", str(tmp_path)], ["shown", str(tmp_path / "none.json")],
+                 ["shown", __file__]):
         with pytest.raises(SystemExit) as e:
             bf.main(argv)
         assert e.value.code == 2, argv

@@ -60,8 +60,15 @@ def test_the_result_file_renders(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["area"] == "known-answer" and doc["summary"]["segment_ring"]["span"]["within"] == 1
     assert doc["calibrations"][0][0]["recorder"] == "segment_ring"
-    md = report.render(report.load_results(out.parent), out.parent)
-    assert "| segment_ring | span | span | 1000 | 16 | 2000.5 | 2605.0 | 2001.5 |" in md
+    loaded = report.load_results(out.parent)
+    assert {d["area"] for d in loaded} == {"known-answer", "known-answer-summary"}  # the summary beside it
+    md = report.render(loaded, out.parent)
+    assert "| segment_ring | span | 1 | 1 | 0 |" in md and "| met |" in md  # BENCHMARKS.md: the summary
+    assert "| segment_ring | span | span | 1000 | 16 |" not in md
+    page = report.render_page("known-answer.md", loaded)  # every figure: its own page
+    assert "| segment_ring | span | span | 1000 | 16 | 2000.5 | 2605.0 | 2001.5 |" in page
+    summary = json.loads((out.parent / "known_answer_test_summary.json").read_text())
+    assert summary["commit"] == doc["commit"] and summary["rows"][0]["status"] == "met"
 
 
 def test_compile_mode_compiles_variants_without_a_gpu():
