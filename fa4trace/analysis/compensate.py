@@ -43,6 +43,7 @@ from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from ..trace.meta import BundleMeta
 from .autoevents import AutoCols
+from .fills import filled_waits, fills
 from .launches import launch_ids, launch_of
 
 KEY = "recorder_cost"  # the bundle metadata key holding the calibration its figures are compensated with
@@ -227,25 +228,6 @@ def _ns_per_cycle(c: AutoCols, start_cycles, end_cycles, cal: Calibration) -> np
 
 
 # ---- fills: the events that release pipeline waits ---------------------------------------------------
-def _key(c: AutoCols, rows: np.ndarray) -> np.ndarray:
-    return (c.cta_gid[rows].astype(np.int64) << 30) | (c.resource[rows].astype(np.int64) << 21) | (c.iter[rows] + 1)
-
-
-def fills(c: AutoCols, pipeline: str):
-    """(key, fill ns, filling warp gid) per count of ``pipeline`` per CTA, sorted by key: the
-    first commit of the count, else the end of its first acquire (fa4trace.analysis.kernel)."""
-    rows = np.flatnonzero(c.where("pipeline", "commit", pipeline) & (c.iter >= 0))
-    t = c.start[rows] if rows.size else rows
-    if not rows.size:
-        rows = np.flatnonzero(c.where("pipeline", "acquire", pipeline) & (c.kind == 0) & (c.iter >= 0))
-        t = c.end[rows]
-    k = _key(c, rows)
-    o = np.lexsort((t, k))
-    k, t, rows = k[o], t[o], rows[o]
-    first = np.r_[True, k[1:] != k[:-1]] if k.size else np.zeros(0, bool)
-    return k[first], t[first], c.warp_gid[rows[first]]
-
-
 def _releases(c: AutoCols):
     """Per row: the fill that released it (ns, filling warp gid), -1 where the row is not a
     pipeline wait with a recorded fill."""
@@ -253,14 +235,9 @@ def _releases(c: AutoCols):
     fill_gid = np.full(c.n, -1, np.int64)
     for p in c.pipelines():
         keys, ft, fg = fills(c, p)
-        waits = np.flatnonzero(c.where("pipeline", "wait", p) & (c.kind == 0) & (c.iter >= 0))
-        if not keys.size or not waits.size:
-            continue
-        wk = _key(c, waits)
-        pos = np.minimum(np.searchsorted(keys, wk), keys.size - 1)
-        hit = keys[pos] == wk
-        fill_ns[waits[hit]] = ft[pos[hit]]
-        fill_gid[waits[hit]] = fg[pos[hit]]
+        rows, pos = filled_waits(c, p, keys)
+        fill_ns[rows] = ft[pos]
+        fill_gid[rows] = fg[pos]
     return fill_ns, fill_gid
 
 

@@ -34,6 +34,7 @@ import pyarrow as pa
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from .autoevents import AutoCols, is_automatic
+from .fills import count_key, filled_waits, fills
 from .fidelity import perturbation
 from .launches import compare_launches, per_launch
 from .overlap import config_diff, diff_text, json_safe, kernel_time, ring_losses, speed_text, union_length
@@ -146,11 +147,6 @@ def waiting_by_event(c: AutoCols) -> dict:
 
 
 # ---- pipeline fills, frees, occupancy and lag ---------------------------------------------------
-def _key(c: AutoCols, rows: np.ndarray, it=None) -> np.ndarray:
-    it = c.iter[rows] if it is None else it
-    return (c.cta_gid[rows].astype(np.int64) << 30) | (c.resource[rows].astype(np.int64) << 21) | (it + 1)
-
-
 def _first_per_key(keys: np.ndarray, t: np.ndarray, latest: bool = False):
     """Distinct keys (sorted) and the earliest (or latest) time of each."""
     if keys.size == 0:
@@ -159,18 +155,6 @@ def _first_per_key(keys: np.ndarray, t: np.ndarray, latest: bool = False):
     k, tt = keys[o], t[o]
     edge = np.r_[k[1:] != k[:-1], True] if latest else np.r_[True, k[1:] != k[:-1]]
     return k[edge], tt[edge]
-
-
-def _fills(c: AutoCols, pipeline: str):
-    """(key, count, cta gid, fill time) per pipeline count per CTA (module docstring)."""
-    commits = np.flatnonzero(c.where("pipeline", "commit", pipeline) & (c.iter >= 0))
-    if commits.size:
-        rows, t = commits, c.start[commits]
-    else:
-        rows = np.flatnonzero(c.where("pipeline", "acquire", pipeline) & (c.kind == 0) & (c.iter >= 0))
-        t = c.end[rows]
-    keys, ft = _first_per_key(_key(c, rows), t)
-    return keys, ft
 
 
 def _cta_end(c: AutoCols) -> np.ndarray:
@@ -209,9 +193,9 @@ def _within_kept(keys: np.ndarray, fill: np.ndarray, rk: np.ndarray, lossy: np.n
 
 
 def _fills_and_frees(c: AutoCols, pipeline: str):
-    keys, fill = _fills(c, pipeline)
+    keys, fill, _gid = fills(c, pipeline)
     rel = np.flatnonzero(c.where("pipeline", "release", pipeline) & (c.iter >= 0))
-    rk, rt = _first_per_key(_key(c, rel), c.start[rel], latest=True)
+    rk, rt = _first_per_key(count_key(c, rel), c.start[rel], latest=True)
     keys, fill = _within_kept(keys, fill, rk, _lossy_ctas(c))
     free = np.full(keys.size, -1, np.int64)
     if rk.size and keys.size:
@@ -322,14 +306,11 @@ def pipeline_lags(trace_or_cols) -> pa.Table:
     c = trace_or_cols if isinstance(trace_or_cols, AutoCols) else AutoCols.of(trace_or_cols)
     parts = []
     for p in c.pipelines():
-        keys, fill = _fills(c, p)
-        waits = np.flatnonzero(c.where("pipeline", "wait", p) & (c.kind == 0) & (c.iter >= 0))
-        if not keys.size or not waits.size:
+        keys, fill, _gid = fills(c, p)
+        rows, pos = filled_waits(c, p, keys)
+        if not rows.size:
             continue
-        wk = _key(c, waits)
-        pos = np.minimum(np.searchsorted(keys, wk), keys.size - 1)
-        hit = keys[pos] == wk
-        rows, f = waits[hit], fill[pos[hit]]
+        f = fill[pos]
         st = c.stages_of(p)
         parts.append(pa.table({
             "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
@@ -433,7 +414,7 @@ def _summarize_launch(trace: Trace, roles=None) -> dict:
     pipes = {}
     for p in c.pipelines():
         d: dict = {"stages": stages[p] or None,
-                   "counts_per_cta": _stats(np.bincount(_fills(c, p)[0] >> 30, minlength=c.n_ctas))}
+                   "counts_per_cta": _stats(np.bincount(fills(c, p)[0] >> 30, minlength=c.n_ctas))}
         if ost.num_rows:
             m = np.asarray(ost["pipeline"].to_pylist()) == p
             if m.any():
