@@ -20,72 +20,44 @@ from fa4trace.export import packets as P
 NAMES = ["warp 3 · softmax", "", "GPU · kernel", "名前 · ∑", "x" * 300]
 
 
-def _pb_descriptor(uuid, name, seq, *, parent=0, rank=None, pid=None, tid=None, process_name=None, description="",
-                   counter=False) -> bytes:
-    p = pb.TracePacket()
-    p.trusted_packet_sequence_id = seq
-    td = p.track_descriptor
-    td.uuid = uuid
-    if parent:
-        td.parent_uuid = parent
-    if pid is not None and tid is None:
-        td.process.pid = int(pid)
-        td.process.process_name = process_name or name
-    if tid is not None:
-        td.thread.pid = int(pid)
-        td.thread.tid = int(tid)
-        td.thread.thread_name = name
-    td.name = name
-    if description:
-        td.description = description
-    td.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
-    td.child_ordering = pb.TrackDescriptor.EXPLICIT
-    if rank is not None:
-        td.sibling_order_rank = int(rank)
-    if counter:
-        td.counter.SetInParent()
-    return pb.Trace(packet=[p]).SerializeToString()
-
-
 @pytest.mark.parametrize("name", NAMES)
-def test_descriptor_bytes_are_pb2s(name):
+def test_descriptors_parse_back_to_what_was_asked(name):
     uuids = [1, 127, 128, (0xFA4 << 48) + 5, 2**64 - 1]
     kinds = [{}, {"pid": 4242}, {"pid": 4242, "process_name": "python"}, {"pid": 0x7FA40000, "tid": 7},
              {"parent": 1 << 40}, {"parent": 5, "counter": True}]
     for uuid, kind, rank, desc, seq in itertools.product(uuids, kinds, [None, 0, 3, -1, -1000, 2**31 - 1],
                                                          ["", "SM 3, launch 0", name], [1, 300, 2**31 + 7]):
-        got = P.descriptor(uuid, name, seq, rank=rank, description=desc, **kind)
-        want = _pb_descriptor(uuid, name, seq, rank=rank, description=desc, **kind)
-        assert got == want, (uuid, kind, rank, desc, seq)
+        (p,) = pb.Trace.FromString(P.descriptor(uuid, name, seq, rank=rank, description=desc, **kind)).packet
+        td = p.track_descriptor
+        assert p.trusted_packet_sequence_id == seq and td.uuid == uuid and td.name == name
+        assert td.parent_uuid == kind.get("parent", 0) and td.description == desc
+        assert td.HasField("sibling_order_rank") == (rank is not None) and td.sibling_order_rank == (rank or 0)
+        assert td.sibling_merge_behavior == pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE  # same names stay apart
+        assert td.child_ordering == pb.TrackDescriptor.EXPLICIT
+        assert td.HasField("counter") == bool(kind.get("counter"))
+        if "tid" in kind:
+            assert (td.thread.pid, td.thread.tid, td.thread.thread_name) == (kind["pid"], kind["tid"], name)
+            assert not td.HasField("process")
+        elif "pid" in kind:
+            assert (td.process.pid, td.process.process_name) == (kind["pid"], kind.get("process_name") or name)
+        else:
+            assert not td.HasField("process") and not td.HasField("thread")
 
 
-def _pb_start(seq, uuid, t0, event_names, ann_names) -> bytes:
-    p = pb.TracePacket()
-    p.trusted_packet_sequence_id = seq
-    p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    p.first_packet_on_sequence = True
-    p.trace_packet_defaults.timestamp_clock_id = P.CLOCK_SEQ
-    p.trace_packet_defaults.track_event_defaults.track_uuid = uuid
-    for iid, nm in event_names:
-        en = p.interned_data.event_names.add()
-        en.iid, en.name = iid, nm
-    for iid, nm in ann_names:
-        dn = p.interned_data.debug_annotation_names.add()
-        dn.iid, dn.name = iid, nm
-    for cid, inc in ((P.CLOCK_BOOTTIME, False), (P.CLOCK_SEQ, True)):
-        c = p.clock_snapshot.clocks.add()
-        c.clock_id, c.timestamp = cid, t0
-        if inc:
-            c.is_incremental = True
-    return pb.Trace(packet=[p]).SerializeToString()
-
-
-def test_sequence_start_bytes_are_pb2s():
+def test_a_sequence_start_parses_back_to_what_was_asked():
     names = [(), ((1, "QK"),), ((1, "QK"), (2, "SOFTMAX"), (200, NAMES[3]), (70000, NAMES[4]))]
     anns = [(), ((P.ANNOTATION_IID, "iter"),), ((P.ANNOTATION_IID, "correlation"),)]
     for seq, uuid, t0, ev, an in itertools.product([1, 2**31 + 1], [7, (1 << 56) + 3], [0, 1_700_000_000_123_456_789],
                                                    names, anns):
-        assert P.sequence_start(seq, uuid, t0, ev, an) == _pb_start(seq, uuid, t0, ev, an)
+        (p,) = pb.Trace.FromString(P.sequence_start(seq, uuid, t0, ev, an)).packet
+        assert p.trusted_packet_sequence_id == seq and p.first_packet_on_sequence
+        assert p.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+        d = p.trace_packet_defaults
+        assert d.timestamp_clock_id == P.CLOCK_SEQ and d.track_event_defaults.track_uuid == uuid
+        assert [(n.iid, n.name) for n in p.interned_data.event_names] == list(ev)
+        assert [(n.iid, n.name) for n in p.interned_data.debug_annotation_names] == list(an)
+        clocks = {c.clock_id: (c.timestamp, c.is_incremental) for c in p.clock_snapshot.clocks}
+        assert clocks == {P.CLOCK_BOOTTIME: (t0, False), P.CLOCK_SEQ: (t0, True)}
 
 
 def test_hot_packets_parse_back():
