@@ -176,23 +176,23 @@ class Block:
 
     def _after(self, was: Action) -> None:
         if was is Action.RECORD_AND_SAVE and self._window is not None:
-            saved = self._close_window()
-            try:
-                if saved and self.on_trace_ready is not None:
-                    self.on_trace_ready(self.recording)
-            finally:
-                _raise_or_say(self._take_failures())
+            self._end_window()
         self._go(self.steps.action())
+
+    def _end_window(self) -> None:
+        """Close the open window, hand the recording to ``on_trace_ready`` where it saved
+        anything, then raise (or name) what failed while closing."""
+        saved = self._close_window()
+        try:
+            if saved and self.on_trace_ready is not None:
+                self.on_trace_ready(self.recording)
+        finally:
+            _raise_or_say(self._take_failures())
 
     def _go(self, action: Action) -> None:
         if action is Action.NONE:
             if self._window is not None:
-                saved = self._close_window()
-                try:
-                    if saved and self.on_trace_ready is not None:
-                        self.on_trace_ready(self.recording)
-                finally:
-                    _raise_or_say(self._take_failures())
+                self._end_window()
             return
         if self._window is None:
             self._open_window()
