@@ -161,20 +161,12 @@ def _transfer(ins, thread: set, warp: set) -> None:
 def warp_branches(cfg: Cfg) -> dict:
     """{block id: instruction index} of the blocks that end in a warp-index branch (module
     docstring, step 2): a forward may-analysis over the CFG to a fixed point."""
-    fn = cfg.fn
     state_out: dict = {}
     changed = True
     while changed:
         changed = False
         for b in cfg.order:
-            blk = cfg.blocks[b]
-            thread, warp = set(), set()
-            for p in blk.preds:
-                t, w = state_out.get(p, ((), ()))
-                thread.update(t)
-                warp.update(w)
-            for ins in fn.instrs[blk.start:blk.end]:
-                _transfer(ins, thread, warp)
+            thread, warp = _flow_through(cfg, b, state_out, last=True)
             new = (frozenset(thread), frozenset(warp))
             if state_out.get(b) != new:
                 state_out[b] = new
@@ -182,18 +174,26 @@ def warp_branches(cfg: Cfg) -> dict:
     out = {}
     for b in cfg.order:
         blk = cfg.blocks[b]
-        thread, warp = set(), set()
-        for p in blk.preds:
-            t, w = state_out.get(p, ((), ()))
-            thread.update(t)
-            warp.update(w)
-        for ins in fn.instrs[blk.start:blk.end - 1]:
-            _transfer(ins, thread, warp)
-        last = fn.instrs[blk.end - 1]
+        _thread, warp = _flow_through(cfg, b, state_out, last=False)
+        last = cfg.fn.instrs[blk.end - 1]
         # a branch on the warp index, or a warp-index EXIT: the warps that go on are chosen by it
         if (len(blk.succs) > 1 or last.op == "EXIT") and _on_warp(last, warp):
             out[b] = last.index
     return out
+
+
+def _flow_through(cfg: Cfg, b, state_out: dict, last: bool) -> tuple[set, set]:
+    """The (thread-dependent, warp-dependent) registers after block ``b``: the union of its
+    predecessors' ``state_out``, carried through its instructions (``last``: its final one too)."""
+    blk = cfg.blocks[b]
+    thread, warp = set(), set()
+    for p in blk.preds:
+        t, w = state_out.get(p, ((), ()))
+        thread.update(t)
+        warp.update(w)
+    for ins in cfg.fn.instrs[blk.start:blk.end if last else blk.end - 1]:
+        _transfer(ins, thread, warp)
+    return thread, warp
 
 
 def _on_warp(ins, warp: set) -> bool:
