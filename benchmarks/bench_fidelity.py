@@ -191,6 +191,14 @@ def reference_order(refs: dict) -> list[str]:
     return sorted(names, key=lambda n: (weight[n], names.index(n))) + ([LEAD] if LEAD in refs else [])
 
 
+def clock_of(trace) -> float | None:
+    """The SM clock (GHz) of a one-launch bundle's launch, where its recorder measured it."""
+    if trace is None or not trace.info.launches:
+        return None
+    ghz = trace.info.launches[0].clock_ghz_median
+    return None if ghz is None else round(float(ghz), 4)
+
+
 def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None) -> tuple[list[dict], dict]:
     """One round of one kernel, figure by figure: each figure shown three ways (``MODES``: from the
     lightest pass of ``bundle``, compensated with ``cal``, raw dense) against the lightest reference
@@ -239,7 +247,11 @@ def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None) ->
         again = ref_m[ref][1].get(key) if ref and len(ref_m[ref]) > 1 else None
         row = {"kernel": kernel, "metric": key, "reference": ref, "reference_value": ref_v,
                "noise_pct": _pct(rel_error(again, ref_v)), "passes_from": src,
-               "compensated": key in compensated}
+               "compensated": key in compensated,
+               # each launch's SM clock (clock64 against globaltimer): a whole figure set off by one
+               # factor from its reference is a clock difference between launches, not tracing
+               "passes_clock_ghz": clock_of(by_pass.get(src)), "dense_clock_ghz": clock_of(dense),
+               "reference_clock_ghz": clock_of(refs[ref][0]) if ref else None}
         for mode in MODES:
             row[f"{mode}_value"] = shown[mode]
             row[f"{mode}_err_pct"] = _pct(rel_error(shown[mode], ref_v))
@@ -293,7 +305,9 @@ def aggregate_metrics(per_round: list[list[dict]]) -> list[dict]:
                "reference_value": _round(_median(r["reference_value"] for r in rs)),
                "noise_pct": _round(_median(r["noise_pct"] for r in rs), 2),
                "passes_from": Counter(r["passes_from"] for r in rs).most_common(1)[0][0],
-               "compensated": any(r["compensated"] for r in rs), "rounds": len(rs)}
+               "compensated": any(r["compensated"] for r in rs), "rounds": len(rs),
+               **{k: _round(_median(r.get(k) for r in rs), 4)
+                  for k in ("passes_clock_ghz", "dense_clock_ghz", "reference_clock_ghz")}}
         for mode in MODES:
             row[f"{mode}_value"] = _round(_median(r[f"{mode}_value"] for r in rs))
             row[f"{mode}_err_pct"] = _round(_median(r[f"{mode}_err_pct"] for r in rs), 2)
@@ -503,7 +517,8 @@ METRIC_COLUMNS = [["kernel", "kernel"], ["metric", "figure"], ["reference", "ref
                   ["reference_value", "reference"], ["noise_pct", "noise %"], ["judged", "judged"],
                   ["passes_from", "(a) from pass"], ["passes_err_pct", "(a) passes err %"],
                   ["compensated", "compensated"], ["compensated_err_pct", "(b) compensated err %"],
-                  ["raw_err_pct", "(c) raw err %"], ["rounds", "rounds"]]
+                  ["raw_err_pct", "(c) raw err %"], ["passes_clock_ghz", "pass GHz"],
+                  ["reference_clock_ghz", "reference GHz"], ["rounds", "rounds"]]
 SHOWN_COLUMNS = [["kernel", "kernel"], ["rounds", "rounds"], ["compared", "figures compared"],
                  ["noise_limited", "noise-limited (> 2%)"], ["judged", "judged"],
                  ["passes_cell", "(a) passes: within 2%"], ["compensated_cell", "(b) compensated: within 2%"],

@@ -263,3 +263,16 @@ def test_where_no_traced_build_launches_the_plain_kernel_runs_and_one_line_names
     assert torch.equal(out, 2 * x) and cpu.count("refused") == (1 if recompile_fails else 2)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("fa4trace: acc runs untraced: its traced build did not launch")
+
+
+def test_the_passes_run_right_after_the_dense_launch_and_the_twin_after_them(cpu):
+    """The twin's many back-to-back launches can lower the GPU's clock: the passes, whose
+    figures are set beside the dense launch's, run before it."""
+    recompile, _compiled = pass_builds(cpu)
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(Sampling(ctas=1), passes=R.PASSES), recompile=recompile)
+    k(torch.arange(8.0), torch.zeros(8))
+    events = [e if isinstance(e, str) else "pass" for e in cpu]
+    first_twin = events.index("twin")
+    assert "pass" in events and max(i for i, e in enumerate(events) if e == "pass") < first_twin
+    assert events[first_twin - 1] == "pass" and "traced" in events[:events.index("pass")]
