@@ -227,7 +227,7 @@ def header(p: Picked, notes: list[str], errors: list[str]) -> None:
         st.warning(md(e))
     synth = [s.label.split(" — ")[0] for s, t in ((p.a, p.trace_a), (p.b, p.trace_b)) if t is not None and t.info.synthetic]
     if synth:
-        st.warning(("Synthetic bundle" if len(synth) == 1 else "Synthetic bundles") + ", made by fa4trace.trace.synthetic "
+        st.warning(("Synthetic bundle" if len(synth) == 1 else "Synthetic bundles") + ", made by fa4trace.testing "
                    "on the CPU — not measurements: " + ", ".join(md(x) for x in synth))
 
 

@@ -4,7 +4,7 @@
 
 Two cases:
   default  the app as `fa4trace view` opens it (bundles in traces/, default pairing)
-  1M pair  a synthetic base/ping-pong pair of ~1 M events each (fa4trace.trace.synthetic, 132 CTAs x
+  1M pair  a synthetic base/ping-pong pair of ~1 M events each (fa4trace.testing.bundles, 132 CTAs x
            5 warps, --blocks KV blocks; labelled synthetic: a scale test, not a measurement)
   1M in one CTA  ~1 M synthetic events in a single CTA, window widened to the whole CTA
            (AppTest): what the server-side decimation sends to the browser
@@ -109,7 +109,7 @@ def browser(bundles: list[str], env: dict) -> dict:
 def make_pair(d: Path, blocks: int) -> tuple[list[str], int]:
     from fa4trace.trace.bundle import Trace
     from fa4trace.trace.decode import decode_buffer
-    from fa4trace.trace.synthetic import attention_like
+    from fa4trace.testing.bundles import attention_like
 
     paths, rows = [], 0
     for sched in ("base", "pingpong"):
@@ -124,7 +124,7 @@ def make_one_cta(d: Path, rows: int) -> str:
     """~rows events in a single CTA (ping-pong): the timeline must decimate a whole-CTA window."""
     from fa4trace.trace.bundle import Trace
     from fa4trace.trace.decode import decode_buffer
-    from fa4trace.trace.synthetic import attention_like
+    from fa4trace.testing.bundles import attention_like
 
     buf, meta = attention_like("pingpong", n_ctas=1, n_blocks=max(1, rows // 18), seed=2)
     return str(Trace.from_launches([decode_buffer(buf)], meta).save(d / "synthetic_1m_one_cta.parquet", overwrite=True))

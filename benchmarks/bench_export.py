@@ -3,7 +3,7 @@
     python benchmarks/bench_export.py [--events 1000000] [--schedules base,pingpong]
                                       [--repeat 5] [--json out.json]
 
-On ~1M synthetic events (fa4trace.trace.synthetic.attention_like: 132 CTAs x 5 warps, clearly
+On ~1M synthetic events (fa4trace.testing.bundles.attention_like: 132 CTAs x 5 warps, clearly
 synthetic, never a measurement of a GPU) it times, per schedule:
   decode    decode_buffer(): raw buffer -> Arrow rows (rows/s and records/s)
   perfetto  to_perfetto() to a file, plain and compress=True: slices/s, bytes/slice
@@ -74,7 +74,7 @@ def bench_schedule(schedule: str, n_events: int, repeat: int, tmp: str, log=prin
     from fa4trace.export.perfetto import to_perfetto
     from fa4trace.trace.bundle import Trace
     from fa4trace.trace.decode import decode_buffer
-    from fa4trace.trace.synthetic import attention_like
+    from fa4trace.testing.bundles import attention_like
 
     n_ctas = 132
     n_blocks = max(1, -(-(n_events - 5 * n_ctas) // (18 * n_ctas)))  # 18 rows per CTA-block + 5 WARP rows
@@ -189,7 +189,7 @@ def main(argv=None):
                            f"numpy {m['numpy']}, pyarrow {m['pyarrow']}",
                        columns=[("schedule", "schedule"), ("step", "step"), ("median_s", "median s"),
                                 ("rate", "rate"), ("size", "size"), ("target", "target")],
-                       notes=f"~{args.events:,} synthetic events per schedule (fa4trace.trace.synthetic: 132 CTAs x 5 "
+                       notes=f"~{args.events:,} synthetic events per schedule (fa4trace.testing.bundles: 132 CTAs x 5 "
                              f"warps); median of {args.repeat} runs after one cold run.",
                        info=info, targets=TARGETS, results=results)
         print(f"wrote {write(args.json, doc)}")

@@ -5,9 +5,9 @@ and of several ranks of them (`fa4trace merge --ranks`).
                                      [--repeat 3] [--json benchmarks/results/merge_cpu.json]
     python benchmarks/bench_merge.py --ranks 8 [--repeat 1] [--json benchmarks/results/merge_ranks_cpu.json]
 
-Makes, on the CPU, ``--bundles`` bundles of ~``--rows`` rows each (fa4trace.trace.synthetic.attention_like:
+Makes, on the CPU, ``--bundles`` bundles of ~``--rows`` rows each (fa4trace.testing.bundles.attention_like:
 132 CTAs x 5 warps, clearly synthetic) and a torch.profiler Chrome trace of at least
-``--trace-mb`` MB around them (fa4trace.profiler.synthetic.profiled_run: Kineto's layout, each
+``--trace-mb`` MB around them (fa4trace.testing.profiler.profiled_run: Kineto's layout, each
 bundle's launch placed in it), then times the ``fa4trace merge`` command on them: the whole
 command line (a fresh process: imports, reading, matching, writing), after one cold run,
 ``--repeat`` times, with and without the per-launch numbers (--no-numbers), its wall time and
@@ -19,7 +19,7 @@ merging process, the launches' jobs) come from its report (``--json`` output of 
 recorded. Target: <= 20 s on 2 cores. ``--json`` writes the "merge" area of BENCHMARKS.md.
 
 ``--ranks N``: N ranks of a tensor-parallel run, each a profiler trace of ``--trace-mb`` MB with
-``--bundles`` bundles of ``--rows`` rows (fa4trace.profiler.synthetic.profiled_rank: one shared
+``--bundles`` bundles of ``--rows`` rows (fa4trace.testing.profiler.profiled_rank: one shared
 timeline, an NCCL all-reduce per layer, each rank's clock off by a known offset), made on the
 fly one rank at a time into rank<r>/ folders; then the `fa4trace merge --ranks` command on the
 folder, timed as above, its peak memory the largest sum of the resident sets of it and its worker
@@ -56,8 +56,8 @@ def make_inputs(folder: Path, trace_mb: float, n_bundles: int, rows: int, log=pr
     """The bundles (Parquet) and the profiler trace (JSON) in ``folder``; what they hold."""
     from fa4trace.trace.bundle import Trace
     from fa4trace.trace.decode import decode_buffer
-    from fa4trace.profiler.synthetic import profiled_run
-    from fa4trace.trace.synthetic import attention_like
+    from fa4trace.testing.profiler import profiled_run
+    from fa4trace.testing.bundles import attention_like
 
     n_ctas = 132
     n_blocks = max(1, -(-(rows - 5 * n_ctas) // (18 * n_ctas)))  # 18 rows per CTA-block + 5 WARP rows
@@ -82,8 +82,8 @@ def make_rank_inputs(folder: Path, ranks: int, trace_mb: float, n_bundles: int, 
     """rank<r>/prof.json and rank<r>/b<i>.parquet for each rank, made one rank at a time."""
     from fa4trace.trace.bundle import Trace
     from fa4trace.trace.decode import decode_buffer
-    from fa4trace.profiler.synthetic import profiled_rank
-    from fa4trace.trace.synthetic import attention_like
+    from fa4trace.testing.profiler import profiled_rank
+    from fa4trace.testing.bundles import attention_like
 
     n_ctas = 132
     n_blocks = max(1, -(-(rows - 5 * n_ctas) // (18 * n_ctas)))
@@ -278,7 +278,7 @@ def main(argv=None):
             columns=[("case", "case"), ("median_s", "median s"), ("best_s", "best s"), ("cpu_median_s", "CPU s"),
                      ("output_mb", "output MB"), ("slices", "slices"), ("target", "target")],
             notes=f"Synthetic inputs ({inputs['trace_events']:,} Kineto events; bundles from "
-                  f"fa4trace.trace.synthetic.attention_like). Wall time of the whole command (a fresh process) after one "
+                  f"fa4trace.testing.bundles.attention_like). Wall time of the whole command (a fresh process) after one "
                   f"cold run; {args.repeat} runs. CPU time of the best run, the merging process and the launches' "
                   f"jobs: " + "; ".join(f"{r['case']}: {_split(r)}" for r in rows) + ". Stage times of the best run: "
                   + "; ".join(f"{r['case']}: " + ", ".join(f"{k} {v}" for k, v in r["stages_best_run"].items())
@@ -333,7 +333,7 @@ def main_ranks(args) -> None:
                      ("offset_recovery_err_ns", "offsets recovered within ns"), ("target", "target")],
             notes=f"Synthetic inputs ({inputs['trace_events']:,} Kineto events over the ranks, "
                   f"{inputs['collectives_per_rank']} NCCL all-reduces per rank; bundles from "
-                  f"fa4trace.trace.synthetic.attention_like; clock offsets injected per rank: "
+                  f"fa4trace.testing.bundles.attention_like; clock offsets injected per rank: "
                   f"{', '.join(f'{o / 1e3:+g}' for o in inputs['offsets_ns'])} µs). Wall time of the whole command "
                   f"(a fresh process), {args.repeat} run(s) each; peak: the largest sum of resident sets of the "
                   f"command and its workers. The machine is shared: load average before/after each run in the "

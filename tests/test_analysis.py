@@ -11,7 +11,7 @@ from fa4trace.format.vocab import EV, ROLE
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
 from fa4trace.trace.meta import TimingMeta
-from fa4trace.trace.synthetic import WarpEvents, attention_like, write_buffer
+from fa4trace.testing.bundles import WarpEvents, attention_like, write_buffer
 
 B, E = L.KIND_BEGIN, L.KIND_END
 

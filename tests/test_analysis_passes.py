@@ -1,7 +1,7 @@
 """fa4trace.analysis.passes on synthetic bundles with known answers: each figure from the lightest
 pass that reports it, the pass named, the dense reading beside it; `fa4trace summary` shows it.
 
-The bundle: one synthetic pipelined kernel (fa4trace.trace.synthetic.pipelined_like) recorded
+The bundle: one synthetic pipelined kernel (fa4trace.testing.bundles.pipelined_like) recorded
 four ways, as ``instrument(passes=...)`` would: "dense" (every family; its MMA waits and loads
 stretched by the recording, mma 330 ns and load 420 ns), and the same launch unperturbed (mma
 300 ns, load 400 ns) seen through lighter recordings: "pipeline" (the ab pipeline's events),
@@ -22,7 +22,7 @@ from fa4trace.analysis.figures import trace_metrics
 from fa4trace.analysis.roles import decide_roles
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import DecodedLaunch, decode_buffer
-from fa4trace.trace.synthetic import pipelined_like, sampled_like
+from fa4trace.testing.bundles import pipelined_like, sampled_like
 
 SHAPE = dict(n_ctas=3, k_tiles=6, stages=2, consumer_warps=2, idle_warps=0, store_ns=100)
 

@@ -1,6 +1,6 @@
 """The Streamlit viewer, headless (streamlit.testing.v1.AppTest) plus its pure building blocks.
 
-Synthetic bundles (fa4trace.trace.synthetic, marked synthetic in their metadata) stand in for
+Synthetic bundles (fa4trace.testing.bundles, marked synthetic in their metadata) stand in for
 recordings where a test needs known shapes; the first test runs the app on the bundled traces
 in traces/ as a user gets it.
 """
@@ -31,7 +31,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from fa4trace.analysis.overlap import compare, per_cta  # noqa: E402
 from fa4trace.trace.bundle import Trace, load  # noqa: E402
 from fa4trace.trace.decode import decode_buffer  # noqa: E402
-from fa4trace.trace.synthetic import attention_like  # noqa: E402
+from fa4trace.testing.bundles import attention_like  # noqa: E402
 from fa4trace.viewer import data, grid, metrics, page, perfetto_ui, timeline  # noqa: E402
 
 MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
@@ -369,7 +369,7 @@ def _custom_vocab_bundle(path: Path) -> Path:
     """Two launches; a kernel-registered async event MYMMA (id 100) that the global VOCAB lacks."""
     from fa4trace.format import layout as L
     from fa4trace.format.vocab import EV, ROLE, VOCAB
-    from fa4trace.trace.synthetic import WarpEvents, write_buffer
+    from fa4trace.testing.bundles import WarpEvents, write_buffer
 
     vocab = VOCAB.copy()
     vocab.register("MYMMA", 100, role="consumer", is_async=True, color="#123456")
@@ -639,7 +639,7 @@ def test_bundle_info_says_how_much_the_trace_slowed_its_ctas(app_env, pair, tmp_
     """The info panel's perturbation line (fa4trace.analysis.fidelity): measured where the bundle timed
     its CTAs (lifetimes of a synthetic sampled launch stand in), 'not measured' elsewhere."""
     from fa4trace.analysis.fidelity import perturbation, perturbation_lines
-    from fa4trace.trace.synthetic import sampled_like
+    from fa4trace.testing.bundles import sampled_like
 
     sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
     lifetimes = Trace.from_launches([decode_buffer(sbuf, vocab=svocab)], smeta, vocab=svocab).meta["cta_lifetimes"]

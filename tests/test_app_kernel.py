@@ -1,6 +1,6 @@
 """The viewer on bundles of automatically traced kernels (streamlit.testing.v1.AppTest).
 
-Synthetic GEMM-like bundles (fa4trace.trace.synthetic.pipelined_like, marked synthetic) with known
+Synthetic GEMM-like bundles (fa4trace.testing.bundles.pipelined_like, marked synthetic) with known
 shapes: A with 2 pipeline stages, B with 6, loads of 2000 ns.
 """
 
@@ -26,7 +26,7 @@ from fa4trace.analysis.roles import assign_roles, role_rank  # noqa: E402
 from fa4trace.analysis.wait_chain import wait_chains  # noqa: E402
 from fa4trace.trace.bundle import Trace, load  # noqa: E402
 from fa4trace.trace.decode import decode_buffer  # noqa: E402
-from fa4trace.trace.synthetic import attention_like, pipelined_like  # noqa: E402
+from fa4trace.testing.bundles import attention_like, pipelined_like  # noqa: E402
 from fa4trace.viewer import data, grid, kernel_view, page, perfetto_ui  # noqa: E402
 
 MAIN = str(Path(perfetto_ui.__file__).with_name("main.py"))
@@ -212,7 +212,7 @@ def test_a_bundle_of_two_launches_shows_one_launch_at_a_time(app_env, tmp_path):
     own (= fa4trace summary --launch N --json), never a span across both."""
     from fa4trace.analysis.kernel import summarize_kernel
     from fa4trace.analysis.text import fmt_value
-    from fa4trace.trace.synthetic import T0_NS
+    from fa4trace.testing.bundles import T0_NS
 
     parts = [pipelined_like(n_ctas=n, k_tiles=k, stages=4, load_ns=900, t0_ns=T0_NS + i * 19_000_000_000)
              for i, (n, k) in enumerate(((3, 8), (5, 32)))]

@@ -16,7 +16,7 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from fa4trace.profiler import merge, read_report  # noqa: E402
-from fa4trace.profiler.synthetic import profiled_run  # noqa: E402
+from fa4trace.testing.profiler import profiled_run  # noqa: E402
 from fa4trace.viewer import merged, perfetto_ui  # noqa: E402
 from test_profiler import attention_bundle, auto_bundle  # noqa: E402
 

@@ -14,7 +14,7 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from fa4trace.profiler import RankInput, merge_ranks, read_report  # noqa: E402
-from fa4trace.profiler.synthetic import profiled_ranks  # noqa: E402
+from fa4trace.testing.profiler import profiled_ranks  # noqa: E402
 from fa4trace.viewer import merged, perfetto_ui  # noqa: E402
 from test_profiler import auto_bundle  # noqa: E402
 

@@ -3,7 +3,7 @@ count takes the noun it needs, a recording with nothing to chart says so instead
 empty chart, the per-iteration chart is drawn for any bundle whose events count iterations (or
 says why not), and nothing is cut short where the viewer lays it out.
 
-Synthetic bundles (fa4trace.trace.synthetic, marked synthetic) with known names and shapes; one
+Synthetic bundles (fa4trace.testing.bundles, marked synthetic) with known names and shapes; one
 test reads FA4's prefill bundle in traces/auto where it is there.
 """
 
@@ -28,7 +28,7 @@ from fa4trace.analysis.text import dropped_text, format_kernel_summary  # noqa: 
 from fa4trace.analysis.words import noun, plural  # noqa: E402
 from fa4trace.trace.bundle import Trace, load  # noqa: E402
 from fa4trace.trace.decode import decode_buffer  # noqa: E402
-from fa4trace.trace.synthetic import pipelined_like, sampled_like  # noqa: E402
+from fa4trace.testing.bundles import pipelined_like, sampled_like  # noqa: E402
 from fa4trace.viewer import data, kernel_view, page, perfetto_ui  # noqa: E402
 from fa4trace.viewer.literal import code, md, md_rows, plotly  # noqa: E402
 from test_app import run_app, unmd  # noqa: E402  (the viewer's AppTest harness)

@@ -4,7 +4,7 @@ the medians over rounds and the shares; the perturbation headline against the co
 recording), the result files and their rendering, the argument parsing, the build workers and,
 where the CuTe DSL is installed, one build compiled the way the run's workers compile it.
 
-The synthetic kernel (fa4trace.trace.synthetic.pipelined_like: 4 consumer warps, a producer, an
+The synthetic kernel (fa4trace.testing.bundles.pipelined_like: 4 consumer warps, a producer, an
 epilogue warp) is recorded as ``instrument(passes=...)`` would record it: "dense" (every family,
 its MMA waits and loads stretched by the recording: mma 330 ns, load 420 ns) and the same launch
 unperturbed (mma 300 ns, load 400 ns) seen through the lighter builds, which are also the
@@ -26,7 +26,7 @@ from fa4trace.analysis import compensate as C
 from fa4trace.analysis.figures import trace_metrics
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import DecodedLaunch, decode_buffer
-from fa4trace.trace.synthetic import pipelined_like, sampled_like, split_kv_like
+from fa4trace.testing.bundles import pipelined_like, sampled_like, split_kv_like
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"

@@ -12,7 +12,7 @@ import pytest
 from fa4trace.format.errors import Fa4traceError, TraceFormatError
 from fa4trace.trace.bundle import META_KEY, Trace, load
 from fa4trace.trace.decode import SCHEMA, decode_buffer
-from fa4trace.trace.synthetic import attention_like
+from fa4trace.testing.bundles import attention_like
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_pandas_reads_the_bundle_as_is(trace, tmp_path):
 
 
 def test_multi_launch_rebase(trace):
-    from fa4trace.trace.synthetic import attention_like
+    from fa4trace.testing.bundles import attention_like
 
     b1, m1 = attention_like("base", n_ctas=2, n_blocks=3, seed=1)
     d0 = decode_buffer(b1, launch_index=0)

@@ -20,7 +20,7 @@ from fa4trace.check import run as C
 from fa4trace.format import layout as L
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import attention_like
+from fa4trace.testing.bundles import attention_like
 
 H200 = {"name": "NVIDIA H200", "arch": "sm_90a", "compute_capability": "9.0", "sm_count": 132,
         "driver": "580.159.04", "torch": "2.11.0+cu130", "cuda_runtime": "13.0"}
@@ -152,7 +152,7 @@ def test_guard_damage_counts_writes_before_and_after():
 def test_guarded_torch_buffer_slice_is_contiguous_aligned_and_decodes():
     torch = pytest.importorskip("torch")
     from fa4trace.format.vocab import EV, ROLE
-    from fa4trace.trace.synthetic import WarpEvents, write_buffer
+    from fa4trace.testing.bundles import WarpEvents, write_buffer
 
     spec = L.BufferSpec.for_grid(1, 1, 4)
     host = CP.guarded_buffer(spec)
@@ -362,7 +362,7 @@ def test_our_decode_cost_hint_does_not_send_the_user_to_fewer_warps():
 
 
 def _sampled(**kw) -> Trace:
-    from fa4trace.trace.synthetic import sampled_like
+    from fa4trace.testing.bundles import sampled_like
 
     extra = kw.pop("instrument", {})
     buf, meta, vocab = sampled_like(**kw)
@@ -384,7 +384,7 @@ def test_perturbation_row_judges_what_the_bundle_measured():
 
 
 def test_perturbation_row_is_never_ok_where_the_figure_cannot_be_trusted():
-    from fa4trace.trace.synthetic import split_kv_like
+    from fa4trace.testing.bundles import split_kv_like
 
     # a twin timed from the host (bundles made before the device timing)
     host = R.perturbation_row("x", _sampled(n_ctas=16, sms=16, n_recorded=16,
@@ -403,7 +403,7 @@ def test_perturbation_row_is_never_ok_where_the_figure_cannot_be_trusted():
 
 
 def test_perturbation_row_judges_each_launch():
-    from fa4trace.trace.synthetic import T0_NS, sampled_like
+    from fa4trace.testing.bundles import T0_NS, sampled_like
 
     parts = [sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=s, seed=i, t0_ns=T0_NS + i * 10**9)
              for i, s in enumerate((0.02, 0.25))]

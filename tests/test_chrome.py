@@ -15,7 +15,7 @@ from fa4trace.export.chrome import to_chrome
 from fa4trace.format.vocab import VOCAB
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import SCHEMA, decode_buffer
-from fa4trace.trace.synthetic import attention_like
+from fa4trace.testing.bundles import attention_like
 
 from trace_strategies import random_traces
 

@@ -11,7 +11,7 @@ import pytest
 
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import attention_like
+from fa4trace.testing.bundles import attention_like
 
 
 def run(*args, cwd=None):
@@ -187,7 +187,7 @@ def test_attention_summary_and_compare_show_the_perturbation(tmp_path):
     """Attention bundles (FA4 through its adapter records CTA lifetimes too) print the same
     line as any kernel's: here lifetimes of a synthetic sampled launch stand in."""
     from fa4trace.analysis.fidelity import perturbation, perturbation_lines
-    from fa4trace.trace.synthetic import sampled_like
+    from fa4trace.testing.bundles import sampled_like
 
     sbuf, smeta, svocab = sampled_like(n_ctas=128, sms=8, cta_stride=8, n_recorded=16)
     lifetimes = Trace.from_launches([decode_buffer(sbuf, vocab=svocab)], smeta, vocab=svocab).meta["cta_lifetimes"]

@@ -25,7 +25,7 @@ from fa4trace.cli import main
 from fa4trace.format.errors import Fa4traceError, TraceFormatError
 from fa4trace.trace.bundle import Trace, load, read_meta
 from fa4trace.trace.decode import SCHEMA, decode_buffer
-from fa4trace.trace.synthetic import attention_like
+from fa4trace.testing.bundles import attention_like
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "tools"))
@@ -253,7 +253,7 @@ def test_saved_bundles_respect_the_umask(tmp_path, umask027):
 def test_merged_traces_and_exports_respect_the_umask(tmp_path, umask027):
     from fa4trace.export.chrome import to_chrome
     from fa4trace.profiler.merge import merge
-    from fa4trace.profiler.synthetic import profiled_run
+    from fa4trace.testing.profiler import profiled_run
 
     run = profiled_run([synthetic_trace()], steps=1, layers=1)
     prof, bundle = run.write(tmp_path / "prof.json"), run.traces[0].save(tmp_path / "b.parquet")

@@ -22,7 +22,7 @@ from fa4trace.cli import main
 from fa4trace.run.deps import PACKAGES
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import attention_like
+from fa4trace.testing.bundles import attention_like
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "tools"))
@@ -52,8 +52,8 @@ HOST_ONLY = {"summary", "compare", "diff", "convert", "merge", "compact", "query
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """What the cases refer to as {name}: a bundle, files that are not what they claim, folders."""
-    from fa4trace.profiler.synthetic import profiled_run
-    from fa4trace.sweep.replay import make_synthetic
+    from fa4trace.testing.profiler import profiled_run
+    from fa4trace.testing.replay import make_synthetic
 
     d = tmp_path_factory.mktemp("inputs")
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)

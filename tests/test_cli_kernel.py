@@ -14,7 +14,7 @@ from fa4trace.analysis.fidelity import perturbation
 from fa4trace.cli import main
 from fa4trace.trace.bundle import Trace, load
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import attention_like, pipelined_like, sampled_like
+from fa4trace.testing.bundles import attention_like, pipelined_like, sampled_like
 
 
 def run(*args):

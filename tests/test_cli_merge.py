@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fa4trace.profiler.synthetic import profiled_run
+from fa4trace.testing.profiler import profiled_run
 from test_profiler import auto_bundle
 
 

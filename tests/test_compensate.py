@@ -1,6 +1,6 @@
 """Compensation (fa4trace.analysis.compensate) on traces whose true durations are known.
 
-The traces are buffers the device recorder's host twin writes (fa4trace.trace.synthetic), decoded
+The traces are buffers the device recorder's host twin writes (fa4trace.testing.bundles), decoded
 by the real decoder: warps that spin known numbers of cycles, where each record costs its warp a
 set number of cycles, as the cost model of docs/compensation.md says (a span's begin costs
 OFFSET before the work it brackets, each inner record EVENT, a fill is read DELTA after the
@@ -21,7 +21,7 @@ from fa4trace.format.errors import Fa4traceError
 from fa4trace.kernels import known_answer_spec as S
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import WarpEvents, write_buffer
+from fa4trace.testing.bundles import WarpEvents, write_buffer
 
 GHZ = 2.0  # the synthetic SM clock: 0.5 ns per cycle
 OFFSET, HELD, EVENT, DELTA, LAG = 80, 12, 50, 6, 100  # cycles

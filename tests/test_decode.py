@@ -9,7 +9,7 @@ from fa4trace.format import layout as L
 from fa4trace.format.errors import TraceFormatError
 from fa4trace.format.vocab import EV, ROLE
 from fa4trace.trace.decode import SCHEMA, decode_buffer
-from fa4trace.trace.synthetic import WarpEvents, pack_records, write_buffer
+from fa4trace.testing.bundles import WarpEvents, pack_records, write_buffer
 
 B, E, I = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT
 GT0 = 1_000_000_000_000

@@ -12,7 +12,7 @@ from fa4trace.format.errors import TraceFormatError
 from fa4trace.format.vocab import EV, ROLE
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import WarpEvents, write_buffer
+from fa4trace.testing.bundles import WarpEvents, write_buffer
 
 B, E, I = L.KIND_BEGIN, L.KIND_END, L.KIND_INSTANT
 GT0 = 1_000_000_000_000
@@ -171,7 +171,7 @@ def test_bundle_meta_and_summaries_say_the_oldest_records_were_overwritten(tmp_p
 def test_auto_bundle_summary_reports_the_ring():
     from fa4trace.analysis.kernel import summarize_kernel
     from fa4trace.analysis.text import format_kernel_summary
-    from fa4trace.trace.synthetic import pipelined_like
+    from fa4trace.testing.bundles import pipelined_like
 
     buf, meta, vocab = pipelined_like(n_ctas=2, k_tiles=8, stages=2, consumer_warps=1, idle_warps=0)
     # the same warps as if they had recorded into rings of 16: rebuild the buffer with the ring

@@ -22,14 +22,14 @@ from fa4trace.cli import main
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.trace.bundle import Trace, load
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import attention_like, pipelined_like
+from fa4trace.testing.bundles import attention_like, pipelined_like
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 DECODE = "decode_d128_16to1_sk131072_b1_{}.parquet"
 
 
 def attention(seed: int, *, n_ctas: int = 32, n_blocks: int = 24, launches: int = 1, **stretch) -> Trace:
-    """Our decode schedule "base" (fa4trace.trace.synthetic.attention_like), ``stretch``: {event: factor}."""
+    """Our decode schedule "base" (fa4trace.testing.bundles.attention_like), ``stretch``: {event: factor}."""
     decoded, meta = [], None
     for i in range(launches):
         buf, meta = attention_like("base", n_ctas=n_ctas, n_blocks=n_blocks, seed=seed + 1000 * i,
@@ -39,7 +39,7 @@ def attention(seed: int, *, n_ctas: int = 32, n_blocks: int = 24, launches: int 
 
 
 def gemm(seed: int, *, store: float = 1.0, n_ctas: int = 24, k_tiles: int = 16, kernel: str = "synthetic.gemm_like"):
-    """A GEMM-like automatic bundle (fa4trace.trace.synthetic.pipelined_like) whose loads, MMAs and
+    """A GEMM-like automatic bundle (fa4trace.testing.bundles.pipelined_like) whose loads, MMAs and
     stores take random times; ``store`` scales the epilogue's TMA store."""
     rng = np.random.default_rng(seed)
     load = rng.normal(400, 40, (n_ctas, k_tiles)).clip(100).astype(np.int64)

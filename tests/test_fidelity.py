@@ -1,7 +1,7 @@
 """fa4trace.analysis.fidelity: each bundle's measure of its own perturbation, and when that measure
 cannot be trusted.
 
-Synthetic launches with known answers (fa4trace.trace.synthetic): ``sampled_like`` (recorded
+Synthetic launches with known answers (fa4trace.testing.bundles): ``sampled_like`` (recorded
 CTAs run a known amount slower; optionally work that grows along the grid and an opening wave
 that contends, which the statistic's own assumption does not hold for) and ``split_kv_like``
 (CTAs of a group wait for each other before combining: the recorded, slowed CTAs make untraced
@@ -19,7 +19,7 @@ from fa4trace.analysis.launches import launch_of
 from fa4trace.trace.bundle import Trace, load
 from fa4trace.trace.decode import decode_buffer
 from fa4trace.trace.meta import BundleMeta
-from fa4trace.trace.synthetic import attention_like, sampled_like, split_kv_like
+from fa4trace.testing.bundles import attention_like, sampled_like, split_kv_like
 
 # what instrument() stores of a plain twin it timed on the device (docs/fidelity.md)
 DEVICE_TWIN = {"method": "graph", "noise_pct": 0.5, "l2": "warm"}

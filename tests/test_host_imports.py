@@ -21,7 +21,8 @@ CODE = textwrap.dedent('''
     from fa4trace.analysis import overlap  # noqa
     from fa4trace.export import chrome, perfetto  # noqa
     from fa4trace.format import layout, vocab  # noqa
-    from fa4trace.trace import bundle, decode, synthetic  # noqa
+    from fa4trace.trace import bundle, decode  # noqa
+    from fa4trace.testing import bundles, replay, samples  # noqa: test generators need no GPU either
     from fa4trace.check import probes, report, rows, run as check_run  # noqa
     from fa4trace.run import deps, loader, registry  # noqa
     from fa4trace.run import record  # noqa: the recorder imports torch only when it runs
@@ -36,15 +37,15 @@ CODE = textwrap.dedent('''
     import fa4trace.viewer.data, fa4trace.viewer.timeline, fa4trace.viewer.metrics  # noqa
     import fa4trace.viewer.grid, fa4trace.viewer.iterations, fa4trace.viewer.perfetto_ui, fa4trace.viewer.page  # noqa
     import fa4trace.viewer.kernel_view, fa4trace.viewer.merged  # noqa
-    import fa4trace.profiler, fa4trace.profiler.render, fa4trace.profiler.synthetic  # noqa: merging needs no torch
+    import fa4trace.profiler, fa4trace.profiler.render, fa4trace.testing.profiler  # noqa: merging needs no torch
     from fa4trace.analysis import autoevents, fidelity, kernel, mma_flight, roles, text, wait_chain  # noqa
     from fa4trace.auto import api, build, compiler, entry, events, families, patches, run, state  # noqa: no cutlass until a compile
-    from fa4trace.trace.synthetic import pipelined_like
+    from fa4trace.testing.bundles import pipelined_like
     kb, km, kv = pipelined_like(n_ctas=2, k_tiles=4)
     kt = fa4trace.Trace.from_launches([decode.decode_buffer(kb, vocab=kv)], km, vocab=kv)
     assert kernel.summarize_kernel(kt)["wait_chain"]["steps"] > 0
     perfetto.to_perfetto(kt, __import__("io").BytesIO())
-    from fa4trace.trace.synthetic import attention_like
+    from fa4trace.testing.bundles import attention_like
     buf, meta = attention_like("pingpong", n_ctas=2, n_blocks=4)
     t = fa4trace.Trace.from_launches([decode.decode_buffer(buf)], meta)
     s = overlap.summarize(t)
@@ -55,7 +56,8 @@ CODE = textwrap.dedent('''
     import tempfile
     from fa4trace.sweep import compact, cuda, dataset, grid, job, pool, query, ray_executor, replay, run  # noqa
     d = tempfile.mkdtemp()
-    replay.make_synthetic(d + "/src", 2)
+    from fa4trace.testing.replay import make_synthetic
+    make_synthetic(d + "/src", 2)
     doc = run.run_sweep(replay.ReplayGrid(d + "/src"), d + "/ds", replay.ReplayRunner(), log=lambda m: None, compact=True)
     assert doc["points_run"] == 2 and dataset.Dataset(d + "/ds").read_results().num_rows == 2
     assert pool.visible_gpus() == 0 and "ray" not in sys.modules

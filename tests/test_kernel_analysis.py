@@ -1,7 +1,7 @@
 """Any-kernel analysis (roles, fractions, occupancy, lag, wait chain) on synthetic bundles with known answers.
 
 The tiny case (1 CTA, 4 k-tiles, 2 stages, 1 consumer warp, loads 100 ns, MMA 50 ns, store
-100 ns) is worked out by hand from fa4trace.trace.synthetic.pipelined_like's schedule:
+100 ns) is worked out by hand from fa4trace.testing.bundles.pipelined_like's schedule:
 
     producer (warp 1)  ab.acquire 0 [50,60] 1 [80,90] 2 [110,270] 3 [290,370]; commits 70, 100, 280, 380
     consumer (warp 0)  ab.wait 0 [50,180] 1 [270,280] 2 [370,390] 3 [480,490]
@@ -22,7 +22,7 @@ from fa4trace.analysis.wait_chain import wait_chains
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import attention_like, pipelined_like
+from fa4trace.testing.bundles import attention_like, pipelined_like
 
 TINY = dict(n_ctas=1, k_tiles=4, stages=2, consumer_warps=1, idle_warps=0, load_ns=100, mma_ns=50, store_ns=100)
 

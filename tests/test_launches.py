@@ -25,7 +25,7 @@ from fa4trace.analysis.text import format_kernel_summary
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.trace.bundle import Trace, load
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import T0_NS, attention_like, pipelined_like, sampled_like
+from fa4trace.testing.bundles import T0_NS, attention_like, pipelined_like, sampled_like
 
 GAP_NS = 19_347_167_232  # the two GEMM launches of traces/step/step_GemmSm90_2.parquet, this far apart
 STEP = Path(__file__).resolve().parents[1] / "traces" / "step"

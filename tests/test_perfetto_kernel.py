@@ -13,7 +13,7 @@ from fa4trace.analysis.kernel import export_inputs, occupancy_series
 from fa4trace.analysis.roles import assign_roles
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import attention_like, pipelined_like
+from fa4trace.testing.bundles import attention_like, pipelined_like
 
 import test_perfetto
 from test_perfetto import check_against_rows, check_tree, parse

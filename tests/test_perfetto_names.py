@@ -14,7 +14,7 @@ from fa4trace.export.perfetto import to_perfetto
 from fa4trace.export.tracks import layout_tracks, vocab_of
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import T0_NS, attention_like, pipelined_like
+from fa4trace.testing.bundles import T0_NS, attention_like, pipelined_like
 
 KERNEL = "some.module.with.a.rather.Long.KernelName.__call__"
 

@@ -1,6 +1,6 @@
 """fa4trace.profiler: torch.profiler traces + bundles -> one Perfetto trace (no GPU).
 
-The profiler traces are synthetic (fa4trace.profiler.synthetic: Kineto's layout around
+The profiler traces are synthetic (fa4trace.testing.profiler: Kineto's layout around
 re-timed bundles, with the truth of where each traced launch ran) plus one real CPU-only
 torch.profiler trace. Every merged file is parsed back with the perfetto package's protos by a
 reader that replays the trace processor's view of the packets (sequence-scoped interning and
@@ -28,8 +28,8 @@ from fa4trace.trace import decode
 from fa4trace.format.errors import Fa4traceError, TraceFormatError
 from fa4trace.profiler import load_kineto, match_launches, merge, read_report, traced_launches
 from fa4trace.profiler.kineto import parse_kineto
-from fa4trace.profiler.synthetic import profiled_run
-from fa4trace.trace.synthetic import attention_like, pipelined_like
+from fa4trace.testing.profiler import profiled_run
+from fa4trace.testing.bundles import attention_like, pipelined_like
 
 TE = pb.TrackEvent
 
@@ -37,7 +37,7 @@ TE = pb.TrackEvent
 # ---- bundles -----------------------------------------------------------------------------------
 
 def auto_bundle(n_launches=2, qualname="FlashAttentionForwardSm90.kernel", n_ctas=4, k_tiles=8) -> Trace:
-    """An automatically traced kernel's bundle with several launches (fa4trace.trace.synthetic.pipelined_like)."""
+    """An automatically traced kernel's bundle with several launches (fa4trace.testing.bundles.pipelined_like)."""
     ds, meta, vocab = [], None, None
     for i in range(n_launches):
         buf, meta, vocab = pipelined_like(n_ctas=n_ctas, k_tiles=k_tiles + i)
@@ -532,7 +532,7 @@ def test_merge_refuses_what_does_not_match(tmp_path, bundles):
 
 
 def test_profiler_package_imports_without_torch_or_cutlass():
-    code = ("import sys, fa4trace.profiler, fa4trace.profiler.synthetic; "
+    code = ("import sys, fa4trace.profiler, fa4trace.testing.profiler; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'cutlass', 'cuda', 'tvm_ffi')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

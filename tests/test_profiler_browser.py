@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fa4trace.profiler import merge  # noqa: E402
-from fa4trace.profiler.synthetic import profiled_run  # noqa: E402
+from fa4trace.testing.profiler import profiled_run  # noqa: E402
 from test_profiler import attention_bundle, auto_bundle  # noqa: E402
 from tests.tools import headless  # noqa: E402
 

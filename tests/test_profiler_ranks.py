@@ -1,5 +1,5 @@
 """fa4trace merge of several ranks (fa4trace.profiler.ranks, .collectives, .groups): synthetic
-tensor-parallel runs (fa4trace.profiler.synthetic.profiled_ranks: one shared timeline, an NCCL
+tensor-parallel runs (fa4trace.testing.profiler.profiled_ranks: one shared timeline, an NCCL
 all-reduce per layer, each rank's clock off the true one by an injected offset), merged and
 read back with the protos (tests/test_profiler.py's reader).
 
@@ -26,7 +26,7 @@ from fa4trace.profiler import RankInput, load_kineto, merge_ranks, rank_inputs, 
 from fa4trace.profiler import ranks as ranks_mod
 from fa4trace.profiler.collectives import anchors_of, pair_anchors, rank_clock
 from fa4trace.profiler.kineto import parse_kineto
-from fa4trace.profiler.synthetic import NCCL, profiled_ranks
+from fa4trace.testing.profiler import NCCL, profiled_ranks
 from fa4trace.trace import ranks as trace_ranks
 from test_profiler import attention_bundle, auto_bundle, parse, traced_roots
 

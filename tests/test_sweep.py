@@ -1,7 +1,7 @@
 """Sweeps on the CPU: grids, the dataset layout, resume, interrupts, error rows, fa4trace query.
 
 The GPU work goes through a fake Runner defined here (timings made up from the shape, bundles
-from fa4trace.trace.synthetic): it exercises the sweep loop and the files, never stands for a GPU."""
+from fa4trace.testing.bundles): it exercises the sweep loop and the files, never stands for a GPU."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from fa4trace.sweep.run import run_sweep
 
 class FakeRunner(Runner):
     """Rows from the shape (us = KV bytes / 3 TB/s per kernel, a fixed offset per kernel); bundles
-    from fa4trace.trace.synthetic. ``oom``: point ids whose timing raises like a CUDA OOM;
+    from fa4trace.testing.bundles. ``oom``: point ids whose timing raises like a CUDA OOM;
     ``interrupt_at``: the n-th timing call (1-based) raises KeyboardInterrupt."""
 
     gpu = "fake GPU (tests)"
@@ -54,7 +54,7 @@ class FakeRunner(Runner):
     def record(self, point, schedule, *, seed, budget):
         from fa4trace.trace.bundle import Trace
         from fa4trace.trace.decode import decode_buffer
-        from fa4trace.trace.synthetic import attention_like
+        from fa4trace.testing.bundles import attention_like
 
         self.recorded.append((point.id, schedule, budget))
         buf, meta = attention_like("base" if schedule == "base" else "pingpong", n_ctas=2, n_blocks=4, seed=seed % 100)

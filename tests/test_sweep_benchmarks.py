@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fa4trace.sweep import grid as G
-from fa4trace.sweep.replay import ReplayGrid, ReplayJob, make_synthetic
+from fa4trace.sweep.replay import ReplayGrid, ReplayJob
+from fa4trace.testing.replay import make_synthetic
 from tests.test_sweep import FakeRunner
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -95,7 +96,8 @@ def load(name):
 
 if __name__ == "__main__":
     from fa4trace.sweep import grid as G
-    from fa4trace.sweep.replay import ReplayGrid, ReplayJob, make_synthetic
+    from fa4trace.sweep.replay import ReplayGrid, ReplayJob
+    from fa4trace.testing.replay import make_synthetic
     from tests.test_sweep import FakeRunner
     d = tempfile.mkdtemp()
     m = load("bench_sweep_overhead").measure(G.from_flags(kernels="base,cudnn", sk="1024"), d + "/o", FakeRunner,

@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from fa4trace.sweep import figures as F  # noqa: E402
 from fa4trace.trace.bundle import Trace  # noqa: E402
 from fa4trace.trace.decode import decode_buffer  # noqa: E402
-from fa4trace.trace.synthetic import attention_like  # noqa: E402
+from fa4trace.testing.bundles import attention_like  # noqa: E402
 from fa4trace.viewer import perfetto_ui  # noqa: E402
 from tests.tools import sweep_dataset as S  # noqa: E402
 

@@ -21,7 +21,8 @@ from fa4trace.analysis.overlap import summarize
 from fa4trace.format.errors import Fa4traceError
 from fa4trace.sweep import Dataset
 from fa4trace.sweep import pool as P
-from fa4trace.sweep.replay import ReplayGrid, ReplayRunner, make_synthetic, write_point
+from fa4trace.sweep.replay import ReplayGrid, ReplayRunner, write_point
+from fa4trace.testing.replay import make_synthetic
 from fa4trace.sweep.run import run_sweep
 from fa4trace.trace.bundle import Trace, load
 from fa4trace.trace.decode import decode_buffer

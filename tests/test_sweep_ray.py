@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fa4trace.sweep import Dataset
-from fa4trace.sweep.replay import ReplayGrid, ReplayJob, ReplayRunner, make_synthetic
+from fa4trace.sweep.replay import ReplayGrid, ReplayJob, ReplayRunner
+from fa4trace.testing.replay import make_synthetic
 from fa4trace.sweep.run import run_sweep
 from fa4trace.trace.bundle import load
 from tests.tools.sweep_jobs import TestJob

@@ -9,7 +9,7 @@ from fa4trace.format import layout as L
 from fa4trace.format.vocab import EV, ROLE
 from fa4trace.trace.bundle import Trace
 from fa4trace.trace.decode import decode_buffer
-from fa4trace.trace.synthetic import WarpEvents, write_buffer
+from fa4trace.testing.bundles import WarpEvents, write_buffer
 
 EVENTS = [EV.QK, EV.PV, EV.SOFTMAX, EV.CORRECTION, EV.LOAD_K, EV.MARK]
 ROLES = [ROLE.PRODUCER, ROLE.CONSUMER, ROLE.MMA, ROLE.UNKNOWN]

@@ -14,7 +14,8 @@ traced launch with its CUDA kernel activity, :mod:`.merge` writes the one Perfet
 :mod:`.packets`: ids, descriptors, the report slice), :mod:`.ranks` writes several ranks into one
 (:mod:`.groups`: which files are which rank's; :mod:`.collectives`: the ranks' clocks from their
 collectives), :mod:`.report` says what was matched and how well the clocks agree (and reads that
-back from a merged file), :mod:`.synthetic` makes profiler traces around bundles on any machine.
+back from a merged file). Synthetic profiler traces around bundles, on any machine:
+``fa4trace.testing.profiler``.
 Host-only: nothing here imports torch or the CuTe DSL.
 """
 

@@ -11,10 +11,10 @@ A replay point decodes its buffer (``decode.decode_buffer``), makes the bundle
 of kernel ``replay``, job ``replay``, with the analysis' numbers (``overlap.summarize``: QK and
 PV ∥ SOFTMAX); its us / tbps are null: a replay times nothing. It is the job that runs the
 pool and the Ray executor for real on machines without a GPU, and it re-analyses buffers
-recorded elsewhere. ``make_synthetic`` writes a folder of ``fa4trace.trace.synthetic`` buffers
-(labelled synthetic in their metadata), for tests and for trying an executor::
+recorded elsewhere. ``fa4trace.testing.replay`` writes a folder of synthetic points (labelled
+synthetic in their metadata), for tests and for trying an executor::
 
-    python -m fa4trace.sweep.replay FOLDER --points 8
+    python -m fa4trace.testing.replay FOLDER --points 8
     fa4trace sweep --replay FOLDER -o DATASET --workers 2
 """
 
@@ -165,41 +165,3 @@ def write_point(folder, name: str, buffer: np.ndarray, meta: dict) -> Path:
     (folder / f"{name}.bin").write_bytes(np.ascontiguousarray(buffer, dtype="<u8").tobytes())
     (folder / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
     return folder / f"{name}.bin"
-
-
-def make_synthetic(folder, n: int, *, seed: int = 0, n_ctas: int = 4, n_blocks: int = 16) -> list[str]:
-    """``n`` replay points of ``fa4trace.trace.synthetic.attention_like`` buffers, base and ping-pong
-    in turn, over made-up decode shapes (labels only: marked synthetic). Returns their names."""
-    from ..trace.synthetic import attention_like
-
-    names = []
-    for i in range(n):
-        schedule = ("base", "pingpong")[i % 2]
-        shape = {"d": (64, 128)[i // 2 % 2], "hq": 16, "hkv": (1, 2)[i // 4 % 2], "sk": 1024 * (1 + i // 8),
-                 "b": 1, "sq": 1, "dtype": "bf16"}
-        buf, meta = attention_like(schedule, n_ctas=n_ctas, n_blocks=n_blocks, seed=seed + i)
-        meta["config"] = {**meta["config"], **shape}
-        name = f"d{shape['d']}_h16kv{shape['hkv']}_sk{shape['sk']}_{schedule}"
-        write_point(folder, name, buf, meta)
-        names.append(name)
-    return names
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m fa4trace.sweep.replay",
-                                 description="Write a folder of synthetic replay points (fa4trace.trace.synthetic buffers).")
-    ap.add_argument("folder")
-    ap.add_argument("--points", type=int, default=8)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.points < 1:
-        ap.error("--points must be >= 1")
-    names = make_synthetic(args.folder, args.points, seed=args.seed)
-    print(f"wrote {len(names)} synthetic replay points to {args.folder}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,5 +1,6 @@
 """Traces on the host: ``decode`` (a buffer into an Arrow table), ``bundle`` (the Parquet file
-and ``Trace``), ``synthetic`` (buffers made on the CPU, for tests and benchmarks).
+and ``Trace``), ``meta`` (its metadata, typed), ``files``, ``ranks``. Synthetic buffers for tests
+and benchmarks are in ``fa4trace.testing``.
 
 Imports only ``fa4trace.format``.
 """
