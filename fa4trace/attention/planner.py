@@ -30,11 +30,6 @@ class Plan:
     def n_ctas(self) -> int:
         return self.grid[0] * self.grid[1] * self.grid[2]
 
-    @property
-    def n_parts(self) -> int:
-        """Partials per group that the combine merges (one per split)."""
-        return self.n_splits
-
     def kernel_args(self, softmax_scale: float) -> tuple:
         """The kernel's scalar arguments (kernels.attention_sm90.SCALAR_ARGS order)."""
         return (softmax_scale, self.n_splits, self.n_comb, self.comb_nc4.bit_length() - 1,

@@ -118,12 +118,6 @@ class Dataset:
     def result_path(self, point, kernel: str) -> Path:
         return self.partition(kernel, point.d, point.hkv) / f"{point.id}.parquet"
 
-    def bundle_rel(self, point, kernel: str) -> str:
-        return bundle_rel(point, kernel)
-
-    def bundle_path(self, point, kernel: str) -> Path:
-        return self.root / self.bundle_rel(point, kernel)
-
     def sweep_path(self, sweep_id: str) -> Path:
         return self.root / "sweeps" / f"sweep={sweep_id}" / "sweep.json"
 
@@ -164,11 +158,6 @@ class Dataset:
     def write_bytes(self, rel: str, data: bytes) -> Path:
         """A file under the root (a bundle a worker sent), written atomically."""
         return atomic_write(self.root / rel, lambda tmp: Path(tmp).write_bytes(data))
-
-    def write_bundle(self, point, kernel: str, trace) -> str:
-        """Save a trace bundle (``Trace.save`` writes atomically); returns its path relative to the root."""
-        trace.save(self.bundle_path(point, kernel), overwrite=True)
-        return self.bundle_rel(point, kernel)
 
     def write_sweep(self, sweep_id: str, doc: dict) -> Path:
         text = json.dumps(doc, indent=1, default=str) + "\n"
