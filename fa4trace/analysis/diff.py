@@ -42,9 +42,9 @@ band excludes no change; it then regressed or improved by the direction that is 
 (``METRICS``), or just changed (busy and idle shares have no better direction), unless the
 change is below ``MIN_CHANGE`` (1%, or 1 point of a share): then it is "negligible". Why a
 floor: what the bundles cannot show. A bundle's launches run back to back, under one SM clock;
-two recordings of the same build, seconds apart, ran at clocks 0.6% apart on the H200 and
-their QK, PV and SOFTMAX spans moved by 0.4-0.6% with them, beyond a band made of 8 launches
-each (docs/diff.md, traces/diff). Launches in the band (``repeats``) catch the noise within a recording, the
+two recordings of the same build, seconds apart, can run at different clocks, and their spans
+move with the clock beyond a band made of their launches (docs/diff.md, "Why a floor", shows it
+on traces/diff). Launches in the band (``repeats``) catch the noise within a recording, the
 floor the drift between recordings; ``min_change`` raises it where a GPU drifts more.
 
 **Same kernel.** Two bundles diff when they ran the same kernel (for automatic bundles the

@@ -6,7 +6,9 @@ whether the CTA records or runs the untouched copy of the body (fa4trace.format.
 CTA-lifetime region; the bundle's ``cta_lifetimes``). ``perturbation(trace)`` compares the
 durations of the CTAs that recorded with those of the CTAs that did not, in the same launch:
 
-    recorded CTAs ran +25.3% longer than untraced ones (124 recorded, 1650 untraced; noise ±1.1%)
+    recorded CTAs ran +P% longer than untraced ones (R recorded, U untraced; noise ±N%)
+
+(docs/fidelity.md shows the whole line on a synthetic bundle.)
 
 Every figure is one launch's: a bundle of several launches gets one result per launch
 (``per_launch``), never one of CTAs pooled across launches (fa4trace.analysis.launches).

@@ -9,8 +9,8 @@ new/base and, under a change of scale, the ratio of the medians.
 Why a rank method (and not a bootstrap of the medians or a t interval):
 
 * the units are the CTAs of a launch (fa4trace.analysis.diff), and their values are not normal:
-  a launch's opening and tail waves differ, and some SMs run faster than others (on the H200,
-  24 of 132 SMs stream ~25% faster), so the spread is skewed or has two modes. The rank
+  a launch's opening and tail waves differ, and some SMs run faster than others (traces/README.md,
+  "Per-SM rates"), so the spread is skewed or has two modes. The rank
   interval assumes nothing about that shape, and one odd CTA moves it no more than any other;
 * bundles often hold few CTAs (instrument() records a sample; FA4's decode runs one CTA per
   head group). A bootstrap of a median from 8 units gives intervals that are too narrow,

@@ -527,8 +527,8 @@ def mainloop_balance(ctas: pa.Table) -> dict:
     split would win back only where each SM's rate is its own; where the SMs share one limit
     (DRAM bandwidth in a memory-bound decode) the others speed up when some finish, and
     ``stream_profile`` says whether the total rate dipped. ``fast_sms``: SMs whose KV blocks
-    per ns exceed FAST_SM_RATIO x the median (on the H200, 24 SMs of 132 stream ~25% faster
-    while all stream), with their rate relative to the median in ``fast_sm_rate_ratio``.
+    per ns exceed FAST_SM_RATIO x the median (on the H200 some SMs stream that much faster
+    while all stream: traces/README.md), with their rate relative to the median in ``fast_sm_rate_ratio``.
     """
     names = set(ctas.column_names)
     if not {"mainloop_end_ns", "kv_blocks"} <= names:

@@ -47,10 +47,8 @@ PIPELINE_METHODS = {
 # it) instead of holding it in registers until the end. The user's spans: a span held open
 # across its call would bracket the hooked calls inside it, which then record nothing (a hooked
 # call inside another records nothing), so a span the user names around code with waits or
-# barriers would hide them. Holding every begin measured the same within the spread of runs (H200,
-# FA4 SM90 prefill spans + pipeline + barrier, ring, each build against the plain one timed right
-# before it: 2.2, 4.6 and 1.9 points cheaper in three runs, 3.1 points dearer in a fourth; the
-# families' spans wrap short waits and always hold theirs).
+# barriers would hide them. Holding every begin was no cheaper beyond the spread of runs
+# (docs/not-kept.md); the families' spans wrap short waits and always hold theirs.
 STORE_AT_BEGIN: frozenset = frozenset({"user"})
 
 

@@ -329,8 +329,8 @@ def _bundle_rows(group: str, label: str, trace, ctx: Context, stem: str, overlap
 
 
 # What to do about a cost row that warns: our decode kernel runs the recorder's instructions in
-# every warp of every CTA whether it stores or not (at the check's 8-CTA shape on the H200 lead
-# warps only cost +29.3% against every warp's +29.5%), so fewer warps would not help there; FA4's
+# every warp of every CTA whether it stores or not (at the check's 8-CTA shape the lead warps
+# alone cost as much as every warp: docs/recorder.md), so fewer warps would not help there; FA4's
 # families can be left out.
 COST_HINT = {"ours": "compare traced with traced (base vs ping-pong): at a launch of few long CTAs every warp runs "
                      "the recorder's instructions, so recording fewer warps is no cheaper",

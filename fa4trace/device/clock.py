@@ -16,11 +16,10 @@ from cutlass import Int32
 def edge_anchor():
     """(%globaltimer, %clock64) read together right after the global timer ticks.
 
-    %globaltimer advances in 32 ns steps (H200), so a plain read can be up to a tick stale,
-    and the first read a warp makes can be staler still (seen on the H200: decoded times
-    36 ns early on median). Spinning until the value changes pins the pair to a tick edge:
-    the anchor is then as precise as one loop trip (a few ns). Costs ≤ one tick per warp,
-    at start and at finish only.
+    %globaltimer advances in steps of a tick (32 ns on the H200), so a plain read can be up to a
+    tick stale, and the first read a warp makes can be staler still (docs/recorder.md, "Times").
+    Spinning until the value changes pins the pair to a tick edge: the anchor is then as
+    precise as one loop trip (a few ns). Costs ≤ one tick per warp, at start and at finish only.
     """
     g0 = cute.arch.globaltimer()
     g = cute.arch.globaltimer()

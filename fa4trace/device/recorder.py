@@ -140,9 +140,9 @@ class Recorder:
         do not wait for them; ``rec = rec.settle()`` later, in the same straight-line code,
         claims the slot. In between the warp can issue its first loads and record up to 31
         events (staged, no dynamic ``if`` or loop). Why: the slot needs the header words, and
-        a warp that waits for them first starts its real work an L2 round trip late (decode
-        attention on the H200: the producer's first TMA and the consumers' Q loads waited
-        behind them and a division; at b 1 the recorder's fixed cost was ~0.4 us, +2%).
+        a warp that waits for them first starts its real work an L2 round trip late (in our
+        decode kernel the producer's first TMA and the consumers' Q loads waited behind them
+        and a division; what that cost: docs/recorder.md).
         """
         Recorder._block_budget = None  # a failed compile may have left a block open
         Recorder._block_lane_offset = None
@@ -233,8 +233,8 @@ class Recorder:
         """Tie %clock64 to %globaltimer again, now (clock64 timebase; no-op otherwise).
 
         Cycles become ns between a warp's anchors by linear interpolation, which assumes a
-        constant SM clock. The H200's clock drifts by up to ~0.25% across warps, which over a
-        100 µs warp moves mid-life events by a tick (32 ns) or more. Long-lived warps that need
+        constant SM clock. The SM clock drifts across warps (docs/recorder.md, "Times"), so
+        over a long warp mid-life events can move by a tick or more. Long-lived warps that need
         tick accuracy call this now and then (it spins ≤ one tick to catch the timer's edge);
         the decoder then interpolates piecewise between anchors. Two records, not events.
         """

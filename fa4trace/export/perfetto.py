@@ -57,7 +57,7 @@ this export and of the merge with torch.profiler traces (fa4trace.profiler): tra
 descriptors, one packet sequence per track whose first packet carries
 ``trace_packet_defaults`` (track_uuid, a sequence-scoped incremental clock) plus the interned
 names and a clock snapshot, and the per-event packets encoded in bulk with numpy-vectorized
-varints (a pb2 object costs ~18 us per packet); they then hold only a delta timestamp, the
+varints (a pb2 object per packet is far slower); they then hold only a delta timestamp, the
 sequence id, the type, the name iid and the optional iter/flow fields. ``compress=True`` wraps
 ~1 MiB batches of packets in ``compressed_packets`` (zlib, as Perfetto's own service does),
 compressed on a thread pool (zlib drops the GIL). Level 5 by default: nearly the size of

@@ -20,8 +20,8 @@ BENCH_SHAPES = [(128, 16, 1), (128, 16, 2), (64, 16, 1), (64, 16, 2)]
 # ... and the shapes traced by default
 TRACED_SHAPES = [(128, 16, 1)]
 # Overhead breakdown builds of the first traced shape: (variant, events, cursor). events None = all.
-# (The H200 numbers of these, 2026-11-29, are in benchmarks/results/fa4_sm90_h200.json: there
-# "default" was the global-memory cursor and "smem" the shared-memory one, now SM90's default.)
+# (Their results are in benchmarks/results/fa4_sm90_h200.json, where "default" names the
+# global-memory cursor and "smem" the shared-memory one, now SM90's default.)
 OVERHEAD_VARIANTS = {
     "sm90": [("gmem", None, "gmem"), ("life", [], "smem"), ("producer", ["producer"], "smem"),
              ("consumer", ["consumer"], "smem"), ("consumer_gmem", ["consumer"], "gmem")],

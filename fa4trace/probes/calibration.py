@@ -43,7 +43,7 @@ def record_calibration(*, timebase: str = "clock64", n_ctas: int = 264, samples:
 # How far a decoded time may fall outside its bracket widened by one tick and still count as
 # "within one tick": the anchors that turn cycles into ns are (globaltimer, clock64) pairs
 # caught at a timer edge, each as precise as one trip of the spin loop that catches it (a few
-# ns, device.clock.edge_anchor). Seen on the H200: 5 of 1056 warps 1-3 ns outside, once in four runs.
+# ns, device.clock.edge_anchor); what the H200 showed is in docs/recorder.md ("Times").
 ANCHOR_SLACK_NS = 8
 
 

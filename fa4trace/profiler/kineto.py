@@ -389,7 +389,7 @@ if _msgspec is not None:
         ints (a trace with others is read the general way); the rest is checked where it is
         read, as the general way does. Not tracked by Python's garbage collector (``gc=False``:
         they hold no reference cycles): hundreds of thousands of tracked records make every
-        collection while they are alive walk them all (the args decoded 4x slower)."""
+        collection while they are alive walk them all (decoding the args slowed several-fold)."""
 
         correlation: Any = None
         device: Any = None

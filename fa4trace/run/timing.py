@@ -23,8 +23,8 @@ from typing import Callable
 
 L2_ROTATE_BYTES = 256 << 20
 # Each graph replay carries a fixed cost that the per-launch time takes a 1/launches share of
-# (on the H200 an empty kernel read ~4 us per launch at 4 launches per replay, ~0.75 us at 64),
-# so a replay holds enough launches for about REPLAY_BYTES of traffic (8..64 launches).
+# (what an empty kernel reads: docs/decode-attention.md, "How a kernel is timed"), so a replay
+# holds enough launches for about REPLAY_BYTES of traffic (8..64 launches).
 REPLAY_BYTES = 8 << 30
 
 
