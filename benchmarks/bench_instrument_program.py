@@ -182,6 +182,7 @@ def one(case: str, control: bool = False) -> dict:
         graph_after = _replays_us([g_after])[0]
         graph_pair = _replays_us([g_before, g_after])  # both, after the block, taking turns
     flat_before, flat_after = [x for r in before for x in r], [x for r in after for x in r]
+    alternating = _alternating(fn, control)
     return {
         "case": case + (" (control)" if control else ""), "what": what, "control": control,
         "first_call_plain_s": round(cold_s, 3),
@@ -198,7 +199,28 @@ def one(case: str, control: bool = False) -> dict:
         "graph_us_after": None if graph_after is None else round(graph_after, 2),
         "graph_us_pair_after_block": None if graph_pair is None else [round(x, 2) for x in graph_pair],
         "python_calls_per_call_before": round(py_before, 1), "python_calls_per_call_after": round(py_after, 1),
+        "host_alternating_pct": alternating,
     }
+
+
+def _alternating(fn, control: bool, rounds: int = 9, calls: int = 30) -> list:
+    """Host time of a plain call right after a block against right before it, per round (%):
+    each round times ``calls`` calls, opens and closes a block with one call inside (the traced
+    builds are kept from the first block: nothing compiles), then times ``calls`` calls again. The
+    two sides of a round are seconds apart, so the process's drift over a run, which a before /
+    after split of the whole run reads as the block's, cancels."""
+    import contextlib
+
+    import fa4trace
+
+    out = []
+    for _ in range(rounds):
+        pre = statistics.median(_host_us(fn, calls))
+        with (contextlib.nullcontext() if control else fa4trace.instrument()):
+            fn()
+        post = statistics.median(_host_us(fn, calls))
+        out.append(round(100 * (post / pre - 1), 2))
+    return out
 
 
 def gpu_text() -> str:
@@ -224,6 +246,10 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
         r["block_s"] = round(r["block_entry_s"] + r["block_exit_s"], 2)
         r["after_host_pct"] = round(100 * (r["host_us_per_call_after"] / r["host_us_per_call_before"] - 1), 2)
         r["after_host_p90_pct"] = round(100 * (r["host_us_p90_after"] / r["host_us_p90_before"] - 1), 2)
+        if r.get("host_alternating_pct"):
+            alt = sorted(r["host_alternating_pct"])
+            r["after_host_alt_pct"] = round(statistics.median(alt), 2)
+            r["after_host_alt_range"] = f"{alt[0]:+.1f}..{alt[-1]:+.1f}"
         if r.get("graph_us_before"):
             r["after_graph_seq_pct"] = round(100 * (r["graph_us_after"] / r["graph_us_before"] - 1), 2)
             pre, post = r["graph_us_pair_after_block"]
@@ -236,7 +262,9 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
            "notes": "Fresh process per case and arm, JIT, the cases and their control (an empty block instead of "
                     "instrument(): the same schedule) run in turns; in instrument(): first call after a warm-up "
                     "(cached kernel taken out, compiled traced + plain). After vs before the block: host time of "
-                    "each call, median and p90 over 7 rounds of 50 calls; "
+                    "each call, median and p90 over 7 rounds of 50 calls; right after a block vs right before "
+                    "it: 9 rounds of (30 calls, a block with one call, 30 calls), the median of the rounds' "
+                    "ratios (the process's drift cancels within a round); "
                     "CUDA-graph replay, cold L2: a graph captured before the block and one captured "
                     "after it, replayed in turns after the block (sequential: each replayed alone, "
                     "before and after the block)." + note,
@@ -246,6 +274,8 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
                        ["python_calls_per_call_after", "... after"],
                        ["after_host_pct", "host call after vs before % (median)"],
                        ["after_host_p90_pct", "... p90 %"],
+                       ["after_host_alt_pct", "host call right after a block vs right before % (median of rounds)"],
+                       ["after_host_alt_range", "... range over rounds"],
                        ["after_graph_pct", "graph replay after vs before % (in turns)"],
                        ["after_graph_seq_pct", "... sequential %"],
                        ["python_objects_before", "Python objects before"],
