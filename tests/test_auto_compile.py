@@ -9,6 +9,7 @@ runs in a fresh process (the CuTe DSL fixes its target arch once per process).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -23,11 +24,18 @@ PROBE = os.path.join(ROOT, "tests", "tools", "auto_probe.py")
 
 
 def probe(*args) -> dict:
+    """What tests/tools/auto_probe.py reports of one compile (in a process of its own); a compile
+    two tests read (the smem build beside a ring build) runs once per test module."""
+    return json.loads(_probe_json(args))
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_json(args: tuple) -> str:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("CUTE_DSL_ARCH", None)
     r = subprocess.run([sys.executable, PROBE, *args], capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return r.stdout.strip().splitlines()[-1]
 
 
 def _needs_quack():
