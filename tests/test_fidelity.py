@@ -381,6 +381,7 @@ def test_a_device_timed_twin_is_the_launch_cost_and_the_in_launch_figure_the_cta
     assert p["headline_source"] == "plain_twin" and headline(p) == pytest.approx(0.04) and p["status"] == "ok"
     lines = perturbation_lines(p)
     assert lines[0].startswith("recorded CTAs ran +2") and lines[1].startswith("traced launch ran +4.0%")
+    assert lines[1].endswith(" — the launch's cost, the figure to go by")
     # a host-timed twin is not the launch's cost: the in-launch figure is gone by instead
     host = {"plain_ns": 1_000_000, "traced_ns": 5_000_000}
     p = perturbation(bundle(n_ctas=128, sms=8, cta_stride=8, n_recorded=16, slowdown=0.25,

@@ -428,8 +428,12 @@ def perturbation_lines(p: dict | None) -> list[str]:
     tw = p.get("plain_twin")
     if tw:
         refused = p.get("measured") and (p.get("valid") is False or p.get("unreliable"))
-        head = "instead: " if refused and p.get("headline_source") == "plain_twin" else ""
-        lines.append(head + _twin_text(tw) + (" — unreliable" if p.get("twin_unreliable") else ""))
+        goes_by = p.get("headline_source") == "plain_twin"
+        head = "instead: " if refused and goes_by else ""
+        # beside a stretch that holds, say which of the two figures is the launch's cost
+        tail = " — unreliable" if p.get("twin_unreliable") else (
+            " — the launch's cost, the figure to go by" if goes_by and p.get("measured") and not refused else "")
+        lines.append(head + _twin_text(tw) + tail)
         lines += [f"why: {w}" for w in p.get("twin_unreliable") or []]
     elif p.get("twin_reason"):
         lines.append(f"plain twin not timed: {p['twin_reason']}")
