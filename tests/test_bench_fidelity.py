@@ -116,6 +116,10 @@ def test_each_figure_is_shown_three_ways_against_the_lightest_reference(bundle, 
     assert by["lag.ab.median_ns"]["compensated_value"] < by["lag.ab.median_ns"]["raw_value"]
     assert {r["metric"] for r in rows if r["compensated"]} == {k for k in by if k.startswith(("span.", "lag."))}
     assert info["compensated"] > 0
+    # beside mode b: the compensated figure against its reference compensated alike (spans, lags)
+    ref_s = C.summary(refs["mma"][0], CAL)["spans"]["mma.wait"]["median_ns"]
+    assert mma["compensated_vs_ref_err_pct"] == pytest.approx(100 * abs(mma["compensated_value"] / ref_s - 1))
+    assert cta["compensated_vs_ref_err_pct"] is None  # not a compensated figure
 
 
 def test_a_figure_only_the_lead_warps_trace_reports_is_compared_on_those_warps(bundle, refs):
