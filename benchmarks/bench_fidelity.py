@@ -1052,21 +1052,13 @@ def timed_specs(case: Case) -> dict:
     return specs
 
 
-def twin_launches(plain_us: float) -> int:
-    """Launches per graph as fa4trace.run.timing.twin_times sizes them for a plain launch of
-    ``plain_us``: enough to make TWIN_TARGET_US of device time, at least one."""
-    from fa4trace.run.timing import TWIN_MAX_LAUNCHES, TWIN_TARGET_US
-
-    return max(1, min(TWIN_MAX_LAUNCHES, math.ceil(TWIN_TARGET_US / max(plain_us, 1e-3))))
-
-
 def cost_round(case: Case, cost_rounds: int, replays: int) -> dict:
     """This round's graph-timed costs (fa4trace.run.timing.paired_costs) of each configuration, and
     of the plain build against itself (the noise floor)."""
     import torch
 
     from fa4trace.run.record import new_trace_tensor
-    from fa4trace.run.timing import paired_costs
+    from fa4trace.run.timing import launches_for, paired_costs
 
     dense = case.builds["dense"]
     bufs = {c: new_trace_tensor(s) for c, s in timed_specs(case).items()}
@@ -1079,14 +1071,16 @@ def cost_round(case: Case, cost_rounds: int, replays: int) -> dict:
         traced[c] = lambda i, b=b: dense.fn(*case.args(i), b)
     res = paired_costs(plain, traced, case.n_sets, replays, case.per_graph, cost_rounds)
     # the line's cost: timed as instrument() times a plain twin (one input set, warm L2, as many
-    # launches per graph as make TWIN_TARGET_US), since back-to-back launches of one kernel can
-    # overlap each other's tails, and a graph of several reads less than one launch costs
+    # launches per graph as make TWIN_TARGET_US: launches_for, as twin_times sizes them), since
+    # back-to-back launches of one kernel can overlap each other's tails, and a graph of several
+    # reads less than one launch costs
     plain_us = statistics.median(p for p, _t, _c in res.values())
-    warm = paired_costs(plain, traced, 1, replays, twin_launches(plain_us), cost_rounds)
+    per_graph = launches_for(plain_us)
+    warm = paired_costs(plain, traced, 1, replays, per_graph, cost_rounds)
     del bufs
     torch.cuda.empty_cache()
     return {"kernel": case.kernel, "shape": case.shape, "build": "dense", "l2": case.l2,
-            "plain_us": plain_us, "twin_launches_per_graph": twin_launches(plain_us),
+            "plain_us": plain_us, "twin_launches_per_graph": per_graph,
             "costs": {name: c for name, (_p, _t, c) in res.items()},
             "costs_warm": {name: c for name, (_p, _t, c) in warm.items()}}
 
@@ -1192,7 +1186,7 @@ def api_rounds(key: str, rounds: int, cost_rounds: int, replays: int, log=print,
     from fa4trace.auto.run import Instrumented, RecordOptions, call_traced, on_current_stream
     from fa4trace.format.options import DEFAULT_CAPACITY, Sampling
     from fa4trace.run.record import new_trace_tensor
-    from fa4trace.run.timing import paired_costs
+    from fa4trace.run.timing import launches_for, paired_costs
 
     api = API[key]
     call = api.setup()
@@ -1242,7 +1236,7 @@ def api_rounds(key: str, rounds: int, cost_rounds: int, replays: int, log=print,
             try:
                 res = paired_costs(plain, traced, 1, replays, per_graph, cost_rounds)
                 # the line's cost, timed as the plain twin is (cost_round says why)
-                twin_res = paired_costs(plain, traced, 1, replays, twin_launches(plain_ns / 1e3), cost_rounds)
+                twin_res = paired_costs(plain, traced, 1, replays, launches_for(plain_ns / 1e3), cost_rounds)
             except Exception as exc:  # noqa: BLE001 (the headlines stand without a cost beside them)
                 log(f"{api.kernel}: the graph timing failed: {type(exc).__name__}: {exc}")
                 res, twin_res = {}, {}

@@ -84,8 +84,10 @@ def _capture(launch, n_sets: int, per_graph: int):
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    # thread-local capture: another thread of the user's program that synchronizes or allocates
-    # while this one captures is not refused (the default, global mode, fails its call)
+    # thread-local capture: only this thread's calls are checked against the capture (the
+    # default, global mode, refuses those of every thread); another thread's device-wide
+    # synchronize still fails during a capture, so the plain twin takes no graph while other
+    # threads run (twin_methods)
     with torch.cuda.graph(g, capture_error_mode="thread_local"):
         for j in range(per_graph):
             launch(j % n_sets)
