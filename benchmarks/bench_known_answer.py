@@ -146,15 +146,16 @@ def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_e
     """The result file (every figure) and its summary beside it."""
     from fa4trace.bench import results
 
-    results.write(path, results.envelope(
+    doc = results.envelope(
         "known-answer", "Known-answer kernels: spans, waits and lags, raw and compensated, against the untraced twin",
         rows, columns=COLUMNS, gpu=gpu, summary=summary(rows), calibrations=calibrations,
         notes=("One CTA per SM, two warps each (one per SM sub-partition); each figure the mean over a "
                "launch's spans, then the median over runs of those means; spread: max - min over runs. "
                "untraced: the same spins timed by two %clock64 reads, less the gap between those two reads. "
                "events in: the density, the events inside a span being one fewer. Target: compensated within "
-               "max(2%, 20 ns) of untraced for figures >= 200 ns (shorter: not judged, '-')." + notes_extra)))
-    write_summary(path, json.loads(open(path).read()))
+               "max(2%, 20 ns) of untraced for figures >= 200 ns (shorter: not judged, '-')." + notes_extra))
+    results.write(path, doc)
+    write_summary(path, doc)
 
 
 # ---- the runs (GPU) ------------------------------------------------------------------------------------
