@@ -523,10 +523,17 @@ def result_paths(base: str) -> dict[str, Path]:
             "fidelity": twin("cost")}
 
 
+ENVELOPE_KEYS = ("area", "title", "date", "commit", "gpu", "command", "notes", "columns", "rows")
+PARTIAL = " Partial: the run stopped before every kernel and round was measured."
 SHOWN_TITLE = "Shown figures within 2% of the lightest trace, per kernel"
 SHOWN_NOTES = ("Judged figures (noise at most 2%) within 2% of the lightest trace that reports them, on the medians "
                "over rounds (each round's share beside). Target: 80%, (a) or (b), over at least 3 rounds, on the "
                "medians and on the median of the rounds' own shares. Figure by figure: docs/fidelity-error.md.")
+LINE_NOTES = ("headline: what the bundle's perturbation line goes by (the plain twin where it was timed on the device, "
+              "else the in-launch figure where valid). Set against this benchmark's own CUDA-graph timing: a plain-twin "
+              "headline against the same recording timed as the twin is (one input set, warm L2, launches per graph "
+              "sized to 200 µs), an in-launch headline (each recorded CTA's stretch) against every CTA recording. ±: "
+              "half the range over rounds. Target: within 2 points, median over rounds.")
 FORMAT = 2  # the result files' layout (``merge`` keeps rows of files of this layout only)
 METRIC_COLUMNS = [["kernel", "kernel"], ["metric", "figure"], ["reference", "reference trace"],
                   ["reference_value", "reference"], ["noise_pct", "noise %"], ["judged", "judged"],
@@ -563,7 +570,7 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
     line_rows = aggregate_lines(lines)
     cost_rows = aggregate_costs(costs)
     extra = dict(extra or {}, bench_fidelity_format=FORMAT, complete=complete)
-    part = "" if complete else " Partial: the run stopped before every kernel and round was measured."
+    part = "" if complete else PARTIAL
     docs = {
         "fidelity-error": (
             "Fidelity figure by figure: what fa4trace shows of a dense recording against the lightest trace", metrics,
@@ -577,12 +584,7 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             {"rounds_detail": per_round}),
         "fidelity-shown": (SHOWN_TITLE, shown, SHOWN_COLUMNS, SHOWN_NOTES + part, {}),
         "perturbation-line": (
-            "The perturbation line against the graph-timed launch cost", line_rows, LINE_COLUMNS,
-            "headline: what the bundle's perturbation line goes by (the plain twin where it was timed on the device, "
-            "else the in-launch figure where valid). Set against this benchmark's own CUDA-graph timing: a plain-twin "
-            "headline against the same recording timed as the twin is (one input set, warm L2, launches per graph "
-            "sized to 200 µs), an in-launch headline (each recorded CTA's stretch) against every CTA recording. ±: "
-            "half the range over rounds. Target: within 2 points, median over rounds." + part, {}),
+            "The perturbation line against the graph-timed launch cost", line_rows, LINE_COLUMNS, LINE_NOTES + part, {}),
         "fidelity": (
             "Tracing cost by recording configuration, graph-timed", cost_rows, COST_COLUMNS,
             "CUDA-graph replay against the plain build, interleaved rounds, medians over rounds. The dense build "
@@ -1526,9 +1528,12 @@ def rewrite_shown(base: str) -> Path:
     per_round = doc["rounds_detail"]
     metrics = aggregate_metrics([rows for rs in per_round.values() for rows in rs])
     path = result_paths(base)["fidelity-shown"]
-    old = json.loads(path.read_text()) if path.exists() else {}
+    # the notes say the rule the rows were judged by: the current one; the run's own keys
+    # (format, complete, errors, plan...) as write_results gives every file of a run
+    notes = SHOWN_NOTES + ("" if doc.get("complete", True) else PARTIAL)
+    run_keys = {k: v for k, v in doc.items() if k not in ENVELOPE_KEYS + ("rounds_detail",)}
     env = results.envelope("fidelity-shown", SHOWN_TITLE, shown_summary(metrics, per_round), columns=SHOWN_COLUMNS,
-                           gpu=doc.get("gpu"), command=doc.get("command"), notes=old.get("notes") or SHOWN_NOTES)
+                           gpu=doc.get("gpu"), command=doc.get("command"), notes=notes, **run_keys)
     env.update(date=doc.get("date"), commit=doc.get("commit"))
     results.write(path, env)
     return path

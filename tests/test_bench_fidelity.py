@@ -287,6 +287,7 @@ def test_result_files_render_and_feed_the_cost_targets(tmp_path, bundle, refs):
     assert bf.rewrite_shown(str(base)) == paths["fidelity-shown"]
     again = json.loads(paths["fidelity-shown"].read_text())
     assert again["rows"] == before["rows"] and again["commit"] == loaded["fidelity-error"]["commit"]
+    assert again["notes"] == before["notes"] and again["complete"] is False  # this run was partial
     # --merge keeps the rows of kernels not measured again
     bf.write_results(str(base), metric_rounds={}, lines=[], costs=[dict(costs[0], kernel=bf.NAMES["gemm"])],
                      gpu="none: test", command="python benchmarks/bench_fidelity.py run --kernels gemm", merge=True)
