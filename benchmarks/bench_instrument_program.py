@@ -182,7 +182,7 @@ def one(case: str, control: bool = False) -> dict:
         graph_after = _replays_us([g_after])[0]
         graph_pair = _replays_us([g_before, g_after])  # both, after the block, taking turns
     flat_before, flat_after = [x for r in before for x in r], [x for r in after for x in r]
-    alternating = _alternating(fn, control)
+    alternating, heads, tails = _alternating(fn, control)
     return {
         "case": case + (" (control)" if control else ""), "what": what, "control": control,
         "first_call_plain_s": round(cold_s, 3),
@@ -199,28 +199,47 @@ def one(case: str, control: bool = False) -> dict:
         "graph_us_after": None if graph_after is None else round(graph_after, 2),
         "graph_us_pair_after_block": None if graph_pair is None else [round(x, 2) for x in graph_pair],
         "python_calls_per_call_before": round(py_before, 1), "python_calls_per_call_after": round(py_after, 1),
-        "host_alternating_pct": alternating,
+        "host_alternating_pct": alternating, "host_alternating_head_pct": heads,
+        "host_alternating_tail_pct": tails,
     }
 
 
-def _alternating(fn, control: bool, rounds: int = 9, calls: int = 30) -> list:
+def _alternating(fn, control: bool, rounds: int = 25, calls: int = 30, head: int = 5) -> tuple[list, list, list]:
     """Host time of a plain call right after a block against right before it, per round (%):
     each round times ``calls`` calls, opens and closes a block with one call inside (the traced
     builds are kept from the first block: nothing compiles), then times ``calls`` calls again. The
     two sides of a round are seconds apart, so the process's drift over a run, which a before /
-    after split of the whole run reads as the block's, cancels."""
+    after split of the whole run reads as the block's, cancels. Also, per round, the first
+    ``head`` calls after the block, and the ``calls`` calls after those, against the same median:
+    a cost that fades within a few calls (cold CPU caches, a collection) shows in the first and
+    not in the second."""
     import contextlib
 
     import fa4trace
 
-    out = []
+    out, heads, tails = [], [], []
     for _ in range(rounds):
         pre = statistics.median(_host_us(fn, calls))
         with (contextlib.nullcontext() if control else fa4trace.instrument()):
             fn()
-        post = statistics.median(_host_us(fn, calls))
-        out.append(round(100 * (post / pre - 1), 2))
-    return out
+        post = _host_us(fn, 2 * calls)
+        out.append(round(100 * (statistics.median(post[:calls]) / pre - 1), 2))
+        heads.append(round(100 * (statistics.median(post[:head]) / pre - 1), 2))
+        tails.append(round(100 * (statistics.median(post[calls:]) / pre - 1), 2))
+    return out, heads, tails
+
+
+def median_ci(xs: list, level: float = 0.95, draws: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """A bootstrap interval (percentile, ``level``) of the median of ``xs``: how far the median
+    of rounds could move with other rounds like these (seeded: the same rows give the same
+    interval)."""
+    import random
+
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
+    lo = meds[int((1 - level) / 2 * draws)]
+    hi = meds[min(draws - 1, int((1 + level) / 2 * draws))]
+    return lo, hi
 
 
 def gpu_text() -> str:
@@ -250,6 +269,14 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
             alt = sorted(r["host_alternating_pct"])
             r["after_host_alt_pct"] = round(statistics.median(alt), 2)
             r["after_host_alt_range"] = f"{alt[0]:+.1f}..{alt[-1]:+.1f}"
+            lo, hi = median_ci(alt)
+            r["after_host_alt_ci"] = [round(lo, 2), round(hi, 2)]
+            # within the target only where the whole interval is: the median alone could be luck
+            r["after_host_alt_within_2pct"] = -2.0 <= lo and hi <= 2.0
+        if r.get("host_alternating_head_pct"):
+            r["after_host_alt_head_pct"] = round(statistics.median(r["host_alternating_head_pct"]), 2)
+        if r.get("host_alternating_tail_pct"):
+            r["after_host_alt_tail_pct"] = round(statistics.median(r["host_alternating_tail_pct"]), 2)
         if r.get("graph_us_before"):
             r["after_graph_seq_pct"] = round(100 * (r["graph_us_after"] / r["graph_us_before"] - 1), 2)
             pre, post = r["graph_us_pair_after_block"]
@@ -263,8 +290,9 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
                     "instrument(): the same schedule) run in turns; in instrument(): first call after a warm-up "
                     "(cached kernel taken out, compiled traced + plain). After vs before the block: host time of "
                     "each call, median and p90 over 7 rounds of 50 calls; right after a block vs right before "
-                    "it: 9 rounds of (30 calls, a block with one call, 30 calls), the median of the rounds' "
-                    "ratios (the process's drift cancels within a round); "
+                    "it: 25 rounds of (30 calls, a block with one call, 30 calls), the median of the rounds' "
+                    "ratios (the process's drift cancels within a round) with its bootstrap 95% interval, "
+                    "the first 5 calls after the block alone, and the next 30 calls after those 30; "
                     "CUDA-graph replay, cold L2: a graph captured before the block and one captured "
                     "after it, replayed in turns after the block (sequential: each replayed alone, "
                     "before and after the block)." + note,
@@ -276,6 +304,10 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
                        ["after_host_p90_pct", "... p90 %"],
                        ["after_host_alt_pct", "host call right after a block vs right before % (median of rounds)"],
                        ["after_host_alt_range", "... range over rounds"],
+                       ["after_host_alt_ci", "... 95% interval of the median"],
+                       ["after_host_alt_within_2pct", "... interval within 2%"],
+                       ["after_host_alt_head_pct", "first 5 calls right after vs right before % (median of rounds)"],
+                       ["after_host_alt_tail_pct", "calls 31-60 after vs right before % (median of rounds)"],
                        ["after_graph_pct", "graph replay after vs before % (in turns)"],
                        ["after_graph_seq_pct", "... sequential %"],
                        ["python_objects_before", "Python objects before"],
