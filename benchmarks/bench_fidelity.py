@@ -1013,9 +1013,12 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
                                            check=True, passes=passes), plain=dense.plain, recompile=prebuilt(case.builds))
     k(*case.args(0))
     bundle = k.trace(config=dict(cfg, recording="dense with passes"))
-    ref_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity), check=False)
+    # the references start from a flushed L2, as the dense launch and its passes do (fa4trace.run.l2)
+    ref_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity), check=False,
+                             flush_l2=True)
     lw = lead_warps(dense.meta["warps_per_cta"])
-    lead_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity, warps=lw), check=False)
+    lead_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity, warps=lw), check=False,
+                              flush_l2=True)
     refs: dict = {b: [] for b in passes}
     refs[LEAD] = []
     for _ in range(2):  # first launches of every build, then the second ones

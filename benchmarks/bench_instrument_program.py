@@ -206,26 +206,29 @@ def one(case: str, control: bool = False) -> dict:
 
 def _alternating(fn, control: bool, rounds: int = 25, calls: int = 30, head: int = 5) -> tuple[list, list, list]:
     """Host time of a plain call right after a block against right before it, per round (%):
-    each round times ``calls`` calls, opens and closes a block with one call inside (the traced
-    builds are kept from the first block: nothing compiles), then times ``calls`` calls again. The
-    two sides of a round are seconds apart, so the process's drift over a run, which a before /
-    after split of the whole run reads as the block's, cancels. Also, per round, the first
-    ``head`` calls after the block, and the ``calls`` calls after those, against the same median:
-    a cost that fades within a few calls (cold CPU caches, a collection) shows in the first and
-    not in the second."""
+    each round times 2 x ``calls`` calls, opens and closes a block with one call inside (the
+    traced builds are kept from the first block: nothing compiles), then times 2 x ``calls``
+    calls again; the first ``calls`` of each side are compared. The two sides of a round are
+    seconds apart, so the process's drift over a run, which a before / after split of the whole
+    run reads as the block's, cancels. Also per round: the first ``head`` calls of each side (a
+    cost that fades within a few calls, cold CPU caches, shows there) and the second ``calls``
+    of each side (steady state on both)."""
     import contextlib
 
     import fa4trace
 
+    def pct(post, pre):
+        return round(100 * (statistics.median(post) / statistics.median(pre) - 1), 2)
+
     out, heads, tails = [], [], []
     for _ in range(rounds):
-        pre = statistics.median(_host_us(fn, calls))
+        pre = _host_us(fn, 2 * calls)
         with (contextlib.nullcontext() if control else fa4trace.instrument()):
             fn()
         post = _host_us(fn, 2 * calls)
-        out.append(round(100 * (statistics.median(post[:calls]) / pre - 1), 2))
-        heads.append(round(100 * (statistics.median(post[:head]) / pre - 1), 2))
-        tails.append(round(100 * (statistics.median(post[calls:]) / pre - 1), 2))
+        out.append(pct(post[:calls], pre[:calls]))
+        heads.append(pct(post[:head], pre[:head]))
+        tails.append(pct(post[calls:], pre[calls:]))
     return out, heads, tails
 
 
@@ -276,7 +279,11 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
         if r.get("host_alternating_head_pct"):
             r["after_host_alt_head_pct"] = round(statistics.median(r["host_alternating_head_pct"]), 2)
         if r.get("host_alternating_tail_pct"):
-            r["after_host_alt_tail_pct"] = round(statistics.median(r["host_alternating_tail_pct"]), 2)
+            tail = r["host_alternating_tail_pct"]
+            r["after_host_alt_tail_pct"] = round(statistics.median(tail), 2)
+            lo, hi = median_ci(tail)
+            r["after_host_alt_tail_ci"] = [round(lo, 2), round(hi, 2)]
+            r["after_host_alt_tail_within_2pct"] = -2.0 <= lo and hi <= 2.0
         if r.get("graph_us_before"):
             r["after_graph_seq_pct"] = round(100 * (r["graph_us_after"] / r["graph_us_before"] - 1), 2)
             pre, post = r["graph_us_pair_after_block"]
@@ -290,9 +297,9 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
                     "instrument(): the same schedule) run in turns; in instrument(): first call after a warm-up "
                     "(cached kernel taken out, compiled traced + plain). After vs before the block: host time of "
                     "each call, median and p90 over 7 rounds of 50 calls; right after a block vs right before "
-                    "it: 25 rounds of (30 calls, a block with one call, 30 calls), the median of the rounds' "
+                    "it: 25 rounds of (60 calls, a block with one call, 60 calls), the first 30 of each side compared, the median of the rounds' "
                     "ratios (the process's drift cancels within a round) with its bootstrap 95% interval, "
-                    "the first 5 calls after the block alone, and the next 30 calls after those 30; "
+                    "the first 5 calls of each side alone, and calls 31-60 of each side (steady state); "
                     "CUDA-graph replay, cold L2: a graph captured before the block and one captured "
                     "after it, replayed in turns after the block (sequential: each replayed alone, "
                     "before and after the block)." + note,
@@ -306,8 +313,10 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
                        ["after_host_alt_range", "... range over rounds"],
                        ["after_host_alt_ci", "... 95% interval of the median"],
                        ["after_host_alt_within_2pct", "... interval within 2%"],
-                       ["after_host_alt_head_pct", "first 5 calls right after vs right before % (median of rounds)"],
-                       ["after_host_alt_tail_pct", "calls 31-60 after vs right before % (median of rounds)"],
+                       ["after_host_alt_head_pct", "first 5 calls after vs before % (median of rounds)"],
+                       ["after_host_alt_tail_pct", "calls 31-60 after vs before % (median of rounds)"],
+                       ["after_host_alt_tail_ci", "... 95% interval"],
+                       ["after_host_alt_tail_within_2pct", "... within 2%"],
                        ["after_graph_pct", "graph replay after vs before % (in turns)"],
                        ["after_graph_seq_pct", "... sequential %"],
                        ["python_objects_before", "Python objects before"],

@@ -35,6 +35,10 @@ def cpu(monkeypatch):
     monkeypatch.setattr(R, "_sync", lambda: None)
     monkeypatch.setattr(R, "_capturing", lambda args: False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    from fa4trace.run import l2
+
+    monkeypatch.setattr(l2, "scratch", lambda device=None: "scratch")  # a flush does nothing on the CPU
+    monkeypatch.setattr(l2, "flush", lambda buf: l2.FLUSHED)
 
     def fake_twin(plain, traced, **kw):  # what twin_times does to memory: many launches of both
         log.append("twin")
@@ -276,3 +280,39 @@ def test_the_passes_run_right_after_the_dense_launch_and_the_twin_after_them(cpu
     first_twin = events.index("twin")
     assert "pass" in events and max(i for i, e in enumerate(events) if e == "pass") < first_twin
     assert events[first_twin - 1] == "pass" and "traced" in events[:events.index("pass")]
+
+
+def test_with_passes_l2_is_flushed_right_before_the_main_launch_and_each_pass(cpu, monkeypatch):
+    """What L2 holds when a pass starts must not depend on what ran before it (the output
+    check reads every argument back): each launch starts from a flushed L2, and says so."""
+    from fa4trace.run import l2
+
+    monkeypatch.setattr(l2, "scratch", lambda device=None: "scratch")
+    monkeypatch.setattr(l2, "flush", lambda buf: cpu.append("flush") or l2.FLUSHED)
+    recompile, _compiled = pass_builds(cpu)
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                       options=R.RecordOptions(Sampling(ctas=1), passes=R.PASSES, twin=False), recompile=recompile)
+    k(torch.arange(8.0), torch.zeros(8))
+    events = [e if isinstance(e, str) else "pass" for e in cpu]
+    launches = [i for i, e in enumerate(events) if e in ("traced", "pass")]
+    assert len(launches) == 5 and all(events[i - 1] == "flush" for i in launches)
+    assert events.count("flush") == 5  # the plain runs of the check are not flushed
+    assert [r.info.get("l2") for r in k._launches] == [l2.FLUSHED] * 5
+
+
+def test_without_passes_l2_is_flushed_only_where_asked_and_a_missing_buffer_is_said(cpu, monkeypatch):
+    from fa4trace.run import l2
+
+    monkeypatch.setattr(l2, "flush", lambda buf: cpu.append("flush") or (buf if isinstance(buf, str) else l2.FLUSHED))
+    monkeypatch.setattr(l2, "scratch", lambda device=None: "not flushed: no memory for a 100 MiB scratch buffer")
+    plain = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                           options=R.RecordOptions(Sampling(ctas=1), check=False))
+    plain(torch.arange(8.0), torch.zeros(8))
+    assert "flush" not in cpu and "l2" not in plain._launches[0].info
+    asked = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"),
+                           options=R.RecordOptions(Sampling(ctas=1), check=False, flush_l2=True))
+    asked(torch.arange(8.0), torch.zeros(8))
+    assert cpu[-2:] == ["flush", "traced"]
+    assert asked._launches[0].info["l2"].startswith("not flushed: no memory")
+    off = R.RecordOptions(passes=R.PASSES, flush_l2=False)
+    assert not off.flushes(True) and R.RecordOptions().flushes(True) and not R.RecordOptions().flushes(False)

@@ -28,7 +28,9 @@ spans asked for) each call replays the same launch with lighter recordings, one 
 "tma", "mma", "barrier") and "spans" (the named spans alone). Their builds are compiled on
 the first call, the same compile with other families (``recompile``). Before each pass the
 argument memory is put back as it was before the call and after it the output is checked
-like the main launch's; after the last, memory is as the main launch left it. Each pass
+like the main launch's; after the last, memory is as the main launch left it. L2 is flushed
+right before the main launch and each pass (``fa4trace.run.l2``; ``RecordOptions.flush_l2``),
+so none finds what the one before it, or the output check, left there. Each pass
 records into its own buffer and becomes its own launch of the bundle, tagged
 ``meta["launches"][i]["pass"]`` (and ``"call"``: which call it replays);
 fa4trace.analysis.passes takes each figure from the lightest pass that reports it.
@@ -46,6 +48,7 @@ from ..format import layout as L
 from ..format.errors import Fa4traceError
 from ..format.options import Sampling
 from ..format.vocab import MAX_EVENT_ID
+from ..run import l2
 from ..run.record import new_trace_tensor
 from ..trace.meta import InstrumentMeta
 from ..trace.ranks import rank_meta
@@ -177,13 +180,20 @@ class RecordOptions:
     ``fa4trace.format.options.Sampling``; a launch's grid is known only when it runs, so
     unless the sampling names a count the first ``UNKNOWN_GRID_CTAS`` CTAs record), ``check``
     (the plain build runs beside it and the outputs must agree), ``passes`` (lighter recordings
-    each call replays: ``passes_asked``) and ``twin`` (with check: time the plain twin once per
-    shape of the arguments)."""
+    each call replays: ``passes_asked``), ``twin`` (with check: time the plain twin once per
+    shape of the arguments) and ``flush_l2`` (``flushes``)."""
 
     sampling: Sampling = Sampling()
     check: bool = True
     passes: tuple = ()
     twin: bool = True
+    flush_l2: bool | None = None  # L2 flushed right before each launch; None: where passes replay it
+
+    def flushes(self, replay: bool) -> bool:
+        """Whether a call's launches start from a flushed L2 (``fa4trace.run.l2``): asked, or
+        by default where passes replay the launch (they and the main recording then compare
+        like with like)."""
+        return replay if self.flush_l2 is None else bool(self.flush_l2)
 
     def spec(self, warps_per_cta: int) -> L.BufferSpec:
         """The buffer of one launch of ``warps_per_cta`` warps per CTA."""
@@ -320,6 +330,8 @@ class Instrumented:
             self._plain_twice(args, kwargs, oc)
         spec = self.options.spec(self.warps_per_cta)
         buf = new_trace_tensor(spec)  # device operations only: capturable
+        scratch = l2.scratch() if self.options.flushes(replay) and not capturing else None
+        flushed = {} if scratch is None else {"l2": l2.flush(scratch)}
         host = {"host_launch_ns": time.time_ns()}
         ret = self._launch(args, kwargs, buf)
         host.update(host_return_ns=time.time_ns(), device=torch.cuda.current_device(),
@@ -332,7 +344,7 @@ class Instrumented:
             # the host times are the capture's, not a launch's: a profiler trace must not match them
             host = {"captured": True, "captured_at_ns": host["host_launch_ns"],
                     **{k: v for k, v in host.items() if not k.startswith("host_")}}
-        info = dict(host, call=self.calls, **({"pass": DENSE} if self.options.passes else {}))
+        info = dict(host, call=self.calls, **({"pass": DENSE} if self.options.passes else {}), **flushed)
         rec = LaunchRecord(buf, spec, self.vocab, info, _untimed(
             "captured into a CUDA graph: not checked or timed" if capturing else
             "check=False: nothing but the traced launch ran" if not self.options.check else
@@ -350,7 +362,7 @@ class Instrumented:
                 # launches can leave the GPU at a lower clock, and every figure of a pass run then
                 # would be longer by the same factor than the dense launch's
                 if replay:
-                    self._run_passes(args, kwargs, spec, oc, info["call"])
+                    self._run_passes(args, kwargs, spec, oc, info["call"], scratch)
                 if check and self.options.twin:
                     rec.twin = self._twin(args, kwargs, spec)
             finally:
@@ -398,8 +410,10 @@ class Instrumented:
 
         return twin_times(plain_once, traced_once)
 
-    def _run_passes(self, args, kwargs, spec: L.BufferSpec, oc: OutputCheck, call: int) -> None:
-        """Replay this call's launch once per pass (module doc), each into its own buffer."""
+    def _run_passes(self, args, kwargs, spec: L.BufferSpec, oc: OutputCheck, call: int, scratch=None) -> None:
+        """Replay this call's launch once per pass (module doc), each into its own buffer;
+        ``scratch`` (``fa4trace.run.l2``): L2 is flushed right before each, after the memory
+        is put back."""
         import torch
 
         plan, _skipped = pass_plan(self.meta, self.options.passes)
@@ -409,8 +423,15 @@ class Instrumented:
                 continue
             buf = new_trace_tensor(spec)
             host = {"host_launch_ns": time.time_ns()}
+            flushed: dict = {}
+
+            def launch(build=build, buf=buf, flushed=flushed):
+                if scratch is not None:
+                    flushed["l2"] = l2.flush(scratch)
+                call_traced(build.fn, args, kwargs, self.to_arg(buf))
+
             try:
-                differ = oc.rerun(lambda: call_traced(build.fn, args, kwargs, self.to_arg(buf)))
+                differ = oc.rerun(launch)
             except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
                 self._pass_refused(name, f"did not launch: {_launch_failure(exc)}")
                 continue
@@ -421,7 +442,7 @@ class Instrumented:
                       "the plain kernel's (bitwise); the plain result is kept; please report this kernel",
                       file=sys.stderr)
             self._launches.append(LaunchRecord(buf, spec, build.vocab, dict(
-                host, call=call, **{"pass": name}, checked=(not differ) if oc.want else None),
+                host, call=call, **{"pass": name}, checked=(not differ) if oc.want else None, **flushed),
                 _untimed("a pass launch: only the main recording's plain twin is timed")))
 
     def _pass_build(self, name: str, families: tuple, spans):

@@ -156,6 +156,7 @@ class LaunchMeta(MetaPart):
     call: Optional[int] = None  # which call of the kernel the launch replays (fa4trace.auto.run)
     pass_name: Optional[str] = _stored("pass")  # which recording of that call: "dense" or a lighter pass
     checked: Optional[bool] = None
+    l2: Optional[str] = None  # "flushed" where L2 was flushed right before the launch (fa4trace.run.l2), or why not
     how: Optional[str] = None  # "jit" or the AOT build it was loaded from
     n_splits: Optional[int] = None
     n_comb: Optional[int] = None

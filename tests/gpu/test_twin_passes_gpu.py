@@ -127,6 +127,7 @@ def test_fa4_forward_passes_every_pass_in_the_bundle_and_each_figure_sourced(fa4
     assert launch_passes(t) == ran  # one call: one launch per pass, in the order they ran
     assert all(ln.get("checked") is not False for ln in t.meta["launches"])
     assert all(ln["checked"] for ln in t.meta["launches"][1:])  # each pass's output checked, bit for bit
+    assert [ln.get("l2") for ln in t.meta["launches"]] == ["flushed"] * len(ran)  # each started from a flushed L2
     s = sourced_figures(t)
     assert {p["pass"] for p in s["passes"]} == set(ran)
     w = {p["pass"]: p["events_per_cta"] for p in s["passes"]}
