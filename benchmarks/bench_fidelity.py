@@ -12,7 +12,9 @@ and quack-kernels 0.6.5 installed, and a C++ compiler (the builds are linked as 
 **Fidelity** (kernels ``fa4``: FA4's SM90 prefill b2 s8192 h16 d128, 2048 CTAs; ``gemm``: quack's
 SM90 GEMM 8192^3, 132 persistent CTAs; ``decode``: our split-KV decode kernel traced by the
 generic layer, d128 16:1 sk 131072 b1). Each round records, on the same inputs and the same
-spread sample of CTAs (FA4 64 of 2048, the others 16 of 132; every warp):
+sample of CTAs (spread over the grid: FA4 64 of 2048, quack's GEMM 16 of 132; every CTA of our
+decode, whose CTAs wait on each other; every warp), each launch starting from a flushed L2
+(``RecordOptions.flush_l2``, what passes do):
 
 * the dense build (every family; FA4 also its softmax and rescale spans) with passes
   (``Instrumented`` with ``RecordOptions.passes``: the launch replayed from the same memory with
@@ -40,8 +42,8 @@ that fa4trace times its plain twin, every warp recording:
 
 * "default": ``instrument()``'s defaults, the first 256 CTAs and 4096 records a warp (every CTA
   of quack's GEMM and our decode, which launch 132; quack's GEMM then drops records);
-* "spread sample": the fidelity recordings' dense launch (FA4 64 of 2048 CTAs, the others 16 of
-  132; nothing dropped);
+* "spread sample": the fidelity recordings' dense launch (FA4 64 of 2048 CTAs, quack's GEMM 16
+  of 132, our decode every CTA; nothing dropped);
 * "every CTA": every CTA with a capacity that drops nothing, where the default leaves CTAs out.
 
 Per configuration the bundle's headline (fa4trace.analysis.fidelity, what ``fa4trace summary``
@@ -575,8 +577,8 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
         "fidelity-error": (
             "Fidelity figure by figure: what fa4trace shows of a dense recording against the lightest trace", metrics,
             METRIC_COLUMNS,
-            "Each figure of a dense recording (every family; FA4 also its softmax and rescale spans) of a spread sample "
-            "of CTAs, shown (a) from the lightest pass of the same call (instrument passes), (b) compensated for the "
+            "Each figure of a dense recording (every family; FA4 also its softmax and rescale spans) of a sample of "
+            "CTAs (spread over the grid; every CTA of our decode), each launch from a flushed L2, shown (a) from the lightest pass of the same call (instrument passes), (b) compensated for the "
             "recorder's cost (spans and lags; calibrated in the same run), (c) raw; each against the lightest other "
             "launch that reports it (fewest events per recorded CTA; 'dense, lead warps': one warp per warpgroup, set "
             "against the shown trace's same warps). noise: that reference's second launch against its first; judged "
