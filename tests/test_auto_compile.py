@@ -4,12 +4,14 @@ quack-kernels' GEMM (SM90 and SM100 paths) gets every automatic family with noth
 edited; a kernel with no pipeline still gets warp lifetimes and says which families it lacks;
 every hook is removed after the compile; with cursor="ring" each record is a shared-memory
 store and the records reach global memory only in the copy at the warp's exit. Each compile
-runs in a fresh process (the CuTe DSL fixes its target arch once per process).
+runs in a fresh process (the CuTe DSL fixes its target arch once per process); what it reports
+is kept in the PTX cache until a source or a version it reads changes.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +23,7 @@ pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (pip install 'fa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "tools", "auto_probe.py")
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 
 
 def probe(*args) -> dict:
@@ -31,11 +34,39 @@ def probe(*args) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _probe_json(args: tuple) -> str:
+    """The probe's JSON line, kept in the PTX cache (conftest.PTX_CACHE) under a key of
+    everything the compile reads: fa4trace's, the kernels', the benchmarks' and the probe's
+    sources, the DSL's, quack's and FA4's versions, and the arguments. A change to any of them
+    compiles again."""
+    from compile_pool import cached_json
+    from conftest import PTX_CACHE
+
+    key = hashlib.sha256((_sources_key() + json.dumps(args)).encode()).hexdigest()
+    return cached_json(os.path.join(PTX_CACHE, "auto_probe", key + ".json"), lambda: _run_probe(args))["line"]
+
+
+@functools.lru_cache(maxsize=None)
+def _sources_key() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from compile_pool import source_key
+
+    installed = []
+    for p in ("nvidia-cutlass-dsl", "quack-kernels", "flash-attn-4"):
+        try:
+            version(p)
+            installed.append(p)
+        except PackageNotFoundError:  # its probes skip; the others do not read it
+            pass
+    return source_key("", ("fa4trace", "kernels", "benchmarks", "tests/tools"), tuple(installed))
+
+
+def _run_probe(args: tuple) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("CUTE_DSL_ARCH", None)
     r = subprocess.run([sys.executable, PROBE, *args], capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.strip().splitlines()[-1]
+    return {"line": r.stdout.strip().splitlines()[-1]}
 
 
 def _needs_quack():
