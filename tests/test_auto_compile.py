@@ -11,7 +11,6 @@ is kept in the PTX cache until a source or a version it reads changes.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import subprocess
@@ -27,46 +26,18 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 
 
 def probe(*args) -> dict:
-    """What tests/tools/auto_probe.py reports of one compile (in a process of its own); a compile
-    two tests read (the smem build beside a ring build) runs once per test module."""
+    """What tests/tools/auto_probe.py reports of one compile (in a process of its own, kept in the
+    PTX cache until a source or version it reads changes); a compile two tests read (the smem
+    build beside a ring build) is read once per test module."""
     return json.loads(_probe_json(args))
 
 
 @functools.lru_cache(maxsize=None)
 def _probe_json(args: tuple) -> str:
-    """The probe's JSON line, kept in the PTX cache (conftest.PTX_CACHE) under a key of
-    everything the compile reads: fa4trace's, the kernels', the benchmarks' and the probe's
-    sources, the DSL's, quack's and FA4's versions, and the arguments. A change to any of them
-    compiles again."""
-    from compile_pool import cached_json
+    from compile_pool import probe_json
     from conftest import PTX_CACHE
 
-    key = hashlib.sha256((_sources_key() + json.dumps(args)).encode()).hexdigest()
-    return cached_json(os.path.join(PTX_CACHE, "auto_probe", key + ".json"), lambda: _run_probe(args))["line"]
-
-
-@functools.lru_cache(maxsize=None)
-def _sources_key() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from compile_pool import source_key
-
-    installed = []
-    for p in ("nvidia-cutlass-dsl", "quack-kernels", "flash-attn-4"):
-        try:
-            version(p)
-            installed.append(p)
-        except PackageNotFoundError:  # its probes skip; the others do not read it
-            pass
-    return source_key("", ("fa4trace", "kernels", "benchmarks", "tests/tools"), tuple(installed))
-
-
-def _run_probe(args: tuple) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("CUTE_DSL_ARCH", None)
-    r = subprocess.run([sys.executable, PROBE, *args], capture_output=True, text=True, env=env, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return {"line": r.stdout.strip().splitlines()[-1]}
+    return json.dumps(probe_json(PROBE, args, PTX_CACHE))
 
 
 def _needs_quack():

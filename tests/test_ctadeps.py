@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -21,6 +20,7 @@ from fa4trace.auto.ctadeps import cta_dependencies, dependencies_of, describe, k
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "tools", "ctadeps_probe.py")
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 
 HEAD = """.version 9.4
 .target sm_90a
@@ -141,13 +141,13 @@ def test_keep_ptx_touches_string_options_only():
 
 # ---- real kernels, compiled on the CPU --------------------------------------------------------
 def probe(*args) -> dict:
+    """What tests/tools/ctadeps_probe.py reports of its kernels compiled for sm_90a (in a process
+    of its own, kept in the PTX cache until a source or version it reads changes)."""
     pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (pip install 'fa4trace[dsl]')")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("CUTE_DSL_ARCH", None)
-    r = subprocess.run([sys.executable, PROBE, "sm_90a", *args], capture_output=True, text=True, env=env, timeout=900,
-                       cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    from compile_pool import probe_json
+    from conftest import PTX_CACHE
+
+    return probe_json(PROBE, ("sm_90a", *args), PTX_CACHE)
 
 
 SMALL = ("plain", "ticket", "spin", "reduce", "cluster")

@@ -92,6 +92,49 @@ def cached_json(path: str | os.PathLike, make):
     return value
 
 
+# what a probe script (tests/tools/*_probe.py: compiles under fa4trace, prints JSON) can read
+PROBE_SOURCES = ("fa4trace", "kernels", "benchmarks", "tests/tools")
+PROBE_PACKAGES = ("nvidia-cutlass-dsl", "quack-kernels", "flash-attn-4")
+
+
+def installed(packages) -> tuple:
+    """Those of ``packages`` that are installed (a probe that needs one that is not skips)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for p in packages:
+        try:
+            version(p)
+            out.append(p)
+        except PackageNotFoundError:
+            pass
+    return tuple(out)
+
+
+def probe_json(script: str, args, cache: str | os.PathLike | None = None) -> dict:
+    """The JSON a probe script prints last (``python script *args`` in a fresh process, the DSL's
+    target arch left to the script, the checkout importable), kept in ``cache``/<script>/ under
+    a key of every source and version it can read (``PROBE_SOURCES``, ``PROBE_PACKAGES``) and
+    the arguments: a hit is what this exact source would print."""
+    args = [str(a) for a in args]
+
+    def run() -> dict:
+        import subprocess
+
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop("CUTE_DSL_ARCH", None)
+        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=900,
+                           cwd=ROOT)
+        if r.returncode != 0:
+            raise AssertionError(r.stderr[-3000:])
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    if cache is None:
+        return run()
+    key = source_key("", PROBE_SOURCES, installed(PROBE_PACKAGES), json.dumps(args))
+    return cached_json(Path(cache) / Path(script).stem / f"{key}.json", run)
+
+
 def compile_all(arch: str, names: list[str], jobs: int | None = None, progress=None,
                 cache: str | os.PathLike | None = None) -> dict[str, dict]:
     """{name: {"ptx", "config", "kind", "compile_s"}} for each name, compiled in ``jobs`` processes
