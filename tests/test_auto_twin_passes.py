@@ -316,3 +316,15 @@ def test_without_passes_l2_is_flushed_only_where_asked_and_a_missing_buffer_is_s
     assert asked._launches[0].info["l2"].startswith("not flushed: no memory")
     off = R.RecordOptions(passes=R.PASSES, flush_l2=False)
     assert not off.flushes(True) and R.RecordOptions().flushes(True) and not R.RecordOptions().flushes(False)
+
+
+def test_a_flush_that_cannot_be_made_says_why_and_never_raises():
+    """Without a usable GPU (here: torch built without CUDA) the scratch buffer is a reason, and
+    a launch's record carries it instead of ``flushed``."""
+    from fa4trace.run import l2
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the scratch buffer would be made")
+    why = l2.scratch()
+    assert isinstance(why, str) and why.startswith("not flushed: ")
+    assert l2.flush(why) == why
