@@ -16,7 +16,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
 
 $(STAMP_APP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-compile -e ".[viewer]"
+	$(BIN)/python -m pip install -q -e ".[viewer]"
 	touch $@
 
 # torch 2.13.0 first: on the CI image pip takes it from a local CPU build, and the extras'
@@ -24,12 +24,10 @@ $(STAMP_APP): pyproject.toml | $(BIN)/python
 # satisfied: a plain range would pull a multi-GB CUDA build. Then one resolve of every extra,
 # with dependencies, so `pip check` is clean and nothing overrides what torch pins (a CUDA
 # torch's own triton satisfies the `fa4` extra's range; the CPU build brings none, so pip adds
-# one). `make test` runs `pip check` first, and tests/test_install.py too. --no-compile: Python
-# writes the bytecode of the modules it imports when it first imports them, not of every file
-# of every package at install (torch alone has thousands): the install takes half as long.
+# one). `make test` runs `pip check` first, and tests/test_install.py too.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-compile "torch==2.13.0"
-	$(BIN)/python -m pip install -q --no-compile -e ".[viewer,test,dsl,torch,fa4,ray]"
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[viewer,test,dsl,torch,fa4,ray]"
 	touch $@
 
 app: $(STAMP_APP)

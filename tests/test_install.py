@@ -60,8 +60,7 @@ def venv(wheel, tmp_path_factory) -> Path:
     """bin/ of a fresh venv with the wheel and its `viewer` extra installed."""
     d = tmp_path_factory.mktemp("venv") / "v"
     _run([sys.executable, "-m", "venv", d])
-    # --no-compile: bytecode is written as modules are first imported (the make targets install so too)
-    _run([d / "bin" / "python", "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[viewer]"], cwd=d)
+    _run([d / "bin" / "python", "-m", "pip", "install", "-q", f"{wheel}[viewer]"], cwd=d)
     return d / "bin"
 
 
