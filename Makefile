@@ -25,6 +25,8 @@ $(STAMP_APP): pyproject.toml | $(BIN)/python
 # with dependencies, so `pip check` is clean and nothing overrides what torch pins (a CUDA
 # torch's own triton satisfies the `fa4` extra's range; the CPU build brings none, so pip adds
 # one). `make test` runs `pip check` first, and tests/test_install.py too.
+# pip compiles every module's bytecode at install; keep it: where PYTHONDONTWRITEBYTECODE is set
+# (CI images often set it) --no-compile would leave every process compiling what it imports.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e ".[viewer,test,dsl,torch,fa4,ray]"
