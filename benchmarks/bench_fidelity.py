@@ -42,7 +42,7 @@ that fa4trace times its plain twin, every warp recording:
 
 * "default": ``instrument()``'s defaults, the first 256 CTAs and 4096 records a warp (every CTA
   of quack's GEMM and our decode, which launch 132; quack's GEMM then drops records);
-* "spread sample": the fidelity recordings' dense launch (FA4 64 of 2048 CTAs, quack's GEMM 16
+* "fidelity sample": the fidelity recordings' dense launch (FA4 64 of 2048 CTAs, quack's GEMM 16
   of 132, our decode every CTA; nothing dropped);
 * "every CTA": every CTA with a capacity that drops nothing, where the default leaves CTAs out.
 
@@ -113,7 +113,7 @@ DEFAULTS = {"rounds": 3, "cost_rounds": 5, "replays": 10}
 QUICK = {"rounds": 1, "cost_rounds": 3, "replays": 5}
 DEADLINE_S = 420.0  # start no round that would end later than this (the run's budget is 8 minutes)
 # recording configurations of the perturbation line: what records in each
-CONFIGS = {"default": "instrument() default", "sample": "spread sample", "every CTA": "every CTA"}
+CONFIGS = {"default": "instrument() default", "sample": "fidelity sample", "every CTA": "every CTA"}
 SOURCES = {"in_launch": "in-launch", "plain_twin": "plain twin"}
 
 
@@ -494,7 +494,7 @@ def aggregate_costs(per_round: list[dict]) -> list[dict]:
     {configuration or "plain": cost %}, "l2", "build"}): the median of each configuration's cost,
     plain against plain (the timing's noise floor), and the spread of the every-CTA cost over the
     rounds. Keys as benchmarks/cost_targets.py reads them: cost_all_pct (every CTA records),
-    cost_sample_pct (the spread sample)."""
+    cost_sample_pct (the fidelity sample)."""
     groups: dict = {}
     for r in per_round:
         groups.setdefault(r["kernel"], []).append(r)
@@ -553,7 +553,7 @@ LINE_COLUMNS = [["kernel", "kernel"], ["recording_cell", "recording"], ["headlin
                 ["cost_cell", "graph-timed cost (noise)"], ["diff_pts", "headline - cost (pts)"],
                 ["within", "within 2 pts"], ["rounds", "rounds"]]
 COST_COLUMNS = [["kernel", "kernel"], ["shape", "shape"], ["plain_us", "plain µs"],
-                ["cost_default_pct", "cost %, instrument() default"], ["cost_sample_pct", "cost %, spread sample"],
+                ["cost_default_pct", "cost %, instrument() default"], ["cost_sample_pct", "cost %, fidelity sample"],
                 ["cost_all_pct", "cost %, every CTA records"], ["plain_vs_plain_pct", "plain vs plain %"],
                 ["cost_all_spread_pts", "every-CTA spread (pts)"], ["l2", "L2"], ["rounds", "rounds"]]
 

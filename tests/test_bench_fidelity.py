@@ -233,7 +233,7 @@ def test_lines_and_costs_over_rounds():
     assert s["headline_pct"] == 20.0 and s["cost_pct"] == 18.0 and s["diff_pts"] == 1.5 and s["within"]
     assert s["cost_spread_pts"] == 0.75 and s["plain_vs_plain_pct"] == 0.2 and s["rounds"] == 3
     assert rows[0]["within"] is False and rows[0]["compared_with"] == "default"
-    assert s["headline_cell"] == "+20.0% (in-launch)" and s["recording_cell"] == "spread sample: 16 of 128 CTAs"
+    assert s["headline_cell"] == "+20.0% (in-launch)" and s["recording_cell"] == "fidelity sample: 16 of 128 CTAs"
     assert s["cost_cell"] == "+18.0% (every CTA records; ±0.8; plain vs plain 0.2%)"
     assert rows[0]["cost_cell"] == "+4.0% (the same recording; plain vs plain 0.0%)"
     mixed = bf.aggregate_lines([dict(lines[0], source="in_launch"), dict(lines[1], source="plain_twin")])
