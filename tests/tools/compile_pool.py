@@ -93,7 +93,8 @@ def cached_json(path: str | os.PathLike, make):
 
 
 # what a probe script (tests/tools/*_probe.py: compiles under fa4trace, prints JSON) can read
-PROBE_SOURCES = ("fa4trace", "kernels", "benchmarks", "tests/tools")
+# (of benchmarks/, only the kernels module the probes import: editing a benchmark recompiles nothing)
+PROBE_SOURCES = ("fa4trace", "kernels", "benchmarks/auto_kernels.py", "tests/tools")
 PROBE_PACKAGES = ("nvidia-cutlass-dsl", "quack-kernels", "flash-attn-4")
 
 
