@@ -40,6 +40,7 @@ def filled_waits(c: AutoCols, pipeline: str, keys: np.ndarray) -> tuple[np.ndarr
     waits = np.flatnonzero(c.where("pipeline", "wait", pipeline) & (c.kind == 0) & (c.iter >= 0))
     if not keys.size or not waits.size:
         return waits[:0], waits[:0]
-    pos = np.minimum(np.searchsorted(keys, count_key(c, waits)), keys.size - 1)
-    hit = keys[pos] == count_key(c, waits)
+    wk = count_key(c, waits)
+    pos = np.minimum(np.searchsorted(keys, wk), keys.size - 1)
+    hit = keys[pos] == wk
     return waits[hit], pos[hit]
