@@ -578,8 +578,8 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             "Fidelity figure by figure: what fa4trace shows of a dense recording against the lightest trace", metrics,
             METRIC_COLUMNS,
             "Each figure of a dense recording (every family; FA4 also its softmax and rescale spans) of a sample of "
-            "CTAs (spread over the grid; every CTA of our decode), each launch from a flushed L2, shown (a) from the lightest pass of the same call (instrument passes), (b) compensated for the "
-            "recorder's cost (spans and lags; calibrated in the same run), (c) raw; each against the lightest other "
+            "CTAs (spread over the grid; every CTA of our decode), each launch from a flushed L2, shown (a) from the "
+            "lightest pass of the same call (instrument passes), (b) compensated for the recorder's cost (spans and lags; calibrated in the same run), (c) raw; each against the lightest other "
             "launch that reports it (fewest events per recorded CTA; 'dense, lead warps': one warp per warpgroup, set "
             "against the shown trace's same warps). noise: that reference's second launch against its first; judged "
             "where the noise is at most 2%. Medians over rounds." + part,
@@ -1003,6 +1003,8 @@ def record(case: Case, build: str, options, config: dict):
 def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
     """One round of a fidelity kernel on the GPU: (the analysis task: the dense recording with its
     passes and the references, each twice; {configuration: one-launch bundle} for the line)."""
+    from dataclasses import replace
+
     from fa4trace.analysis.passes import DENSE, pass_traces
     from fa4trace.auto.run import RecordOptions
     from fa4trace.format.options import Sampling
@@ -1019,8 +1021,7 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
     ref_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity), check=False,
                              flush_l2=True)
     lw = lead_warps(dense.meta["warps_per_cta"])
-    lead_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity, warps=lw), check=False,
-                              flush_l2=True)
+    lead_opts = replace(ref_opts, sampling=replace(ref_opts.sampling, warps=lw))
     refs: dict = {b: [] for b in passes}
     refs[LEAD] = []
     for _ in range(2):  # first launches of every build, then the second ones

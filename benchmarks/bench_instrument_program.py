@@ -245,6 +245,15 @@ def median_ci(xs: list, level: float = 0.95, draws: int = 4000, seed: int = 0) -
     return lo, hi
 
 
+def _rounds_figures(name: str, xs: list) -> dict:
+    """``<name>_pct`` (the median of the rounds' %), ``<name>_ci`` (its bootstrap 95% interval)
+    and ``<name>_within_2pct``: within the target only where the whole interval is (the median
+    alone could be luck)."""
+    lo, hi = median_ci(xs)
+    return {f"{name}_pct": round(statistics.median(xs), 2), f"{name}_ci": [round(lo, 2), round(hi, 2)],
+            f"{name}_within_2pct": -2.0 <= lo and hi <= 2.0}
+
+
 def gpu_text() -> str:
     """The GPU as the other result files name it: device, driver and torch versions."""
     import subprocess as sp
@@ -270,20 +279,12 @@ def summarise(rows: list, output: str, note: str = "", gpu: str | None = None) -
         r["after_host_p90_pct"] = round(100 * (r["host_us_p90_after"] / r["host_us_p90_before"] - 1), 2)
         if r.get("host_alternating_pct"):
             alt = sorted(r["host_alternating_pct"])
-            r["after_host_alt_pct"] = round(statistics.median(alt), 2)
             r["after_host_alt_range"] = f"{alt[0]:+.1f}..{alt[-1]:+.1f}"
-            lo, hi = median_ci(alt)
-            r["after_host_alt_ci"] = [round(lo, 2), round(hi, 2)]
-            # within the target only where the whole interval is: the median alone could be luck
-            r["after_host_alt_within_2pct"] = -2.0 <= lo and hi <= 2.0
+            r.update(_rounds_figures("after_host_alt", alt))
         if r.get("host_alternating_head_pct"):
             r["after_host_alt_head_pct"] = round(statistics.median(r["host_alternating_head_pct"]), 2)
         if r.get("host_alternating_tail_pct"):
-            tail = r["host_alternating_tail_pct"]
-            r["after_host_alt_tail_pct"] = round(statistics.median(tail), 2)
-            lo, hi = median_ci(tail)
-            r["after_host_alt_tail_ci"] = [round(lo, 2), round(hi, 2)]
-            r["after_host_alt_tail_within_2pct"] = -2.0 <= lo and hi <= 2.0
+            r.update(_rounds_figures("after_host_alt_tail", r["host_alternating_tail_pct"]))
         if r.get("graph_us_before"):
             r["after_graph_seq_pct"] = round(100 * (r["graph_us_after"] / r["graph_us_before"] - 1), 2)
             pre, post = r["graph_us_pair_after_block"]

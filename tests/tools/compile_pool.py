@@ -14,6 +14,7 @@ changed line anywhere there is a new key, so a hit is the compile of exactly thi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -132,8 +133,14 @@ def probe_json(script: str, args, cache: str | os.PathLike | None = None) -> dic
 
     if cache is None:
         return run()
-    key = source_key("", PROBE_SOURCES, installed(PROBE_PACKAGES), json.dumps(args))
+    key = hashlib.sha256(f"{_probe_sources_key()} {json.dumps(args)}".encode()).hexdigest()
     return cached_json(Path(cache) / Path(script).stem / f"{key}.json", run)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_sources_key() -> str:
+    """``source_key`` of what every probe can read: hashed once per process, not per probe."""
+    return source_key("", PROBE_SOURCES, installed(PROBE_PACKAGES))
 
 
 def compile_all(arch: str, names: list[str], jobs: int | None = None, progress=None,
