@@ -337,7 +337,7 @@ class DecodeAttentionSm90:
         m_block = y - h_idx * m_blocks
         group = (b_idx * hkv + h_idx) * m_blocks + m_block
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
 
         producer_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)

@@ -56,7 +56,7 @@ class MarkerBench:
                chain: Int32):
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         nxt = smem.allocate_tensor(Int32, cute.make_layout(TABLE), byte_alignment=16)
         # A permutation with stride 33: consecutive lanes chase through different banks.
         for i in range(tid, TABLE, self.threads):

@@ -4,6 +4,8 @@ The CUDA side runs in tests/gpu/test_timing_gpu.py."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 
 from fa4trace.run import timing
@@ -56,14 +58,14 @@ class FakeGPU:
     sums what each interval queued (the head's work is untimed). ``capture_fails``: graphs
     cannot be captured (the kernel launches somewhere a capture cannot follow)."""
 
-    def __init__(self, drift=0.0, capture_fails=False):
-        self.slow, self.drift, self.capture_fails = 1.0, drift, capture_fails
+    def __init__(self, drift=0.0, capture_fails=False, elsewhere=False):
+        self.slow, self.drift, self.capture_fails, self.elsewhere = 1.0, drift, capture_fails, elsewhere
         self.pending = 0.0
         self.log: list = []  # ("capture", n) / ("interval", what ran) / ("head",)
 
     def launch(self, name, us):
         def run():
-            self.pending += us * self.slow
+            self.pending += 0.0 if self.elsewhere else us * self.slow
             self.slow *= 1 + self.drift
             self.log.append(name)
         return run
@@ -71,6 +73,8 @@ class FakeGPU:
     def capture(self, launch, n_sets, per_graph):
         if self.capture_fails:
             raise RuntimeError("operation not permitted when stream is capturing\ndetails")
+        if self.elsewhere:
+            raise timing.EmptyGraphError("the capture holds no launch")
         gpu = self
 
         class Graph:
@@ -102,6 +106,7 @@ def twin_gpu(monkeypatch):
         monkeypatch.setattr(timing, "_round_us", gpu.round_us)
         monkeypatch.setattr(timing, "_sleep_cycles_per_us", lambda: 1000.0)
         monkeypatch.setattr(timing, "_spin", lambda us, rate: gpu.log.append(("spin", us)))
+        monkeypatch.setattr(timing, "_on_default_stream", lambda: gpu.log.append(("default stream",)) or nullcontext())
         monkeypatch.setattr(timing, "time", type("T", (), {"perf_counter": staticmethod(lambda: 0.0)}))
         import torch
 
@@ -148,6 +153,67 @@ def test_a_kernel_that_cannot_be_captured_is_timed_in_batches_behind_a_spin(twin
     assert got["rel"] == pytest.approx(0.25) and got["plain_ns"] == pytest.approx(4000)
     spins = [e for e in gpu.log if isinstance(e, tuple) and e[0] == "spin"]
     assert len(spins) >= 5  # one before every round (and the probes)
+
+
+def test_the_batches_run_on_the_default_stream(twin_gpu):
+    gpu = twin_gpu(capture_fails=True)
+    timing.twin_times(gpu.launch("P", 4.0), gpu.launch("T", 5.0), target_us=200, rounds=5)
+    assert gpu.log[0] == ("default stream",)  # before the first launch of the batch timing
+
+
+def test_launches_on_a_stream_of_their_own_are_refused_not_timed_as_nothing(twin_gpu):
+    """A kernel compiled without a stream argument launches on stream 0: a graph captured on
+    torch's stream holds nothing, and events of a stream not ordered against it see nothing.
+    Neither may read as a twin of 0 ns."""
+    gpu = twin_gpu(elsewhere=True)
+    with pytest.raises(timing.TwinTimingError) as e:
+        timing.twin_times(gpu.launch("P", 4.0), gpu.launch("T", 5.0))
+    msg = str(e.value)
+    assert msg.startswith("graph: the capture holds no launch; batch: 8 launches took 0.00 µs of the timed stream")
+    assert msg.endswith("they ran on a stream of their own") and "\n" not in msg
+
+
+def test_an_empty_capture_is_refused_and_torchs_other_warnings_stay(monkeypatch):
+    """``_capture`` itself: torch warns "The CUDA Graph is empty" at the end of a capture that
+    holds nothing; that becomes EmptyGraphError (no warning reaches the program), and any
+    other warning torch gave is warned again."""
+    import contextlib
+    import warnings
+
+    import torch
+
+    said = {"warn": []}
+
+    class Graph:
+        def replay(self):
+            said["replayed"] = True
+
+    @contextlib.contextmanager
+    def graph(g, capture_error_mode=None):
+        assert capture_error_mode == "thread_local"
+        yield
+        for w in said["warn"]:
+            warnings.warn(w, UserWarning)
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    for name, value in {"Stream": Stream, "current_stream": lambda: Stream(), "stream": lambda s: nullcontext(),
+                        "synchronize": lambda: None, "CUDAGraph": Graph, "graph": graph}.items():
+        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    launched = []
+    said["warn"] = ["The CUDA Graph is empty. This usually means that the graph was attempted to be captured on "
+                    "wrong device or stream."]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with pytest.raises(timing.EmptyGraphError):
+            timing._capture(lambda i: launched.append(i), 1, 4)
+    assert not w and "replayed" not in said and len(launched) == 1 + 4
+    said["warn"] = ["something else"]
+    with pytest.warns(UserWarning, match="something else"):
+        g = timing._capture(lambda i: launched.append(i), 1, 4)
+    assert isinstance(g, Graph) and said["replayed"]
 
 
 def test_when_no_method_works_the_error_names_both(twin_gpu):

@@ -18,6 +18,7 @@ threads run (``twin_methods``: a capture would fail their CUDA calls).
 from __future__ import annotations
 
 import statistics
+import warnings
 import time
 from typing import Callable
 
@@ -71,9 +72,28 @@ def graph_time(launch, n_sets: int, replays: int, per_graph: int):
     return med, spread
 
 
+EMPTY_GRAPH = "The CUDA Graph is empty"  # what torch warns at the end of a capture that holds nothing
+
+
+MIN_LAUNCH_US = 0.5  # device time per launch, between events on its stream, below which none was seen
+
+
+class LaunchNotSeenError(RuntimeError):
+    """Launches queued between two events of the timed stream added no time to it: they ran on
+    a stream not ordered against it (its events would time nothing)."""
+
+
+class EmptyGraphError(RuntimeError):
+    """A capture held no launch: the callable queued its work on a stream other than the one
+    captured (a kernel without a stream argument launches on its own), so replaying the graph
+    would time nothing."""
+
+
 def _capture(launch, n_sets: int, per_graph: int):
     """A CUDA graph of ``per_graph`` launches of ``launch(i)`` cycling through the input sets,
-    after a warm-up outside the graph (module load, workspaces)."""
+    after a warm-up outside the graph (module load, workspaces). ``EmptyGraphError`` where the
+    capture holds nothing (the launches ran outside it): a graph that times nothing is refused,
+    and the twin's batch timing takes its place."""
     import torch
 
     s = torch.cuda.Stream()
@@ -88,9 +108,16 @@ def _capture(launch, n_sets: int, per_graph: int):
     # default, global mode, refuses those of every thread); another thread's device-wide
     # synchronize still fails during a capture, so the plain twin takes no graph while other
     # threads run (twin_methods)
-    with torch.cuda.graph(g, capture_error_mode="thread_local"):
-        for j in range(per_graph):
-            launch(j % n_sets)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            for j in range(per_graph):
+                launch(j % n_sets)
+    if any(EMPTY_GRAPH in str(w.message) for w in said):
+        raise EmptyGraphError("the capture holds no launch: the kernel runs on a stream of its own, not the one "
+                              "captured")
+    for w in said:  # what else torch said stays said
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     g.replay()
     torch.cuda.synchronize()
     return g
@@ -305,7 +332,12 @@ def _batch_probe(launch: Callable, cycles_per_us: float, k: int = 8) -> tuple[fl
             launch()
         holder["host"] = (time.perf_counter() - t0) * 1e6 / k
 
-    (dev,) = _round_us([batch], lambda order: _spin(2000.0, cycles_per_us))
+    head = lambda order: _spin(2000.0, cycles_per_us)  # noqa: E731
+    (dev,) = _round_us([batch], head)
+    (empty,) = _round_us([lambda: None], head)
+    if dev - empty < MIN_LAUNCH_US * k:
+        raise LaunchNotSeenError(f"{k} launches took {dev - empty:.2f} µs of the timed stream beyond none: they ran "
+                                 "on a stream of their own")
     return holder["host"], dev / k
 
 
@@ -313,6 +345,20 @@ def _batch_twin(plain, traced, target_us, max_launches, rounds, budget_s) -> dic
     """``twin_times`` with n back-to-back launches per interval, queued behind a spin kernel
     that lasts longer than the host takes to queue a whole round (1.5 x the probes' longer host
     time per launch x 3n, + 50 µs), so no interval waits for the host."""
+    with _on_default_stream():
+        return _batch_rounds(plain, traced, target_us, max_launches, rounds, budget_s)
+
+
+def _on_default_stream():
+    """torch's legacy default stream made current (a context manager): a kernel compiled
+    without a stream argument launches there, and a launch on any blocking stream is ordered
+    against it, so events recorded there bracket both."""
+    import torch
+
+    return torch.cuda.stream(torch.cuda.default_stream())
+
+
+def _batch_rounds(plain, traced, target_us, max_launches, rounds, budget_s) -> dict:
     import torch
 
     plain()
