@@ -121,7 +121,10 @@ def _check_record_options(ctx: click.Context, mode: str) -> None:
     """Refuse options given on the command line that the mode does not take (one line)."""
     takes = set(RECORD_OPTIONS[mode]) | {"output", "force"}
     for p in ctx.command.params:
-        if p.name in takes or ctx.get_parameter_source(p.name) is not ParameterSource.COMMANDLINE:
+        # the script's own arguments are checked by `record` itself: click before 8.3 says an
+        # empty variadic argument came from the command line
+        if (p.name in takes or isinstance(p, click.Argument)
+                or ctx.get_parameter_source(p.name) is not ParameterSource.COMMANDLINE):
             continue
         flag = max([o for o in p.opts if o.startswith("--")] or p.opts, key=len)
         why = RECORD_NOT_FOR.get((p.name, mode)) or RECORD_NOT_FOR.get((p.name, None))

@@ -16,10 +16,10 @@ def compile_fa4(*args, **kwargs):
     return _c(*args, **kwargs)
 
 
-def record(**kwargs):
+def record(*args, **kwargs):
     from .run import record as _r
 
-    return _r(**kwargs)
+    return _r(*args, **kwargs)
 
 
 def sm90_runner(*args, **kwargs):
