@@ -21,7 +21,9 @@ decode, whose CTAs wait on each other; every warp), each launch starting from a 
   the lifetimes-only build, then one family at a time, then the named spans alone; the tma
   pass is left out: its events are instants and report no figure a lighter pass does not);
 * every pass build again, twice, each in its own launch (the references), and the dense build
-  with one warp per warpgroup recording, twice.
+  with one warp per warpgroup recording, twice; each reference recorded as ``instrument()``
+  records by default (checked: the plain build runs right before it, as before the dense launch),
+  so that it starts from the GPU state, and SM clock, the passes start from.
 
 What a trace reports is fa4trace.analysis.figures (per-stage durations, waits, lags, overlaps, the
 CTA lifetime). Each figure is shown three ways and each is set against the lightest reference
@@ -580,7 +582,8 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             "Each figure of a dense recording (every family; FA4 also its softmax and rescale spans) of a sample of "
             "CTAs (spread over the grid; every CTA of our decode), each launch from a flushed L2, shown (a) from the "
             "lightest pass of the same call (instrument passes), (b) compensated for the recorder's cost (spans and lags; calibrated in the same run), (c) raw; each against the lightest other "
-            "launch that reports it (fewest events per recorded CTA; 'dense, lead warps': one warp per warpgroup, set "
+            "launch that reports it (fewest events per recorded CTA, checked against the plain build as instrument() does, "
+            "so that it starts from the passes' GPU state; 'dense, lead warps': one warp per warpgroup, set "
             "against the shown trace's same warps). noise: that reference's second launch against its first; judged "
             "where the noise is at most 2%. Medians over rounds." + part,
             {"rounds_detail": per_round}),
@@ -994,8 +997,9 @@ def _instrumented(build: Build, options, *, plain=None, recompile=None):
 
 
 def record(case: Case, build: str, options, config: dict):
-    """One launch of ``build`` on input set 0 (nothing checked or timed): its bundle."""
-    k = _instrumented(case.builds[build], options)
+    """One launch of ``build`` on input set 0, as ``options`` say (the references: checked
+    against the plain build, not timed): its bundle."""
+    k = _instrumented(case.builds[build], options, plain=case.builds["dense"].plain)
     k(*case.args(0))
     return k.trace(config=config)
 
@@ -1017,9 +1021,13 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
                                            check=True, passes=passes), plain=dense.plain, recompile=prebuilt(case.builds))
     k(*case.args(0))
     bundle = k.trace(config=dict(cfg, recording="dense with passes"))
-    # the references start from a flushed L2, as the dense launch and its passes do (fa4trace.run.l2)
-    ref_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity), check=False,
-                             flush_l2=True)
+    # the references are recorded as instrument() records by default: the plain build runs
+    # (twice: the output check) right before each, then L2 is flushed (fa4trace.run.l2), so a
+    # reference starts from the GPU state the dense launch and its passes start from. Launched
+    # from an idle GPU instead, our decode's references ran at a 1-2% higher SM clock than the
+    # passes, every round: a difference of clocks, not of recordings.
+    ref_opts = RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity), check=True,
+                             twin=False, flush_l2=True)
     lw = lead_warps(dense.meta["warps_per_cta"])
     lead_opts = replace(ref_opts, sampling=replace(ref_opts.sampling, warps=lw))
     refs: dict = {b: [] for b in passes}
