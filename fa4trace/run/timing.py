@@ -18,8 +18,8 @@ threads run (``twin_methods``: a capture would fail their CUDA calls).
 from __future__ import annotations
 
 import statistics
-import warnings
 import time
+import warnings
 from typing import Callable
 
 L2_ROTATE_BYTES = 256 << 20
@@ -73,8 +73,6 @@ def graph_time(launch, n_sets: int, replays: int, per_graph: int):
 
 
 EMPTY_GRAPH = "The CUDA Graph is empty"  # what torch warns at the end of a capture that holds nothing
-
-
 MIN_LAUNCH_US = 0.5  # device time per launch, between events on its stream, below which none was seen
 
 
@@ -359,6 +357,7 @@ def _on_default_stream():
 
 
 def _batch_rounds(plain, traced, target_us, max_launches, rounds, budget_s) -> dict:
+    """``_batch_twin``'s probes and rounds, on whatever stream is current."""
     import torch
 
     plain()
