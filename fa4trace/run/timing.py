@@ -10,9 +10,11 @@ plain build on the program's own arguments, the same inputs back to back): each 
 captured as one graph of n launches (n makes a replay about ``TWIN_TARGET_US`` long), and the
 two replays alternate over rounds, every interval timed on the device between events that
 follow work already queued (the GPU never waits for the host inside one). Where a kernel
-cannot be captured, n back-to-back launches per interval take the graph's place, behind a
-spin kernel long enough for the host to queue them all; batches only, while other Python
-threads run (``twin_methods``: a capture would fail their CUDA calls).
+cannot be captured, or its capture holds nothing (compiled without a stream argument, it
+launches on stream 0), n back-to-back launches per interval take the graph's place, behind a
+spin kernel long enough for the host to queue them all, on the legacy default stream;
+batches only, while other Python threads run (``twin_methods``: a capture would fail their
+CUDA calls). A timing that sees no launch is refused, never reported.
 """
 
 from __future__ import annotations
