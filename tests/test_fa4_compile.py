@@ -163,3 +163,19 @@ def test_unsupported_fa4_version_fails_with_one_line(monkeypatch):
         build.require_fa4()
     msg = str(e.value)
     assert "4.0.0b99" in msg and "4.0.0b36" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("name, module", [("compile_fa4", "build"), ("record", "run"), ("sm90_runner", "run")])
+def test_the_packages_lazy_functions_pass_every_argument_through(monkeypatch, name, module):
+    """``fa4trace.fa4``'s functions import their module on first use and call it: positional
+    arguments included (`fa4trace record --impl fa4` passes the shape positionally; a wrapper
+    that took keywords only crashed it)."""
+    import importlib
+
+    from fa4trace import fa4
+
+    got = []
+    monkeypatch.setattr(importlib.import_module(f"fa4trace.fa4.{module}"), name,
+                        lambda *a, **kw: got.append((a, kw)) or "done")
+    assert getattr(fa4, name)("shape", schedule="fa3") == "done"
+    assert got == [(("shape",), {"schedule": "fa3"})]
