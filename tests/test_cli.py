@@ -90,6 +90,13 @@ def test_errors_are_one_line_and_nonzero(args, message, tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_missing_choice_option_is_one_line(bundles, tmp_path):
+    """click lists a missing option's choices one per line; the error stays one line."""
+    r = run("convert", str(bundles["pingpong"]), "-o", str(tmp_path / "x"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "Missing option '--to'. Choose from: perfetto, chrome (see: fa4trace convert --help)" in r.stderr
+
+
 def test_not_a_bundle_is_one_line(tmp_path):
     p = tmp_path / "x.parquet"
     p.write_bytes(os.urandom(100))

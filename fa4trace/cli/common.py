@@ -58,9 +58,9 @@ class OneLineErrors(click.Group):
             fail("aborted", EXIT_FAIL)
         except click.UsageError as e:
             hint = f" (see: {e.ctx.command_path} --help)" if e.ctx else ""
-            fail(f"{e.format_message()}{hint}", EXIT_USAGE)
+            fail(f"{one_line(e.format_message())}{hint}", EXIT_USAGE)
         except click.ClickException as e:
-            fail(e.format_message(), e.exit_code or EXIT_FAIL)
+            fail(one_line(e.format_message()), e.exit_code or EXIT_FAIL)
         except (Fa4traceError, ValueError, OSError, KeyError) as e:
             fail(first_line(e), EXIT_FAIL)
         except ImportError as e:  # an optional package imported past the checks (or broken)
@@ -72,6 +72,12 @@ class OneLineErrors(click.Group):
                 raise
             fail(f"unexpected {type(e).__name__}: {first_line(e)} (a bug in fa4trace: please report it; "
                  f"{DEBUG_ENV}=1 shows where it happened)", EXIT_FAIL)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: click lists a missing option's choices one per line
+    ("Choose from:\n\tperfetto,\n\tchrome"); an error is one line."""
+    return " ".join(text.split())
 
 
 def first_line(e: BaseException) -> str:
