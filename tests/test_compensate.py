@@ -193,6 +193,13 @@ def test_summary_and_text_hold_raw_beside_compensated():
     text = "\n".join(C.lines(s))
     assert "span handoff.wait" in text and "lag handoff" in text and "recorder recorder_smem" in text
     json.dumps(s)  # it goes into `summary --json`
+    # it says what it is, and how much of each figure it took away (the share its error grows with)
+    assert s["caveat"] == C.CAVEAT and C.CAVEAT in text and "an estimate, not a measurement" in text
+    rows = C.spans(trace, CAL)
+    wait = rows.filter(np.asarray(rows["name"].to_pylist()) == "handoff.wait")
+    share = 100 * wait["cost_ns"].to_numpy() / wait["raw_ns"].to_numpy()
+    assert 0 < w["subtracted_pct"] < 100 and w["subtracted_pct"] == pytest.approx(float(np.median(share)))
+    assert f"{w['subtracted_pct']:.0f}% subtracted" in text
 
 
 def test_which_calibration_a_bundle_takes(tmp_path):

@@ -53,6 +53,11 @@ FILE = "recorder_cost.json"  # what `fa4trace check` writes: {recorder: calibrat
 # events store their begin at once.
 HELD_FAMILIES = frozenset({"pipeline", "mma", "barrier", "tma"})
 _T_BITS = 41  # per-warp time offsets below 2**41 (cycles or ns: minutes) pack beside the warp id
+# What every compensated section says of itself: how far one cost per event holds is measured on
+# the known-answer kernels only (docs/compensation.md); on real kernels' dense traces few
+# compensated figures land within 2% of the lightest trace (BENCHMARKS, fidelity).
+CAVEAT = ("an estimate, not a measurement: one calibrated cost per event, off by more where more of "
+          "a figure is subtracted; take durations from passes (instrument(passes=True), record --script --passes) where they matter")
 
 
 @dataclass(frozen=True)
@@ -347,18 +352,22 @@ def _lag_table(t: _Trace, cal: Calibration) -> pa.Table:
 
 # ---- summary and text ------------------------------------------------------------------------------------
 def _per_name(table: pa.Table, key: str) -> dict:
-    """{name in ``key``: n, median and p90 raw and compensated, clamped} over ``table``'s rows."""
+    """{name in ``key``: n, median and p90 raw and compensated, clamped, and
+    ``subtracted_pct``: the median share of a raw figure that was subtracted (what its error
+    grows with: the estimate is of the recorder's time, not of the work)} over ``table``'s rows."""
     names = table[key].combine_chunks().dictionary_encode()
     codes = names.indices.to_numpy(zero_copy_only=False)
     raw, comp = table["raw_ns"].to_numpy().astype(np.float64), table["ns"].to_numpy()
+    cost = table["cost_ns"].to_numpy()
     clamped = table["clamped"].to_numpy(zero_copy_only=False)
+    share = np.where(raw > 0, 100.0 * np.minimum(cost, raw) / np.maximum(raw, 1.0), 0.0)
     out = {}
     for i, n in sorted(enumerate(names.dictionary.to_pylist()), key=lambda kv: kv[1]):
         m = codes == i
         r, v = raw[m], comp[m]
         out[n] = {"n": int(m.sum()), "raw_median_ns": float(np.median(r)), "median_ns": float(np.median(v)),
                   "raw_p90_ns": float(np.percentile(r, 90)), "p90_ns": float(np.percentile(v, 90)),
-                  "clamped": int(clamped[m].sum())}
+                  "clamped": int(clamped[m].sum()), "subtracted_pct": float(np.median(share[m]))}
     return out
 
 
@@ -367,7 +376,7 @@ def summary(trace: Trace, cal: Calibration) -> dict:
     median and p90 raw and compensated, how many came out negative (clamped at 0), and the
     calibration used. ``shown`` names the figures this section holds (compensated, raw beside)."""
     out = {"shown": "compensated (raw beside)", "recorder": cal.recorder, "calibration": cal.to_dict(),
-           "spans": {}, "lags": {}, "clamped": 0, "compensated": 0}
+           "caveat": CAVEAT, "spans": {}, "lags": {}, "clamped": 0, "compensated": 0}
     if trace.events.num_rows == 0:
         return out
     t = _Trace(trace, cal)
@@ -388,7 +397,7 @@ def summary_by_launch(trace: Trace, cal: Calibration, launch: int | None = None)
         one["launch"] = launch if launch is not None else (ids[0] if ids else 0)
         return one
     return {"shown": "compensated (raw beside), per launch", "recorder": cal.recorder, "calibration": cal.to_dict(),
-            "launch": None, "per_launch": [dict(summary(launch_of(trace, n), cal), launch=n) for n in ids]}
+            "caveat": CAVEAT, "launch": None, "per_launch": [dict(summary(launch_of(trace, n), cal), launch=n) for n in ids]}
 
 
 def lines(comp: dict) -> list[str]:
@@ -404,14 +413,16 @@ def lines(comp: dict) -> list[str]:
             f"{ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
             + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
             + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")
-    out = [head, "               median ns, compensated (raw); p90"]
+    out = [head, f"               {CAVEAT}", "               median ns, compensated (raw); p90; share of raw subtracted"]
     for one in comp.get("per_launch") or [comp]:
         if "per_launch" in comp:
             out.append(f"               launch {one['launch']}")
         for kind, table in (("span", one["spans"]), ("lag", one["lags"])):
             for name, d in table.items():
+                share = d.get("subtracted_pct")
                 out.append(f"               {kind} {name}: {d['median_ns']:.1f} ({d['raw_median_ns']:.1f}); "
-                           f"p90 {d['p90_ns']:.1f} ({d['raw_p90_ns']:.1f}); n {d['n']}"
+                           f"p90 {d['p90_ns']:.1f} ({d['raw_p90_ns']:.1f})"
+                           + (f"; {share:.0f}% subtracted" if share is not None else "") + f"; n {d['n']}"
                            + (f", {d['clamped']} clamped at 0" if d["clamped"] else ""))
         out.append(f"               {one['clamped']} of {one['compensated']} figures clamped at 0")
     return out
