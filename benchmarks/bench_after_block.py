@@ -1,0 +1,141 @@
+"""The first calls after an ``instrument()`` block: the block's, or any work's between calls?
+
+    python benchmarks/bench_after_block.py run -o benchmarks/results/after_block_h100.json   # GPU, JIT
+    python benchmarks/bench_after_block.py one fa4_fwd 45                                     # one case, a JSON line
+
+bench_instrument_program.py finds the first 5 plain calls right after a block 13 to 19% slower
+on host time than the 5 right before it, and calls 31-60 equal. This sets the block beside two
+controls in the same process, rotated round by round: CPU work of the block's own wall time
+(numpy over 256 MB and Python objects, no GPU, nothing of fa4trace), and nothing but one call.
+Per round: 30 calls right before, the thing, 30 calls right after; the first 5 of each side
+compared (median over the 5), and calls 11-30 (steady state). Each case runs in a process of its
+own (the library's torch API, caches warm, the traced builds kept from a first block: nothing
+compiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+CASES = ("fa4_fwd", "quack_rmsnorm", "quack_linear")
+KINDS = ("block", "cpu", "call")  # rotated in this order, round by round
+
+
+def one(case: str, rounds: int) -> dict:
+    """One case: per kind, the rounds' first-5 and calls 11-30 host-time change (%)."""
+    import numpy as np
+    import torch
+
+    import fa4trace
+    from bench_instrument_program import _host_us, _setup
+
+    fn, what = _setup(case)
+    for _ in range(20):
+        fn()
+    with fa4trace.instrument():  # compiles the traced builds; later blocks reuse them
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    with fa4trace.instrument():
+        fn()
+    block_s = time.perf_counter() - t
+    big = np.ones(32 << 20)  # 256 MB
+
+    def cpu_work():
+        end = time.perf_counter() + block_s
+        while time.perf_counter() < end:
+            big.sum()
+            [dict(a=i) for i in range(20000)]
+
+    def block():
+        with fa4trace.instrument():
+            fn()
+
+    run = {"block": block, "cpu": cpu_work, "call": fn}
+    res = {k: ([], []) for k in KINDS}
+    for r in range(rounds):
+        kind = KINDS[r % len(KINDS)]
+        pre = _host_us(fn, 30)
+        run[kind]()
+        post = _host_us(fn, 30)
+        res[kind][0].append(100 * (statistics.median(post[:5]) / statistics.median(pre[:5]) - 1))
+        res[kind][1].append(100 * (statistics.median(post[10:]) / statistics.median(pre[10:]) - 1))
+    return {"case": what, "block_s": round(block_s, 3),
+            **{k: {"first5_pct_median": round(statistics.median(v[0]), 1), "first5_pct": [round(x, 1) for x in v[0]],
+                   "calls11_30_pct_median": round(statistics.median(v[1]), 1)} for k, v in res.items()}}
+
+
+def rows_of(results: list[dict]) -> list[dict]:
+    """One row per case and kind."""
+    names = {"block": "instrument() block, one call", "cpu": "CPU work of the block's wall time",
+             "call": "one call (nothing else)"}
+    return [{"case": r["case"], "between": names[k], "rounds": len(r[k]["first5_pct"]),
+             "first5_pct": r[k]["first5_pct_median"],
+             "first5_spread": f"{min(r[k]['first5_pct']):+.1f}..{max(r[k]['first5_pct']):+.1f}",
+             "steady_pct": r[k]["calls11_30_pct_median"], "block_ms": round(1e3 * r["block_s"], 1)}
+            for r in results for k in KINDS]
+
+
+def write(results: list[dict], out: str, gpu: str, commit: str, command: str) -> None:
+    import datetime as dt
+
+    doc = {"area": "instrument-program",
+           "title": "The first calls after a block: instrument() beside CPU work of the same wall time",
+           "date": dt.date.today().isoformat(), "commit": commit, "gpu": gpu, "command": command,
+           "notes": (" ".join(__doc__.split("\n\n")[2].split()) + " First 5 after vs before %: the median over "
+                     "the rounds of that kind (spread: min..max); calls 11-30: the same, steady state."),
+           "columns": [["case", "case"], ["between", "between the 30 calls before and after"], ["rounds", "rounds"],
+                       ["first5_pct", "first 5 calls after vs before % (median)"], ["first5_spread", "rounds' spread"],
+                       ["steady_pct", "calls 11-30 after vs before %"], ["block_ms", "block wall time (ms)"]],
+           "rows": rows_of(results), "raw": results}
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("one", help="one case in this process: a JSON line")
+    o.add_argument("case", choices=CASES)
+    o.add_argument("rounds", type=int, nargs="?", default=45)
+    r = sub.add_parser("run", help="every case, each in its own process, into a result file")
+    r.add_argument("-o", "--output", required=True)
+    r.add_argument("--rounds", type=int, default=45)
+    r.add_argument("--gpu", default=None, help="the GPU's name for the file (default: torch's)")
+    s = sub.add_parser("rows", help="a result file from JSON lines `one` printed (measured elsewhere)")
+    s.add_argument("lines", nargs="+")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--gpu", required=True)
+    s.add_argument("--commit", required=True)
+    s.add_argument("--command", required=True)
+    a = ap.parse_args()
+    if a.cmd == "one":
+        print(json.dumps(one(a.case, a.rounds)))
+        return
+    if a.cmd == "rows":
+        results = [json.loads(ln) for p in a.lines for ln in Path(p).read_text().splitlines() if ln.startswith("{")]
+        write(results, a.output, a.gpu, a.commit, a.command)
+        return
+    results = []
+    for case in CASES:
+        p = subprocess.run([sys.executable, __file__, "one", case, str(a.rounds)], capture_output=True, text=True,
+                           check=True)
+        results.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=HERE).stdout.strip() or "not recorded"
+    write(results, a.output, a.gpu or torch.cuda.get_device_name(), commit,
+          f"python benchmarks/bench_after_block.py run --rounds {a.rounds} -o {a.output}")
+
+
+if __name__ == "__main__":
+    main()
