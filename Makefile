@@ -25,11 +25,14 @@ $(STAMP_APP): pyproject.toml | $(BIN)/python
 # with dependencies, so `pip check` is clean and nothing overrides what torch pins (a CUDA
 # torch's own triton satisfies the `fa4` extra's range; the CPU build brings none, so pip adds
 # one). `make test` runs `pip check` first, and tests/test_install.py too.
-# pip compiles every module's bytecode at install; keep it: where PYTHONDONTWRITEBYTECODE is set
-# (CI images often set it) --no-compile would leave every process compiling what it imports.
+# Bytecode: pip compiles one file at a time; compileall after the installs does it on every core.
+# It must be written at install: where PYTHONDONTWRITEBYTECODE is set (CI images often set it)
+# every process would otherwise compile what it imports. compileall exits 1 on the few files of
+# the packages that are not Python 3 (torch's py312-only helpers on 3.11, test fixtures): harmless.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[viewer,test,dsl,torch,fa4,ray]"
+	$(BIN)/python -m pip install -q --no-compile "torch==2.13.0"
+	$(BIN)/python -m pip install -q --no-compile -e ".[viewer,test,dsl,torch,fa4,ray]"
+	-$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1
 	touch $@
 
 app: $(STAMP_APP)
