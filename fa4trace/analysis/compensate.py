@@ -57,7 +57,8 @@ _T_BITS = 41  # per-warp time offsets below 2**41 (cycles or ns: minutes) pack b
 # the known-answer kernels only (docs/compensation.md); on real kernels' dense traces few
 # compensated figures land within 2% of the lightest trace (BENCHMARKS, fidelity).
 CAVEAT = ("an estimate, not a measurement: one calibrated cost per event, off by more where more of "
-          "a figure is subtracted; take durations from passes (instrument(passes=True), record --script --passes) where they matter")
+          "a figure is subtracted; take durations from passes (instrument(passes=True), "
+          "record --script --passes) where they matter")
 
 
 @dataclass(frozen=True)
@@ -397,7 +398,8 @@ def summary_by_launch(trace: Trace, cal: Calibration, launch: int | None = None)
         one["launch"] = launch if launch is not None else (ids[0] if ids else 0)
         return one
     return {"shown": "compensated (raw beside), per launch", "recorder": cal.recorder, "calibration": cal.to_dict(),
-            "caveat": CAVEAT, "launch": None, "per_launch": [dict(summary(launch_of(trace, n), cal), launch=n) for n in ids]}
+            "caveat": CAVEAT, "launch": None,
+            "per_launch": [dict(summary(launch_of(trace, n), cal), launch=n) for n in ids]}
 
 
 def lines(comp: dict) -> list[str]:
@@ -413,7 +415,8 @@ def lines(comp: dict) -> list[str]:
             f"{ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
             + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
             + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")
-    out = [head, f"               {CAVEAT}", "               median ns, compensated (raw); p90; share of raw subtracted"]
+    out = [head, f"               {CAVEAT}",
+           "               median ns, compensated (raw); p90; share of raw subtracted"]
     for one in comp.get("per_launch") or [comp]:
         if "per_launch" in comp:
             out.append(f"               launch {one['launch']}")
