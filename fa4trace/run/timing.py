@@ -321,9 +321,22 @@ def _spin(us: float, cycles_per_us: float) -> None:
     torch.cuda._sleep(max(1, int(us * cycles_per_us)))
 
 
-def _batch_probe(launch: Callable, cycles_per_us: float, k: int = 8) -> tuple[float, float]:
+def _probe_head(cycles_per_us: float) -> Callable[[list], None]:
+    """What a probe's interval is queued behind: a 2 ms spin."""
+    return lambda order: _spin(2000.0, cycles_per_us)
+
+
+def _empty_us(cycles_per_us: float) -> float:
+    """Device time of a probe's interval that holds no launch: what ``_batch_probe`` sets its
+    launches' time against."""
+    (empty,) = _round_us([lambda: None], _probe_head(cycles_per_us))
+    return empty
+
+
+def _batch_probe(launch: Callable, cycles_per_us: float, empty_us: float, k: int = 8) -> tuple[float, float]:
     """(host µs to queue one launch, device µs per launch) from ``k`` launches queued behind a
-    2 ms spin."""
+    2 ms spin; ``LaunchNotSeenError`` where they add less than ``MIN_LAUNCH_US`` each to
+    ``empty_us`` (``_empty_us``)."""
     holder = {}
 
     def batch():
@@ -332,12 +345,10 @@ def _batch_probe(launch: Callable, cycles_per_us: float, k: int = 8) -> tuple[fl
             launch()
         holder["host"] = (time.perf_counter() - t0) * 1e6 / k
 
-    head = lambda order: _spin(2000.0, cycles_per_us)  # noqa: E731
-    (dev,) = _round_us([batch], head)
-    (empty,) = _round_us([lambda: None], head)
-    if dev - empty < MIN_LAUNCH_US * k:
-        raise LaunchNotSeenError(f"{k} launches took {dev - empty:.2f} µs of the timed stream beyond none: they ran "
-                                 "on a stream of their own")
+    (dev,) = _round_us([batch], _probe_head(cycles_per_us))
+    if dev - empty_us < MIN_LAUNCH_US * k:
+        raise LaunchNotSeenError(f"{k} launches took {dev - empty_us:.2f} µs of the timed stream beyond none: they "
+                                 "ran on a stream of their own")
     return holder["host"], dev / k
 
 
@@ -366,8 +377,9 @@ def _batch_rounds(plain, traced, target_us, max_launches, rounds, budget_s) -> d
     traced()
     torch.cuda.synchronize()
     rate = _sleep_cycles_per_us()
-    host_us, per_us = _batch_probe(plain, rate)
-    host_us = max(host_us, _batch_probe(traced, rate)[0])  # the traced call may convert its buffer too
+    empty = _empty_us(rate)
+    host_us, per_us = _batch_probe(plain, rate, empty)
+    host_us = max(host_us, _batch_probe(traced, rate, empty)[0])  # the traced call may convert its buffer too
     n = launches_for(per_us, target_us, max_launches)
 
     def plain_n():
