@@ -85,19 +85,24 @@ def rows_of(results: list[dict]) -> list[dict]:
             for r in results for k in KINDS]
 
 
-def write(results: list[dict], out: str, gpu: str, commit: str, command: str) -> None:
-    import datetime as dt
+def write(results: list[dict], out: str, *, gpu: str | None = None, commit: str | None = None,
+          command: str | None = None) -> None:
+    """The result file (``fa4trace.bench.results``' envelope); ``gpu``, ``commit`` and
+    ``command`` default to this machine's, this checkout's and this process's."""
+    from fa4trace.bench import results as R
 
-    doc = {"area": "instrument-program",
-           "title": "The first calls after a block: instrument() beside CPU work of the same wall time",
-           "date": dt.date.today().isoformat(), "commit": commit, "gpu": gpu, "command": command,
-           "notes": (" ".join(__doc__.split("\n\n")[2].split()) + " First 5 after vs before %: the median over "
-                     "the rounds of that kind (spread: min..max); calls 11-30: the same, steady state."),
-           "columns": [["case", "case"], ["between", "between the 30 calls before and after"], ["rounds", "rounds"],
-                       ["first5_pct", "first 5 calls after vs before % (median)"], ["first5_spread", "rounds' spread"],
-                       ["steady_pct", "calls 11-30 after vs before %"], ["block_ms", "block wall time (ms)"]],
-           "rows": rows_of(results), "raw": results}
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    doc = R.envelope(
+        "instrument-program", "The first calls after a block: instrument() beside CPU work of the same wall time",
+        rows_of(results), gpu=gpu, command=command,
+        notes=(" ".join(__doc__.split("\n\n")[2].split()) + " First 5 after vs before %: the median over the rounds "
+               "of that kind (spread: min..max); calls 11-30: the same, steady state."),
+        columns=[["case", "case"], ["between", "between the 30 calls before and after"], ["rounds", "rounds"],
+                 ["first5_pct", "first 5 calls after vs before % (median)"], ["first5_spread", "rounds' spread"],
+                 ["steady_pct", "calls 11-30 after vs before %"], ["block_ms", "block wall time (ms)"]],
+        raw=results)
+    if commit:
+        doc["commit"] = commit
+    R.write(out, doc)
 
 
 def main() -> None:
@@ -122,19 +127,14 @@ def main() -> None:
         return
     if a.cmd == "rows":
         results = [json.loads(ln) for p in a.lines for ln in Path(p).read_text().splitlines() if ln.startswith("{")]
-        write(results, a.output, a.gpu, a.commit, a.command)
+        write(results, a.output, gpu=a.gpu, commit=a.commit, command=a.command)
         return
     results = []
     for case in CASES:
         p = subprocess.run([sys.executable, __file__, "one", case, str(a.rounds)], capture_output=True, text=True,
                            check=True)
         results.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    import torch
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip() or "not recorded"
-    write(results, a.output, a.gpu or torch.cuda.get_device_name(), commit,
-          f"python benchmarks/bench_after_block.py run --rounds {a.rounds} -o {a.output}")
+    write(results, a.output, gpu=a.gpu)
 
 
 if __name__ == "__main__":
