@@ -8,7 +8,10 @@ on host time than the 5 right before it, and calls 31-60 equal. This sets the bl
 controls in the same process, rotated round by round: CPU work of the block's own wall time
 (numpy over 256 MB and Python objects, no GPU, nothing of fa4trace), and nothing but one call.
 Per round: 30 calls right before, the thing, 30 calls right after; the first 5 of each side
-compared (median over the 5), and calls 11-30 (steady state). Each case runs in a process of its
+compared (median over the 5), and calls 11-30 (steady state). Two more kinds take the block
+apart: the block entered and left with no call inside (its patches, cache swaps and heap walk,
+no GPU work), and the GPU work a block adds without any of fa4trace (the call captured in a
+CUDA graph, replayed 3 times, freed: the plain twin's timing does as much). Each case runs in a process of its
 own (the library's torch API, caches warm, the traced builds kept from a first block: nothing
 compiles).
 """
@@ -27,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 CASES = ("fa4_fwd", "quack_rmsnorm", "quack_linear")
-KINDS = ("block", "cpu", "call")  # rotated in this order, round by round
+KINDS = ("block", "cpu", "call", "empty", "graph")  # rotated in this order, round by round
 
 
 def one(case: str, rounds: int) -> dict:
@@ -36,7 +39,7 @@ def one(case: str, rounds: int) -> dict:
     import torch
 
     import fa4trace
-    from bench_instrument_program import _host_us, _setup
+    from bench_instrument_program import _graph, _host_us, _setup
 
     fn, what = _setup(case)
     for _ in range(20):
@@ -60,8 +63,19 @@ def one(case: str, rounds: int) -> dict:
         with fa4trace.instrument():
             fn()
 
-    run = {"block": block, "cpu": cpu_work, "call": fn}
-    res = {k: ([], []) for k in KINDS}
+    def empty():
+        with fa4trace.instrument():
+            pass
+
+    def graph():
+        g = _graph(fn)
+        for _ in range(3):
+            g.replay()
+        torch.cuda.synchronize()
+        del g
+
+    run = {"block": block, "cpu": cpu_work, "call": fn, "empty": empty, "graph": graph}
+    res = {k: ([], [], []) for k in KINDS}
     for r in range(rounds):
         kind = KINDS[r % len(KINDS)]
         pre = _host_us(fn, 30)
@@ -69,20 +83,25 @@ def one(case: str, rounds: int) -> dict:
         post = _host_us(fn, 30)
         res[kind][0].append(100 * (statistics.median(post[:5]) / statistics.median(pre[:5]) - 1))
         res[kind][1].append(100 * (statistics.median(post[10:]) / statistics.median(pre[10:]) - 1))
+        res[kind][2].append([100 * (post[i] / statistics.median(pre[10:]) - 1) for i in range(5)])
     return {"case": what, "block_s": round(block_s, 3),
             **{k: {"first5_pct_median": round(statistics.median(v[0]), 1), "first5_pct": [round(x, 1) for x in v[0]],
-                   "calls11_30_pct_median": round(statistics.median(v[1]), 1)} for k, v in res.items()}}
+                   "calls11_30_pct_median": round(statistics.median(v[1]), 1),
+                   "each_of_first5_pct_median": [round(statistics.median(c), 1) for c in zip(*v[2])]}
+               for k, v in res.items()}}
 
 
 def rows_of(results: list[dict]) -> list[dict]:
     """One row per case and kind."""
     names = {"block": "instrument() block, one call", "cpu": "CPU work of the block's wall time",
-             "call": "one call (nothing else)"}
+             "call": "one call (nothing else)", "empty": "instrument() block, no call inside",
+             "graph": "the call captured in a CUDA graph, replayed 3 times (no fa4trace)"}
     return [{"case": r["case"], "between": names[k], "rounds": len(r[k]["first5_pct"]),
              "first5_pct": r[k]["first5_pct_median"],
              "first5_spread": f"{min(r[k]['first5_pct']):+.1f}..{max(r[k]['first5_pct']):+.1f}",
+             "each_pct": " ".join(f"{x:+.0f}" for x in r[k].get("each_of_first5_pct_median", [])) or "-",
              "steady_pct": r[k]["calls11_30_pct_median"], "block_ms": round(1e3 * r["block_s"], 1)}
-            for r in results for k in KINDS]
+            for r in results for k in KINDS if k in r]
 
 
 def write(results: list[dict], out: str, *, gpu: str | None = None, commit: str | None = None,
@@ -98,6 +117,7 @@ def write(results: list[dict], out: str, *, gpu: str | None = None, commit: str 
                "of that kind (spread: min..max); calls 11-30: the same, steady state."),
         columns=[["case", "case"], ["between", "between the 30 calls before and after"], ["rounds", "rounds"],
                  ["first5_pct", "first 5 calls after vs before % (median)"], ["first5_spread", "rounds' spread"],
+                 ["each_pct", "calls 1..5 after, each vs calls 11-30 before %"],
                  ["steady_pct", "calls 11-30 after vs before %"], ["block_ms", "block wall time (ms)"]],
         raw=results)
     if commit:
@@ -110,10 +130,10 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("one", help="one case in this process: a JSON line")
     o.add_argument("case", choices=CASES)
-    o.add_argument("rounds", type=int, nargs="?", default=45)
+    o.add_argument("rounds", type=int, nargs="?", default=75)
     r = sub.add_parser("run", help="every case, each in its own process, into a result file")
     r.add_argument("-o", "--output", required=True)
-    r.add_argument("--rounds", type=int, default=45)
+    r.add_argument("--rounds", type=int, default=75)
     r.add_argument("--gpu", default=None, help="the GPU's name for the file (default: torch's)")
     s = sub.add_parser("rows", help="a result file from JSON lines `one` printed (measured elsewhere)")
     s.add_argument("lines", nargs="+")
