@@ -111,7 +111,7 @@ def write(results: list[dict], out: str, *, gpu: str | None = None, commit: str 
     from fa4trace.bench import results as R
 
     doc = R.envelope(
-        "instrument-program", "The first calls after a block: instrument() beside CPU work of the same wall time",
+        "instrument-program", "The first calls after a block: instrument() beside other pauses in a loop of calls",
         rows_of(results), gpu=gpu, command=command,
         notes=(" ".join(__doc__.split("\n\n")[2].split()) + " First 5 after vs before %: the median over the rounds "
                "of that kind (spread: min..max); calls 11-30: the same, steady state."),
