@@ -7,11 +7,13 @@ bench_instrument_program.py finds the first 5 plain calls right after a block 13
 on host time than the 5 right before it, and calls 31-60 equal. This sets the block beside two
 controls in the same process, rotated round by round: CPU work of the block's own wall time
 (numpy over 256 MB and Python objects, no GPU, nothing of fa4trace), and nothing but one call.
-Per round: 30 calls right before, the thing, 30 calls right after; the first 5 of each side
-compared (median over the 5), and calls 11-30 (steady state). Two more kinds take the block
+Per round: 60 calls right before, the thing, 60 calls right after; the first 5 of each side
+compared (median over the 5), and calls 11-60 (steady state; its 95% interval: a bootstrap over
+the rounds). Two more kinds take the block
 apart: the block entered and left with no call inside (its patches, cache swaps and heap walk,
 no GPU work), and the GPU work a block adds without any of fa4trace (the call captured in a
-CUDA graph, replayed 3 times, freed: the plain twin's timing does as much). Each case runs in a process of its
+CUDA graph, replayed 3 times, freed: the plain twin's timing does as much; not for the forward +
+backward, which autograd runs outside a graph). Each case runs in a process of its
 own (the library's torch API, caches warm, the traced builds kept from a first block: nothing
 compiles).
 """
@@ -29,12 +31,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-CASES = ("fa4_fwd", "quack_rmsnorm", "quack_linear")
+CASES = ("fa4_fwd", "fa4_fwd_bwd", "quack_rmsnorm", "quack_linear")
+CALLS = 60  # calls right before and right after the thing, per round
 KINDS = ("block", "cpu", "call", "empty", "graph")  # rotated in this order, round by round
 
 
 def one(case: str, rounds: int) -> dict:
-    """One case: per kind, the rounds' first-5 and calls 11-30 host-time change (%)."""
+    """One case: per kind, the rounds' first-5 and calls 11-60 host-time change (%)."""
     import numpy as np
     import torch
 
@@ -75,20 +78,31 @@ def one(case: str, rounds: int) -> dict:
         del g
 
     run = {"block": block, "cpu": cpu_work, "call": fn, "empty": empty, "graph": graph}
-    res = {k: ([], [], []) for k in KINDS}
+    kinds = tuple(k for k in KINDS if k != "graph" or case != "fa4_fwd_bwd")
+    res = {k: ([], [], []) for k in kinds}
     for r in range(rounds):
-        kind = KINDS[r % len(KINDS)]
-        pre = _host_us(fn, 30)
+        kind = kinds[r % len(kinds)]
+        pre = _host_us(fn, CALLS)
         run[kind]()
-        post = _host_us(fn, 30)
+        post = _host_us(fn, CALLS)
         res[kind][0].append(100 * (statistics.median(post[:5]) / statistics.median(pre[:5]) - 1))
         res[kind][1].append(100 * (statistics.median(post[10:]) / statistics.median(pre[10:]) - 1))
         res[kind][2].append([100 * (post[i] / statistics.median(pre[10:]) - 1) for i in range(5)])
     return {"case": what, "block_s": round(block_s, 3),
             **{k: {"first5_pct_median": round(statistics.median(v[0]), 1), "first5_pct": [round(x, 1) for x in v[0]],
-                   "calls11_30_pct_median": round(statistics.median(v[1]), 1),
+                   "steady_pct_median": round(statistics.median(v[1]), 1),
+                   "steady_pct_ci95": [round(x, 1) for x in _median_ci(v[1])],
                    "each_of_first5_pct_median": [round(statistics.median(c), 1) for c in zip(*v[2])]}
                for k, v in res.items()}}
+
+
+def _median_ci(xs: list, draws: int = 2000) -> tuple:
+    """95% interval of the median of ``xs`` (a bootstrap over them, seeded)."""
+    import random
+
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
+    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
 
 
 def rows_of(results: list[dict]) -> list[dict]:
@@ -100,7 +114,9 @@ def rows_of(results: list[dict]) -> list[dict]:
              "first5_pct": r[k]["first5_pct_median"],
              "first5_spread": f"{min(r[k]['first5_pct']):+.1f}..{max(r[k]['first5_pct']):+.1f}",
              "each_pct": " ".join(f"{x:+.0f}" for x in r[k].get("each_of_first5_pct_median", [])) or "-",
-             "steady_pct": r[k]["calls11_30_pct_median"], "block_ms": round(1e3 * r["block_s"], 1)}
+             "steady_pct": r[k]["steady_pct_median"],
+             "steady_ci": "{:+.1f}..{:+.1f}".format(*r[k]["steady_pct_ci95"]) if "steady_pct_ci95" in r[k] else "-",
+             "block_ms": round(1e3 * r["block_s"], 1)}
             for r in results for k in KINDS if k in r]
 
 
@@ -114,11 +130,12 @@ def write(results: list[dict], out: str, *, gpu: str | None = None, commit: str 
         "instrument-program", "The first calls after a block: instrument() beside other pauses in a loop of calls",
         rows_of(results), gpu=gpu, command=command,
         notes=(" ".join(__doc__.split("\n\n")[2].split()) + " First 5 after vs before %: the median over the rounds "
-               "of that kind (spread: min..max); calls 11-30: the same, steady state."),
-        columns=[["case", "case"], ["between", "between the 30 calls before and after"], ["rounds", "rounds"],
+               "of that kind (spread: min..max); calls 11-60: the same, steady state."),
+        columns=[["case", "case"], ["between", f"between the {CALLS} calls before and after"], ["rounds", "rounds"],
                  ["first5_pct", "first 5 calls after vs before % (median)"], ["first5_spread", "rounds' spread"],
-                 ["each_pct", "calls 1..5 after, each vs calls 11-30 before %"],
-                 ["steady_pct", "calls 11-30 after vs before %"], ["block_ms", "block wall time (ms)"]],
+                 ["each_pct", "calls 1..5 after, each vs calls 11-60 before %"],
+                 ["steady_pct", "calls 11-60 after vs before % (median)"], ["steady_ci", "its 95% interval"],
+                 ["block_ms", "block wall time (ms)"]],
         raw=results)
     if commit:
         doc["commit"] = commit
@@ -130,10 +147,10 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("one", help="one case in this process: a JSON line")
     o.add_argument("case", choices=CASES)
-    o.add_argument("rounds", type=int, nargs="?", default=75)
+    o.add_argument("rounds", type=int, nargs="?", default=100)
     r = sub.add_parser("run", help="every case, each in its own process, into a result file")
     r.add_argument("-o", "--output", required=True)
-    r.add_argument("--rounds", type=int, default=75)
+    r.add_argument("--rounds", type=int, default=100)
     r.add_argument("--gpu", default=None, help="the GPU's name for the file (default: torch's)")
     s = sub.add_parser("rows", help="a result file from JSON lines `one` printed (measured elsewhere)")
     s.add_argument("lines", nargs="+")

@@ -5,6 +5,7 @@ docs name no missing script, and a CPU benchmark's --json is a result file repor
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -212,3 +213,23 @@ def test_decode_recorder_parts_times_a_before_build_in_the_same_rounds(tmp_path,
     assert order == ["then", "now", "now", "then"]  # the earlier build first in odd rounds, second in even
     got = {r["part"]: r["cost_pct"] for r in rows}
     assert got == {"the recorder as shipped": 10.0, "the recorder as shipped (before)": 20.0}
+
+
+def test_bench_after_block_rows_name_each_kind_with_its_interval(tmp_path):
+    ab = _load(BENCH / "bench_after_block.py")
+    xs = [float(i) for i in range(1, 11)] + [50.0]
+    lo, hi = ab._median_ci(xs)
+    assert lo <= 6.0 <= hi < 10.0  # an outlier round does not carry the median's interval
+    kind = {"first5_pct_median": 20.0, "first5_pct": [10.0, 30.0], "steady_pct_median": 1.0,
+            "steady_pct_ci95": [-0.5, 2.5], "each_of_first5_pct_median": [200.0, 40.0, 20.0, 10.0, 5.0]}
+    fwd = {"case": "fwd", "block_s": 0.02, **{k: kind for k in ab.KINDS}}
+    bwd = {"case": "fwd+bwd", "block_s": 0.03, **{k: kind for k in ab.KINDS if k != "graph"}}
+    rows = ab.rows_of([fwd, bwd])
+    assert [r["case"] for r in rows].count("fwd") == len(ab.KINDS) and [r["case"] for r in rows].count("fwd+bwd") == 4
+    r = rows[0]
+    assert r["steady_ci"] == "-0.5..+2.5" and r["each_pct"] == "+200 +40 +20 +10 +5" and r["first5_spread"] == "+10.0..+30.0"
+    out = tmp_path / "ab.json"
+    ab.write([fwd, bwd], str(out), gpu="none: test", commit="abc", command="python x.py")
+    doc = json.loads(out.read_text())
+    assert doc["area"] == "instrument-program" and doc["commit"] == "abc" and len(doc["rows"]) == 9
+    assert {c[0] for c in doc["columns"]} >= {"steady_pct", "steady_ci", "each_pct"}
