@@ -19,9 +19,12 @@ decode, whose CTAs wait on each other; every warp), each launch starting from a 
 * the dense build (every family; FA4 also its softmax and rescale spans) with passes
   (``Instrumented`` with ``RecordOptions.passes``: the launch replayed from the same memory with
   the lifetimes-only build, then one family at a time, then the named spans alone; the tma
-  pass is left out: its events are instants and report no figure a lighter pass does not);
-* every pass build again, twice, each in its own launch (the references), and the dense build
-  with one warp per warpgroup recording, twice; each reference recorded as ``instrument()``
+  pass is left out: its events are instants and report no figure a lighter pass does not),
+  each pass replayed ``--launches`` times (default 3; ``RecordOptions.pass_launches``) and
+  read over those launches together;
+* every pass build again, twice, each time ``--launches`` launches read together (the
+  references), and the dense build with one warp per warpgroup recording, twice alike; each
+  reference recorded as ``instrument()``
   records by default (checked: the plain build runs right before it, as before the dense launch),
   so that it starts from the GPU state, and SM clock, the passes start from.
 
@@ -33,7 +36,7 @@ takes from the lightest pass of the bundle; (b) **compensated**: the dense trace
 less the recorder's own cost (fa4trace.analysis.compensate, calibrated in the same run with the
 known-answer kernels, fa4trace.probes.known_answer.calibrate), every other figure as recorded,
 which is what ``fa4trace summary --compensate`` shows; (c) **raw** dense. The noise of each figure
-is the reference build's second launch against its first: a figure noisier than 2% is
+is the reference build's second set of launches against its first: a figure noisier than 2% is
 "noise-limited" and not judged. Per figure the median over rounds; per kernel the share of
 judged figures within 2% (target: 80%, for (a) or (b)).
 
@@ -111,8 +114,8 @@ MODES = ("passes", "compensated", "raw")
 LEAD = "dense, lead warps"  # the reference of last resort: the dense build, one warp per warpgroup
 CALIBRATION_JOB = "calibration"
 RECORDER = "segment_smem"  # the recorder of the builds measured here (fa4trace.analysis.compensate.recorder_of)
-DEFAULTS = {"rounds": 3, "cost_rounds": 5, "replays": 10}
-QUICK = {"rounds": 1, "cost_rounds": 3, "replays": 5}
+DEFAULTS = {"rounds": 3, "cost_rounds": 5, "replays": 10, "launches": 3}
+QUICK = {"rounds": 1, "cost_rounds": 3, "replays": 5, "launches": 1}
 DEADLINE_S = 420.0  # start no round that would end later than this (the run's budget is 8 minutes)
 # recording configurations of the perturbation line: what records in each
 CONFIGS = {"default": "instrument() default", "sample": "fidelity sample", "every CTA": "every CTA"}
@@ -575,6 +578,9 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
     cost_rows = aggregate_costs(costs)
     extra = dict(extra or {}, bench_fidelity_format=FORMAT, complete=complete)
     part = "" if complete else PARTIAL
+    n = int((extra.get("plan") or {}).get("launches", 1))
+    launches = (f" Each pass and each reference: {n} launches of the call per round, its figures read over them "
+                "together (fa4trace.analysis.passes; instrument(pass_launches=...)), the noise too." if n > 1 else "")
     docs = {
         "fidelity-error": (
             "Fidelity figure by figure: what fa4trace shows of a dense recording against the lightest trace", metrics,
@@ -585,9 +591,9 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             "launch that reports it (fewest events per recorded CTA, checked against the plain build as instrument() does, "
             "so that it starts from the passes' GPU state; 'dense, lead warps': one warp per warpgroup, set "
             "against the shown trace's same warps). noise: that reference's second launch against its first; judged "
-            "where the noise is at most 2%. Medians over rounds." + part,
+            "where the noise is at most 2%. Medians over rounds." + launches + part,
             {"rounds_detail": per_round}),
-        "fidelity-shown": (SHOWN_TITLE, shown, SHOWN_COLUMNS, SHOWN_NOTES + part, {}),
+        "fidelity-shown": (SHOWN_TITLE, shown, SHOWN_COLUMNS, SHOWN_NOTES + launches + part, {}),
         "perturbation-line": (
             "The perturbation line against the graph-timed launch cost", line_rows, LINE_COLUMNS, LINE_NOTES + part, {}),
         "fidelity": (
@@ -996,17 +1002,20 @@ def _instrumented(build: Build, options, *, plain=None, recompile=None):
     return Instrumented(build.fn, build.vocab, dict(build.meta), plain=plain, options=options, recompile=recompile)
 
 
-def record(case: Case, build: str, options, config: dict):
-    """One launch of ``build`` on input set 0, as ``options`` say (the references: checked
-    against the plain build, not timed): its bundle."""
+def record(case: Case, build: str, options, config: dict, launches: int = 1):
+    """``launches`` launches of ``build`` on input set 0, as ``options`` say (the references:
+    checked against the plain build, not timed): one bundle of them, whose figures are read
+    over them together, as a pass replayed ``launches`` times is."""
     k = _instrumented(case.builds[build], options, plain=case.builds["dense"].plain)
-    k(*case.args(0))
+    for _ in range(launches):
+        k(*case.args(0))
     return k.trace(config=config)
 
 
-def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
+def fidelity_round(case: Case, r: int, launches: int = 1) -> tuple[dict, dict]:
     """One round of a fidelity kernel on the GPU: (the analysis task: the dense recording with its
-    passes and the references, each twice; {configuration: one-launch bundle} for the line)."""
+    passes, each pass ``launches`` times, and the references, each twice, each of ``launches``
+    launches; {configuration: one-launch bundle} for the line)."""
     from dataclasses import replace
 
     from fa4trace.analysis.passes import DENSE, pass_traces
@@ -1018,7 +1027,8 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
     passes = tuple(b for b in PASS_BUILDS if b in case.builds)
     cfg = {"kernel": case.kernel, "shape": case.shape, "round": r}
     k = _instrumented(dense, RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity),
-                                           check=True, passes=passes), plain=dense.plain, recompile=prebuilt(case.builds))
+                                           check=True, passes=passes, pass_launches=launches),
+                     plain=dense.plain, recompile=prebuilt(case.builds))
     k(*case.args(0))
     bundle = k.trace(config=dict(cfg, recording="dense with passes"))
     # the references are recorded as instrument() records by default: the plain build runs
@@ -1034,8 +1044,8 @@ def fidelity_round(case: Case, r: int) -> tuple[dict, dict]:
     refs[LEAD] = []
     for _ in range(2):  # first launches of every build, then the second ones
         for b in passes:
-            refs[b].append(record(case, b, ref_opts, dict(cfg, build=b)))
-        refs[LEAD].append(record(case, "dense", lead_opts, dict(cfg, build="dense", warps=list(lw))))
+            refs[b].append(record(case, b, ref_opts, dict(cfg, build=b), launches))
+        refs[LEAD].append(record(case, "dense", lead_opts, dict(cfg, build="dense", warps=list(lw)), launches))
     lines = {"sample": pass_traces(bundle)[DENSE]}
     for config, opts in line_options(case).items():
         kk = _instrumented(dense, opts, plain=dense.plain)
@@ -1290,6 +1300,7 @@ class Plan(NamedTuple):
     jobs: list
     files: dict
     deadline_s: float
+    launches: int = 1  # launches of each pass and of each reference per round (RecordOptions.pass_launches)
 
 
 def plan_of(a) -> Plan:
@@ -1299,9 +1310,10 @@ def plan_of(a) -> Plan:
     rounds = a.rounds if a.rounds is not None else q["rounds"]
     cost_rounds = a.cost_rounds if a.cost_rounds is not None else q["cost_rounds"]
     replays = a.replays if a.replays is not None else q["replays"]
+    launches = a.launches if a.launches is not None else q["launches"]
     jobs = [] if a.jit else build_jobs(kernels)
     files = {k: str(v) for k, v in result_paths(a.json).items()} if a.json else {}
-    return Plan(kernels, rounds, cost_rounds, replays, jobs, files, a.deadline_s)
+    return Plan(kernels, rounds, cost_rounds, replays, jobs, files, a.deadline_s, launches)
 
 
 class Collected:
@@ -1389,7 +1401,7 @@ def run(plan: Plan, *, json_base: str | None, save: str | None, workers: int, an
     got = Collected(json_base, merge, log)
     got.gpu = gpu_name()
     got.extra.update(plan={"kernels": plan.kernels, "rounds": plan.rounds, "cost_rounds": plan.cost_rounds,
-                           "replays": plan.replays}, arch=arch)
+                           "replays": plan.replays, "launches": plan.launches}, arch=arch)
     log(f"{got.gpu}: {', '.join(plan.kernels)}; {plan.rounds} rounds")
 
     def over(estimate_s: float) -> bool:
@@ -1439,7 +1451,7 @@ def run(plan: Plan, *, json_base: str | None, save: str | None, workers: int, an
                         log(f"{NAMES[key]}: builds ready at {time.monotonic() - start:.0f} s")
                     case = cases[key]
                     t1 = time.monotonic()
-                    task, bundles = fidelity_round(case, r)
+                    task, bundles = fidelity_round(case, r, plan.launches)
                     task.update(cal=cal, save=save if save and r == 0 else None)
                     analysis.submit(task)
                     try:
@@ -1506,6 +1518,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--rounds", type=int, default=None, help="rounds of the whole measurement (median reported)")
     r.add_argument("--cost-rounds", type=int, default=None, help="interleaved rounds of each graph timing")
     r.add_argument("--replays", type=int, default=None, help="graph replays per timing")
+    r.add_argument("--launches", type=int, default=None,
+                   help="launches of each pass and of each reference per round, read together")
     r.add_argument("--json", default=None, metavar="P", help="result files P, P_shown, P_line, P_cost (rewritten "
                                                              "after every step)")
     r.add_argument("--merge", action="store_true", help="keep the rows of kernels not measured here from the files "
@@ -1585,7 +1599,7 @@ def main(argv=None) -> None:
             ap.error(f"unknown build(s) {', '.join(sorted(set(builds) - known))}; choose from {', '.join(sorted(known))}")
         compile_only(kernels, builds)
         return
-    for name in ("rounds", "cost_rounds", "replays"):
+    for name in ("rounds", "cost_rounds", "replays", "launches"):
         v = getattr(a, name)
         if v is not None and v < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -189,3 +189,26 @@ def test_summary_shows_each_call_or_the_one_of_the_launch_asked_for(two_calls, t
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert [x["call"] for x in s["passes"]] == [1]
+
+
+@pytest.fixture(scope="module")
+def repeated():
+    """One call whose lifetimes pass replayed it three times: mma waits of 290, 300 and 310 ns."""
+    parts = [("dense", _launch(0, mma_ns=330, load_ns=420))]
+    parts += [("lifetimes", _launch(i, lambda n: n.startswith("mma."), mma_ns=ns)) for i, ns in ((1, 290), (2, 300),
+                                                                                                (3, 310))]
+    meta = dict(parts[0][1][1], launches=[{"pass": p, "call": 0} for p, _ in parts])
+    return Trace.from_launches([d for _, (d, _m, _v) in parts], meta, vocab=parts[0][1][2])
+
+
+def test_a_pass_replayed_several_times_is_read_over_all_its_launches(repeated):
+    s = P.sourced_figures(repeated)
+    assert [(p["pass"], p["launches"]) for p in s["passes"]] == [("lifetimes", 3), ("dense", 1)]
+    f = s["figures"]["span.mma.wait.median_ns"]
+    alone = [P.sourced_figures(P.select_launches(repeated, [0, i]))["figures"]["span.mma.wait.median_ns"]["value"]
+             for i in (1, 2, 3)]
+    assert alone[0] < alone[1] < alone[2]
+    assert f["pass"] == "lifetimes" and f["value"] == pytest.approx(alone[1])  # the median over the three launches
+    cta = s["figures"]["cta.median_ns"]["value"]  # every CTA of each launch, launches kept apart
+    assert cta == pytest.approx(trace_metrics(P.select_launches(repeated, [2]))["cta.median_ns"], rel=0.05)
+    assert "lifetimes " in P.figures_lines(s)[0] and "(3 launches)" in P.figures_lines(s)[0]

@@ -189,6 +189,35 @@ def test_a_pass_that_fails_is_left_out_and_a_wrong_one_is_named(cpu, capsys):
     assert err.count("pass pipeline's out differ") == 2
 
 
+def test_each_pass_replays_the_call_pass_launches_times_from_the_same_bytes(cpu):
+    recompile, compiled = pass_builds(cpu, no_launch=("barrier",))
+    opts = R.RecordOptions(Sampling(ctas=1), passes=("lifetimes", "pipeline", "barrier"), twin=False, pass_launches=3)
+    k = R.Instrumented(accumulate(cpu, "traced"), None, META, plain=accumulate(cpu, "plain"), options=opts,
+                       recompile=recompile)
+    x, out = torch.arange(8.0) + 1, torch.full((8,), 100.0)
+    k(x, out)
+    ran = [e for e in cpu if isinstance(e, tuple)]
+    # three launches of each pass, each from the memory before the call; a pass that does not
+    # launch is tried once and left out
+    assert ran == [("lifetimes", 100.0)] * 3 + [("pipeline", 100.0)] * 3 + [("barrier", 100.0)]
+    assert torch.equal(out, 100.0 + x)
+    assert [c[0] for c in compiled] == ["lifetimes", "pipeline", "barrier"]  # one compile per pass
+    assert [r.info.get("pass") for r in k._launches] == ["dense"] + ["lifetimes"] * 3 + ["pipeline"] * 3
+    assert all(r.info["call"] == 0 and r.info.get("checked") in (None, True) for r in k._launches)
+    pm = k.passes_meta()
+    assert [(p["pass"], p["launches"]) for p in pm["passes"]] == [("dense", 1), ("lifetimes", 3), ("pipeline", 3)]
+    assert pm["passes_skipped"]["barrier"].startswith("did not launch")
+
+
+@pytest.mark.parametrize("bad", [0, 65, True, 2.0, "2"])
+def test_pass_launches_is_a_whole_number_from_1_to_64_with_passes(bad):
+    with pytest.raises(ValueError, match=r"pass_launches must be a whole number from 1 to 64; got"):
+        R.RecordOptions(passes=R.PASSES, pass_launches=bad)
+    with pytest.raises(ValueError, match="pass_launches goes with passes"):
+        R.RecordOptions(pass_launches=2)
+    assert R.RecordOptions(passes=R.PASSES, pass_launches=64).pass_launches == 64
+
+
 def test_pass_names_and_plans():
     assert R.passes_asked(None) == () and R.passes_asked(False) == ()
     assert R.passes_asked(True) == R.PASSES and R.passes_asked("mma, lifetimes") == ("mma", "lifetimes")

@@ -452,7 +452,10 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
         return ([mod.line_round(name, "default", line_bundle, costs)] * rounds,
                 [{"kernel": name, "shape": "s", "build": "every family", "l2": "x", "plain_us": 50.0, "costs": costs}])
 
-    def fid_round(case, r):
+    seen_launches = set()
+
+    def fid_round(case, r, launches):
+        seen_launches.add(launches)
         if case.key == "decode":
             raise RuntimeError("the GPU refused it")
         return ({"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": LEAD},
@@ -490,6 +493,10 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     assert any("round 3 skipped (deadline)" in s for s in said)
     assert {r["kernel"] for r in by_area["fidelity"]["rows"]} == {"quack GEMM", "quack RMSNorm"}
     assert by_area["fidelity-shown"]["calibration"]["recorder"] == "segment_smem"
+    # each pass and reference: the default 3 launches per round, and the notes say so
+    assert seen_launches == {3} and by_area["fidelity-shown"]["plan"]["launches"] == 3
+    assert "3 launches of the call per round" in by_area["fidelity-shown"]["notes"]
+    assert "3 launches of the call per round" in by_area["fidelity-error"]["notes"]
     lines = by_area["perturbation-line"]["rows"]
     assert {(r["kernel"], r["config"]) for r in lines} == {("quack GEMM", "sample"), ("quack GEMM", "default"),
                                                            ("quack RMSNorm", "default")}

@@ -88,7 +88,19 @@ def test_passes_reach_instrument(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "instrument", fake_instrument)
     script = tmp_path / "noop.py"
     script.write_text("pass\n")
-    for flag, want in ((["--passes"], True), ([], False)):
+    for flag, want, launches in ((["--passes"], True, 1), ([], False, 1), (["--passes", "--pass-launches", "3"], True, 3)):
         r = CliRunner().invoke(main, ["record", "--script", str(script), *flag, "-o", str(tmp_path / "o.parquet")])
         assert r.exit_code == 1 and "compiled no CuTe DSL kernel" in r.output, r.output
-        assert seen[-1]["passes"] is want
+        assert seen[-1]["passes"] is want and seen[-1]["pass_launches"] == launches
+    n = len(seen)
+    for flag, said in ((["--pass-launches", "2"], "--pass-launches goes with --passes"),
+                       (["--passes", "--pass-launches", "0"], "0 is not in the range 1<=x<=64")):
+        r = CliRunner().invoke(main, ["record", "--script", str(script), *flag, "-o", str(tmp_path / "o.parquet")])
+        assert r.exit_code == 2 and said in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert len(seen) == n  # refused before the script ran
+
+
+def test_pass_launches_go_with_script_only(tmp_path):
+    r = run(["--kernel", "calibration", "--pass-launches", "2", "-o", "o.parquet"], tmp_path)
+    assert r.returncode == 2 and "--pass-launches goes with --script --passes" in r.stderr
+    assert "Traceback" not in r.stderr

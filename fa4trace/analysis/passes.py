@@ -13,6 +13,10 @@ fewer events per recorded CTA (rows other than warp lifetimes, over the CTAs tha
 its launches). By construction that orders lifetimes (none) < one family < dense; between two
 families the bundle decides. Ties keep the order the passes ran in.
 
+A pass may replay a call several times (``instrument(pass_launches=N)``): its figures are taken
+over all its launches of the call together (every CTA of each, each launch's CTAs apart), so
+that a short kernel's launch-to-launch noise narrows by about the square root of N.
+
 ``sourced_figures`` takes every figure of fa4trace.analysis.figures (CTA duration, per-stage
 durations, waits by event, lags, overlaps) from the lightest pass that reports it, and says
 which pass that was and what the dense recording read. It works on one call at a time (the
@@ -154,7 +158,8 @@ def figures_lines(sourced: dict) -> list[str]:
     line per figure: its value, the pass it came from, and the dense recording's reading."""
     if not sourced:
         return []
-    order = ", ".join(f"{p['pass']} {p['events_per_cta']:.0f}" for p in sourced["passes"])
+    order = ", ".join(f"{p['pass']} {p['events_per_cta']:.0f}"
+                      + (f" ({p['launches']} launches)" if p.get("launches", 1) > 1 else "") for p in sourced["passes"])
     which = f"call {sourced['call']} of {sourced['calls']}: " if sourced.get("calls", 1) > 1 else ""
     lines = [f"  by pass        {which}each figure from the lightest pass that reports it (events per recorded CTA: "
              f"{order})"]

@@ -215,7 +215,8 @@ def instrument(*, sampling: Optional[Sampling] = None, placement: Optional[Place
                passes=None, schedule=None, on_trace_ready: Optional[Callable] = None, families=None,
                spans: Optional[dict] = None, cursor: Optional[str] = None, ring: Optional[int] = None,
                l2: Optional[str] = None, split: Optional[bool] = None, ctas: Optional[int] = None,
-               capacity: Optional[int] = None, cta_stride: Optional[int] = None, warps=None):
+               capacity: Optional[int] = None, cta_stride: Optional[int] = None, warps=None,
+               pass_launches: int = 1):
     """Trace every CuTe DSL kernel that runs inside the block, with automatic events.
 
     Kernels the program compiled before the block (kept in FA4's or quack's caches, or any
@@ -259,7 +260,8 @@ def instrument(*, sampling: Optional[Sampling] = None, placement: Optional[Place
     agree. ``passes``: True (or names of fa4trace.auto.run.PASSES): each call also replays
     its launch with lighter recordings, lifetimes only, then one family at a time, memory
     restored between them; the bundle holds every pass and fa4trace.analysis.passes takes each
-    figure from the lightest that reports it.
+    figure from the lightest that reports it. ``pass_launches``: each pass replays the call that
+    many times (1..64; figures taken over them together: less noise for short kernels).
     """
     from .compiler import require_dsl
 
@@ -269,8 +271,11 @@ def instrument(*, sampling: Optional[Sampling] = None, placement: Optional[Place
                         ring=ring, l2=l2, split=split)
     require_dsl()
     recording = Recording(placement=placement, kernels=kernels, roles=roles, warps_per_cta=warps_per_cta,
-                          options=RecordOptions(sampling, check=check, passes=passes_asked(passes)))
-    key = repr((recording.placement, recording.extra_kernels, recording.roles, recording.options, warps_per_cta))
+                          options=RecordOptions(sampling, check=check, passes=passes_asked(passes),
+                                                pass_launches=pass_launches))
+    # how many times a pass replays a call changes no build: not part of the key of the kept builds
+    key = repr((recording.placement, recording.extra_kernels, recording.roles,
+                dataclasses.replace(recording.options, pass_launches=1), warps_per_cta))
     block = Block(recording, kept=builds(key), make=Recording.kept_build, caches=caches, schedule=schedule,
                   on_trace_ready=on_trace_ready)
     recording._block = block

@@ -34,6 +34,9 @@ so none finds what the one before it, or the output check, left there. Each pass
 records into its own buffer and becomes its own launch of the bundle, tagged
 ``meta["launches"][i]["pass"]`` (and ``"call"``: which call it replays);
 fa4trace.analysis.passes takes each figure from the lightest pass that reports it.
+``RecordOptions.pass_launches`` replays each pass that many times per call (each launch from
+the same memory and a flushed L2): a pass's figures are then taken over all its launches of
+the call together, so a short kernel's launch-to-launch noise narrows.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ DENSE = "dense"  # the pass name of the main recording, where a call also replay
 # the lighter recordings a call can replay, in the order they run (lightest by design first:
 # fa4trace.analysis.passes measures it, as records per CTA)
 PASSES = ("lifetimes", *FAMILIES, "spans")
+MAX_PASS_LAUNCHES = 64  # launches of each pass per call (RecordOptions.pass_launches)
 
 
 def passes_asked(passes) -> tuple:
@@ -180,14 +184,24 @@ class RecordOptions:
     ``fa4trace.format.options.Sampling``; a launch's grid is known only when it runs, so
     unless the sampling names a count the first ``UNKNOWN_GRID_CTAS`` CTAs record), ``check``
     (the plain build runs beside it and the outputs must agree), ``passes`` (lighter recordings
-    each call replays: ``passes_asked``), ``twin`` (with check: time the plain twin once per
-    shape of the arguments) and ``flush_l2`` (``flushes``)."""
+    each call replays: ``passes_asked``), ``pass_launches`` (how many times each pass replays
+    the call: a pass's figures are taken over all its launches together, which narrows a short
+    kernel's launch-to-launch noise), ``twin`` (with check: time the plain twin once per shape
+    of the arguments) and ``flush_l2`` (``flushes``)."""
 
     sampling: Sampling = Sampling()
     check: bool = True
     passes: tuple = ()
     twin: bool = True
     flush_l2: bool | None = None  # L2 flushed right before each launch; None: where passes replay it
+    pass_launches: int = 1
+
+    def __post_init__(self):
+        n = self.pass_launches
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PASS_LAUNCHES:
+            raise ValueError(f"pass_launches must be a whole number from 1 to {MAX_PASS_LAUNCHES}; got {n!r}")
+        if n > 1 and not self.passes:
+            raise ValueError("pass_launches goes with passes (the launches of each pass)")
 
     def flushes(self, replay: bool) -> bool:
         """Whether a call's launches start from a flushed L2 (``fa4trace.run.l2``): asked, or
@@ -411,39 +425,47 @@ class Instrumented:
         return twin_times(plain_once, traced_once)
 
     def _run_passes(self, args, kwargs, spec: L.BufferSpec, oc: OutputCheck, call: int, scratch=None) -> None:
-        """Replay this call's launch once per pass (module doc), each into its own buffer;
-        ``scratch`` (``fa4trace.run.l2``): L2 is flushed right before each, after the memory
-        is put back."""
-        import torch
-
+        """Replay this call's launch ``pass_launches`` times per pass (module doc), each into its
+        own buffer; ``scratch`` (``fa4trace.run.l2``): L2 is flushed right before each, after
+        the memory is put back."""
         plan, _skipped = pass_plan(self.meta, self.options.passes)
         for name, families, spans in plan:
-            build = self._pass_build(name, families, spans)
-            if build is None:
-                continue
-            buf = new_trace_tensor(spec)
-            host = {"host_launch_ns": time.time_ns()}
-            flushed: dict = {}
+            for _ in range(self.options.pass_launches):
+                if not self._replay_pass(name, families, spans, args, kwargs, spec, oc, call, scratch):
+                    break
 
-            def launch(build=build, buf=buf, flushed=flushed):
-                if scratch is not None:
-                    flushed["l2"] = l2.flush(scratch)
-                call_traced(build.fn, args, kwargs, self.to_arg(buf))
+    def _replay_pass(self, name, families, spans, args, kwargs, spec, oc, call, scratch) -> bool:
+        """One launch of pass ``name`` into a buffer of its own; False where the pass has no
+        build or did not launch (then it is left out, said once)."""
+        import torch
 
-            try:
-                differ = oc.rerun(launch)
-            except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
-                self._pass_refused(name, f"did not launch: {_launch_failure(exc)}")
-                continue
-            host.update(host_return_ns=time.time_ns(), device=torch.cuda.current_device(),
-                        cuda_symbols=_symbols(build.fn))
-            if differ:
-                print(f"fa4trace: {self.name}: pass {name}'s {', '.join(differ)} differ from "
-                      "the plain kernel's (bitwise); the plain result is kept; please report this kernel",
-                      file=sys.stderr)
-            self._launches.append(LaunchRecord(buf, spec, build.vocab, dict(
-                host, call=call, **{"pass": name}, checked=(not differ) if oc.want else None, **flushed),
-                _untimed("a pass launch: only the main recording's plain twin is timed")))
+        build = self._pass_build(name, families, spans)
+        if build is None:
+            return False
+        buf = new_trace_tensor(spec)
+        host = {"host_launch_ns": time.time_ns()}
+        flushed: dict = {}
+
+        def launch(build=build, buf=buf, flushed=flushed):
+            if scratch is not None:
+                flushed["l2"] = l2.flush(scratch)
+            call_traced(build.fn, args, kwargs, self.to_arg(buf))
+
+        try:
+            differ = oc.rerun(launch)
+        except Exception as exc:  # noqa: BLE001 (the DSL and tvm-ffi raise their own types)
+            self._pass_refused(name, f"did not launch: {_launch_failure(exc)}")
+            return False
+        host.update(host_return_ns=time.time_ns(), device=torch.cuda.current_device(),
+                    cuda_symbols=_symbols(build.fn))
+        if differ:
+            print(f"fa4trace: {self.name}: pass {name}'s {', '.join(differ)} differ from "
+                  "the plain kernel's (bitwise); the plain result is kept; please report this kernel",
+                  file=sys.stderr)
+        self._launches.append(LaunchRecord(buf, spec, build.vocab, dict(
+            host, call=call, **{"pass": name}, checked=(not differ) if oc.want else None, **flushed),
+            _untimed("a pass launch: only the main recording's plain twin is timed")))
+        return True
 
     def _pass_build(self, name: str, families: tuple, spans):
         """The traced build of pass ``name`` (compiled at its first use, with the main build's
@@ -542,11 +564,12 @@ class Instrumented:
 
     def passes_meta(self) -> dict:
         """What the bundle's ``instrument`` says of the passes: ``passes`` (the main recording
-        and each pass that ran: its families and spans) and ``passes_skipped`` ({pass: why})."""
+        and each pass that ran: its families, spans and launches per call) and
+        ``passes_skipped`` ({pass: why})."""
         plan, skipped = pass_plan(self.meta, self.options.passes)
         info = self.info
         spans = list(info.spans or [])
-        ran = [{"pass": DENSE, "families": list(info.families or []), "spans": spans}]
+        ran = [{"pass": DENSE, "families": list(info.families or []), "spans": spans, "launches": 1}]
         for name, families, sp in plan:
             b = self.pass_builds.get(name)
             if isinstance(b, str):
@@ -554,7 +577,8 @@ class Instrumented:
             elif b is None:
                 skipped[name] = "its build was never made (no compile at hand: an AOT build)"
             else:
-                ran.append({"pass": name, "families": list(families), "spans": spans if sp is None else []})
+                ran.append({"pass": name, "families": list(families), "spans": spans if sp is None else [],
+                            "launches": self.options.pass_launches})
         return {"passes": ran, "passes_skipped": skipped}
 
 

@@ -35,7 +35,7 @@ RECORD_OPTIONS = {
             "build_dir", "families"),
     "calibration": ("kind", "timebase", "build_dir"),
     "markers": ("kind", "variant", "ctas", "warps", "capacity", "build_dir"),
-    "script": ("script", "script_args", "families", "capacity", "ctas", "warps", "passes"),
+    "script": ("script", "script_args", "families", "capacity", "ctas", "warps", "passes", "pass_launches"),
 }
 RECORD_MODE_NAMES = {"ours": "our decode attention", "fa4": "--impl fa4", "calibration": "--kernel calibration",
                      "markers": "--kernel markers", "script": "--script"}
@@ -45,6 +45,7 @@ RECORD_NOT_FOR = {
     ("events", None): "--events picks the event set of our decode attention kernels only",
     ("families", None): "--families goes with --script or --impl fa4 (our kernels place their events by hand)",
     ("passes", None): "--passes goes with --script (kernels traced by fa4trace.instrument)",
+    ("pass_launches", None): "--pass-launches goes with --script --passes",
 }
 
 
@@ -90,6 +91,9 @@ RECORD_NOT_FOR = {
               help="--script: each launch is also replayed with lighter recordings (lifetimes only, then one family "
                    "at a time, then the named spans), memory restored between them; the bundle holds every pass and "
                    "`summary` takes each figure from the lightest pass that reports it.")
+@click.option("--pass-launches", "pass_launches", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="--passes: launches of each pass per call; its figures are taken over them together "
+                   "(less launch-to-launch noise for a short kernel).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -182,11 +186,16 @@ def _record_markers(out: Path, force: bool, *, variant, ctas, warps, capacity, b
     _save(record_markers(variant=variant, build=build_dir, sampling=sampling), out, force)
 
 
-def _record_script(out: Path, force: bool, *, script, script_args, families, capacity, ctas, warps, passes=False):
+def _record_script(out: Path, force: bool, *, script, script_args, families, capacity, ctas, warps, passes=False,
+                   pass_launches=1):
     """``--script``: the user's script runs under ``fa4trace.instrument``; every kernel it
     launched is written as a bundle (-o, then -o's stem + _1, _2...). ``passes``: every launch
-    is replayed with lighter recordings too (``instrument(passes=True)``)."""
+    is replayed with lighter recordings too (``instrument(passes=True)``), each
+    ``pass_launches`` times."""
     import runpy
+
+    if pass_launches != 1 and not passes:
+        raise click.BadParameter("--pass-launches goes with --passes (the launches of each pass)")
 
     fams = parse_families(families)
     sampling = _sampling(ctas, warps, capacity)
@@ -199,7 +208,8 @@ def _record_script(out: Path, force: bool, *, script, script_args, families, cap
     argv = sys.argv
     sys.argv = [script, *script_args]
     try:
-        with instrument(sampling=sampling, placement=placement, passes=bool(passes)) as recording:
+        with instrument(sampling=sampling, placement=placement, passes=bool(passes),
+                        pass_launches=pass_launches) as recording:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):

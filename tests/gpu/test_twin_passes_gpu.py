@@ -201,3 +201,33 @@ def test_a_kernel_that_accumulates_into_its_output_keeps_one_launchs_result():
     assert twin["method"] == "graph" and twin["launches_per_replay"] > 10  # a short kernel: many launches a replay
     assert launch_passes(t) == ["dense", "lifetimes"]  # no family in this kernel: the lifetimes pass alone
     assert t.meta["launches"][1]["checked"] is True
+
+
+def test_quack_rmsnorm_passes_replayed_three_times_are_read_over_their_launches(tmp_path):
+    """``instrument(passes=True, pass_launches=3)`` through quack's torch API: each pass that ran
+    has three launches of the call, each checked bit for bit and started from a flushed L2; the
+    sourced figures say so and are read over the three; the output is one call's."""
+    from quack.rmsnorm import rmsnorm
+
+    from fa4trace.analysis.passes import launch_passes, sourced_figures
+
+    x = torch.randn(4096, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, device="cuda", dtype=torch.float32)
+    y_plain = rmsnorm(x, w)
+    with fa4trace.instrument(passes=True, pass_launches=3) as rec:
+        y = rmsnorm(x, w)
+    assert torch.equal(y, y_plain)
+    t = rec.launched[-1].trace()
+    inst = t.meta["instrument"]
+    ran = [(p["pass"], p["launches"]) for p in inst["passes"]]
+    assert ran[0] == ("dense", 1) and ("lifetimes", 3) in ran and all(n == 3 for p, n in ran[1:]), ran
+    names = launch_passes(t)
+    assert [names.count(p) for p, _n in ran] == [n for _p, n in ran]
+    assert all(ln["checked"] for ln in t.meta["launches"][1:]) and all(ln.get("l2") == "flushed"
+                                                                       for ln in t.meta["launches"])
+    s = sourced_figures(t)
+    assert {p["pass"]: p["launches"] for p in s["passes"]} == dict(ran)
+    assert s["figures"]["cta.median_ns"]["pass"] == "lifetimes"
+    path = t.save(tmp_path / "rmsnorm_passes3.parquet")
+    r = subprocess.run([sys.executable, "-m", "fa4trace", "summary", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0 and "lifetimes 0 (3 launches)" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
