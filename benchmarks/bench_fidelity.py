@@ -20,7 +20,7 @@ decode, whose CTAs wait on each other; every warp), each launch starting from a 
   (``Instrumented`` with ``RecordOptions.passes``: the launch replayed from the same memory with
   the lifetimes-only build, then one family at a time, then the named spans alone; the tma
   pass is left out: its events are instants and report no figure a lighter pass does not),
-  each pass replayed ``--launches`` times (default 3; ``RecordOptions.pass_launches``) and
+  each pass replayed ``--launches`` times (default 1; ``RecordOptions.pass_launches``) and
   read over those launches together;
 * every pass build again, twice, each time ``--launches`` launches read together (the
   references), and the dense build with one warp per warpgroup recording, twice alike; each
@@ -114,7 +114,7 @@ MODES = ("passes", "compensated", "raw")
 LEAD = "dense, lead warps"  # the reference of last resort: the dense build, one warp per warpgroup
 CALIBRATION_JOB = "calibration"
 RECORDER = "segment_smem"  # the recorder of the builds measured here (fa4trace.analysis.compensate.recorder_of)
-DEFAULTS = {"rounds": 3, "cost_rounds": 5, "replays": 10, "launches": 3}
+DEFAULTS = {"rounds": 3, "cost_rounds": 5, "replays": 10, "launches": 1}
 QUICK = {"rounds": 1, "cost_rounds": 3, "replays": 5, "launches": 1}
 DEADLINE_S = 420.0  # start no round that would end later than this (the run's budget is 8 minutes)
 # recording configurations of the perturbation line: what records in each

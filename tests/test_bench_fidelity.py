@@ -479,7 +479,7 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     monkeypatch.setattr(mod.time, "monotonic", lambda: clock["t"])
     base = tmp_path / "fidelity_run.json"
     args = mod.parser().parse_args(["run", "--kernels", "gemm,decode,rmsnorm", "--json", str(base), "--jit",
-                                    "--deadline-s", "250"])
+                                    "--deadline-s", "250", "--launches", "3"])
     said = []
     mod.run(mod.plan_of(args), json_base=str(base), save=None, workers=1, analysis_workers=0, merge=False,
             log=said.append)
@@ -493,7 +493,7 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     assert any("round 3 skipped (deadline)" in s for s in said)
     assert {r["kernel"] for r in by_area["fidelity"]["rows"]} == {"quack GEMM", "quack RMSNorm"}
     assert by_area["fidelity-shown"]["calibration"]["recorder"] == "segment_smem"
-    # each pass and reference: the default 3 launches per round, and the notes say so
+    # each pass and reference: 3 launches per round, as asked, and the notes say so
     assert seen_launches == {3} and by_area["fidelity-shown"]["plan"]["launches"] == 3
     assert "3 launches of the call per round" in by_area["fidelity-shown"]["notes"]
     assert "3 launches of the call per round" in by_area["fidelity-error"]["notes"]

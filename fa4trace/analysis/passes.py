@@ -14,8 +14,8 @@ its launches). By construction that orders lifetimes (none) < one family < dense
 families the bundle decides. Ties keep the order the passes ran in.
 
 A pass may replay a call several times (``instrument(pass_launches=N)``): its figures are taken
-over all its launches of the call together (every CTA of each, each launch's CTAs apart), so
-that a short kernel's launch-to-launch noise narrows by about the square root of N.
+over all its launches of the call together (every CTA of each, each launch's CTAs apart): more
+samples per figure for a short kernel.
 
 ``sourced_figures`` takes every figure of fa4trace.analysis.figures (CTA duration, per-stage
 durations, waits by event, lags, overlaps) from the lightest pass that reports it, and says

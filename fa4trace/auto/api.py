@@ -261,7 +261,7 @@ def instrument(*, sampling: Optional[Sampling] = None, placement: Optional[Place
     its launch with lighter recordings, lifetimes only, then one family at a time, memory
     restored between them; the bundle holds every pass and fa4trace.analysis.passes takes each
     figure from the lightest that reports it. ``pass_launches``: each pass replays the call that
-    many times (1..64; figures taken over them together: less noise for short kernels).
+    many times (1..64; its figures are read over them together: more samples per figure).
     """
     from .compiler import require_dsl
 

@@ -36,7 +36,8 @@ records into its own buffer and becomes its own launch of the bundle, tagged
 fa4trace.analysis.passes takes each figure from the lightest pass that reports it.
 ``RecordOptions.pass_launches`` replays each pass that many times per call (each launch from
 the same memory and a flushed L2): a pass's figures are then taken over all its launches of
-the call together, so a short kernel's launch-to-launch noise narrows.
+the call together (more samples per figure; what separates launches of different kinds, such as
+a different SM clock, stays).
 """
 
 from __future__ import annotations
@@ -185,8 +186,8 @@ class RecordOptions:
     unless the sampling names a count the first ``UNKNOWN_GRID_CTAS`` CTAs record), ``check``
     (the plain build runs beside it and the outputs must agree), ``passes`` (lighter recordings
     each call replays: ``passes_asked``), ``pass_launches`` (how many times each pass replays
-    the call: a pass's figures are taken over all its launches together, which narrows a short
-    kernel's launch-to-launch noise), ``twin`` (with check: time the plain twin once per shape
+    the call: a pass's figures are taken over all its launches together, more samples per
+    figure), ``twin`` (with check: time the plain twin once per shape
     of the arguments) and ``flush_l2`` (``flushes``)."""
 
     sampling: Sampling = Sampling()

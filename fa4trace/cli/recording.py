@@ -92,8 +92,8 @@ RECORD_NOT_FOR = {
                    "at a time, then the named spans), memory restored between them; the bundle holds every pass and "
                    "`summary` takes each figure from the lightest pass that reports it.")
 @click.option("--pass-launches", "pass_launches", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="--passes: launches of each pass per call; its figures are taken over them together "
-                   "(less launch-to-launch noise for a short kernel).")
+              help="--passes: launches of each pass per call; its figures are read over them together "
+                   "(more samples per figure for a short kernel).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Bundle to write (.parquet).")
 @click.option("--force", is_flag=True, help="Overwrite the bundle if it exists.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
