@@ -35,6 +35,7 @@ import streamlit as st
 from fa4trace.analysis import kernel, overlap
 from fa4trace.analysis.autoevents import AutoCols, is_automatic
 from fa4trace.analysis.launches import launch_of
+from fa4trace.analysis.passes import has_passes, sourced_figures
 from fa4trace.analysis.roles import assign_roles
 from fa4trace.analysis.words import plural
 from fa4trace.analysis.wait_chain import wait_chains
@@ -397,6 +398,14 @@ def launch_cached(key: str, launch: int, _t: Trace) -> Trace:
     """Launch ``launch`` of the bundle ``key`` names: every view and number of the page is one
     launch's, never one that mixes launches."""
     return launch_of(_t, launch)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def sourced_cached(key: str, call: int, _t: Trace) -> dict | None:
+    """Each figure of call ``call`` of the bundle ``key`` from the lightest pass that reports it
+    (fa4trace.analysis.passes.sourced_figures: what `fa4trace summary` shows by pass), or None
+    for a bundle recorded without passes."""
+    return sourced_figures(_t, call=call) if has_passes(_t) else None
 
 
 def launch_key(key: str, launch: int) -> str:

@@ -20,6 +20,7 @@ from fa4trace.analysis.fidelity import perturbation, perturbation_lines
 from fa4trace.analysis.kernel import flat_metrics
 from fa4trace.analysis.launches import launch_table
 from fa4trace.analysis.overlap import typical_cta
+from fa4trace.analysis.passes import figure_rows, passes_text
 from fa4trace.analysis.text import fmt_delta, fmt_value
 from fa4trace.analysis.words import plural
 from fa4trace.format.errors import Fa4traceError
@@ -60,6 +61,9 @@ class Picked:
     b: data.Source | None
     trace_a: Trace
     trace_b: Trace | None
+    # {"A"/"B": (the whole bundle's key, the whole bundle, the call of the launch picked)} for
+    # bundles of several launches (pick_launches): what the figures by pass are read from
+    whole: dict = dataclasses.field(default_factory=dict)
 
 
 def uploads_section(container) -> tuple[list[data.Source], dict, list[str]]:
@@ -158,10 +162,14 @@ def launch_picker(container, which: str, src: data.Source, trace: Trace) -> tupl
 
 
 def pick_launches(container, p: Picked) -> Picked:
-    """``p`` with each bundle of several launches cut to the launch its picker names."""
+    """``p`` with each bundle of several launches cut to the launch its picker names (the whole
+    bundle kept beside it in ``whole``)."""
     a, ta = launch_picker(container, "A", p.a, p.trace_a)
     b, tb = launch_picker(container, "B", p.b, p.trace_b) if p.trace_b is not None else (p.b, None)
-    return Picked(a, b, ta, tb)
+    whole = {w: (src.key, tr, int((cut.info.launches[0].call or 0) if cut.info.launches else 0))
+             for w, src, tr, cut in (("A", p.a, p.trace_a, ta), ("B", p.b, p.trace_b, tb))
+             if tr is not None and cut is not tr}
+    return Picked(a, b, ta, tb, whole)
 
 
 def cta_picker(container, which: str, src: data.Source, trace: Trace) -> tuple[int, int]:
@@ -256,9 +264,11 @@ def metrics_section(p: Picked) -> dict:
     if p.trace_b is not None and ka != kb:
         st.warning("A and B are different kinds of bundle (one of an automatically traced kernel, one not): "
                    "their numbers are not compared; A's are shown.")
-        p = Picked(p.a, None, p.trace_a, None)
+        p = Picked(p.a, None, p.trace_a, None, {k: v for k, v in p.whole.items() if k == "A"})
     if ka:
-        return kernel_metrics_section(p)
+        raw = kernel_metrics_section(p)
+        passes_section(p)
+        return raw
     if p.trace_b is None:
         s = data.summary_cached(p.a.key, p.trace_a)
         for col, (label, key, kind, _) in zip(card_columns(len(CARDS)), CARDS):
@@ -294,6 +304,20 @@ def metrics_section(p: Picked) -> dict:
         st.json(cmp, expanded=False)
     _stream_chart([(f"A: {p.a.label}", sa), (f"B: {p.b.label}", sb)], p.a.key + p.b.key)
     return cmp
+
+
+def passes_section(p: Picked) -> None:
+    """A bundle recorded with passes (instrument(passes=...)): each figure of the picked launch's
+    call from the lightest pass that reports it, with the dense recording's reading beside it
+    (`fa4trace summary`'s "by pass" lines, fa4trace.analysis.passes)."""
+    for which, (key, whole, call) in p.whole.items():
+        s = data.sourced_cached(key, call, whole)
+        if s is None:
+            continue
+        which_call = f"call {s['call']} of {s['calls']}, " if s.get("calls", 1) > 1 else ""
+        st.caption(f"{which}: each figure from the lightest pass that reports it ({which_call}events per recorded "
+                   f"CTA: {md(passes_text(s))}); 'dense': what the main recording read")
+        st.table(md_rows(figure_rows(s)), hide_index=True, border="horizontal")
 
 
 def kernel_metrics_section(p: Picked) -> dict:

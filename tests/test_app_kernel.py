@@ -234,3 +234,34 @@ def test_a_bundle_of_two_launches_shows_one_launch_at_a_time(app_env, tmp_path):
         assert card.value == fmt_value("kernel_time_ns", want["kernel_time_ns"])
         cta = next(s for s in at.selectbox if s.label == "CTA of A")
         assert len(cta.options) == (3, 5)[launch]  # that launch's CTAs only
+
+
+def test_a_bundle_with_passes_shows_each_figure_from_its_lightest_pass(app_env, tmp_path):
+    """A bundle of instrument(passes=...) (one call: the dense launch, the lifetimes pass
+    replayed twice, the mma pass): under its metrics, each figure from the lightest pass that
+    reports it, the dense reading beside it, the same table whichever launch is picked."""
+    from test_analysis_passes import _launch
+
+    from fa4trace.analysis.passes import figure_rows, sourced_figures
+    from test_app import unmd
+
+    parts = [("dense", _launch(0, mma_ns=330, load_ns=420)),
+             ("lifetimes", _launch(1, lambda n: False, mma_ns=300, load_ns=400)),
+             ("lifetimes", _launch(2, lambda n: False, mma_ns=300, load_ns=400)),
+             ("mma", _launch(3, lambda n: n.startswith("mma."), mma_ns=300, load_ns=400))]
+    meta = dict(parts[0][1][1], launches=[{"pass": p, "call": 0} for p, _ in parts])
+    path = Trace.from_launches([d for _, (d, _m, _v) in parts], meta, vocab=parts[0][1][2]).save(tmp_path / "p.parquet")
+    want = [{k: str(v) for k, v in r.items()} for r in figure_rows(sourced_figures(load(path)))]
+    assert any(r["pass"] == "mma" and r["dense"] for r in want) and any(r["pass"] == "lifetimes" for r in want)
+    app_env.setenv("FA4TRACE_BUNDLES", str(path))
+    at = run_app()
+    lb = next(s for s in at.selectbox if s.label == "Launch of A")
+    for launch in (0, 3):  # the dense launch, then a pass: the figures are the call's either way
+        if launch:
+            lb.set_value(launch).run()
+            assert not at.exception
+        (cap,) = [unmd(c.value) for c in at.caption if "lightest pass" in c.value]
+        assert "events per recorded CTA: lifetimes 0 (2 launches), mma" in cap and cap.rstrip().endswith("read")
+        (table,) = [t.value for t in at.table if list(t.value.columns) == ["figure", "value", "pass", "dense"]]
+        got = [{c: unmd(str(v)) for c, v in row.items()} for row in table.to_dict("records")]
+        assert got == want

@@ -153,22 +153,38 @@ def _value(metric: str, v) -> str:
     return f"{100 * v:.1f}%"
 
 
+def passes_text(sourced: dict) -> str:
+    """The passes of ``sourced_figures`` by weight, as the CLI and the viewer name them:
+    "lifetimes 0 (3 launches), mma 24, dense 73" (events per recorded CTA)."""
+    return ", ".join(f"{p['pass']} {p['events_per_cta']:.0f}"
+                     + (f" ({p['launches']} launches)" if p.get("launches", 1) > 1 else "") for p in sourced["passes"])
+
+
+def figure_rows(sourced: dict) -> list[dict]:
+    """One row per figure of ``sourced_figures`` as the CLI and the viewer show it: the figure,
+    its value, the pass it came from, and the dense recording's reading with its difference
+    (empty where the figure is the dense recording's own)."""
+    rows = []
+    for key, f in sourced["figures"].items():
+        dense = ""
+        if f["pass"] != DENSE and f["dense"] is not None:
+            rel = f" ({100 * f['dense_rel']:+.1f}%)" if f["dense_rel"] is not None else ""
+            dense = f"{_value(key, f['dense'])}{rel}"
+        rows.append({"figure": key, "value": _value(key, f["value"]), "pass": f["pass"], "dense": dense})
+    return rows
+
+
 def figures_lines(sourced: dict) -> list[str]:
     """What ``fa4trace summary`` prints of ``sourced_figures``: the passes by weight, then one
     line per figure: its value, the pass it came from, and the dense recording's reading."""
     if not sourced:
         return []
-    order = ", ".join(f"{p['pass']} {p['events_per_cta']:.0f}"
-                      + (f" ({p['launches']} launches)" if p.get("launches", 1) > 1 else "") for p in sourced["passes"])
     which = f"call {sourced['call']} of {sourced['calls']}: " if sourced.get("calls", 1) > 1 else ""
     lines = [f"  by pass        {which}each figure from the lightest pass that reports it (events per recorded CTA: "
-             f"{order})"]
-    figs = sourced["figures"]
-    width = max((len(k) for k in figs), default=0)
-    for key, f in figs.items():
-        tail = ""
-        if f["pass"] != DENSE and f["dense"] is not None:
-            rel = f" ({100 * f['dense_rel']:+.1f}%)" if f["dense_rel"] is not None else ""
-            tail = f"   dense {_value(key, f['dense'])}{rel}"
-        lines.append(f"    {key:<{width}}  {_value(key, f['value']):>10}  {f['pass']:<9}{tail}".rstrip())
+             f"{passes_text(sourced)})"]
+    rows = figure_rows(sourced)
+    width = max((len(r["figure"]) for r in rows), default=0)
+    for r in rows:
+        tail = f"   dense {r['dense']}" if r["dense"] else ""
+        lines.append(f"    {r['figure']:<{width}}  {r['value']:>10}  {r['pass']:<9}{tail}".rstrip())
     return lines
