@@ -311,7 +311,11 @@ def passes_section(p: Picked) -> None:
     call from the lightest pass that reports it, with the dense recording's reading beside it
     (`fa4trace summary`'s "by pass" lines, fa4trace.analysis.passes)."""
     for which, (key, whole, call) in p.whole.items():
-        s = data.sourced_cached(key, call, whole)
+        try:
+            s = data.sourced_cached(key, call, whole)
+        except Fa4traceError as exc:  # a bundle whose passes cannot be read apart: say so, draw the rest
+            st.warning(f"{which}: no figures by pass: {md(str(exc).splitlines()[0])}")
+            continue
         if s is None:
             continue
         which_call = f"call {s['call']} of {s['calls']}, " if s.get("calls", 1) > 1 else ""
