@@ -42,7 +42,7 @@ def one(case: str, rounds: int) -> dict:
     import torch
 
     import fa4trace
-    from bench_instrument_program import _graph, _host_us, _setup
+    from bench_instrument_program import _graph, _host_us, _setup, median_ci
 
     fn, what = _setup(case)
     for _ in range(20):
@@ -91,18 +91,9 @@ def one(case: str, rounds: int) -> dict:
     return {"case": what, "block_s": round(block_s, 3),
             **{k: {"first5_pct_median": round(statistics.median(v[0]), 1), "first5_pct": [round(x, 1) for x in v[0]],
                    "steady_pct_median": round(statistics.median(v[1]), 1),
-                   "steady_pct_ci95": [round(x, 1) for x in _median_ci(v[1])],
+                   "steady_pct_ci95": [round(x, 1) for x in median_ci(v[1])],
                    "each_of_first5_pct_median": [round(statistics.median(c), 1) for c in zip(*v[2])]}
                for k, v in res.items()}}
-
-
-def _median_ci(xs: list, draws: int = 2000) -> tuple:
-    """95% interval of the median of ``xs`` (a bootstrap over them, seeded)."""
-    import random
-
-    rng = random.Random(0)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
-    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
 
 
 def rows_of(results: list[dict]) -> list[dict]:

@@ -217,8 +217,9 @@ def test_decode_recorder_parts_times_a_before_build_in_the_same_rounds(tmp_path,
 
 def test_bench_after_block_rows_name_each_kind_with_its_interval(tmp_path):
     ab = _load(BENCH / "bench_after_block.py")
+    median_ci = _load(BENCH / "bench_instrument_program.py").median_ci  # the interval its rows carry
     xs = [float(i) for i in range(1, 11)] + [50.0]
-    lo, hi = ab._median_ci(xs)
+    lo, hi = median_ci(xs)
     assert lo <= 6.0 <= hi < 10.0  # an outlier round does not carry the median's interval
     kind = {"first5_pct_median": 20.0, "first5_pct": [10.0, 30.0], "steady_pct_median": 1.0,
             "steady_pct_ci95": [-0.5, 2.5], "each_of_first5_pct_median": [200.0, 40.0, 20.0, 10.0, 5.0]}
