@@ -447,7 +447,7 @@ class Instrumented:
         host = {"host_launch_ns": time.time_ns()}
         flushed: dict = {}
 
-        def launch(build=build, buf=buf, flushed=flushed):
+        def launch():
             if scratch is not None:
                 flushed["l2"] = l2.flush(scratch)
             call_traced(build.fn, args, kwargs, self.to_arg(buf))
