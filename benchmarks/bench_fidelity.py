@@ -24,9 +24,9 @@ decode, whose CTAs wait on each other; every warp), each launch starting from a 
   read over those launches together;
 * every pass build again, twice, each time ``--launches`` launches read together (the
   references), and the dense build with one warp per warpgroup recording, twice alike; each
-  reference recorded as ``instrument()``
-  records by default (checked: the plain build runs right before it, as before the dense launch),
-  so that it starts from the GPU state, and SM clock, the passes start from.
+  reference recorded as ``instrument()`` records by default (checked: the plain build runs
+  right before it, as before the dense launch), so that it starts from the GPU state, and SM
+  clock, the passes start from.
 
 What a trace reports is fa4trace.analysis.figures (per-stage durations, waits, lags, overlaps, the
 CTA lifetime). Each figure is shown three ways and each is set against the lightest reference
