@@ -581,6 +581,9 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
     n = int((extra.get("plan") or {}).get("launches", 1))
     launches = (f" Each pass and each reference: {n} launches of the call per round, its figures read over them "
                 "together (fa4trace.analysis.passes; instrument(pass_launches=...)), the noise too." if n > 1 else "")
+    pre = int((extra.get("plan") or {}).get("pass_prelude", 0))
+    launches += (f" Each pass launch after {pre} plain launch{'es' if pre > 1 else ''} of the call and an L2 flush "
+                 "(run --pass-prelude), as each reference." if pre else "")
     docs = {
         "fidelity-error": (
             "Fidelity figure by figure: what fa4trace shows of a dense recording against the lightest trace", metrics,
@@ -996,6 +999,30 @@ def prebuilt(builds: dict) -> Callable:
     return recompile
 
 
+def with_prelude(builds: dict, plain, n: int) -> dict:
+    """``builds`` whose launches each run ``plain`` ``n`` times on the same arguments, then flush
+    L2, before the traced launch (``run --pass-prelude N``): a pass then starts from what a
+    reference starts from (the output check's plain launches, then a flush) instead of right
+    after the launch before it. Only for kernels that overwrite their outputs (the fidelity
+    kernels): the plain launches write what the traced one writes again."""
+    from fa4trace.run import l2
+
+    buf = l2.scratch()
+
+    def wrap(build: Build) -> Build:
+        def fn(*args, **kwargs):
+            pa, pkw = (args[:-1], kwargs) if "fa4trace_buf" not in kwargs else (
+                args, {k: v for k, v in kwargs.items() if k != "fa4trace_buf"})
+            for _ in range(n):
+                plain(*pa, **pkw)
+            l2.flush(buf)
+            return build.fn(*args, **kwargs)
+
+        return build._replace(fn=fn)
+
+    return {name: wrap(b) for name, b in builds.items()}
+
+
 def _instrumented(build: Build, options, *, plain=None, recompile=None):
     from fa4trace.auto.run import Instrumented
 
@@ -1012,10 +1039,11 @@ def record(case: Case, build: str, options, config: dict, launches: int = 1):
     return k.trace(config=config)
 
 
-def fidelity_round(case: Case, r: int, launches: int = 1) -> tuple[dict, dict]:
+def fidelity_round(case: Case, r: int, launches: int = 1, prelude: int = 0) -> tuple[dict, dict]:
     """One round of a fidelity kernel on the GPU: (the analysis task: the dense recording with its
-    passes, each pass ``launches`` times, and the references, each twice, each of ``launches``
-    launches; {configuration: one-launch bundle} for the line)."""
+    passes, each pass ``launches`` times (each launch after ``prelude`` plain ones and a flush:
+    ``with_prelude``), and the references, each twice, each of ``launches`` launches;
+    {configuration: one-launch bundle} for the line)."""
     from dataclasses import replace
 
     from fa4trace.analysis.passes import DENSE, pass_traces
@@ -1028,7 +1056,8 @@ def fidelity_round(case: Case, r: int, launches: int = 1) -> tuple[dict, dict]:
     cfg = {"kernel": case.kernel, "shape": case.shape, "round": r}
     k = _instrumented(dense, RecordOptions(Sampling(ctas=n, cta_stride=stride, capacity=case.record_capacity),
                                            check=True, passes=passes, pass_launches=launches),
-                     plain=dense.plain, recompile=prebuilt(case.builds))
+                     plain=dense.plain,
+                     recompile=prebuilt(with_prelude(case.builds, dense.plain, prelude) if prelude else case.builds))
     k(*case.args(0))
     bundle = k.trace(config=dict(cfg, recording="dense with passes"))
     # the references are recorded as instrument() records by default: the plain build runs
@@ -1301,6 +1330,7 @@ class Plan(NamedTuple):
     files: dict
     deadline_s: float
     launches: int = 1  # launches of each pass and of each reference per round (RecordOptions.pass_launches)
+    prelude: int = 0  # plain launches (then a flush) before each pass launch (with_prelude)
 
 
 def plan_of(a) -> Plan:
@@ -1313,7 +1343,7 @@ def plan_of(a) -> Plan:
     launches = a.launches if a.launches is not None else q["launches"]
     jobs = [] if a.jit else build_jobs(kernels)
     files = {k: str(v) for k, v in result_paths(a.json).items()} if a.json else {}
-    return Plan(kernels, rounds, cost_rounds, replays, jobs, files, a.deadline_s, launches)
+    return Plan(kernels, rounds, cost_rounds, replays, jobs, files, a.deadline_s, launches, a.pass_prelude)
 
 
 class Collected:
@@ -1401,7 +1431,8 @@ def run(plan: Plan, *, json_base: str | None, save: str | None, workers: int, an
     got = Collected(json_base, merge, log)
     got.gpu = gpu_name()
     got.extra.update(plan={"kernels": plan.kernels, "rounds": plan.rounds, "cost_rounds": plan.cost_rounds,
-                           "replays": plan.replays, "launches": plan.launches}, arch=arch)
+                           "replays": plan.replays, "launches": plan.launches,
+                           "pass_prelude": plan.prelude}, arch=arch)
     log(f"{got.gpu}: {', '.join(plan.kernels)}; {plan.rounds} rounds")
 
     def over(estimate_s: float) -> bool:
@@ -1451,7 +1482,7 @@ def run(plan: Plan, *, json_base: str | None, save: str | None, workers: int, an
                         log(f"{NAMES[key]}: builds ready at {time.monotonic() - start:.0f} s")
                     case = cases[key]
                     t1 = time.monotonic()
-                    task, bundles = fidelity_round(case, r, plan.launches)
+                    task, bundles = fidelity_round(case, r, plan.launches, plan.prelude)
                     task.update(cal=cal, save=save if save and r == 0 else None)
                     analysis.submit(task)
                     try:
@@ -1520,6 +1551,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--replays", type=int, default=None, help="graph replays per timing")
     r.add_argument("--launches", type=int, default=None,
                    help="launches of each pass and of each reference per round, read together")
+    r.add_argument("--pass-prelude", type=int, default=0, metavar="N",
+                   help="run the plain build N times, then flush L2, before each pass launch (as before each "
+                        "reference); default 0: the passes as instrument() replays them")
     r.add_argument("--json", default=None, metavar="P", help="result files P, P_shown, P_line, P_cost (rewritten "
                                                              "after every step)")
     r.add_argument("--merge", action="store_true", help="keep the rows of kernels not measured here from the files "
@@ -1603,6 +1637,8 @@ def main(argv=None) -> None:
         v = getattr(a, name)
         if v is not None and v < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if a.pass_prelude < 0:
+        ap.error("--pass-prelude must be at least 0")
     plan = plan_of(a)
     if a.dry_run:
         print(json.dumps(plan._asdict(), indent=1))

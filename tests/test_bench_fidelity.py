@@ -454,8 +454,8 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
 
     seen_launches = set()
 
-    def fid_round(case, r, launches):
-        seen_launches.add(launches)
+    def fid_round(case, r, launches, prelude):
+        seen_launches.add((launches, prelude))
         if case.key == "decode":
             raise RuntimeError("the GPU refused it")
         return ({"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": LEAD},
@@ -479,7 +479,8 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     monkeypatch.setattr(mod.time, "monotonic", lambda: clock["t"])
     base = tmp_path / "fidelity_run.json"
     args = mod.parser().parse_args(["run", "--kernels", "gemm,decode,rmsnorm", "--json", str(base), "--jit",
-                                    "--deadline-s", "250", "--launches", "3"])
+                                    "--deadline-s", "250", "--launches", "3",
+                                    "--pass-prelude", "2"])
     said = []
     mod.run(mod.plan_of(args), json_base=str(base), save=None, workers=1, analysis_workers=0, merge=False,
             log=said.append)
@@ -494,14 +495,43 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     assert {r["kernel"] for r in by_area["fidelity"]["rows"]} == {"quack GEMM", "quack RMSNorm"}
     assert by_area["fidelity-shown"]["calibration"]["recorder"] == "segment_smem"
     # each pass and reference: 3 launches per round, as asked, and the notes say so
-    assert seen_launches == {3} and by_area["fidelity-shown"]["plan"]["launches"] == 3
-    assert "3 launches of the call per round" in by_area["fidelity-shown"]["notes"]
-    assert "3 launches of the call per round" in by_area["fidelity-error"]["notes"]
+    assert seen_launches == {(3, 2)} and by_area["fidelity-shown"]["plan"]["launches"] == 3
+    assert by_area["fidelity-shown"]["plan"]["pass_prelude"] == 2
+    for area in ("fidelity-shown", "fidelity-error"):
+        assert "3 launches of the call per round" in by_area[area]["notes"]
+        assert "after 2 plain launches of the call and an L2 flush" in by_area[area]["notes"]
     lines = by_area["perturbation-line"]["rows"]
     assert {(r["kernel"], r["config"]) for r in lines} == {("quack GEMM", "sample"), ("quack GEMM", "default"),
                                                            ("quack RMSNorm", "default")}
     assert said.index(next(s for s in said if s.startswith("quack RMSNorm: done"))) < \
         said.index(next(s for s in said if s.startswith("quack GEMM: round 1")))
+
+
+def test_a_prelude_runs_the_plain_build_then_flushes_before_each_traced_launch(monkeypatch):
+    import fa4trace.run.l2 as l2
+
+    calls = []
+    monkeypatch.setattr(l2, "scratch", lambda device=None: "buf")
+    monkeypatch.setattr(l2, "flush", lambda buf: calls.append(("flush", buf)))
+    plain = lambda *a, **kw: calls.append(("plain", a, kw))  # noqa: E731
+    builds = {"lifetimes": bf.Build(lambda *a, **kw: calls.append(("traced", a, kw)) or "out", None, {}),
+              "pipeline": bf.Build(lambda *a, **kw: calls.append(("pipe", a, kw)), None, {"x": 1})}
+    wrapped = bf.with_prelude(builds, plain, 2)
+    assert set(wrapped) == set(builds) and wrapped["pipeline"].meta == {"x": 1}
+    # positional trace buffer (last): the plain build gets the call's own arguments
+    assert wrapped["lifetimes"].fn(1, 2, "TRACE") == "out"
+    assert calls == [("plain", (1, 2), {}), ("plain", (1, 2), {}), ("flush", "buf"), ("traced", (1, 2, "TRACE"), {})]
+    calls.clear()
+    # keyword call: the buffer travels as fa4trace_buf, which the plain build never sees
+    wrapped["pipeline"].fn(1, k=3, fa4trace_buf="TRACE")
+    assert calls == [("plain", (1,), {"k": 3}), ("plain", (1,), {"k": 3}), ("flush", "buf"),
+                     ("pipe", (1,), {"k": 3, "fa4trace_buf": "TRACE"})]
+
+
+def test_a_negative_prelude_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        bf.main(["run", "--pass-prelude", "-1", "--dry-run"])
+    assert e.value.code == 2 and "--pass-prelude must be at least 0" in capsys.readouterr().err
 
 
 def test_a_calibration_of_another_recorder_compensates_nothing(bundle, refs):
