@@ -391,8 +391,10 @@ def shown_summary(metrics: list[dict], per_round: dict) -> list[dict]:
             row[f"{mode}_within"] = within
             row[f"{mode}_share_pct"] = _round(share, 1)
             row[f"{mode}_rounds_pct"] = [_round(min(rs), 1), _round(max(rs), 1)] if rs else None
+            row[f"{mode}_rounds_median_pct"] = _round(statistics.median(rs), 1) if rs else None
             row[f"{mode}_cell"] = ("-" if share is None else f"{within} of {n} ({share:.0f}%"
-                                   + (f"; rounds {min(rs):.0f}..{max(rs):.0f}%" if len(rs) > 1 else "") + ")")
+                                   + (f"; rounds {min(rs):.0f}..{max(rs):.0f}%, median {statistics.median(rs):.0f}%"
+                                      if len(rs) > 1 else "") + ")")
             # met only where the pooled share and the median of the rounds' own shares both reach it
             held = share if share is None or not rs else min(share, statistics.median(rs))
             if mode != "raw" and held is not None and (best is None or held > best):
@@ -563,6 +565,17 @@ COST_COLUMNS = [["kernel", "kernel"], ["shape", "shape"], ["plain_us", "plain µ
                 ["cost_all_spread_pts", "every-CTA spread (pts)"], ["l2", "L2"], ["rounds", "rounds"]]
 
 
+def plan_notes(plan: dict | None) -> str:
+    """What the notes of a run's files say of its plan beyond the defaults: launches per pass and
+    reference, plain launches before each pass."""
+    n = int((plan or {}).get("launches", 1))
+    out = (f" Each pass and each reference: {n} launches of the call per round, its figures read over them "
+           "together (fa4trace.analysis.passes; instrument(pass_launches=...)), the noise too." if n > 1 else "")
+    pre = int((plan or {}).get("pass_prelude", 0))
+    return out + (f" Each pass launch after {pre} plain launch{'es' if pre > 1 else ''} of the call and an L2 flush "
+                  "(run --pass-prelude), as each reference." if pre else "")
+
+
 def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, extra: dict | None = None,
                   gpu: str | None = None, command: str | None = None, complete: bool = True,
                   merge: bool = False) -> dict[str, Path]:
@@ -578,12 +591,7 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
     cost_rows = aggregate_costs(costs)
     extra = dict(extra or {}, bench_fidelity_format=FORMAT, complete=complete)
     part = "" if complete else PARTIAL
-    n = int((extra.get("plan") or {}).get("launches", 1))
-    launches = (f" Each pass and each reference: {n} launches of the call per round, its figures read over them "
-                "together (fa4trace.analysis.passes; instrument(pass_launches=...)), the noise too." if n > 1 else "")
-    pre = int((extra.get("plan") or {}).get("pass_prelude", 0))
-    launches += (f" Each pass launch after {pre} plain launch{'es' if pre > 1 else ''} of the call and an L2 flush "
-                 "(run --pass-prelude), as each reference." if pre else "")
+    launches = plan_notes(extra.get("plan"))
     docs = {
         "fidelity-error": (
             "Fidelity figure by figure: what fa4trace shows of a dense recording against the lightest trace", metrics,
@@ -612,9 +620,22 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
         cmd = command
         if merge and path.exists():
             rows, cmd = _merged(path, area, rows, command)
+            if "rounds_detail" in more:  # the kept kernels' rounds too: `shown` rereads them
+                more = {"rounds_detail": {**_kept_rounds(path, set(per_round)), **per_round}}
         results.write(path, results.envelope(area, title, rows, columns=cols, notes=notes, gpu=gpu, command=cmd,
                                              **extra, **more))
     return paths
+
+
+def _kept_rounds(path: Path, measured: set) -> dict:
+    """The per-round figures of the kernels not measured again, from the P file at ``path``."""
+    try:
+        old = json.loads(path.read_text())
+    except ValueError:
+        return {}
+    if old.get("bench_fidelity_format") != FORMAT:
+        return {}
+    return {k: v for k, v in (old.get("rounds_detail") or {}).items() if k not in measured}
 
 
 def _merged(path: Path, area: str, rows: list, command: str | None) -> tuple[list, str | None]:
@@ -1594,7 +1615,7 @@ def rewrite_shown(base: str) -> Path:
     path = result_paths(base)["fidelity-shown"]
     # the notes say the rule the rows were judged by: the current one; the run's own keys
     # (format, complete, errors, plan...) as write_results gives every file of a run
-    notes = SHOWN_NOTES + ("" if doc.get("complete", True) else PARTIAL)
+    notes = SHOWN_NOTES + plan_notes(doc.get("plan")) + ("" if doc.get("complete", True) else PARTIAL)
     run_keys = {k: v for k, v in doc.items() if k not in ENVELOPE_KEYS + ("rounds_detail",)}
     env = results.envelope("fidelity-shown", SHOWN_TITLE, shown_summary(metrics, per_round), columns=SHOWN_COLUMNS,
                            gpu=doc.get("gpu"), command=doc.get("command"), notes=notes, **run_keys)

@@ -74,8 +74,7 @@ AREAS = [
     ("floors", "Bandwidth floors"),
     ("viewer", "Viewer"),
     ("fa4-sm90", "FlashAttention-4 SM90, traced"),
-    ("fidelity", "Faithful timelines: what a trace reports, and how much it slowed"),
-    ("perturbation-line", None),
+    ("perturbation-line", "Faithful timelines: what a trace reports, and how much it slowed"),
     ("fidelity-shown", None),
     ("known-answer-summary", None),
 ]
@@ -97,7 +96,8 @@ PAGES = {
                          ("auto-kernels", "Automatic events on any CuTe DSL kernel"), ("auto-sample", None),
                          ("fa4-cost-parts", "Where the cost goes in FA4's SM90 prefill"),
                          ("fa4-cost-parts-sass", "What each part adds in SASS"),
-                         ("static-footprint", "What tracing adds per warp role in SASS (static, no GPU)")]),
+                         ("static-footprint", "What tracing adds per warp role in SASS (static, no GPU)"),
+                         ("fidelity", "Tracing cost by recording configuration (the fidelity kernels)")]),
     "fidelity-error.md": ("Fidelity error",
                           "Figure by figure, what a trace with every family reports against the lightest trace of "
                           "the same launch that reports the same figure, with that figure's noise; each table's "

@@ -178,7 +178,7 @@ def test_rounds_are_aggregated_by_median_and_noisy_figures_are_not_judged():
     assert (s["passes_within"], s["compensated_within"], s["raw_within"]) == (1, 2, 0)
     assert s["compensated_share_pct"] == 100.0 and s["passes_share_pct"] == 50.0 and s["status"] == "met"
     assert s["passes_rounds_pct"] == [33.3, 50.0]  # round 2 judged b (noise 1% then) and missed a (3%)
-    assert s["compensated_cell"] == "2 of 2 (100%; rounds 100..100%)"
+    assert s["compensated_cell"] == "2 of 2 (100%; rounds 100..100%, median 100%)"
     # round 2 judges b (its noise was 1% then): per-round shares use each round's own noise
     assert bf._round_shares(rounds[1], "raw") == 100 / 3
     assert bf.status(85.0, 2) == "unconfirmed (2 rounds)" and bf.status(79.9, 5) == "missed"
@@ -269,8 +269,9 @@ def test_result_files_render_and_feed_the_cost_targets(tmp_path, bundle, refs):
     assert loaded["fidelity-error"]["rounds_detail"][bf.NAMES["fa4"]][0][0]["metric"] == rows[0]["metric"]
     md = report.render(list(loaded.values()), base.parent)
     section = md.split("## Faithful timelines")[1]
-    assert section.index("Tracing cost by recording") < section.index("The perturbation line against") \
-        < section.index("Shown figures within 2%")
+    assert section.index("The perturbation line against") < section.index("Shown figures within 2%")
+    assert "Tracing cost by recording" not in md  # the costs by configuration: on docs/tracing-cost.md
+    assert "Tracing cost by recording" in report.render_page("tracing-cost.md", list(loaded.values()))
     assert "| FA4 SM90 prefill | 2 |" not in md and "| FA4 SM90 prefill | 1 |" in section  # one round
     assert "cta.median_ns" not in md  # figure by figure: its own page
     page = report.render_page("fidelity-error.md", list(loaded.values()))
@@ -294,6 +295,15 @@ def test_result_files_render_and_feed_the_cost_targets(tmp_path, bundle, refs):
     cost = json.loads(paths["fidelity"].read_text())
     assert [r["kernel"] for r in cost["rows"]] == [bf.NAMES["fa4"], bf.NAMES["gemm"], bf.NAMES["fa4-bwd"]]
     assert cost["command"].count("bench_fidelity.py run") == 2
+    # ... and their rounds: the figures file of a merge holds both kernels', and `shown` rereads both
+    gemm_rows = [dict(r, kernel=bf.NAMES["gemm"]) for r in rows]
+    bf.write_results(str(base), metric_rounds={bf.NAMES["gemm"]: [gemm_rows, gemm_rows]}, lines=[], costs=[],
+                     gpu="none: test", command="python benchmarks/bench_fidelity.py run --kernels gemm", merge=True)
+    err = json.loads(paths["fidelity-error"].read_text())
+    assert {k: len(v) for k, v in err["rounds_detail"].items()} == {bf.NAMES["fa4"]: 1, bf.NAMES["gemm"]: 2}
+    bf.rewrite_shown(str(base))
+    shown = {r["kernel"]: r["rounds"] for r in json.loads(paths["fidelity-shown"].read_text())["rows"]}
+    assert shown == {bf.NAMES["fa4"]: 1, bf.NAMES["gemm"]: 2}
 
 
 def test_arguments(capsys, tmp_path):
