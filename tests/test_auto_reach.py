@@ -6,14 +6,14 @@ dict, quack's ``jit_cache`` (in memory and on disk) and FA4's in-memory and pers
 before the block; inside, each cache compiles again and serves fa4trace's Instrumented kernel;
 after it, each serves the very object it held before, nothing of fa4trace is left in them and
 nothing traced was written to disk. Run twice over one cache folder, the second process starts
-from quack's and FA4's object files on disk (a cache warm across processes).
+from quack's and FA4's object files on disk (a cache warm across processes). The two runs'
+output is kept in the PTX cache (tests/tools/compile_pool.probe_json): a run over an unchanged
+source reads it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -26,19 +26,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "tools", "reach_probe.py")
 
 
-def probe(arch: str, cache_dir) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("CUTE_DSL_ARCH", None)
-    r = subprocess.run([sys.executable, "-W", "error::FutureWarning", PROBE, arch, str(cache_dir)],
-                       capture_output=True, text=True, env=env, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return dict(json.loads(r.stdout.strip().splitlines()[-1]), stderr=r.stderr)
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("kernel-cache")
-    return probe("sm_90a", d), probe("sm_90a", d)
+def runs():
+    """The probe's two runs over one cache folder (``--pair``), kept in the PTX cache under a key
+    of every source and package version the probe can read (a hit is what this source prints)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+    from compile_pool import probe_json
+    from conftest import PTX_CACHE
+
+    return probe_json(PROBE, ("sm_90a", "--pair"), PTX_CACHE)["runs"]
 
 
 @pytest.mark.parametrize("run", [0, 1], ids=["cold-disk", "warm-disk"])

@@ -11,6 +11,7 @@ The venv is made once per test run. And the environment `make test` made is cons
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,10 +36,21 @@ def test_pip_check_is_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+# The venv is installed without bytecode (pip compiles every file of every dependency one at a
+# time, most of which no command here imports); its processes write the bytecode of what they
+# import, once, where the environment would otherwise forbid it (PYTHONDONTWRITEBYTECODE).
+WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
+
+
 def _run(cmd, **kw):
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=kw.pop("timeout", 900), **kw)
     assert r.returncode == 0, f"{cmd}: {r.stdout[-2000:]}{r.stderr[-3000:]}"
     return r
+
+
+def _venv_run(cmd, **kw):
+    """``_run`` of a command from the test venv (its bytecode written as it imports)."""
+    return _run(cmd, env={**os.environ, **WRITE_BYTECODE}, **kw)
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +72,7 @@ def venv(wheel, tmp_path_factory) -> Path:
     """bin/ of a fresh venv with the wheel and its `viewer` extra installed."""
     d = tmp_path_factory.mktemp("venv") / "v"
     _run([sys.executable, "-m", "venv", d])
-    _run([d / "bin" / "python", "-m", "pip", "install", "-q", f"{wheel}[viewer]"], cwd=d)
+    _run([d / "bin" / "python", "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[viewer]"], cwd=d)
     return d / "bin"
 
 
@@ -90,17 +102,17 @@ def test_installed_convert_and_summary(venv, tmp_path):
         pytest.skip("traces/ lacks the d128 16:1 bundle")
     fa4 = venv / "fa4trace"
     out = tmp_path / "pp.pftrace"
-    _run([fa4, "convert", PINGPONG, "--to", "perfetto", "-o", out], cwd=tmp_path)
+    _venv_run([fa4, "convert", PINGPONG, "--to", "perfetto", "-o", out], cwd=tmp_path)
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
     parsed = pb.Trace()
     parsed.ParseFromString(out.read_bytes())
     assert len(parsed.packet) > 1000
-    got = json.loads(_run([fa4, "summary", PINGPONG, "--json"], cwd=tmp_path).stdout)
+    got = json.loads(_venv_run([fa4, "summary", PINGPONG, "--json"], cwd=tmp_path).stdout)
     want = json.loads(_run([sys.executable, "-m", "fa4trace", "summary", PINGPONG, "--json"], cwd=REPO).stdout)
     assert got == want and got["qk_softmax_overlap"] > 0.5
     # it is the installed package that ran, and it never needed cutlass or torch
-    where = _run([venv / "python", "-c", "import fa4trace.viewer, importlib.util as u; print(fa4trace.viewer.__file__);"
+    where = _venv_run([venv / "python", "-c", "import fa4trace.viewer, importlib.util as u; print(fa4trace.viewer.__file__);"
                   "print(u.find_spec('cutlass'), u.find_spec('torch'))"], cwd=tmp_path).stdout.splitlines()
     assert where[0].startswith(str(venv.parent)) and where[0].endswith("fa4trace/viewer/__init__.py")
     assert where[1] == "None None"
@@ -109,12 +121,12 @@ def test_installed_convert_and_summary(venv, tmp_path):
 @pytest.mark.slow
 def test_installed_example_bundle(venv, tmp_path):
     """The wheel's own bundle (fa4trace.example_bundle()): summary and convert run on it."""
-    example = Path(_run([venv / "python", "-c", "import fa4trace; print(fa4trace.example_bundle())"],
+    example = Path(_venv_run([venv / "python", "-c", "import fa4trace; print(fa4trace.example_bundle())"],
                         cwd=tmp_path).stdout.strip())
     assert example.is_file() and example.is_relative_to(venv.parent)
     assert example.read_bytes() == (TRACES / example.name).read_bytes()
-    assert "QK ∥ SOFTMAX" in _run([venv / "fa4trace", "summary", example], cwd=tmp_path).stdout
-    _run([venv / "fa4trace", "convert", example, "--to", "chrome", "-o", tmp_path / "e.json"], cwd=tmp_path)
+    assert "QK ∥ SOFTMAX" in _venv_run([venv / "fa4trace", "summary", example], cwd=tmp_path).stdout
+    _venv_run([venv / "fa4trace", "convert", example, "--to", "chrome", "-o", tmp_path / "e.json"], cwd=tmp_path)
     assert json.loads((tmp_path / "e.json").read_text())
 
 
@@ -127,7 +139,7 @@ def test_installed_view_serves_the_viewer(venv, tmp_path):
 
     log = tmp_path / "net.log"
     env = {"PYTHONPATH": str(REPO / "tests" / "tools" / "netguard"), "FA4TRACE_NET_LOG": str(log),
-           "FA4TRACE_BUNDLES": "", "FA4TRACE_TRACES_DIR": ""}
+           "FA4TRACE_BUNDLES": "", "FA4TRACE_TRACES_DIR": "", **WRITE_BYTECODE}
     with headless.StreamlitServer([BASE, PINGPONG], env=env, timeout=180,
                                   command=[venv / "fa4trace", "view", "--headless"]) as srv:
         with urllib.request.urlopen(srv.url + "/", timeout=60) as r:
@@ -137,12 +149,12 @@ def test_installed_view_serves_the_viewer(venv, tmp_path):
         with urllib.request.urlopen(srv.url + "/fa4trace/perfetto/fa4trace.html", timeout=60) as r:
             entry = r.read()
         assert b"Content-Security-Policy" in entry and b"frontend_bundle.js" in entry
-        wasm = _run([venv / "python", "-c", "from fa4trace.viewer import perfetto_ui as p; d = p.web_dist();"
+        wasm = _venv_run([venv / "python", "-c", "from fa4trace.viewer import perfetto_ui as p; d = p.web_dist();"
                      "print(next(d.rglob('trace_processor.wasm')).relative_to(d))"], cwd=tmp_path).stdout.strip()
         with urllib.request.urlopen(f"{srv.url}/fa4trace/perfetto/{wasm}", timeout=60) as r:
             assert r.headers["Content-Type"] == "application/wasm" and len(r.read()) > 1_000_000
     assert not log.exists() or not log.read_text().strip(), log.read_text()
-    site = Path(_run([venv / "python", "-c", "import fa4trace; print(fa4trace.__file__)"], cwd=tmp_path).stdout.strip()).parent
+    site = Path(_venv_run([venv / "python", "-c", "import fa4trace; print(fa4trace.__file__)"], cwd=tmp_path).stdout.strip()).parent
     assert not (site / "viewer" / "static").exists() and not list(site.rglob("*.wasm"))
 
 

@@ -322,45 +322,27 @@ def test_an_existing_report_is_not_overwritten(tmp_path, monkeypatch):
 
 
 # ---- compiled on the CPU -------------------------------------------------------------------------
-USER_KERNEL = '''
-import cutlass
-import cutlass.cute as cute
-from cutlass import Float32, Int32
-from cutlass.cute.runtime import make_fake_compact_tensor
-
-
-@cute.kernel
-def kernel(dst: cute.Tensor, n: Int32):
-    for i in cutlass.range(n, unroll=1):
-        dst[i] = dst[i] * 2.0 + 1.0
-
-
-@cute.jit
-def entry(dst: cute.Tensor, n: Int32):
-    kernel(dst, n).launch(grid=(1, 1, 1), block=(64, 1, 1))
-
-
-def make():
-    return entry, (make_fake_compact_tensor(Float32, (cute.sym_int(),), assumed_align=16), Int32(8))
-'''
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not find_tool("nvdisasm"), reason="needs nvdisasm")
-def test_our_decode_kernel_compiled_plain_and_traced(tmp_path):
+def test_our_decode_kernel_compiled_plain_and_traced():
     """Our decode kernel (sm_90a) and a small user kernel, compiled on this CPU: the producer
     issues the TMA loads, the consumer the MMAs and the softmax, both with high confidence; the
     traced build adds instructions and timer reads to both main loops; shared memory is the
-    launch's and the cubin's."""
+    launch's and the cubin's. (The compile and the disassembly run in tests/tools/static_probe.py,
+    kept in the PTX cache under a key of every source, package and the nvdisasm it used.)"""
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
-    from fa4trace.bench.staticbuild import parse_target
+    sys.path.insert(0, str(Path(__file__).parent / "tools"))
+    from compile_pool import probe_json
+    from conftest import PTX_CACHE
 
-    user = tmp_path / "user_kernel.py"
-    user.write_text(USER_KERNEL)
-    targets = parse_target("decode") + parse_target(f"{user}:make", ("sm_90a",), families=())
-    doc = static.run(targets, out=str(tmp_path / "r.json"), keep=str(tmp_path / "sass"))
-    assert static.load(tmp_path / "r.json")["rows"] == doc["rows"]
+    nvdisasm = find_tool("nvdisasm")
+    version = subprocess.run([nvdisasm, "--version"], capture_output=True, text=True).stdout.strip()
+    got = probe_json(Path(__file__).parent / "tools" / "static_probe.py", (nvdisasm, version), PTX_CACHE)
+    doc = got["doc"]
+    assert got["reloaded_rows_equal"]
     decode = next(k for k in doc["kernels"] if k["kernel"] == "decode")
     plain, traced = (b["kernels"][0] for b in decode["builds"])
     assert list(plain["roles"]) == list(traced["roles"]) == ["producer", "consumer"]
@@ -377,5 +359,5 @@ def test_our_decode_kernel_compiled_plain_and_traced(tmp_path):
     mine = next(k for k in doc["kernels"] if k["kernel"] != "decode")
     up, ut = (b["kernels"][0] for b in mine["builds"])
     assert up["roles"] == {} and ut["timer_reads"] > up["timer_reads"] == 0
-    assert len(list((tmp_path / "sass").glob("*.sass"))) == 4
+    assert got["sass_files"] == 4
     assert "decode" in static.text(doc)

@@ -2,6 +2,11 @@
 fresh process; prints one JSON line of what each cache held before, inside and after the block.
 
     python tests/tools/reach_probe.py sm_90a QUACK_CACHE_DIR
+    python tests/tools/reach_probe.py sm_90a --pair   # twice over one new folder: {"runs": [...]}
+
+``--pair`` runs the probe in two fresh processes, one after the other, over one new cache
+folder (the second starts from the object files the first wrote: a cache warm across
+processes), FutureWarnings as errors, each run's stderr kept beside its JSON.
 
 The caches: a user's dict named like a cache, a registry dict (not a cache: left alone),
 quack's ``jit_cache`` (in memory and on disk), FA4's ``JITCache`` and ``JITPersistentCache``.
@@ -111,5 +116,25 @@ def main():
     }))
 
 
+def pair(arch: str) -> dict:
+    """Two runs of this probe over one new cache folder (module doc)."""
+    import subprocess
+    import tempfile
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="fa4trace_reach_") as d:
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-W", "error::FutureWarning", __file__, arch, d],
+                               capture_output=True, text=True, timeout=900)
+            if r.returncode != 0:
+                sys.stderr.write(r.stderr[-3000:])
+                raise SystemExit(r.returncode)
+            runs.append(dict(json.loads(r.stdout.strip().splitlines()[-1]), stderr=r.stderr))
+    return {"runs": runs}
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[2:] == ["--pair"]:
+        print(json.dumps(pair(sys.argv[1])))
+    else:
+        main()
