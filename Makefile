@@ -27,14 +27,15 @@ $(STAMP_APP): pyproject.toml | $(BIN)/python
 # one). `make test` runs `pip check` first, and tests/test_install.py too.
 # Bytecode: pip compiles one file at a time; compileall after the installs does it on every core.
 # It must be written at install: where PYTHONDONTWRITEBYTECODE is set (CI images often set it)
-# every process would otherwise compile what it imports. The packages' own test suites (tests/,
-# test/, torch's testing/_internal: nothing here imports them, a fifth of the files) are left
-# out. compileall exits 1 on the few files this Python cannot compile (torch ships helpers for
-# Python 3.12 only): harmless.
+# every process would otherwise compile what it imports. Left out: the packages' own test suites
+# (tests/, test/, torch's testing/_internal) and what no test imports (sympy and networkx, which
+# only torch's compiler loads; Ray's libraries beside its core) - a third of the files; a module
+# of them that is imported after all is compiled as it loads. compileall exits 1 on the few files
+# this Python cannot compile (torch ships helpers for Python 3.12 only): harmless.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-compile "torch==2.13.0"
 	$(BIN)/python -m pip install -q --no-compile -e ".[viewer,test,dsl,torch,fa4,ray]"
-	$(BIN)/python -m compileall -q -j 0 -x '/(tests?|testing/_internal)/' $(VENV)/lib > /dev/null 2>&1 || true
+	$(BIN)/python -m compileall -q -j 0 -x '/(tests?|testing/_internal|sympy|networkx|ray/(rllib|serve|tune|train|data|air|llm|workflow))/' $(VENV)/lib > /dev/null 2>&1 || true
 	touch $@
 
 app: $(STAMP_APP)
