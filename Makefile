@@ -25,17 +25,20 @@ $(STAMP_APP): pyproject.toml | $(BIN)/python
 # with dependencies, so `pip check` is clean and nothing overrides what torch pins (a CUDA
 # torch's own triton satisfies the `fa4` extra's range; the CPU build brings none, so pip adds
 # one). `make test` runs `pip check` first, and tests/test_install.py too.
-# Bytecode: pip compiles one file at a time; compileall after the installs does it on every core.
-# It must be written at install: where PYTHONDONTWRITEBYTECODE is set (CI images often set it)
-# every process would otherwise compile what it imports. Left out: the packages' own test suites
-# (tests/, test/, torch's testing/_internal) and what no test imports (sympy and networkx, which
-# only torch's compiler loads; Ray's libraries beside its core) - a third of the files; a module
-# of them that is imported after all is compiled as it loads. compileall exits 1 on the few files
-# this Python cannot compile (torch ships helpers for Python 3.12 only): harmless.
+# Bytecode: pip compiles one file at a time; compileall does it on the cores pip leaves idle
+# (torch's while the extras resolve and unpack, on one core) and on every core after the
+# installs. It must be written at install: where PYTHONDONTWRITEBYTECODE is set (CI images often
+# set it) every process would otherwise compile what it imports. Left out (NOPYC): the packages'
+# own test suites (tests/, test/, torch's testing/_internal) and what no test imports (sympy and
+# networkx, which only torch's compiler loads; Ray's libraries beside its core) - a third of the
+# files; a module of them that is imported after all is compiled as it loads. compileall exits 1
+# on the few files this Python cannot compile (torch ships helpers for Python 3.12 only): harmless.
+NOPYC := '/(tests?|testing/_internal|sympy|networkx|ray/(rllib|serve|tune|train|data|air|llm|workflow))/'
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-compile "torch==2.13.0"
-	$(BIN)/python -m pip install -q --no-compile -e ".[viewer,test,dsl,torch,fa4,ray]"
-	$(BIN)/python -m compileall -q -j 0 -x '/(tests?|testing/_internal|sympy|networkx|ray/(rllib|serve|tune|train|data|air|llm|workflow))/' $(VENV)/lib > /dev/null 2>&1 || true
+	$(BIN)/python -m compileall -q -x $(NOPYC) $(VENV)/lib/python3*/site-packages/torch > /dev/null 2>&1 & \
+	  $(BIN)/python -m pip install -q --no-compile -e ".[viewer,test,dsl,torch,fa4,ray]"; rc=$$?; wait; exit $$rc
+	$(BIN)/python -m compileall -q -j 0 -x $(NOPYC) $(VENV)/lib > /dev/null 2>&1 || true
 	touch $@
 
 app: $(STAMP_APP)
@@ -43,10 +46,12 @@ app: $(STAMP_APP)
 
 view: app
 
+# Three test processes on two cores: some tests mostly wait (a sweep worker's timeout, a browser
+# page), and a third process keeps a core busy meanwhile (docs/make-test-time.md).
 test: $(STAMP_TEST)
 	$(BIN)/python -m pip check
 	bash .ci/system-deps.sh
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 clean-venv:
 	rm -rf $(VENV)
