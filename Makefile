@@ -47,10 +47,14 @@ app: $(STAMP_APP)
 view: app
 
 # Three test processes on two cores: some tests mostly wait (a sweep worker's timeout, a browser
-# page), and a third process keeps a core busy meanwhile (docs/make-test-time.md).
+# page), and a third process keeps a core busy meanwhile (docs/make-test-time.md). This
+# checkout's own sources get their bytecode first (on every core; __pycache__ is ignored by
+# git): the tests start a few hundred Python processes, each of which would otherwise compile
+# the modules of fa4trace it imports.
 test: $(STAMP_TEST)
 	$(BIN)/python -m pip check
 	bash .ci/system-deps.sh
+	$(BIN)/python -m compileall -q -j 0 fa4trace app kernels benchmarks tests/tools > /dev/null
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 clean-venv:
