@@ -591,7 +591,7 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
     cost_rows = aggregate_costs(costs)
     extra = dict(extra or {}, bench_fidelity_format=FORMAT, complete=complete)
     part = "" if complete else PARTIAL
-    launches = plan_notes(extra.get("plan"))
+    planned = plan_notes(extra.get("plan"))
     docs = {
         "fidelity-error": (
             "Fidelity figure by figure: what fa4trace shows of a dense recording against the lightest trace", metrics,
@@ -602,9 +602,9 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             "launch that reports it (fewest events per recorded CTA, checked against the plain build as instrument() does, "
             "so that it starts from the passes' GPU state; 'dense, lead warps': one warp per warpgroup, set "
             "against the shown trace's same warps). noise: that reference's second launch against its first; judged "
-            "where the noise is at most 2%. Medians over rounds." + launches + part,
+            "where the noise is at most 2%. Medians over rounds." + planned + part,
             {"rounds_detail": per_round}),
-        "fidelity-shown": (SHOWN_TITLE, shown, SHOWN_COLUMNS, SHOWN_NOTES + launches + part, {}),
+        "fidelity-shown": (SHOWN_TITLE, shown, SHOWN_COLUMNS, SHOWN_NOTES + planned + part, {}),
         "perturbation-line": (
             "The perturbation line against the graph-timed launch cost", line_rows, LINE_COLUMNS, LINE_NOTES + part, {}),
         "fidelity": (
@@ -618,34 +618,32 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
     for area, (title, rows, cols, notes, more) in docs.items():
         path = paths[area]
         cmd = command
-        if merge and path.exists():
-            rows, cmd = _merged(path, area, rows, command)
+        old = _previous(path, area) if merge and path.exists() else None
+        if old is not None:
+            rows, cmd = _merged(old, rows, command)
             if "rounds_detail" in more:  # the kept kernels' rounds too: `shown` rereads them
-                more = {"rounds_detail": {**_kept_rounds(path, set(per_round)), **per_round}}
+                kept = {k: v for k, v in (old.get("rounds_detail") or {}).items() if k not in per_round}
+                more = {"rounds_detail": {**kept, **per_round}}
         results.write(path, results.envelope(area, title, rows, columns=cols, notes=notes, gpu=gpu, command=cmd,
                                              **extra, **more))
     return paths
 
 
-def _kept_rounds(path: Path, measured: set) -> dict:
-    """The per-round figures of the kernels not measured again, from the P file at ``path``."""
+def _previous(path: Path, area: str) -> dict | None:
+    """The result file at ``path`` where it is of ``area`` and this layout (what ``--merge``
+    keeps rows and rounds from), read once; else None."""
     try:
         old = json.loads(path.read_text())
     except ValueError:
-        return {}
-    if old.get("bench_fidelity_format") != FORMAT:
-        return {}
-    return {k: v for k, v in (old.get("rounds_detail") or {}).items() if k not in measured}
+        return None
+    if not isinstance(old, dict) or old.get("area") != area or old.get("bench_fidelity_format") != FORMAT:
+        return None
+    return old
 
 
-def _merged(path: Path, area: str, rows: list, command: str | None) -> tuple[list, str | None]:
-    """``rows`` with the rows of the kernels they lack from the file at ``path`` (same area, this layout)."""
-    try:
-        old = json.loads(path.read_text())
-    except ValueError:
-        return rows, command
-    if old.get("area") != area or old.get("bench_fidelity_format") != FORMAT:
-        return rows, command
+def _merged(old: dict, rows: list, command: str | None) -> tuple[list, str | None]:
+    """``rows`` with the rows of the kernels they lack from ``old`` (``_previous``), and the
+    command that made each."""
     mine = {r["kernel"] for r in rows}
     kept = [r for r in old.get("rows", []) if r.get("kernel") not in mine]
     if not kept:
