@@ -206,13 +206,17 @@ def clock_of(trace) -> float | None:
     return None if ghz is None else round(float(ghz), 4)
 
 
-def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None) -> tuple[list[dict], dict]:
+def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None, *, reference: str = "first",
+               launches: int = 1) -> tuple[list[dict], dict]:
     """One round of one kernel, figure by figure: each figure shown three ways (``MODES``: from the
     lightest pass of ``bundle``, compensated with ``cal``, raw dense) against the lightest reference
-    of ``refs`` ({name: [first launch, second launch]}, each a one-launch bundle; ``LEAD``: the
-    dense build on the ``lead`` warps) that reports it, with the reference's own noise (its second
-    launch against its first). Returns (rows, what the round used: the references' weights, the
-    passes' order, how many compensated figures were clamped at 0)."""
+    of ``refs`` ({name: [first recording, second recording]}, each of ``launches`` launches;
+    ``LEAD``: the dense build on the ``lead`` warps) that reports it, with the reference's own noise
+    (its second recording against its first). ``reference``: the reference's value is its first
+    recording's ("first") or the mean of both ("mean": half the variance of one, so less of a
+    round's error is the reference's own noise). Each row says both (``launches``, ``reference_of``).
+    Returns (rows, what the round used: the references' weights, the passes' order, how many
+    compensated figures were clamped at 0)."""
     from fa4trace.analysis.passes import DENSE, pass_traces, sourced_figures
 
     by_pass = pass_traces(bundle)
@@ -245,9 +249,10 @@ def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None) ->
     def compensated_ref(name: str) -> dict:
         """The reference's own figures less the recorder's cost (cached): what a compensated
         figure is set against in ``compensated_vs_ref_err_pct``, since the lightest trace that
-        reports a figure records too."""
+        reports a figure records too (read as ``reference`` says, as the reference itself)."""
         if name not in ref_comp:
-            ref_comp[name] = compensated_metrics(refs[name][0], cal, ref_m[name][0])[0]
+            each = [compensated_metrics(t, cal, m)[0] for t, m in zip(refs[name], ref_m[name])]
+            ref_comp[name] = {k: reference_value(k, each, reference) for k in each[0]}
         return ref_comp[name]
 
     rows = []
@@ -260,10 +265,12 @@ def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None) ->
             shown = {"passes": lead_view("passes", src).get(key),
                      "compensated": lead_view("compensated", DENSE).get(key) if cal is not None else None,
                      "raw": lead_view("raw", DENSE).get(key)}
-        ref_v = ref_m[ref][0][key] if ref else None
+        ref_v = reference_value(key, ref_m[ref], reference) if ref else None
+        first = ref_m[ref][0][key] if ref else None
         again = ref_m[ref][1].get(key) if ref and len(ref_m[ref]) > 1 else None
         row = {"kernel": kernel, "metric": key, "reference": ref, "reference_value": ref_v,
-               "noise_pct": _pct(rel_error(again, ref_v)), "passes_from": src,
+               "noise_pct": _pct(rel_error(again, first)), "passes_from": src,
+               "launches": launches, "reference_of": reference,
                "compensated": key in compensated,
                # each launch's SM clock (clock64 against globaltimer): a whole figure set off by one
                # factor from its reference is a clock difference between launches, not tracing
@@ -285,6 +292,22 @@ def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None) ->
         s = C.summary(dense, cal)
         info["clamped"], info["compensated"] = s["clamped"], s["compensated"]
     return rows, info
+
+
+REFERENCE_OF = {"first": "its first recording", "mean": "the mean of its two recordings"}
+
+
+def reference_value(key: str, each: list[dict], reference: str):
+    """A reference's value of figure ``key`` from its recordings' figures ``each`` (first
+    recording first): the first's, or with ``reference="mean"`` the mean of those that report it
+    (the first's alone where the second does not)."""
+    if reference not in REFERENCE_OF:
+        raise ValueError(f"reference must be one of {', '.join(REFERENCE_OF)}, not {reference!r}")
+    first = each[0].get(key)
+    if reference == "first" or first is None:
+        return first
+    vals = [m[key] for m in each if m.get(key) is not None]
+    return sum(vals) / len(vals)
 
 
 def _weight(trace) -> float:
@@ -327,6 +350,9 @@ def aggregate_metrics(per_round: list[list[dict]]) -> list[dict]:
                "noise_pct": _round(_median(r["noise_pct"] for r in rs), 2),
                "passes_from": Counter(r["passes_from"] for r in rs).most_common(1)[0][0],
                "compensated": any(r["compensated"] for r in rs), "rounds": len(rs),
+               # how the rounds read it (rows of files before these keys: one launch, first recording)
+               "launches": Counter(r.get("launches", 1) for r in rs).most_common(1)[0][0],
+               "reference_of": Counter(r.get("reference_of", "first") for r in rs).most_common(1)[0][0],
                **{k: _round(_median(r.get(k) for r in rs), 4)
                   for k in ("passes_clock_ghz", "dense_clock_ghz", "reference_clock_ghz")},
                "compensated_vs_ref_err_pct": _round(_median(r.get("compensated_vs_ref_err_pct") for r in rs), 2)}
@@ -370,6 +396,14 @@ def status(share: float | None, rounds: int) -> str:
     return "met" if rounds >= MIN_ROUNDS else f"unconfirmed ({rounds} round{'s' if rounds != 1 else ''})"
 
 
+def reading_of(rows: list[dict]) -> str:
+    """How a kernel's figures were read, in words: launches per pass and per reference recording,
+    and which value of the reference its errors are against."""
+    n = Counter(r.get("launches", 1) for r in rows).most_common(1)[0][0] if rows else 1
+    ref = Counter(r.get("reference_of", "first") for r in rows).most_common(1)[0][0] if rows else "first"
+    return f"{n} launch{'es' if n > 1 else ''} per recording; reference: {REFERENCE_OF[ref]}"
+
+
 def shown_summary(metrics: list[dict], per_round: dict) -> list[dict]:
     """One row per kernel: figures compared, noise-limited, judged, and per mode how many judged
     figures are within the target (on the medians over rounds), their share, its range over the
@@ -380,7 +414,8 @@ def shown_summary(metrics: list[dict], per_round: dict) -> list[dict]:
         rows = [r for r in metrics if r["kernel"] == kernel]
         compared = [r for r in rows if any(r[f"{m}_err_pct"] is not None for m in MODES)]
         rounds = per_round.get(kernel, [])
-        row = {"kernel": kernel, "rounds": len(rounds), "figures": len(rows), "compared": len(compared),
+        row = {"kernel": kernel, "rounds": len(rounds), "reading": reading_of(rows), "figures": len(rows),
+               "compared": len(compared),
                "noise_limited": sum(1 for r in compared if r["noise_limited"]),
                "judged": sum(1 for r in compared if r["judged"])}
         best = None
@@ -552,7 +587,7 @@ METRIC_COLUMNS = [["kernel", "kernel"], ["metric", "figure"], ["reference", "ref
                   ["compensated_vs_ref_err_pct", "(b) against the reference compensated too, err %"],
                   ["passes_clock_ghz", "pass GHz"],
                   ["reference_clock_ghz", "reference GHz"], ["rounds", "rounds"]]
-SHOWN_COLUMNS = [["kernel", "kernel"], ["rounds", "rounds"], ["compared", "figures compared"],
+SHOWN_COLUMNS = [["kernel", "kernel"], ["rounds", "rounds"], ["reading", "read over"], ["compared", "figures compared"],
                  ["noise_limited", "noise-limited (> 2%)"], ["judged", "judged"],
                  ["passes_cell", "(a) passes: within 2%"], ["compensated_cell", "(b) compensated: within 2%"],
                  ["raw_cell", "(c) raw dense: within 2%"], ["status", "target >= 80%, (a) or (b)"]]
@@ -566,14 +601,23 @@ COST_COLUMNS = [["kernel", "kernel"], ["shape", "shape"], ["plain_us", "plain µ
 
 
 def plan_notes(plan: dict | None) -> str:
-    """What the notes of a run's files say of its plan beyond the defaults: launches per pass and
-    reference, plain launches before each pass."""
-    n = int((plan or {}).get("launches", 1))
+    """What the notes of a run's files say of its plan beyond the defaults, naming the kernels it
+    measured (a merged file keeps other kernels' rows from earlier runs; the shown table's "read
+    over" column says each kernel's): launches per pass and reference, the reference's value,
+    plain launches before each pass."""
+    plan = plan or {}
+    n = int(plan.get("launches", 1))
     out = (f" Each pass and each reference: {n} launches of the call per round, its figures read over them "
            "together (fa4trace.analysis.passes; instrument(pass_launches=...)), the noise too." if n > 1 else "")
-    pre = int((plan or {}).get("pass_prelude", 0))
-    return out + (f" Each pass launch after {pre} plain launch{'es' if pre > 1 else ''} of the call and an L2 flush "
-                  "(run --pass-prelude), as each reference." if pre else "")
+    if plan.get("reference", "first") == "mean":
+        out += (" A reference's value: the mean of its two recordings (run --reference mean); its noise still the "
+                "second against the first.")
+    pre = int(plan.get("pass_prelude", 0))
+    out += (f" Each pass launch after {pre} plain launch{'es' if pre > 1 else ''} of the call and an L2 flush "
+            "(run --pass-prelude), as each reference." if pre else "")
+    if out and plan.get("kernels"):
+        out = f" This run ({', '.join(NAMES.get(k, k) for k in plan['kernels'])}):" + out
+    return out
 
 
 def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, extra: dict | None = None,
@@ -881,7 +925,8 @@ def analyse_round(task: dict) -> dict:
         for name, ts in task["refs"].items():
             for i, t in enumerate(ts):
                 t.save(d / f"{stem}_{name.replace(', ', '_').replace(' ', '_')}_{i}.parquet", overwrite=True)
-    rows, info = round_rows(task["kernel"], task["bundle"], task["refs"], task["lead"], task.get("cal"))
+    rows, info = round_rows(task["kernel"], task["bundle"], task["refs"], task["lead"], task.get("cal"),
+                            reference=task.get("reference", "first"), launches=task.get("launches", 1))
     return {"kernel": task["kernel"], "round": task["round"], "rows": rows, "info": info,
             "seconds": round(time.time() - t0, 1)}
 
@@ -1099,7 +1144,7 @@ def fidelity_round(case: Case, r: int, launches: int = 1, prelude: int = 0) -> t
         kk = _instrumented(dense, opts, plain=dense.plain)
         kk(*case.args(0))
         lines[config] = kk.trace(config=dict(cfg, recording=config))
-    return {"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": lw}, lines
+    return {"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": lw, "launches": launches}, lines
 
 
 def line_options(case: Case, timed: bool = False) -> dict:
@@ -1350,6 +1395,7 @@ class Plan(NamedTuple):
     deadline_s: float
     launches: int = 1  # launches of each pass and of each reference per round (RecordOptions.pass_launches)
     prelude: int = 0  # plain launches (then a flush) before each pass launch (with_prelude)
+    reference: str = "first"  # a reference's value: its first recording's, or the mean of both (reference_value)
 
 
 def plan_of(a) -> Plan:
@@ -1362,7 +1408,8 @@ def plan_of(a) -> Plan:
     launches = a.launches if a.launches is not None else q["launches"]
     jobs = [] if a.jit else build_jobs(kernels)
     files = {k: str(v) for k, v in result_paths(a.json).items()} if a.json else {}
-    return Plan(kernels, rounds, cost_rounds, replays, jobs, files, a.deadline_s, launches, a.pass_prelude)
+    return Plan(kernels, rounds, cost_rounds, replays, jobs, files, a.deadline_s, launches, a.pass_prelude,
+                a.reference)
 
 
 class Collected:
@@ -1451,7 +1498,7 @@ def run(plan: Plan, *, json_base: str | None, save: str | None, workers: int, an
     got.gpu = gpu_name()
     got.extra.update(plan={"kernels": plan.kernels, "rounds": plan.rounds, "cost_rounds": plan.cost_rounds,
                            "replays": plan.replays, "launches": plan.launches,
-                           "pass_prelude": plan.prelude}, arch=arch)
+                           "pass_prelude": plan.prelude, "reference": plan.reference}, arch=arch)
     log(f"{got.gpu}: {', '.join(plan.kernels)}; {plan.rounds} rounds")
 
     def over(estimate_s: float) -> bool:
@@ -1502,7 +1549,7 @@ def run(plan: Plan, *, json_base: str | None, save: str | None, workers: int, an
                     case = cases[key]
                     t1 = time.monotonic()
                     task, bundles = fidelity_round(case, r, plan.launches, plan.prelude)
-                    task.update(cal=cal, save=save if save and r == 0 else None)
+                    task.update(cal=cal, save=save if save and r == 0 else None, reference=plan.reference)
                     analysis.submit(task)
                     try:
                         costs = cost_round(case, plan.cost_rounds, plan.replays)
@@ -1573,6 +1620,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--pass-prelude", type=int, default=0, metavar="N",
                    help="run the plain build N times, then flush L2, before each pass launch (as before each "
                         "reference); default 0: the passes as instrument() replays them")
+    r.add_argument("--reference", choices=sorted(REFERENCE_OF), default="first",
+                   help="a reference's value: its first recording's (default), or the mean of its two (the second "
+                        "against the first is its noise either way)")
     r.add_argument("--json", default=None, metavar="P", help="result files P, P_shown, P_line, P_cost (rewritten "
                                                              "after every step)")
     r.add_argument("--merge", action="store_true", help="keep the rows of kernels not measured here from the files "

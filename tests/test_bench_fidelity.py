@@ -122,6 +122,30 @@ def test_each_figure_is_shown_three_ways_against_the_lightest_reference(bundle, 
     assert cta["compensated_vs_ref_err_pct"] is None  # not a compensated figure
 
 
+def test_a_reference_read_as_the_mean_of_its_two_recordings(bundle, refs):
+    """--reference mean: a figure's reference is the mean of the reference's two recordings, its
+    noise still the second against the first; every row says how it was read, and so does the
+    shown table."""
+    first = {r["metric"]: r for r in bf.round_rows("k", bundle, refs, LEAD, CAL)[0]}
+    rows, _ = bf.round_rows("k", bundle, refs, LEAD, CAL, reference="mean", launches=3)
+    by = {r["metric"]: r for r in rows}
+    mma = by["span.mma.wait.median_ns"]
+    assert mma["reference_value"] == pytest.approx((306.0 + 315.0) / 2)  # the second mma launch: 315 ns
+    assert mma["noise_pct"] == pytest.approx(100 * (315 / 306 - 1)) == first["span.mma.wait.median_ns"]["noise_pct"]
+    assert mma["passes_err_pct"] == pytest.approx(100 * abs(306 / 310.5 - 1))
+    assert by["cta.median_ns"]["reference_value"] == first["cta.median_ns"]["reference_value"]  # both launches alike
+    assert all(r["launches"] == 3 and r["reference_of"] == "mean" for r in rows)
+    assert all(r["launches"] == 1 and r["reference_of"] == "first" for r in first.values())
+    shown = bf.shown_summary(bf.aggregate_metrics([rows]), {"k": [rows]})
+    assert shown[0]["reading"] == "3 launches per recording; reference: the mean of its two recordings"
+    # rows of files written before these keys read as one launch against the first recording
+    old = [{k: v for k, v in r.items() if k not in ("launches", "reference_of")} for r in first.values()]
+    assert bf.shown_summary(bf.aggregate_metrics([old]), {"k": [old]})[0]["reading"] == \
+        "1 launch per recording; reference: its first recording"
+    with pytest.raises(ValueError, match="reference must be one of first, mean"):
+        bf.round_rows("k", bundle, refs, LEAD, CAL, reference="median")
+
+
 def test_a_figure_only_the_lead_warps_trace_reports_is_compared_on_those_warps(bundle, refs):
     roles = bf.dense_roles(bundle)
     no_barrier = {k: v for k, v in refs.items() if k != "barrier"}
@@ -468,7 +492,7 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
         seen_launches.add((launches, prelude))
         if case.key == "decode":
             raise RuntimeError("the GPU refused it")
-        return ({"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": LEAD},
+        return ({"kernel": case.kernel, "round": r, "bundle": bundle, "refs": refs, "lead": LEAD, "launches": launches},
                 {"sample": line_bundle, "default": line_bundle})
 
     clock = {"t": 0.0}
@@ -490,7 +514,7 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     base = tmp_path / "fidelity_run.json"
     args = mod.parser().parse_args(["run", "--kernels", "gemm,decode,rmsnorm", "--json", str(base), "--jit",
                                     "--deadline-s", "250", "--launches", "3",
-                                    "--pass-prelude", "2"])
+                                    "--pass-prelude", "2", "--reference", "mean"])
     said = []
     mod.run(mod.plan_of(args), json_base=str(base), save=None, workers=1, analysis_workers=0, merge=False,
             log=said.append)
@@ -510,6 +534,10 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     for area in ("fidelity-shown", "fidelity-error"):
         assert "3 launches of the call per round" in by_area[area]["notes"]
         assert "after 2 plain launches of the call and an L2 flush" in by_area[area]["notes"]
+        assert "This run (quack GEMM, our decode, quack RMSNorm):" in by_area[area]["notes"]
+        assert "the mean of its two recordings (run --reference mean)" in by_area[area]["notes"]
+    assert by_area["fidelity-shown"]["plan"]["reference"] == "mean"
+    assert shown["quack GEMM"]["reading"] == "3 launches per recording; reference: the mean of its two recordings"
     lines = by_area["perturbation-line"]["rows"]
     assert {(r["kernel"], r["config"]) for r in lines} == {("quack GEMM", "sample"), ("quack GEMM", "default"),
                                                            ("quack RMSNorm", "default")}
