@@ -37,7 +37,8 @@ less the recorder's own cost (fa4trace.analysis.compensate, calibrated in the sa
 known-answer kernels, fa4trace.probes.known_answer.calibrate), every other figure as recorded,
 which is what ``fa4trace summary --compensate`` shows; (c) **raw** dense. The noise of each figure
 is the reference build's second set of launches against its first: a figure noisier than 2% is
-"noise-limited" and not judged. Per figure the median over rounds; per kernel the share of
+"noise-limited" and not judged; a duration under 50 ns, where one 1 ns tick of a bundle's times is
+more than 2%, is "resolution-limited" and not judged either. Per figure the median over rounds; per kernel the share of
 judged figures within 2% (target: 80%, for (a) or (b)).
 
 **Perturbation line** (the three kernels above, and ``fa4-bwd``: FA4's SM90 backward b2 s2048 h16
@@ -103,6 +104,7 @@ TARGET = 0.02  # relative error a shown figure may have against the lightest tra
 SHARE_TARGET = 0.80  # share of judged figures within TARGET (item 5's target)
 LINE_TARGET_PTS = 2.0  # the perturbation headline against the graph-timed cost, points
 MIN_ROUNDS = 3  # rounds before a target counts as met on their median
+TICK_NS = 1.0  # a bundle's times are whole ns: a duration of under TICK_NS / TARGET ns cannot show 2%
 FIDELITY_KERNELS = ("fa4", "gemm", "decode")
 API_KERNELS = ("fa4-bwd", "rmsnorm")
 KERNELS = FIDELITY_KERNELS + API_KERNELS
@@ -329,15 +331,25 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def judged(noise_pct, err_pct) -> bool:
-    """A figure is judged where its error is defined and its noise is at most the target."""
-    return err_pct is not None and noise_pct is not None and noise_pct <= 100 * TARGET
+def resolution_limited(metric: str, value) -> bool:
+    """A duration (``*_ns``) so short that one tick of a bundle's clock (``TICK_NS``) is more
+    than the target: 31 against 32 ns reads 3%, so the figure cannot be judged at 2% (like a
+    noise-limited one), whatever its noise between two launches says."""
+    return metric.endswith("_ns") and value is not None and (value <= 0 or TICK_NS / value > TARGET)
+
+
+def judged(noise_pct, err_pct, metric: str = "", value=None) -> bool:
+    """A figure is judged where its error is defined, its noise is at most the target and its
+    resolution allows the target (``resolution_limited``: ``metric`` and the reference
+    ``value``)."""
+    return (err_pct is not None and noise_pct is not None and noise_pct <= 100 * TARGET
+            and not resolution_limited(metric, value))
 
 
 def aggregate_metrics(per_round: list[list[dict]]) -> list[dict]:
     """One row per (kernel, figure) over the rounds: the medians of the reference, its noise, each
     mode's value and error; ``noise_limited`` (median noise above the target: not judged),
-    ``judged`` and, per mode, ``<mode>_within`` (median error within the target)."""
+    ``resolution_limited`` (a duration too short for the target: not judged), ``judged`` and, per mode, ``<mode>_within`` (median error within the target)."""
     groups: dict = {}
     for rows in per_round:
         for r in rows:
@@ -361,7 +373,8 @@ def aggregate_metrics(per_round: list[list[dict]]) -> list[dict]:
             row[f"{mode}_err_pct"] = _round(_median(r[f"{mode}_err_pct"] for r in rs), 2)
         errs = [row[f"{m}_err_pct"] for m in MODES if row[f"{m}_err_pct"] is not None]
         row["noise_limited"] = row["noise_pct"] is not None and row["noise_pct"] > 100 * TARGET and bool(errs)
-        row["judged"] = bool(errs) and judged(row["noise_pct"], errs[0])
+        row["resolution_limited"] = bool(errs) and resolution_limited(metric, row["reference_value"])
+        row["judged"] = bool(errs) and judged(row["noise_pct"], errs[0], metric, row["reference_value"])
         for mode in MODES:
             e = row[f"{mode}_err_pct"]
             row[f"{mode}_within"] = None if e is None else e <= 100 * TARGET
@@ -379,8 +392,9 @@ def _share(rows: list[dict], mode: str) -> tuple[int, int]:
 
 
 def _round_shares(rows: list[dict], mode: str) -> float | None:
-    """The share within the target in one round's rows (each judged on that round's noise)."""
-    j = [r for r in rows if judged(r["noise_pct"], r[f"{mode}_err_pct"])]
+    """The share within the target in one round's rows (each judged on that round's noise and
+    reference value)."""
+    j = [r for r in rows if judged(r["noise_pct"], r[f"{mode}_err_pct"], r["metric"], r["reference_value"])]
     if not j:
         return None
     return 100.0 * sum(1 for r in j if r[f"{mode}_err_pct"] <= 100 * TARGET) / len(j)
@@ -417,6 +431,7 @@ def shown_summary(metrics: list[dict], per_round: dict) -> list[dict]:
         row = {"kernel": kernel, "rounds": len(rounds), "reading": reading_of(rows), "figures": len(rows),
                "compared": len(compared),
                "noise_limited": sum(1 for r in compared if r["noise_limited"]),
+               "resolution_limited": sum(1 for r in compared if r.get("resolution_limited")),
                "judged": sum(1 for r in compared if r["judged"])}
         best = None
         for mode in MODES:
@@ -570,7 +585,7 @@ def result_paths(base: str) -> dict[str, Path]:
 ENVELOPE_KEYS = ("area", "title", "date", "commit", "gpu", "command", "notes", "columns", "rows")
 PARTIAL = " Partial: the run stopped before every kernel and round was measured."
 SHOWN_TITLE = "Shown figures within 2% of the lightest trace, per kernel"
-SHOWN_NOTES = ("Judged figures (noise at most 2%) within 2% of the lightest trace that reports them, on the medians "
+SHOWN_NOTES = ("Judged figures (noise at most 2%; durations of 50 ns and longer, where a 1 ns tick is at most 2%) within 2% of the lightest trace that reports them, on the medians "
                "over rounds (each round's share beside). Target: 80%, (a) or (b), over at least 3 rounds, on the "
                "medians and on the median of the rounds' own shares. Figure by figure: docs/fidelity-error.md.")
 LINE_NOTES = ("headline: what the bundle's perturbation line goes by (the plain twin where it was timed on the device, "
@@ -588,7 +603,8 @@ METRIC_COLUMNS = [["kernel", "kernel"], ["metric", "figure"], ["reference", "ref
                   ["passes_clock_ghz", "pass GHz"],
                   ["reference_clock_ghz", "reference GHz"], ["rounds", "rounds"]]
 SHOWN_COLUMNS = [["kernel", "kernel"], ["rounds", "rounds"], ["reading", "read over"], ["compared", "figures compared"],
-                 ["noise_limited", "noise-limited (> 2%)"], ["judged", "judged"],
+                 ["noise_limited", "noise-limited (> 2%)"],
+                 ["resolution_limited", "resolution-limited (< 50 ns)"], ["judged", "judged"],
                  ["passes_cell", "(a) passes: within 2%"], ["compensated_cell", "(b) compensated: within 2%"],
                  ["raw_cell", "(c) raw dense: within 2%"], ["status", "target >= 80%, (a) or (b)"]]
 LINE_COLUMNS = [["kernel", "kernel"], ["recording_cell", "recording"], ["headline_cell", "headline"],
@@ -646,7 +662,8 @@ def write_results(base: str, *, metric_rounds: dict, lines: list, costs: list, e
             "launch that reports it (fewest events per recorded CTA, checked against the plain build as instrument() does, "
             "so that it starts from the passes' GPU state; 'dense, lead warps': one warp per warpgroup, set "
             "against the shown trace's same warps). noise: that reference's second launch against its first; judged "
-            "where the noise is at most 2%. Medians over rounds." + planned + part,
+            "where the noise is at most 2% and, for a duration, one 1 ns tick of a bundle's times is at most 2% of "
+            "it (50 ns and longer). Medians over rounds." + planned + part,
             {"rounds_detail": per_round}),
         "fidelity-shown": (SHOWN_TITLE, shown, SHOWN_COLUMNS, SHOWN_NOTES + planned + part, {}),
         "perturbation-line": (
@@ -1432,7 +1449,8 @@ class Collected:
                                                                                  self.metric_rounds[res["kernel"]]})
         for row in s:
             self.log(f"{row['kernel']} ({n} round{'s' if n > 1 else ''}): passes {row['passes_cell']}, compensated "
-                     f"{row['compensated_cell']}, raw {row['raw_cell']}; noise-limited {row['noise_limited']}")
+                     f"{row['compensated_cell']}, raw {row['raw_cell']}; noise-limited {row['noise_limited']}, "
+                     f"resolution-limited {row['resolution_limited']}")
 
     def write(self, complete: bool) -> None:
         if not self.base:

@@ -209,6 +209,29 @@ def test_rounds_are_aggregated_by_median_and_noisy_figures_are_not_judged():
     assert bf.status(None, 3) == "not measured"
 
 
+def test_a_duration_too_short_for_its_tick_is_not_judged():
+    """A bundle's times are whole ns: a 31 ns wait against 32 ns reads 3.2% whatever the tracing did,
+    so a duration under 50 ns is resolution-limited and not judged (noise or no noise); 50 ns
+    and longer, and figures that are not durations, are."""
+    def short(metric, ref_v, err):
+        r = _row(metric, 0.0, err, err, err)
+        r["reference_value"] = ref_v
+        return r
+
+    rounds = [[short("span.v.wait.median_ns", 31.0, 3.2), short("span.k.wait.median_ns", 50.0, 0.0),
+               short("waiting.mma.v.wait", 0.1, 0.0), short("lag.v.median_ns", 7800.0, 3.0)]]
+    rows = {r["metric"]: r for r in bf.aggregate_metrics(rounds)}
+    v = rows["span.v.wait.median_ns"]
+    assert v["resolution_limited"] and not v["judged"] and not v["noise_limited"]
+    assert rows["span.k.wait.median_ns"]["judged"] and not rows["span.k.wait.median_ns"]["resolution_limited"]
+    assert rows["waiting.mma.v.wait"]["judged"]  # a fraction, not a duration: no tick of 1 ns
+    assert rows["lag.v.median_ns"]["judged"] and not rows["lag.v.median_ns"]["passes_within"]
+    (s,) = bf.shown_summary(list(rows.values()), {"k": rounds})
+    assert (s["resolution_limited"], s["judged"], s["passes_within"]) == (1, 3, 2)
+    assert bf._round_shares(rounds[0], "passes") == pytest.approx(200 / 3)  # the 31 ns wait left out
+    assert bf.resolution_limited("span.x.median_ns", 0.0) and not bf.resolution_limited("cta.median_ns", None)
+
+
 def _bundle(make, **kw):
     buf, meta, vocab = make(**kw)
     return Trace.from_launches([decode_buffer(buf, vocab=vocab)], meta, vocab=vocab)
