@@ -1682,6 +1682,8 @@ def rewrite_shown(base: str) -> Path:
     # the notes say the rule the rows were judged by: the current one; the run's own keys
     # (format, complete, errors, plan...) as write_results gives every file of a run
     notes = SHOWN_NOTES + plan_notes(doc.get("plan")) + ("" if doc.get("complete", True) else PARTIAL)
+    if doc.get("rows_from"):  # a merged file's word on which run each kernel's rows came from
+        notes += " " + doc["rows_from"]
     run_keys = {k: v for k, v in doc.items() if k not in ENVELOPE_KEYS + ("rounds_detail",)}
     env = results.envelope("fidelity-shown", SHOWN_TITLE, shown_summary(metrics, per_round), columns=SHOWN_COLUMNS,
                            gpu=doc.get("gpu"), command=doc.get("command"), notes=notes, **run_keys)

@@ -351,6 +351,11 @@ def test_result_files_render_and_feed_the_cost_targets(tmp_path, bundle, refs):
     bf.rewrite_shown(str(base))
     shown = {r["kernel"]: r["rounds"] for r in json.loads(paths["fidelity-shown"].read_text())["rows"]}
     assert shown == {bf.NAMES["fa4"]: 1, bf.NAMES["gemm"]: 2}
+    # a merged file's word on where each kernel's rows came from is kept in the shown notes
+    err["rows_from"] = "GEMM's rows: commit abc1234, 2 rounds."
+    paths["fidelity-error"].write_text(json.dumps(err))
+    bf.rewrite_shown(str(base))
+    assert json.loads(paths["fidelity-shown"].read_text())["notes"].endswith(" GEMM's rows: commit abc1234, 2 rounds.")
 
 
 def test_arguments(capsys, tmp_path):
