@@ -38,8 +38,8 @@ known-answer kernels, fa4trace.probes.known_answer.calibrate), every other figur
 which is what ``fa4trace summary --compensate`` shows; (c) **raw** dense. The noise of each figure
 is the reference build's second set of launches against its first: a figure noisier than 2% is
 "noise-limited" and not judged; a duration under 50 ns, where one 1 ns tick of a bundle's times is
-more than 2%, is "resolution-limited" and not judged either. Per figure the median over rounds; per kernel the share of
-judged figures within 2% (target: 80%, for (a) or (b)).
+more than 2%, is "resolution-limited" and not judged either. Per figure the median over rounds;
+per kernel the share of judged figures within 2% (target: 80%, for (a) or (b)).
 
 **Perturbation line** (the three kernels above, and ``fa4-bwd``: FA4's SM90 backward b2 s2048 h16
 d128 causal, ``rmsnorm``: quack's RMSNorm 16384 x 4096, both driven through their torch APIs
@@ -349,7 +349,8 @@ def judged(noise_pct, err_pct, metric: str = "", value=None) -> bool:
 def aggregate_metrics(per_round: list[list[dict]]) -> list[dict]:
     """One row per (kernel, figure) over the rounds: the medians of the reference, its noise, each
     mode's value and error; ``noise_limited`` (median noise above the target: not judged),
-    ``resolution_limited`` (a duration too short for the target: not judged), ``judged`` and, per mode, ``<mode>_within`` (median error within the target)."""
+    ``resolution_limited`` (a duration too short for the target: not judged), ``judged`` and, per
+    mode, ``<mode>_within`` (median error within the target)."""
     groups: dict = {}
     for rows in per_round:
         for r in rows:
@@ -585,8 +586,8 @@ def result_paths(base: str) -> dict[str, Path]:
 ENVELOPE_KEYS = ("area", "title", "date", "commit", "gpu", "command", "notes", "columns", "rows")
 PARTIAL = " Partial: the run stopped before every kernel and round was measured."
 SHOWN_TITLE = "Shown figures within 2% of the lightest trace, per kernel"
-SHOWN_NOTES = ("Judged figures (noise at most 2%; durations of 50 ns and longer, where a 1 ns tick is at most 2%) within 2% of the lightest trace that reports them, on the medians "
-               "over rounds (each round's share beside). Target: 80%, (a) or (b), over at least 3 rounds, on the "
+SHOWN_NOTES = ("Judged figures (noise at most 2%; durations of 50 ns and longer, where a 1 ns tick is at most "
+               "2%) within 2% of the lightest trace that reports them, on the medians over rounds (each round's share beside). Target: 80%, (a) or (b), over at least 3 rounds, on the "
                "medians and on the median of the rounds' own shares. Figure by figure: docs/fidelity-error.md.")
 LINE_NOTES = ("headline: what the bundle's perturbation line goes by (the plain twin where it was timed on the device, "
               "else the in-launch figure where valid). Set against this benchmark's own CUDA-graph timing: a plain-twin "
@@ -703,10 +704,11 @@ def _previous(path: Path, area: str) -> dict | None:
 
 
 def _merged(old: dict, rows: list, command: str | None) -> tuple[list, str | None]:
-    """``rows`` with the rows of the kernels they lack from ``old`` (``_previous``), and the
-    command that made each."""
+    """``rows`` with the rows of the kernels they lack from ``old`` (``_previous``), each kept row
+    naming the commit it was measured at (``commit``), and the command that made each."""
     mine = {r["kernel"] for r in rows}
-    kept = [r for r in old.get("rows", []) if r.get("kernel") not in mine]
+    kept = [dict(r, commit=r.get("commit", old.get("commit")))
+            for r in old.get("rows", []) if r.get("kernel") not in mine]
     if not kept:
         return rows, command
     from fa4trace.bench.results import command_line

@@ -187,8 +187,9 @@ def fidelity_measurements(doc: dict) -> list[dict]:
         f = fams.get(r.get("build"), r.get("build"))
         spans = kernel.startswith(FA4) and r.get("build") == "dense"
         for key, every in (("cost_all_pct", True), ("cost_sample_pct", False)):
-            out.append(_measure(doc, kernel, shapes.get(kernel, r.get("shape", "")), f, spans, every,
-                                "smem, body split", r.get(key)))
+            # a row kept from an earlier run by `bench_fidelity --merge` names its own commit
+            out.append(_measure(dict(doc, commit=r.get("commit", doc["commit"])), kernel,
+                                shapes.get(kernel, r.get("shape", "")), f, spans, every, "smem, body split", r.get(key)))
     return out
 
 

@@ -342,6 +342,7 @@ def test_result_files_render_and_feed_the_cost_targets(tmp_path, bundle, refs):
     cost = json.loads(paths["fidelity"].read_text())
     assert [r["kernel"] for r in cost["rows"]] == [bf.NAMES["fa4"], bf.NAMES["gemm"], bf.NAMES["fa4-bwd"]]
     assert cost["command"].count("bench_fidelity.py run") == 2
+    assert [r.get("commit") for r in cost["rows"]] == [loaded["fidelity"]["commit"], None, loaded["fidelity"]["commit"]]
     # ... and their rounds: the figures file of a merge holds both kernels', and `shown` rereads both
     gemm_rows = [dict(r, kernel=bf.NAMES["gemm"]) for r in rows]
     bf.write_results(str(base), metric_rounds={bf.NAMES["gemm"]: [gemm_rows, gemm_rows]}, lines=[], costs=[],
