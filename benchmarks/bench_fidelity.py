@@ -1607,6 +1607,7 @@ def run(plan: Plan, *, json_base: str | None, save: str | None, workers: int, an
         analysis.close()
         if pool is not None:
             pool.close()
+        shutil.rmtree(work, ignore_errors=True)  # the build workers' folders: loaded, no longer needed
 
 
 def compile_only(kernels, builds=None, log=print) -> dict:

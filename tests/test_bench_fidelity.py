@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tempfile
 import subprocess
 import sys
 from pathlib import Path
@@ -541,6 +542,9 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     monkeypatch.setattr(mod, "write_results", lambda *a, **kw: (written.append(kw["complete"]), real_write(*a, **kw))[1])
     monkeypatch.setattr(mod.time, "monotonic", lambda: clock["t"])
     base = tmp_path / "fidelity_run.json"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where run() makes its build folder
     args = mod.parser().parse_args(["run", "--kernels", "gemm,decode,rmsnorm", "--json", str(base), "--jit",
                                     "--deadline-s", "250", "--launches", "3",
                                     "--pass-prelude", "2", "--reference", "mean"])
@@ -548,6 +552,7 @@ def test_a_run_writes_what_it_measured_after_every_step_and_stops_at_its_deadlin
     mod.run(mod.plan_of(args), json_base=str(base), save=None, workers=1, analysis_workers=0, merge=False,
             log=said.append)
     assert written[-1] is True and written.count(True) == 1 and len(written) >= 4
+    assert list(scratch.iterdir()) == []  # nothing left behind in the temporary folder
     docs = {p: json.loads(p.read_text()) for p in mod.result_paths(str(base)).values()}
     by_area = {d["area"]: d for d in docs.values()}
     assert all(d["complete"] and d["gpu"] == "synthetic GPU" for d in docs.values())
