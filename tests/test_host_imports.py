@@ -55,7 +55,7 @@ CODE = textwrap.dedent('''
     # and a replay sweep in this process
     import tempfile
     from fa4trace.sweep import compact, cuda, dataset, grid, job, pool, query, ray_executor, replay, run  # noqa
-    d = tempfile.mkdtemp()
+    d = tempfile.mkdtemp(dir=sys.argv[1])  # the test's tmp_path: nothing left behind in /tmp
     from fa4trace.testing.replay import make_synthetic
     make_synthetic(d + "/src", 2)
     doc = run.run_sweep(replay.ReplayGrid(d + "/src"), d + "/ds", replay.ReplayRunner(), log=lambda m: None, compact=True)
@@ -65,7 +65,7 @@ CODE = textwrap.dedent('''
 ''')
 
 
-def test_host_modules_need_no_cutlass_torch_or_gpu():
-    r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=300)
+def test_host_modules_need_no_cutlass_torch_or_gpu(tmp_path):
+    r = subprocess.run([sys.executable, "-c", CODE, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "ok True"

@@ -99,7 +99,7 @@ if __name__ == "__main__":
     from fa4trace.sweep.replay import ReplayGrid, ReplayJob
     from fa4trace.testing.replay import make_synthetic
     from tests.test_sweep import FakeRunner
-    d = tempfile.mkdtemp()
+    d = tempfile.mkdtemp(dir=sys.argv[2])  # the test's tmp_path: nothing left behind in /tmp
     m = load("bench_sweep_overhead").measure(G.from_flags(kernels="base,cudnn", sk="1024"), d + "/o", FakeRunner,
                                                log=lambda m: None)
     assert m["summary"]["points"] == 1
@@ -119,6 +119,6 @@ def test_the_gpu_benchmarks_need_no_duckdb_click_or_dsl(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(BLOCKED_RUN)
     root = str(BENCH.parent)
-    r = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, timeout=300,
+    r = subprocess.run([sys.executable, str(script), root, str(tmp_path)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": root})
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
