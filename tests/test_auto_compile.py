@@ -25,11 +25,67 @@ PROBE = os.path.join(ROOT, "tests", "tools", "auto_probe.py")
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 
 
+# Every compile the tests below read, by target. The first probe() of a run compiles those the
+# PTX cache lacks in one process per target (auto_probe.py --batch: the imports and the DSL's
+# first compile paid once per target, not once per compile); a compile not listed here, or one
+# that failed in its batch, runs in a process of its own.
+PROBES = {
+    "sm_90a": [
+        ("quack_gemm",), ("quack_gemm", "--families", "pipeline"), ("quack_gemm", "--no-split"),
+        ("quack_gemm", "--cursor", "ring"),
+        ("plain_copy",), ("plain_copy", "--families", ""), ("plain_copy", "--families", "", "--no-split"),
+        ("plain_copy", "--families", "", "--no-lifetimes"),
+        ("plain_copy", "--families", "", "--no-lifetimes", "--no-split"),
+        ("plain_copy", "--cursor", "gmem"), ("plain_copy", "--cursor", "ring", "--ring", "16"),
+        ("static_smem",), ("static_smem", "--no-split"), ("stateful",), ("stateful", "--no-split"),
+        ("global_state",), ("span_loop",), ("span_loop", "--payload", "i"), ("span_loop", "--payload", "dst"),
+        ("span_loop", "--payload", "nope"), ("span_barrier",), ("span_barrier", "--hold-begins"),
+        ("fa4_prefill",), ("fa4_prefill", "--cursor", "ring"),
+    ],
+    "sm_100a": [("quack_gemm",), ("quack_gemm", "--cursor", "ring"), ("fa4_prefill",),
+                ("fa4_prefill", "--cursor", "ring")],
+}
+
+
 def probe(*args) -> dict:
-    """What tests/tools/auto_probe.py reports of one compile (in a process of its own, kept in the
-    PTX cache until a source or version it reads changes); a compile two tests read (the smem
-    build beside a ring build) is read once per test module."""
+    """What tests/tools/auto_probe.py reports of one compile (compiled with the rest of
+    ``PROBES``' target, or alone, and kept in the PTX cache until a source or version it reads
+    changes); a compile two tests read (the smem build beside a ring build) is read once per test
+    module."""
+    _compile_probes()
     return json.loads(_probe_json(args))
+
+
+@functools.lru_cache(maxsize=None)
+def _compile_probes() -> None:
+    """``PROBES`` the PTX cache lacks, one batch per target, the two targets side by side."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from compile_pool import probe_batch
+    from conftest import PTX_CACHE
+
+    def batch(arch: str) -> None:
+        # the kernel, then the target, then the options: the argument order of auto_probe.py
+        probe_batch(PROBE, [(k[0], arch, *k[1:]) for k in PROBES[arch]], PTX_CACHE)
+
+    with ThreadPoolExecutor(len(PROBES)) as pool:
+        list(pool.map(batch, PROBES))
+
+
+def test_every_batched_probe_is_one_auto_probe_accepts(tmp_path):
+    """A typo in ``PROBES`` would only compile something no test reads: each entry parses as
+    auto_probe.py's arguments, and a batch of two targets is refused."""
+    import subprocess
+
+    import auto_probe
+
+    for arch, probes in PROBES.items():
+        for k in probes:
+            assert auto_probe.parser().parse_args([k[0], arch, *k[1:]]).arch == arch
+    batch = tmp_path / "two_targets.json"
+    batch.write_text(json.dumps([["plain_copy", "sm_90a"], ["plain_copy", "sm_100a"]]))
+    r = subprocess.run([sys.executable, PROBE, "--batch", str(batch)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "one target per batch" in r.stderr
 
 
 @functools.lru_cache(maxsize=None)

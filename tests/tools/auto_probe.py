@@ -3,6 +3,7 @@ summary: what the compile found, the PTX's marker counts, and whether every hook
 
     python tests/tools/auto_probe.py quack_gemm sm_90a [--families pipeline,mma] [--cursor smem|gmem|ring] [--ring 64]
     python tests/tools/auto_probe.py plain_copy sm_90a
+    python tests/tools/auto_probe.py --batch FILE   # a JSON list of argument lists, one target: a JSON list
 """
 
 
@@ -66,7 +67,7 @@ def originals():
             "compile": cute.compile, "acquire": PipelineTmaAsync.producer_acquire}
 
 
-def main():
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("kernel", choices=["quack_gemm", "plain_copy", "static_smem", "stateful", "global_state",
                                        "fa4_prefill", "span_loop", "span_barrier"])
@@ -79,18 +80,54 @@ def main():
     ap.add_argument("--no-lifetimes", action="store_true", help="no CTA-lifetime stamps (cta_lifetimes=False)")
     ap.add_argument("--hold-begins", action="store_true",
                     help="every span holds its begin across its call (families.STORE_AT_BEGIN empty)")
-    a = ap.parse_args()
+    return ap
+
+
+def main():
+    """One compile (the arguments), or ``--batch FILE``: every argument list of the JSON list in
+    FILE compiled one after another in this process (one target: the DSL reads it at import),
+    their summaries printed as one JSON list - the imports and the DSL's first compile paid once."""
+    if sys.argv[1:2] == ["--batch"]:
+        with open(sys.argv[2]) as f:
+            batch = json.load(f)
+        archs = {parser().parse_args(args).arch for args in batch}
+        if len(archs) > 1:
+            raise SystemExit(f"auto_probe --batch: one target per batch, got {sorted(archs)}")
+        print(json.dumps([_or_error(args) for args in batch]))
+    else:
+        print(json.dumps(run_one(sys.argv[1:])))
+
+
+def _or_error(argv: list) -> dict:
+    """``run_one``, or where it raised, {"batch_error": what} (the caller runs that one alone, where
+    its traceback is the test's message; the rest of the batch goes on)."""
+    try:
+        return run_one(argv)
+    except Exception as exc:  # noqa: BLE001
+        return {"batch_error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_one(argv: list) -> dict:
+    """What one compile under fa4trace's automatic events found (the module doc's summary)."""
+    a = parser().parse_args(argv)
     os.environ["CUTE_DSL_ARCH"] = a.arch
+    import fa4trace.auto.families as families
+
+    held = families.STORE_AT_BEGIN
+    if a.hold_begins:
+        families.STORE_AT_BEGIN = frozenset()
+    try:
+        return _compile(a)
+    finally:
+        families.STORE_AT_BEGIN = held  # the next compile of a batch stores its begins as the product does
+
+
+def _compile(a) -> dict:
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
     from fa4trace.auto.compiler import compile_traced
-
-    if a.hold_begins:
-        import fa4trace.auto.families as families
-
-        families.STORE_AT_BEGIN = frozenset()
 
     fams = tuple(f for f in a.families.split(",") if f) if a.families is not None else None
     ring = {} if a.ring is None else {"ring": a.ring}
@@ -128,8 +165,7 @@ def main():
             c = compile_traced(sk.loop_entry, t, cutlass.Int32(4), kernels=[sk.loop_kernel], families=(),
                                spans={"step": spec}, check=False, options="--keep-ptx")
         except (Fa4traceError, ValueError) as exc:
-            print(json.dumps({"error": type(exc).__name__, "message": str(exc), "restored": True}))
-            return
+            return {"error": type(exc).__name__, "message": str(exc), "restored": True}
         plain_ptx = None
     elif a.kernel == "span_barrier":
         # a user's span around a helper that syncs a named barrier (a hooked call inside it)
@@ -157,7 +193,7 @@ def main():
     after = originals()
     ptx = c.ptx or ""
     entry_ptx = ptx[ptx.index(".entry"):] if ".entry" in ptx else ""
-    print(json.dumps({
+    return {
         "meta": c.meta, "params": c.params,
         "vocab": [e.name for e in c.vocab.events if e.family],
         "restored": all(before[k] is after[k] for k in before),
@@ -180,7 +216,7 @@ def main():
         "ptx_barriers": len(re.findall(r"\bbar(rier)?\.sync", ptx)),
         # the kernel's first and last timer reads, global loads and reductions, in order
         "ptx_top": _memory_ops(entry_ptx)[:4], "ptx_tail": _memory_ops(_after_last_join(entry_ptx)),
-    }))
+    }
 
 
 def _exit_record_stores(ptx: str) -> int:

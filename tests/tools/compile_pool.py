@@ -123,18 +123,58 @@ def probe_json(script: str, args, cache: str | os.PathLike | None = None) -> dic
     def run() -> dict:
         import subprocess
 
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        env.pop("CUTE_DSL_ARCH", None)
-        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=900,
-                           cwd=ROOT)
+        with tempfile.TemporaryDirectory(prefix="fa4trace-probe-") as dump:
+            r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=_probe_env(dump),
+                               timeout=900, cwd=ROOT)
         if r.returncode != 0:
             raise AssertionError(r.stderr[-3000:])
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     if cache is None:
         return run()
+    return cached_json(_probe_path(script, args, cache), run)
+
+
+def probe_batch(script: str, arg_lists, cache: str | os.PathLike) -> None:
+    """Fill ``cache`` with what ``probe_json`` would keep for each argument list of ``arg_lists``
+    (one target) that it lacks, from one run of ``script --batch``: the imports and the DSL's
+    first compile paid once, not once per compile. A compile that fails in the batch is left out
+    (``probe_json`` then runs it alone, where its error is the test's message)."""
+    import subprocess
+
+    todo = [[str(a) for a in args] for args in arg_lists]
+    todo = [args for args in todo if not _probe_path(script, args, cache).is_file()]
+    if not todo:
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(todo, f)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fa4trace-probe-") as dump:
+            r = subprocess.run([sys.executable, script, "--batch", f.name], capture_output=True, text=True,
+                               env=_probe_env(dump), timeout=1800, cwd=ROOT)
+    finally:
+        os.unlink(f.name)
+    if r.returncode != 0:
+        return  # each compile is then run alone, with its own error
+    for args, got in zip(todo, json.loads(r.stdout.strip().splitlines()[-1])):
+        if "batch_error" not in got:
+            cached_json(_probe_path(script, args, cache), lambda got=got: got)
+
+
+def _probe_env(dump: str) -> dict:
+    """A probe process's environment: the checkout importable, the DSL's target left to the
+    script, and a PTX dump folder of its own (the DSL names a dump after the function and the
+    target, so two probes of one kernel sharing a folder would read each other's PTX)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               CUTE_DSL_DUMP_DIR=dump)
+    env.pop("CUTE_DSL_ARCH", None)
+    return env
+
+
+def _probe_path(script: str, args: list, cache) -> Path:
+    """Where ``probe_json`` keeps what ``script`` printed for ``args`` (strings)."""
     key = hashlib.sha256(f"{_probe_sources_key()} {json.dumps(args)}".encode()).hexdigest()
-    return cached_json(Path(cache) / Path(script).stem / f"{key}.json", run)
+    return Path(cache) / Path(script).stem / f"{key}.json"
 
 
 @functools.lru_cache(maxsize=None)
