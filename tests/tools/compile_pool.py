@@ -152,11 +152,12 @@ def probe_batch(script: str, arg_lists, cache: str | os.PathLike) -> None:
         with tempfile.TemporaryDirectory(prefix="fa4trace-probe-") as dump:
             r = subprocess.run([sys.executable, script, "--batch", f.name], capture_output=True, text=True,
                                env=_probe_env(dump), timeout=1800, cwd=ROOT)
+        results = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else []
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        results = []  # each compile is then run alone, with its own error
     finally:
         os.unlink(f.name)
-    if r.returncode != 0:
-        return  # each compile is then run alone, with its own error
-    for args, got in zip(todo, json.loads(r.stdout.strip().splitlines()[-1])):
+    for args, got in zip(todo, results):
         if "batch_error" not in got:
             cached_json(_probe_path(script, args, cache), lambda got=got: got)
 
