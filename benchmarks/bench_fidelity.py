@@ -253,7 +253,8 @@ def round_rows(kernel: str, bundle, refs: dict, lead: tuple | None, cal=None, *,
         figure is set against in ``compensated_vs_ref_err_pct``, since the lightest trace that
         reports a figure records too (read as ``reference`` says, as the reference itself)."""
         if name not in ref_comp:
-            each = [compensated_metrics(t, cal, m)[0] for t, m in zip(refs[name], ref_m[name])]
+            used = 1 if reference == "first" else len(refs[name])  # the recordings its value reads
+            each = [compensated_metrics(t, cal, m)[0] for t, m in zip(refs[name][:used], ref_m[name][:used])]
             ref_comp[name] = {k: reference_value(k, each, reference) for k in each[0]}
         return ref_comp[name]
 
@@ -412,10 +413,10 @@ def status(share: float | None, rounds: int) -> str:
 
 
 def reading_of(rows: list[dict]) -> str:
-    """How a kernel's figures were read, in words: launches per pass and per reference recording,
-    and which value of the reference its errors are against."""
-    n = Counter(r.get("launches", 1) for r in rows).most_common(1)[0][0] if rows else 1
-    ref = Counter(r.get("reference_of", "first") for r in rows).most_common(1)[0][0] if rows else "first"
+    """How a kernel's figures were read, in words, from its ``aggregate_metrics`` rows: launches
+    per pass and per reference recording, and which value of the reference its errors are against."""
+    n = Counter(r["launches"] for r in rows).most_common(1)[0][0] if rows else 1
+    ref = Counter(r["reference_of"] for r in rows).most_common(1)[0][0] if rows else "first"
     return f"{n} launch{'es' if n > 1 else ''} per recording; reference: {REFERENCE_OF[ref]}"
 
 

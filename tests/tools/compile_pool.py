@@ -121,14 +121,10 @@ def probe_json(script: str, args, cache: str | os.PathLike | None = None) -> dic
     args = [str(a) for a in args]
 
     def run() -> dict:
-        import subprocess
-
-        with tempfile.TemporaryDirectory(prefix="fa4trace-probe-") as dump:
-            r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=_probe_env(dump),
-                               timeout=900, cwd=ROOT)
+        r = _run_probe(script, args, timeout=900)
         if r.returncode != 0:
             raise AssertionError(r.stderr[-3000:])
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        return _last_json(r.stdout)
 
     if cache is None:
         return run()
@@ -149,10 +145,8 @@ def probe_batch(script: str, arg_lists, cache: str | os.PathLike) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(todo, f)
     try:
-        with tempfile.TemporaryDirectory(prefix="fa4trace-probe-") as dump:
-            r = subprocess.run([sys.executable, script, "--batch", f.name], capture_output=True, text=True,
-                               env=_probe_env(dump), timeout=1800, cwd=ROOT)
-        results = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else []
+        r = _run_probe(script, ["--batch", f.name], timeout=1800)
+        results = _last_json(r.stdout) if r.returncode == 0 else []
     except (subprocess.TimeoutExpired, ValueError, IndexError):
         results = []  # each compile is then run alone, with its own error
     finally:
@@ -162,14 +156,23 @@ def probe_batch(script: str, arg_lists, cache: str | os.PathLike) -> None:
             cached_json(_probe_path(script, args, cache), lambda got=got: got)
 
 
-def _probe_env(dump: str) -> dict:
-    """A probe process's environment: the checkout importable, the DSL's target left to the
-    script, and a PTX dump folder of its own (the DSL names a dump after the function and the
-    target, so two probes of one kernel sharing a folder would read each other's PTX)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               CUTE_DSL_DUMP_DIR=dump)
-    env.pop("CUTE_DSL_ARCH", None)
-    return env
+def _run_probe(script: str, argv: list, timeout: float):
+    """``python script *argv`` in a fresh process: the checkout importable, the DSL's target left
+    to the script, and a PTX dump folder of its own (the DSL names a dump after the function and
+    the target, so two probes of one kernel sharing a folder would read each other's PTX)."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="fa4trace-probe-") as dump:
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   CUTE_DSL_DUMP_DIR=dump)
+        env.pop("CUTE_DSL_ARCH", None)
+        return subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, env=env,
+                              timeout=timeout, cwd=ROOT)
+
+
+def _last_json(stdout: str):
+    """What a probe printed last: its JSON."""
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _probe_path(script: str, args: list, cache) -> Path:
