@@ -35,7 +35,8 @@ from fa4trace.format.options import Placement
 from fa4trace.format.vocab import ROLE
 
 from .known_answer_spec import (CAL_EMPTY, CAL_EVENT, CAL_EVENTS, CAL_HELD, CAL_RUN, COMMIT, HANDOFF_WORDS, INNER,
-                                JITTER_CYCLES, JITTER_MUL_J, JITTER_MUL_R, JITTER_STEPS, RING_RECORDS, SPAN, SPAN_WORDS, TESTS, UNTRACED, VARIANTS,
+                                JITTER_CYCLES, JITTER_MUL_J, JITTER_MUL_R, JITTER_STEPS, RING_RECORDS, ROUND, SPAN,
+                                SPAN_WORDS, TESTS, UNTRACED, VARIANTS,
                                 WAIT, WARPS_PER_CTA, check_variant)
 
 
@@ -201,6 +202,25 @@ class KnownAnswer:
         self._finish(rec)
 
     # ---- handoff: a producer warp releases a consumer warp --------------------------------------
+    def _round_barrier(self, rec, r):
+        """The CTA barrier each handoff round starts at, recorded as instrument()'s barrier hook
+        records one (a span around the call, both records in one segment): where both warps
+        were last aligned, which the compensation of a wait reads (``fa4trace.analysis.compensate``).
+        The twin syncs alone."""
+        if const_expr(self.variant == UNTRACED):
+            cute.arch.sync_threads()
+        elif const_expr(self.segment):
+            seg = self._seg.open()
+            seg.begin(ROUND, r)
+            cute.arch.sync_threads()
+            seg.end(ROUND, r)
+            seg.close()
+        else:
+            rec.begin(ROUND, r)
+            cute.arch.sync_threads()
+            rec.end(ROUND, r)
+        return rec
+
     @cute.jit
     def handoff(self, out: cute.Tensor, trace: Optional[cute.Tensor], reps: Int32, cycles: Int32, density: Int32,
                 cons_cycles: Int32, cons_density: Int32):
@@ -219,7 +239,7 @@ class KnownAnswer:
         cons_sub = Int64(cons_cycles) // Int64(cons_density)
 
         for r in cutlass.range(reps, unroll=1):
-            cute.arch.sync_threads()  # both warps start the round together
+            rec = self._round_barrier(rec, r)  # both warps start the round together
             word = (bid * reps + r) * HANDOFF_WORDS
             if producer:
                 if const_expr(self.variant == UNTRACED):

@@ -13,7 +13,8 @@ lasts is known by construction (docs/compensation.md). Two tests:
 * ``handoff``: warp 0 (producer) spins ``cycles`` cycles in ``density`` sub-spins, then arrives
   on an mbarrier and records the fill (``handoff.commit``); warp 1 (consumer) spins
   ``cons_cycles`` cycles in ``cons_density`` sub-spins, then waits on the mbarrier inside a
-  ``handoff.wait`` span. Both start each round at a CTA barrier; sub-spins are jittered as above.
+  ``handoff.wait`` span. Both start each round at a CTA barrier (``handoff.round``, recorded as a
+  barrier span); sub-spins are jittered as above.
 
 Variants: one per recorder the product uses (``RECORDERS``: ``Recorder`` staged in lane
 registers or in shared memory, hand-placed events; ``SegmentRecorder`` with each cursor, the
@@ -39,7 +40,7 @@ RING_RECORDS = 2048  # the segment_ring recorder's ring per warp (32 KiB for the
 JITTER_STEPS, JITTER_CYCLES, JITTER_MUL_R, JITTER_MUL_J = 8, 8, 5, 3
 
 # Event ids (hand-placed events use 1..31; fa4trace's own vocabulary ends at 14)
-SPAN, INNER, CAL_EMPTY, CAL_HELD, CAL_RUN, CAL_EVENT, WAIT, COMMIT = range(20, 28)
+SPAN, INNER, CAL_EMPTY, CAL_HELD, CAL_RUN, CAL_EVENT, WAIT, COMMIT, ROUND = range(20, 29)
 PIPELINE = "handoff"  # the handoff's pipeline: its wait and commit are named like instrument()'s
 
 # Twin output words: spans, per warp and slot (3 per calibration round, then 1 per span): the
@@ -65,6 +66,8 @@ def vocabulary() -> Vocabulary:
                resource=PIPELINE, stages=1, description="consumer waits for the producer's arrive")
     v.register(f"{PIPELINE}.commit", COMMIT, role="producer", color="#6baed6", family="pipeline", op="commit",
                resource=PIPELINE, stages=1, description="producer arrived on the mbarrier")
+    v.register(f"{PIPELINE}.round", ROUND, role="bench", color="#9e9ac8", family="barrier", op="sync",
+               resource="0", description="CTA barrier each handoff round starts at (both warps)")
     return v
 
 
@@ -104,4 +107,4 @@ def records_per_warp(test: str, reps: int, cal_reps: int = 0, density: int = 1, 
     """The most records one warp of a launch makes (a slot this size drops nothing)."""
     if test == "spans":
         return cal_reps * (6 + CAL_EVENTS) + reps * (density + 1)
-    return reps * max(density, cons_density + 1)
+    return reps * (max(density, cons_density + 1) + 2)

@@ -105,18 +105,26 @@ def test_a_span_shorter_than_its_cost_is_clamped_at_zero_and_counted():
     assert s["clamped"] == 1 and s["spans"]["ka.span"]["clamped"] == 1
 
 
-def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=False, gap=OFFSET):
+def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=False, gap=OFFSET, barrier=False):
     """Producer warp 0 spins ``work`` cycles in ``prod_density`` sub-spins (inner events between),
     arrives, reads its fill DELTA later; consumer warp 1 spins ``cons_work`` in ``cons_density``
     sub-spins, then waits from its begin read until LAG after the arrive (its recorder's ops after
     the begin read, ``gap`` cycles, overlap the wait; a wait that does not block ends ``gap`` after
-    its begin: the recorder's offset, OFFSET for a Recorder, HELD for a segment's). Returns (trace, true waits, true lags) in cycles: what the same
-    code does with no recorder (fill read right at the arrive, no events)."""
+    its begin: the recorder's offset, OFFSET for a Recorder, HELD for a segment's). ``barrier``: the
+    round's CTA barrier is recorded (a span in each warp; its end costs EVENT after the release).
+    ``cons_work`` may be a list (one per round). Returns (trace, true waits, true lags) in cycles:
+    what the same code does with no recorder (fill read right at the arrive, no events)."""
     p, q = Timeline(0, 1), Timeline(1, 2)
     waits, lags = [], []
     for r, work in enumerate(rounds):
         s = max(p.t, q.t) + 500
+        if barrier:
+            p.read(L.KIND_BEGIN, S.ROUND, r)
+            q.read(L.KIND_BEGIN, S.ROUND, r)
         p.t = q.t = s
+        if barrier:
+            p.read(L.KIND_END, S.ROUND, r, EVENT)
+            q.read(L.KIND_END, S.ROUND, r, EVENT)
         for j in range(prod_density):
             if j:
                 p.read(L.KIND_INSTANT, S.INNER, j, EVENT)
@@ -124,19 +132,20 @@ def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=Fa
         arrive = p.t
         p.work(DELTA)
         p.read(L.KIND_INSTANT, S.COMMIT, r, EVENT)
+        cw = cons_work[r] if isinstance(cons_work, list) else cons_work
         for j in range(cons_density):
             if j:
                 q.read(L.KIND_INSTANT, S.INNER, j, EVENT)
-            q.work(cons_work // cons_density)
+            q.work(cw // cons_density)
         begin = q.read(L.KIND_BEGIN, S.WAIT, r)
         wake = arrive + LAG
         q.t = max(wake, begin + gap)
         q.read(L.KIND_END, S.WAIT, r, EVENT)
         # untraced: the producer arrives after its work alone, the consumer begins after its own
-        u_arrive, u_begin = s + work // prod_density * prod_density, s + cons_work // cons_density * cons_density
+        u_arrive, u_begin = s + work // prod_density * prod_density, s + cw // cons_density * cons_density
         waits.append(max(u_arrive + LAG - u_begin, 0))
         lags.append(max(u_arrive + LAG, u_begin) - u_arrive)
-        assert late == (begin > arrive), "the case does not do what its caller says"
+        assert late is None or late == (begin > arrive), "the case does not do what its caller says"
     return _trace([p, q]), np.array(waits) / GHZ, np.array(lags) / GHZ
 
 
@@ -153,6 +162,33 @@ def test_a_wait_released_by_a_dense_producer_loses_the_producers_events():
     assert (w["raw_ns"].to_numpy() - truth > 15 * EVENT / GHZ - TOL_NS).all()  # raw: every producer event
     light, truth1, _ = handoff_case([4000, 8000, 20000])
     assert np.abs(_wait_rows(light)["ns"].to_numpy() - truth1).max() <= TOL_NS
+
+
+def test_after_a_barrier_both_passed_a_wait_loses_the_producers_events_less_the_consumers():
+    # both warps record 15 events a round: the fill and the wait's begin are late alike, so the
+    # raw wait is right and subtracting the producer's events alone (no barrier recorded) is not
+    kw = dict(prod_density=16, cons_work=2000, cons_density=16)
+    trace, truth, lag_truth = handoff_case([6000, 8000, 20000], barrier=True, **kw)
+    w = _wait_rows(trace)
+    assert w["n_release"].to_pylist() == [0, 0, 0]
+    assert np.abs(w["ns"].to_numpy() - truth).max() <= TOL_NS
+    assert np.abs(C.lags(trace, CAL)["ns"].to_numpy() - lag_truth).max() <= TOL_NS
+    blind, truth_b, _ = handoff_case([6000, 8000, 20000], **kw)
+    assert np.allclose(truth_b, truth) and (truth - _wait_rows(blind)["ns"].to_numpy() > 100).all()
+
+
+def test_a_wait_that_blocks_only_untraced_is_given_back():
+    # the consumer's 15 events bring it to its wait after the fill (raw: no wait), where untraced
+    # it would have waited; the rounds that blocked anyway give the handoff's own lag
+    cons = [3000, 1000, 1000, 3000]
+    trace, truth, lag_truth = handoff_case([3400, 8000, 8000, 3400], cons_work=cons, cons_density=16,
+                                           barrier=True, late=None)
+    w = _wait_rows(trace)
+    raw = w["raw_ns"].to_numpy()
+    assert (truth[[0, 3]] > 200).all() and (raw[[0, 3]] < truth[[0, 3]] - 150).all()
+    assert w["n_release"].to_pylist() == [-15, -15, -15, -15]
+    assert np.abs(w["ns"].to_numpy() - truth).max() <= TOL_NS
+    assert np.abs(C.lags(trace, CAL)["ns"].to_numpy() - lag_truth).max() <= TOL_NS
 
 
 def test_lags_lose_the_consumers_own_events_after_the_fill_and_the_calibrated_offset():

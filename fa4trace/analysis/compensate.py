@@ -11,13 +11,21 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
   warp made strictly between the span's two timer reads. ``e`` is the recorder's offset, or,
   for a segment recorder's pipeline / MMA / barrier spans (their two records held in one
   segment around the call), its ``held`` offset;
-* pipeline wait released by another warp's fill after it began (the fill as
+* pipeline wait released by another warp's fill, both warps having last left one recorded
+  barrier together (``fa4trace.analysis.barriers``): the records each made since, the filling
+  warp's until the fill (``P``) and the waiting warp's until the wait's begin (``C``), moved
+  the two apart; the wait is ``fill - begin - (P - C) * c`` plus the fill-to-wake time (its own
+  where it blocked, else the pipeline's median), no shorter than an unblocked wait; so a wait
+  that did not block traced but would have untraced is given back (``n_release`` = P - C);
+* else, a pipeline wait released by another warp's fill after it began (the fill as
   ``fa4trace.analysis.kernel`` defines it: the first commit of the count, else the end of its
   acquire): ``raw - n_release * c``, ``n_release`` counting the records the filling warp made
   between the wait's begin and the fill (they delayed the fill). No offset: the recorder's ops
   after the begin read ran while the warp would have waited anyway. A wait whose fill came
   before it began, or has none recorded (MMA waits, barriers), is a span as above;
-* producer -> consumer lag (fill to the end of the wait): ``raw - n_cons * c - lag_offset``;
+* producer -> consumer lag (fill to the end of the wait): after a common barrier, the wait's
+  end as above less the untraced fill (its read less ``lag_offset``); else
+  ``raw - n_cons * c - lag_offset``;
   ``n_cons`` counts the consumer's records between the fill and the wait's end, the wait's own
   begin aside (its own recording delays it); a wait that began after the fill did not block,
   and its offset goes too. ``lag_offset`` is the calibrated gap between a traced and an
@@ -43,6 +51,7 @@ from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from ..trace.meta import BundleMeta
 from .autoevents import AutoCols
+from .barriers import last_common_exit
 from .fills import filled_waits, fills
 from .launches import launch_ids, launch_of
 
@@ -277,10 +286,64 @@ class _Trace:
         self.rec = _Records(c, self.sc, self.ec)
         self.ratio = _ns_per_cycle(c, self.sc, self.ec, cal)
         self.fill_ns, self.fill_gid = _releases(c)
+        self.aligned = _aligned_waits(self, cal)
 
     def labels(self, names: list, codes: np.ndarray) -> pa.Array:
         """``names[codes]`` as a string column (one take, no Python loop)."""
         return pa.array(names, pa.string()).take(pa.array(codes.astype(np.int64)))
+
+
+class _Aligned:
+    """Pipeline waits whose two warps passed a recorded barrier together before (module doc):
+    ``rows`` (the wait rows), ``n_net`` (the filling warp's records since that barrier less the
+    waiting warp's before its wait began), ``delta_ns`` (what those records cost, producer's less
+    consumer's), ``wait_ns`` (the wait as the untraced run would have waited) and ``lag_ns`` (its
+    end less the fill, the same way)."""
+
+    def __init__(self, rows, n_net, delta_ns, wait_ns, lag_ns):
+        self.rows, self.n_net, self.delta_ns, self.wait_ns, self.lag_ns = rows, n_net, delta_ns, wait_ns, lag_ns
+
+    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask over ``rows``, position in this set) of the rows it holds."""
+        pos = np.searchsorted(self.rows, rows)
+        pos = np.minimum(pos, max(self.rows.size - 1, 0))
+        hit = (self.rows[pos] == rows) if self.rows.size else np.zeros(rows.size, bool)
+        return hit, pos
+
+
+def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
+    """The waits released by another warp's fill, where both warps last passed one barrier
+    (fa4trace.analysis.barriers): each warp's time since it, less its own records' cost, gives
+    the fill and the wait's begin as untraced; the wait ran to the fill plus the handoff's own
+    fill-to-wake time (this wait's raw one where it blocked; else the median of the pipeline's
+    waits that did), and no shorter than an unblocked wait (its raw less the offset). The lag
+    runs from the untraced fill: its read less the lag offset."""
+    c, rec, ratio = t.c, t.rec, t.ratio
+    rows = np.flatnonzero((t.fill_gid >= 0) & (t.fill_gid != c.warp_gid))
+    empty = np.zeros(0)
+    if not rows.size:
+        return _Aligned(rows, rows, empty, empty, empty)
+    gid, fg, f = c.warp_gid[rows], t.fill_gid[rows], t.fill_ns[rows]
+    b, e = c.start[rows], c.end[rows]
+    xc, xp = last_common_exit(c, gid, b, fg, f)
+    keep = xc >= 0
+    rows, gid, fg, f, b, e, xc, xp = (a[keep] for a in (rows, gid, fg, f, b, e, xc, xp))
+    if not rows.size:
+        return _Aligned(rows, rows, empty, empty, empty)
+    n_p = rec.between(fg, xp, f, ns=True)
+    n_c = rec.between(gid, xc, b, ns=True)
+    delta = ratio[fg] * n_p * cal.event_cycles - ratio[gid] * n_c * cal.event_cycles
+    lag_off = ratio[gid] * (cal.lag_offset_cycles or 0.0)
+    blocked = f > b
+    lag = (e - f).astype(np.float64)  # fill read to wake, raw: where the wait blocked, its own
+    res = c.resource[rows]
+    for r in np.unique(res[~blocked]):
+        m = res == r
+        lag[m & ~blocked] = float(np.median(lag[m & blocked])) if (m & blocked).any() else 0.0
+    unblocked = np.where(blocked, 0.0, (e - b) - ratio[gid] * _offsets(c, rows, cal))
+    wait = np.maximum((f - b) - delta + lag, unblocked)
+    # the untraced fill came the lag offset earlier than its read (the read after the arrive)
+    return _Aligned(rows, n_p - n_c, delta, wait, (b - f) + delta - lag_off + wait)
 
 
 def spans(trace: Trace, cal: Calibration) -> pa.Table:
@@ -308,6 +371,9 @@ def _span_table(t: _Trace, cal: Calibration) -> pa.Table:
     ratio_rel = np.where(released, ratio[np.maximum(fg, 0)], ratio[gid])
     cost = ratio[gid] * (offset + n_inner * cal.event_cycles) + ratio_rel * n_rel * cal.event_cycles
     raw = (c.end[rows] - c.start[rows]).astype(np.int64)
+    al, pos = t.aligned.at(rows)  # waits after a barrier both warps passed: counted from there
+    cost = np.where(al, raw - t.aligned.wait_ns[pos] if al.any() else 0.0, cost)
+    n_rel = np.where(al, t.aligned.n_net[pos] if al.any() else 0, n_rel)
     comp = raw - cost
     return pa.table({
         "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
@@ -342,6 +408,9 @@ def _lag_table(t: _Trace, cal: Calibration) -> pa.Table:
     cost = t.ratio[gid] * (n_cons * cal.event_cycles + np.where(late, _offsets(c, rows, cal), 0.0)
                            + (cal.lag_offset_cycles or 0.0))
     raw = (c.end[rows] - f).astype(np.int64)
+    al, pos = t.aligned.at(rows)  # waits after a barrier both warps passed: counted from there
+    cost = np.where(al, raw - t.aligned.lag_ns[pos] if al.any() else 0.0, cost)
+    n_cons = np.where(al, -t.aligned.n_net[pos] if al.any() else 0, n_cons)
     comp = raw - cost
     return pa.table({
         "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),

@@ -1,0 +1,72 @@
+"""Where two warps were last aligned: the last CTA barrier both passed.
+
+A barrier (``barrier.sync``: fa4trace.instrument's barrier hook, or any event registered with
+family ``barrier`` and op ``sync``) releases every warp of the CTA at one instant, whatever each
+had done before. So what a recorder cost the warps before it is absorbed there; between it and a
+later pipeline fill and wait, each warp's own records are all that moved one against the other.
+The compensation of a wait (fa4trace.analysis.compensate) counts them from here.
+
+An occurrence of a barrier is matched across warps by time, not by count (a ring or a full slot
+drops early records, so counts need not agree): the producer's exit of the same barrier nearest
+the consumer's, within ``TOLERANCE_NS`` and half the consumer's gap between its exits of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .autoevents import AutoCols
+
+TOLERANCE_NS = 1000  # two warps' exits of one occurrence read their timers this close, at most
+_T_BITS = 41  # ns since the trace's first record below 2**41 (36 minutes) pack beside a group id
+
+
+def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod_gid: np.ndarray,
+                     prod_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, ``(x_cons, x_prod)``: the end (ns) of the last barrier sync the consumer warp
+    ``cons_gid`` left at or before ``cons_t``, and the end of the same occurrence in the producer
+    warp ``prod_gid``, left at or before ``prod_t``; -1 for both where there is no such pair."""
+    n = np.asarray(cons_gid).size
+    none = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    rows = np.flatnonzero(c.where("barrier", "sync") & (c.kind == 0))
+    if not rows.size or not n:
+        return none
+    t0 = int(min(c.start.min(), np.min(cons_t), np.min(prod_t)))
+    gid = c.warp_gid[rows].astype(np.int64)
+    res = c.resource[rows].astype(np.int64)
+    end = c.end[rows].astype(np.int64) - t0
+    n_res = int(res.max()) + 1
+    by_warp = np.lexsort((end, gid))  # every exit of a warp, in time order
+    w_key = (gid[by_warp] << _T_BITS) | end[by_warp]
+    group = gid * n_res + res
+    by_group = np.lexsort((end, group))  # every exit of one barrier in one warp, in time order
+    g_key = (group[by_group] << _T_BITS) | end[by_group]
+
+    cg = np.asarray(cons_gid, np.int64)
+    pg = np.asarray(prod_gid, np.int64)
+    i = np.searchsorted(w_key, (cg << _T_BITS) | (np.asarray(cons_t, np.int64) - t0), side="right") - 1
+    ok = i >= 0
+    i = np.maximum(i, 0)
+    ok &= gid[by_warp][i] == cg
+    xc = end[by_warp][i]
+    rc = res[by_warp][i]
+    # the consumer's previous exit of the same barrier: how far apart its occurrences are
+    k = np.searchsorted(g_key, ((cg * n_res + rc) << _T_BITS) | xc, side="left")
+    prev_same = (k > 0) & (group[by_group][np.maximum(k - 1, 0)] == cg * n_res + rc)
+    gap = np.where(prev_same, xc - end[by_group][np.maximum(k - 1, 0)], np.iinfo(np.int64).max)
+    tol = np.minimum(TOLERANCE_NS, gap // 2)
+    # the producer's exits of that barrier either side of the consumer's: the nearer one
+    pgrp = pg * n_res + rc
+    j = np.searchsorted(g_key, (pgrp << _T_BITS) | xc, side="left")
+    best = np.full(n, -1, np.int64)
+    best_d = np.full(n, np.iinfo(np.int64).max)
+    for cand in (j - 1, j):
+        inside = (cand >= 0) & (cand < g_key.size)
+        cc = np.clip(cand, 0, g_key.size - 1)
+        same = inside & (group[by_group][cc] == pgrp)
+        d = np.abs(end[by_group][cc] - xc)
+        take = same & (d < best_d)
+        best = np.where(take, end[by_group][cc], best)
+        best_d = np.where(take, d, best_d)
+    ok &= (best >= 0) & (best_d <= tol) & (best <= np.asarray(prod_t, np.int64) - t0)
+    return np.where(ok, xc + t0, -1), np.where(ok, best + t0, -1)
