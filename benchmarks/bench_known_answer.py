@@ -2,6 +2,7 @@
 
     python benchmarks/bench_known_answer.py run --json benchmarks/results/known_answer_h200.json   # GPU, JIT
     python benchmarks/bench_known_answer.py compile        # any machine with the CuTe DSL: every variant compiles
+    python benchmarks/bench_known_answer.py merge r1.json r2.json r3.json --json out.json   # runs made apart
 
 Needs a GPU with the CuTe DSL (nvidia-cutlass-dsl 4.8) for ``run``: the known-answer kernels
 (kernels/known_answer.py) are compiled in process. For each recorder the product uses (Recorder
@@ -186,6 +187,39 @@ def one_run(recorders, span_ns, densities, reps: int, log=print) -> tuple[list[d
     return rows, cals
 
 
+def merge_files(paths: list[str], out: str) -> dict:
+    """Aggregate the runs of several result files (each written by ``run``) into one, as if one
+    ``run`` had made them all: runs spread over separate invocations (a GPU lease that ends
+    between them). Each file's rows are medians over its own runs, so a file of more than one
+    run counts as one here: one-run files only. The merged file keeps every run's calibrations
+    and names its parts' commands."""
+    from fa4trace.bench import results
+
+    docs = []
+    for p in paths:
+        try:
+            doc = json.loads(open(p).read())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"{p}: not a readable result file ({exc})") from None
+        if doc.get("area") != "known-answer":
+            raise SystemExit(f"{p}: not a known-answer result file (area {doc.get('area')!r})")
+        if any(r.get("runs", 1) != 1 for r in doc["rows"]):
+            raise SystemExit(f"{p}: holds rows of more than one run (merge files of `run --runs 1`)")
+        docs.append(doc)
+    gpus = {d.get("gpu") for d in docs}
+    if len(gpus) != 1:
+        raise SystemExit(f"the files were measured on different GPUs ({', '.join(sorted(map(str, gpus)))})")
+    rows = aggregate([d["rows"] for d in docs])
+    cals = [c for d in docs for c in d.get("calibrations", [])]
+    notes = (f" Merged from {len(docs)} one-run files ({', '.join(sorted({d['commit'] for d in docs}))}; "
+             f"{'; '.join(d['command'] for d in docs)}).")
+    write_results(out, rows, cals, notes_extra=notes, gpu=docs[0].get("gpu"))
+    merged = json.loads(open(out).read())
+    merged.update(date=max(d["date"] for d in docs))
+    results.write(out, merged)
+    return merged
+
+
 def compile_only(tests=None, variants=None, log=print) -> dict:
     """Compile the known-answer variants here (no GPU: CUTE_DSL_ARCH, default sm_90a); what each
     holds: timer reads, record stores, spins."""
@@ -212,6 +246,9 @@ def main(argv=None) -> None:
     c = sub.add_parser("compile", help="compile the known-answer variants here (the CuTe DSL, no GPU)")
     sm = sub.add_parser("summarise", help="write a result file's summary beside it again (no GPU)")
     sm.add_argument("file", help="a result file of `run --json`")
+    mg = sub.add_parser("merge", help="aggregate one-run result files into one (no GPU)")
+    mg.add_argument("files", nargs="+", help="result files of `run --runs 1 --json`")
+    mg.add_argument("--json", required=True, help="the merged result file (its summary beside it)")
     r.add_argument("--runs", type=int, default=3, help="rounds, each with its own calibration (>= 3 for a spread)")
     r.add_argument("--reps", type=int, default=8, help="spans per warp per launch (handoffs: twice as many rounds)")
     r.add_argument("--recorders", default=None, help="comma list (default: every recorder)")
@@ -228,6 +265,10 @@ def main(argv=None) -> None:
         if doc.get("area") != "known-answer":
             ap.error(f"{a.file}: not a known-answer result file (area {doc.get('area')!r})")
         print(f"wrote {write_summary(a.file, doc)}")
+        return
+    if a.cmd == "merge":
+        merge_files(a.files, a.json)
+        print(f"wrote {a.json}")
         return
     if a.cmd == "compile":
         compile_only(a.tests.split(",") if a.tests else None, a.variants.split(",") if a.variants else None)

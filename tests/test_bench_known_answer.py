@@ -71,6 +71,29 @@ def test_the_result_file_renders(tmp_path):
     assert summary["commit"] == doc["commit"] and summary["rows"][0]["status"] == "met"
 
 
+def test_one_run_files_merge_as_one_run_of_them_all(tmp_path):
+    b = _load("bench_known_answer.py")
+    cal = {"recorder": "segment_ring", "offset_cycles": 80.0, "held_offset_cycles": 9.0, "event_cycles": 40.0}
+    parts = []
+    for i, (truth, raw, comp) in enumerate([(1000, 1400, 1010), (1002, 1410, 1030), (1001, 1390, 1005)]):
+        p = tmp_path / f"r{i}.json"
+        b.write_results(str(p), b.aggregate([[_row("segment_ring", truth, raw, comp)]]), [[cal]], gpu="none: test")
+        parts.append(str(p))
+    out = tmp_path / "merged.json"
+    r = subprocess.run([sys.executable, str(BENCH / "bench_known_answer.py"), "merge", *parts, "--json", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    row = doc["rows"][0]
+    assert row["runs"] == 3 and row["comp_ns"] == 1010.0 and row["comp_noise_ns"] == 25.0
+    assert len(doc["calibrations"]) == 3 and "Merged from 3 one-run files" in doc["notes"]
+    assert (tmp_path / "merged_summary.json").is_file()
+    # a merged file is not a run: merging it again is refused in one line
+    again = subprocess.run([sys.executable, str(BENCH / "bench_known_answer.py"), "merge", str(out), parts[0],
+                            "--json", str(tmp_path / "x.json")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert again.returncode != 0 and "more than one run" in again.stderr and "Traceback" not in again.stderr
+
+
 def test_compile_mode_compiles_variants_without_a_gpu():
     pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl")
     r = subprocess.run([sys.executable, str(BENCH / "bench_known_answer.py"), "compile", "--tests", "handoff",
