@@ -25,16 +25,19 @@ KERNELS = textwrap.dedent('''
     from fa4trace.format.vocab import EV, ROLE
     from fa4trace.format import layout as L
 
-    TB = int(os.environ.get("TB", "0"))
-    STAGED = os.environ.get("STAGED", "1") == "1"
-    STAGE = os.environ.get("STAGE", "lanes")  # where staged records wait: lanes | smem
-    ABLATION = os.environ.get("ABLATION") or None  # a part taken out (benchmarks/decode_recorder_parts.py)
-    BLOCK = int(os.environ.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
-    WHEN = os.environ.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
-    SETTLE = os.environ.get("SETTLE", "now")  # now | later (start(settle=False) ... settle()) | never
-    SHARE = os.environ.get("SHARE", "0") == "1"  # SOFTMAX's end takes its begin's timer read (t=)
-    # EVENTS: comma names of the events that record ("" = none); unset = all
-    EVENTS = None if "EVENTS" not in os.environ else [getattr(EV, n) for n in os.environ["EVENTS"].split(",") if n]
+    def configure(env):
+        """The build a request names (the kernels read these globals when they are traced)."""
+        global TB, STAGED, STAGE, ABLATION, BLOCK, WHEN, SETTLE, SHARE, EVENTS
+        TB = int(env.get("TB", "0"))
+        STAGED = env.get("STAGED", "1") == "1"
+        STAGE = env.get("STAGE", "lanes")  # where staged records wait: lanes | smem
+        ABLATION = env.get("ABLATION") or None  # a part taken out (benchmarks/decode_recorder_parts.py)
+        BLOCK = int(env.get("BLOCK", "0"))  # events reserved per iteration (0: no blocks)
+        WHEN = env.get("WHEN", "0") == "1"  # the MARK outside its if, predicated (when=)
+        SETTLE = env.get("SETTLE", "now")  # now | later (start(settle=False) ... settle()) | never
+        SHARE = env.get("SHARE", "0") == "1"  # SOFTMAX's end takes its begin's timer read (t=)
+        # EVENTS: comma names of the events that record ("" = none); unset = all
+        EVENTS = None if "EVENTS" not in env else [getattr(EV, n) for n in env["EVENTS"].split(",") if n]
 
     @cute.kernel
     def traced(x: cute.Tensor, trace: Optional[cute.Tensor], n: Int32):
@@ -81,18 +84,33 @@ KERNELS = textwrap.dedent('''
     def run_plain(x: cute.Tensor, trace: Optional[cute.Tensor], n: Int32):
         plain(x, trace, n).launch(grid=(4, 1, 1), block=(128, 1, 1))
 
-    x = cute.runtime.make_fake_compact_tensor(Float32, (cute.sym_int(),))
-    t = cute.runtime.make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),))
-    which = sys.argv[1]
-    fn = {"traced": run_traced, "off": run_traced, "plain": run_plain}[which]
-    if ABLATION:  # the benchmark's build of the recorder without that part
-        sys.path.insert(0, os.environ["BENCHMARKS"])
-        from decode_recorder_parts import ablated
-        with ablated(ABLATION):
+    def build(which, env):
+        """The PTX of one request: ``which`` kernel, built as ``env`` says."""
+        configure(env)
+        x = cute.runtime.make_fake_compact_tensor(Float32, (cute.sym_int(),))
+        t = cute.runtime.make_fake_compact_tensor(cutlass.Int64, (cute.sym_int(),))
+        fn = {"traced": run_traced, "off": run_traced, "plain": run_plain}[which]
+        if ABLATION:  # the benchmark's build of the recorder without that part
+            sys.path.insert(0, os.environ["BENCHMARKS"])
+            from decode_recorder_parts import ablated
+            with ablated(ABLATION):
+                c = cute.compile(fn, x, t if which == "traced" else None, Int32(3), options="--keep-ptx")
+        else:  # the product's build: nothing of the benchmarks imported
             c = cute.compile(fn, x, t if which == "traced" else None, Int32(3), options="--keep-ptx")
-    else:  # the product's build: nothing of the benchmarks imported
-        c = cute.compile(fn, x, t if which == "traced" else None, Int32(3), options="--keep-ptx")
-    sys.stdout.write(c.__ptx__)
+        return c.__ptx__
+
+    if sys.argv[1] == "--batch":  # [[which, env], ...] in argv[2]: one result each into argv[3]
+        import traceback
+        out = []
+        for which, env in json.load(open(sys.argv[2])):
+            try:
+                out.append({"returncode": 0, "stdout": build(which, {**os.environ, **env}), "stderr": ""})
+            except Exception:
+                out.append({"returncode": 1, "stdout": "", "stderr": traceback.format_exc()})
+        json.dump(out, open(sys.argv[3], "w"))
+    else:
+        configure(os.environ)
+        sys.stdout.write(build(sys.argv[1], os.environ))
 ''')
 
 
@@ -100,29 +118,88 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ABLATED = os.path.join(ROOT, "benchmarks", "decode_recorder_parts.py")  # its ``ablated``: a part taken out
 
 
-def _run(arch: str, which: str, tmp_path, **env):
-    """Compile the test kernel in a fresh interpreter; its (returncode, stdout, stderr) is kept in
-    the PTX cache (conftest.PTX_CACHE) under a key of the kernel's text, this request and every
-    source the recorder is built from (tests/tools/compile_pool.source_key), with the benchmark
-    whose ``ablated`` builds the ``ABLATION`` requests."""
+# Every build the tests below ask for, compiled together in one interpreter per target before
+# they run (``_compiled_together``): the imports and the DSL's first compile paid once, not per
+# build. A build not listed here, or one that fails together, compiles alone when a test asks.
+_SMEM = {"STAGE": "smem"}
+REQUESTS = {
+    "sm_100a": [("traced", {}), ("off", {}), ("plain", {}), ("traced", _SMEM)],
+    "sm_90a": [("traced", {}), ("off", {}), ("plain", {}), ("traced", _SMEM), ("traced", {"TB": "0"}),
+               ("traced", {"TB": "1"}), ("traced", {"STAGED": "1"}), ("traced", {"STAGED": "0"}),
+               *[("traced", {**_SMEM, **e}) for e in ({"BLOCK": "3"}, {"WHEN": "1"}, {"WHEN": "1", "BLOCK": "3"},
+                                                     {"SETTLE": "later"}, {"SHARE": "1"})],
+               *[("traced", {**_SMEM, "ABLATION": a}) for a in ("no-timer", "no-store", "no-events", "no-edge")],
+               ("traced", {"BLOCK": "3"}), ("traced", {"EVENTS": "SOFTMAX"}), ("traced", {"EVENTS": ""}),
+               ("traced", {"WHEN": "1"}), ("traced", {"WHEN": "1", "BLOCK": "3"}), ("traced", {"SETTLE": "later"}),
+               ("traced", {"STAGE": "lanes"}), ("traced", {"STAGE": "lanes", "SHARE": "1"}), ("off", {"SHARE": "1"})],
+}
+
+
+def _cache_path(arch: str, which: str, env: dict) -> str:
+    """Where the PTX cache (conftest.PTX_CACHE) keeps a build's (returncode, stdout, stderr): under
+    a key of the kernel's text, the request and every source the recorder is built from
+    (tests/tools/compile_pool.source_key), with the benchmark whose ``ablated`` builds the
+    ``ABLATION`` requests."""
     import json
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
+    from compile_pool import SOURCES, source_key
+    from conftest import PTX_CACHE
+
+    key = source_key(arch, (*SOURCES, os.path.relpath(ABLATED, ROOT)),
+                     extra=json.dumps([KERNELS, which, sorted(env.items())]))
+    return os.path.join(PTX_CACHE, "recorder", key + ".json")
+
+
+def _env(arch: str, **env) -> dict:
+    return dict(os.environ, CUTE_DSL_ARCH=arch, BENCHMARKS=os.path.dirname(ABLATED), **env)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled_together(tmp_path_factory):
+    """Compile every ``REQUESTS`` build not yet in the PTX cache, one interpreter per target, and
+    keep each that compiled under the key a build alone uses (the DSL's JIT cache off: each build
+    is traced and compiled afresh, as alone)."""
+    import json
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
+    from compile_pool import cached_json
+
+    tmp = tmp_path_factory.mktemp("recorder_ptx")
+    (tmp / "k.py").write_text(KERNELS)
+    for arch, reqs in REQUESTS.items():
+        todo = [(w, e) for w, e in reqs if not os.path.isfile(_cache_path(arch, w, e))]
+        if len(todo) < 2:
+            continue
+        (tmp / f"{arch}.json").write_text(json.dumps(todo))
+        try:
+            subprocess.run([sys.executable, str(tmp / "k.py"), "--batch", str(tmp / f"{arch}.json"),
+                            str(tmp / f"{arch}_out.json")], capture_output=True, text=True, cwd=tmp, timeout=900,
+                           env=_env(arch, CUTE_DSL_NO_CACHE="1"))
+            results = json.loads((tmp / f"{arch}_out.json").read_text())
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            continue  # each build compiles alone when its test asks
+        for (w, e), r in zip(todo, results):
+            if r["returncode"] == 0:
+                cached_json(_cache_path(arch, w, e), lambda r=r: r)
+
+
+def _run(arch: str, which: str, tmp_path, **env):
+    """The test kernel's build: from the PTX cache, else compiled alone in a fresh interpreter
+    (CUTE_DSL_ARCH is read once per process); its (returncode, stdout, stderr)."""
     import types
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
-    from compile_pool import SOURCES, cached_json, source_key
-    from conftest import PTX_CACHE
+    from compile_pool import cached_json
 
     def compile_():
         script = tmp_path / "k.py"
         script.write_text(KERNELS)
-        e = dict(os.environ, CUTE_DSL_ARCH=arch, BENCHMARKS=os.path.dirname(ABLATED), **env)
-        r = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, env=e,
-                           cwd=tmp_path, timeout=300)
+        r = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True,
+                           env=_env(arch, **env), cwd=tmp_path, timeout=300)
         return {"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}
 
-    key = source_key(arch, (*SOURCES, os.path.relpath(ABLATED, ROOT)),
-                     extra=json.dumps([KERNELS, which, sorted(env.items())]))
-    return types.SimpleNamespace(**cached_json(os.path.join(PTX_CACHE, "recorder", key + ".json"), compile_))
+    return types.SimpleNamespace(**cached_json(_cache_path(arch, which, env), compile_))
 
 
 def _ptx(arch: str, which: str, tmp_path, **env) -> str:
