@@ -9,6 +9,9 @@ The compensation of a wait (fa4trace.analysis.compensate) counts them from here.
 An occurrence of a barrier is matched across warps by time, not by count (a ring or a full slot
 drops early records, so counts need not agree): the producer's exit of the same barrier nearest
 the consumer's, within ``TOLERANCE_NS`` and half the consumer's gap between its exits of it.
+A barrier counts only while it is each warp's last point of alignment: a wait either warp began
+after it (an earlier pipeline wait, another barrier) may have absorbed what came before, so the
+pair is dropped there (``waits_between``) and the caller falls back.
 """
 
 from __future__ import annotations
@@ -70,3 +73,17 @@ def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod
         best_d = np.where(take, d, best_d)
     ok &= (best >= 0) & (best_d <= tol) & (best <= np.asarray(prod_t, np.int64) - t0)
     return np.where(ok, xc + t0, -1), np.where(ok, best + t0, -1)
+
+
+def waits_between(c: AutoCols, gid: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Per query: how many wait spans (``AutoCols.is_wait``: pipeline waits, barriers, ...) warp
+    ``gid`` began strictly between ``t0`` and ``t1`` (ns)."""
+    rows = np.flatnonzero(c.is_wait)
+    gid = np.asarray(gid, np.int64)
+    if not rows.size or not gid.size:
+        return np.zeros(gid.size, np.int64)
+    t_lo = int(min(c.start.min(), np.min(t0)))
+    keys = np.sort((c.warp_gid[rows].astype(np.int64) << _T_BITS) | (c.start[rows].astype(np.int64) - t_lo))
+    lo = np.searchsorted(keys, (gid << _T_BITS) | (np.asarray(t0, np.int64) - t_lo), side="right")
+    hi = np.searchsorted(keys, (gid << _T_BITS) | (np.asarray(t1, np.int64) - t_lo), side="left")
+    return np.maximum(hi - lo, 0)

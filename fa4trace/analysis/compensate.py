@@ -12,9 +12,9 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
   for a segment recorder's pipeline / MMA / barrier spans (their two records held in one
   segment around the call), its ``held`` offset;
 * pipeline wait released by another warp's fill, both warps having last left one recorded
-  barrier together (``fa4trace.analysis.barriers``): the records each made since, the filling
-  warp's until the fill (``P``) and the waiting warp's until the wait's begin (``C``), moved
-  the two apart; the wait is ``fill - begin - (P - C) * c`` plus the fill-to-wake time (its own
+  barrier together and waited on nothing since (``fa4trace.analysis.barriers``): the records
+  each made since, the filling warp's until the fill (``P``) and the waiting warp's until the
+  wait's begin (``C``), moved the two apart; the wait is ``fill - begin - (P - C) * c`` plus the fill-to-wake time (its own
   where it blocked, else the pipeline's median), no shorter than an unblocked wait; so a wait
   that did not block traced but would have untraced is given back (``n_release`` = P - C);
 * else, a pipeline wait released by another warp's fill after it began (the fill as
@@ -51,7 +51,7 @@ from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from ..trace.meta import BundleMeta
 from .autoevents import AutoCols
-from .barriers import last_common_exit
+from .barriers import last_common_exit, waits_between
 from .fills import filled_waits, fills
 from .launches import launch_ids, launch_of
 
@@ -327,6 +327,9 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
     b, e = c.start[rows], c.end[rows]
     xc, xp = last_common_exit(c, gid, b, fg, f)
     keep = xc >= 0
+    if keep.any():  # the barrier must be both warps' last point of alignment (barriers.py)
+        keep[keep] = (waits_between(c, gid[keep], xc[keep], b[keep]) == 0) & \
+            (waits_between(c, fg[keep], xp[keep], f[keep]) == 0)
     rows, gid, fg, f, b, e, xc, xp = (a[keep] for a in (rows, gid, fg, f, b, e, xc, xp))
     if not rows.size:
         return _Aligned(rows, rows, empty, empty, empty)
