@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..format.errors import Fa4traceError
 from .autoevents import AutoCols
 
 TOLERANCE_NS = 1000  # two warps' exits of one occurrence read their timers this close, at most
@@ -39,11 +40,19 @@ def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod
     res = c.resource[rows].astype(np.int64)
     end = c.end[rows].astype(np.int64) - t0
     n_res = int(res.max()) + 1
+    pairs = np.unique(gid * n_res + res)  # (warp, barrier) pairs present: dense group ids
+    if max(int(gid.max()), pairs.size) >= 1 << (63 - _T_BITS) or int(end.max()) >= 1 << _T_BITS:
+        raise Fa4traceError("too many warps or too long a trace to match its barriers (2**22 warps, 2**41 ns)")
     by_warp = np.lexsort((end, gid))  # every exit of a warp, in time order
     w_key = (gid[by_warp] << _T_BITS) | end[by_warp]
-    group = gid * n_res + res
+    group = np.searchsorted(pairs, gid * n_res + res)
     by_group = np.lexsort((end, group))  # every exit of one barrier in one warp, in time order
     g_key = (group[by_group] << _T_BITS) | end[by_group]
+
+    def group_of(g, r):  # the dense id of (warp g, barrier r), -1 where that warp has no such exit
+        q = g * n_res + r
+        at = np.minimum(np.searchsorted(pairs, q), pairs.size - 1)
+        return np.where(pairs[at] == q, at, -1)
 
     cg = np.asarray(cons_gid, np.int64)
     pg = np.asarray(prod_gid, np.int64)
@@ -54,13 +63,15 @@ def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod
     xc = end[by_warp][i]
     rc = res[by_warp][i]
     # the consumer's previous exit of the same barrier: how far apart its occurrences are
-    k = np.searchsorted(g_key, ((cg * n_res + rc) << _T_BITS) | xc, side="left")
-    prev_same = (k > 0) & (group[by_group][np.maximum(k - 1, 0)] == cg * n_res + rc)
+    cgrp = group_of(cg, rc)
+    k = np.searchsorted(g_key, (np.maximum(cgrp, 0) << _T_BITS) | xc, side="left")
+    prev_same = (k > 0) & (group[by_group][np.maximum(k - 1, 0)] == cgrp)
     gap = np.where(prev_same, xc - end[by_group][np.maximum(k - 1, 0)], np.iinfo(np.int64).max)
     tol = np.minimum(TOLERANCE_NS, gap // 2)
     # the producer's exits of that barrier either side of the consumer's: the nearer one
-    pgrp = pg * n_res + rc
-    j = np.searchsorted(g_key, (pgrp << _T_BITS) | xc, side="left")
+    pgrp = group_of(pg, rc)
+    ok &= pgrp >= 0
+    j = np.searchsorted(g_key, (np.maximum(pgrp, 0) << _T_BITS) | xc, side="left")
     best = np.full(n, -1, np.int64)
     best_d = np.full(n, np.iinfo(np.int64).max)
     for cand in (j - 1, j):
