@@ -189,6 +189,38 @@ def test_a_barrier_is_counted_from_only_while_no_wait_came_after_it():
     assert np.abs(w["ns"].to_numpy() - truth).max() <= TOL_NS
 
 
+def test_a_barrier_occurrence_is_matched_across_warps_by_time_not_by_count():
+    from fa4trace.analysis.autoevents import AutoCols
+    from fa4trace.analysis.barriers import last_common_exit
+
+    p, q = Timeline(0, 1), Timeline(1, 2)
+    for r in range(4):  # four rounds: both warps leave the round's barrier at the same cycle
+        s = max(p.t, q.t) + 3000
+        for w in (p, q):
+            if not (w is p and r == 0):  # the producer's first barrier is lost (a ring that wrapped)
+                w.read(L.KIND_BEGIN, S.ROUND, r)
+        p.t = q.t = s
+        for w in (p, q):
+            if not (w is p and r == 0):
+                w.read(L.KIND_END, S.ROUND, r, EVENT)
+        p.work(2000)
+        q.work(1000)
+    c = AutoCols.of(_trace([p, q]))
+    cons, prod = (int(c.warp_gid[c.warp == w][0]) for w in (1, 0))
+    ends = np.sort(c.end[c.where("barrier", "sync") & (c.warp_gid == cons) & (c.kind == 0)])
+    assert ends.size == 4
+    t = ends + 250  # queries 500 cycles after each exit
+    g = np.ones(4, np.int64)
+    xc, xp = last_common_exit(c, g * cons, t, g * prod, t)
+    # rounds 1..3: the consumer's exit of the round and the producer's of the same occurrence,
+    # though the producer holds one exit fewer (counted, its k-th would be the consumer's k+1-th)
+    assert xc.tolist()[1:] == ends.tolist()[1:] and np.abs(xp[1:] - xc[1:]).max() <= 1
+    assert xc[0] == -1 and xp[0] == -1  # round 0: the producer has no exit near the consumer's
+    # a producer that fills before it leaves the barrier has no common point with the consumer
+    xc, xp = last_common_exit(c, g[:1] * cons, t[1:2], g[:1] * prod, ends[1:2] - 10)
+    assert xc[0] == -1 and xp[0] == -1
+
+
 def test_a_wait_that_blocks_only_untraced_is_given_back():
     # the consumer's 15 events bring it to its wait after the fill (raw: no wait), where untraced
     # it would have waited; the rounds that blocked anyway give the handoff's own lag
