@@ -352,8 +352,10 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
 def spans(trace: Trace, cal: Calibration) -> pa.Table:
     """One row per span (WARP rows aside): launch, cta, warp, name, iter, ``raw_ns``,
     ``n_inner`` (the warp's records strictly between its two reads), ``n_release`` (a pipeline
-    wait: the filling warp's records between the wait's begin and the fill), ``cost_ns`` (what is
-    subtracted), ``ns`` (compensated, >= 0) and ``clamped`` (it came out negative)."""
+    wait: the filling warp's records between the wait's begin and the fill; after a common
+    barrier, its records since the barrier less the waiting warp's, module doc), ``cost_ns``
+    (what is subtracted: negative where a wait is given back), ``ns`` (compensated, >= 0) and
+    ``clamped`` (it came out negative)."""
     if trace.events.num_rows == 0:
         return SPAN_SCHEMA.empty_table()
     return _span_table(_Trace(trace, cal), cal)
@@ -390,8 +392,9 @@ def _span_table(t: _Trace, cal: Calibration) -> pa.Table:
 def lags(trace: Trace, cal: Calibration) -> pa.Table:
     """One row per pipeline wait with a recorded fill: ``raw_ns`` = the wait's end - the fill
     (``fa4trace.analysis.kernel.pipeline_lags``), ``n_consumer`` (the waiting warp's records
-    between the fill and its wait's end, the wait's begin aside), ``cost_ns``, ``ns``
-    (compensated, >= 0), ``clamped``."""
+    between the fill and its wait's end, the wait's begin aside; after a common barrier, its
+    records since the barrier less the filling warp's), ``cost_ns``, ``ns`` (compensated,
+    >= 0), ``clamped``."""
     if trace.events.num_rows == 0:
         return LAG_SCHEMA.empty_table()
     return _lag_table(_Trace(trace, cal), cal)
