@@ -88,10 +88,13 @@ def test_app_renders_and_screenshot_is_kept(server, startup):
         title = br.evaluate("document.querySelector('h1').innerText")
         want = "base vs ping-pong" if startup.default_b else "fa4trace viewer"
         assert want in title
-        # lanes on screen carry the roles of the default trace's warps
-        labels = br.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot .ytick text')).map(t => t.textContent)")
+        # lanes on screen carry the roles of the default trace's warps (plotly draws each chart
+        # in its turn: on a loaded machine the timeline can come after a chart of numbers)
         src = next(s for s in startup.sources if s.key == startup.default_a)
-        roles = {str(r) for r in data.load_path(src.key, str(src.path)).events["role"].unique().to_pylist()}
+        roles = sorted({str(r) for r in data.load_path(src.key, str(src.path)).events["role"].unique().to_pylist()})
+        ticks = "Array.from(document.querySelectorAll('.js-plotly-plot .ytick text'))"
+        br.wait_for(f"{ticks}.some(t => {json.dumps(roles)}.some(r => t.textContent.includes(r)))", timeout=60)
+        labels = br.evaluate(f"{ticks}.map(t => t.textContent)")
         assert labels and any(any(r in lb for r in roles) for lb in labels)
         # the KV-stream chart as drawn: its title and its legend do not meet (plotly draws each
         # chart when its turn comes: on a loaded machine it can follow the first by seconds)
