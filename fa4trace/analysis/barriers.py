@@ -20,9 +20,9 @@ import numpy as np
 
 from ..format.errors import Fa4traceError
 from .autoevents import AutoCols
+from .warptimes import T_BITS, WarpTimes
 
 TOLERANCE_NS = 1000  # two warps' exits of one occurrence read their timers this close, at most
-_T_BITS = 41  # ns since the trace's first record below 2**41 (36 minutes) pack beside a group id
 
 
 def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod_gid: np.ndarray,
@@ -41,13 +41,13 @@ def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod
     end = c.end[rows].astype(np.int64) - t0
     n_res = int(res.max()) + 1
     pairs = np.unique(gid * n_res + res)  # (warp, barrier) pairs present: dense group ids
-    if max(int(gid.max()), pairs.size) >= 1 << (63 - _T_BITS) or int(end.max()) >= 1 << _T_BITS:
+    if max(int(gid.max()), pairs.size) >= 1 << (63 - T_BITS) or int(end.max()) >= 1 << T_BITS:
         raise Fa4traceError("too many warps or too long a trace to match its barriers (2**22 warps, 2**41 ns)")
     by_warp = np.lexsort((end, gid))  # every exit of a warp, in time order
-    w_key = (gid[by_warp] << _T_BITS) | end[by_warp]
+    w_key = (gid[by_warp] << T_BITS) | end[by_warp]
     group = np.searchsorted(pairs, gid * n_res + res)
     by_group = np.lexsort((end, group))  # every exit of one barrier in one warp, in time order
-    g_key = (group[by_group] << _T_BITS) | end[by_group]
+    g_key = (group[by_group] << T_BITS) | end[by_group]
 
     def group_of(g, r):  # the dense id of (warp g, barrier r), -1 where that warp has no such exit
         q = g * n_res + r
@@ -56,7 +56,7 @@ def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod
 
     cg = np.asarray(cons_gid, np.int64)
     pg = np.asarray(prod_gid, np.int64)
-    i = np.searchsorted(w_key, (cg << _T_BITS) | (np.asarray(cons_t, np.int64) - t0), side="right") - 1
+    i = np.searchsorted(w_key, (cg << T_BITS) | (np.asarray(cons_t, np.int64) - t0), side="right") - 1
     ok = i >= 0
     i = np.maximum(i, 0)
     ok &= gid[by_warp][i] == cg
@@ -64,14 +64,14 @@ def last_common_exit(c: AutoCols, cons_gid: np.ndarray, cons_t: np.ndarray, prod
     rc = res[by_warp][i]
     # the consumer's previous exit of the same barrier: how far apart its occurrences are
     cgrp = group_of(cg, rc)
-    k = np.searchsorted(g_key, (np.maximum(cgrp, 0) << _T_BITS) | xc, side="left")
+    k = np.searchsorted(g_key, (np.maximum(cgrp, 0) << T_BITS) | xc, side="left")
     prev_same = (k > 0) & (group[by_group][np.maximum(k - 1, 0)] == cgrp)
     gap = np.where(prev_same, xc - end[by_group][np.maximum(k - 1, 0)], np.iinfo(np.int64).max)
     tol = np.minimum(TOLERANCE_NS, gap // 2)
     # the producer's exits of that barrier either side of the consumer's: the nearer one
     pgrp = group_of(pg, rc)
     ok &= pgrp >= 0
-    j = np.searchsorted(g_key, (np.maximum(pgrp, 0) << _T_BITS) | xc, side="left")
+    j = np.searchsorted(g_key, (np.maximum(pgrp, 0) << T_BITS) | xc, side="left")
     best = np.full(n, -1, np.int64)
     best_d = np.full(n, np.iinfo(np.int64).max)
     for cand in (j - 1, j):
@@ -90,11 +90,4 @@ def waits_between(c: AutoCols, gid: np.ndarray, t0: np.ndarray, t1: np.ndarray) 
     """Per query: how many wait spans (``AutoCols.is_wait``: pipeline waits, barriers, ...) warp
     ``gid`` began strictly between ``t0`` and ``t1`` (ns)."""
     rows = np.flatnonzero(c.is_wait)
-    gid = np.asarray(gid, np.int64)
-    if not rows.size or not gid.size:
-        return np.zeros(gid.size, np.int64)
-    t_lo = int(min(c.start.min(), np.min(t0)))
-    keys = np.sort((c.warp_gid[rows].astype(np.int64) << _T_BITS) | (c.start[rows].astype(np.int64) - t_lo))
-    lo = np.searchsorted(keys, (gid << _T_BITS) | (np.asarray(t0, np.int64) - t_lo), side="right")
-    hi = np.searchsorted(keys, (gid << _T_BITS) | (np.asarray(t1, np.int64) - t_lo), side="left")
-    return np.maximum(hi - lo, 0)
+    return WarpTimes(c.warp_gid[rows], c.start[rows], c.n_warps).between(gid, t0, t1)

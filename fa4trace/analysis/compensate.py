@@ -14,9 +14,10 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
 * pipeline wait released by another warp's fill, both warps having last left one recorded
   barrier together and waited on nothing since (``fa4trace.analysis.barriers``): the records
   each made since, the filling warp's until the fill (``P``) and the waiting warp's until the
-  wait's begin (``C``), moved the two apart; the wait is ``fill - begin - (P - C) * c`` plus the fill-to-wake time (its own
-  where it blocked, else the pipeline's median), no shorter than an unblocked wait; so a wait
-  that did not block traced but would have untraced is given back (``n_release`` = P - C);
+  wait's begin (``C``), moved the two apart; the wait is ``fill - begin - (P - C) * c`` plus
+  the fill-to-wake time (its own where it blocked, else the pipeline's median), no shorter
+  than an unblocked wait; so a wait that did not block traced but would have untraced is
+  given back (``n_release`` = P - C);
 * else, a pipeline wait released by another warp's fill after it began (the fill as
   ``fa4trace.analysis.kernel`` defines it: the first commit of the count, else the end of its
   acquire): ``raw - n_release * c``, ``n_release`` counting the records the filling warp made
@@ -54,6 +55,7 @@ from .autoevents import AutoCols
 from .barriers import last_common_exit, waits_between
 from .fills import filled_waits, fills
 from .launches import launch_ids, launch_of
+from .warptimes import WarpTimes
 
 KEY = "recorder_cost"  # the bundle metadata key holding the calibration its figures are compensated with
 FILE = "recorder_cost.json"  # what `fa4trace check` writes: {recorder: calibration}
@@ -61,7 +63,6 @@ FILE = "recorder_cost.json"  # what `fa4trace check` writes: {recorder: calibrat
 # it closes): instrument()'s pipeline, MMA, barrier and TMA hooks. Its user spans and hand-placed
 # events store their begin at once.
 HELD_FAMILIES = frozenset({"pipeline", "mma", "barrier", "tma"})
-_T_BITS = 41  # per-warp time offsets below 2**41 (cycles or ns: minutes) pack beside the warp id
 # What every compensated section says of itself: how far one cost per event holds is measured on
 # the known-answer kernels only (docs/compensation.md); on real kernels' dense traces few
 # compensated figures land within 2% of the lightest trace (BENCHMARKS, fidelity).
@@ -183,8 +184,8 @@ def calibration_for(trace: Trace, calibrations: dict | None = None, *, recorder:
 
 # ---- records per warp ------------------------------------------------------------------------------
 class _Records:
-    """Every record of a trace (span begins, span ends, instants) by warp, sorted, in cycles and
-    in ns, so that how many a warp made in an interval is two binary searches."""
+    """Every record of a trace (span begins, span ends, instants) by warp, in cycles and in ns
+    (``WarpTimes``), so that how many a warp made in an interval is two binary searches."""
 
     def __init__(self, c: AutoCols, start_cycles: np.ndarray, end_cycles: np.ndarray):
         span = (c.kind == 0)
@@ -192,32 +193,12 @@ class _Records:
         rows = np.concatenate([np.flatnonzero(span | inst), np.flatnonzero(span)])
         gid = c.warp_gid[rows]
         is_end = np.r_[np.zeros(int((span | inst).sum()), bool), np.ones(int(span.sum()), bool)]
-        cyc = np.where(is_end, end_cycles[rows], start_cycles[rows])
-        ns = np.where(is_end, c.end[rows], c.start[rows])
-        self.n_warps = c.n_warps
-        self.cyc_lo, self.cycles = self._keys(gid, cyc)
-        self.ns_lo, self.ns = self._keys(gid, ns)
-
-    def _keys(self, gid, t):
-        lo = np.zeros(self.n_warps, np.int64)
-        if t.size:
-            lo = np.full(self.n_warps, np.iinfo(np.int64).max)
-            np.minimum.at(lo, gid, t)
-            lo[lo == np.iinfo(np.int64).max] = 0
-            if int((t - lo[gid]).max()) >= 1 << _T_BITS:
-                raise Fa4traceError("a warp's records span more than 2**41 timer ticks: too long to compensate")
-        return lo, np.sort((gid.astype(np.int64) << _T_BITS) | (t - lo[gid]))
+        self.cycles = WarpTimes(gid, np.where(is_end, end_cycles[rows], start_cycles[rows]), c.n_warps)
+        self.ns = WarpTimes(gid, np.where(is_end, c.end[rows], c.start[rows]), c.n_warps)
 
     def between(self, gid, t0, t1, *, ns: bool = False) -> np.ndarray:
         """Records of warp ``gid`` strictly between ``t0`` and ``t1`` (arrays, same length)."""
-        lo, keys = (self.ns_lo, self.ns) if ns else (self.cyc_lo, self.cycles)
-        gid = np.asarray(gid, np.int64)
-        base = gid << _T_BITS
-        a = np.clip(np.asarray(t0, np.int64) - lo[gid], -1, (1 << _T_BITS) - 1)
-        b = np.clip(np.asarray(t1, np.int64) - lo[gid], 0, (1 << _T_BITS))
-        left = np.searchsorted(keys, base + np.maximum(a, -1) + 1, side="left")  # first record > t0
-        right = np.searchsorted(keys, base + b, side="left")  # first record >= t1
-        return np.maximum(right - left, 0)
+        return (self.ns if ns else self.cycles).between(gid, t0, t1)
 
 
 def _ns_per_cycle(c: AutoCols, start_cycles, end_cycles, cal: Calibration) -> np.ndarray:
@@ -295,20 +276,19 @@ class _Trace:
 
 class _Aligned:
     """Pipeline waits whose two warps passed a recorded barrier together before (module doc):
-    ``rows`` (the wait rows), ``n_net`` (the filling warp's records since that barrier less the
-    waiting warp's before its wait began), ``delta_ns`` (what those records cost, producer's less
-    consumer's), ``wait_ns`` (the wait as the untraced run would have waited) and ``lag_ns`` (its
-    end less the fill, the same way)."""
+    ``rows`` (the wait rows, sorted), ``n_net`` (the filling warp's records since that barrier
+    less the waiting warp's before its wait began), ``wait_cost`` and ``lag_cost`` (what the raw
+    wait and lag hold beyond the wait and the lag the untraced run would have had)."""
 
-    def __init__(self, rows, n_net, delta_ns, wait_ns, lag_ns):
-        self.rows, self.n_net, self.delta_ns, self.wait_ns, self.lag_ns = rows, n_net, delta_ns, wait_ns, lag_ns
+    def __init__(self, rows, n_net, wait_cost, lag_cost):
+        self.rows, self.n_net, self.wait_cost, self.lag_cost = rows, n_net, wait_cost, lag_cost
 
-    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mask over ``rows``, position in this set) of the rows it holds."""
-        pos = np.searchsorted(self.rows, rows)
-        pos = np.minimum(pos, max(self.rows.size - 1, 0))
-        hit = (self.rows[pos] == rows) if self.rows.size else np.zeros(rows.size, bool)
-        return hit, pos
+    def take(self, rows: np.ndarray, name: str, other: np.ndarray) -> np.ndarray:
+        """Per row of ``rows``: this set's ``name`` where it holds the row, else ``other``'s."""
+        if not self.rows.size:
+            return other
+        pos = np.minimum(np.searchsorted(self.rows, rows), self.rows.size - 1)
+        return np.where(self.rows[pos] == rows, getattr(self, name)[pos], other)
 
 
 def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
@@ -322,17 +302,18 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
     rows = np.flatnonzero((t.fill_gid >= 0) & (t.fill_gid != c.warp_gid))
     empty = np.zeros(0)
     if not rows.size:
-        return _Aligned(rows, rows, empty, empty, empty)
+        return _Aligned(rows, rows, empty, empty)
     gid, fg, f = c.warp_gid[rows], t.fill_gid[rows], t.fill_ns[rows]
     b, e = c.start[rows], c.end[rows]
     xc, xp = last_common_exit(c, gid, b, fg, f)
     keep = xc >= 0
     if keep.any():  # the barrier must be both warps' last point of alignment (barriers.py)
-        keep[keep] = (waits_between(c, gid[keep], xc[keep], b[keep]) == 0) & \
-            (waits_between(c, fg[keep], xp[keep], f[keep]) == 0)
+        k = int(keep.sum())
+        n = waits_between(c, np.r_[gid[keep], fg[keep]], np.r_[xc[keep], xp[keep]], np.r_[b[keep], f[keep]])
+        keep[keep] = (n[:k] == 0) & (n[k:] == 0)
     rows, gid, fg, f, b, e, xc, xp = (a[keep] for a in (rows, gid, fg, f, b, e, xc, xp))
     if not rows.size:
-        return _Aligned(rows, rows, empty, empty, empty)
+        return _Aligned(rows, rows, empty, empty)
     n_p = rec.between(fg, xp, f, ns=True)
     n_c = rec.between(gid, xc, b, ns=True)
     delta = ratio[fg] * n_p * cal.event_cycles - ratio[gid] * n_c * cal.event_cycles
@@ -345,8 +326,10 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
         lag[m & ~blocked] = float(np.median(lag[m & blocked])) if (m & blocked).any() else 0.0
     unblocked = np.where(blocked, 0.0, (e - b) - ratio[gid] * _offsets(c, rows, cal))
     wait = np.maximum((f - b) - delta + lag, unblocked)
-    # the untraced fill came the lag offset earlier than its read (the read after the arrive)
-    return _Aligned(rows, n_p - n_c, delta, wait, (b - f) + delta - lag_off + wait)
+    wait_cost = (e - b) - wait
+    # the lag runs from the untraced fill: delta earlier than the wait's begin moved, and the lag
+    # offset earlier than its read (the read after the arrive)
+    return _Aligned(rows, n_p - n_c, wait_cost, wait_cost - delta + lag_off)
 
 
 def spans(trace: Trace, cal: Calibration) -> pa.Table:
@@ -376,9 +359,8 @@ def _span_table(t: _Trace, cal: Calibration) -> pa.Table:
     ratio_rel = np.where(released, ratio[np.maximum(fg, 0)], ratio[gid])
     cost = ratio[gid] * (offset + n_inner * cal.event_cycles) + ratio_rel * n_rel * cal.event_cycles
     raw = (c.end[rows] - c.start[rows]).astype(np.int64)
-    al, pos = t.aligned.at(rows)  # waits after a barrier both warps passed: counted from there
-    cost = np.where(al, raw - t.aligned.wait_ns[pos] if al.any() else 0.0, cost)
-    n_rel = np.where(al, t.aligned.n_net[pos] if al.any() else 0, n_rel)
+    cost = t.aligned.take(rows, "wait_cost", cost)  # waits after a barrier both passed: from there
+    n_rel = t.aligned.take(rows, "n_net", n_rel)
     comp = raw - cost
     return pa.table({
         "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),
@@ -414,9 +396,8 @@ def _lag_table(t: _Trace, cal: Calibration) -> pa.Table:
     cost = t.ratio[gid] * (n_cons * cal.event_cycles + np.where(late, _offsets(c, rows, cal), 0.0)
                            + (cal.lag_offset_cycles or 0.0))
     raw = (c.end[rows] - f).astype(np.int64)
-    al, pos = t.aligned.at(rows)  # waits after a barrier both warps passed: counted from there
-    cost = np.where(al, raw - t.aligned.lag_ns[pos] if al.any() else 0.0, cost)
-    n_cons = np.where(al, -t.aligned.n_net[pos] if al.any() else 0, n_cons)
+    cost = t.aligned.take(rows, "lag_cost", cost)  # waits after a barrier both passed: from there
+    n_cons = -t.aligned.take(rows, "n_net", -n_cons)
     comp = raw - cost
     return pa.table({
         "launch": pa.array(c.launch[rows].astype(np.int16)), "cta": pa.array(c.cta[rows].astype(np.int32)),

@@ -41,8 +41,6 @@ from .overlap import config_diff, diff_text, json_safe, kernel_time, ring_losses
 from .roles import assign_roles, role_rank
 from .wait_chain import chain_per_cta, wait_chains
 
-_T_BITS = 41
-
 
 def require_automatic(trace: Trace) -> None:
     """One clear line when a bundle has no automatic events to analyse."""

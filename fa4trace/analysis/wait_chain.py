@@ -34,8 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from .autoevents import AutoCols
-
-_T_BITS = 41  # ns offsets below 2**41 pack beside a dense key in one int64
+from .warptimes import T_BITS
 
 
 def _composite(cta_gid, resource, it) -> np.ndarray:
@@ -55,8 +54,8 @@ def latest_at_or_before(src_key, src_t, src_gid, q_key, q_t):
     sk, qk = inv[:src_key.size], inv[src_key.size:]
     base = int(min(src_t.min(), q_t.min()))
     order = np.lexsort((src_t, sk))
-    packed = (sk[order] << _T_BITS) | (src_t[order] - base)
-    pos = np.searchsorted(packed, (qk << _T_BITS) | (q_t - base), side="right") - 1
+    packed = (sk[order] << T_BITS) | (src_t[order] - base)
+    pos = np.searchsorted(packed, (qk << T_BITS) | (q_t - base), side="right") - 1
     ok = pos >= 0
     ok[ok] = sk[order][pos[ok]] == qk[ok]
     out_t[ok] = src_t[order][pos[ok]]
@@ -134,12 +133,12 @@ def wait_chains(trace_or_cols) -> pa.Table:
     # waits sorted by (warp gid, end, start): the latest end <= cursor is one searchsorted away
     base = int(min(c.start[w].min(), cursor.min()))
     wo = w[np.lexsort((c.start[w], c.end[w], c.warp_gid[w]))]
-    packed = (c.warp_gid[wo] << _T_BITS) | (c.end[wo] - base)
+    packed = (c.warp_gid[wo] << T_BITS) | (c.end[wo] - base)
     visited = np.zeros(wo.size, bool)
     steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     step = 0
     while cur.size:
-        pos = np.searchsorted(packed, (cur << _T_BITS) | (cursor - base), side="right") - 1
+        pos = np.searchsorted(packed, (cur << T_BITS) | (cursor - base), side="right") - 1
         ok = pos >= 0
         ok[ok] = c.warp_gid[wo[pos[ok]]] == cur[ok]
         ok[ok] = ~visited[pos[ok]]
