@@ -143,8 +143,9 @@ def write_summary(path: str, doc: dict) -> str:
 
 
 def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_extra: str = "",
-                  gpu: str | None = None) -> None:
-    """The result file (every figure) and its summary beside it."""
+                  gpu: str | None = None, date: str | None = None) -> dict:
+    """The result file (every figure) and its summary beside it (``date``: the runs' day, default
+    today); returns what it wrote."""
     from fa4trace.bench import results
 
     doc = results.envelope(
@@ -155,8 +156,11 @@ def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_e
                "untraced: the same spins timed by two %clock64 reads, less the gap between those two reads. "
                "events in: the density, the events inside a span being one fewer. Target: compensated within "
                "max(2%, 20 ns) of untraced for figures >= 200 ns (shorter: not judged, '-')." + notes_extra))
+    if date:
+        doc["date"] = date
     results.write(path, doc)
     write_summary(path, doc)
+    return doc
 
 
 # ---- the runs (GPU) ------------------------------------------------------------------------------------
@@ -193,8 +197,6 @@ def merge_files(paths: list[str], out: str) -> dict:
     between them). Each file's rows are medians over its own runs, so a file of more than one
     run counts as one here: one-run files only. The merged file keeps every run's calibrations
     and names its parts' commands."""
-    from fa4trace.bench import results
-
     docs = []
     for p in paths:
         try:
@@ -213,11 +215,7 @@ def merge_files(paths: list[str], out: str) -> dict:
     cals = [c for d in docs for c in d.get("calibrations", [])]
     notes = (f" Merged from {len(docs)} one-run files ({', '.join(sorted({d['commit'] for d in docs}))}; "
              f"{'; '.join(d['command'] for d in docs)}).")
-    write_results(out, rows, cals, notes_extra=notes, gpu=docs[0].get("gpu"))
-    merged = json.loads(open(out).read())
-    merged.update(date=max(d["date"] for d in docs))
-    results.write(out, merged)
-    return merged
+    return write_results(out, rows, cals, notes_extra=notes, gpu=docs[0].get("gpu"), date=max(d["date"] for d in docs))
 
 
 def compile_only(tests=None, variants=None, log=print) -> dict:

@@ -109,12 +109,12 @@ KERNELS = textwrap.dedent('''
                 out.append({"returncode": 1, "stdout": "", "stderr": traceback.format_exc()})
         json.dump(out, open(sys.argv[3], "w"))
     else:
-        configure(os.environ)
         sys.stdout.write(build(sys.argv[1], os.environ))
 ''')
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))  # compile_pool
 ABLATED = os.path.join(ROOT, "benchmarks", "decode_recorder_parts.py")  # its ``ablated``: a part taken out
 
 
@@ -142,7 +142,6 @@ def _cache_path(arch: str, which: str, env: dict) -> str:
     ``ABLATION`` requests."""
     import json
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
     from compile_pool import SOURCES, source_key
     from conftest import PTX_CACHE
 
@@ -162,7 +161,6 @@ def _compiled_together(tmp_path_factory):
     is traced and compiled afresh, as alone)."""
     import json
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
     from compile_pool import cached_json
 
     tmp = tmp_path_factory.mktemp("recorder_ptx")
@@ -189,7 +187,6 @@ def _run(arch: str, which: str, tmp_path, **env):
     (CUTE_DSL_ARCH is read once per process); its (returncode, stdout, stderr)."""
     import types
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
     from compile_pool import cached_json
 
     def compile_():
@@ -307,7 +304,6 @@ def test_core_kernels_compile_for_hopper(kind):
     """Every calibration / marker variant ``fa4trace build`` exports compiles for sm_90a; the
     calibration and fa4trace-traced ones read the timers, the plain ones do not (compile_pool:
     two processes, kept in the PTX cache)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
     from compile_pool import compile_all, variant_names
     from conftest import PTX_CACHE
 
