@@ -53,13 +53,16 @@ def _fence():
 
 
 @cute.jit
-def spin(cycles: Int64):
+def spin(cycles: Int64) -> Int64:
     """Spin until %clock64 has advanced ``cycles`` from this call's own first read (after a
-    ``_fence``: the spin stands for work that touches memory)."""
+    ``_fence``: the spin stands for work that touches memory). Returns its overshoot: how far
+    past ``cycles`` its last read was (the loop polls, so it ends up to a trip late)."""
     _fence()
     t0 = cute.arch.clock64()
-    while cute.arch.clock64() - t0 < cycles:
-        pass
+    t = t0
+    while t - t0 < cycles:
+        t = cute.arch.clock64()
+    return t - t0 - cycles
 
 
 def _jitter(r: Int32, j: Int32) -> Int64:
@@ -136,14 +139,18 @@ class KnownAnswer:
     @cute.jit
     def _spins(self, rec, sub: Int64, density: Int32, r: Int32):
         """``density`` sub-spins of ``sub`` cycles (each jittered: ``_jitter``), an inner
-        instant (or, untraced, nothing) between each two."""
-        spin(sub + _jitter(r, Int32(0)))
+        instant (or, untraced, nothing) between each two. Each sub-spin is shortened by the one
+        before's overshoot, so the spins of a region add up to their set cycles plus the last
+        one's overshoot alone: how late a polling loop ends depends on where the compiler
+        placed it, which differs between the twin and each recorder variant, and k sub-spins
+        would otherwise carry k such phases into what a trace is held against."""
+        debt = spin(sub + _jitter(r, Int32(0)))
         for j in cutlass.range(density - 1, unroll=1):
             if const_expr(self.variant == UNTRACED):
                 _fence()
             else:
                 rec = self._event(rec, "instant", INNER, j)
-            spin(sub + _jitter(r, j + 1))
+            debt = spin(sub + _jitter(r, j + 1) - debt)
         return rec
 
     @cute.kernel

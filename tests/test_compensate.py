@@ -10,6 +10,7 @@ ns rounding of the decoder; the raw figures must not (else these tests could not
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -233,6 +234,19 @@ def test_a_wait_that_blocks_only_untraced_is_given_back():
     assert w["n_release"].to_pylist() == [-15, -15, -15, -15]
     assert np.abs(w["ns"].to_numpy() - truth).max() <= TOL_NS
     assert np.abs(C.lags(trace, CAL)["ns"].to_numpy() - lag_truth).max() <= TOL_NS
+
+
+def test_where_no_wait_of_a_pipeline_blocked_the_calibrated_handoff_lag_ends_them():
+    # every round: the consumer's 15 events bring it to its wait after the fill, where untraced
+    # it would have waited; no wait blocked traced, so none shows how long a wait runs past its
+    # fill: the calibration's handoff lag (traced, nothing recorded between) says it
+    trace, truth, _ = handoff_case([3400, 3400, 3400], cons_work=[3000, 3000, 3000], cons_density=16,
+                                   barrier=True, late=True)
+    assert (truth > 200).all()
+    cal = dataclasses.replace(CAL, handoff_lag_cycles=LAG - DELTA)
+    assert np.abs(_wait_rows(trace, cal)["ns"].to_numpy() - truth).max() <= TOL_NS
+    without = _wait_rows(trace, CAL)["ns"].to_numpy()  # not measured: nothing past the fill
+    assert (truth - without > (LAG - DELTA) / GHZ - TOL_NS).all()
 
 
 def test_lags_lose_the_consumers_own_events_after_the_fill_and_the_calibrated_offset():

@@ -78,15 +78,19 @@ class Calibration:
     ``offset_cycles``: median duration of an empty span (begin right before end);
     ``held_offset_cycles``: the same with both records in one segment (segment recorders; a
     ``Recorder`` has one kind of span, the same value); ``event_cycles``: one more record inside
-    a span (the median span around back-to-back events, less an empty one, per event);
+    a span (between work, as a real kernel's events are: ``fa4trace.probes.known_answer.calibrate``);
     ``lag_offset_cycles``: a traced handoff's lag less the untraced twin's, nothing recorded
-    between (None where not measured: no lag compensation beyond the consumer's events)."""
+    between (None where not measured: no lag compensation beyond the consumer's events);
+    ``handoff_lag_cycles``: that traced lag itself (fill record to the end of the wait it
+    released): how long a wait runs past its fill, for the waits of a pipeline where none
+    blocked (None where not measured)."""
 
     recorder: str
     offset_cycles: float
     held_offset_cycles: float
     event_cycles: float
     lag_offset_cycles: float | None = None
+    handoff_lag_cycles: float | None = None
     clock_ghz: float | None = None
     gpu: str | None = None
     measured_at: str | None = None
@@ -107,7 +111,7 @@ class Calibration:
     def to_dict(self) -> dict:
         """The calibration as stored (bundle metadata, result files): cycles, and ns at its clock."""
         d = asdict(self)
-        for name in ("offset", "held_offset", "event", "lag_offset"):
+        for name in ("offset", "held_offset", "event", "lag_offset", "handoff_lag"):
             c = d[f"{name}_cycles"]
             d[f"{name}_ns"] = None if c is None else self.ns(c)
         return d
@@ -296,8 +300,9 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
     (fa4trace.analysis.barriers): each warp's time since it, less its own records' cost, gives
     the fill and the wait's begin as untraced; the wait ran to the fill plus the handoff's own
     fill-to-wake time (this wait's raw one where it blocked; else the median of the pipeline's
-    waits that did), and no shorter than an unblocked wait (its raw less the offset). The lag
-    runs from the untraced fill: its read less the lag offset."""
+    waits that did; where none did, the calibrated handoff lag), and no shorter than an
+    unblocked wait (its raw less the offset). The lag runs from the untraced fill: its read
+    less the lag offset."""
     c, rec, ratio = t.c, t.rec, t.ratio
     rows = np.flatnonzero((t.fill_gid >= 0) & (t.fill_gid != c.warp_gid))
     empty = np.zeros(0)
@@ -323,7 +328,10 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
     res = c.resource[rows]
     for r in np.unique(res[~blocked]):
         m = res == r
-        lag[m & ~blocked] = float(np.median(lag[m & blocked])) if (m & blocked).any() else 0.0
+        if (m & blocked).any():
+            lag[m & ~blocked] = float(np.median(lag[m & blocked]))
+        else:
+            lag[m & ~blocked] = ratio[gid[m & ~blocked]] * (cal.handoff_lag_cycles or 0.0)
     unblocked = np.where(blocked, 0.0, (e - b) - ratio[gid] * _offsets(c, rows, cal))
     wait = np.maximum((f - b) - delta + lag, unblocked)
     wait_cost = (e - b) - wait

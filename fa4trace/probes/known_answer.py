@@ -6,8 +6,9 @@ twin (the same spins, two %clock64 reads around each region) and returns what ea
 lasted, in cycles: the truth the traces are held against. ``calibrate`` measures, for one
 recorder, the numbers ``fa4trace.analysis.compensate`` subtracts (``Calibration``'s fields):
 the offset of a span with work inside and what each event inside adds (spans set against the
-untraced twin's), the held offset (an empty span held in one segment) and the lag offset (a
-traced handoff's producer -> consumer lag less the untraced twin's, nothing recorded between).
+untraced twin's), the held offset (an empty span held in one segment), the handoff lag (a
+traced handoff's producer -> consumer lag, nothing recorded between) and the lag offset (that
+less the untraced twin's).
 Results are cached per process, GPU, recorder and build.
 """
 
@@ -144,12 +145,13 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
 
     Measured where the events of a real kernel sit, between work: spans of ``CAL_CYCLES`` with
     0 to 31 events inside (``CAL_DENSITIES``), each set against the untraced twin's (the same
-    spins; means over every span, whose jittered sub-spins average the spin loop's overshoot).
-    ``offset``: what a span with nothing inside reads beyond the twin's. ``event``: the slope,
-    through that offset, of what the others read beyond the twin's against the events inside
-    them (least squares over the densities, so that events close together and far apart both
-    count: what one costs varies with what surrounds it). ``held offset``: the median empty span held in one segment. ``lag offset``:
-    a handoff's fill-to-wake lag less the twin's. Also reported, not used: the fit's
+    spins; means over every span; each sub-spin is shortened by the one before's overshoot, so a
+    span's spins overshoot once, as the twin's do). ``offset``: what a span with nothing inside
+    reads beyond the twin's. ``event``: the slope, through that offset, of what the others read
+    beyond the twin's against the events inside them (least squares over the densities, so that
+    events close together and far apart both count: what one costs varies with what surrounds
+    it). ``held offset``: the median empty span held in one segment. ``handoff lag``: a traced
+    handoff's fill-to-wake lag, its median; ``lag offset``: its mean less the twin's. Also reported, not used: the fit's
     residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with
     nothing between them."""
     S.check_variant(recorder, "spans")
@@ -182,6 +184,7 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": float(np.median(held)),
            "event_cycles": event,
            "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,
+           "handoff_lag_cycles": float(np.median(lag)) if lag.size else None,
            "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),
            "measured_at": _now(), "source": "fa4trace.probes.known_answer.calibrate",
            "samples": int(sum(r.size for r in raws)),
