@@ -29,9 +29,9 @@ COMPILE = textwrap.dedent('''
     out = {}
     for t in TESTS:
         for v in VARIANTS:
-            out[f"{t}_{v}"] = compile_variant(v, t, keep_ptx=True).__ptx__
+            out[f"{t}_{v}"] = compile_variant(v, t, keep_ptx=True, tvm_ffi=False).__ptx__
         for v in RECORDERS:
-            out[f"{t}_{v}_off"] = compile_variant(v, t, keep_ptx=True, traced=False).__ptx__
+            out[f"{t}_{v}_off"] = compile_variant(v, t, keep_ptx=True, tvm_ffi=False, traced=False).__ptx__
     json.dump(out, sys.stdout)
 ''')
 # A spin: read %clock64, subtract the spin's start, compare, branch back to the read.
