@@ -98,7 +98,7 @@ def time_untraced(test: str = "spans", *, reps: int = 16, cal_reps: int = 0, cyc
     if test == "spans":
         t = w.reshape(p["n_ctas"] * S.WARPS_PER_CTA, S.span_slots(reps, cal_reps), S.SPAN_WORDS)
         d = t[:, :, 1] - t[:, :, 0]
-        cal = d[:, :3 * cal_reps].reshape(-1, cal_reps, 3)
+        cal = d[:, :3 * cal_reps].reshape(d.shape[0], cal_reps, 3)
         return {"empty": cal[:, :, 0], "held": cal[:, :, 1], "run": cal[:, :, 2], "span": d[:, 3 * cal_reps:]}
     t = w.reshape(p["n_ctas"], reps, S.HANDOFF_WORDS)
     return {"wait": t[:, :, 3] - t[:, :, 2], "lag": t[:, :, 3] - t[:, :, 1], "produce": t[:, :, 1] - t[:, :, 0]}
