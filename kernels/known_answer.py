@@ -31,6 +31,7 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64, const_expr
 
 from fa4trace.device import Recorder, SegmentRecorder
+from fa4trace.device.clock import after_barrier
 from fa4trace.format.options import Placement
 from fa4trace.format.vocab import ROLE
 
@@ -213,18 +214,23 @@ class KnownAnswer:
         """The CTA barrier each handoff round starts at, recorded as instrument()'s barrier hook
         records one (a span around the call, both records in one segment): where both warps
         were last aligned, which the compensation of a wait reads (``fa4trace.analysis.compensate``).
-        The twin syncs alone."""
+        The twin syncs alone. Every variant waits for the release before its next timer read
+        (``clock.after_barrier``): else the warp that got there first would read the span's end,
+        and start its spin, before the barrier let it go."""
         if const_expr(self.variant == UNTRACED):
             cute.arch.sync_threads()
+            after_barrier()
         elif const_expr(self.segment):
             seg = self._seg.open()
             seg.begin(ROUND, r)
             cute.arch.sync_threads()
+            after_barrier()
             seg.end(ROUND, r)
             seg.close()
         else:
             rec.begin(ROUND, r)
             cute.arch.sync_threads()
+            after_barrier()
             rec.end(ROUND, r)
         return rec
 

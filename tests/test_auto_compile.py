@@ -253,8 +253,12 @@ def test_a_users_span_keeps_the_hooked_calls_inside_it():
     open across the call would bracket it and it would record nothing."""
     r = probe("span_barrier", "sm_90a")
     assert r["meta"]["placed"] == {"step": 1, "barrier.sync": 1} and r["vocab"] == ["step", "barrier.sync"]
+    # the barrier's own span ends after the release (clock.after_barrier), not at the first
+    # timer read the warp can issue past bar.sync
+    assert r["ptx_barriers_settled"] == 1
     held = probe("span_barrier", "sm_90a", "--hold-begins")
     assert held["meta"]["placed"] == {"step": 1} and held["ptx_clock64"] < r["ptx_clock64"]
+    assert held["ptx_barriers_settled"] == 0  # no barrier event of its own: nothing emitted
     assert r["restored"] and held["restored"]
 
 

@@ -151,3 +151,19 @@ def test_the_kind_is_registered_and_compiles_by_config():
     assert "known_answer" in kernels.KINDS and "known_answer" in registry.names()
     names = [n for n, _t, e in kernels.aot_variants("sm_90a", only=("known_answer",))]
     assert names == [f"known_answer_{t}_{v}" for t in S.TESTS for v in S.VARIANTS]
+
+
+@pytest.mark.parametrize("variant", S.VARIANTS)
+def test_each_round_barrier_is_left_before_the_next_timer_read(ptx, variant):
+    """After the handoff's round barrier, every variant (the twin too) branches on %nsmid
+    (clock.after_barrier) before its next timer read: bar.sync lets the warp that gets there
+    first issue on until a branch, so a read right after it would run before the release."""
+    _, p = ptx
+    body = p[f"handoff_{variant}"]
+    rounds = [m.end() for m in re.finditer(r"\bbar(rier)?(\.cta)?\.sync", body)][1:]  # the first: after the mbarrier init
+    assert rounds
+    for at in rounds:
+        rest = body[at:]
+        read = re.search(r"%clock(64)?\b", rest)
+        settle = re.search(r"mov\.u32 \w+, %nsmid; setp\.ne\.u32 \w+, \w+, 0; @\w+ bra\.uni", rest)
+        assert read and settle and settle.start() < read.start(), rest[:400]

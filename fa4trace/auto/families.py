@@ -75,6 +75,10 @@ def recorded(family: str, op: str, call: Callable[[], Any], *, resource: str = "
     elif table.is_span(family, op):
         seg.begin(eid, payload)
         ret = call()
+        if family == "barrier":  # its end read must wait for the release (clock.after_barrier)
+            from ..device.clock import after_barrier
+
+            after_barrier()
         seg.end(eid, payload)
     else:
         ret = call()

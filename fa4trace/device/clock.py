@@ -1,4 +1,5 @@
-"""Timer reads the recorders share: a warp's anchor pair and a per-lane %clock read.
+"""Timer reads the recorders share: a warp's anchor pair, a per-lane %clock read, and the wait
+that puts the read ending a barrier's span after the barrier.
 
 An event's own timer read belongs to its recorder (``Recorder.read_timer``,
 ``SegmentRecorder.read_timer``); what is here is read the same way by both. The recorders call
@@ -40,3 +41,21 @@ def clock_lo_vector(lane: Int32) -> Int32:
                                  "{ .reg .pred p; setp.lt.u32 p, $1, 32; mov.u32 $0, 0; @p mov.u32 $0, %clock; }",
                                  "=r,r", has_side_effects=True, is_align_stack=False,
                                  asm_dialect=llvm.AsmDialect.AD_ATT))
+
+
+def after_barrier() -> None:
+    """Emitted between a barrier (``bar.sync``) and the timer read that ends its span, so that
+    the read comes after the barrier released the warp.
+
+    ptxas emits ``bar.sync`` as ``BAR.SYNC.DEFER_BLOCKING``: a warp that reaches the barrier
+    first goes on issuing past it until an instruction that has to wait (a branch), so a
+    %clock64 read placed right after the barrier runs before the barrier has released it
+    (measured on an H100, docs/compensation.md: the first warp's recorded exit 500 to 1,000
+    cycles before the other warp reached the barrier). Here that instruction is a branch on
+    %nsmid (never 0, which ptxas cannot know), taken over a nanosleep: about four
+    instructions, once per recorded barrier."""
+    from cutlass._mlir.dialects import llvm
+
+    llvm.inline_asm(None, [], "{ .reg .pred p; .reg .b32 n; mov.u32 n, %nsmid; setp.ne.u32 p, n, 0; "
+                    "@p bra.uni SETTLED${:uid}; nanosleep.u32 1; SETTLED${:uid}: }", "~{memory}",
+                    has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)

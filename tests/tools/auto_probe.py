@@ -83,6 +83,17 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _settled_barriers(ptx: str) -> int:
+    """Barrier syncs whose next timer read comes after clock.after_barrier's branch on %nsmid."""
+    n = 0
+    for m in re.finditer(r"\bbar(rier)?(\.cta)?\.sync", ptx):
+        rest = ptx[m.end():]
+        read = re.search(r"%clock(64)?\b", rest)
+        settle = re.search(r"mov\.u32 \w+, %nsmid; setp\.ne\.u32 \w+, \w+, 0; @\w+ bra\.uni", rest)
+        n += bool(read and settle and settle.start() < read.start())
+    return n
+
+
 def main():
     """One compile (the arguments), or ``--batch FILE``: every argument list of the JSON list in
     FILE compiled one after another in this process (one target: the DSL reads it at import),
@@ -214,6 +225,7 @@ def _compile(a) -> dict:
         "ptx_mma": len(re.findall(r"wgmma\.mma_async|tcgen05\.mma", ptx)),
         "ptx_static_smem": sum(int(n) for n in re.findall(r"^\s*\.shared\s.*\.b8\s+\w+\[(\d+)\];", ptx, re.M)),
         "ptx_barriers": len(re.findall(r"\bbar(rier)?\.sync", ptx)),
+        "ptx_barriers_settled": _settled_barriers(ptx),
         # the kernel's first and last timer reads, global loads and reductions, in order
         "ptx_top": _memory_ops(entry_ptx)[:4], "ptx_tail": _memory_ops(_after_last_join(entry_ptx)),
     }
