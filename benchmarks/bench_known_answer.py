@@ -11,7 +11,8 @@ and each of ``--runs`` rounds (each its own calibration, so the noise of the cal
 the spread):
 
 * calibrate the recorder (``fa4trace.probes.known_answer.calibrate``: offset, held offset,
-  cost per event, lag offset; measured on 2 µs spans with 0 and 15 events inside);
+  cost per event, handoff lag and lag offset; measured on 2 µs spans with 0 to 31 events
+  inside and on a light handoff);
 * spans of ``SPAN_NS`` (100 ns to 50 µs at the measured clock) at each density of
   ``DENSITIES`` (density k: k sub-spins, k - 1 events inside), one CTA per SM, two warps each,
   ``--reps`` spans per warp;
