@@ -215,8 +215,8 @@ class KnownAnswer:
         records one (a span around the call, both records in one segment): where both warps
         were last aligned, which the compensation of a wait reads (``fa4trace.analysis.compensate``).
         The twin syncs alone. Every variant waits for the release before its next timer read
-        (``clock.after_barrier``): else the warp that got there first would read the span's end,
-        and start its spin, before the barrier let it go."""
+        (``clock.after_barrier``): else the warp that got there first would read the span's end
+        (the twin: its round's start) before the barrier let it go."""
         if const_expr(self.variant == UNTRACED):
             cute.arch.sync_threads()
             after_barrier()

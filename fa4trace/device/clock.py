@@ -48,7 +48,8 @@ def after_barrier() -> None:
     the read comes after the barrier released the warp.
 
     ptxas emits ``bar.sync`` as ``BAR.SYNC.DEFER_BLOCKING``: a warp that reaches the barrier
-    first goes on issuing past it until an instruction that has to wait (a branch), so a
+    first goes on issuing past it until an instruction that has to wait (a branch, as far as
+    the traces and the SASS show), so a
     %clock64 read placed right after the barrier runs before the barrier has released it
     (measured on an H100, docs/compensation.md: the first warp's recorded exit 500 to 1,000
     cycles before the other warp reached the barrier). Here that instruction is a branch on

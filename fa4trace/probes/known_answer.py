@@ -151,9 +151,9 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     beyond the twin's against the events inside them (least squares over the densities, so that
     events close together and far apart both count: what one costs varies with what surrounds
     it). ``held offset``: the median empty span held in one segment. ``handoff lag``: a traced
-    handoff's fill-to-wake lag, its median; ``lag offset``: its mean less the twin's. Also reported, not used: the fit's
-    residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with
-    nothing between them."""
+    handoff's fill-to-wake lag, its median; ``lag offset``: its mean less the twin's. Also
+    reported, not used: the fit's residuals, and ``back_to_back_event_cycles``, one event of a
+    run of ``CAL_EVENTS`` with nothing between them."""
     S.check_variant(recorder, "spans")
     if recorder == S.UNTRACED:
         raise ValueError("calibrate a recorder, not the untraced twin")
