@@ -43,13 +43,11 @@ EVENT_SITES = {"spans": 2 + 2 + (S.CAL_EVENTS + 2) + 3, "handoff": 5}  # the tim
 SEGMENT_SITES = {"spans": EVENT_SITES["spans"] - 1, "handoff": EVENT_SITES["handoff"] - 1}
 
 
-@pytest.fixture(scope="module", params=ARCHS)
-def ptx(request, tmp_path_factory):
+def _raw_ptx(arch: str, tmp_path_factory) -> dict:
+    """{build: its whole PTX} for one target, compiled once (or read from the PTX cache)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
     from compile_pool import SOURCES, cached_json, source_key
     from conftest import PTX_CACHE
-
-    arch = request.param
 
     def compile_():
         env = dict(os.environ, CUTE_DSL_ARCH=arch)
@@ -59,7 +57,13 @@ def ptx(request, tmp_path_factory):
         return json.loads(r.stdout)
 
     key = source_key(arch, SOURCES, extra=COMPILE)
-    raw = cached_json(os.path.join(PTX_CACHE, "known_answer", key + ".json"), compile_)
+    return cached_json(os.path.join(PTX_CACHE, "known_answer", key + ".json"), compile_)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def ptx(request, tmp_path_factory):
+    arch = request.param
+    raw = _raw_ptx(arch, tmp_path_factory)
     assert all(f".target {arch}" in text for text in raw.values())
     return arch, {name: _body(text) for name, text in raw.items()}
 
@@ -167,3 +171,28 @@ def test_each_round_barrier_is_left_before_the_next_timer_read(ptx, variant):
         read = re.search(r"%clock(64)?\b", rest)
         settle = re.search(r"mov\.u32 \w+, %nsmid; setp\.ne\.u32 \w+, \w+, 0; @\w+ bra\.uni", rest)
         assert read and settle and settle.start() < read.start(), rest[:400]
+
+
+def _sass_tools() -> bool:
+    from fa4trace.bench.sass import find_tool
+
+    return bool(find_tool("ptxas") and find_tool("nvdisasm"))
+
+
+@pytest.mark.skipif(not _sass_tools(), reason="needs ptxas and nvdisasm")
+@pytest.mark.parametrize("variant", ("recorder_lanes", "segment_gmem"))
+def test_in_sass_a_branch_parts_each_round_barrier_from_the_next_clock_read(tmp_path_factory, variant):
+    """What the PTX test above is for, in the machine code: ptxas keeps clock.after_barrier's
+    branch between BAR.SYNC and the next clock read, in the variants whose span-ending read
+    (a CS2R) came right after the barrier without it (the twin's round start follows the
+    producer/consumer branch anyway)."""
+    from fa4trace.bench.sass import sass_of
+
+    sass = sass_of(_raw_ptx("sm_90a", tmp_path_factory)[f"handoff_{variant}"])
+    bars = [m.end() for m in re.finditer(r"BAR\.SYNC", sass)][1:]  # the first: after the mbarrier init
+    assert bars
+    for at in bars:
+        rest = sass[at:]
+        read = re.search(r"(CS2R|S2UR|S2R)\S*\s+\S+,\s*SR_CLOCK", rest)
+        branch = re.search(r"\bBRA\b", rest)
+        assert read and branch and branch.start() < read.start(), rest[:600]
