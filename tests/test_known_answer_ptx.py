@@ -163,14 +163,19 @@ def test_each_round_barrier_is_left_before_the_next_timer_read(ptx, variant):
     (clock.after_barrier) before its next timer read: bar.sync lets the warp that gets there
     first issue on until a branch, so a read right after it would run before the release."""
     _, p = ptx
-    body = p[f"handoff_{variant}"]
-    rounds = [m.end() for m in re.finditer(r"\bbar(rier)?(\.cta)?\.sync", body)][1:]  # the first: after the mbarrier init
+    _each_round_barrier_waits(p[f"handoff_{variant}"], r"\bbar(rier)?(\.cta)?\.sync", r"%clock(64)?\b",
+                              r"mov\.u32 \w+, %nsmid; setp\.ne\.u32 \w+, \w+, 0; @\w+ bra\.uni")
+
+
+def _each_round_barrier_waits(code: str, barrier: str, read: str, wait: str) -> None:
+    """In ``code`` (PTX or SASS), after every barrier but the first (the one after the mbarrier
+    init), ``wait`` comes before the next ``read``."""
+    rounds = [m.end() for m in re.finditer(barrier, code)][1:]
     assert rounds
     for at in rounds:
-        rest = body[at:]
-        read = re.search(r"%clock(64)?\b", rest)
-        settle = re.search(r"mov\.u32 \w+, %nsmid; setp\.ne\.u32 \w+, \w+, 0; @\w+ bra\.uni", rest)
-        assert read and settle and settle.start() < read.start(), rest[:400]
+        rest = code[at:]
+        r, w = re.search(read, rest), re.search(wait, rest)
+        assert r and w and w.start() < r.start(), rest[:600]
 
 
 def _sass_tools() -> bool:
@@ -189,10 +194,4 @@ def test_in_sass_a_branch_parts_each_round_barrier_from_the_next_clock_read(tmp_
     from fa4trace.bench.sass import sass_of
 
     sass = sass_of(_raw_ptx("sm_90a", tmp_path_factory)[f"handoff_{variant}"])
-    bars = [m.end() for m in re.finditer(r"BAR\.SYNC", sass)][1:]  # the first: after the mbarrier init
-    assert bars
-    for at in bars:
-        rest = sass[at:]
-        read = re.search(r"(CS2R|S2UR|S2R)\S*\s+\S+,\s*SR_CLOCK", rest)
-        branch = re.search(r"\bBRA\b", rest)
-        assert read and branch and branch.start() < read.start(), rest[:600]
+    _each_round_barrier_waits(sass, r"BAR\.SYNC", r"(CS2R|S2UR|S2R)\S*\s+\S+,\s*SR_CLOCK", r"\bBRA\b")
