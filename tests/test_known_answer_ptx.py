@@ -21,6 +21,8 @@ pytest.importorskip("cutlass", reason="needs nvidia-cutlass-dsl (pip install 'fa
 
 from fa4trace.kernels import known_answer_spec as S  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))  # compile_pool, barrier_reads
+
 ARCHS = ("sm_90a", "sm_100a")
 COMPILE = textwrap.dedent('''
     import json, sys
@@ -45,7 +47,6 @@ SEGMENT_SITES = {"spans": EVENT_SITES["spans"] - 1, "handoff": EVENT_SITES["hand
 
 def _raw_ptx(arch: str, tmp_path_factory) -> dict:
     """{build: its whole PTX} for one target, compiled once (or read from the PTX cache)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
     from compile_pool import SOURCES, cached_json, source_key
     from conftest import PTX_CACHE
 
@@ -163,19 +164,16 @@ def test_each_round_barrier_is_left_before_the_next_timer_read(ptx, variant):
     (clock.after_barrier) before its next timer read: bar.sync lets the warp that gets there
     first issue on until a branch, so a read right after it would run before the release."""
     _, p = ptx
-    _each_round_barrier_waits(p[f"handoff_{variant}"], r"\bbar(rier)?(\.cta)?\.sync", r"%clock(64)?\b",
-                              r"mov\.u32 \w+, %nsmid; setp\.ne\.u32 \w+, \w+, 0; @\w+ bra\.uni")
+    _each_round_barrier_waits(p[f"handoff_{variant}"])
 
 
-def _each_round_barrier_waits(code: str, barrier: str, read: str, wait: str) -> None:
-    """In ``code`` (PTX or SASS), after every barrier but the first (the one after the mbarrier
-    init), ``wait`` comes before the next ``read``."""
-    rounds = [m.end() for m in re.finditer(barrier, code)][1:]
-    assert rounds
-    for at in rounds:
-        rest = code[at:]
-        r, w = re.search(read, rest), re.search(wait, rest)
-        assert r and w and w.start() < r.start(), rest[:600]
+def _each_round_barrier_waits(code: str, **patterns) -> None:
+    """In ``code`` (PTX, or SASS with its ``patterns``), every barrier but the first (the one
+    after the mbarrier init) is left before the next timer read (barrier_reads)."""
+    from barrier_reads import waits_after_barriers
+
+    rounds = waits_after_barriers(code, **patterns)[1:]
+    assert rounds and all(rounds), rounds
 
 
 def _sass_tools() -> bool:
@@ -194,4 +192,5 @@ def test_in_sass_a_branch_parts_each_round_barrier_from_the_next_clock_read(tmp_
     from fa4trace.bench.sass import sass_of
 
     sass = sass_of(_raw_ptx("sm_90a", tmp_path_factory)[f"handoff_{variant}"])
-    _each_round_barrier_waits(sass, r"BAR\.SYNC", r"(CS2R|S2UR|S2R)\S*\s+\S+,\s*SR_CLOCK", r"\bBRA\b")
+    _each_round_barrier_waits(sass, barrier=r"BAR\.SYNC", read=r"(CS2R|S2UR|S2R)\S*\s+\S+,\s*SR_CLOCK",
+                              wait=r"\bBRA\b")

@@ -15,6 +15,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks"))
+from barrier_reads import waits_after_barriers  # noqa: E402  (beside this script)
 
 
 def copy_kernel():
@@ -81,17 +82,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hold-begins", action="store_true",
                     help="every span holds its begin across its call (families.STORE_AT_BEGIN empty)")
     return ap
-
-
-def _settled_barriers(ptx: str) -> int:
-    """Barrier syncs whose next timer read comes after clock.after_barrier's branch on %nsmid."""
-    n = 0
-    for m in re.finditer(r"\bbar(rier)?(\.cta)?\.sync", ptx):
-        rest = ptx[m.end():]
-        read = re.search(r"%clock(64)?\b", rest)
-        settle = re.search(r"mov\.u32 \w+, %nsmid; setp\.ne\.u32 \w+, \w+, 0; @\w+ bra\.uni", rest)
-        n += bool(read and settle and settle.start() < read.start())
-    return n
 
 
 def main():
@@ -225,7 +215,7 @@ def _compile(a) -> dict:
         "ptx_mma": len(re.findall(r"wgmma\.mma_async|tcgen05\.mma", ptx)),
         "ptx_static_smem": sum(int(n) for n in re.findall(r"^\s*\.shared\s.*\.b8\s+\w+\[(\d+)\];", ptx, re.M)),
         "ptx_barriers": len(re.findall(r"\bbar(rier)?\.sync", ptx)),
-        "ptx_barriers_settled": _settled_barriers(ptx),
+        "ptx_barriers_settled": sum(waits_after_barriers(ptx)),  # clock.after_barrier before the next read
         # the kernel's first and last timer reads, global loads and reductions, in order
         "ptx_top": _memory_ops(entry_ptx)[:4], "ptx_tail": _memory_ops(_after_last_join(entry_ptx)),
     }
