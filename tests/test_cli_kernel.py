@@ -124,16 +124,19 @@ QUACK_SKINNY = Path(__file__).resolve().parents[1] / "traces" / "auto" / "quack_
 
 
 def test_summary_of_a_recorded_gemm_shows_the_median_chain_and_no_empty_lines():
-    """quack's GEMM on the H200: its epilogue store pipeline declares stages but records no
+    """quack's GEMM (traces/auto): its epilogue store pipeline declares stages but records no
     fill, and its idle warps are idle: the text leaves both out (the JSON keeps the pipeline).
-    The wait chain shown is the CTA whose chain waits the median of all CTAs' chains."""
+    Its scheduler pipeline is filled by one CTA of each 2-CTA cluster: the median count per CTA
+    lies between 0 and 1 and is shown so, not rounded to a count no CTA had. The wait chain
+    shown is the CTA whose chain waits the median of all CTAs' chains."""
     from fa4trace.analysis.autoevents import AutoCols
     from fa4trace.analysis.roles import assign_roles
     from fa4trace.analysis.wait_chain import chain_per_cta, wait_chains
 
     code, out, err = run("summary", QUACK_SKINNY)
     assert code == 0, err
-    assert "pipeline ab:" in out and "pipeline epi_store" not in out and "0 counts per CTA" not in out
+    assert "pipeline ab:" in out and "pipeline epi_store" not in out and " 0 counts per CTA" not in out
+    assert "pipeline scheduler: 1 stage, 0.5 counts per CTA (median; 0 to 1)" in out
     assert not any(line.startswith("  idle ") for line in out.splitlines())
     per = chain_per_cta(wait_chains(AutoCols.of(assign_roles(load(QUACK_SKINNY), None)))).to_pydict()
     order = sorted(range(len(per["cta"])), key=lambda i: per["wait_ns"][i])

@@ -27,7 +27,7 @@ from fa4trace.trace.bundle import Trace, load
 from fa4trace.trace.decode import decode_buffer
 from fa4trace.testing.bundles import T0_NS, attention_like, pipelined_like, sampled_like
 
-GAP_NS = 19_347_167_232  # the two GEMM launches of traces/step/step_GemmSm90_2.parquet, this far apart
+GAP_NS = 19_347_167_232  # two launches this far apart (a bundled training step's GEMM once read as one kernel)
 STEP = Path(__file__).resolve().parents[1] / "traces" / "step"
 SHAPES = (dict(n_ctas=4, k_tiles=8, stages=4, load_ns=400), dict(n_ctas=6, k_tiles=32, stages=4, load_ns=900))
 # the figures of a summary that must not depend on where on the bundle's time axis a launch lies
@@ -175,12 +175,15 @@ def test_the_step_gemms_read_each_launchs_own_time(name):
 
 
 def test_the_issues_example_bundle():
-    s = K.summarize_kernel(load(STEP / "step_GemmSm90_2.parquet"))
-    assert [round(one["kernel_time_ns"] / 1e3, 2) for one in s["per_launch"]] == [12.64, 28.42]
-    # its plain twin is one host-timed figure over both launches: neither launch's own, and said so
-    for one in s["per_launch"]:
-        p = one["perturbation"]
-        assert p["plain_twin"]["over_launches"] == 2 and p["status"] == "unreliable"
+    """The bundled GEMM with two launches 10.8 s apart (the issue showed its predecessor as one
+    19.3 s "kernel"): each launch has its own kernel time and its own plain twin, timed by CUDA-
+    graph replays of that launch, not one host-timed figure over both."""
+    t = load(STEP / "step_GemmSm90_2.parquet")
+    s = K.summarize_kernel(t)
+    assert [round(one["kernel_time_ns"] / 1e3, 2) for one in s["per_launch"]] == [13.44, 27.71]
+    twins = [one["perturbation"]["plain_twin"] for one in s["per_launch"]]
+    assert all(tw["method"] == "graph" and tw["over_launches"] is None for tw in twins), twins
+    assert twins[0]["traced_ns"] != twins[1]["traced_ns"]
 
 
 # ---- the command line -------------------------------------------------------------------------------

@@ -74,6 +74,19 @@ def format_launches(s: dict, format_one) -> str:
     return "\n".join(lines)
 
 
+
+def _counts(st: dict) -> str:
+    """", N counts per CTA (median)" for a pipeline's fills per CTA; a median between two counts
+    (CTAs that differ, e.g. only a cluster's leader fills) with one decimal and the range, never
+    rounded to a count no CTA had."""
+    cnt = st.get("median")
+    if cnt is None:
+        return ""
+    if float(cnt).is_integer():
+        return f", {plural(cnt, 'count', spec='.0f')} per CTA (median)"
+    return f", {cnt:.1f} counts per CTA (median; {st['min']:.0f} to {st['max']:.0f})"
+
+
 def format_kernel_summary(s: dict) -> str:
     if s.get("per_launch"):
         return format_launches(s, format_kernel_summary)
@@ -102,10 +115,9 @@ def format_kernel_summary(s: dict) -> str:
     for p, d in (s.get("pipelines") or {}).items():
         if not pipeline_recorded(d):
             continue
-        cnt = (d.get("counts_per_cta") or {}).get("median")
         n = d.get("stages")
         head = f"  pipeline {p + ':':10s} {plural(n, 'stage', spec='') if n else '? stages'}"
-        lines.append(head + (f", {plural(cnt, 'count', spec='.0f')} per CTA (median)" if cnt is not None else ""))
+        lines.append(head + _counts(d.get("counts_per_cta") or {}))
         if d.get("occupancy_mean") is not None:
             lines.append(f"                 stages held: mean {d['occupancy_mean']:.2f}, max {d['occupancy_max']}; "
                          f"all held {pct(d['full_share'])}, none {pct(d['empty_share'])} of the time")
