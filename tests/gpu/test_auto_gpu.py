@@ -17,6 +17,11 @@ pytestmark = pytest.mark.gpu
 BUILD = os.environ.get("FA4TRACE_AUTO_BUILD", "build/auto")
 
 
+# Sampling(ctas=4, cta_stride=8) on a grid of 2x1 clusters: every 8th cluster, whole, until 4 CTAs
+# (cluster order is the linear CTA index here: clusters run along x, the grid's x is even)
+SAMPLED = {0, 1, 16, 17}
+
+
 @pytest.fixture(scope="module")
 def gemm():
     if not os.path.isfile(os.path.join(BUILD, "manifest.json")):
@@ -45,8 +50,9 @@ def test_quack_gemm_traced_equals_plain_and_decodes(gemm):
     names = set(ev.column("name").to_pylist())
     assert {"ab.acquire", "ab.commit", "ab.wait", "ab.release", "tma.load", "mma.commit", "mma.wait"} <= names
     assert int(ev.column("dropped").to_numpy().max()) == 0
-    # the CTAs asked for (4, every 8th from 0) and no other: the rest ran the uninstrumented copy
-    assert set(ev.column("cta").to_pylist()) <= {0, 8, 16, 24} and len(set(ev.column("cta").to_pylist())) > 1
+    # the CTAs asked for and no other (the rest ran the uninstrumented copy): 4 CTAs, the stride
+    # stepping over whole clusters, so quack's 2x1 clusters 0 and 8 record both their CTAs
+    assert set(ev.column("cta").to_pylist()) == SAMPLED
     from fa4trace.analysis.kernel import summarize_kernel
 
     s = summarize_kernel(t)
@@ -80,7 +86,7 @@ def test_every_cta_is_timed_and_the_bundle_measures_its_perturbation(gemm):
     t = gemm.trace(config={"m": m, "n": n, "k": k})
     life = cta_lifetimes(t).to_pandas()
     assert life["cta"].tolist() == list(range(len(life))) and len(life) > 8
-    assert sorted(life.loc[life["recorded"], "cta"]) == [0, 8, 16, 24]
+    assert set(life.loc[life["recorded"], "cta"]) == SAMPLED
     assert (life["dur_ns"] > 0).all()
     assert t.meta["launches"][0]["ctas_outside_lifetime"] == 0
     p = perturbation(t)
