@@ -155,3 +155,28 @@ def test_check_rows_and_the_file_summary_reads(known_answer_kernels, tmp_path):
     assert [r.verdict for r in rows] == ["ok"] * len(QUICK_RECORDERS)
     assert set(load_calibrations(tmp_path / FILE)) == set(QUICK_RECORDERS)
     assert np.isfinite([r.values["span"]["comp_ns"] for r in rows]).all()
+
+
+@pytest.mark.parametrize("recorder", S.RECORDERS)
+def test_both_warps_leave_each_round_barrier_together(recorder, known_answer_kernels):
+    """The producer reaches each round's barrier first (the consumer still spins 1 µs of 16
+    sub-spins with an event between each two): both warps' recorded exits must still be the
+    barrier's release, the same cycle on their SM's clock (fa4trace.device.clock.after_barrier).
+    Without it the producer's exit read ran before the release, 500 to 1,000 cycles early."""
+    import pyarrow.compute as pc
+
+    from fa4trace.probes.known_answer import record
+
+    ghz = 1.98  # an H100/H200's SM clock, near enough for set lengths
+    t = record(recorder, "handoff", reps=16, cycles=int(2000 * ghz), density=1, cons_cycles=int(1000 * ghz),
+               cons_density=16, n_ctas=8)
+    ev = t.events
+    r = ev.filter(pc.and_(pc.equal(ev["name"].cast("string"), f"{S.PIPELINE}.round"),
+                          pc.equal(ev["kind"].cast("string"), "span"))).to_pandas()
+    exits = r.pivot_table(index=["cta", "iter"], columns="warp", values="end_cycles")
+    assert len(exits) == 8 * 16 and list(exits.columns) == [0, 1]
+    apart = (exits[0] - exits[1]).abs()
+    assert apart.max() <= 16, apart.describe()
+    # and the producer's barrier span holds its wait for the consumer (hundreds of cycles)
+    prod = r[r.warp == 0]
+    assert float((prod.end_cycles - prod.start_cycles).median()) > 200
