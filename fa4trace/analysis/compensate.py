@@ -67,8 +67,8 @@ HELD_FAMILIES = frozenset({"pipeline", "mma", "barrier", "tma"})
 # the known-answer kernels only (docs/compensation.md); on real kernels' dense traces few
 # compensated figures land within 2% of the lightest trace (BENCHMARKS, fidelity).
 CAVEAT = ("an estimate, not a measurement: one calibrated cost per event, off by more where more of "
-          "a figure is subtracted, and most for waits and lags set against another warp's events, "
-          "which cost more beside a busy warp than the calibration says (docs/compensation.md); "
+          "a figure is subtracted, and most for waits and lags set against another warp's events: "
+          "an event's cost depends on what the warps around it do (docs/compensation.md); "
           "take durations from passes (instrument(passes=True), record --script --passes) where they matter")
 
 
