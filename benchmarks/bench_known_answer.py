@@ -3,6 +3,7 @@
     python benchmarks/bench_known_answer.py run --json benchmarks/results/known_answer_h200.json   # GPU, JIT
     python benchmarks/bench_known_answer.py compile        # any machine with the CuTe DSL: every variant compiles
     python benchmarks/bench_known_answer.py merge r1.json r2.json r3.json --json out.json   # runs made apart
+    python benchmarks/bench_known_answer.py merge --refit r1.json r2.json r3.json --json out.json   # spans compensated again
 
 Needs a GPU with the CuTe DSL (nvidia-cutlass-dsl 4.8) for ``run``: the known-answer kernels
 (kernels/known_answer.py) are compiled in process. For each recorder the product uses (Recorder
@@ -123,7 +124,7 @@ def summary_path(path: str) -> str:
     return path[:-5] + "_summary.json" if path.endswith(".json") else path + "_summary.json"
 
 
-def write_summary(path: str, doc: dict) -> str:
+def write_summary(path: str, doc: dict, title_extra: str = "") -> str:
     """The per-recorder summary (area "known-answer-summary", BENCHMARKS.md) of the result file
     ``doc`` written to ``path``: one row per recorder and figure, "met" only where every judged
     figure is within the target; the run's date, commit, GPU and command kept."""
@@ -133,7 +134,8 @@ def write_summary(path: str, doc: dict) -> str:
             for rec, figs in summary(doc["rows"]).items() for fig, s in figs.items()]
     out = summary_path(path)
     env = results.envelope(
-        "known-answer-summary", "Known-answer kernels: compensated figures within max(2%, 20 ns) of the truth",
+        "known-answer-summary", "Known-answer kernels: compensated figures within max(2%, 20 ns) of the truth"
+        + title_extra,
         rows, columns=SUMMARY_COLUMNS, gpu=doc.get("gpu"), command=doc.get("command"),
         notes=("Per recorder and figure, of the figures of at least 200 ns: how many the compensation brings within "
                "max(2%, 20 ns) of the untraced twin's, against raw; every figure: docs/known-answer.md. "
@@ -144,13 +146,14 @@ def write_summary(path: str, doc: dict) -> str:
 
 
 def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_extra: str = "",
-                  gpu: str | None = None, date: str | None = None) -> dict:
+                  gpu: str | None = None, date: str | None = None, title_extra: str = "") -> dict:
     """The result file (every figure) and its summary beside it (``date``: the runs' day, default
     today); returns what it wrote."""
     from fa4trace.bench import results
 
     doc = results.envelope(
-        "known-answer", "Known-answer kernels: spans, waits and lags, raw and compensated, against the untraced twin",
+        "known-answer", "Known-answer kernels: spans, waits and lags, raw and compensated, against the untraced twin"
+        + title_extra,
         rows, columns=COLUMNS, gpu=gpu, summary=summary(rows), calibrations=calibrations,
         notes=("One CTA per SM, two warps each (one per SM sub-partition); each figure the mean over a "
                "launch's spans, then the median over runs of those means; spread: max - min over runs. "
@@ -160,7 +163,7 @@ def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_e
     if date:
         doc["date"] = date
     results.write(path, doc)
-    write_summary(path, doc)
+    write_summary(path, doc, title_extra)
     return doc
 
 
@@ -192,12 +195,8 @@ def one_run(recorders, span_ns, densities, reps: int, log=print) -> tuple[list[d
     return rows, cals
 
 
-def merge_files(paths: list[str], out: str) -> dict:
-    """Aggregate the runs of several result files (each written by ``run``) into one, as if one
-    ``run`` had made them all: runs spread over separate invocations (a GPU lease that ends
-    between them). Each file's rows are medians over its own runs, so a file of more than one
-    run counts as one here: one-run files only. The merged file keeps every run's calibrations
-    and names its parts' commands."""
+def read_one_run_files(paths: list[str]) -> list[dict]:
+    """The result files of ``run --runs 1 --json``, read and checked (one line each on error)."""
     docs = []
     for p in paths:
         try:
@@ -209,14 +208,70 @@ def merge_files(paths: list[str], out: str) -> dict:
         if any(r.get("runs", 1) != 1 for r in doc["rows"]):
             raise SystemExit(f"{p}: holds rows of more than one run (merge files of `run --runs 1`)")
         docs.append(doc)
+    return docs
+
+
+def merge_files(paths: list[str], out: str, refit: bool = False) -> dict:
+    """Aggregate the runs of several result files (each written by ``run``) into one, as if one
+    ``run`` had made them all: runs spread over separate invocations (a GPU lease that ends
+    between them). Each file's rows are medians over its own runs, so a file of more than one
+    run counts as one here: one-run files only. The merged file keeps every run's calibrations
+    and names its parts' commands. ``refit``: each run's spans compensated again first
+    (``refit_spans``)."""
+    docs = read_one_run_files(paths)
+    extra = ""
+    if refit:
+        fitted = [refit_spans(d) for d in docs]
+        docs = [d for d, _ in fitted]
+        extra = (" Spans compensated again offline (bench_known_answer.py merge --refit) with each run's "
+                 "calibration refit by fit_event_cost on that run's own calibration spans (cost per event "
+                 "and inner offset, the offset of a span with records inside); recomputing each run's own "
+                 "compensation the same way lands within "
+                 f"{max(x for _, x in fitted):.2f} ns of what the run computed. Waits and lags as measured.")
     gpus = {d.get("gpu") for d in docs}
     if len(gpus) != 1:
         raise SystemExit(f"the files were measured on different GPUs ({', '.join(sorted(map(str, gpus)))})")
     rows = aggregate([d["rows"] for d in docs])
     cals = [c for d in docs for c in d.get("calibrations", [])]
     notes = (f" Merged from {len(docs)} one-run files ({', '.join(sorted({d['commit'] for d in docs}))}; "
-             f"{'; '.join(d['command'] for d in docs)}).")
-    return write_results(out, rows, cals, notes_extra=notes, gpu=docs[0].get("gpu"), date=max(d["date"] for d in docs))
+             f"{'; '.join(d['command'] for d in docs)}).{extra}")
+    return write_results(out, rows, cals, notes_extra=notes, gpu=docs[0].get("gpu"), date=max(d["date"] for d in docs),
+                         title_extra=" (spans compensated again, offline, with the inner-offset fit)" if refit else "")
+
+
+def refit_spans(doc: dict) -> tuple[dict, float]:
+    """A one-run result file whose span rows are compensated again as this checkout's calibration
+    compensates them: each recorder's cost per event and inner offset refit
+    (``fa4trace.probes.known_answer.fit_event_cost``) on that run's own calibration spans (the
+    excess per density, kept in the file's calibrations). A span's compensation is its mean raw
+    less (offset + records inside x cost per event) at the calibration's clock, so it can be
+    redone from the means. Spans only: waits and lags depend on where each record lies, and stay
+    as measured. Returns the new document and how far the run's own compensation, recomputed
+    here with the calibration it used, lies from what the run computed (ns, the most over
+    rows): what makes the recomputation trustworthy."""
+    from fa4trace.probes.known_answer import fit_event_cost
+
+    runs = doc.get("calibrations") or []
+    if len(runs) != 1:
+        raise SystemExit("refit takes one-run result files (one calibration per recorder)")
+    cals, fits = {}, {}
+    for c in runs[0]:
+        n = [k - 1 for k in c["noise"]["densities"]]
+        offset, inner, event, res = fit_event_cost(n, c["noise"]["excess_cycles"])
+        fits[c["recorder"]] = (c, offset, inner, event)
+        cals[c["recorder"]] = {**c, "event_cycles": event, "inner_offset_cycles": inner,
+                               "noise": {**c["noise"], "fit_residual_cycles": res}}
+    rows, drift = [], 0.0
+    for r in doc["rows"]:
+        if r["figure"] != "span":
+            rows.append(r)
+            continue
+        c, offset, inner, event = fits[r["recorder"]]
+        k, ghz = r["density"] - 1, c["clock_ghz"]
+        drift = max(drift, abs(r["raw_ns"] - (c["offset_cycles"] + k * c["event_cycles"]) / ghz - r["comp_ns"]))
+        rows.append(aggregate([[{**r, "comp_ns": r["raw_ns"] - ((inner if k else offset) + k * event) / ghz}]])[0])
+    new = {**doc, "rows": rows, "calibrations": [[cals[c["recorder"]] for c in runs[0]]]}
+    return new, drift
 
 
 def compile_only(tests=None, variants=None, log=print) -> dict:
@@ -248,6 +303,8 @@ def main(argv=None) -> None:
     mg = sub.add_parser("merge", help="aggregate one-run result files into one (no GPU)")
     mg.add_argument("files", nargs="+", help="result files of `run --runs 1 --json`")
     mg.add_argument("--json", required=True, help="the merged result file (its summary beside it)")
+    mg.add_argument("--refit", action="store_true",
+                    help="compensate each run's spans again with this checkout's calibration fit (refit_spans)")
     r.add_argument("--runs", type=int, default=3, help="rounds, each with its own calibration (>= 3 for a spread)")
     r.add_argument("--reps", type=int, default=8, help="spans per warp per launch (handoffs: twice as many rounds)")
     r.add_argument("--recorders", default=None, help="comma list (default: every recorder)")
@@ -266,7 +323,7 @@ def main(argv=None) -> None:
         print(f"wrote {write_summary(a.file, doc)}")
         return
     if a.cmd == "merge":
-        merge_files(a.files, a.json)
+        merge_files(a.files, a.json, refit=a.refit)
         print(f"wrote {a.json}")
         return
     if a.cmd == "compile":

@@ -97,6 +97,42 @@ def test_compensated_spans_give_back_the_work_and_raw_ones_do_not():
     assert not sp["clamped"].to_numpy(zero_copy_only=False).any()
 
 
+def test_a_span_with_records_inside_takes_the_inner_offset():
+    """A span holding records of its warp costs its inner offset (here 30 cycles) besides its
+    events, an empty one its offset (80): with the inner offset calibrated both come back to the
+    work; a calibration without one (from before it was measured) takes the offset for both."""
+    inner = 30
+    w = Timeline(0, 9)
+    cases = [(2000, 1), (2000, 4), (20000, 16)]
+    for r, (work, k) in enumerate(cases):
+        w.read(L.KIND_BEGIN, S.SPAN, r, OFFSET if k == 1 else inner)
+        for j in range(k):
+            if j:
+                w.read(L.KIND_INSTANT, S.INNER, j, EVENT)
+            w.work(work // k)
+        w.read(L.KIND_END, S.SPAN, r)
+        w.work(300)
+    tr = _trace([w])
+    truth = np.array([w_ // k * k for w_, k in cases]) / GHZ
+    with_inner = dataclasses.replace(CAL, inner_offset_cycles=inner)
+    for cal, off in ((with_inner, [0, 0, 0]), (CAL, [0, inner - OFFSET, inner - OFFSET])):
+        sp = C.spans(tr, cal)
+        sp = sp.filter(np.asarray(sp["name"].to_pylist()) == "ka.span")
+        assert np.allclose(sp["ns"].to_numpy() - truth, np.array(off) / GHZ, atol=TOL_NS), (sp["ns"], truth)
+    assert C.Calibration.from_dict(with_inner.to_dict()).inner_offset_cycles == inner
+    assert with_inner.to_dict()["inner_offset_ns"] == inner / GHZ
+
+
+def test_the_cost_per_event_is_the_line_through_spans_with_records_inside():
+    from fa4trace.probes.known_answer import fit_event_cost
+
+    inside = [0, 1, 3, 7, 15, 31]
+    offset, inner, event, res = fit_event_cost(inside, [30.0] + [2.0 + 28.0 * n for n in inside[1:]])
+    assert (offset, round(inner, 9), round(event, 9)) == (30.0, 2.0, 28.0) and np.allclose(res, 0)
+    with pytest.raises(ValueError, match="no record inside"):
+        fit_event_cost([1, 3, 7], [1.0, 2.0, 3.0])
+
+
 def test_a_span_shorter_than_its_cost_is_clamped_at_zero_and_counted():
     cal = C.Calibration("recorder_smem", offset_cycles=OFFSET + 400, held_offset_cycles=HELD, event_cycles=EVENT)
     sp = C.spans(spans_case([(100, 1), (20000, 1)]), cal)

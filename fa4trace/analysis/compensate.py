@@ -8,9 +8,9 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
 ``recorder_cost.json``), and this module subtracts them, as Triton Proton's ``time_shift`` does:
 
 * span (any kind, one warp): ``raw - e - n_inner * c``; ``n_inner`` counts the records the same
-  warp made strictly between the span's two timer reads. ``e`` is the recorder's offset, or,
-  for a segment recorder's pipeline / MMA / barrier spans (their two records held in one
-  segment around the call), its ``held`` offset;
+  warp made strictly between the span's two timer reads. ``e`` is the recorder's offset (its
+  inner offset where ``n_inner`` > 0), or, for a segment recorder's pipeline / MMA / barrier
+  spans (their two records held in one segment around the call), its ``held`` offset;
 * pipeline wait released by another warp's fill, both warps having last left one recorded
   barrier together and waited on nothing since (``fa4trace.analysis.barriers``): the records
   each made since, the filling warp's until the fill (``P``) and the waiting warp's until the
@@ -84,7 +84,11 @@ class Calibration:
     between (None where not measured: no lag compensation beyond the consumer's events);
     ``handoff_lag_cycles``: that traced lag itself (fill record to the end of the wait it
     released): how long a wait runs past its fill, for the waits of a pipeline where none
-    blocked (None where not measured)."""
+    blocked (None where not measured); ``inner_offset_cycles``: the offset of a span with records
+    inside it, the intercept of the line through what spans holding 1 to 31 records cost (an
+    empty span's two reads run back to back; with work between, what each costs overlaps that
+    work differently: None in calibrations from before it was measured, and ``offset_cycles``
+    is taken)."""
 
     recorder: str
     offset_cycles: float
@@ -92,6 +96,7 @@ class Calibration:
     event_cycles: float
     lag_offset_cycles: float | None = None
     handoff_lag_cycles: float | None = None
+    inner_offset_cycles: float | None = None
     clock_ghz: float | None = None
     gpu: str | None = None
     measured_at: str | None = None
@@ -112,7 +117,7 @@ class Calibration:
     def to_dict(self) -> dict:
         """The calibration as stored (bundle metadata, result files): cycles, and ns at its clock."""
         d = asdict(self)
-        for name in ("offset", "held_offset", "event", "lag_offset", "handoff_lag"):
+        for name in ("offset", "held_offset", "event", "lag_offset", "handoff_lag", "inner_offset"):
             c = d[f"{name}_cycles"]
             d[f"{name}_ns"] = None if c is None else self.ns(c)
         return d
@@ -252,13 +257,17 @@ LAG_SCHEMA = pa.schema([("launch", pa.int16()), ("cta", pa.int32()), ("pipeline"
                         ("cost_ns", pa.float64()), ("ns", pa.float64()), ("clamped", pa.bool_())])
 
 
-def _offsets(c: AutoCols, rows: np.ndarray, cal: Calibration) -> np.ndarray:
-    """Per span row: the recorder's gap between its two reads with nothing between, in cycles
-    (a segment recorder's pipeline, MMA, barrier and TMA spans: its held offset)."""
+def _offsets(c: AutoCols, rows: np.ndarray, cal: Calibration, inner: np.ndarray | None = None) -> np.ndarray:
+    """Per span row: the recorder's gap between its two reads beyond the work between, in cycles:
+    its offset, or, where ``inner`` says the span holds records of its warp, its inner offset
+    (where calibrated); a segment recorder's pipeline, MMA, barrier and TMA spans: its held offset."""
+    off = np.full(rows.size, float(cal.offset_cycles))
+    if inner is not None and cal.inner_offset_cycles is not None:
+        off = np.where(inner, float(cal.inner_offset_cycles), off)
     if not cal.recorder.startswith("segment_"):
-        return np.full(rows.size, float(cal.offset_cycles))
+        return off
     held = np.array([f in HELD_FAMILIES for f in c.families])[c.family[rows]]
-    return np.where(held, cal.held_offset_cycles, cal.offset_cycles)
+    return np.where(held, cal.held_offset_cycles, off)
 
 
 class _Trace:
@@ -364,7 +373,7 @@ def _span_table(t: _Trace, cal: Calibration) -> pa.Table:
     if released.any():
         n_rel[released] = rec.between(fg[released], c.start[rows][released], fns[released], ns=True)
     # a wait that blocked until a later fill hid the recorder's ops after its begin read: no offset
-    offset = np.where(released, 0.0, _offsets(c, rows, cal))
+    offset = np.where(released, 0.0, _offsets(c, rows, cal, n_inner > 0))
     ratio_rel = np.where(released, ratio[np.maximum(fg, 0)], ratio[gid])
     cost = ratio[gid] * (offset + n_inner * cal.event_cycles) + ratio_rel * n_rel * cal.event_cycles
     raw = (c.end[rows] - c.start[rows]).astype(np.int64)
@@ -476,7 +485,9 @@ def lines(comp: dict) -> list[str]:
     def ns(v):
         return "-" if v is None else f"{v:.1f}"
 
-    head = (f"compensated    recorder {comp['recorder']}: offset {ns(cal.get('offset_ns'))} ns, held offset "
+    inner = cal.get("inner_offset_ns")
+    head = (f"compensated    recorder {comp['recorder']}: offset {ns(cal.get('offset_ns'))} ns"
+            + (f" ({ns(inner)} ns with records inside)" if inner is not None else "") + ", held offset "
             f"{ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
             + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
             + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")

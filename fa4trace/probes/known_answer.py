@@ -147,10 +147,8 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     0 to 31 events inside (``CAL_DENSITIES``), each set against the untraced twin's (the same
     spins; means over every span; each sub-spin is shortened by the one before's overshoot, so a
     span's spins overshoot once, as the twin's do). ``offset``: what a span with nothing inside
-    reads beyond the twin's. ``event``: the slope, through that offset, of what the others read
-    beyond the twin's against the events inside them (least squares over the densities, so that
-    events close together and far apart both count: what one costs varies with what surrounds
-    it). ``held offset``: the median empty span held in one segment. ``handoff lag``: a traced
+    reads beyond the twin's. ``event`` and ``inner offset``: the line through what the others
+    read beyond the twin's against the events inside them (``fit_event_cost``). ``held offset``: the median empty span held in one segment. ``handoff lag``: a traced
     handoff's fill-to-wake lag, its median; ``lag offset``: its mean less the twin's. Also
     reported, not used: the fit's residuals, and ``back_to_back_event_cycles``, one event of a
     run of ``CAL_EVENTS`` with nothing between them."""
@@ -170,19 +168,14 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
         raw = durations(traced, "ka.span")
         raws.append(raw)
         excess.append(float(np.mean(raw)) - (float(np.mean(twin["span"])) - float(np.mean(twin["empty"]))))
-    inside = np.asarray(CAL_DENSITIES, np.float64) - 1
-    ex = np.asarray(excess)
-    offset = float(ex[inside == 0][0])
-    more = inside > 0  # the slope through the offset, least squares
-    event = float(np.sum((ex[more] - offset) * inside[more]) / np.sum(inside[more] ** 2))
-    residuals = [float(x - (offset + event * n)) for x, n in zip(excess, inside)]
+    offset, inner_offset, event, residuals = fit_event_cost(np.asarray(CAL_DENSITIES) - 1, excess)
     empty, held, run = (durations(light, n) for n in ("ka.empty", "ka.held", "ka.run"))
     handoff = record(recorder, "handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     twin = time_untraced("handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     lag = handoff_lags(handoff)
     ghz = light.info.launches[0].clock_ghz_median
     out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": float(np.median(held)),
-           "event_cycles": event,
+           "event_cycles": event, "inner_offset_cycles": inner_offset,
            "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,
            "handoff_lag_cycles": float(np.median(lag)) if lag.size else None,
            "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),
@@ -194,6 +187,26 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
                      "back_to_back_event_cycles": (float(np.median(run)) - float(np.median(empty))) / S.CAL_EVENTS}}
     _CACHE[key] = out
     return dict(out)
+
+
+def fit_event_cost(inside, excess) -> tuple[float, float, float, list[float]]:
+    """(offset, inner offset, cost per event, residuals), in the units of ``excess``: what spans
+    holding ``inside`` records read beyond their untraced twins'. The offset is the excess of the
+    spans with none inside; the cost per event and the inner offset are the least-squares line
+    through the others (every density counts, events close together and far apart: what one
+    costs varies with what surrounds it). Not one line through the offset: an empty span's two
+    reads run back to back, and with work between them what each costs overlaps that work
+    otherwise (docs/compensation.md). Residuals: each excess less the model's (the offset for
+    none inside)."""
+    n = np.asarray(inside, np.float64)
+    ex = np.asarray(excess, np.float64)
+    if n.shape != ex.shape or not (n == 0).any() or np.unique(n[n > 0]).size < 2:
+        raise ValueError("fit_event_cost needs spans with no record inside and with at least two other counts")
+    offset = float(ex[n == 0].mean())
+    more = n > 0
+    event, inner = np.polyfit(n[more], ex[more], 1)
+    model = np.where(more, inner + event * n, offset)
+    return offset, float(inner), float(event), [float(x) for x in ex - model]
 
 
 def _now() -> str:
