@@ -236,7 +236,7 @@ def merge_files(paths: list[str], out: str, refit: bool = False) -> dict:
     notes = (f" Merged from {len(docs)} one-run files ({', '.join(sorted({d['commit'] for d in docs}))}; "
              f"{'; '.join(d['command'] for d in docs)}).{extra}")
     return write_results(out, rows, cals, notes_extra=notes, gpu=docs[0].get("gpu"), date=max(d["date"] for d in docs),
-                         title_extra=" (spans compensated again, offline, with the inner-offset fit)" if refit else "")
+                         title_extra=" (spans compensated again offline: inner offset)" if refit else "")
 
 
 def refit_spans(doc: dict) -> tuple[dict, float]:
