@@ -74,7 +74,6 @@ def format_launches(s: dict, format_one) -> str:
     return "\n".join(lines)
 
 
-
 def _counts(st: dict) -> str:
     """", N counts per CTA (median)" for a pipeline's fills per CTA; a median between two counts
     (CTAs that differ, e.g. only a cluster's leader fills) with one decimal and the range, never
