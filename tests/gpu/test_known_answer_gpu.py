@@ -159,10 +159,11 @@ def test_check_rows_and_the_file_summary_reads(known_answer_kernels, tmp_path):
 
 @pytest.mark.parametrize("recorder", S.RECORDERS)
 def test_both_warps_leave_each_round_barrier_together(recorder, known_answer_kernels):
-    """The producer reaches each round's barrier first (the consumer still spins 1 µs of 16
-    sub-spins with an event between each two): both warps' recorded exits must still be the
-    barrier's release, the same cycle on their SM's clock (fa4trace.device.clock.after_barrier).
-    Without it the producer's exit read ran before the release, 500 to 1,000 cycles early."""
+    """The producer reaches each round's barrier first (right after its fill; the consumer is
+    still to wake from that fill and record its wait's end): both warps' recorded exits must be
+    the barrier's release, the same cycle on their SM's clock (fa4trace.device.clock.after_barrier).
+    Without it the producer's exit read ran before the release: 500 to 1,050 cycles early, its
+    barrier span 3 to 48 cycles long (H100; with it, 220 to 1,070)."""
     import pyarrow.compute as pc
 
     from fa4trace.probes.known_answer import record
@@ -179,4 +180,4 @@ def test_both_warps_leave_each_round_barrier_together(recorder, known_answer_ker
     assert apart.max() <= 16, apart.describe()
     # and the producer's barrier span holds its wait for the consumer (hundreds of cycles)
     prod = r[r.warp == 0]
-    assert float((prod.end_cycles - prod.start_cycles).median()) > 200
+    assert float((prod.end_cycles - prod.start_cycles).median()) > 100
