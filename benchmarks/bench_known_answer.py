@@ -254,23 +254,26 @@ def refit_spans(doc: dict) -> tuple[dict, float]:
     runs = doc.get("calibrations") or []
     if len(runs) != 1:
         raise SystemExit("refit takes one-run result files (one calibration per recorder)")
-    cals, fits = {}, {}
+    def cost_ns(cal: dict, k: int) -> float:  # a span with k records inside (compensate's span rule)
+        inner = cal.get("inner_offset_cycles")
+        return ((inner if k and inner is not None else cal["offset_cycles"]) + k * cal["event_cycles"]) / cal["clock_ghz"]
+
+    old, new_cals = {}, {}
     for c in runs[0]:
         n = [k - 1 for k in c["noise"]["densities"]]
-        offset, inner, event, res = fit_event_cost(n, c["noise"]["excess_cycles"])
-        fits[c["recorder"]] = (c, offset, inner, event)
-        cals[c["recorder"]] = {**c, "event_cycles": event, "inner_offset_cycles": inner,
-                               "noise": {**c["noise"], "fit_residual_cycles": res}}
+        _offset, inner, event, res = fit_event_cost(n, c["noise"]["excess_cycles"])
+        old[c["recorder"]] = c
+        new_cals[c["recorder"]] = {**c, "event_cycles": event, "inner_offset_cycles": inner,
+                                   "noise": {**c["noise"], "fit_residual_cycles": res}}
     rows, drift = [], 0.0
     for r in doc["rows"]:
         if r["figure"] != "span":
             rows.append(r)
             continue
-        c, offset, inner, event = fits[r["recorder"]]
-        k, ghz = r["density"] - 1, c["clock_ghz"]
-        drift = max(drift, abs(r["raw_ns"] - (c["offset_cycles"] + k * c["event_cycles"]) / ghz - r["comp_ns"]))
-        rows.append(aggregate([[{**r, "comp_ns": r["raw_ns"] - ((inner if k else offset) + k * event) / ghz}]])[0])
-    new = {**doc, "rows": rows, "calibrations": [[cals[c["recorder"]] for c in runs[0]]]}
+        k = r["density"] - 1
+        drift = max(drift, abs(r["raw_ns"] - cost_ns(old[r["recorder"]], k) - r["comp_ns"]))
+        rows.append(aggregate([[{**r, "comp_ns": r["raw_ns"] - cost_ns(new_cals[r["recorder"]], k)}]])[0])
+    new = {**doc, "rows": rows, "calibrations": [[new_cals[c["recorder"]] for c in runs[0]]]}
     return new, drift
 
 

@@ -487,8 +487,8 @@ def lines(comp: dict) -> list[str]:
 
     inner = cal.get("inner_offset_ns")
     head = (f"compensated    recorder {comp['recorder']}: offset {ns(cal.get('offset_ns'))} ns"
-            + (f" ({ns(inner)} ns with records inside)" if inner is not None else "") + ", held offset "
-            f"{ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
+            + (f" ({ns(inner)} ns with records inside)" if inner is not None else "")
+            + f", held offset {ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
             + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
             + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")
     out = [head, f"               {CAVEAT}",

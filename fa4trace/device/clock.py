@@ -50,10 +50,9 @@ def after_barrier() -> None:
     ptxas emits ``bar.sync`` as ``BAR.SYNC.DEFER_BLOCKING``: a warp that reaches the barrier
     first goes on issuing past it until an instruction that has to wait (a branch, as far as
     the traces and the SASS show), so a %clock64 read placed right after the barrier runs
-    before the barrier has released it (measured on an H100, docs/compensation.md: the first
-    warp's recorded exit 500 to 1,000 cycles before the other warp reached the barrier). Here
-    that instruction is a branch on %nsmid (never 0, which ptxas cannot know), taken over a
-    nanosleep: about four instructions, once per recorded barrier."""
+    before the barrier has released it (what that did to recorded exits: docs/compensation.md).
+    Here that instruction is a branch on %nsmid (never 0, which ptxas cannot know), taken over
+    a nanosleep: about four instructions, once per recorded barrier."""
     from cutlass._mlir.dialects import llvm
 
     llvm.inline_asm(None, [], "{ .reg .pred p; .reg .b32 n; mov.u32 n, %nsmid; setp.ne.u32 p, n, 0; "

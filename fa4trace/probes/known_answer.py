@@ -148,10 +148,11 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     spins; means over every span; each sub-spin is shortened by the one before's overshoot, so a
     span's spins overshoot once, as the twin's do). ``offset``: what a span with nothing inside
     reads beyond the twin's. ``event`` and ``inner offset``: the line through what the others
-    read beyond the twin's against the events inside them (``fit_event_cost``). ``held offset``: the median empty span held in one segment. ``handoff lag``: a traced
-    handoff's fill-to-wake lag, its median; ``lag offset``: its mean less the twin's. Also
-    reported, not used: the fit's residuals, and ``back_to_back_event_cycles``, one event of a
-    run of ``CAL_EVENTS`` with nothing between them."""
+    read beyond the twin's against the events inside them (``fit_event_cost``). ``held offset``:
+    the median empty span held in one segment. ``handoff lag``: a traced handoff's fill-to-wake
+    lag, its median; ``lag offset``: its mean less the twin's. Also reported, not used: the
+    fit's residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS``
+    with nothing between them."""
     S.check_variant(recorder, "spans")
     if recorder == S.UNTRACED:
         raise ValueError("calibrate a recorder, not the untraced twin")
