@@ -142,14 +142,15 @@ def test_a_span_shorter_than_its_cost_is_clamped_at_zero_and_counted():
     assert s["clamped"] == 1 and s["spans"]["ka.span"]["clamped"] == 1
 
 
-def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=False, gap=OFFSET, barrier=False):
+def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=False, gap=OFFSET, barrier=False,
+                 inner=EVENT):
     """Producer warp 0 spins ``work`` cycles in ``prod_density`` sub-spins (inner events between),
     arrives, reads its fill DELTA later; consumer warp 1 spins ``cons_work`` in ``cons_density``
     sub-spins, then waits from its begin read until LAG after the arrive (its recorder's ops after
     the begin read, ``gap`` cycles, overlap the wait; a wait that does not block ends ``gap`` after
     its begin: the recorder's offset, OFFSET for a Recorder, HELD for a segment's). ``barrier``: the
     round's CTA barrier is recorded (a span in each warp; its end costs EVENT after the release;
-    "first": the first round's only).
+    "first": the first round's only). ``inner``: what each inner event costs its warp.
     ``cons_work`` may be a list (one per round). Returns (trace, true waits, true lags) in cycles:
     what the same code does with no recorder (fill read right at the arrive, no events)."""
     p, q = Timeline(0, 1), Timeline(1, 2)
@@ -166,7 +167,7 @@ def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=Fa
             q.read(L.KIND_END, S.ROUND, r, EVENT)
         for j in range(prod_density):
             if j:
-                p.read(L.KIND_INSTANT, S.INNER, j, EVENT)
+                p.read(L.KIND_INSTANT, S.INNER, j, inner)
             p.work(work // prod_density)
         arrive = p.t
         p.work(DELTA)
@@ -174,7 +175,7 @@ def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=Fa
         cw = cons_work[r] if isinstance(cons_work, list) else cons_work
         for j in range(cons_density):
             if j:
-                q.read(L.KIND_INSTANT, S.INNER, j, EVENT)
+                q.read(L.KIND_INSTANT, S.INNER, j, inner)
             q.work(cw // cons_density)
         begin = q.read(L.KIND_BEGIN, S.WAIT, r)
         wake = arrive + LAG
@@ -214,6 +215,51 @@ def test_after_a_barrier_both_passed_a_wait_loses_the_producers_events_less_the_
     assert np.abs(C.lags(trace, CAL)["ns"].to_numpy() - lag_truth).max() <= TOL_NS
     blind, truth_b, _ = handoff_case([6000, 8000, 20000], **kw)
     assert np.allclose(truth_b, truth) and (truth - _wait_rows(blind)["ns"].to_numpy() > 100).all()
+
+
+def test_records_counted_between_two_warps_take_the_path_cost_where_calibrated():
+    """Records on a warp's way to a handoff that cost more than a span's inner event (PATH, not
+    EVENT): with the path cost calibrated the waits and lags come back, after a common barrier
+    (a dense producer, a dense consumer, both) and without one (the producer's records during
+    the wait); a calibration without it (from before it was measured) takes EVENT and misses
+    by (P - C) * (PATH - EVENT)."""
+    path = 80
+    cal = dataclasses.replace(CAL, path_event_cycles=path)
+    assert cal.to_dict()["path_event_ns"] == path / GHZ and C.Calibration.from_dict(cal.to_dict()) == cal
+    cases = [(dict(prod_density=16, barrier=True), 15), (dict(prod_density=16), 15),
+             (dict(cons_work=[2000, 2000], cons_density=16, barrier=True), -15),
+             (dict(prod_density=16, cons_work=[2000, 2000], cons_density=8, barrier=True), 8)]
+    for kw, net in cases:
+        trace, truth, lag_truth = handoff_case([6000, 8000], inner=path, late=None, **kw)
+        assert np.abs(_wait_rows(trace, cal)["ns"].to_numpy() - truth).max() <= TOL_NS, kw
+        assert np.abs(C.lags(trace, cal)["ns"].to_numpy() - lag_truth).max() <= TOL_NS, kw
+        old = _wait_rows(trace, CAL)["ns"].to_numpy()
+        assert np.allclose(old - truth, net * (path - EVENT) / GHZ, atol=TOL_NS), (kw, old - truth)
+    head = C.lines(C.summary(trace, cal))[0]
+    assert f"{path / GHZ:.1f} ns on a warp's way to a handoff" in head
+
+
+def test_the_path_cost_is_one_slope_through_both_sides_of_the_handoff():
+    from fa4trace.probes.known_answer import fit_path_cost
+
+    n = [0, 3, 9, 24]
+    event, slopes, res = fit_path_cost(n, [40.0 + 46.0 * k for k in n], [-12.0 + 46.0 * k for k in n])
+    assert round(event, 9) == 46.0 and np.allclose(res, 0) and slopes == pytest.approx({"producer": 46, "consumer": 46})
+    event, slopes, _ = fit_path_cost(n, [40.0 + 40.0 * k for k in n], [50.0 * k for k in n])
+    assert round(event, 9) == 45.0 and slopes == pytest.approx({"producer": 40, "consumer": 50})
+    with pytest.raises(ValueError, match="at least two"):
+        fit_path_cost([3, 3], [1.0, 2.0], [1.0, 2.0])
+
+
+def test_a_handoffs_ways_are_read_per_round_from_its_barrier_exits():
+    from fa4trace.probes.known_answer import handoff_paths
+
+    work, cons = [6000, 8000, 3000], [2000, 2000, 5000]
+    trace, _, _ = handoff_case(work, prod_density=4, cons_work=cons, cons_density=2, barrier=True, late=None)
+    prod, con = handoff_paths(trace)
+    # from the end record's read: its own cost, the work, the inner events, the arrive-to-read DELTA
+    assert prod.tolist() == [EVENT + w + 3 * EVENT + DELTA for w in work]
+    assert con.tolist() == [EVENT + c + EVENT for c in cons]
 
 
 def test_a_barrier_is_counted_from_only_while_no_wait_came_after_it():

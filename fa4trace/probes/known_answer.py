@@ -6,7 +6,8 @@ twin (the same spins, two %clock64 reads around each region) and returns what ea
 lasted, in cycles: the truth the traces are held against. ``calibrate`` measures, for one
 recorder, the numbers ``fa4trace.analysis.compensate`` subtracts (``Calibration``'s fields):
 the offset of a span with work inside and what each event inside adds (spans set against the
-untraced twin's), the held offset (an empty span held in one segment), the handoff lag (a
+untraced twin's), what a record costs a warp on its way to a handoff (the handoff kernel, set
+against its twin), the held offset (an empty span held in one segment), the handoff lag (a
 traced handoff's producer -> consumer lag, nothing recorded between) and the lag offset (that
 less the untraced twin's).
 Results are cached per process, GPU, recorder and build.
@@ -28,6 +29,9 @@ CAL_CYCLES = 4000  # their length (2 µs at 2 GHz)
 CAL_DENSITIES = (1, 2, 4, 8, 16, 32)  # 0 to 31 events inside: events from 2 µs to ~60 ns apart
 LAG_REPS = 64  # handoff rounds of the lag offset
 LAG_CYCLES = 4000  # the producer's spin in those rounds: the consumer waits before the fill
+PATH_REPS = 16  # handoff rounds per density of the path cost
+PATH_CYCLES = 6000  # the spin of the warp that records on its way (3 µs at 2 GHz)
+PATH_DENSITIES = (1, 4, 10, 25)  # 0 to 24 records on the way
 _CACHE: dict = {}
 
 
@@ -149,7 +153,8 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     span's spins overshoot once, as the twin's do). ``offset``: what a span with nothing inside
     reads beyond the twin's. ``event`` and ``inner offset``: the line through what the others
     read beyond the twin's against the events inside them (``fit_event_cost``). ``held offset``:
-    the median empty span held in one segment. ``handoff lag``: a traced handoff's fill-to-wake
+    the median empty span held in one segment. ``path event``: what a record costs a warp on
+    its way from a barrier to a handoff (``path_cost``). ``handoff lag``: a traced handoff's fill-to-wake
     lag, its median; ``lag offset``: its mean less the twin's. Also reported, not used: the
     fit's residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS``
     with nothing between them."""
@@ -174,9 +179,10 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     handoff = record(recorder, "handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     twin = time_untraced("handoff", reps=LAG_REPS, cycles=LAG_CYCLES, n_ctas=n_ctas, build=build)
     lag = handoff_lags(handoff)
+    path = path_cost(recorder, n_ctas=n_ctas, build=build)
     ghz = light.info.launches[0].clock_ghz_median
     out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": float(np.median(held)),
-           "event_cycles": event, "inner_offset_cycles": inner_offset,
+           "event_cycles": event, "inner_offset_cycles": inner_offset, "path_event_cycles": path["event_cycles"],
            "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,
            "handoff_lag_cycles": float(np.median(lag)) if lag.size else None,
            "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),
@@ -185,9 +191,86 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
            "noise": {"densities": list(CAL_DENSITIES), "excess_cycles": excess, "fit_residual_cycles": residuals,
                      "empty_cycles": _spread(empty), "held_cycles": _spread(held),
                      "lag_cycles": _spread(lag) if lag.size else None, "untraced_lag_cycles": _spread(twin["lag"]),
-                     "back_to_back_event_cycles": (float(np.median(run)) - float(np.median(empty))) / S.CAL_EVENTS}}
+                     "back_to_back_event_cycles": (float(np.median(run)) - float(np.median(empty))) / S.CAL_EVENTS,
+                     "path": path}}
     _CACHE[key] = out
     return dict(out)
+
+
+def path_cost(recorder: str, *, n_ctas: int | None = None, build=None) -> dict:
+    """What one record costs a warp on its way from the round's barrier to its handoff, in
+    cycles: the producer's records before its fill (the consumer waiting), and the consumer's
+    before its wait's begin (the producer spinning past it), ``PATH_DENSITIES`` sub-spins of
+    ``PATH_CYCLES`` in all, each way set against the untraced twin's (means over every round).
+    ``event_cycles``: the slope of one least-squares line through both sides (each its own
+    intercept: a side's fixed records differ), the cost ``compensate`` takes for the records it
+    counts between two warps; each side's own slope and the residuals are reported beside."""
+    kw = dict(reps=PATH_REPS, n_ctas=n_ctas, build=build)
+    sides = {"producer": lambda k: dict(cycles=PATH_CYCLES, density=k, cons_cycles=0, cons_density=1),
+             "consumer": lambda k: dict(cycles=PATH_CYCLES + PATH_CYCLES // 2, density=1,
+                                        cons_cycles=PATH_CYCLES, cons_density=k)}
+    excess = {}
+    for side, params in sides.items():
+        excess[side] = []
+        for k in PATH_DENSITIES:
+            traced = record(recorder, "handoff", **kw, **params(k))
+            twin = time_untraced("handoff", **kw, **params(k))
+            prod, cons = handoff_paths(traced)
+            if side == "producer":
+                excess[side].append(float(np.mean(prod)) - float(np.mean(twin["produce"])))
+            else:  # the twin's consumer reaches its wait produce + lag - wait cycles after the round began
+                excess[side].append(float(np.mean(cons))
+                                    - float(np.mean(twin["produce"] + twin["lag"] - twin["wait"])))
+    n = np.asarray(PATH_DENSITIES, np.float64) - 1
+    event, slopes, residuals = fit_path_cost(n, excess["producer"], excess["consumer"])
+    return {"event_cycles": event, "densities": list(PATH_DENSITIES), "cycles": PATH_CYCLES,
+            "excess_cycles": excess, "slopes": slopes, "fit_residual_cycles": residuals}
+
+
+def fit_path_cost(inside, producer, consumer) -> tuple[float, dict, list[float]]:
+    """(cost per record, each side's own slope, residuals): one least-squares line of what each
+    side's way took beyond the twin's against the records on it, both sides one slope, each
+    its own intercept."""
+    n = np.asarray(inside, np.float64)
+    p, c = np.asarray(producer, np.float64), np.asarray(consumer, np.float64)
+    if not (n.shape == p.shape == c.shape) or np.unique(n).size < 2:
+        raise ValueError("fit_path_cost needs both sides at the same record counts, at least two of them")
+    a = np.zeros((2 * n.size, 3))
+    a[:, 0] = np.r_[n, n]
+    a[:n.size, 1] = 1.0
+    a[n.size:, 2] = 1.0
+    y = np.r_[p, c]
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    slopes = {"producer": float(np.polyfit(n, p, 1)[0]), "consumer": float(np.polyfit(n, c, 1)[0])}
+    return float(coef[0]), slopes, [float(x) for x in y - a @ coef]
+
+
+def handoff_paths(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per round of a handoff trace, in cycles: the producer's way from its exit of the round's
+    barrier to its fill (``handoff.commit``), and the consumer's to its wait's begin."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ev = trace.events
+    name = ev["name"].cast("string")
+    span = pc.equal(ev["kind"].cast("string"), "span")
+    key = lambda t: t["cta"].to_numpy().astype(np.int64) << 32 | t["iter"].to_numpy()  # noqa: E731
+    rounds = ev.filter(pc.and_(pc.equal(name, f"{S.PIPELINE}.round"), span))
+    fill = ev.filter(pc.equal(name, f"{S.PIPELINE}.commit"))
+    wait = ev.filter(pc.and_(pc.equal(name, f"{S.PIPELINE}.wait"), span))
+    warp = rounds["warp"].to_numpy()
+
+    def way(exits, to, at: str) -> np.ndarray:  # per round of ``to``: its ``at`` less the exit
+        ek, tk = key(exits), key(to)
+        if not ek.size or not tk.size:
+            return np.zeros(0, np.int64)
+        o = np.argsort(ek)
+        pos = np.minimum(np.searchsorted(ek[o], tk), ek.size - 1)
+        hit = ek[o][pos] == tk
+        return (to[at].to_numpy()[hit] - exits["end_cycles"].to_numpy()[o][pos][hit]).astype(np.int64)
+
+    return (way(rounds.filter(pa.array(warp == 0)), fill, "start_cycles"),  # warp 0 produces
+            way(rounds.filter(pa.array(warp == 1)), wait, "start_cycles"))
 
 
 def fit_event_cost(inside, excess) -> tuple[float, float, float, list[float]]:
