@@ -252,10 +252,11 @@ def test_the_path_cost_is_one_slope_through_both_sides_of_the_handoff():
 
 
 def test_a_handoffs_ways_are_read_per_round_from_its_barrier_exits():
-    from fa4trace.probes.known_answer import handoff_paths
+    from fa4trace.probes.known_answer import handoff_lags, handoff_paths
 
-    work, cons = [6000, 8000, 3000], [2000, 2000, 5000]
-    trace, _, _ = handoff_case(work, prod_density=4, cons_work=cons, cons_density=2, barrier=True, late=None)
+    work, cons = [6000, 8000, 3000], [2000, 5000, 1000]
+    trace, _, _ = handoff_case(work, prod_density=4, cons_work=cons, cons_density=2, barrier=True, late=False)
+    assert handoff_lags(trace).tolist() == [LAG - DELTA] * 3  # every wait blocked: fill read to wake
     prod, con = handoff_paths(trace)
     # from the end record's read: its own cost, the work, the inner events, the arrive-to-read DELTA
     assert prod.tolist() == [EVENT + w + 3 * EVENT + DELTA for w in work]

@@ -118,23 +118,35 @@ def durations(trace: Trace, name: str) -> np.ndarray:
     return (rows["end_cycles"].to_numpy() - rows["start_cycles"].to_numpy()).astype(np.int64)
 
 
+def _rounds(ev, name: str, kind: str | None = None):
+    """The events called ``name`` (of ``kind``) of a handoff trace's events table."""
+    import pyarrow.compute as pc
+
+    m = pc.equal(ev["name"].cast("string"), name)
+    if kind is not None:
+        m = pc.and_(m, pc.equal(ev["kind"].cast("string"), kind))
+    return ev.filter(m)
+
+
+def _per_round(first, then, first_at: str, then_at: str) -> np.ndarray:
+    """Per row of ``then`` with a row of ``first`` in the same CTA and round (``iter``): its
+    ``then_at`` cycles less that row's ``first_at`` (one SM's clock)."""
+    key = lambda t: t["cta"].to_numpy().astype(np.int64) << 32 | t["iter"].to_numpy()  # noqa: E731
+    fk, tk = key(first), key(then)
+    if not fk.size or not tk.size:
+        return np.zeros(0, np.int64)
+    o = np.argsort(fk)
+    pos = np.minimum(np.searchsorted(fk[o], tk), fk.size - 1)
+    hit = fk[o][pos] == tk
+    return (then[then_at].to_numpy()[hit] - first[first_at].to_numpy()[o][pos][hit]).astype(np.int64)
+
+
 def handoff_lags(trace: Trace) -> np.ndarray:
     """Cycles from each round's fill (``handoff.commit``) to the end of its wait, per CTA (the
     producer and the consumer share their SM's clock)."""
-    import pyarrow.compute as pc
-
     ev = trace.events
-    name = ev["name"].cast("string")
-    key = lambda t: t["cta"].to_numpy().astype(np.int64) << 32 | t["iter"].to_numpy()  # noqa: E731
-    fill = ev.filter(pc.equal(name, f"{S.PIPELINE}.commit"))
-    wait = ev.filter(pc.and_(pc.equal(name, f"{S.PIPELINE}.wait"), pc.equal(ev["kind"].cast("string"), "span")))
-    fk, wk = key(fill), key(wait)
-    if not fk.size or not wk.size:
-        return np.zeros(0, np.int64)
-    o = np.argsort(fk)
-    pos = np.minimum(np.searchsorted(fk[o], wk), fk.size - 1)
-    hit = fk[o][pos] == wk
-    return (wait["end_cycles"].to_numpy()[hit] - fill["start_cycles"].to_numpy()[o][pos][hit]).astype(np.int64)
+    return _per_round(_rounds(ev, f"{S.PIPELINE}.commit"), _rounds(ev, f"{S.PIPELINE}.wait", "span"),
+                      "start_cycles", "end_cycles")
 
 
 def _spread(x: np.ndarray) -> dict:
@@ -249,28 +261,14 @@ def handoff_paths(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Per round of a handoff trace, in cycles: the producer's way from its exit of the round's
     barrier to its fill (``handoff.commit``), and the consumer's to its wait's begin."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     ev = trace.events
-    name = ev["name"].cast("string")
-    span = pc.equal(ev["kind"].cast("string"), "span")
-    key = lambda t: t["cta"].to_numpy().astype(np.int64) << 32 | t["iter"].to_numpy()  # noqa: E731
-    rounds = ev.filter(pc.and_(pc.equal(name, f"{S.PIPELINE}.round"), span))
-    fill = ev.filter(pc.equal(name, f"{S.PIPELINE}.commit"))
-    wait = ev.filter(pc.and_(pc.equal(name, f"{S.PIPELINE}.wait"), span))
+    rounds = _rounds(ev, f"{S.PIPELINE}.round", "span")
     warp = rounds["warp"].to_numpy()
-
-    def way(exits, to, at: str) -> np.ndarray:  # per round of ``to``: its ``at`` less the exit
-        ek, tk = key(exits), key(to)
-        if not ek.size or not tk.size:
-            return np.zeros(0, np.int64)
-        o = np.argsort(ek)
-        pos = np.minimum(np.searchsorted(ek[o], tk), ek.size - 1)
-        hit = ek[o][pos] == tk
-        return (to[at].to_numpy()[hit] - exits["end_cycles"].to_numpy()[o][pos][hit]).astype(np.int64)
-
-    return (way(rounds.filter(pa.array(warp == 0)), fill, "start_cycles"),  # warp 0 produces
-            way(rounds.filter(pa.array(warp == 1)), wait, "start_cycles"))
+    return (_per_round(rounds.filter(pa.array(warp == 0)), _rounds(ev, f"{S.PIPELINE}.commit"),  # warp 0 produces
+                       "end_cycles", "start_cycles"),
+            _per_round(rounds.filter(pa.array(warp == 1)), _rounds(ev, f"{S.PIPELINE}.wait", "span"),
+                       "end_cycles", "start_cycles"))
 
 
 def fit_event_cost(inside, excess) -> tuple[float, float, float, list[float]]:
