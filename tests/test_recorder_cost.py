@@ -32,22 +32,46 @@ def ctx(tmp_path):
     return Context(out=tmp_path, gpu={"name": "NVIDIA H200", "compute_capability": "9.0"}, quick=True)
 
 
+def _wait(comp_ns, truth_ns=2500.0, raw_ns=2700.0):
+    return [_span(comp_ns, truth_ns, raw_ns), {"figure": "lag"}]
+
+
+@pytest.fixture
+def waits_ok(monkeypatch):
+    monkeypatch.setattr(KA, "handoff_case", lambda rec, cal, **kw: _wait(2500.0))
+
+
 def test_rows_ok_within_the_target_warn_outside_it_and_write_the_calibrations(ctx, monkeypatch):
-    monkeypatch.setattr(PK, "calibrate", lambda rec, build=None: _cal(rec))
+    monkeypatch.setattr(PK, "calibrate", lambda rec, build=None: _cal(rec, path_event_cycles=90.0))
     comp = {"recorder_smem": 2010.0, "segment_smem": 2100.0}
     monkeypatch.setattr(KA, "span_case", lambda rec, cal, **kw: _span(comp[rec]))
+    wait = {"recorder_smem": 2510.0, "segment_smem": 2600.0}
+    monkeypatch.setattr(KA, "handoff_case", lambda rec, cal, **kw: _wait(wait[rec]))
     rows = {r.name: r for r in RC.recorder_cost_rows(ctx)}
     assert list(rows) == ["recorder cost: recorder_smem", "recorder cost: segment_smem"]  # --quick: two
     ok, warn = rows["recorder cost: recorder_smem"], rows["recorder cost: segment_smem"]
-    assert ok.verdict == "ok" and warn.verdict == "warn" and "not to be trusted" in warn.next
+    assert ok.verdict == "ok" and warn.verdict == "warn"
+    assert "compensated spans and waits of this recorder are not to be trusted" in warn.next
+    assert "missed: span and wait" in warn.detail and "missed" not in ok.detail
     assert ok.group == "cost" and "42.4 ns" in ok.measured and "2010 ns compensated (raw 2400) vs 2000" in ok.measured
+    assert "(45.5 on a way to a handoff)" in ok.measured and "wait 2510 (raw 2700) vs 2500" in ok.measured
     assert ok.values["calibration"]["event_ns"] == pytest.approx(46.0 / 1.98)
     saved = C.load_calibrations(ctx.out / C.FILE)
     assert set(saved) == {"recorder_smem", "segment_smem"} and saved["segment_smem"].held_offset_cycles == 10.0
     assert str(ctx.out / C.FILE) in ctx.files
 
 
-def test_a_recorder_that_fails_is_a_fail_row_and_the_others_still_run(ctx, monkeypatch):
+def test_a_wait_alone_off_target_warns_and_says_so(ctx, monkeypatch, waits_ok):
+    monkeypatch.setattr(PK, "calibrate", lambda rec, build=None: _cal(rec))
+    monkeypatch.setattr(KA, "span_case", lambda rec, cal, **kw: _span(2000.0))
+    monkeypatch.setattr(KA, "handoff_case", lambda rec, cal, **kw: _wait(2300.0))
+    rows = RC.recorder_cost_rows(ctx)
+    assert [r.verdict for r in rows] == ["warn", "warn"]
+    assert all("compensated waits of" in r.next and "missed: wait" in r.detail for r in rows)
+    assert "on a way to a handoff" not in rows[0].measured  # a calibration without the path cost
+
+
+def test_a_recorder_that_fails_is_a_fail_row_and_the_others_still_run(ctx, monkeypatch, waits_ok):
     def calibrate(rec, build=None):
         if rec == "recorder_smem":
             raise RuntimeError("no known_answer kernel recorder_smem in build/kernels")
@@ -64,7 +88,7 @@ def test_a_recorder_that_fails_is_a_fail_row_and_the_others_still_run(ctx, monke
     assert "recorder_smem" not in C.load_calibrations(ctx.out / C.FILE)
 
 
-def test_a_calibration_that_is_not_a_number_fails_its_row(ctx, monkeypatch):
+def test_a_calibration_that_is_not_a_number_fails_its_row(ctx, monkeypatch, waits_ok):
     monkeypatch.setattr(PK, "calibrate", lambda rec, build=None: _cal(rec, event_cycles=float("nan")))
     monkeypatch.setattr(KA, "span_case", lambda rec, cal, **kw: _span(2000.0))
     rows = RC.recorder_cost_rows(ctx)

@@ -149,7 +149,7 @@ def test_waits_and_lags_of_a_handoff(recorder, calibrations):
 
 
 def test_check_rows_and_the_file_summary_reads(known_answer_kernels, tmp_path):
-    """fa4trace check's recorder-cost rows on this GPU: ok, and recorder_cost.json as
+    """fa4trace check's recorder-cost rows on this GPU (a span and a wait each): ok, and recorder_cost.json as
     `summary --compensate --calibration` reads it."""
     from fa4trace.analysis.compensate import FILE, load_calibrations
     from fa4trace.check.recorder_cost import QUICK_RECORDERS, recorder_cost_rows
@@ -161,7 +161,7 @@ def test_check_rows_and_the_file_summary_reads(known_answer_kernels, tmp_path):
         print(r)
     assert [r.verdict for r in rows] == ["ok"] * len(QUICK_RECORDERS)
     assert set(load_calibrations(tmp_path / FILE)) == set(QUICK_RECORDERS)
-    assert np.isfinite([r.values["span"]["comp_ns"] for r in rows]).all()
+    assert np.isfinite([r.values[k]["comp_ns"] for r in rows for k in ("span", "wait")]).all()
 
 
 @pytest.mark.parametrize("recorder", S.RECORDERS)
