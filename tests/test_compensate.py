@@ -263,6 +263,31 @@ def test_a_handoffs_ways_are_read_per_round_from_its_barrier_exits():
     assert con.tolist() == [EVENT + c + EVENT for c in cons]
 
 
+def test_path_cost_reads_the_cost_of_records_on_the_way_from_handoffs_and_their_twins(monkeypatch):
+    """calibrate's path cost over synthetic handoffs whose records on the way cost PATH cycles
+    (the GPU's record and twin replaced by the cost model's traces and their untraced timings)."""
+    from fa4trace.probes import known_answer as K
+
+    path = 73
+
+    def case(kw):
+        work = [kw["cycles"]] * kw["reps"]
+        return handoff_case(work, prod_density=kw["density"], cons_work=kw["cons_cycles"],
+                            cons_density=kw["cons_density"], barrier=True, inner=path, late=None)
+
+    def untraced(test, **kw):
+        _, wait, lag = case(kw)
+        produce = np.full(kw["reps"], kw["cycles"] // kw["density"] * kw["density"])
+        return {"produce": produce, "wait": wait * GHZ, "lag": lag * GHZ}
+
+    monkeypatch.setattr(K, "record", lambda rec, test, **kw: case(kw)[0])
+    monkeypatch.setattr(K, "time_untraced", untraced)
+    got = K.path_cost("recorder_smem")
+    assert got["event_cycles"] == pytest.approx(path, abs=0.5), got
+    assert got["slopes"] == pytest.approx({"producer": path, "consumer": path}, abs=0.5)
+    assert np.abs(got["fit_residual_cycles"]).max() < 5 and got["densities"] == list(K.PATH_DENSITIES)
+
+
 def test_a_barrier_is_counted_from_only_while_no_wait_came_after_it():
     # only the first round's barrier is recorded: each later wait follows the previous round's
     # (which realigned the warps), so counting from that barrier would add up every round's
