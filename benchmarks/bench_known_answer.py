@@ -190,7 +190,8 @@ def one_run(recorders, span_ns, densities, reps: int, log=print) -> tuple[list[d
                                   cons_cycles=int(round(c_ns * ghz)), cons_density=c_k, reps=2 * reps):
                 rows.append({**r, "case": case, "nominal_ns": p_ns, "density": p_k, "cons_density": c_k})
         log(f"{rec}: offset {cal.ns(cal.offset_cycles):.1f} ns, held {cal.ns(cal.held_offset_cycles):.1f} ns, "
-            f"{cal.ns(cal.event_cycles):.1f} ns/event, {cal.ns(cal.path_cycles):.1f} ns/event on a way to a handoff; "
+            f"{cal.ns(cal.event_cycles):.1f} ns/event ({cal.ns(cal.fill_cycles):.1f} on the way to a fill, "
+            f"{cal.ns(cal.wait_cycles):.1f} to a wait); "
             f"{len(span_ns) * len(densities)} span cases, "
             f"{len(HANDOFFS)} handoffs in {time.time() - t0:.0f} s")
     return rows, cals

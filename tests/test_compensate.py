@@ -150,7 +150,8 @@ def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=Fa
     the begin read, ``gap`` cycles, overlap the wait; a wait that does not block ends ``gap`` after
     its begin: the recorder's offset, OFFSET for a Recorder, HELD for a segment's). ``barrier``: the
     round's CTA barrier is recorded (a span in each warp; its end costs EVENT after the release;
-    "first": the first round's only). ``inner``: what each inner event costs its warp.
+    "first": the first round's only). ``inner``: what each inner event costs its warp (a
+    pair: the producer's, the consumer's).
     ``cons_work`` may be a list (one per round). Returns (trace, true waits, true lags) in cycles:
     what the same code does with no recorder (fill read right at the arrive, no events)."""
     p, q = Timeline(0, 1), Timeline(1, 2)
@@ -165,9 +166,10 @@ def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=Fa
         if rec_barrier:
             p.read(L.KIND_END, S.ROUND, r, EVENT)
             q.read(L.KIND_END, S.ROUND, r, EVENT)
+        p_cost, c_cost = inner if isinstance(inner, tuple) else (inner, inner)
         for j in range(prod_density):
             if j:
-                p.read(L.KIND_INSTANT, S.INNER, j, inner)
+                p.read(L.KIND_INSTANT, S.INNER, j, p_cost)
             p.work(work // prod_density)
         arrive = p.t
         p.work(DELTA)
@@ -175,7 +177,7 @@ def handoff_case(rounds, *, prod_density=1, cons_work=0, cons_density=1, late=Fa
         cw = cons_work[r] if isinstance(cons_work, list) else cons_work
         for j in range(cons_density):
             if j:
-                q.read(L.KIND_INSTANT, S.INNER, j, inner)
+                q.read(L.KIND_INSTANT, S.INNER, j, c_cost)
             q.work(cw // cons_density)
         begin = q.read(L.KIND_BEGIN, S.WAIT, r)
         wake = arrive + LAG
@@ -217,38 +219,40 @@ def test_after_a_barrier_both_passed_a_wait_loses_the_producers_events_less_the_
     assert np.allclose(truth_b, truth) and (truth - _wait_rows(blind)["ns"].to_numpy() > 100).all()
 
 
-def test_records_counted_between_two_warps_take_the_path_cost_where_calibrated():
-    """Records on a warp's way to a handoff that cost more than a span's inner event (PATH, not
-    EVENT): with the path cost calibrated the waits and lags come back, after a common barrier
-    (a dense producer, a dense consumer, both) and without one (the producer's records during
-    the wait); a calibration without it (from before it was measured) takes EVENT and misses
-    by (P - C) * (PATH - EVENT)."""
-    path = 80
-    cal = dataclasses.replace(CAL, path_event_cycles=path)
-    assert cal.to_dict()["path_event_ns"] == path / GHZ and C.Calibration.from_dict(cal.to_dict()) == cal
-    cases = [(dict(prod_density=16, barrier=True), 15), (dict(prod_density=16), 15),
-             (dict(cons_work=[2000, 2000], cons_density=16, barrier=True), -15),
-             (dict(prod_density=16, cons_work=[2000, 2000], cons_density=8, barrier=True), 8)]
-    for kw, net in cases:
-        trace, truth, lag_truth = handoff_case([6000, 8000], inner=path, late=None, **kw)
+def test_records_counted_between_two_warps_take_the_path_costs_where_calibrated():
+    """Records on a warp's way to a handoff that cost more than a span's inner event, the
+    producer's FILL cycles and the consumer's WAIT: with the path costs calibrated the waits
+    and lags come back, after a common barrier (a dense producer, a dense consumer, both) and
+    without one (the producer's records during the wait); a calibration without them (from
+    before they were measured) takes EVENT and misses by P (FILL - EVENT) - C (WAIT - EVENT)."""
+    fill, wait = 73, 88
+    cal = dataclasses.replace(CAL, fill_event_cycles=fill, wait_event_cycles=wait)
+    assert cal.to_dict()["fill_event_ns"] == fill / GHZ and cal.to_dict()["wait_event_ns"] == wait / GHZ
+    assert C.Calibration.from_dict(cal.to_dict()) == cal
+    cases = [(dict(prod_density=16, barrier=True), 15, 0), (dict(prod_density=16), 15, 0),
+             (dict(cons_work=[2000, 2000], cons_density=16, barrier=True), 0, 15),
+             (dict(prod_density=16, cons_work=[2000, 2000], cons_density=8, barrier=True), 15, 7)]
+    for kw, p, c in cases:
+        trace, truth, lag_truth = handoff_case([6000, 8000], inner=(fill, wait), late=None, **kw)
         assert np.abs(_wait_rows(trace, cal)["ns"].to_numpy() - truth).max() <= TOL_NS, kw
         assert np.abs(C.lags(trace, cal)["ns"].to_numpy() - lag_truth).max() <= TOL_NS, kw
         old = _wait_rows(trace, CAL)["ns"].to_numpy()
-        assert np.allclose(old - truth, net * (path - EVENT) / GHZ, atol=TOL_NS), (kw, old - truth)
+        assert np.allclose(old - truth, (p * (fill - EVENT) - c * (wait - EVENT)) / GHZ, atol=TOL_NS), (kw, old - truth)
     head = C.lines(C.summary(trace, cal))[0]
-    assert f"{path / GHZ:.1f} ns on a warp's way to a handoff" in head
+    assert f"({fill / GHZ:.1f} on the way to a fill, {wait / GHZ:.1f} to a wait)" in head
 
 
-def test_the_path_cost_is_one_slope_through_both_sides_of_the_handoff():
+def test_the_path_costs_are_each_ways_slope():
     from fa4trace.probes.known_answer import fit_path_cost
 
     n = [0, 3, 9, 24]
-    event, slopes, res = fit_path_cost(n, [40.0 + 46.0 * k for k in n], [-12.0 + 46.0 * k for k in n])
-    assert round(event, 9) == 46.0 and np.allclose(res, 0) and slopes == pytest.approx({"producer": 46, "consumer": 46})
-    event, slopes, _ = fit_path_cost(n, [40.0 + 40.0 * k for k in n], [50.0 * k for k in n])
-    assert round(event, 9) == 45.0 and slopes == pytest.approx({"producer": 40, "consumer": 50})
+    fill, wait, res = fit_path_cost(n, [40.0 + 46.0 * k for k in n], [-12.0 + 53.0 * k for k in n])
+    assert (round(fill, 9), round(wait, 9)) == (46.0, 53.0)
+    assert np.allclose(res["producer"], 0) and np.allclose(res["consumer"], 0)
     with pytest.raises(ValueError, match="at least two"):
         fit_path_cost([3, 3], [1.0, 2.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="same record counts"):
+        fit_path_cost([0, 3], [1.0, 2.0], [1.0])
 
 
 def test_a_handoffs_ways_are_read_per_round_from_its_barrier_exits():
@@ -268,12 +272,12 @@ def test_path_cost_reads_the_cost_of_records_on_the_way_from_handoffs_and_their_
     (the GPU's record and twin replaced by the cost model's traces and their untraced timings)."""
     from fa4trace.probes import known_answer as K
 
-    path = 73
+    fill, wait = 73, 91
 
     def case(kw):
         work = [kw["cycles"]] * kw["reps"]
         return handoff_case(work, prod_density=kw["density"], cons_work=kw["cons_cycles"],
-                            cons_density=kw["cons_density"], barrier=True, inner=path, late=None)
+                            cons_density=kw["cons_density"], barrier=True, inner=(fill, wait), late=None)
 
     def untraced(test, **kw):
         _, wait, lag = case(kw)
@@ -283,9 +287,10 @@ def test_path_cost_reads_the_cost_of_records_on_the_way_from_handoffs_and_their_
     monkeypatch.setattr(K, "record", lambda rec, test, **kw: case(kw)[0])
     monkeypatch.setattr(K, "time_untraced", untraced)
     got = K.path_cost("recorder_smem")
-    assert got["event_cycles"] == pytest.approx(path, abs=0.5), got
-    assert got["slopes"] == pytest.approx({"producer": path, "consumer": path}, abs=0.5)
-    assert np.abs(got["fit_residual_cycles"]).max() < 5 and got["densities"] == list(K.PATH_DENSITIES)
+    assert got["fill_event_cycles"] == pytest.approx(fill, abs=0.5), got
+    assert got["wait_event_cycles"] == pytest.approx(wait, abs=0.5), got
+    res = got["fit_residual_cycles"]
+    assert np.abs(res["producer"] + res["consumer"]).max() < 5 and got["densities"] == list(K.PATH_DENSITIES)
 
 
 def test_a_barrier_is_counted_from_only_while_no_wait_came_after_it():

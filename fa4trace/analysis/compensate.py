@@ -34,8 +34,9 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
   the wait's read after the wake).
 
 ``c'`` is what one record costs a warp on its way to a handoff (from a barrier to its fill or
-its wait's begin), measured in the handoff kernel; calibrations from before it was measured
-take ``c``.
+its wait's begin), measured in the handoff kernel for each of the two ways (the filling warp's
+records take the fill's, the waiting warp's the wait's); calibrations from before it was
+measured take ``c``.
 
 Costs are calibrated in SM cycles and turned into ns per warp with the warp's own clock (its
 WARP row: ns over cycles). A figure that comes out negative is clamped at 0 and counted. Raw
@@ -92,11 +93,12 @@ class Calibration:
     inside it, the intercept of the line through what spans holding 1 to 31 records cost (an
     empty span's two reads run back to back; with work between, what each costs overlaps that
     work differently: None in calibrations from before it was measured, and ``offset_cycles``
-    is taken); ``path_event_cycles``: what one record costs a warp on its way from a barrier
-    to a handoff (its fill, or its wait's begin), the slope measured in the handoff kernel:
-    the cost of the records counted between two warps (``P``, ``C``, ``n_release``,
-    ``n_consumer``), which a span's own two reads do not see the same way (None in calibrations
-    from before it was measured: ``event_cycles`` is taken)."""
+    is taken); ``fill_event_cycles`` and ``wait_event_cycles``: what one record costs a warp on
+    its way from a barrier to a handoff, the filling warp's to its fill and the waiting warp's
+    to its wait's begin, each the slope measured in the handoff kernel: the cost of the records
+    counted between two warps (``P`` and ``n_release``; ``C`` and ``n_consumer``), which a
+    span's own two reads do not see the same way (None in calibrations from before they were
+    measured: ``event_cycles`` is taken)."""
 
     recorder: str
     offset_cycles: float
@@ -105,7 +107,8 @@ class Calibration:
     lag_offset_cycles: float | None = None
     handoff_lag_cycles: float | None = None
     inner_offset_cycles: float | None = None
-    path_event_cycles: float | None = None
+    fill_event_cycles: float | None = None
+    wait_event_cycles: float | None = None
     clock_ghz: float | None = None
     gpu: str | None = None
     measured_at: str | None = None
@@ -120,10 +123,16 @@ class Calibration:
                 raise Fa4traceError(f"recorder calibration of {self.recorder!r}: {name} is {v!r}, not a number")
 
     @property
-    def path_cycles(self) -> float:
-        """One record's cost on a warp's way to a handoff: ``path_event_cycles`` where measured,
-        else ``event_cycles``."""
-        return float(self.event_cycles if self.path_event_cycles is None else self.path_event_cycles)
+    def fill_cycles(self) -> float:
+        """One record's cost to the filling warp on its way to its fill: ``fill_event_cycles``
+        where measured, else ``event_cycles``."""
+        return float(self.event_cycles if self.fill_event_cycles is None else self.fill_event_cycles)
+
+    @property
+    def wait_cycles(self) -> float:
+        """One record's cost to the waiting warp on its way to its wait (and past the fill, to
+        its wake): ``wait_event_cycles`` where measured, else ``event_cycles``."""
+        return float(self.event_cycles if self.wait_event_cycles is None else self.wait_event_cycles)
 
     def ns(self, cycles: float) -> float | None:
         """``cycles`` in ns at the calibration's clock (None where it is unknown)."""
@@ -132,7 +141,8 @@ class Calibration:
     def to_dict(self) -> dict:
         """The calibration as stored (bundle metadata, result files): cycles, and ns at its clock."""
         d = asdict(self)
-        for name in ("offset", "held_offset", "event", "lag_offset", "handoff_lag", "inner_offset", "path_event"):
+        for name in ("offset", "held_offset", "event", "lag_offset", "handoff_lag", "inner_offset", "fill_event",
+                     "wait_event"):
             c = d[f"{name}_cycles"]
             d[f"{name}_ns"] = None if c is None else self.ns(c)
         return d
@@ -346,7 +356,7 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
         return _Aligned(rows, rows, empty, empty)
     n_p = rec.between(fg, xp, f, ns=True)
     n_c = rec.between(gid, xc, b, ns=True)
-    delta = (ratio[fg] * n_p - ratio[gid] * n_c) * cal.path_cycles
+    delta = ratio[fg] * n_p * cal.fill_cycles - ratio[gid] * n_c * cal.wait_cycles
     lag_off = ratio[gid] * (cal.lag_offset_cycles or 0.0)
     blocked = f > b
     lag = (e - f).astype(np.float64)  # fill read to wake, raw: where the wait blocked, its own
@@ -390,7 +400,7 @@ def _span_table(t: _Trace, cal: Calibration) -> pa.Table:
     # a wait that blocked until a later fill hid the recorder's ops after its begin read: no offset
     offset = np.where(released, 0.0, _offsets(c, rows, cal, n_inner > 0))
     ratio_rel = np.where(released, ratio[np.maximum(fg, 0)], ratio[gid])
-    cost = ratio[gid] * (offset + n_inner * cal.event_cycles) + ratio_rel * n_rel * cal.path_cycles
+    cost = ratio[gid] * (offset + n_inner * cal.event_cycles) + ratio_rel * n_rel * cal.fill_cycles
     raw = (c.end[rows] - c.start[rows]).astype(np.int64)
     cost = t.aligned.take(rows, "wait_cost", cost)  # waits after a barrier both passed: from there
     n_rel = t.aligned.take(rows, "n_net", n_rel)
@@ -426,7 +436,7 @@ def _lag_table(t: _Trace, cal: Calibration) -> pa.Table:
     # after the fill did not block, and its two reads are a span's offset apart
     late = c.start[rows] > f
     n_cons = t.rec.between(gid, f, c.end[rows], ns=True) - late
-    cost = t.ratio[gid] * (n_cons * cal.path_cycles + np.where(late, _offsets(c, rows, cal), 0.0)
+    cost = t.ratio[gid] * (n_cons * cal.wait_cycles + np.where(late, _offsets(c, rows, cal), 0.0)
                            + (cal.lag_offset_cycles or 0.0))
     raw = (c.end[rows] - f).astype(np.int64)
     cost = t.aligned.take(rows, "lag_cost", cost)  # waits after a barrier both passed: from there
@@ -504,8 +514,8 @@ def lines(comp: dict) -> list[str]:
     head = (f"compensated    recorder {comp['recorder']}: offset {ns(cal.get('offset_ns'))} ns"
             + (f" ({ns(inner)} ns with records inside)" if inner is not None else "")
             + f", held offset {ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
-            + (f" ({ns(cal.get('path_event_ns'))} ns on a warp's way to a handoff)"
-               if cal.get("path_event_ns") is not None else "")
+            + (f" ({ns(cal.get('fill_event_ns'))} on the way to a fill, {ns(cal.get('wait_event_ns'))} to a wait)"
+               if cal.get("fill_event_ns") is not None else "")
             + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
             + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")
     out = [head, f"               {CAVEAT}",

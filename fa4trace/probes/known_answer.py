@@ -166,7 +166,8 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     reads beyond the twin's. ``event`` and ``inner offset``: the line through what the others
     read beyond the twin's against the events inside them (``fit_event_cost``). ``held offset``:
     the median empty span held in one segment. ``path event``: what a record costs a warp on
-    its way from a barrier to a handoff (``path_cost``). ``handoff lag``: a traced handoff's fill-to-wake
+    its way from a barrier to a handoff, the filling warp's and the waiting warp's
+    (``path_cost``). ``handoff lag``: a traced handoff's fill-to-wake
     lag, its median; ``lag offset``: its mean less the twin's. Also reported, not used: the
     fit's residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS``
     with nothing between them."""
@@ -194,7 +195,7 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     path = path_cost(recorder, n_ctas=n_ctas, build=build)
     ghz = light.info.launches[0].clock_ghz_median
     out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": float(np.median(held)),
-           "event_cycles": event, "inner_offset_cycles": inner_offset, "path_event_cycles": path["event_cycles"],
+           "event_cycles": event, "inner_offset_cycles": inner_offset, "fill_event_cycles": path["fill_event_cycles"], "wait_event_cycles": path["wait_event_cycles"],
            "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,
            "handoff_lag_cycles": float(np.median(lag)) if lag.size else None,
            "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),
@@ -214,9 +215,9 @@ def path_cost(recorder: str, *, n_ctas: int | None = None, build=None) -> dict:
     cycles: the producer's records before its fill (the consumer waiting), and the consumer's
     before its wait's begin (the producer spinning past it), ``PATH_DENSITIES`` sub-spins of
     ``PATH_CYCLES`` in all, each way set against the untraced twin's (means over every round).
-    ``event_cycles``: the slope of one least-squares line through both sides (each its own
-    intercept: a side's fixed records differ), the cost ``compensate`` takes for the records it
-    counts between two warps; each side's own slope and the residuals are reported beside."""
+    ``fill_event_cycles`` and ``wait_event_cycles``: the slope of each way's least-squares line
+    (``fit_path_cost``), the costs ``compensate`` takes for the filling and the waiting warp's
+    records it counts between two warps; the excess and the residuals are reported beside."""
     kw = dict(reps=PATH_REPS, n_ctas=n_ctas, build=build)
     sides = {"producer": lambda k: dict(cycles=PATH_CYCLES, density=k, cons_cycles=0, cons_density=1),
              "consumer": lambda k: dict(cycles=PATH_CYCLES + PATH_CYCLES // 2, density=1,
@@ -234,27 +235,26 @@ def path_cost(recorder: str, *, n_ctas: int | None = None, build=None) -> dict:
                 excess[side].append(float(np.mean(cons))
                                     - float(np.mean(twin["produce"] + twin["lag"] - twin["wait"])))
     n = np.asarray(PATH_DENSITIES, np.float64) - 1
-    event, slopes, residuals = fit_path_cost(n, excess["producer"], excess["consumer"])
-    return {"event_cycles": event, "densities": list(PATH_DENSITIES), "cycles": PATH_CYCLES,
-            "excess_cycles": excess, "slopes": slopes, "fit_residual_cycles": residuals}
+    fill, wait, residuals = fit_path_cost(n, excess["producer"], excess["consumer"])
+    return {"fill_event_cycles": fill, "wait_event_cycles": wait, "densities": list(PATH_DENSITIES),
+            "cycles": PATH_CYCLES, "excess_cycles": excess, "fit_residual_cycles": residuals}
 
 
-def fit_path_cost(inside, producer, consumer) -> tuple[float, dict, list[float]]:
-    """(cost per record, each side's own slope, residuals): one least-squares line of what each
-    side's way took beyond the twin's against the records on it, both sides one slope, each
-    its own intercept."""
+def fit_path_cost(inside, producer, consumer) -> tuple[float, float, dict]:
+    """(the producer's cost per record, the consumer's, each side's residuals): each side's
+    least-squares line of what its way took beyond the twin's against the records on it."""
     n = np.asarray(inside, np.float64)
-    p, c = np.asarray(producer, np.float64), np.asarray(consumer, np.float64)
-    if not (n.shape == p.shape == c.shape) or np.unique(n).size < 2:
-        raise ValueError("fit_path_cost needs both sides at the same record counts, at least two of them")
-    a = np.zeros((2 * n.size, 3))
-    a[:, 0] = np.r_[n, n]
-    a[:n.size, 1] = 1.0
-    a[n.size:, 2] = 1.0
-    y = np.r_[p, c]
-    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-    slopes = {"producer": float(np.polyfit(n, p, 1)[0]), "consumer": float(np.polyfit(n, c, 1)[0])}
-    return float(coef[0]), slopes, [float(x) for x in y - a @ coef]
+    if np.unique(n).size < 2:
+        raise ValueError("fit_path_cost needs at least two record counts")
+    out, res = [], {}
+    for side, ex in (("producer", producer), ("consumer", consumer)):
+        y = np.asarray(ex, np.float64)
+        if y.shape != n.shape:
+            raise ValueError("fit_path_cost needs each side at the same record counts")
+        slope, icpt = np.polyfit(n, y, 1)
+        out.append(float(slope))
+        res[side] = [float(x) for x in y - (icpt + slope * n)]
+    return out[0], out[1], res
 
 
 def handoff_paths(trace: Trace) -> tuple[np.ndarray, np.ndarray]:

@@ -81,12 +81,12 @@ def test_calibrations_are_costs(calibrations):
         assert 1 - (res ** 2).sum() / ((excess - excess.mean()) ** 2).sum() >= 0.95, rec
         if rec.startswith("segment_"):
             assert cal.held_offset_cycles < cal.offset_cycles, rec
-        # the path cost: both ways to a handoff grow with the records on them, on one line
+        # the path costs: each way to a handoff grows with the records on it, nearly on a line
         path = cal.noise["path"]
-        ex = np.r_[path["excess_cycles"]["producer"], path["excess_cycles"]["consumer"]]
-        res = np.asarray(path["fit_residual_cycles"])
-        assert cal.path_event_cycles > 0 and min(path["slopes"].values()) > 0, (rec, path)
-        assert 1 - (res ** 2).sum() / ((ex - ex.mean()) ** 2).sum() >= 0.95, (rec, path)
+        assert cal.fill_event_cycles > 0 and cal.wait_event_cycles > 0, (rec, path)
+        for side in ("producer", "consumer"):
+            ex, res = np.asarray(path["excess_cycles"][side]), np.asarray(path["fit_residual_cycles"][side])
+            assert 1 - (res ** 2).sum() / ((ex - ex.mean()) ** 2).sum() >= 0.99, (rec, side, path)
 
 
 @pytest.mark.parametrize("recorder", S.RECORDERS)
@@ -120,7 +120,7 @@ def test_waits_and_lags_of_a_handoff(recorder, calibrations):
     compensation takes them out. The lag (fill to
     wake) is the twin's and does not grow with the producer's events. A consumer that reaches
     its wait after the fill, recording 15 events on the way (most after the fill): its lag is
-    its own work, compensated to within 5% of the twin's. With the path cost (what a record
+    its own work, compensated to within 5% of the twin's. With the path costs (what a record
     costs a warp on its way to a handoff) the dense producer's wait is within the target. Both dense (15 events each side, the
     round's barrier recorded): the fill and the wait's begin are late alike, the records counted
     from the barrier cancel (none net), and the wait is within the target."""
