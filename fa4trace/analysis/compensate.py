@@ -14,29 +14,28 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
 * pipeline wait released by another warp's fill, both warps having last left one recorded
   barrier together and waited on nothing since (``fa4trace.analysis.barriers``): the records
   each made since, the filling warp's until the fill (``P``) and the waiting warp's until the
-  wait's begin (``C``), moved the two apart; the wait is ``fill - begin - (P - C) * c'`` plus
-  the fill-to-wake time (its own where it blocked, else the pipeline's median), no shorter
+  wait's begin (``C``), moved the two apart; the wait is
+  ``fill - begin - (P * c'_fill - C * c'_wait)`` plus the fill-to-wake time (its own where it blocked, else the pipeline's median), no shorter
   than an unblocked wait; so a wait that did not block traced but would have untraced is
   given back (``n_release`` = P - C);
 * else, a pipeline wait released by another warp's fill after it began (the fill as
   ``fa4trace.analysis.kernel`` defines it: the first commit of the count, else the end of its
-  acquire): ``raw - n_release * c'``, ``n_release`` counting the records the filling warp made
+  acquire): ``raw - n_release * c'_fill``, ``n_release`` counting the records the filling warp made
   between the wait's begin and the fill (they delayed the fill). No offset: the recorder's ops
   after the begin read ran while the warp would have waited anyway. A wait whose fill came
   before it began, or has none recorded (MMA waits, barriers), is a span as above;
 * producer -> consumer lag (fill to the end of the wait): after a common barrier, the wait's
   end as above less the untraced fill (its read less ``lag_offset``); else
-  ``raw - n_cons * c' - lag_offset``;
+  ``raw - n_cons * c'_wait - lag_offset``;
   ``n_cons`` counts the consumer's records between the fill and the wait's end, the wait's own
   begin aside (its own recording delays it); a wait that began after the fill did not block,
   and its offset goes too. ``lag_offset`` is the calibrated gap between a traced and an
   untraced handoff with nothing recorded in between (the fill event's read after the arrive,
   the wait's read after the wake).
 
-``c'`` is what one record costs a warp on its way to a handoff (from a barrier to its fill or
-its wait's begin), measured in the handoff kernel for each of the two ways (the filling warp's
-records take the fill's, the waiting warp's the wait's); calibrations from before it was
-measured take ``c``.
+``c'_fill`` and ``c'_wait`` are what one record costs a warp on its way to a handoff (from a
+barrier to its fill, or to its wait's begin), measured in the handoff kernel for each way;
+calibrations from before they were measured take ``c``.
 
 Costs are calibrated in SM cycles and turned into ns per warp with the warp's own clock (its
 WARP row: ns over cycles). A figure that comes out negative is clamped at 0 and counted. Raw
