@@ -16,8 +16,8 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
   each made since, the filling warp's until the fill (``P``) and the waiting warp's until the
   wait's begin (``C``), moved the two apart; the wait is
   ``fill - begin - (P * c'_fill - C * c'_wait)`` plus the fill-to-wake time (its own where it
-  blocked, else the pipeline's median), no shorter than an unblocked wait; so a wait that did not block traced but would have untraced is
-  given back (``n_release`` = P - C);
+  blocked, else the pipeline's median), no shorter than an unblocked wait; so a wait that did
+  not block traced but would have untraced is given back (``n_release`` = P - C);
 * else, a pipeline wait released by another warp's fill after it began (the fill as
   ``fa4trace.analysis.kernel`` defines it: the first commit of the count, else the end of its
   acquire): ``raw - n_release * c'_fill``, ``n_release`` counting the records the filling warp made
