@@ -1,4 +1,4 @@
-"""The bundles of a training step traced on the H200 (traces/step/: rmsnorm and GEMMs through
+"""The bundles of a training step traced on an H100 (traces/step/: rmsnorm and GEMMs through
 quack's torch API, FA4's forward and backward through ``flash_attn_func``, one bundle per
 kernel, recorded by tests/gpu/test_jit_gpu.py under ``fa4trace.instrument()``): ``summary``
 reads every one in one process of the CLI, and the viewer opens every one."""
@@ -72,11 +72,12 @@ def _left_before_the_last_arrival(path, ids=None, tol_ns=20):
     return n, early
 
 
-@pytest.mark.parametrize("name, ids", [("step_FlashAttentionBackwardPostprocess", None),
-                                       ("step_GemmSm90", [3, 4, 5, 6])])
-def test_barrier_spans_end_at_the_release(name, ids):
+@pytest.mark.parametrize("name, ids, share", [("step_FlashAttentionBackwardPostprocess", None, 0.01),
+                                              ("step_GemmSm90", [3, 4, 5, 6], 0.0),
+                                              ("step_RMSNormBackward", None, 0.0)])
+def test_barrier_spans_end_at_the_release(name, ids, share):
     """Recorded with the barrier hook that waits for the release before its end read
     (fa4trace.device.clock.after_barrier): almost no span ends before the last warp arrived
-    (recorded before it, these read 66% and 6..53%: traces/README.md)."""
+    (recorded before it, these read 66%, 6..53% and 0.3% (6 of 2,048): traces/README.md)."""
     n, early = _left_before_the_last_arrival(STEP / f"{name}.parquet", ids)
-    assert n > 400 and early <= 0.01 * n, (n, early)
+    assert n > 400 and early <= share * n, (n, early)
