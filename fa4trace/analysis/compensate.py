@@ -67,12 +67,12 @@ FILE = "recorder_cost.json"  # what `fa4trace check` writes: {recorder: calibrat
 # it closes): instrument()'s pipeline, MMA, barrier and TMA hooks. Its user spans and hand-placed
 # events store their begin at once.
 HELD_FAMILIES = frozenset({"pipeline", "mma", "barrier", "tma"})
-# What every compensated section says of itself: how far one cost per event holds is measured on
+# What every compensated section says of itself: how far the calibrated costs hold is measured on
 # the known-answer kernels only (docs/compensation.md); on real kernels' dense traces few
 # compensated figures land within 2% of the lightest trace (BENCHMARKS, fidelity).
-CAVEAT = ("an estimate, not a measurement: one calibrated cost per event, off by more where more of "
-          "a figure is subtracted, and most for waits and lags set against another warp's events: "
-          "an event's cost depends on what the warps around it do (docs/compensation.md); "
+CAVEAT = ("an estimate, not a measurement: costs per event calibrated on spins (inside a span, and on a "
+          "warp's way to a handoff), off by more where more of a figure is subtracted: an event's cost "
+          "depends on the code around it, which in a real kernel no calibration measured (docs/compensation.md); "
           "take durations from passes (instrument(passes=True), record --script --passes) where they matter")
 
 
