@@ -3,7 +3,7 @@ GPU, and whether subtracting it gives back a known answer.
 
 Per recorder (``--quick``: ours, ``recorder_smem``, and instrument()'s default, ``segment_smem``):
 the calibration (``fa4trace.probes.known_answer.calibrate``: the empty span's offset, the cost
-of one event, the cost of one on a warp's way to a handoff, the lag offset), then, compensated
+of one event, its costs on a warp's way to a fill and to a wait, the lag offset), then, compensated
 with it against the untraced twin, a 5 µs known-answer span with 7 events inside
 (``fa4trace.check.known_answer.span_case``) and the wait of a consumer that a producer releases
 after 2.5 µs with 11 events on its way (``handoff_case``, the round's barrier recorded). The row
@@ -20,7 +20,7 @@ import json
 from .report import Row, failed
 
 QUICK_RECORDERS = ("recorder_smem", "segment_smem")  # our decode kernel's recorder, instrument()'s default
-CHECK_NS = 5000  # the known-answer span's length (the calibration's are 2 µs with 0 and 15 events inside)
+CHECK_NS = 5000  # the known-answer span's length (the calibration's: 2 µs, 0 to 31 events inside)
 CHECK_DENSITY = 8  # sub-spins: 7 events inside it
 WAIT_NS = 2500  # the producer's spin before it releases the waiting consumer (the calibration's: 3 µs)
 WAIT_DENSITY = 12  # its sub-spins: 11 events on its way to the fill

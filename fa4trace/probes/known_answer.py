@@ -165,12 +165,12 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     span's spins overshoot once, as the twin's do). ``offset``: what a span with nothing inside
     reads beyond the twin's. ``event`` and ``inner offset``: the line through what the others
     read beyond the twin's against the events inside them (``fit_event_cost``). ``held offset``:
-    the median empty span held in one segment. ``path event``: what a record costs a warp on
-    its way from a barrier to a handoff, the filling warp's and the waiting warp's
-    (``path_cost``). ``handoff lag``: a traced handoff's fill-to-wake
-    lag, its median; ``lag offset``: its mean less the twin's. Also reported, not used: the
-    fit's residuals, and ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS``
-    with nothing between them."""
+    the median empty span held in one segment. ``fill event`` and ``wait event``: what a record
+    costs a warp on its way from a barrier to its fill, and to its wait (``path_cost``).
+    ``handoff lag``: a traced handoff's fill-to-wake lag, its median; ``lag offset``: its mean
+    less the twin's. Also reported, not used: the fits' residuals, and
+    ``back_to_back_event_cycles``, one event of a run of ``CAL_EVENTS`` with nothing between
+    them."""
     S.check_variant(recorder, "spans")
     if recorder == S.UNTRACED:
         raise ValueError("calibrate a recorder, not the untraced twin")
@@ -195,7 +195,8 @@ def calibrate(recorder: str, *, n_ctas: int | None = None, build=None, cache: bo
     path = path_cost(recorder, n_ctas=n_ctas, build=build)
     ghz = light.info.launches[0].clock_ghz_median
     out = {"recorder": recorder, "offset_cycles": offset, "held_offset_cycles": float(np.median(held)),
-           "event_cycles": event, "inner_offset_cycles": inner_offset, "fill_event_cycles": path["fill_event_cycles"], "wait_event_cycles": path["wait_event_cycles"],
+           "event_cycles": event, "inner_offset_cycles": inner_offset,
+           "fill_event_cycles": path["fill_event_cycles"], "wait_event_cycles": path["wait_event_cycles"],
            "lag_offset_cycles": float(np.mean(lag) - np.mean(twin["lag"])) if lag.size else None,
            "handoff_lag_cycles": float(np.median(lag)) if lag.size else None,
            "clock_ghz": float(ghz) if ghz else None, "gpu": gpu_facts().get("name"),

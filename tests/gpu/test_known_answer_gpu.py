@@ -116,14 +116,14 @@ def test_compensated_spans_are_within_target_where_raw_ones_are_not(recorder, ca
 @pytest.mark.parametrize("recorder", S.RECORDERS)
 def test_waits_and_lags_of_a_handoff(recorder, calibrations):
     """A consumer waits for a producer that spins 2 µs. Light: the wait is the twin's, raw and
-    compensated. Dense producer (15 events): its events delayed the fill, raw holds them and
-    compensation takes them out. The lag (fill to
-    wake) is the twin's and does not grow with the producer's events. A consumer that reaches
-    its wait after the fill, recording 15 events on the way (most after the fill): its lag is
-    its own work, compensated to within 5% of the twin's. With the path costs (what a record
-    costs a warp on its way to a handoff) the dense producer's wait is within the target. Both dense (15 events each side, the
-    round's barrier recorded): the fill and the wait's begin are late alike, the records counted
-    from the barrier cancel (none net), and the wait is within the target."""
+    compensated. Dense producer (15 events): its events delayed the fill, raw holds them, and
+    with the path costs (what a record costs a warp on its way to a handoff) compensation
+    brings the wait within the target. The lag (fill to wake) is the twin's and does not grow
+    with the producer's events. A consumer that reaches its wait after the fill, recording 15
+    events on the way (most after the fill): its lag is its own work, compensated to within 5%
+    of the twin's. Both dense (15 events each side, the round's barrier recorded): the fill and
+    the wait's begin are late alike, each side's records counted from the barrier (none net),
+    and the wait is within the target."""
     from fa4trace.check.known_answer import handoff_case
 
     cal = calibrations[recorder]
