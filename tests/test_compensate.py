@@ -239,7 +239,7 @@ def test_records_counted_between_two_warps_take_the_path_costs_where_calibrated(
         old = _wait_rows(trace, CAL)["ns"].to_numpy()
         assert np.allclose(old - truth, (p * (fill - EVENT) - c * (wait - EVENT)) / GHZ, atol=TOL_NS), (kw, old - truth)
     head = C.lines(C.summary(trace, cal))[0]
-    assert f"({fill / GHZ:.1f} on the way to a fill, {wait / GHZ:.1f} to a wait)" in head
+    assert f"({fill / GHZ:.1f} ns on the way to a fill, {wait / GHZ:.1f} ns to a wait)" in head
 
 
 def test_the_path_costs_are_each_ways_slope():

@@ -55,7 +55,7 @@ def test_rows_ok_within_the_target_warn_outside_it_and_write_the_calibrations(ct
     assert "compensated spans and waits of this recorder are not to be trusted" in warn.next
     assert "missed: span and wait" in warn.detail and "missed" not in ok.detail
     assert ok.group == "cost" and "42.4 ns" in ok.measured and "2010 ns compensated (raw 2400) vs 2000" in ok.measured
-    assert "(45.5 on the way to a fill, 50.5 to a wait)" in ok.measured
+    assert "(45.5 ns on the way to a fill, 50.5 ns to a wait)" in ok.measured
     assert "wait 2510 (raw 2700) vs 2500" in ok.measured
     assert ok.values["calibration"]["event_ns"] == pytest.approx(46.0 / 1.98)
     saved = C.load_calibrations(ctx.out / C.FILE)

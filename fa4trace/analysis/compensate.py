@@ -513,7 +513,7 @@ def lines(comp: dict) -> list[str]:
     head = (f"compensated    recorder {comp['recorder']}: offset {ns(cal.get('offset_ns'))} ns"
             + (f" ({ns(inner)} ns with records inside)" if inner is not None else "")
             + f", held offset {ns(cal.get('held_offset_ns'))} ns, {ns(cal.get('event_ns'))} ns per event"
-            + (f" ({ns(cal.get('fill_event_ns'))} on the way to a fill, {ns(cal.get('wait_event_ns'))} to a wait)"
+            + (f" ({ns(cal.get('fill_event_ns'))} ns on the way to a fill, {ns(cal.get('wait_event_ns'))} ns to a wait)"
                if cal.get("fill_event_ns") is not None else "")
             + (f", lag offset {ns(cal.get('lag_offset_ns'))} ns" if cal.get("lag_offset_ns") is not None else "")
             + f" ({cal.get('gpu') or 'GPU not named'}, {cal.get('measured_at') or 'date not recorded'})")

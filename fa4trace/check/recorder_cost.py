@@ -51,7 +51,7 @@ def recorder_cost_rows(ctx) -> list[Row]:
         d = cal.to_dict()
         missed = [k for k, v in (("span", case), ("wait", wait)) if not v["within"]]
         path = ("" if d.get("fill_event_ns") is None else
-                f" ({d['fill_event_ns']:.1f} on the way to a fill, {d['wait_event_ns']:.1f} to a wait)")
+                f" ({d['fill_event_ns']:.1f} ns on the way to a fill, {d['wait_event_ns']:.1f} ns to a wait)")
         rows.append(Row(
             "cost", name, "warn" if missed else "ok",
             f"offset {d['offset_ns']:.1f} ns, {d['event_ns']:.1f} ns/event{path}; span {case['comp_ns']:.0f} ns "
