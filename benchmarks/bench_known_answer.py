@@ -251,14 +251,16 @@ def refit_spans(doc: dict) -> tuple[dict, float]:
     as measured. Returns the new document and how far the run's own compensation, recomputed
     here with the calibration it used, lies from what the run computed (ns, the most over
     rows): what makes the recomputation trustworthy."""
+    from fa4trace.analysis.compensate import Calibration
     from fa4trace.probes.known_answer import fit_event_cost
 
     runs = doc.get("calibrations") or []
     if len(runs) != 1:
         raise SystemExit("refit takes one-run result files (one calibration per recorder)")
-    def cost_ns(cal: dict, k: int) -> float:  # a span with k records inside (compensate's span rule)
-        inner = cal.get("inner_offset_cycles")
-        return ((inner if k and inner is not None else cal["offset_cycles"]) + k * cal["event_cycles"]) / cal["clock_ghz"]
+
+    def cost_ns(cal: dict, k: int) -> float:  # a span with k records inside, as compensate costs it
+        c = Calibration.from_dict(cal)
+        return (float(c.span_offset_cycles(k > 0)) + k * c.event_cycles) / c.clock_ghz
 
     old, new_cals = {}, {}
     for c in runs[0]:

@@ -121,6 +121,13 @@ class Calibration:
             if not isinstance(v, (int, float)) or not np.isfinite(v):
                 raise Fa4traceError(f"recorder calibration of {self.recorder!r}: {name} is {v!r}, not a number")
 
+    def span_offset_cycles(self, has_inner) -> np.ndarray:
+        """A span's offset (its begin stored at once), per ``has_inner`` (a bool or bool array:
+        the span holds records of its warp): the inner offset where it does and one was
+        calibrated, else the offset."""
+        inner = self.offset_cycles if self.inner_offset_cycles is None else self.inner_offset_cycles
+        return np.where(has_inner, float(inner), float(self.offset_cycles))
+
     @property
     def fill_cycles(self) -> float:
         """One record's cost to the filling warp on its way to its fill: ``fill_event_cycles``
@@ -285,9 +292,7 @@ def _offsets(c: AutoCols, rows: np.ndarray, cal: Calibration, inner: np.ndarray 
     """Per span row: the recorder's gap between its two reads beyond the work between, in cycles:
     its offset, or, where ``inner`` says the span holds records of its warp, its inner offset
     (where calibrated); a segment recorder's pipeline, MMA, barrier and TMA spans: its held offset."""
-    off = np.full(rows.size, float(cal.offset_cycles))
-    if inner is not None and cal.inner_offset_cycles is not None:
-        off = np.where(inner, float(cal.inner_offset_cycles), off)
+    off = cal.span_offset_cycles(np.zeros(rows.size, bool) if inner is None else inner)
     if not cal.recorder.startswith("segment_"):
         return off
     held = np.array([f in HELD_FAMILIES for f in c.families])[c.family[rows]]

@@ -110,16 +110,12 @@ def time_untraced(test: str = "spans", *, reps: int = 16, cal_reps: int = 0, cyc
 
 def durations(trace: Trace, name: str) -> np.ndarray:
     """Cycles between the two reads of every span called ``name`` (one warp's own clock)."""
-    import pyarrow.compute as pc
-
-    ev = trace.events
-    m = pc.and_(pc.equal(ev["name"].cast("string"), name), pc.equal(ev["kind"].cast("string"), "span"))
-    rows = ev.filter(m)
+    rows = events_named(trace.events, name, "span")
     return (rows["end_cycles"].to_numpy() - rows["start_cycles"].to_numpy()).astype(np.int64)
 
 
-def _rounds(ev, name: str, kind: str | None = None):
-    """The events called ``name`` (of ``kind``) of a handoff trace's events table."""
+def events_named(ev, name: str, kind: str | None = None):
+    """The rows of the events table ``ev`` called ``name`` (and of ``kind``: "span", "instant")."""
     import pyarrow.compute as pc
 
     m = pc.equal(ev["name"].cast("string"), name)
@@ -145,7 +141,7 @@ def handoff_lags(trace: Trace) -> np.ndarray:
     """Cycles from each round's fill (``handoff.commit``) to the end of its wait, per CTA (the
     producer and the consumer share their SM's clock)."""
     ev = trace.events
-    return _per_round(_rounds(ev, f"{S.PIPELINE}.commit"), _rounds(ev, f"{S.PIPELINE}.wait", "span"),
+    return _per_round(events_named(ev, f"{S.PIPELINE}.commit"), events_named(ev, f"{S.PIPELINE}.wait", "span"),
                       "start_cycles", "end_cycles")
 
 
@@ -264,11 +260,11 @@ def handoff_paths(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     import pyarrow as pa
 
     ev = trace.events
-    rounds = _rounds(ev, f"{S.PIPELINE}.round", "span")
+    rounds = events_named(ev, f"{S.PIPELINE}.round", "span")
     warp = rounds["warp"].to_numpy()
-    return (_per_round(rounds.filter(pa.array(warp == 0)), _rounds(ev, f"{S.PIPELINE}.commit"),  # warp 0 produces
+    return (_per_round(rounds.filter(pa.array(warp == 0)), events_named(ev, f"{S.PIPELINE}.commit"),  # warp 0 produces
                        "end_cycles", "start_cycles"),
-            _per_round(rounds.filter(pa.array(warp == 1)), _rounds(ev, f"{S.PIPELINE}.wait", "span"),
+            _per_round(rounds.filter(pa.array(warp == 1)), events_named(ev, f"{S.PIPELINE}.wait", "span"),
                        "end_cycles", "start_cycles"))
 
 

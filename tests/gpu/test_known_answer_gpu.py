@@ -149,8 +149,8 @@ def test_waits_and_lags_of_a_handoff(recorder, calibrations):
 
 
 def test_check_rows_and_the_file_summary_reads(known_answer_kernels, tmp_path):
-    """fa4trace check's recorder-cost rows on this GPU (a span and a wait each): ok, and recorder_cost.json as
-    `summary --compensate --calibration` reads it."""
+    """fa4trace check's recorder-cost rows on this GPU (a span and a wait each): ok, and
+    recorder_cost.json as `summary --compensate --calibration` reads it."""
     from fa4trace.analysis.compensate import FILE, load_calibrations
     from fa4trace.check.recorder_cost import QUICK_RECORDERS, recorder_cost_rows
     from fa4trace.check.rows import Context, detect_gpu
@@ -171,16 +171,12 @@ def test_both_warps_leave_each_round_barrier_together(recorder, known_answer_ker
     the barrier's release, the same cycle on their SM's clock (fa4trace.device.clock.after_barrier).
     Without it the producer's exit read ran before the release: 500 to 1,050 cycles early, its
     barrier span 3 to 48 cycles long (H100; with it, 220 to 1,070)."""
-    import pyarrow.compute as pc
-
-    from fa4trace.probes.known_answer import record
+    from fa4trace.probes.known_answer import events_named, record
 
     ghz = 1.98  # an H100/H200's SM clock, near enough for set lengths
     t = record(recorder, "handoff", reps=16, cycles=int(2000 * ghz), density=1, cons_cycles=int(1000 * ghz),
                cons_density=16, n_ctas=8)
-    ev = t.events
-    r = ev.filter(pc.and_(pc.equal(ev["name"].cast("string"), f"{S.PIPELINE}.round"),
-                          pc.equal(ev["kind"].cast("string"), "span"))).to_pandas()
+    r = events_named(t.events, f"{S.PIPELINE}.round", "span").to_pandas()
     exits = r.pivot_table(index=["cta", "iter"], columns="warp", values="end_cycles")
     assert len(exits) == 8 * 16 and list(exits.columns) == [0, 1]
     apart = (exits[0] - exits[1]).abs()
