@@ -19,7 +19,9 @@ the spread):
   ``--reps`` spans per warp;
 * handoffs (``HANDOFFS``): a producer warp spins, then releases a consumer warp through an
   mbarrier; light, dense producer, dense consumer (events before its wait), both, and a
-  consumer that reaches its wait after the fill (the lag is its own work).
+  consumer that reaches its wait after the fill (the lag is its own work); each at
+  ``fa4trace.check.known_answer.HANDOFF_LENGTHS`` set lengths, pooled (``handoff_case``: where
+  the two warps' records meet moves what they cost), each length's error kept.
 
 Each figure (the mean over the launch's spans) is set raw and compensated
 (``fa4trace.analysis.compensate``) beside the untraced twin's (``fa4trace.check.known_answer``:
@@ -58,7 +60,8 @@ KEYS = ("recorder", "figure", "case", "nominal_ns", "density", "cons_density")
 COLUMNS = [["recorder", "recorder"], ["figure", "figure"], ["case", "case"], ["nominal_ns", "set ns"],
            ["density", "events in (+1)"], ["truth_ns", "untraced ns"], ["raw_ns", "raw ns"],
            ["comp_ns", "compensated ns"], ["raw_err_pct", "raw error %"], ["comp_err_pct", "compensated error %"],
-           ["comp_noise_ns", "spread ns (runs)"], ["within_target", "<= max(2%, 20 ns)"]]
+           ["comp_noise_ns", "spread ns (runs)"], ["length_err_range", "error ns by set length"],
+           ["within_target", "<= max(2%, 20 ns)"]]
 
 
 def _recorders():
@@ -93,8 +96,16 @@ def aggregate(per_run: list[list[dict]]) -> list[dict]:
                      "truth_noise_ns": round(max(r["truth_ns"] for r in rs) - min(r["truth_ns"] for r in rs), 1),
                      "within_target": within_target(med["comp_ns"], t) if judged else None,
                      "raw_within_target": within_target(med["raw_ns"], t) if judged else None,
-                     "clamped": int(sum(r.get("clamped", 0) for r in rs)), "runs": len(rs)})
+                     "clamped": int(sum(r.get("clamped", 0) for r in rs)), "runs": len(rs),
+                     **_length_range(rs)})
     return rows
+
+
+def _length_range(rs: list[dict]) -> dict:
+    """A handoff figure's compensated error at each of its set lengths, over every run: the
+    lowest and highest (\"lo..hi\", ns); nothing for a span or a file written before lengths."""
+    errs = [e for r in rs for e in (r.get("length_err_ns") or []) if e is not None]
+    return {"length_err_range": f"{min(errs):+.1f}..{max(errs):+.1f}"} if errs else {}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -145,6 +156,17 @@ def write_summary(path: str, doc: dict, title_extra: str = "") -> str:
     return out
 
 
+def _lengths_note(rows: list[dict]) -> str:
+    """What the notes say of the handoffs' set lengths, where the rows were measured at several."""
+    from fa4trace.check.known_answer import HANDOFF_LENGTH_STEP, HANDOFF_LENGTHS
+
+    if not any(r.get("length_err_range") for r in rows):
+        return ""
+    return (f" A handoff: pooled over {HANDOFF_LENGTHS} set lengths, the producer's {HANDOFF_LENGTH_STEP} cycles "
+            "apart and the consumer's in proportion (error by set length: the lowest and highest of those "
+            "lengths' own compensated errors, over the runs).")
+
+
 def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_extra: str = "",
                   gpu: str | None = None, date: str | None = None, title_extra: str = "") -> dict:
     """The result file (every figure) and its summary beside it (``date``: the runs' day, default
@@ -158,7 +180,8 @@ def write_results(path: str, rows: list[dict], calibrations: list[dict], notes_e
         notes=("One CTA per SM, two warps each (one per SM sub-partition); each figure the mean over a "
                "launch's spans, then the median over runs of those means; spread: max - min over runs. "
                "untraced: the same spins timed by two %clock64 reads, less the gap between those two reads. "
-               "events in: the density, the events inside a span being one fewer. Target: compensated within "
+               "events in: the density, the events inside a span being one fewer." + _lengths_note(rows) +
+               " Target: compensated within "
                "max(2%, 20 ns) of untraced for figures >= 200 ns (shorter: not judged, '-')." + notes_extra))
     if date:
         doc["date"] = date

@@ -44,6 +44,19 @@ def test_runs_aggregate_to_medians_with_their_spread_and_the_target():
                                            "worst_ns": 9.0}}}
 
 
+def test_a_handoff_row_shows_its_error_at_each_set_length_over_the_runs(tmp_path):
+    b = _load("bench_known_answer.py")
+    wait = dict(_row("segment_smem", 1035, 1060, 1042, figure="wait"), case="both dense")
+    runs = [[dict(wait, length_err_ns=[24.7, 4.9, -14.4])], [dict(wait, length_err_ns=[25.1, 5.0, None])]]
+    row = b.aggregate(runs)[0]
+    assert row["length_err_range"] == "-14.4..+25.1"
+    assert "length_err_range" not in b.aggregate([[_row("segment_smem", 1000, 1400, 1010)]])[0]  # a span
+    doc = b.write_results(str(tmp_path / "ka.json"), [row], [], gpu="none: test")
+    assert "pooled over" in doc["notes"]
+    assert "pooled over" not in b.write_results(str(tmp_path / "kb.json"), b.aggregate([[wait]]), [],
+                                                gpu="none: test")["notes"]  # rows of one set length
+
+
 def test_a_compensated_figure_off_by_more_than_the_target_fails_it():
     b = _load("bench_known_answer.py")
     rows = b.aggregate([[_row("recorder_lanes", 5000, 6000, 5200)]])

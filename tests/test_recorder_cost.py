@@ -102,3 +102,45 @@ def test_a_calibration_that_is_not_a_number_fails_its_row(ctx, monkeypatch, wait
                                             (221.0, 200.0, False), (179.0, 200.0, False), (50_900.0, 50_000.0, True)])
 def test_the_target_is_two_percent_or_twenty_ns(value, truth, ok):
     assert KA.within_target(value, truth) is ok
+
+
+def test_handoff_lengths_grow_both_warps_in_proportion():
+    got = KA.handoff_lengths(3956, 1978)
+    step = KA.HANDOFF_LENGTH_STEP
+    assert len(got) == KA.HANDOFF_LENGTHS and got[0] == (3956, 1978)
+    assert [p for p, _ in got] == [3956 + i * step for i in range(KA.HANDOFF_LENGTHS)]
+    assert [c for _, c in got] == [1978 + round(i * step / 2) for i in range(KA.HANDOFF_LENGTHS)]
+    assert KA.handoff_lengths(4000, 0, 3) == [(4000, 0), (4000 + step, 0), (4000 + 2 * step, 0)]
+    with pytest.raises(ValueError, match="lengths must be >= 1"):
+        KA.handoff_lengths(4000, 0, 0)
+
+
+def test_a_handoff_pools_its_set_lengths(monkeypatch):
+    """Each figure pools every set length: truth the mean of the lengths' twins, the verdict on
+    the pooled mean, each length's own error kept beside (one length 25 ns off, the rest 5 ns:
+    within, and the 25 ns shows)."""
+    import numpy as np
+
+    seen = []
+
+    def at(recorder, cal, kw):
+        seen.append((kw["cycles"], kw["cons_cycles"]))
+        i = len(seen) - 1
+        truth = 1000.0 + 10 * i
+        off = 25.0 if i == 0 else 5.0
+        part = lambda t, o, n: {"raw": np.full(4, t + 40.0), "comp": np.full(4, t + o), "truth": t,  # noqa: E731
+                                "count": np.full(4, n), "clamped": int(i == 3)}
+        return {"ghz": 1.98, "dropped": i, "wait": part(truth, off, 15), "lag": part(40.0, 1.0, 0)}
+
+    monkeypatch.setattr(KA, "_handoff_at", at)
+    wait, lag = KA.handoff_case("segment_smem", None, cycles=3956, density=16, cons_cycles=1978, cons_density=16)
+    n = KA.HANDOFF_LENGTHS
+    assert seen == KA.handoff_lengths(3956, 1978) and wait["lengths"] == lag["lengths"] == n
+    truth = float(np.mean([1000.0 + 10 * i for i in range(n)]))
+    assert wait["truth_ns"] == pytest.approx(truth)
+    assert wait["comp_err_ns"] == pytest.approx((25.0 + 5.0 * (n - 1)) / n) and wait["within"]
+    assert wait["length_err_ns"] == [25.0] + [5.0] * (n - 1)
+    assert wait["release_events"] == 15 and lag["consumer_events"] == 0 and wait["n"] == 4 * n
+    assert wait["clamped"] == lag["clamped"] == 1 and wait["dropped"] == sum(range(n))
+    assert wait["cycles"] == 3956 and wait["figure"] == "wait" and lag["figure"] == "lag"
+    assert lag["comp_err_ns"] == pytest.approx(1.0)

@@ -17,6 +17,10 @@ from ..kernels import known_answer_spec as S
 TARGET_REL = 0.02  # compensated within 2% of truth ...
 TARGET_NS = 20.0  # ... or 20 ns, whichever is larger
 MIN_TRUTH_NS = 200.0  # the target holds for figures at least this long
+# A handoff is measured at this many set lengths, the producer's this many cycles apart
+# (handoff_case): 8 x 32 cycles span one record's spacing of a producer recording 15 times in 2 µs.
+HANDOFF_LENGTHS = 8
+HANDOFF_LENGTH_STEP = 32
 
 
 def within_target(value: float, truth: float) -> bool:
@@ -63,27 +67,69 @@ def span_case(recorder: str, cal, *, cycles: int, density: int, reps: int = 8, n
 
 
 def handoff_case(recorder: str, cal, *, cycles: int, density: int = 1, cons_cycles: int = 0, cons_density: int = 1,
-                 reps: int = 16, n_ctas: int | None = None, build=None) -> list[dict]:
+                 reps: int = 16, n_ctas: int | None = None, build=None, lengths: int = HANDOFF_LENGTHS) -> list[dict]:
     """A producer that spins ``cycles`` (``density`` sub-spins) before it releases a consumer that
     spins ``cons_cycles`` (``cons_density`` sub-spins) before it waits: the wait and the lag,
-    mean raw and compensated, against the twin's (two rows)."""
+    mean raw and compensated, against the twin's (two rows).
+
+    Measured at ``lengths`` set lengths (``handoff_lengths``): the two warps' records meet at
+    other alignments at each, and where they meet changes what a record costs (a segment
+    recorder's wait can read 20 ns off at one set length and 5 ns a few cycles away); each
+    figure pools every length, its truth the mean of the lengths' twins, and
+    ``length_err_ns`` gives each length's compensated error."""
+    parts = [_handoff_at(recorder, cal, dict(reps=reps, cycles=p, density=density, cons_cycles=c,
+                                             cons_density=cons_density, n_ctas=n_ctas, build=build))
+             for p, c in handoff_lengths(cycles, cons_cycles, lengths)]
+    case = dict(recorder=recorder, cycles=cycles, density=density, cons_cycles=cons_cycles, cons_density=cons_density,
+                clock_ghz=float(np.mean([x["ghz"] for x in parts])), dropped=sum(x["dropped"] for x in parts),
+                lengths=len(parts))
+    out = []
+    for figure, count in (("wait", "release_events"), ("lag", "consumer_events")):
+        got = [x[figure] for x in parts]
+        row = _figure(np.concatenate([g["raw"] for g in got]), np.concatenate([g["comp"] for g in got]),
+                      float(np.mean([g["truth"] for g in got])))
+        counts = np.concatenate([g["count"] for g in got])
+        row.update(case, figure=figure, clamped=sum(g["clamped"] for g in got),
+                   length_err_ns=[round(float(np.mean(g["comp"])) - g["truth"], 2) if g["comp"].size else None
+                                  for g in got],
+                   **{count: int(np.median(counts)) if counts.size else None})
+        out.append(row)
+    return out
+
+
+def _handoff_at(recorder: str, cal, kw: dict) -> dict:
+    """One traced handoff launch and its twin at one set length (``kw``: ``known_answer.record``'s
+    parameters): per figure (wait, lag) the raw and compensated values, the twin's mean (ns),
+    the clamped count and the records counted (the filling warp's for a wait, the consumer's for
+    a lag); the launch's clock and dropped records."""
     from ..analysis import compensate as C
     from ..probes import known_answer as K
 
-    kw = dict(reps=reps, cycles=cycles, density=density, cons_cycles=cons_cycles, cons_density=cons_density,
-              n_ctas=n_ctas, build=build)
     trace = K.record(recorder, "handoff", **kw)
     twin = K.time_untraced("handoff", **kw)
     ghz = _ghz(trace)
     sp = C.spans(trace, cal)
     waits = sp.filter(np.asarray(sp["name"].to_pylist()) == "handoff.wait")
     lg = C.lags(trace, cal)
-    case = dict(recorder=recorder, cycles=cycles, density=density, cons_cycles=cons_cycles, cons_density=cons_density,
-                clock_ghz=ghz, dropped=int(trace.info.total_dropped or 0))
-    wait = _figure(waits["raw_ns"].to_numpy(), waits["ns"].to_numpy(), float(np.mean(twin["wait"])) / ghz)
-    wait.update(case, figure="wait", clamped=int(waits["clamped"].to_numpy(zero_copy_only=False).sum()),
-                release_events=int(np.median(waits["n_release"].to_numpy())) if waits.num_rows else None)
-    lag = _figure(lg["raw_ns"].to_numpy(), lg["ns"].to_numpy(), float(np.mean(twin["lag"])) / ghz)
-    lag.update(case, figure="lag", clamped=int(lg["clamped"].to_numpy(zero_copy_only=False).sum()),
-               consumer_events=int(np.median(lg["n_consumer"].to_numpy())) if lg.num_rows else None)
-    return [wait, lag]
+
+    def part(table, truth_cycles, count):
+        return {"raw": table["raw_ns"].to_numpy(), "comp": table["ns"].to_numpy(),
+                "truth": float(np.mean(truth_cycles)) / ghz, "count": table[count].to_numpy(),
+                "clamped": int(table["clamped"].to_numpy(zero_copy_only=False).sum())}
+
+    return {"ghz": ghz, "dropped": int(trace.info.total_dropped or 0),
+            "wait": part(waits, twin["wait"], "n_release"), "lag": part(lg, twin["lag"], "n_consumer")}
+
+
+def handoff_lengths(cycles: int, cons_cycles: int, lengths: int = HANDOFF_LENGTHS) -> list[tuple[int, int]]:
+    """The (producer, consumer) set cycles of a handoff measured at ``lengths`` set lengths: the
+    producer's ``cycles`` plus 0, ``HANDOFF_LENGTH_STEP``, 2 x that, ..., the consumer's grown in
+    proportion, so
+    the figure keeps its shape while the warps' records meet at other alignments."""
+    if lengths < 1:
+        raise ValueError(f"lengths must be >= 1, got {lengths}")
+    out = []
+    for i in range(lengths):
+        d = i * HANDOFF_LENGTH_STEP
+        out.append((cycles + d, cons_cycles + (round(d * cons_cycles / cycles) if cycles else 0)))
+    return out
