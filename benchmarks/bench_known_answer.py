@@ -103,8 +103,12 @@ def aggregate(per_run: list[list[dict]]) -> list[dict]:
 
 def _length_range(rs: list[dict]) -> dict:
     """A handoff figure's compensated error at each of its set lengths, over every run: the
-    lowest and highest (\"lo..hi\", ns); nothing for a span or a file written before lengths."""
+    lowest and highest ("lo..hi", ns; a merged row's from its runs' ranges); nothing for a span
+    or a file written before lengths."""
     errs = [e for r in rs for e in (r.get("length_err_ns") or []) if e is not None]
+    for r in rs:  # rows of one-run files (merge): their own range
+        if r.get("length_err_range"):
+            errs += [float(x) for x in r["length_err_range"].split("..")]
     return {"length_err_range": f"{min(errs):+.1f}..{max(errs):+.1f}"} if errs else {}
 
 

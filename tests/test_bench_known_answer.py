@@ -50,6 +50,8 @@ def test_a_handoff_row_shows_its_error_at_each_set_length_over_the_runs(tmp_path
     runs = [[dict(wait, length_err_ns=[24.7, 4.9, -14.4])], [dict(wait, length_err_ns=[25.1, 5.0, None])]]
     row = b.aggregate(runs)[0]
     assert row["length_err_range"] == "-14.4..+25.1"
+    merged = b.aggregate([[row], [dict(row, length_err_range="-20.0..+3.0")]])[0]  # one-run files' rows
+    assert merged["length_err_range"] == "-20.0..+25.1"
     assert "length_err_range" not in b.aggregate([[_row("segment_smem", 1000, 1400, 1010)]])[0]  # a span
     doc = b.write_results(str(tmp_path / "ka.json"), [row], [], gpu="none: test")
     assert "pooled over" in doc["notes"]
