@@ -104,3 +104,30 @@ def test_merge_usage_errors(files, tmp_path):
 def test_view_refuses_a_file_that_is_not_merged(files, tmp_path):
     r = run("view", "--merged", str(files["prof"]), "--headless")
     one_line_error(r, "not a Perfetto protobuf trace")
+
+
+def test_merge_options_are_made_once_checked_and_taken_whole(files, tmp_path):
+    """One MergeOptions, checked when made (one line per bad value), taken whole by merge() and
+    merge_ranks(), or made of their keywords; an object and its fields together are refused."""
+    from fa4trace.format.errors import BadOption
+    from fa4trace.profiler import MergeOptions, RankInput, merge, merge_ranks
+
+    for kw, words in ((dict(align="left"), "align must be one of start, clock"),
+                      (dict(rank_clock="ptp"), "rank_clock must be one of nccl, epoch"),
+                      (dict(max_launches=-1), "max_launches must be >= 0 or None"),
+                      (dict(tolerance_ns=None), "tolerance_ns must be >= 0, got None"),
+                      (dict(max_clock_offset_ns=True), "max_clock_offset_ns must be >= 0 or None")):
+        with pytest.raises(BadOption, match=words):
+            MergeOptions(**kw)
+    opts = MergeOptions(align="clock", max_launches=1, compress=True)
+    whole = merge(files["prof"], [files["a"]], tmp_path / "a.pftrace", options=opts)
+    loose = merge(files["prof"], [files["a"]], tmp_path / "b.pftrace", align="clock", max_launches=1, compress=True)
+    assert whole.to_dict()["align"] == loose.to_dict()["align"] == "clock"
+    assert [e["warps_drawn"] for e in whole.launches] == [e["warps_drawn"] for e in loose.launches] == [True, False]
+    with pytest.raises(BadOption, match="merge: give options= or align=, not both"):
+        merge(files["prof"], [files["a"]], tmp_path / "c.pftrace", options=opts, align="start")
+    with pytest.raises(BadOption, match="merge_ranks: options= takes a MergeOptions, got dict"):
+        merge_ranks([RankInput(0, files["prof"], [files["a"]])], tmp_path / "d.pftrace", options={"align": "clock"})
+    assert not (tmp_path / "c.pftrace").exists() and not (tmp_path / "d.pftrace").exists()
+    r = run("merge", str(files["prof"]), str(files["a"]), "-o", str(tmp_path / "e.pftrace"), "--max-clock-offset", "-1")
+    assert r.returncode != 0 and "Traceback" not in r.stderr  # the CLI's own range check, before any options

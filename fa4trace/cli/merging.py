@@ -43,20 +43,22 @@ def merge(profile, bundles, output, several, rank_clock, align, max_launches, co
 
     Several ranks: fa4trace merge --ranks prof_rank0.json step_rank0_*.parquet prof_rank1.json
     step_rank1_*.parquet -o all.pftrace (or: fa4trace merge --ranks run/ -o all.pftrace)"""
+    from ..profiler import MergeOptions
     from ..profiler import merge as merge_traces
 
     out = check_out(output, force)
-    opts = dict(align=align, max_launches=max_launches, compress=compress, force=force, analysis=not no_numbers,
-                max_clock_offset_ns=int(max_clock_offset * 1e9), allow_unmatched=allow_unmatched)
+    opts = MergeOptions(align=align, rank_clock=rank_clock, max_launches=max_launches, compress=compress,
+                        analysis=not no_numbers, max_clock_offset_ns=int(max_clock_offset * 1e9),
+                        allow_unmatched=allow_unmatched)
     if several:
         from ..profiler import merge_ranks, rank_inputs
 
-        report = merge_ranks(rank_inputs([profile, *bundles]), out, rank_clock=rank_clock, **opts)
+        report = merge_ranks(rank_inputs([profile, *bundles]), out, options=opts, force=force)
     else:
         if not bundles:
             raise click.UsageError("Missing argument 'BUNDLES...': name at least one fa4trace bundle after the "
                                    "profiler trace (several ranks' traces: add --ranks)", click.get_current_context())
-        report = merge_traces(profile, list(bundles), out, **opts)
+        report = merge_traces(profile, list(bundles), out, options=opts, force=force)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=1, default=str))
         return

@@ -174,10 +174,12 @@ class Placement:
                 for label, target, payload in self.spans}
 
 
-def options(cls, given, where: str, **fields_):
-    """The ``cls`` object an entry point works with: ``given`` (an object the caller made), or
-    one made of the ``fields_`` the caller passed as keywords (None: not passed, the field's
-    default). Both at once is one BadOption line, naming ``where``."""
+def options(cls, given, where: str, keyword: Optional[str] = None, **fields_):
+    """The ``cls`` object an entry point works with: ``given`` (an object the caller made, passed
+    as ``keyword``: default the class name in lower case), or one made of the ``fields_`` the
+    caller passed as keywords (None: not passed, the field's default). Both at once is one
+    BadOption line, naming ``where``."""
+    keyword = keyword or cls.__name__.lower()
     passed = {k: v for k, v in fields_.items() if v is not None}
     unknown = set(passed) - {f.name for f in fields(cls)}
     if unknown:  # a caller's mistake, not the user's
@@ -185,7 +187,7 @@ def options(cls, given, where: str, **fields_):
     if given is None:
         return cls(**passed)
     if not isinstance(given, cls):
-        raise BadOption(f"{where}: {cls.__name__.lower()}= takes a {cls.__name__}, got {type(given).__name__}")
+        raise BadOption(f"{where}: {keyword}= takes a {cls.__name__}, got {type(given).__name__}")
     if passed:
-        raise BadOption(f"{where}: give {cls.__name__.lower()}= or {', '.join(f'{k}=' for k in passed)}, not both")
+        raise BadOption(f"{where}: give {keyword}= or {', '.join(f'{k}=' for k in passed)}, not both")
     return given

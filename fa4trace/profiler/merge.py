@@ -54,14 +54,15 @@ from ..export.packets import descriptor
 from ..export.perfetto import Placement
 from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
-from .match import (DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, Match, match_launches, traced_launches)
+from ..format.options import options as resolve_options
+from .match import Match, match_launches, traced_launches
+from .options import ALIGN_MODES, MergeOptions
 from .packets import Ids, append_file, report_slice, short, summary_slices
 from .render import RenderJob, all_numbers, launch_events, launch_stats, render_launch
 from .report import REPORT_SLICE, MergeReport
 
 __all__ = ["merge", "attach", "ALIGN_MODES"]
 
-ALIGN_MODES = ("start", "clock")
 
 
 
@@ -187,26 +188,25 @@ class _Job:
     rows: int
 
 
-def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: int | None = None,
-          compress: bool = False, force: bool = False, analysis: bool = True,
-          tolerance_ns: int = DEFAULT_TOLERANCE_NS, max_clock_offset_ns: int | None = DEFAULT_MAX_CLOCK_OFFSET_NS,
-          names: list[str] | None = None, allow_unmatched: bool = False, workers: int | None = None) -> MergeReport:
+def merge(profiler_trace, traces, out, *, options: MergeOptions | None = None, force: bool = False,
+          names: list[str] | None = None, workers: int | None = None, align: str | None = None,
+          max_launches: int | None = None, compress: bool | None = None, analysis: bool | None = None,
+          tolerance_ns: int | None = None, max_clock_offset_ns: int | None = None,
+          allow_unmatched: bool | None = None) -> MergeReport:
     """Write one Perfetto trace of ``profiler_trace`` (a torch.profiler Chrome JSON path or a
     :class:`KinetoTrace`) with the warps of ``traces`` (bundles: :class:`Trace` objects or
     paths) under their kernels (module docstring). Returns the report.
 
-    ``align``: "start" or "clock" (module docstring). ``max_launches``: draw the warps of the first
-    N traced launches of each bundle only (the others keep a "traced launch" slice saying so).
-    ``compress``: zlib the warp packets. ``force``: replace an existing ``out``. ``analysis``:
-    busy / waiting / overlap per launch in the report. ``names``: labels of in-memory bundles.
-    ``workers``: processes that write a large merge's launches (default: 2, or 1 on one core).
-    Raises Fa4traceError (one line) when a bundle has no launch in the trace (unless
-    ``allow_unmatched``); nothing is written then."""
+    ``options`` (:class:`MergeOptions`), or its fields as keywords (``align``, ``max_launches``,
+    ``compress``, ``analysis``, ``tolerance_ns``, ``max_clock_offset_ns``, ``allow_unmatched``;
+    both at once is refused in one line). ``force``: replace an existing ``out``. ``names``:
+    labels of in-memory bundles. ``workers``: processes that write a large merge's launches
+    (default: 2, or 1 on one core). Raises Fa4traceError (one line) when a bundle has no launch
+    in the trace (unless ``allow_unmatched``); nothing is written then."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    if align not in ALIGN_MODES:
-        raise Fa4traceError(f"align must be one of {', '.join(ALIGN_MODES)}, not {align!r}")
-    if max_launches is not None and max_launches < 0:
-        raise Fa4traceError("max_launches must be >= 0")
+    opts = resolve_options(MergeOptions, options, "merge", "options", align=align, max_launches=max_launches,
+                           compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
+                           max_clock_offset_ns=max_clock_offset_ns, allow_unmatched=allow_unmatched)
     out = Path(out)
     if out.exists() and not force:
         raise Fa4traceError(f"{out} exists; refusing to overwrite it (add --force)")
@@ -220,33 +220,30 @@ def merge(profiler_trace, traces, out, *, align: str = "start", max_launches: in
             stack.callback(pool.shutdown, cancel_futures=True)
         # a large merge's first worker computes the numbers while this process reads (one job:
         # the other core stays with the reader; the launches' jobs queue behind it)
-        numbers = pool.submit(all_numbers, traces) if pool is not None and analysis else None
-        report = _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, align=align,
-                        max_launches=max_launches, compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
-                        max_clock_offset_ns=max_clock_offset_ns, names=names, allow_unmatched=allow_unmatched)
+        numbers = pool.submit(all_numbers, traces) if pool is not None and opts.analysis else None
+        report = _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, opts, names)
     # CPU time: this process's, and the launches' (in this process, or the workers' where they drew them)
     report.written["cpu_s"] = {"main": round(time.process_time() - cpu_start, 2),
                                "launches": report.written.pop("launch_cpu_s")}
     return report
 
 
-def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align, max_launches, compress, analysis,
-           tolerance_ns, max_clock_offset_ns, names, allow_unmatched) -> MergeReport:
+def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, opts: MergeOptions, names) -> MergeReport:
     """merge()'s steps, given its worker pool (or None) and the numbers' future (or None)."""
     kt, bundles, labels, paths = _inputs(profiler_trace, traces, names)
     stages["read_s"] = time.perf_counter() - t_start
     launches = traced_launches(bundles)
-    res = match_launches(kt, launches, tolerance_ns=tolerance_ns, max_clock_offset_ns=max_clock_offset_ns)
+    res = match_launches(kt, launches, tolerance_ns=opts.tolerance_ns, max_clock_offset_ns=opts.max_clock_offset_ns)
     per_bundle = np.bincount([m.launch.bundle for m in res.matches], minlength=len(bundles))
-    if not allow_unmatched:
+    if not opts.allow_unmatched:
         for b in range(len(bundles)):
             if per_bundle[b] == 0:
                 why = next((u.reason for u in res.unmatched if u.launch.bundle == b), "it holds no events")
                 raise Fa4traceError(f"{labels[b]}: none of its launches is in {Path(kt.path).name}: {why}")
     matches = sorted(res.matches, key=lambda m: int(kt.ts[m.row]))
-    shift, clock = align_launches(matches, align)
+    shift, clock = align_launches(matches, opts.align)
     gpu = kt.gpu_names()
-    report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=align, max_launches=max_launches,
+    report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=opts.align, max_launches=opts.max_launches,
                          clock=clock, notes=list(res.notes))
     for b, tr in enumerate(bundles):
         report.bundles.append({"index": b, "name": labels[b], "path": paths[b], "kernel": tr.name,
@@ -267,7 +264,7 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
     placed = []
     for m in matches:
         b = m.launch.bundle
-        drawn = max_launches is None or drawn_count.get(b, 0) < max_launches
+        drawn = opts.max_launches is None or drawn_count.get(b, 0) < opts.max_launches
         drawn_count[b] = drawn_count.get(b, 0) + int(drawn)
         tr = launch_events(bundles[b], m.launch.launch)
         call = calls.get(int(kt.correlation[m.row]))
@@ -287,10 +284,10 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
             place = Placement(parent_uuid=traced_tracks[i], name=f"{short(e['label'], 40)} · launch {e['launch']}: "
                               f"{e['ctas']} CTAs, {e['warps']} warps", uuid_base=0, first_sequence_id=0,
                               ts_offset_ns=e["shift_ns"])
-        inline_numbers = analysis and numbers is None
+        inline_numbers = opts.analysis and numbers is None
         if place is not None or inline_numbers:
             src = paths[m.launch.bundle] or tr
-            jobs.append((i, _Job(RenderJob(src, m.launch.launch, place, compress, inline_numbers, spool.name),
+            jobs.append((i, _Job(RenderJob(src, m.launch.launch, place, opts.compress, inline_numbers, spool.name),
                                  e["rows"])))
     stages["match_s"] = time.perf_counter() - t_start - stages["read_s"]
     flows = host_flows(kt)
@@ -322,7 +319,7 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, *, align
             f.write(bytes(head))
             f.write(host.setup)
             f.write(host.hot)
-            f.write(summary_slices(placed, traced_tracks, summary_seq, max_launches))
+            f.write(summary_slices(placed, traced_tracks, summary_seq, opts.max_launches))
             for r in results:
                 if r.path:
                     append_file(f, r.path)

@@ -48,14 +48,16 @@ import pyarrow.parquet as pq
 from ..export.packets import descriptor
 from ..export.perfetto import Placement
 from ..format.errors import Fa4traceError
+from ..format.options import options as resolve_options
 from ..trace.bundle import Trace, read_meta
 from ..trace.files import create_beside
 from ..trace.meta import BundleMeta
-from .collectives import RANK_CLOCKS, SIGNIFICANT, align_rank, anchors_of, residuals
+from .collectives import SIGNIFICANT, align_rank, anchors_of, residuals
 from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
-from .match import DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS, match_launches, traced_launches
-from .merge import ALIGN_MODES, PARALLEL_ROWS, UUID_WARPS, align_launches, launch_entry
+from .match import match_launches, traced_launches
+from .merge import PARALLEL_ROWS, UUID_WARPS, align_launches, launch_entry
+from .options import MergeOptions
 from .packets import Ids, append_file, report_begin, report_end, short, summary_slices
 from .render import RenderJob, render_launch, worker_init
 from .report import REPORT_SLICE, MergeReport
@@ -258,24 +260,23 @@ class _Output:
             os.unlink(self.tmp)
 
 
-def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock: str = "nccl",
-                max_launches: int | None = None, compress: bool = False, force: bool = False, analysis: bool = True,
-                tolerance_ns: int = DEFAULT_TOLERANCE_NS,
-                max_clock_offset_ns: int | None = DEFAULT_MAX_CLOCK_OFFSET_NS, allow_unmatched: bool = False,
-                workers: int | None = None) -> MergeReport:
+def merge_ranks(ranks: list[RankInput], out, *, options: MergeOptions | None = None, force: bool = False,
+                workers: int | None = None, align: str | None = None, rank_clock: str | None = None,
+                max_launches: int | None = None, compress: bool | None = None, analysis: bool | None = None,
+                tolerance_ns: int | None = None, max_clock_offset_ns: int | None = None,
+                allow_unmatched: bool | None = None) -> MergeReport:
     """Write one Perfetto trace of several ranks (module docstring). Returns the report.
 
-    ``ranks``: one :class:`RankInput` each (rank numbers distinct). ``rank_clock``: "nccl" or
-    "epoch" (module docstring). The other keywords are :func:`fa4trace.profiler.merge`'s, per
-    rank. ``workers``: processes that draw the traced launches of a large merge (default 2, or
-    1 on one core). Raises Fa4traceError (one line) for bad input; nothing is written then."""
+    ``ranks``: one :class:`RankInput` each (rank numbers distinct). ``options``
+    (:class:`MergeOptions`), or its fields as keywords, as :func:`fa4trace.profiler.merge`'s, per
+    rank, and ``rank_clock``: "nccl" or "epoch" (module docstring). ``workers``: processes that
+    draw the traced launches of a large merge (default 2, or 1 on one core). Raises
+    Fa4traceError (one line) for bad input; nothing is written then."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    if align not in ALIGN_MODES:
-        raise Fa4traceError(f"align must be one of {', '.join(ALIGN_MODES)}, not {align!r}")
-    if rank_clock not in RANK_CLOCKS:
-        raise Fa4traceError(f"rank_clock must be one of {', '.join(RANK_CLOCKS)}, not {rank_clock!r}")
-    if max_launches is not None and max_launches < 0:
-        raise Fa4traceError("max_launches must be >= 0")
+    opts = resolve_options(MergeOptions, options, "merge_ranks", "options", align=align, rank_clock=rank_clock,
+                           max_launches=max_launches, compress=compress, analysis=analysis,
+                           tolerance_ns=tolerance_ns, max_clock_offset_ns=max_clock_offset_ns,
+                           allow_unmatched=allow_unmatched)
     ranks = list(ranks)
     if not ranks:
         raise Fa4traceError("no rank to merge: name each rank's torch.profiler trace")
@@ -283,7 +284,7 @@ def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock
     if dup:
         raise Fa4traceError(f"rank {dup[0]} is given twice: each rank has one torch.profiler trace")
     for x in ranks:
-        if not x.bundles and not allow_unmatched:
+        if not x.bundles and not opts.allow_unmatched:
             raise Fa4traceError(f"rank {x.rank} has no bundle: name its fa4trace bundles after its profiler trace")
     out = Path(out)
     if out.exists() and not force:
@@ -303,10 +304,7 @@ def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock
             prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
         output = _Output(out)
         try:
-            report = _write(ranks, out, output, pool, spool, t_start, align=align, rank_clock=rank_clock,
-                            max_launches=max_launches, compress=compress, analysis=analysis,
-                            tolerance_ns=tolerance_ns, max_clock_offset_ns=max_clock_offset_ns,
-                            allow_unmatched=allow_unmatched)
+            report = _write(ranks, out, output, pool, spool, t_start, opts)
         except BaseException:
             output.abort()
             raise
@@ -319,13 +317,12 @@ def merge_ranks(ranks: list[RankInput], out, *, align: str = "start", rank_clock
     return report
 
 
-def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clock, max_launches, compress, analysis,
-           tolerance_ns, max_clock_offset_ns, allow_unmatched) -> MergeReport:
+def _write(ranks, out, output: _Output, pool, spool, t_start, opts: MergeOptions) -> MergeReport:
     """merge_ranks's steps, given the output, the pool and the spool folder."""
     stages = {"read_s": 0.0, "place_s": 0.0, "host_s": 0.0, "wait_s": 0.0, "write_s": 0.0}
     ids = Ids()
-    report = MergeReport(profiler_trace=", ".join(_name(x.profile) for x in ranks), output=str(out), align=align,
-                         max_launches=max_launches)
+    report = MergeReport(profiler_trace=", ".join(_name(x.profile) for x in ranks), output=str(out),
+                         align=opts.align, max_launches=opts.max_launches)
     report_track, report_seq = ids.new_uuid(), ids.new_seq()
     top_seq = ids.new_seq()
     head = descriptor(report_track, REPORT_SLICE, top_seq, rank=-1000)
@@ -349,9 +346,7 @@ def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clo
         stages["read_s"] += time.perf_counter() - t
         t = time.perf_counter()
         state, host_job = _place_rank(inp, kt, heads, ids, pool, spool, cursor, anchors, clocks, used_pids, report,
-                                      align=align, rank_clock=rank_clock, max_launches=max_launches,
-                                      compress=compress, analysis=analysis, tolerance_ns=tolerance_ns,
-                                      max_clock_offset_ns=max_clock_offset_ns, allow_unmatched=allow_unmatched)
+                                      opts)
         stages["place_s"] += time.perf_counter() - t
         t = time.perf_counter()
         host = host_job()
@@ -376,11 +371,11 @@ def _write(ranks, out, output: _Output, pool, spool, t_start, *, align, rank_clo
                           start_ns=int(host.start_ns), end_ns=int(host.end_ns))
         pending.append(state)
         while len(pending) > 1:  # hold two ranks at most: the one just written and the one drawing
-            slices += _finish_rank(pending.popleft(), output, stages, max_launches, results_seconds, results_cpu)
+            slices += _finish_rank(pending.popleft(), output, stages, opts.max_launches, results_seconds, results_cpu)
     while pending:
-        slices += _finish_rank(pending.popleft(), output, stages, max_launches, results_seconds, results_cpu)
+        slices += _finish_rank(pending.popleft(), output, stages, opts.max_launches, results_seconds, results_cpu)
 
-    report.rank_clock = _rank_clock_report(anchors, clocks, rank_clock, report)
+    report.rank_clock = _rank_clock_report(anchors, clocks, opts.rank_clock, report)
     report.host = {"events": int(events), "slices": int(events), "start_ns": int(t_min or 0), "end_ns": int(t_max or 0),
                    "gpu": sorted({g for r in report.ranks for g in r.get("gpu") or []}), "ranks": len(report.ranks)}
     report.launches.sort(key=lambda e: (e["kernel_start_ns"], e["rank"]))
@@ -417,31 +412,30 @@ def _main_pid(kt: KinetoTrace):
 
 
 def _place_rank(inp: RankInput, kt: KinetoTrace, heads: list, ids: Ids, pool, spool, cursor, anchors, clocks, used_pids,
-                report: MergeReport, *, align, rank_clock, max_launches, compress, analysis, tolerance_ns,
-                max_clock_offset_ns, allow_unmatched):
+                report: MergeReport, opts: MergeOptions):
     """Match a rank's launches, find its clock offset, start its render jobs; return its state and
     a function that builds its host part (run next, while the workers draw)."""
     r = int(inp.rank)
     launches = traced_launches([h.head for h in heads])
     for ln in launches:
         ln.bundle = heads[ln.bundle].index
-    res = match_launches(kt, launches, tolerance_ns=tolerance_ns, max_clock_offset_ns=max_clock_offset_ns)
+    res = match_launches(kt, launches, tolerance_ns=opts.tolerance_ns, max_clock_offset_ns=opts.max_clock_offset_ns)
     per_bundle = Counter(m.launch.bundle for m in res.matches)
     for h in heads:
-        if not per_bundle[h.index] and not allow_unmatched:
+        if not per_bundle[h.index] and not opts.allow_unmatched:
             why = next((u.reason for u in res.unmatched if u.launch.bundle == h.index), "it holds no events")
             raise Fa4traceError(f"rank {r}: {h.label}: none of its launches is in {Path(kt.path).name}: {why}")
     # the rank's clock against the ranks before it (fa4trace.profiler.collectives)
     anchors[r] = anchors_of(kt)
     clocks[r] = align_rank(anchors, r, clocks)
     measured = clocks[r]["offset_ns"]
-    off = int(measured) if rank_clock == "nccl" and measured is not None and clocks[r]["significant"] else 0
+    off = int(measured) if opts.rank_clock == "nccl" and measured is not None and clocks[r]["significant"] else 0
     if off:
         kt.ts = kt.ts - off
         for m in res.matches:
             m.delta_ns -= off
     matches = sorted(res.matches, key=lambda m: int(kt.ts[m.row]))
-    shift, clock = align_launches(matches, align)
+    shift, clock = align_launches(matches, opts.align)
     pid = _main_pid(kt)
     track_pid = pid if isinstance(pid, int) and pid not in used_pids and 0 < pid < 0x7FA00000 else RANK_PID + r
     used_pids.add(pid)
@@ -483,7 +477,7 @@ def _place_rank(inp: RankInput, kt: KinetoTrace, heads: list, ids: Ids, pool, sp
     for m in matches:
         h = by_index[m.launch.bundle]
         k = m.launch.launch
-        drawn = max_launches is None or drawn_count[h.index] < max_launches
+        drawn = opts.max_launches is None or drawn_count[h.index] < opts.max_launches
         drawn_count[h.index] += int(drawn)
         call = calls.get(int(kt.correlation[m.row]))
         ops = op_stack(kt, call, by_track) if call is not None else []
@@ -505,7 +499,7 @@ def _place_rank(inp: RankInput, kt: KinetoTrace, heads: list, ids: Ids, pool, sp
             cursor["launch"] += 1
             cursor["seq"] += 2 * rows + 16
             cursor["flow"] += rows + 1
-        job = RenderJob(h.source, k, place, compress, analysis, spool, kernel_ns=(k0, k1))
+        job = RenderJob(h.source, k, place, opts.compress, opts.analysis, spool, kernel_ns=(k0, k1))
         state.entries.append(e)
         state.parents.append(int(kt.track[m.row]))
         state.tracks.append(u)
