@@ -4,6 +4,7 @@
     python benchmarks/bench_known_answer.py compile        # any machine with the CuTe DSL: every variant compiles
     python benchmarks/bench_known_answer.py merge r1.json r2.json r3.json --json out.json   # runs made apart
     python benchmarks/bench_known_answer.py merge --refit r1.json r2.json r3.json --json out.json   # spans compensated again
+    python benchmarks/bench_known_answer.py lengths --json benchmarks/results/known_answer_lengths_h100.json   # GPU
 
 Needs a GPU with the CuTe DSL (nvidia-cutlass-dsl 4.8) for ``run``: the known-answer kernels
 (kernels/known_answer.py) are compiled in process. For each recorder the product uses (Recorder
@@ -22,6 +23,11 @@ the spread):
   consumer that reaches its wait after the fill (the lag is its own work); each at
   ``fa4trace.check.known_answer.HANDOFF_LENGTHS`` set lengths, pooled (``handoff_case``: where
   the two warps' records meet moves what they cost), each length's error kept.
+
+``lengths``: the dense consumer's and both-dense waits of ``HANDOFFS`` at ``LENGTH_STEPS`` set
+lengths, ``LENGTH_STEP`` cycles apart on the consumer's way (twice that on the producer's), one
+length each (no pooling): what each recorder's compensated wait reads where the two warps'
+records meet at each alignment (area "known-answer-lengths", on docs/known-answer.md).
 
 Each figure (the mean over the launch's spans) is set raw and compensated
 (``fa4trace.analysis.compensate``) beside the untraced twin's (``fa4trace.check.known_answer``:
@@ -57,6 +63,8 @@ HANDOFFS = (
     ("consumer late", 500, 1, 4000, 16),
 )
 KEYS = ("recorder", "figure", "case", "nominal_ns", "density", "cons_density")
+LENGTH_STEPS, LENGTH_STEP = 16, 8  # ``lengths``: set lengths, cycles apart on the consumer's way
+LENGTH_CASES = ("consumer dense", "both dense")
 COLUMNS = [["recorder", "recorder"], ["figure", "figure"], ["case", "case"], ["nominal_ns", "set ns"],
            ["density", "events in (+1)"], ["truth_ns", "untraced ns"], ["raw_ns", "raw ns"],
            ["comp_ns", "compensated ns"], ["raw_err_pct", "raw error %"], ["comp_err_pct", "compensated error %"],
@@ -224,6 +232,48 @@ def one_run(recorders, span_ns, densities, reps: int, log=print) -> tuple[list[d
     return rows, cals
 
 
+def length_rows(recorders, reps: int, log=print) -> list[dict]:
+    """``lengths`` (module doc): one row per recorder, case and set length, each length its own
+    launch and twin (``handoff_case(lengths=1)``), each recorder calibrated first."""
+    from fa4trace.analysis.compensate import Calibration
+    from fa4trace.check.known_answer import handoff_case
+    from fa4trace.probes.known_answer import calibrate
+
+    rows = []
+    for rec in recorders:
+        cal = Calibration.from_dict(calibrate(rec, cache=False))
+        ghz = cal.clock_ghz or 1.98
+        for case, p_ns, p_k, c_ns, c_k in (h for h in HANDOFFS if h[0] in LENGTH_CASES and h[1] == 2000):
+            for i in range(LENGTH_STEPS):
+                d = i * LENGTH_STEP
+                w = handoff_case(rec, cal, cycles=int(round(p_ns * ghz)) + 2 * d, density=p_k,
+                                 cons_cycles=int(round(c_ns * ghz)) + d, cons_density=c_k, reps=2 * reps, lengths=1)[0]
+                rows.append({"recorder": rec, "case": case, "added_cycles": d, "truth_ns": round(w["truth_ns"], 1),
+                             "comp_ns": round(w["comp_ns"], 1), "comp_err_ns": round(w["comp_err_ns"], 1),
+                             "within_target": bool(w["within"])})
+        errs = [r["comp_err_ns"] for r in rows if r["recorder"] == rec]
+        log(f"{rec}: compensated wait error {min(errs):+.1f}..{max(errs):+.1f} ns over {len(errs)} set lengths")
+    return rows
+
+
+def write_lengths(path: str, rows: list[dict], gpu: str | None = None) -> dict:
+    """The ``lengths`` result file: a grid of the compensated wait's error, a line per recorder
+    and case, a column per set length."""
+    from fa4trace.bench import results
+
+    doc = results.envelope(
+        "known-answer-lengths", "A handoff's compensated wait by set length", rows, gpu=gpu,
+        pivot={"rows": ["recorder", "case"], "columns": ["+{added_cycles}"], "value": "comp_err_ns"},
+        notes=("The consumer-dense and both-dense waits of the benchmark (2 µs producer, 1 µs consumer, 16 "
+               f"sub-spins each way that records), each at {LENGTH_STEPS} set lengths: the consumer's way "
+               f"{LENGTH_STEP} cycles longer at each step (+N in the header, cycles), the producer's twice that; "
+               "each cell the compensated wait less the untraced twin's (ns), one launch and its twin per length, "
+               "each recorder calibrated first. Where the two warps' records meet moves what they cost: "
+               "`run` pools each handoff over 8 lengths (fa4trace.check.known_answer.handoff_case)."))
+    results.write(path, doc)
+    return doc
+
+
 def read_one_run_files(paths: list[str]) -> list[dict]:
     """The result files of ``run --runs 1 --json``, read and checked (one line each on error)."""
     docs = []
@@ -334,6 +384,10 @@ def main(argv=None) -> None:
     c = sub.add_parser("compile", help="compile the known-answer variants here (the CuTe DSL, no GPU)")
     sm = sub.add_parser("summarise", help="write a result file's summary beside it again (no GPU)")
     sm.add_argument("file", help="a result file of `run --json`")
+    ln = sub.add_parser("lengths", help="the dense handoffs' compensated wait at each of several set lengths (GPU)")
+    ln.add_argument("--recorders", default=None, help="comma list (default: every recorder)")
+    ln.add_argument("--reps", type=int, default=8, help="rounds per launch: twice this")
+    ln.add_argument("--json", default=None, help="result file")
     mg = sub.add_parser("merge", help="aggregate one-run result files into one (no GPU)")
     mg.add_argument("files", nargs="+", help="result files of `run --runs 1 --json`")
     mg.add_argument("--json", required=True, help="the merged result file (its summary beside it)")
@@ -365,9 +419,15 @@ def main(argv=None) -> None:
         return
     recorders = a.recorders.split(",") if a.recorders else list(_recorders())
     bad = [x for x in recorders if x not in _recorders()]
-    if bad or a.runs < 1 or a.reps < 1:
+    if bad or getattr(a, "runs", 1) < 1 or a.reps < 1:
         ap.error(f"unknown recorder(s) {', '.join(bad)}; choose from {', '.join(_recorders())}" if bad
                  else "--runs and --reps must be >= 1")
+    if a.cmd == "lengths":
+        rows = length_rows(recorders, a.reps)
+        if a.json:
+            write_lengths(a.json, rows)
+            print(f"wrote {a.json}")
+        return
     span_ns, densities = (QUICK_SPAN_NS, QUICK_DENSITIES) if a.quick else (SPAN_NS, DENSITIES)
     per_run, cals = [], []
     for i in range(a.runs):

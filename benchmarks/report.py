@@ -45,7 +45,7 @@ under run-iket); host: bench_export.py; viewer: bench_app.py; floors: stream_flo
 trace-cost: trace_cost.py; decode-recorder-parts: decode_recorder_parts.py; cost-targets:
 cost_targets.py (from the other result files, no GPU); fa4-sm90:
 fa4_sm90_device.py; auto-kernels, auto-sample: auto_kernels.py, bench_cta_sample.py; fidelity,
-fidelity-error, fidelity-shown, perturbation-line: bench_fidelity.py; known-answer: bench_known_answer.py; sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
+fidelity-error, fidelity-shown, perturbation-line: bench_fidelity.py; known-answer, known-answer-lengths: bench_known_answer.py (run, lengths); sweep-page, sweep-query (CPU), sweep-overhead, sweep-pool (GPU):
 bench_sweep_page.py, bench_sweep_query.py, bench_sweep_overhead.py, bench_sweep_pool.py; static-footprint (CPU): ``fa4trace sass -o``; merge, merge-ranks (CPU): bench_merge.py (--ranks 8). benchmarks/device_run.sh runs the GPU ones in one go. The other areas hold
 tables made from runs of these (their "command" says which).
 """
@@ -116,7 +116,7 @@ PAGES = {
                         "[`benchmarks/results/`](../benchmarks/results/) (written by "
                         "`benchmarks/bench_known_answer.py run --json`); the summary: "
                         "[BENCHMARKS.md](../BENCHMARKS.md); what compensation does: [compensation.md](compensation.md).",
-                        [("known-answer", None)]),
+                        [("known-answer", None), ("known-answer-lengths", None)]),
     "instrument-program.md": ("instrument() in a PyTorch program",
                               "What `fa4trace.instrument()` costs the program it traces: block entry and exit "
                               "against the heap's size, compile time under the block, and a plain call after it "

@@ -141,3 +141,32 @@ def test_compile_mode_compiles_variants_without_a_gpu():
     untraced, ring = lines
     assert untraced["globaltimer"] == 0 and untraced["record_stores"] == 0 and untraced["clock64"] > 0
     assert ring["globaltimer"] > 0 and ring["record_stores"] > 0
+
+
+def test_the_lengths_grid_renders_a_line_per_recorder_and_case(tmp_path, monkeypatch):
+    """`lengths`: one row per recorder, case and set length (each its own launch), rendered as a
+    grid on docs/known-answer.md (a line per recorder and case, a column per length)."""
+    b = _load("bench_known_answer.py")
+    report = _load("report.py")
+    import fa4trace.analysis.compensate as C
+    import fa4trace.check.known_answer as KA
+    import fa4trace.probes.known_answer as PK
+
+    seen = []
+
+    def case(rec, cal, *, cycles, density, cons_cycles, cons_density, reps, lengths):
+        seen.append((cycles, cons_cycles, lengths))
+        err = 25.0 if len(seen) % b.LENGTH_STEPS == 1 else 4.0
+        return [{"truth_ns": 1000.0, "comp_ns": 1000.0 + err, "comp_err_ns": err, "within": err <= 20}]
+
+    monkeypatch.setattr(PK, "calibrate", lambda rec, cache: {"recorder": rec, "clock_ghz": 2.0})
+    monkeypatch.setattr(C.Calibration, "from_dict", classmethod(lambda cls, d: type("Cal", (), d)))
+    monkeypatch.setattr(KA, "handoff_case", case)
+    rows = b.length_rows(["segment_smem"], reps=8, log=lambda *_: None)
+    assert len(rows) == 2 * b.LENGTH_STEPS and {r["case"] for r in rows} == set(b.LENGTH_CASES)
+    assert seen[:2] == [(4000, 2000, 1), (4000 + 2 * b.LENGTH_STEP, 2000 + b.LENGTH_STEP, 1)]
+    assert [r["within_target"] for r in rows[:3]] == [False, True, True]
+    out = tmp_path / "results" / "known_answer_lengths_test.json"
+    b.write_lengths(str(out), rows, gpu="none: test")
+    page = report.render_page("known-answer.md", [dict(json.loads(out.read_text()), _file=out.name)])
+    assert "| segment_smem · consumer dense | 25 | 4 |" in page.replace(".0 ", " ")
