@@ -362,6 +362,20 @@ def test_where_no_wait_of_a_pipeline_blocked_the_calibrated_handoff_lag_ends_the
     assert (truth - without > (LAG - DELTA) / GHZ - TOL_NS).all()
 
 
+def test_a_fill_inside_the_waits_begin_record_does_not_set_the_lag_of_the_others():
+    # three rounds the consumer's 15 events bring it to its wait well after the fill; in one the
+    # fill lands 10 cycles after its wait's begin read, while its record still runs (the warp
+    # polls ``gap`` after the read): the wake read there holds the record's rest, no
+    # fill-to-wake time; counted as blocked, its lag (240 cycles, not 94) would end every wait
+    trace, truth, _ = handoff_case([3400, 3754, 3400, 3400], cons_work=3000, cons_density=16, barrier=True,
+                                   late=None, gap=250)
+    f_minus_b = 3754 + DELTA - (3000 + 15 * EVENT)
+    assert 0 < f_minus_b < OFFSET + EVENT and (truth > 200).all()
+    cal = dataclasses.replace(CAL, handoff_lag_cycles=LAG - DELTA)
+    w = _wait_rows(trace, cal)
+    assert np.abs(w["ns"].to_numpy() - truth).max() <= TOL_NS, (w["ns"].to_pylist(), truth)
+
+
 def test_lags_lose_the_consumers_own_events_after_the_fill_and_the_calibrated_offset():
     trace, _, truth = handoff_case([4000, 8000], late=False)
     lg = C.lags(trace, CAL)

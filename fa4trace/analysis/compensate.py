@@ -16,7 +16,8 @@ in between (``c`` each). A calibration measures both on the GPU at hand, per rec
   each made since, the filling warp's until the fill (``P``) and the waiting warp's until the
   wait's begin (``C``), moved the two apart; the wait is
   ``fill - begin - (P * c'_fill - C * c'_wait)`` plus the fill-to-wake time (its own where it
-  blocked, else the pipeline's median), no shorter than an unblocked wait; so a wait that did
+  blocked, the fill coming after its begin record was done, else the median of those that
+  did, else the calibrated handoff lag), no shorter than an unblocked wait; so a wait that did
   not block traced but would have untraced is given back (``n_release`` = P - C);
 * else, a pipeline wait released by another warp's fill after it began (the fill as
   ``fa4trace.analysis.kernel`` defines it: the first commit of the count, else the end of its
@@ -338,10 +339,11 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
     """The waits released by another warp's fill, where both warps last passed one barrier
     (fa4trace.analysis.barriers): each warp's time since it, less its own records' cost, gives
     the fill and the wait's begin as untraced; the wait ran to the fill plus the handoff's own
-    fill-to-wake time (this wait's raw one where it blocked; else the median of the pipeline's
-    waits that did; where none did, the calibrated handoff lag), and no shorter than an
-    unblocked wait (its raw less the offset). The lag runs from the untraced fill: its read
-    less the lag offset."""
+    fill-to-wake time (this wait's raw one where it blocked, the fill after its begin record was
+    done: one offset and one record's cost on the way to a wait after the begin read; else the
+    median of the pipeline's waits that did; where none did, the calibrated handoff lag), and
+    no shorter than an unblocked wait (its raw less the offset). The lag runs from the untraced
+    fill: its read less the lag offset."""
     c, rec, ratio = t.c, t.rec, t.ratio
     rows = np.flatnonzero((t.fill_gid >= 0) & (t.fill_gid != c.warp_gid))
     empty = np.zeros(0)
@@ -362,7 +364,11 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
     n_c = rec.between(gid, xc, b, ns=True)
     delta = ratio[fg] * n_p * cal.fill_cycles - ratio[gid] * n_c * cal.wait_cycles
     lag_off = ratio[gid] * (cal.lag_offset_cycles or 0.0)
-    blocked = f > b
+    offset = ratio[gid] * _offsets(c, rows, cal)
+    # blocked: the fill came after the warp polled, its wait's begin record done (the span's
+    # offset and a record's cost on the way to a wait after its begin read); a fill before that
+    # is seen only when the record ends, and the fill-to-wake time read there holds its rest
+    blocked = f - b > offset + ratio[gid] * cal.wait_cycles
     lag = (e - f).astype(np.float64)  # fill read to wake, raw: where the wait blocked, its own
     res = c.resource[rows]
     for r in np.unique(res[~blocked]):
@@ -371,7 +377,7 @@ def _aligned_waits(t: "_Trace", cal: Calibration) -> _Aligned:
             lag[m & ~blocked] = float(np.median(lag[m & blocked]))
         else:
             lag[m & ~blocked] = ratio[gid[m & ~blocked]] * (cal.handoff_lag_cycles or 0.0)
-    unblocked = np.where(blocked, 0.0, (e - b) - ratio[gid] * _offsets(c, rows, cal))
+    unblocked = np.where(f > b, 0.0, (e - b) - offset)
     wait = np.maximum((f - b) - delta + lag, unblocked)
     wait_cost = (e - b) - wait
     # the lag runs from the untraced fill: delta earlier than the wait's begin moved, and the lag
