@@ -124,8 +124,7 @@ def _handoff_at(recorder: str, cal, kw: dict) -> dict:
 def handoff_lengths(cycles: int, cons_cycles: int, lengths: int = HANDOFF_LENGTHS) -> list[tuple[int, int]]:
     """The (producer, consumer) set cycles of a handoff measured at ``lengths`` set lengths: the
     producer's ``cycles`` plus 0, ``HANDOFF_LENGTH_STEP``, 2 x that, ..., the consumer's grown in
-    proportion, so
-    the figure keeps its shape while the warps' records meet at other alignments."""
+    proportion, so the figure keeps its shape while the warps' records meet at other alignments."""
     if lengths < 1:
         raise ValueError(f"lengths must be >= 1, got {lengths}")
     out = []

@@ -50,11 +50,11 @@ import pyarrow.parquet as pq
 from ..trace.bundle import Trace, load
 from ..trace.files import create_beside
 from ..format.errors import Fa4traceError
+from ..format.options import options as resolve_options
 from ..export.packets import descriptor
 from ..export.perfetto import Placement
 from .host import host_flows, host_part, op_stack
 from .kineto import KinetoTrace, load_kineto
-from ..format.options import options as resolve_options
 from .match import Match, match_launches, traced_launches
 from .options import ALIGN_MODES, MergeOptions
 from .packets import Ids, append_file, report_slice, short, summary_slices
@@ -243,7 +243,8 @@ def _merge(profiler_trace, traces, out, pool, numbers, stages, t_start, opts: Me
     matches = sorted(res.matches, key=lambda m: int(kt.ts[m.row]))
     shift, clock = align_launches(matches, opts.align)
     gpu = kt.gpu_names()
-    report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=opts.align, max_launches=opts.max_launches,
+    report = MergeReport(profiler_trace=str(kt.path), output=str(out), align=opts.align,
+                         max_launches=opts.max_launches,
                          clock=clock, notes=list(res.notes))
     for b, tr in enumerate(bundles):
         report.bundles.append({"index": b, "name": labels[b], "path": paths[b], "kernel": tr.name,
