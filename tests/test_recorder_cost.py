@@ -63,7 +63,7 @@ def test_rows_ok_within_the_target_warn_outside_it_and_write_the_calibrations(ct
     assert str(ctx.out / C.FILE) in ctx.files
 
 
-def test_a_wait_alone_off_target_warns_and_says_so(ctx, monkeypatch, waits_ok):
+def test_a_wait_alone_off_target_warns_and_says_so(ctx, monkeypatch):
     monkeypatch.setattr(PK, "calibrate", lambda rec, build=None: _cal(rec))
     monkeypatch.setattr(KA, "span_case", lambda rec, cal, **kw: _span(2000.0))
     monkeypatch.setattr(KA, "handoff_case", lambda rec, cal, **kw: _wait(2300.0))

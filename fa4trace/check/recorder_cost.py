@@ -7,9 +7,9 @@ of one event, its costs on a warp's way to a fill and to a wait, the lag offset)
 with it against the untraced twin, a 5 µs known-answer span with 7 events inside
 (``fa4trace.check.known_answer.span_case``) and the wait of a consumer that a producer releases
 after 2.5 µs with 11 events on its way (``handoff_case``, the round's barrier recorded, pooled
-over its set lengths). The row
-is ok where both lie within max(2%, 20 ns) of the twin's, and warns otherwise, naming which
-missed (the compensated figures of that kind are not to be trusted here). The calibrations go to
+over its set lengths). The row is ok where both lie within max(2%, 20 ns) of the twin's, and
+warns otherwise, naming which missed (the compensated figures of that kind are not to be
+trusted here). The calibrations go to
 ``recorder_cost.json`` in the check's folder: ``fa4trace summary --compensate --calibration``
 reads it.
 """
