@@ -110,13 +110,13 @@ def test_one_run_files_merge_as_one_run_of_them_all(tmp_path):
 
 
 def test_refit_compensates_the_spans_again_from_each_runs_own_calibration_spans():
-    """The H100 runs kept in benchmarks/results/repeats/: recomputing each run's compensation
+    """The H100 runs of e02b9c5 kept in benchmarks/results/repeats/: recomputing each run's compensation
     from its span means and the calibration it used gives back what the run computed (so the
     refit is the compensation the run would have made), and the inner-offset fit brings every
     judged span within max(2%, 20 ns) on every recorder (the one-line-through-the-offset fit
     those runs used: 52 of 53 on recorder_lanes)."""
     b = _load("bench_known_answer.py")
-    runs = sorted((ROOT / "benchmarks" / "results" / "repeats").glob("known_answer_h100_r*.json"))
+    runs = sorted((ROOT / "benchmarks" / "results" / "repeats").glob("known_answer_h100_e02b9c5_r*.json"))
     assert len(runs) == 3
     before, after = [], []
     for doc in b.read_one_run_files([str(p) for p in runs]):
