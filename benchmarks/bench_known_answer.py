@@ -122,16 +122,21 @@ def _length_range(rs: list[dict]) -> dict:
 
 def summary(rows: list[dict]) -> dict:
     """Per recorder and figure: judged rows, how many within the target compensated and raw,
-    and the worst compensated error (% and ns)."""
+    the worst compensated error (% and ns), the runs each median came from and the largest
+    spread over those runs of a judged figure (% of its truth): the noise beside the verdict."""
     out: dict = {}
     for r in rows:
         if r["within_target"] is None:
             continue
         s = out.setdefault(r["recorder"], {}).setdefault(r["figure"], {"judged": 0, "within": 0, "raw_within": 0,
-                                                                        "worst_pct": 0.0, "worst_ns": 0.0})
+                                                                        "worst_pct": 0.0, "worst_ns": 0.0,
+                                                                        "runs": r.get("runs", 1), "spread_pct": 0.0})
         s["judged"] += 1
         s["within"] += bool(r["within_target"])
         s["raw_within"] += bool(r["raw_within_target"])
+        s["runs"] = min(s["runs"], r.get("runs", 1))
+        if r.get("comp_noise_ns") is not None and r["truth_ns"]:
+            s["spread_pct"] = max(s["spread_pct"], round(100 * r["comp_noise_ns"] / r["truth_ns"], 2))
         if r["comp_err_pct"] is not None and abs(r["comp_err_pct"]) >= abs(s["worst_pct"]):
             s["worst_pct"], s["worst_ns"] = r["comp_err_pct"], r["comp_err_ns"]
     return out
@@ -139,7 +144,7 @@ def summary(rows: list[dict]) -> dict:
 
 SUMMARY_COLUMNS = [["recorder", "recorder"], ["figure", "figure"], ["judged", "judged (>= 200 ns)"],
                    ["within", "compensated within"], ["raw_within", "raw within"], ["worst_pct", "worst compensated %"],
-                   ["worst_ns", "worst compensated ns"], ["status", "target"]]
+                   ["worst_ns", "worst compensated ns"], ["spread_pct", "largest spread %"], ["status", "target"]]
 
 
 def summary_path(path: str) -> str:
@@ -160,9 +165,9 @@ def write_summary(path: str, doc: dict, title_extra: str = "") -> str:
         "known-answer-summary", "Known-answer kernels: compensated figures within max(2%, 20 ns) of the truth"
         + title_extra,
         rows, columns=SUMMARY_COLUMNS, gpu=doc.get("gpu"), command=doc.get("command"),
-        notes=("Per recorder and figure, of the figures of at least 200 ns: how many the compensation brings within "
-               "max(2%, 20 ns) of the untraced twin's, against raw; every figure: docs/known-answer.md. "
-               "Medians over the runs of the file."))
+        notes=("Per recorder and figure, of the figures of at least 200 ns: how many compensated (and raw) lie "
+               "within max(2%, 20 ns) of the untraced twin's; every figure: docs/known-answer.md. Medians over the "
+               "file's runs; largest spread: a judged figure's widest max - min over them, % of its truth."))
     env.update(date=doc.get("date", env["date"]), commit=doc.get("commit", env["commit"]))
     results.write(out, env)
     return out

@@ -41,7 +41,7 @@ def test_runs_aggregate_to_medians_with_their_spread_and_the_target():
     assert short["within_target"] is None  # under 200 ns: reported, not judged
     s = b.summary(list(rows.values()))
     assert s == {"segment_smem": {"span": {"judged": 1, "within": 1, "raw_within": 0, "worst_pct": long["comp_err_pct"],
-                                           "worst_ns": 9.0}}}
+                                           "worst_ns": 9.0, "runs": 3, "spread_pct": round(100 * 25 / 1001, 2)}}}
 
 
 def test_a_handoff_row_shows_its_error_at_each_set_length_over_the_runs(tmp_path):
