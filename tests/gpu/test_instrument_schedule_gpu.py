@@ -114,8 +114,10 @@ def test_a_running_torch_profiler_drives_the_windows(step_inputs, tmp_path):
     inputs, want = step_inputs
     seen = []
     sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
+    # acc_events: the windows read here are instrument()'s, not the profiler's events (torch warns
+    # that a scheduled profiler without it clears them at each cycle end)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-                                schedule=sched) as prof:
+                                schedule=sched, acc_events=True) as prof:
         with fa4trace.instrument(schedule=prof) as rec:
             for _ in range(6):
                 out = _step(inputs)

@@ -81,7 +81,9 @@ def recorded(tmp_path_factory):
                 kern.trace()
             except fa4trace.Fa4traceError:
                 pass
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        # acc_events: one cycle either way; without it torch 2.11 warns that a second profiler in
+        # the process clears the first one's events at each cycle end
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], acc_events=True) as prof:
             for _ in range(STEPS):
                 step()
             torch.cuda.synchronize()

@@ -15,7 +15,7 @@ class StatefulKernel:
     @cute.jit
     def __call__(self, dst: cute.Tensor):
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            cutlass.Float16, cutlass.Float16, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K,
+            cutlass.Float16, cutlass.Float16, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
             cutlass.Float32, (1, 1, 1), tiler_mn=(64, 64))
         self.bias = 1.0
         self.kernel(tiled_mma, dst).launch(grid=(1, 1, 1), block=(128, 1, 1))
