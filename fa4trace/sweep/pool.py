@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 from ..auto.patches import Patches
 from ..format.errors import Fa4traceError
-from .job import PointResult, Task, host, line, lost_result
+from .job import Job, PointResult, Task, host, line, lost_result
 
 START_TIMEOUT_S = 600.0  # a worker's import of torch and its first CUDA context
 
@@ -115,7 +115,7 @@ def _environ(env: dict):
         patches.restore()
 
 
-def _worker_main(conn, job, gpu: Optional[str], name: str, env: dict) -> None:
+def _worker_main(conn, job: Job, gpu: Optional[str], name: str, env: dict) -> None:
     """A worker: build the runner, say ready, then run points until told to stop (or the driver goes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     signal.signal(signal.SIGTERM, _exit_on_term)  # the driver stopping it: close the runner on the way out
@@ -168,7 +168,7 @@ class Pool:
 
     kind = "pool"
 
-    def __init__(self, job, gpus: list, *, point_timeout: Optional[float] = None, max_restarts: int = 3,
+    def __init__(self, job: Job, gpus: list, *, point_timeout: Optional[float] = None, max_restarts: int = 3,
                  start_timeout: float = START_TIMEOUT_S):
         if not gpus:
             raise ValueError("a pool needs at least one worker")
