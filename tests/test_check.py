@@ -271,6 +271,27 @@ def test_run_checks_survives_a_check_that_raises(tmp_path, monkeypatch):
     assert C.run_checks(tmp_path / "out", force=True).verdict == CR.WARNINGS
 
 
+def test_a_check_that_cannot_import_a_module_names_it_and_what_to_do(tmp_path, monkeypatch):
+    """A check whose import fails (an environment without one of fa4trace's dependencies) is a
+    fail row naming the module, with the install hint instead of "rerun it"."""
+    monkeypatch.setattr(R, "detect_gpu", lambda: dict(H200))
+    monkeypatch.setattr(R, "detect_route", lambda ctx: {"kernels": "jit", "fa4": "jit"})
+    monkeypatch.setattr(R, "timer_rows", lambda ctx: [ok("timer", "globaltimer tick")])
+    monkeypatch.setattr(R, "recorder_rows", lambda ctx: [ok("recorder", "overflow counted")])
+    monkeypatch.setattr(RC, "recorder_cost_rows", lambda ctx: [ok("cost", "recorder cost: segment_smem")])
+    monkeypatch.setattr(R, "fa4_rows", lambda ctx, **kw: [ok("fa4", "FA4 fa3")])
+
+    def no_perfetto(ctx, schedule):
+        import perfetto_not_here  # noqa: F401
+
+    monkeypatch.setattr(R, "decode_rows", no_perfetto)
+    rep = C.run_checks(tmp_path / "out")
+    bad = [r for r in rep.rows if r.verdict == "fail"]
+    assert {r.group for r in bad} == {"decode"} and len(bad) == 3
+    assert all("perfetto_not_here is not installed here" in r.next and "pip check" in r.next for r in bad)
+    assert all("rerun it" not in r.next for r in bad)
+
+
 def test_run_checks_without_a_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(R, "detect_gpu", lambda: None)
     with pytest.raises(C.NoGpu, match="no CUDA GPU here"):

@@ -57,9 +57,18 @@ def run_step(group: str, name: str, fn, ctx, log=None) -> list[Row]:
         log(f"checking {name} ...")
     try:
         rows = list(fn(ctx))
+    except ImportError as e:  # an environment without a package the check imports: say which
+        return [failed(group, name, e, missing_module(e))]
     except Exception as e:  # noqa: BLE001 - the point: one failing check never stops the others
         return [failed(group, name, e, STEP_FAILED)]
     return rows
+
+
+def missing_module(e: ImportError) -> str:
+    """What to do where a check could not import a module: install it; `pip check` lists what
+    else the environment lacks of fa4trace's dependencies."""
+    what = e.name or "a module"
+    return f"{what} is not installed here: install it (`pip check` lists what else fa4trace needs that is missing)"
 
 
 def plan(ctx, route: dict) -> tuple[list[Row], list]:
