@@ -288,7 +288,7 @@ def test_a_check_that_cannot_import_a_module_names_it_and_what_to_do(tmp_path, m
     rep = C.run_checks(tmp_path / "out")
     bad = [r for r in rep.rows if r.verdict == "fail"]
     assert {r.group for r in bad} == {"decode"} and len(bad) == 3
-    assert all("perfetto_not_here is not installed here" in r.next and "pip check" in r.next for r in bad)
+    assert all("the module perfetto_not_here is not installed here" in r.next and "pip check" in r.next for r in bad)
     assert all("rerun it" not in r.next for r in bad)
 
 

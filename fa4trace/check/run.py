@@ -67,8 +67,9 @@ def run_step(group: str, name: str, fn, ctx, log=None) -> list[Row]:
 def missing_module(e: ImportError) -> str:
     """What to do where a check could not import a module: install it; `pip check` lists what
     else the environment lacks of fa4trace's dependencies."""
-    what = e.name or "a module"
-    return f"{what} is not installed here: install it (`pip check` lists what else fa4trace needs that is missing)"
+    what = f"the module {e.name}" if e.name else "a module"
+    return (f"{what} is not installed here: install the package that provides it (`pip check` lists what "
+            "fa4trace needs that is missing)")
 
 
 def plan(ctx, route: dict) -> tuple[list[Row], list]:
