@@ -114,9 +114,9 @@ def test_merge_options_are_made_once_checked_and_taken_whole(files, tmp_path):
 
     for kw, words in ((dict(align="left"), "align must be one of start, clock"),
                       (dict(rank_clock="ptp"), "rank_clock must be one of nccl, epoch"),
-                      (dict(max_launches=-1), "max_launches must be >= 0 or None"),
-                      (dict(tolerance_ns=None), "tolerance_ns must be >= 0, got None"),
-                      (dict(max_clock_offset_ns=True), "max_clock_offset_ns must be >= 0 or None")):
+                      (dict(max_launches=-1), "max_launches must be >= 0, got -1"),
+                      (dict(tolerance_ns=None), "tolerance_ns must be an integer >= 0, got None"),
+                      (dict(max_clock_offset_ns=True), "max_clock_offset_ns must be an integer >= 0 or None, got True")):
         with pytest.raises(BadOption, match=words):
             MergeOptions(**kw)
     opts = MergeOptions(align="clock", max_launches=1, compress=True)

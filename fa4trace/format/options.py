@@ -35,8 +35,9 @@ UNKNOWN_GRID_CTAS = 256
 DEFAULT_CAPACITY = 4096
 
 
-def _count(name: str, value, low: int, *, none: bool = False) -> Optional[int]:
-    """``value`` as an integer >= ``low`` (None passes where ``none``), else one BadOption line."""
+def count(name: str, value, low: int, *, none: bool = False) -> Optional[int]:
+    """``value`` as an integer >= ``low`` (None passes where ``none``), else one BadOption line:
+    the one check of every count an options object holds."""
     if value is None and none:
         return None
     if isinstance(value, bool) or not hasattr(value, "__index__"):
@@ -65,10 +66,10 @@ class Sampling:
 
     def __post_init__(self):
         set_ = object.__setattr__
-        set_(self, "ctas", _count("ctas", self.ctas, 1, none=True))
-        set_(self, "cta_first", _count("cta_first", self.cta_first, 0))
-        set_(self, "cta_stride", _count("cta_stride", self.cta_stride, 1))
-        set_(self, "capacity", _count("capacity", self.capacity, 1, none=True))
+        set_(self, "ctas", count("ctas", self.ctas, 1, none=True))
+        set_(self, "cta_first", count("cta_first", self.cta_first, 0))
+        set_(self, "cta_stride", count("cta_stride", self.cta_stride, 1))
+        set_(self, "capacity", count("capacity", self.capacity, 1, none=True))
         if self.warps is not None:
             if isinstance(self.warps, (str, bytes)) or not hasattr(self.warps, "__iter__"):
                 raise BadOption(f"warps must be warp indices 0..{MAX_CTA_WARPS - 1}, got {self.warps!r}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..format.errors import BadOption
+from ..format.options import count
 from .collectives import RANK_CLOCKS
 from .match import DEFAULT_MAX_CLOCK_OFFSET_NS, DEFAULT_TOLERANCE_NS
 
@@ -43,8 +44,4 @@ class MergeOptions:
         if self.rank_clock not in RANK_CLOCKS:
             raise BadOption(f"rank_clock must be one of {', '.join(RANK_CLOCKS)}, not {self.rank_clock!r}")
         for name, none in (("max_launches", True), ("tolerance_ns", False), ("max_clock_offset_ns", True)):
-            v = getattr(self, name)
-            if v is None and none:
-                continue
-            if isinstance(v, bool) or not hasattr(v, "__index__") or int(v) < 0:
-                raise BadOption(f"{name} must be >= 0{' or None' if none else ''}, got {v!r}")
+            object.__setattr__(self, name, count(name, getattr(self, name), 0, none=none))
