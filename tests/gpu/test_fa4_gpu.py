@@ -30,6 +30,11 @@ def arch():
     return a
 
 
+def _build():
+    """The AOT build folder where one exists, else None: the kernels JIT-compile here."""
+    return BUILD if (BUILD / "manifest.json").is_file() else None
+
+
 def _inputs(b, sk, hq, hkv, d, seed):
     import torch
 
@@ -43,7 +48,7 @@ def _inputs(b, sk, hq, hkv, d, seed):
 def _fns(arch, variant="default", d=128, hq=16, hkv=1):
     from fa4trace.fa4.run import load_fn
 
-    build = BUILD if (BUILD / "manifest.json").is_file() else None
+    build = _build()
     kw = dict(schedule="pingpong", d=d, hq=hq, hkv=hkv, sq=1, dtype="bf16", build=build)
     plain = load_fn(arch, traced=False, **kw)
     traced = load_fn(arch, traced=True, variant=variant, **kw)
@@ -184,7 +189,7 @@ def test_record_writes_a_bundle(arch, tmp_path):
     from fa4trace.fa4.run import record
     from fa4trace.trace.bundle import load
 
-    build = BUILD if (BUILD / "manifest.json").is_file() else None
+    build = _build()
     trace = record(schedule="pingpong", d=128, hq=16, hkv=1, sk=8192, b=2, sq=1, build=build)
     assert trace.meta["check"] == {"bitwise_equal_to_untraced": True, "nan_free": True}
     assert trace.meta["fa4"]["version"] == "4.0.0b36"
@@ -228,7 +233,7 @@ def test_bench_hook_runs_fa4(arch):
     from fa4trace.fa4 import sm90_runner
 
     q, k, v = _inputs(2, 8192, 16, 2, 128, seed=5)
-    out = sm90_runner(q, k, v, build=BUILD)()
+    out = sm90_runner(q, k, v, build=_build())()
     torch.cuda.synchronize()
     qf = q.float().permute(0, 2, 1, 3)
     kf = k.float().permute(0, 2, 1, 3).repeat_interleave(8, 1)
