@@ -79,10 +79,12 @@ def test_view_refuses_a_damaged_bundle_before_starting(tmp_path, no_server):
 
 
 def test_view_refuses_a_bundle_written_before_page_checksums_whose_page_is_damaged(tmp_path, no_server):
-    """Bundles of traces/ were written without page checksums: a damaged page header is found
-    by reading the column."""
+    """A bundle written before page checksums (by an older fa4trace): a damaged page header is
+    found by reading the column."""
     pytest.importorskip("streamlit")
-    src = ROOT / "traces" / "fa4_sm90_d128_h16kv1_sk32768_b1.parquet"
+    src = tmp_path / "unchecked.parquet"
+    pq.write_table(pq.read_table(ROOT / "traces" / "fa4_sm90_d128_h16kv1_sk32768_b1.parquet"), src,
+                   compression="zstd", write_page_checksum=False)
     data = bytearray(src.read_bytes())
     chunk = pq.ParquetFile(src).metadata.row_group(0).column(SCHEMA.get_field_index("start_ns"))
     data[chunk.data_page_offset:chunk.data_page_offset + 8] = b"\xff" * 8  # the page header
@@ -91,6 +93,36 @@ def test_view_refuses_a_bundle_written_before_page_checksums_whose_page_is_damag
     r = invoke(["view", bad, "--headless", "--port", "8599"])
     one_line(r, "old.parquet: bundle data is unreadable")
     assert no_server == []
+
+
+def committed_bundles() -> list[Path]:
+    """Every bundle the repository ships (traces/, the wheel's example)."""
+    out = subprocess.run(["git", "ls-files", "traces", "fa4trace/examples"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()
+    return [ROOT / f for f in out if f.endswith(".parquet") and b"fa4trace" in (pq.read_metadata(ROOT / f).metadata or {})]
+
+
+def test_every_committed_bundle_has_page_checksums(tmp_path):
+    """One byte changed inside a data page of each shipped bundle is refused (a bundle without
+    checksums reads it back as other numbers wherever the damage still decompresses)."""
+    bundles = committed_bundles()
+    assert len(bundles) > 100
+    col = SCHEMA.get_field_index("end_ns")
+    silent = []
+    for src in bundles:
+        chunk = pq.ParquetFile(src).metadata.row_group(0).column(col)
+        data = bytearray(src.read_bytes())
+        # one bit mid-chunk: without checksums 141 of the 166 bundles shipped before them read back
+        # other numbers silently
+        data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x01
+        bad = tmp_path / "bad.parquet"
+        bad.write_bytes(bytes(data))
+        try:
+            pq.read_table(bad, page_checksum_verification=True)
+            silent.append(src.relative_to(ROOT).as_posix())
+        except OSError:
+            pass
+    assert silent == []
 
 
 # ---- 2. a bundle of no events ---------------------------------------------------------------
@@ -143,9 +175,12 @@ def test_query_copy_over_an_existing_file_needs_force(tmp_path):
     ("EXPORT DATABASE '{d}/exported'", "an EXPORT statement"),
     ("EXPLAIN ANALYZE COPY (SELECT 1) TO '{d}/e.csv'", "an EXPLAIN statement"),
     ("SET threads = 1", "a SET statement"),
+    ("INSTALL httpfs", "an INSTALL statement"),
+    ("/* a comment first */ LOAD httpfs", "a LOAD statement"),
     ("COPY (PIVOT results ON kernel USING count(*)) TO '{d}/p.csv'", "this statement"),
     ("CREATE TABLE t AS PIVOT results ON kernel USING count(*)", "this statement"),
-], ids=["create", "drop", "attach", "export", "explain-analyze", "set", "copy-pivot", "create-pivot"])
+], ids=["create", "drop", "attach", "export", "explain-analyze", "set", "install", "load", "copy-pivot",
+        "create-pivot"])
 def test_query_refuses_what_may_write_without_force(sql, kind, tmp_path):
     r = invoke(["query", SWEEP, sql.format(d=tmp_path)])
     one_line(r, f"query is read-only: {kind} may write files or change the database; add --force")
@@ -307,6 +342,53 @@ def test_decide_roles_refuses_an_absent_warp_from_python():
 
     with pytest.raises(Fa4traceError, match="warp 7 is not in this trace"):
         decide_roles(load(AUTO), {7: "producer"})
+
+
+def test_a_reversed_warp_range_is_refused():
+    one_line(invoke(["summary", AUTO, "--roles", "producer=3-1"]),
+             "--roles 'producer=3-1': the range 3-1 runs backwards (write 1-3)")
+
+
+# ---- 8. compare: two bundles of one kernel, or two attention kernels -----------------------------
+
+T = ROOT / "traces"
+
+
+@pytest.mark.parametrize("a, b", [("calibration_h200", "decode_d128_16to2_sk32768_b8_base"),
+                                  ("decode_d128_16to2_sk32768_b8_base", "markers_h200"),
+                                  ("markers_h200", "calibration_h200")])
+def test_compare_refuses_unrelated_kernels(a, b):
+    ka, kb = (load(T / f"{x}.parquet").info.kernel for x in (a, b))
+    one_line(invoke(["compare", T / f"{a}.parquet", T / f"{b}.parquet"]),
+             f"A is kernel {ka}, B is kernel {kb}: compare needs two bundles of one kernel, or two attention "
+             "kernels (QK and SOFTMAX events)")
+
+
+def test_compare_of_two_attention_kernels_names_what_differs_in_words():
+    r = invoke(["compare", T / "fa4_sm90_d128_h16kv1_sk32768_b1.parquet",
+                T / "decode_d128_16to1_sk131072_b1_base.parquet"])
+    assert r.exit_code == 0, r.stderr
+    assert "None" not in r.stdout and "-715 ns" not in r.stdout
+    assert "hides 715 ns less softmax per iteration than fa4_sm90_fa3" in r.stdout
+    assert "different shapes (sk 32768 → 131072)" in r.stdout
+
+
+def test_compare_of_one_device_kernel_under_two_labels():
+    """FA4's forward recorded as "causal" and as "full": the same device kernel, compared, with
+    the labels and the config that differ named."""
+    r = invoke(["compare", T / "auto" / "fa4_sm90_prefill_causal.parquet", T / "auto" / "fa4_sm90_prefill_full.parquet"])
+    assert r.exit_code == 0, r.stderr
+    assert ("note: A is FA4 FlashAttentionForwardSm90 prefill causal, B is FA4 FlashAttentionForwardSm90 prefill: "
+            "one device kernel (FlashAttentionForwardSm90.kernel) recorded under two labels") in r.stdout
+    assert "on different configs (causal True → False)" in r.stdout
+    r = invoke(["compare", T / "auto" / "fa4_sm90_prefill_causal.parquet", AUTO])
+    one_line(r, "compare needs two bundles of the same kernel")
+
+
+def test_a_key_one_side_lacks_reads_unset():
+    from fa4trace.analysis.overlap import diff_text
+
+    assert diff_text({"b": [None, 8], "d": [64, 128]}) == "b unset → 8, d 64 → 128"
 
 
 # ---- 9. the example bundle the wheel ships ----------------------------------------------------
