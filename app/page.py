@@ -269,7 +269,13 @@ def metrics_section(p: Picked) -> dict:
         raw = kernel_metrics_section(p)
         passes_section(p)
         return raw
-    if p.trace_b is None:
+    cmp = None
+    if p.trace_b is not None:
+        try:
+            cmp = data.compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
+        except Fa4traceError as exc:  # two unrelated kernels
+            st.warning(f"{md(str(exc).splitlines()[0])}: A's numbers alone.")
+    if cmp is None:
         s = data.summary_cached(p.a.key, p.trace_a)
         for col, (label, key, kind, _) in zip(card_columns(len(CARDS)), CARDS):
             col.metric(f"{label} (A)", metrics.fmt(s.get(key), kind))
@@ -287,7 +293,6 @@ def metrics_section(p: Picked) -> dict:
             st.json(s, expanded=False)
         _stream_chart([(p.a.label, s)], p.a.key)
         return s
-    cmp = data.compare_cached(p.a.key, p.b.key, p.trace_a, p.trace_b)
     sa, sb = cmp["a"], cmp["b"]
     for col, (label, key, kind, inverse) in zip(card_columns(len(CARDS)), CARDS):
         col.metric(f"{label} (B)", metrics.fmt(sb.get(key), kind), metrics.fmt_delta(sa.get(key), sb.get(key), kind) or None,

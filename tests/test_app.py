@@ -653,3 +653,15 @@ def test_bundle_info_says_how_much_the_trace_slowed_its_ctas(app_env, pair, tmp_
     assert captions[1].startswith("Perturbation: not measured: no CTA lifetimes")
     # the lifetimes table stays out of the metadata shown as JSON
     assert not any("cta_lifetimes" in j.value for j in at.json)
+
+
+def test_unrelated_kernels_are_shown_not_compared(app_env):
+    """The calibration kernel beside our decode attention: compare refuses the pair (one line,
+    as `fa4trace compare` does) and the page shows A's numbers alone."""
+    traces = Path(__file__).resolve().parents[1] / "traces"
+    a, b = traces / "calibration_h200.parquet", traces / "decode_d128_16to2_sk32768_b8_base.parquet"
+    app_env.setenv("FA4TRACE_BUNDLES", os.pathsep.join([str(a), str(b)]))
+    at = run_app()
+    assert any("compare needs two bundles of one kernel" in w.value and w.value.endswith("A's numbers alone.")
+               for w in at.warning), [w.value for w in at.warning]
+    assert any(m.label.endswith("(A)") for m in at.metric)

@@ -101,6 +101,7 @@ BAD_INPUT = [
     ("summary", ["{bad}"], "is not a Parquet trace bundle"),
     ("summary", ["{bundle}", "--roles", "mma=0"], "--roles applies to bundles of automatically traced kernels"),
     ("summary", ["{auto}", "--roles", "producer=999"], "role 'producer': warp 999 is not in this trace"),
+    ("summary", ["{auto}", "--roles", "producer=3-1"], "--roles 'producer=3-1': the range 3-1 runs backwards"),
     ("summary", ["{empty}"], "empty.parquet: the bundle holds no events (0 rows)"),
     ("summary", ["{damaged}"], "damaged.parquet: bundle data is unreadable"),
     ("compare", ["{bundle}", "missing.parquet"], "missing.parquet: no such file"),

@@ -91,6 +91,7 @@ def test_view_serves_the_page_and_the_perfetto_ui_and_nothing_leaves(tmp_path):
         assert headers["content-type"] == "application/wasm" and body == wasm.read_bytes()
         out = srv.output()
     assert "URL: http://127.0.0.1:" in out and "External URL" not in out and "Network URL" not in out
+    assert "No runtime found" not in out and "Traceback" not in out, out  # nothing but the address
     # no usage statistics, no external-IP lookup, no other request: nothing left the machine
     assert not log.exists() or not log.read_text().strip(), log.read_text()
     assert not (Path(perfetto_ui.__file__).parent / "static").exists()

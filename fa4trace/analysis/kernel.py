@@ -515,9 +515,16 @@ def compare_kernels(a: Trace, b: Trace, roles=None, launch_a: int | None = None,
     for t in (a, b):
         require_automatic(t)
     ka, kb = (t.info.kernel_name for t in (a, b))
-    if ka != kb:
+    if ka != kb and not same_device_kernels(a, b):
         raise Fa4traceError(f"A is kernel {ka}, B is kernel {kb}: compare needs two bundles of the same kernel")
     return compare_launches(a, b, launch_a, launch_b, lambda x, y: _compare_launch(x, y, roles))
+
+
+def same_device_kernels(a: Trace, b: Trace) -> bool:
+    """Whether fa4trace.instrument traced the same device kernels in both bundles (under labels
+    that may differ: FA4's forward named "causal" and "full" by the script that recorded it)."""
+    ia, ib = a.info.instrument, b.info.instrument
+    return bool(ia is not None and ib is not None and ia.kernels and ia.kernels == ib.kernels)
 
 
 def _compare_launch(a: Trace, b: Trace, roles=None) -> dict:
@@ -529,5 +536,8 @@ def _compare_launch(a: Trace, b: Trace, roles=None) -> dict:
     # may change the work, so every one is named
     configs = config_diff(a.info.config or {}, b.info.config or {})
     caveat = f"on different configs ({diff_text(configs)})" if configs else None
-    return json_safe({"a": sa, "b": sb, "diff": diff, "speed": speed_text(sa, sb, caveat),
-                      "differs": {"config": configs}})
+    differs: dict = {"config": configs}
+    if a.info.kernel_name != b.info.kernel_name:
+        differs["kernel"] = [a.info.kernel_name, b.info.kernel_name]
+        differs["device_kernels"] = list(a.info.instrument.kernels)
+    return json_safe({"a": sa, "b": sb, "diff": diff, "speed": speed_text(sa, sb, caveat), "differs": differs})

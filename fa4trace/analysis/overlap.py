@@ -32,7 +32,9 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from ..trace.meta import TimingMeta
 from .fidelity import perturbation
@@ -612,8 +614,11 @@ def config_diff(a: dict, b: dict, keys=None) -> dict:
 
 
 def diff_text(diff: dict) -> str:
-    """'m 8192 → 64, n 8192 → 4096' for ``config_diff``'s answer."""
-    return ", ".join(f"{k} {va} → {vb}" for k, (va, vb) in diff.items())
+    """'m 8192 → 64, n 8192 → 4096' for ``config_diff``'s answer; a key one side lacks: 'unset'."""
+    def v(x):
+        return "unset" if x is None else x
+
+    return ", ".join(f"{k} {v(va)} → {v(vb)}" for k, (va, vb) in diff.items())
 
 
 def speed_text(sa: dict, sb: dict, caveat: str | None = None) -> str | None:
@@ -643,8 +648,19 @@ def compare(a: Trace, b: Trace, launch_a: int | None = None, launch_b: int | Non
     launch of each (fa4trace.analysis.launches.launch_pairs: the ones named, a bundle's only
     one, or launch by launch): one comparison, or {"pairs": [one per pair], "launch_pairs"}.
     ``differs``: the kernels (when not the same one) and the shape keys (``SHAPE_KEYS``) whose
-    values differ; the ``speed`` line says when A and B ran different shapes."""
+    values differ; the ``speed`` line says when A and B ran different shapes. Two different
+    kernels compare only where both record QK and SOFTMAX (our decode against FA4's)."""
+    ka, kb = a.info.kernel, b.info.kernel
+    if ka != kb and not (has_attention_events(a) and has_attention_events(b)):
+        raise Fa4traceError(f"A is kernel {ka}, B is kernel {kb}: compare needs two bundles of one kernel, or "
+                            "two attention kernels (QK and SOFTMAX events)")
     return compare_launches(a, b, launch_a, launch_b, _compare_launch)
+
+
+def has_attention_events(trace: Trace) -> bool:
+    """Whether the bundle records an attention kernel's QK and SOFTMAX (what compare reads)."""
+    names = set(pc.unique(trace.events["name"]).to_pylist())
+    return {"QK", "SOFTMAX"} <= names
 
 
 def _compare_launch(a: Trace, b: Trace) -> dict:
@@ -663,8 +679,8 @@ def _compare_launch(a: Trace, b: Trace) -> dict:
     headline = None
     if hid_a is not None and hid_b is not None and per_b:
         extra = hid_b - hid_a
-        headline = (f"{b.name} hides {extra:.0f} ns more softmax per iteration than {a.name} "
-                    f"({100 * extra / per_b:.1f}% of its {per_b:.0f} ns period)")
+        headline = (f"{b.name} hides {abs(extra):.0f} ns {'more' if extra >= 0 else 'less'} softmax per "
+                    f"iteration than {a.name} ({100 * abs(extra) / per_b:.1f}% of its {per_b:.0f} ns period)")
     ia, ib = a.info, b.info
     shapes = config_diff(ia.config or {}, ib.config or {}, SHAPE_KEYS)
     differs = {"config": shapes}

@@ -228,6 +228,10 @@ def format_kernel_compare(c: dict) -> str:
         out.append(f"{label(key):28s}{fmt_value(key, a):>24s}  {fmt_value(key, b):>24s}  {fmt_delta(key, a, b):>18s}")
     for which in ("a", "b"):
         out += perturbation_text(c[which].get("perturbation"), f"{which.upper()} perturbation")
+    d = c.get("differs") or {}
+    if d.get("kernel"):
+        out.append(f"note: A is {d['kernel'][0]}, B is {d['kernel'][1]}: one device kernel "
+                   f"({', '.join(d.get('device_kernels') or [])}) recorded under two labels")
     if c.get("speed"):
         out.append(c["speed"])
     elif (c.get("differs") or {}).get("config"):

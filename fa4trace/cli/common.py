@@ -119,12 +119,15 @@ def parse_roles(values) -> dict:
         role = role.strip()
         if not sep or not role or not warps.strip():
             raise click.BadParameter(f"--roles takes ROLE=WARPS (e.g. producer=4 or mma=0-3), got {v!r}")
-        try:
-            for part in warps.split(","):
+        for part in warps.split(","):
+            try:
                 a, _, b = part.strip().partition("-")
-                out.setdefault(role, []).extend(range(int(a), int(b or a) + 1))
-        except ValueError:
-            raise click.BadParameter(f"--roles {v!r}: warps must be indices or ranges like 0-3") from None
+                lo, hi = int(a), int(b or a)
+            except ValueError:
+                raise click.BadParameter(f"--roles {v!r}: warps must be indices or ranges like 0-3") from None
+            if hi < lo:
+                raise click.BadParameter(f"--roles {v!r}: the range {part.strip()} runs backwards (write {hi}-{lo})")
+            out.setdefault(role, []).extend(range(lo, hi + 1))
     return out
 
 

@@ -20,6 +20,7 @@ the call; a WITH clause chains steps inside one query.
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 
@@ -128,12 +129,15 @@ def reads_only(stmt) -> bool:
 
 
 def describe(stmt) -> str:
-    """'a COPY statement', 'an EXPLAIN statement'; a statement run in parts: 'this statement'."""
+    """'a COPY statement', 'an INSTALL statement': named by its own first word (DuckDB files an
+    INSTALL under LOAD), else by DuckDB's type; a statement run in parts: 'this statement'."""
     import duckdb
 
-    name = stmt.type.name
     if stmt.type == getattr(duckdb.StatementType, "MULTI", None):
         return "this statement"
+    text = re.sub(r"^(\s+|--[^\n]*(\n|$)|/\*.*?\*/)*", "", stmt.query, flags=re.S)
+    word = re.match(r"[A-Za-z]+", text)
+    name = word.group(0).upper() if word and word.group(0).upper() != "WITH" else stmt.type.name
     return f"{'an' if name[0] in 'AEIOU' else 'a'} {name} statement"
 
 
