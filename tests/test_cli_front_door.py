@@ -380,7 +380,7 @@ def test_compare_of_one_device_kernel_under_two_labels():
     assert r.exit_code == 0, r.stderr
     assert ("note: A is FA4 FlashAttentionForwardSm90 prefill causal, B is FA4 FlashAttentionForwardSm90 prefill: "
             "one device kernel (FlashAttentionForwardSm90.kernel) recorded under two labels") in r.stdout
-    assert "on different configs (causal True → False)" in r.stdout
+    assert "on different configs (causal true → false)" in r.stdout
     r = invoke(["compare", T / "auto" / "fa4_sm90_prefill_causal.parquet", AUTO])
     one_line(r, "compare needs two bundles of the same kernel")
 

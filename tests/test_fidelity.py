@@ -10,6 +10,8 @@ ones longer, so the in-launch comparison is wrong and the shipped statistic must
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,7 @@ from fa4trace.testing.bundles import attention_like, sampled_like, split_kv_like
 
 # what instrument() stores of a plain twin it timed on the device (docs/fidelity.md)
 DEVICE_TWIN = {"method": "graph", "noise_pct": 0.5, "l2": "warm"}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def bundle(**kw) -> Trace:
@@ -261,6 +264,38 @@ def test_a_twin_faster_than_plain_beyond_its_noise_is_unreliable():
     assert p["status"] == "unreliable" and any("ran faster than the plain one" in w for w in p["twin_unreliable"])
 
 
+def test_a_twin_faster_than_plain_beyond_a_small_noise_is_unreliable():
+    """-1.4% with ±0.8% noise (FA4's causal prefill in traces/auto): beyond the noise, not 'ok'."""
+    twin = {**DEVICE_TWIN, "noise_pct": 0.8, "rel": -0.014}
+    t = bundle(n_ctas=16, sms=16, n_recorded=16,
+               instrument={"plain_twin": {"plain_ns": 1000, "traced_ns": 986, **twin}})
+    p = perturbation(t)
+    assert p["status"] == "unreliable"
+    assert p["twin_unreliable"] == ["the traced launch ran faster than the plain one by 1.4% (beyond its ±0.8% noise): "
+                                    "recording does not speed a launch up, so the two builds differ in more than "
+                                    "recording (code layout, scheduling) or the GPU's speed drifted while they were timed"]
+    within = perturbation(bundle(n_ctas=16, sms=16, n_recorded=16, instrument={"plain_twin": {
+        "plain_ns": 1000, "traced_ns": 995, **{**twin, "rel": -0.005}}}))
+    assert within["status"] == "ok" and within["twin_unreliable"] == []
+
+
+def test_a_twin_whose_rounds_disagree_with_its_medians_is_unreliable():
+    twin = {**DEVICE_TWIN, "noise_pct": 0.8, "rel": 0.02}
+    p = perturbation(bundle(n_ctas=16, sms=16, n_recorded=16,
+                            instrument={"plain_twin": {"plain_ns": 1000, "traced_ns": 1060, **twin}}))
+    assert p["status"] == "unreliable" and p["twin_unreliable"] == [
+        "its rounds disagree: their median ratio reads +2.0%, the median times +6.0%: the GPU's speed drifted "
+        "between rounds"]
+
+
+def test_the_shipped_causal_prefill_reads_unreliable_not_its_biased_sample():
+    """Its twin is found wrong and its 8 recorded CTAs are no fair sample (they started last and
+    causal CTAs do unequal work): neither figure is the headline's 'ok'."""
+    p = perturbation(load(ROOT / "traces" / "auto" / "fa4_sm90_prefill_causal.parquet"))
+    assert p["measured"] and p["valid"] and not p["unreliable"] and len(p["biased"]) == 2
+    assert p["twin_unreliable"] and p["status"] == "unreliable" and p["headline_source"] == "plain_twin"
+
+
 def test_plain_twin_takes_medians_of_a_list_and_ignores_what_it_cannot_read():
     meta = {"instrument": {"plain_twin": [{"plain_ns": 100, "traced_ns": 110}, {"plain_ns": 100, "traced_ns": 130},
                                           {"plain_ns": 100, "traced_ns": 120}, {"plain_ns": "x"}, None]}}
@@ -298,7 +333,8 @@ def test_our_decode_kernels_bundles_report_their_own_twin_timing():
     meta["timing"] = {"kernel_us": 19.4, "traced_us": 20.44, "bench_us": 21.0}
     p = perturbation(Trace.from_launches([decode_buffer(buf)], meta))
     assert not p["measured"] and p["plain_twin"]["rel"] == pytest.approx(20.44 / 19.4 - 1)
-    assert perturbation_lines(p)[1] == f"traced launch ran +5.4% against its plain twin (20.44 µs vs 19.40 µs; {TIMING_METHOD})"
+    assert perturbation_lines(p)[1] == (f"traced launch ran +5.4% against its plain twin (20.44 µs vs 19.40 µs; "
+                                        f"{TIMING_METHOD}, each timed once, not alternated: noise not measured)")
     assert headline(p) == pytest.approx(0.0536, abs=1e-4) and p["status"] == "ok"
     # an instrument twin wins over the timing block; an incomplete timing block is no twin
     assert plain_twin(BundleMeta.from_meta({"timing": meta["timing"],

@@ -107,8 +107,14 @@ def test_a_kernel_summary_of_two_launches_shows_each_launchs_own_figures():
         assert one["kernel_time_ns"] < 1e6  # µs, not the 19 s between the launches
     spans = [r["span_ns"] for r in s["launch_table"]]
     assert spans == [one["kernel_time_ns"] for one in s["per_launch"]] and spans[0] != spans[1]
-    kt = s["across_launches"]["kernel_time_ns"]
-    assert kt["n"] == 2 and kt["min"] == min(spans) and kt["max"] == max(spans) and kt["of"] == "kernel_time_ns"
+    # launches of different work (grids, counts per CTA) get no figure pooled over them
+    assert s["across_launches"]["kernel_time_ns"] is None
+    assert s["launches_differ"] == "CTAs 4, 6; ab counts per CTA 8, 32"
+    same = K.summarize_kernel(gemm_launches((SHAPES[0], SHAPES[0])))
+    kt = same["across_launches"]["kernel_time_ns"]
+    spans = [one["kernel_time_ns"] for one in same["per_launch"]]
+    assert same["launches_differ"] is None and kt["of"] == "kernel_time_ns"
+    assert kt["n"] == 2 and kt["min"] == min(spans) and kt["max"] == max(spans)
     # one launch on request, the others listed with their spans
     one = K.summarize_kernel(t, launch=1)
     assert {k: one[k] for k in SAME} == {k: s["per_launch"][1][k] for k in SAME}
@@ -133,7 +139,10 @@ def test_the_text_lists_the_launches_then_each_ones_figures():
     text = format_kernel_summary(s)
     assert "  launches       2 in this bundle; each launch's own figures below" in text
     assert "launch 0 of 2" in text and "launch 1 of 2" in text and "+19.347167 s" in text
-    assert "median of 2 launches" in text and "each launch's is its own" in text
+    assert ("  kernel time    the launches did different work (CTAs 4, 6; ab counts per CTA 8, 32): no figure "
+            "across them, each launch's is its own") in text and "median of 2 launches" not in text
+    same = format_kernel_summary(K.summarize_kernel(gemm_launches((SHAPES[0], SHAPES[0]))))
+    assert "  kernel time    median of 2 launches " in same and "did different work" not in same
     one = format_kernel_summary(K.summarize_kernel(gemm_launches(), launch=1))
     assert "(6 CTAs, " in one and "launch 1 of 2)" in one and "  other launches 0 (" in one
 
@@ -168,9 +177,11 @@ def test_the_step_gemms_read_each_launchs_own_time(name):
     s = K.summarize_kernel(t)
     assert s["launch_count"] == 2
     for one, m in zip(s["per_launch"], t.meta["launches"]):
-        # the trace span of the launch's recorded warps, as its decoder measured it
-        assert one["kernel_time_ns"] == m["span_ns"] and one["kernel_time_ns"] < 1e6
-        assert one["ctas"] == m["ctas_recorded"]
+        # the launch's own untraced time, its plain twin's; the recorded warps' span beside it, as
+        # the launch's decoder measured it
+        twin = one["perturbation"]["plain_twin"]
+        assert one["kernel_time_kind"] == "plain_twin" and one["kernel_time_ns"] == twin["plain_ns"] < 1e6
+        assert one["total_span_ns"] == m["span_ns"] and one["ctas"] == m["ctas_recorded"]
     assert [r["span_ns"] for r in launch_table(t)] == [m["span_ns"] for m in t.meta["launches"]]
 
 
@@ -180,7 +191,8 @@ def test_the_issues_example_bundle():
     graph replays of that launch, not one host-timed figure over both."""
     t = load(STEP / "step_GemmSm90_2.parquet")
     s = K.summarize_kernel(t)
-    assert [round(one["kernel_time_ns"] / 1e3, 2) for one in s["per_launch"]] == [13.44, 27.71]
+    assert [round(one["total_span_ns"] / 1e3, 2) for one in s["per_launch"]] == [13.44, 27.71]
+    assert [round(one["kernel_time_ns"] / 1e3, 2) for one in s["per_launch"]] == [11.91, 27.58]  # untraced
     twins = [one["perturbation"]["plain_twin"] for one in s["per_launch"]]
     assert all(tw["method"] == "graph" and tw["over_launches"] is None for tw in twins), twins
     assert twins[0]["traced_ns"] != twins[1]["traced_ns"]

@@ -60,6 +60,7 @@ UNEQUAL_WORK_SPREAD = 0.25  # untraced CTAs' p90 / p10 above 1 + this: the CTAs 
 ORDER_OVERLAP = 0.25  # fewer untraced CTAs than this share starting among the recorded ones: launch order
 WARN = 0.10  # a perturbation above this is worth a warning (fa4trace check's cost rows)
 FASTER_LIMIT = 0.03  # recorded CTAs faster than untraced ones by more than this: implausible
+ROUNDS_DISAGREE = 0.01  # a twin's median ratio and its median times' ratio further apart: drift
 LIFETIMES_ONLY_LIMIT = 0.05  # recorded CTAs that record nothing, reading more than this: the sample's bias
 Z95 = 1.96  # the noise band: 95% of the difference of two medians, from the CTAs' own spread
 
@@ -194,7 +195,8 @@ def perturbation(trace: Trace, launch: int | None = None) -> dict:
     One launch (the bundle's only one, or ``launch``): ``measured`` (a comparison was made),
     ``rel`` (median recorded / median untraced - 1) and ``noise`` (its 95% band), ``basis``
     ("steady" or "all"), ``recorded`` / ``untraced`` (n, median, p10, p90 ns), ``all`` and
-    ``steady`` (each comparison where it could be made), ``timed``, ``caveats``, ``notes``,
+    ``steady`` (each comparison where it could be made), ``timed``, ``caveats`` (``biased``: those
+    saying the recorded CTAs are no fair sample), ``notes``,
     ``reason`` (why nothing was compared), ``plain_twin`` (``twin_reason``: why none was timed); then the judgement: ``valid``
     (False: the kernel's CTAs wait on each other, ``invalid`` says what was found),
     ``unreliable`` (why the in-launch figure cannot be right), ``twin_unreliable`` (the same
@@ -215,7 +217,7 @@ def perturbation(trace: Trace, launch: int | None = None) -> dict:
 
 def _empty(meta: BundleMeta | None) -> dict:
     return {"measured": False, "rel": None, "noise": None, "basis": None, "recorded": None, "untraced": None,
-            "all": None, "steady": None, "timed": None, "caveats": [], "notes": [], "reason": None,
+            "all": None, "steady": None, "timed": None, "caveats": [], "biased": [], "notes": [], "reason": None,
             "plain_twin": plain_twin(meta) if meta is not None else None,
             "twin_reason": untimed_reason(meta) if meta is not None else None, "valid": None, "invalid": None,
             "unreliable": [], "twin_unreliable": [], "headline": None, "headline_source": None,
@@ -263,7 +265,8 @@ def _in_launch(trace: Trace, out: dict, deps) -> None:
     sel = steady if basis == "steady" else np.ones(rec.size, bool)
     out.update(measured=True, basis=basis, rel=chosen["rel"], noise=chosen["noise"], recorded=chosen["recorded"],
                untraced=chosen["untraced"])
-    out["caveats"] = _caveats(trace.info, chosen, phase, start[sel], launch[sel], rec[sel])
+    out["biased"] = _sample_biases(chosen, phase, start[sel], launch[sel], rec[sel])
+    out["caveats"] = _caveats(trace.info, chosen, phase, out["biased"])
     out["notes"] = _notes(deps)
     if isinstance(deps, dict) and deps.get("waits_on_previous_grid") and basis == "all":
         out["caveats"].append("the kernel waits for the previous grid (griddepcontrol.wait): launched with PDL, its "
@@ -310,23 +313,29 @@ def _twin_unreliable(tw: dict) -> list[str]:
     if tw.get("over_launches"):
         why.append(f"one timing over {tw['over_launches']} launches of this bundle, not this launch's own")
     noise = (tw.get("noise_pct") or 0.0) / 100
-    if tw["rel"] < -max(noise, FASTER_LIMIT):
+    if tw["rel"] < -(noise or FASTER_LIMIT):
         why.append(f"the traced launch ran faster than the plain one by {-100 * tw['rel']:.1f}%"
-                   + (f" (beyond its ±{100 * noise:.1f}% noise)" if noise else ""))
+                   + (f" (beyond its ±{100 * noise:.1f}% noise)" if noise else "")
+                   + ": recording does not speed a launch up, so the two builds differ in more than recording "
+                   "(code layout, scheduling) or the GPU's speed drifted while they were timed")
+    medians = tw["traced_ns"] / tw["plain_ns"] - 1
+    if abs(medians - tw["rel"]) > max(2 * noise, ROUNDS_DISAGREE):
+        why.append(f"its rounds disagree: their median ratio reads {_pct(tw['rel'])}, the median times "
+                   f"{_pct(medians)}: the GPU's speed drifted between rounds")
     return why
 
 
 def _judge(out: dict) -> None:
     """The figure to go by: the plain twin's where it was timed on the device and nothing says
     it is wrong (it is the launch's own cost), else the in-launch one where valid and plausible
-    (the recorded CTAs' stretch: the launch's cost only where CTA time is launch time), else
-    the twin's, marked unreliable."""
+    (the recorded CTAs' stretch: the launch's cost only where CTA time is launch time) and,
+    beside a twin found wrong, from a fair sample of CTAs; else the twin's, marked unreliable."""
     tw = out["plain_twin"]
     if tw:
         out["twin_unreliable"] = _twin_unreliable(tw)
     if tw and not out["twin_unreliable"]:
         out.update(headline=tw["rel"], headline_source="plain_twin", status="ok")
-    elif out["measured"] and out["valid"] and not out["unreliable"]:
+    elif out["measured"] and out["valid"] and not out["unreliable"] and not (tw and out.get("biased")):
         out.update(headline=out["rel"], headline_source="in_launch", status="ok")
     elif tw:
         out.update(headline=tw["rel"], headline_source="plain_twin",
@@ -342,16 +351,10 @@ def _worst(statuses: list[str]) -> str:
     return "not_measured"
 
 
-def _caveats(meta: BundleMeta, chosen: dict, phase: np.ndarray, start, launch, rec) -> list[str]:
-    """Why the compared CTAs may differ for reasons other than tracing (see perturbation)."""
+def _sample_biases(chosen: dict, phase: np.ndarray, start, launch, rec) -> list[str]:
+    """Why the recorded CTAs are not a fair sample of the launch: they ran at another point of
+    it, or the CTAs do unequal work (see perturbation)."""
     out = []
-    n_rec, n_unt = chosen["recorded"]["n"], chosen["untraced"]["n"]
-    if min(n_rec, n_unt) < MIN_CTAS:
-        out.append(f"only {min(n_rec, n_unt)} {'recorded' if n_rec < n_unt else 'untraced'} CTAs: the figure is noisy")
-    if (phase == "opening").all():
-        out.append("one wave (a persistent kernel or a small grid): each CTA's duration is the work it was given; "
-                   "where CTAs take work as they finish (a dynamic tile scheduler) the slower recorded ones take "
-                   "less, and the figure understates the slowdown")
     overlap = _order_overlap(start, launch, rec)
     if overlap is not None and overlap < ORDER_OVERLAP and not (phase == "opening").all():
         first = start[rec].min() <= start[~rec].min()
@@ -362,6 +365,21 @@ def _caveats(meta: BundleMeta, chosen: dict, phase: np.ndarray, start, launch, r
     if u["n"] >= MIN_CTAS and u["p10_ns"] and u["p90_ns"] / u["p10_ns"] - 1 > UNEQUAL_WORK_SPREAD:
         out.append(f"untraced CTAs ran {u['p10_ns'] / 1e3:.1f}-{u['p90_ns'] / 1e3:.1f} µs (p10-p90): CTAs do "
                    "unequal work, and which ones record moves the figure")
+    return out
+
+
+def _caveats(meta: BundleMeta, chosen: dict, phase: np.ndarray, biases: list[str]) -> list[str]:
+    """Why the compared CTAs may differ for reasons other than tracing: few CTAs, one wave, the
+    sample's ``biases`` (``_sample_biases``), stamps off, one body for every CTA."""
+    out = []
+    n_rec, n_unt = chosen["recorded"]["n"], chosen["untraced"]["n"]
+    if min(n_rec, n_unt) < MIN_CTAS:
+        out.append(f"only {min(n_rec, n_unt)} {'recorded' if n_rec < n_unt else 'untraced'} CTAs: the figure is noisy")
+    if (phase == "opening").all():
+        out.append("one wave (a persistent kernel or a small grid): each CTA's duration is the work it was given; "
+                   "where CTAs take work as they finish (a dynamic tile scheduler) the slower recorded ones take "
+                   "less, and the figure understates the slowdown")
+    out += biases
     outside = sum(int(ln.ctas_outside_lifetime or 0) for ln in meta.launches)
     if outside:
         out.append(f"{outside} recorded CTAs have warps outside their lifetime entry: the stamps are off; report it")
@@ -396,7 +414,8 @@ def _twin_text(tw: dict) -> str:
     how = [f"{tw['traced_ns'] / 1e3:.2f} µs vs {tw['plain_ns'] / 1e3:.2f} µs"]
     if tw.get("method"):
         how.append(TWIN_METHODS.get(tw["method"], tw["method"]) + (f", L2 {tw['l2']}" if tw.get("l2") else "")
-                   + (f", noise ±{tw['noise_pct']:.1f}%" if tw.get("noise_pct") is not None else ""))
+                   + (f", noise ±{tw['noise_pct']:.1f}%" if tw.get("noise_pct") is not None
+                      else ", each timed once, not alternated: noise not measured"))
     return f"traced launch ran {_pct(tw['rel'])} against its plain twin ({'; '.join(how)})"
 
 

@@ -35,9 +35,10 @@ from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from .autoevents import AutoCols, is_automatic
 from .fills import count_key, filled_waits, fills
-from .fidelity import perturbation
-from .launches import compare_launches, per_launch
-from .overlap import config_diff, diff_text, json_safe, kernel_time, ring_losses, speed_text, union_length
+from .fidelity import perturbation, plain_twin
+from .launches import compare_launches, per_launch, work_differs
+from .overlap import (config_diff, diff_text, json_safe, kernel_time, launch_span, ring_losses, speed_text,
+                      union_length)
 from .roles import assign_roles, role_rank
 from .wait_chain import chain_per_cta, wait_chains
 
@@ -386,14 +387,14 @@ def _summarize_launch(trace: Trace, roles=None) -> dict:
         "name": trace.name, "kernel": info.kernel_name, "arch": info.instrument.arch if info.instrument else None,
         "config": info.config, "synthetic": bool(info.synthetic), "gpu": info.gpu.name, "rows": int(c.n),
         "launches": len(info.launches) or int(np.unique(c.launch).size),
-        "ctas": int(c.n_ctas), "warps": int(wr.sum()), "warp_subset": info.warp_subset,
+        "ctas": int(c.n_ctas), "grid_ctas": grid_ctas(info), "warps": int(wr.sum()), "warp_subset": info.warp_subset,
         "dropped": int(c.dropped.sum()), "overflowed_warps": int(((c.dropped > 0) & wr).sum()),
         "events": {c.name_dict[k]: int(v) for k, v in enumerate(np.bincount(c.name_codes, minlength=len(c.name_dict)))
                    if c.name_dict[k] != "WARP" and v},
         **ring_losses(trace),
     }
     out["total_span_ns"] = int(c.end[wr].max() - c.start[wr].min()) if wr.any() else None
-    out.update(kernel_time(info.timing, out["total_span_ns"]))
+    out.update(kernel_time(info.timing, out["total_span_ns"], plain_twin(info), launch_span(trace)))
     by_role: dict = {}
     for w, r in decided["by_warp"].items():
         by_role.setdefault(r, {"warps": [], "source": []})
@@ -520,6 +521,15 @@ def compare_kernels(a: Trace, b: Trace, roles=None, launch_a: int | None = None,
     return compare_launches(a, b, launch_a, launch_b, lambda x, y: _compare_launch(x, y, roles))
 
 
+def grid_ctas(info) -> int | None:
+    """The CTAs of a one-launch bundle's grid, where its metadata says (CTAs timed, the grid)."""
+    for ln in info.launches[:1]:
+        n = ln.ctas_timed or ln.grid_ctas
+        if n:
+            return int(n)
+    return None
+
+
 def same_device_kernels(a: Trace, b: Trace) -> bool:
     """Whether fa4trace.instrument traced the same device kernels in both bundles (under labels
     that may differ: FA4's forward named "causal" and "full" by the script that recorded it)."""
@@ -535,8 +545,12 @@ def _compare_launch(a: Trace, b: Trace, roles=None) -> dict:
     # an automatic bundle's config is what its script named (shape, tile...): any difference
     # may change the work, so every one is named
     configs = config_diff(a.info.config or {}, b.info.config or {})
-    caveat = f"on different configs ({diff_text(configs)})" if configs else None
-    differs: dict = {"config": configs}
+    # launches of one call site may differ in shape with no config to say so: their work does
+    work = work_differs([sa, sb])
+    caveats = ([f"on different configs ({diff_text(configs)})"] if configs else []) + (
+        [f"on different work (A, B: {work})"] if work else [])
+    caveat = ", ".join(caveats) or None
+    differs: dict = {"config": configs, "work": work}
     if a.info.kernel_name != b.info.kernel_name:
         differs["kernel"] = [a.info.kernel_name, b.info.kernel_name]
         differs["device_kernels"] = list(a.info.instrument.kernels)

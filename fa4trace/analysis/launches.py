@@ -156,7 +156,8 @@ def per_launch(trace: Trace, summarize_one: Callable[[Trace], dict], launch: int
     index), ``launch_count`` (the bundle's) and ``other_launches`` (the launch table's other
     rows). Otherwise {``launch``: None, ``launch_count``, ``launches``, ``launch_table``,
     ``per_launch`` (one summary per launch, as above), ``across_launches`` ({figure: median,
-    min, max over launches} of kernel time)} and the bundle's name, kernel, config, gpu."""
+    min, max over launches} of kernel time; None where ``launches_differ`` says how the launches
+    did different work)} and the bundle's name, kernel, config, gpu."""
     ids = launch_ids(trace)
     table = launch_table(trace)
     if launch is not None or len(ids) <= 1:
@@ -178,9 +179,27 @@ def per_launch(trace: Trace, summarize_one: Callable[[Trace], dict], launch: int
         row["kernel_time_ns"] = s.get("kernel_time_ns")
         row["kernel_time_source"] = s.get("kernel_time_source")
     head = {k: each[0].get(k) for k in HEAD_KEYS if k in each[0]}
+    differ = work_differs(each)
+    across = None if differ else across_launches([s.get("kernel_time_ns") for s in each], "kernel_time_ns")
     return dict(head, launch=None, launch_count=len(ids), launches=len(ids), launch_table=table, per_launch=each,
-                across_launches={"kernel_time_ns": across_launches([s.get("kernel_time_ns") for s in each],
-                                                                   "kernel_time_ns")})
+                across_launches={"kernel_time_ns": across}, launches_differ=differ)
+
+
+def work_differs(each: list[dict]) -> str | None:
+    """How the launches' summaries say they did different work (their grids' CTAs, else the CTAs
+    recorded; a pipeline's counts per CTA), e.g. "CTAs 132, 96; ab counts per CTA 32, 16"; None where nothing differs.
+    A figure pooled over such launches (one GEMM shape and another) would mean nothing."""
+    out = []
+    grids = [s.get("grid_ctas") for s in each]
+    ctas = grids if all(grids) else [s.get("ctas") for s in each]  # the grid, else the CTAs recorded
+    if len(set(ctas)) > 1:
+        out.append("CTAs " + ", ".join(str(c) for c in ctas))
+    names = dict.fromkeys(p for s in each for p in (s.get("pipelines") or {}))
+    for p in names:
+        counts = [((s.get("pipelines") or {}).get(p) or {}).get("counts_per_cta", {}).get("median") for s in each]
+        if len(set(counts)) > 1:
+            out.append(f"{p} counts per CTA " + ", ".join("none" if c is None else f"{c:g}" for c in counts))
+    return "; ".join(out) or None
 
 
 def launch_pairs(a: Trace, b: Trace, launch_a: int | None = None, launch_b: int | None = None) -> list[tuple[int, int]]:

@@ -37,8 +37,9 @@ import pyarrow.compute as pc
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from ..trace.meta import TimingMeta
-from .fidelity import perturbation
+from .fidelity import cta_lifetimes, perturbation, plain_twin
 from .launches import compare_launches, per_launch
+from .words import config_value
 
 OVERLAP_PAIRS = (("QK", "SOFTMAX"), ("PV", "SOFTMAX"))
 ITER_EVENTS = ("LOAD_K", "LOAD_V", "QK", "SOFTMAX", "CORRECTION", "PV")
@@ -484,7 +485,7 @@ def _summarize_launch(trace: Trace) -> dict:
     span = {L: end - start for L, (start, end) in bounds.items()}
     out["kernel_span_ns"] = next(iter(span.values())) if len(span) == 1 else span
     out["total_span_ns"] = int(c.end[warp_rows].max() - c.start[warp_rows].min()) if warp_rows.any() else None
-    out.update(kernel_time(info.timing, out["total_span_ns"]))
+    out.update(kernel_time(info.timing, out["total_span_ns"], plain_twin(info), launch_span(trace)))
     kernel_ns = out["kernel_time_ns"]
     nbytes = attention_bytes(out["config"])
     out["bytes"] = nbytes
@@ -579,27 +580,43 @@ def typical_cta(trace: Trace, ctas: pa.Table | None = None) -> int | None:
 KERNEL_TIME_SOURCES = {
     "cold_l2_bench": "untraced kernel, cold-L2 CUDA-graph benchmark",
     "recorded_inputs": "untraced kernel, CUDA-graph replay on the recorded inputs (part of the KV in L2)",
+    "plain_twin": "untraced kernel, its plain twin timed on the device beside the traced launch (L2 warm)",
+    "launch_span": "traced launch, first CTA start to last CTA end (every CTA's lifetime)",
     "trace_span": "trace span of the recorded warps",
 }
 
 
-def kernel_time(timing: TimingMeta | None, span_ns) -> dict:
+def kernel_time(timing: TimingMeta | None, span_ns, twin: dict | None = None, launch_span_ns=None) -> dict:
     """The kernel time a summary shows and where it comes from (see the module docstring):
     kernel_time_ns / _kind / _source, plus every measured time the bundle has (ns or None):
     bench_time_ns (cold L2), recorded_kernel_time_ns and traced_time_ns (recorded inputs), from
-    the bundle's ``timing`` (None: it has none)."""
+    the bundle's ``timing`` (None: it has none). Without those: the plain twin's untraced time
+    (``twin``: fa4trace.analysis.fidelity.plain_twin, where timed on the device for this launch
+    alone), else the launch's span over every CTA's lifetime, else the recorded warps' span
+    (the recorded CTAs only: a sample's span is not the launch's)."""
     def ns(v):
         return float(v) * 1e3 if v else None
 
     t = timing or TimingMeta()
     bench, plain, traced = ns(t.bench_us), ns(t.kernel_us), ns(t.traced_us)
-    kind = "cold_l2_bench" if bench else "recorded_inputs" if plain else "trace_span"
-    value = bench if bench else plain if plain else span_ns
+    twin_ns = twin["plain_ns"] if twin and twin.get("method") and not twin.get("over_launches") else None
+    kind, value = next(((k, v) for k, v in (("cold_l2_bench", bench), ("recorded_inputs", plain),
+                                            ("plain_twin", twin_ns), ("launch_span", launch_span_ns)) if v),
+                       ("trace_span", span_ns))
     return {"kernel_time_ns": value, "kernel_time_kind": kind, "kernel_time_source": KERNEL_TIME_SOURCES[kind],
             "bench_time_ns": bench, "recorded_kernel_time_ns": plain,
             # The recorded launch is the traced kernel: its events run up to its own time, above the
             # untraced kernel's on the same inputs by the tracing cost.
             "traced_time_ns": traced}
+
+
+def launch_span(trace: Trace) -> float | None:
+    """First CTA start to last CTA end of a one-launch bundle, over every CTA's lifetime (None
+    without lifetimes)."""
+    lt = cta_lifetimes(trace)
+    if lt is None or lt.num_rows == 0:
+        return None
+    return float(pc.max(lt["end_ns"]).as_py() - pc.min(lt["start_ns"]).as_py())
 
 
 # The config keys of our decode attention that make its work: two bundles that differ in one
@@ -614,11 +631,8 @@ def config_diff(a: dict, b: dict, keys=None) -> dict:
 
 
 def diff_text(diff: dict) -> str:
-    """'m 8192 → 64, n 8192 → 4096' for ``config_diff``'s answer; a key one side lacks: 'unset'."""
-    def v(x):
-        return "unset" if x is None else x
-
-    return ", ".join(f"{k} {v(va)} → {v(vb)}" for k, (va, vb) in diff.items())
+    """'m 8192 → 64, n 8192 → 4096' for ``config_diff``'s answer (values as ``config_value``)."""
+    return ", ".join(f"{k} {config_value(va)} → {config_value(vb)}" for k, (va, vb) in diff.items())
 
 
 def speed_text(sa: dict, sb: dict, caveat: str | None = None) -> str | None:

@@ -8,7 +8,7 @@ are left out of the text (the JSON keeps them).
 from __future__ import annotations
 
 from .fidelity import perturbation_lines
-from .words import plural
+from .words import config_value, plural
 
 
 def pct(x) -> str:
@@ -66,7 +66,10 @@ def format_launches(s: dict, format_one) -> str:
         at = "n/a" if r.get("start_ns") is None else f"{(r['start_ns'] - t0) / 1e9:+.6f} s"
         lines.append(f"  {r['launch']:>8d}{r['ctas']:>7d}{r['warps']:>8d}{ns(r.get('kernel_time_ns')):>14s}{at:>14s}")
     kt = (s.get("across_launches") or {}).get("kernel_time_ns")
-    if kt and kt["n"] > 1:
+    if s.get("launches_differ"):
+        lines.append(f"  kernel time    the launches did different work ({s['launches_differ']}): no figure "
+                     "across them, each launch's is its own")
+    elif kt and kt["n"] > 1:
         lines.append(f"  kernel time    median of {kt['n']} launches {ns(kt['median'])} "
                      f"({ns(kt['min'])} to {ns(kt['max'])}): each launch's is its own")
     for one in s.get("per_launch") or []:
@@ -93,7 +96,7 @@ def format_kernel_summary(s: dict) -> str:
     lines = [
         f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
         f"  gpu            {s.get('gpu') or 'n/a'}{'  arch ' + s['arch'] if s.get('arch') else ''}",
-        f"  config         {' '.join(f'{k}={v}' for k, v in cfg.items()) or 'n/a'}",
+        f"  config         {' '.join(f'{k}={config_value(v)}' for k, v in cfg.items()) or 'n/a'}",
         f"  rows           {s['rows']} ({plural(s['ctas'], 'CTA', spec='')}, {plural(s['warps'], 'warp', spec='')}, "
         f"{launch_text(s)})",
         *other_launches_lines(s),

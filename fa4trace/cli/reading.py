@@ -154,11 +154,12 @@ ATTENTION_LINES = (("bandwidth     ", "bandwidth_tbps", _tbps, ""),
 
 def _format_summary(s: dict) -> str:
     from ..analysis.text import dropped_text, format_launches, launch_text, other_launches_lines, perturbation_text
+    from ..analysis.words import config_value
 
     if s.get("per_launch"):
         return format_launches(s, _format_summary)
     cfg = s.get("config") or {}
-    shape = " ".join(f"{k}={v}" for k, v in cfg.items())
+    shape = " ".join(f"{k}={config_value(v)}" for k, v in cfg.items())
     lines = [
         f"{s['name']}{'  (SYNTHETIC)' if s.get('synthetic') else ''}",
         f"  gpu            {s.get('gpu') or 'n/a'}",
@@ -252,7 +253,8 @@ def _format_compare(c: dict) -> str:
             ("mainloop idle share", "mainloop_idle_share", _pct), ("KV stream steady", "stream_tbps", _tbps),
             ("stream start loss", "stream_start_loss_ns", _ns), ("after the stream", "after_stream_ns", _ns),
             ("dropped", "dropped", str)]
-    short = {"cold_l2_bench": "cold-L2 bench", "recorded_inputs": "recorded inputs", "trace_span": "trace span"}
+    short = {"cold_l2_bench": "cold-L2 bench", "recorded_inputs": "recorded inputs", "plain_twin": "plain twin",
+             "launch_span": "launch span", "trace_span": "trace span"}
     rows.insert(1, ("kernel time from", "kernel_time_kind", lambda k: short.get(k, "n/a")))
     out.append(f"{'':20s}{'A: ' + c['a']['name']:>36s}  {'B: ' + c['b']['name']:>36s}")
     for label, key, fmt in rows:
