@@ -65,7 +65,7 @@ def timed(fn, repeat: int):
         else:
             walls.append(w)
             cpus.append(cp)
-    return res, {"cold_s": cold, "median_s": statistics.median(walls), "best_s": min(walls),
+    return res, {"cold_s": cold, "median_s": statistics.median(walls), "best_s": min(walls), "worst_s": max(walls),
                  "cpu_median_s": statistics.median(cpus)}
 
 
@@ -119,13 +119,15 @@ def bench_schedule(schedule: str, n_events: int, repeat: int, tmp: str, log=prin
 
 
 def table_rows(results: list[dict]) -> list[dict]:
-    """One dict per schedule and step: schedule, step, median_s, best_s, cpu_median_s, rate, size, target."""
+    """One dict per schedule and step: schedule, step, median_s, best_s, worst_s, cpu_median_s,
+    spread (the median and the runs' range, as shown), rate, size, target."""
     out = []
 
     def row(sched, step, r, rate, size, target):
         out.append({"schedule": sched, "step": step, "median_s": round(r["median_s"], 3),
-                    "best_s": round(r["best_s"], 3), "cpu_median_s": round(r["cpu_median_s"], 3),
-                    "rate": rate, "size": size, "target": target})
+                    "best_s": round(r["best_s"], 3), "worst_s": round(r["worst_s"], 3),
+                    "spread": f"{r['median_s']:.3f} [{r['best_s']:.3f}-{r['worst_s']:.3f}]",
+                    "cpu_median_s": round(r["cpu_median_s"], 3), "rate": rate, "size": size, "target": target})
 
     for res in results:
         s = res["schedule"]
@@ -187,10 +189,10 @@ def main(argv=None):
                        table_rows(results),
                        gpu=f"none: {m['cpu']} x{m['cores']} (load {load}), Python {m['python']}, "
                            f"numpy {m['numpy']}, pyarrow {m['pyarrow']}",
-                       columns=[("schedule", "schedule"), ("step", "step"), ("median_s", "median s"),
+                       columns=[("schedule", "schedule"), ("step", "step"), ("spread", "median s [range]"),
                                 ("rate", "rate"), ("size", "size"), ("target", "target")],
                        notes=f"~{args.events:,} synthetic events per schedule (fa4trace.testing.bundles: 132 CTAs x 5 "
-                             f"warps); median of {args.repeat} runs after one cold run.",
+                             f"warps); median [range] of {args.repeat} runs after one cold run; rates of the median.",
                        info=info, targets=TARGETS, results=results)
         print(f"wrote {write(args.json, doc)}")
 

@@ -395,11 +395,24 @@ def markers_target(folder: Path) -> dict:
         return dict(row, best="not measured", build=None, status="not measured", detail="no configuration with both",
                     **{"from": None})
     met, _, name, configs = max(builds, key=lambda b: b[:2])
+    noise = _plain_noise(doc)
     return dict(row, best=f"{met} of {len(configs)} configurations", build=name,
                 status="met" if met == len(configs) else "missed",
-                detail="; ".join(f"{c['work']} {c['fa4trace_pct']:+.1f}% vs {c['iket_pct']:+.1f}%" for c in configs),
+                detail="; ".join(f"{c['work']} {c['fa4trace_pct']:+.1f}% vs {c['iket_pct']:+.1f}%"
+                                 + (f" (±{noise[c['work']]:.1f})" if c["work"] in noise else "") for c in configs)
+                + ("; ±: half the plain build's min..max over its launches, % of its median" if noise else ""),
                 configurations=configs, configurations_met=met, source=doc["_file"], source_date=doc["date"],
                 source_commit=doc["commit"], **{"from": _from(doc["_file"], doc["date"], doc["commit"])})
+
+
+def _plain_noise(doc: dict) -> dict:
+    """{"work:chain": half the plain build's min..max over its launches, % of its median} of a
+    marker file (its ``variants``): the noise beside each configuration's verdict."""
+    out = {}
+    for v in doc.get("variants") or []:
+        if v.get("variant") == "plain" and v.get("median_us"):
+            out[f"{v['work']}:{v['chain']}"] = 50 * (v["max_us"] - v["min_us"]) / v["median_us"]
+    return out
 
 
 def target_rows(folder: Path) -> list[dict]:
