@@ -497,10 +497,7 @@ def pftrace_cached(key: str, scope: str, _t: Trace) -> bytes:
 def lifetimes_only(key: str, _t: Trace) -> bool:
     """The trace holds rows and every one is a warp's lifetime (WARP): a recording without any
     event family (``instrument(families=[])``, the "lifetimes" pass), with nothing to chart."""
-    ev = _t.events
-    if ev.num_rows == 0:
-        return False
-    return set(pc.unique(ev["name"].cast(pa.string())).to_pylist()) <= {"WARP"}
+    return len(_t) > 0 and _t.event_names() <= {"WARP"}
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..trace.bundle import Trace
 from ..trace.meta import BundleMeta, CtaLifetimes, TimingMeta
@@ -195,7 +194,8 @@ def perturbation(trace: Trace, launch: int | None = None) -> dict:
     One launch (the bundle's only one, or ``launch``): ``measured`` (a comparison was made),
     ``rel`` (median recorded / median untraced - 1) and ``noise`` (its 95% band), ``basis``
     ("steady" or "all"), ``recorded`` / ``untraced`` (n, median, p10, p90 ns), ``all`` and
-    ``steady`` (each comparison where it could be made), ``timed``, ``caveats`` (``biased``: those
+    ``steady`` (each comparison where it could be made), ``timed``, ``launch_span_ns`` (the
+    launch's first CTA start to last CTA end, over every timed CTA), ``caveats`` (``biased``: those
     saying the recorded CTAs are no fair sample), ``notes``,
     ``reason`` (why nothing was compared), ``plain_twin`` (``twin_reason``: why none was timed); then the judgement: ``valid``
     (False: the kernel's CTAs wait on each other, ``invalid`` says what was found),
@@ -217,7 +217,7 @@ def perturbation(trace: Trace, launch: int | None = None) -> dict:
 
 def _empty(meta: BundleMeta | None) -> dict:
     return {"measured": False, "rel": None, "noise": None, "basis": None, "recorded": None, "untraced": None,
-            "all": None, "steady": None, "timed": None, "caveats": [], "biased": [], "notes": [], "reason": None,
+            "all": None, "steady": None, "timed": None, "launch_span_ns": None, "caveats": [], "biased": [], "notes": [], "reason": None,
             "plain_twin": plain_twin(meta) if meta is not None else None,
             "twin_reason": untimed_reason(meta) if meta is not None else None, "valid": None, "invalid": None,
             "unreliable": [], "twin_unreliable": [], "headline": None, "headline_source": None,
@@ -246,6 +246,7 @@ def _in_launch(trace: Trace, out: dict, deps) -> None:
     phase = np.asarray(life["phase"].to_pylist())
     start, launch = life["start_ns"].to_numpy(), life["launch"].to_numpy()
     out["timed"] = {"recorded": int(rec.sum()), "untraced": int((~rec).sum())}
+    out["launch_span_ns"] = float(life["end_ns"].to_numpy().max() - start.min()) if start.size else None
     if not rec.any():
         out["reason"] = "no recorded CTA was timed (they lie beyond the buffer's CTA-lifetime region)"
         return
@@ -299,11 +300,7 @@ def _implausible(trace: Trace, rel: float, noise: float | None) -> list[str]:
 
 def _records_nothing(trace: Trace) -> bool:
     """The recorded warps hold no event but their lifetime (a lifetimes-only build)."""
-    ev = trace.events
-    if ev.num_rows == 0:
-        return False
-    names = set(pc.unique(ev["name"].cast(pa.string())).to_pylist())
-    return names <= {"WARP"}
+    return len(trace) > 0 and trace.event_names() <= {"WARP"}
 
 
 def _twin_unreliable(tw: dict) -> list[str]:

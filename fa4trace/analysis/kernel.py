@@ -35,10 +35,9 @@ from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from .autoevents import AutoCols, is_automatic
 from .fills import count_key, filled_waits, fills
-from .fidelity import perturbation, plain_twin
+from .fidelity import perturbation
 from .launches import compare_launches, per_launch, work_differs
-from .overlap import (config_diff, diff_text, json_safe, kernel_time, launch_span, ring_losses, speed_text,
-                      union_length)
+from .overlap import config_diff, diff_text, json_safe, kernel_time, ring_losses, speed_text, union_length
 from .roles import assign_roles, role_rank
 from .wait_chain import chain_per_cta, wait_chains
 
@@ -394,7 +393,8 @@ def _summarize_launch(trace: Trace, roles=None) -> dict:
         **ring_losses(trace),
     }
     out["total_span_ns"] = int(c.end[wr].max() - c.start[wr].min()) if wr.any() else None
-    out.update(kernel_time(info.timing, out["total_span_ns"], plain_twin(info), launch_span(trace)))
+    pert = perturbation(trace)
+    out.update(kernel_time(info.timing, out["total_span_ns"], pert["plain_twin"], pert["launch_span_ns"]))
     by_role: dict = {}
     for w, r in decided["by_warp"].items():
         by_role.setdefault(r, {"warps": [], "source": []})
@@ -447,7 +447,7 @@ def _summarize_launch(trace: Trace, roles=None) -> dict:
         row = int(np.flatnonzero((c.cta_keys[:, 0] == launch) & (c.cta_keys[:, 1] == cta))[0])
         out["wait_chain"] = dict(chain_of(chains, launch, cta, span_ns=int(spans[row])), ctas=int(per.num_rows))
     out["mma_in_flight"] = _mma_flight(c, trace.vocab)
-    out["perturbation"] = perturbation(trace)
+    out["perturbation"] = pert
     return json_safe(out)
 
 
@@ -523,11 +523,8 @@ def compare_kernels(a: Trace, b: Trace, roles=None, launch_a: int | None = None,
 
 def grid_ctas(info) -> int | None:
     """The CTAs of a one-launch bundle's grid, where its metadata says (CTAs timed, the grid)."""
-    for ln in info.launches[:1]:
-        n = ln.ctas_timed or ln.grid_ctas
-        if n:
-            return int(n)
-    return None
+    n = (info.launches[0].ctas_timed or info.launches[0].grid_ctas) if info.launches else None
+    return int(n) if n else None
 
 
 def same_device_kernels(a: Trace, b: Trace) -> bool:

@@ -32,12 +32,11 @@ import math
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..format.errors import Fa4traceError
 from ..trace.bundle import Trace
 from ..trace.meta import TimingMeta
-from .fidelity import cta_lifetimes, perturbation, plain_twin
+from .fidelity import perturbation
 from .launches import compare_launches, per_launch
 from .words import config_value
 
@@ -485,7 +484,8 @@ def _summarize_launch(trace: Trace) -> dict:
     span = {L: end - start for L, (start, end) in bounds.items()}
     out["kernel_span_ns"] = next(iter(span.values())) if len(span) == 1 else span
     out["total_span_ns"] = int(c.end[warp_rows].max() - c.start[warp_rows].min()) if warp_rows.any() else None
-    out.update(kernel_time(info.timing, out["total_span_ns"], plain_twin(info), launch_span(trace)))
+    pert = perturbation(trace)
+    out.update(kernel_time(info.timing, out["total_span_ns"], pert["plain_twin"], pert["launch_span_ns"]))
     kernel_ns = out["kernel_time_ns"]
     nbytes = attention_bytes(out["config"])
     out["bytes"] = nbytes
@@ -514,7 +514,7 @@ def _summarize_launch(trace: Trace) -> dict:
     out.update(stream_profile(c, kv_block_bytes(out["config"]), bounds))
     out.update(startup_profile(c, bounds))
     out["typical_cta"] = typical_cta(trace, ctas)
-    out["perturbation"] = perturbation(trace)
+    out["perturbation"] = pert
     return json_safe(out)
 
 
@@ -592,7 +592,8 @@ def kernel_time(timing: TimingMeta | None, span_ns, twin: dict | None = None, la
     bench_time_ns (cold L2), recorded_kernel_time_ns and traced_time_ns (recorded inputs), from
     the bundle's ``timing`` (None: it has none). Without those: the plain twin's untraced time
     (``twin``: fa4trace.analysis.fidelity.plain_twin, where timed on the device for this launch
-    alone), else the launch's span over every CTA's lifetime, else the recorded warps' span
+    alone), else the launch's span over every CTA's lifetime (``launch_span_ns``: perturbation's),
+    else the recorded warps' span
     (the recorded CTAs only: a sample's span is not the launch's)."""
     def ns(v):
         return float(v) * 1e3 if v else None
@@ -608,15 +609,6 @@ def kernel_time(timing: TimingMeta | None, span_ns, twin: dict | None = None, la
             # The recorded launch is the traced kernel: its events run up to its own time, above the
             # untraced kernel's on the same inputs by the tracing cost.
             "traced_time_ns": traced}
-
-
-def launch_span(trace: Trace) -> float | None:
-    """First CTA start to last CTA end of a one-launch bundle, over every CTA's lifetime (None
-    without lifetimes)."""
-    lt = cta_lifetimes(trace)
-    if lt is None or lt.num_rows == 0:
-        return None
-    return float(pc.max(lt["end_ns"]).as_py() - pc.min(lt["start_ns"]).as_py())
 
 
 # The config keys of our decode attention that make its work: two bundles that differ in one
@@ -673,8 +665,7 @@ def compare(a: Trace, b: Trace, launch_a: int | None = None, launch_b: int | Non
 
 def has_attention_events(trace: Trace) -> bool:
     """Whether the bundle records an attention kernel's QK and SOFTMAX (what compare reads)."""
-    names = set(pc.unique(trace.events["name"]).to_pylist())
-    return {"QK", "SOFTMAX"} <= names
+    return {"QK", "SOFTMAX"} <= trace.event_names()
 
 
 def _compare_launch(a: Trace, b: Trace) -> dict:

@@ -237,7 +237,7 @@ def format_kernel_compare(c: dict) -> str:
                    f"({', '.join(d.get('device_kernels') or [])}) recorded under two labels")
     if c.get("speed"):
         out.append(c["speed"])
-    elif (c.get("differs") or {}).get("config"):
+    elif d.get("config"):
         from .overlap import diff_text
 
         out.append(f"note: A and B ran different configs ({diff_text(c['differs']['config'])})")

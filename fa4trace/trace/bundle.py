@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..format.version import __version__
@@ -133,6 +134,10 @@ class Trace:
         info = self.info
         sched = (info.config or {}).get("schedule")  # the kernel's own config key
         return f"{info.kernel if info.has('kernel') else 'trace'}" + (f" [{sched}]" if sched else "")
+
+    def event_names(self) -> set[str]:
+        """The distinct event names the bundle records ("WARP" for the warps' lifetimes among them)."""
+        return set(pc.unique(self.events["name"].cast(pa.string())).to_pylist())
 
     def __len__(self) -> int:
         return self.events.num_rows
